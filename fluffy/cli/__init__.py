@@ -1,0 +1,1 @@
+"""The host-side `fluffy` command.  Only this package renders errors for people."""

@@ -1,0 +1,150 @@
+"""`fluffy` command line: parse, dispatch, and render errors at the edge.
+
+Every command returns an exit code: 0 success, 1 a check or run failed, 2 usage
+errors, 3 a fluffy error (rendered as ERROR / Reason / Fix, or JSON with --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.markup import escape
+
+from fluffy._version import __version__
+from fluffy.cli.render import print_error, print_json, status_word, stderr, stdout
+from fluffy.errors import FluffyError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from fluffy.doctor import run_doctor
+
+    report = run_doctor()
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        for check in report.checks:
+            stdout.print(f"{status_word(check.status)} {check.name:<22} {escape(check.detail)}")
+            if check.fix and check.status != "ok":
+                stdout.print(f"     [bold]fix:[/] {escape(check.fix)}")
+        stdout.print(
+            "[green]fluffy is ready.[/]" if report.ok else "[red]fluffy is not ready (see fix).[/]"
+        )
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_images_build(args: argparse.Namespace) -> int:
+    from fluffy.cli.progress import ConsoleReporter
+    from fluffy.images.builder import build_images
+    from fluffy.kernel.containers.engine import connect
+
+    with connect() as engine:
+        console = stderr if args.json else stdout
+        console.print(f"engine: {engine.info.engine} {engine.info.version} at {engine.info.url}")
+        results = build_images(
+            engine,
+            args.names or None,
+            force=args.rebuild,
+            reporter=ConsoleReporter(console, verbose=args.verbose),
+        )
+    if args.json:
+        print_json({"ok": True, "images": [status.as_dict() for status in results]})
+    return EXIT_OK
+
+
+def cmd_images_list(args: argparse.Namespace) -> int:
+    from fluffy.images.builder import plan_images
+    from fluffy.kernel.containers.engine import connect
+
+    with connect() as engine:
+        plan = plan_images(engine)
+    if args.json:
+        print_json({"images": [status.as_dict() for status in plan]})
+    else:
+        for status in plan:
+            word = "ok" if status.state == "current" else "fail"
+            stdout.print(f"{status_word(word)} {status.name:<16} {status.ref}  ({status.state})")
+    return EXIT_OK if all(s.state == "current" for s in plan) else EXIT_FAILED
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from fluffy.demo import run_demo
+    from fluffy.kernel.containers.engine import connect
+
+    with connect() as engine:
+        if not args.json:
+            stdout.print(
+                "[bold]fluffy demo[/]: the demo project's tests in an L2 code-executor sandbox "
+                "(no network, read-only root and project, no capabilities, uid 10001)"
+            )
+        result = run_demo(engine)
+    if args.json:
+        print_json(result.as_dict())
+        return EXIT_OK if result.ok else EXIT_FAILED
+    stdout.print(f"  image {result.image}, tests took {result.tests.seconds:.2f}s")
+    for line in result.tests.stdout.strip().splitlines()[-6:]:
+        stdout.print(f"  | {escape(line)}")
+    stdout.print("  isolation probes (each an attempt that must fail):")
+    failures = result.probe_failures
+    for key, value in result.probes.items():
+        word = "fail" if key in failures else "ok"
+        stdout.print(f"    {status_word(word)} {key:<15} {escape(str(value))}")
+    if result.ok:
+        stdout.print("[green]Demo passed: tests ran, every isolation probe held.[/]")
+        return EXIT_OK
+    stdout.print("[red]Demo failed.[/]")
+    return EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fluffy",
+        description="fluffy: a zero-trust AI coding workstation.",
+    )
+    parser.add_argument("--version", action="version", version=f"fluffy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    doctor = sub.add_parser("doctor", help="check that this machine can run fluffy")
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(func=cmd_doctor)
+
+    images = sub.add_parser("images", help="build and inspect fluffy's container images")
+    images_sub = images.add_subparsers(dest="images_command", metavar="ACTION", required=True)
+    build = images_sub.add_parser("build", help="build missing or outdated images")
+    build.add_argument("names", nargs="*", help="images to build (default: all)")
+    build.add_argument("--rebuild", action="store_true", help="rebuild even if current")
+    build.add_argument("--verbose", "-v", action="store_true", help="show the build output")
+    build.add_argument("--json", action="store_true", help="print the result as JSON")
+    build.set_defaults(func=cmd_images_build)
+    listing = images_sub.add_parser("list", help="show each image's tag and whether it is current")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_images_list)
+
+    demo = sub.add_parser("demo", help="run the demo project's tests in a real sandbox")
+    demo.add_argument("--json", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return func(args)
+    except FluffyError as error:
+        print_error(error, as_json=getattr(args, "json", False))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""``fluffy doctor``: is this machine ready to run fluffy, and if not, what to do.
+
+Each check returns ok / warn / fail with a detail and, unless ok, a fix.  Any fail
+makes the command exit non-zero.  Later subsystems add checks by appending to
+:data:`CHECKS`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fluffy._version import __version__
+from fluffy.errors import FluffyError
+from fluffy.paths import state_dir
+
+Status = Literal["ok", "warn", "fail"]
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail}
+        if self.fix:
+            out["fix"] = self.fix
+        if self.data:
+            out["data"] = self.data
+        return out
+
+
+@dataclass
+class Report:
+    checks: list[Check]
+    engine: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "fail" for check in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "fluffy_version": __version__,
+            "engine": self.engine,
+            "checks": [check.as_dict() for check in self.checks],
+        }
+
+
+def check_python() -> Check:
+    version = ".".join(map(str, sys.version_info[:3]))
+    # pyproject requires 3.11, so an older interpreter never gets this far.
+    return Check("python", "ok", f"Python {version} at {sys.executable}")
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9_.\-]+", requirement)
+    return match[0] if match else requirement
+
+
+def check_dependencies() -> Check:
+    try:
+        requires = importlib.metadata.requires("fluffy") or []
+    except importlib.metadata.PackageNotFoundError:
+        return Check(
+            "dependencies",
+            "fail",
+            "fluffy is not installed as a package",
+            "Run `scripts/setup` (or `pip install -e .`).",
+        )
+    versions: dict[str, str] = {}
+    missing: list[str] = []
+    for requirement in requires:
+        if "extra ==" in requirement:
+            continue
+        name = _requirement_name(requirement)
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        return Check(
+            "dependencies",
+            "fail",
+            "missing: " + ", ".join(missing),
+            "Run `scripts/setup` (or `pip install -e .`) to install them.",
+            {"versions": versions},
+        )
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    return Check("dependencies", "ok", summary, data={"versions": versions})
+
+
+def check_state_dir() -> Check:
+    path = state_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Check(
+            "state_dir",
+            "fail",
+            f"{path} is not writable: {exc.strerror or exc}",
+            "Set FLUFFY_HOME to a writable folder, or fix the folder's owner/permissions.",
+        )
+    return Check("state_dir", "ok", f"{path} is writable", data={"path": str(path)})
+
+
+def engine_checks() -> tuple[list[Check], dict[str, Any] | None]:
+    """The engine, its CLI, the base image and fluffy's images."""
+    from fluffy.kernel.containers.engine import connect
+
+    try:
+        engine = connect()
+    except FluffyError as exc:
+        return [Check("engine", "fail", f"{exc.what}. {exc.why}", exc.fix)], None
+    checks: list[Check] = []
+    info = engine.info
+    with engine:
+        checks.append(
+            Check(
+                "engine",
+                "ok",
+                f"{info.engine} {info.version} (API {info.api_version}) at {info.url}",
+                data=info.as_dict(),
+            )
+        )
+        if info.cli:
+            checks.append(Check("engine_cli", "ok", f"{info.engine} command at {info.cli}"))
+        else:
+            checks.append(
+                Check(
+                    "engine_cli",
+                    "warn",
+                    f"the `{info.engine}` command is not on PATH",
+                    f"Install the {info.engine} client; bootstrap starts the kernel with it.",
+                )
+            )
+        checks.extend(_image_checks(engine))
+    return checks, info.as_dict()
+
+
+def _image_checks(engine: Any) -> list[Check]:
+    from fluffy.errors import ImageNotFound
+    from fluffy.images.base import base_image_ref
+    from fluffy.images.builder import plan_images
+
+    try:
+        plan = plan_images(engine)
+    except ImageNotFound as exc:
+        has_debootstrap = shutil.which("debootstrap") is not None
+        return [
+            Check(
+                "base_image",
+                "fail",
+                exc.what,
+                "Run `fluffy images build` (it pulls the base, or makes it with debootstrap"
+                + ("" if has_debootstrap else ", which must be installed: apt install debootstrap")
+                + ").",
+            )
+        ]
+    except FluffyError as exc:
+        return [Check("images", "fail", exc.what, exc.fix)]
+    checks = [Check("base_image", "ok", f"{base_image_ref()} is present")]
+    for status in plan:
+        if status.state == "current":
+            checks.append(
+                Check(
+                    f"image:{status.name}", "ok", f"{status.ref} is current", data=status.as_dict()
+                )
+            )
+        else:
+            detail = (
+                f"{status.ref} is missing; an older build exists (sources or locks changed)"
+                if status.state == "stale"
+                else f"{status.ref} is missing"
+            )
+            checks.append(
+                Check(
+                    f"image:{status.name}",
+                    "fail",
+                    detail,
+                    "Run `fluffy images build` (unchanged images are not rebuilt).",
+                    status.as_dict(),
+                )
+            )
+    return checks
+
+
+CHECKS: list[Callable[[], Check]] = [check_python, check_dependencies, check_state_dir]
+
+
+def run_doctor() -> Report:
+    checks = [check() for check in CHECKS]
+    more, engine = engine_checks()
+    checks.extend(more)
+    if os.environ.get("FLUFFY_RUNTIME") and engine is None:
+        checks[-1].detail += f" (FLUFFY_RUNTIME={os.environ['FLUFFY_RUNTIME']})"
+    return Report(checks, engine)

@@ -1,0 +1,152 @@
+"""fluffy's one error tree.
+
+Every failure that crosses a module boundary is a :class:`FluffyError`.  Each class
+carries a stable, dotted ``code`` (used on the wire and in ``--json`` output, never
+renamed) and three human parts: *what* happened, *why*, and *how to fix it*.  Only
+the CLI edge renders them (see :mod:`fluffy.cli.render`); everything below raises.
+
+Foreign exceptions (docker SDK, requests, OSError, subprocess) are mapped to this
+tree at exactly one boundary per foreign library, e.g.
+:func:`fluffy.kernel.containers.errors.map_engine_error`.
+
+::
+
+    FluffyError                       fluffy.error
+    ├── ConfigError                   config.invalid
+    ├── EngineError                   engine.error
+    │   ├── EngineUnavailable         engine.unavailable
+    │   ├── EngineOperationFailed     engine.operation_failed
+    │   ├── EngineTimeout             engine.timeout
+    │   └── EngineNotFound            engine.not_found
+    │       └── ImageNotFound         engine.image_not_found
+    ├── ImageError                    image.error
+    │   ├── BaseImageUnavailable      image.base_unavailable
+    │   ├── WheelhouseError           image.wheelhouse_failed
+    │   └── ImageBuildFailed          image.build_failed
+    └── SandboxError                  sandbox.error
+        └── SandboxRunFailed          sandbox.run_failed
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class FluffyError(Exception):
+    """Base of every error fluffy raises on purpose.
+
+    ``what`` is the one-line headline; ``why`` and ``fix`` default to the class-level
+    text so a raise site only says what is specific to it.
+    """
+
+    code: ClassVar[str] = "fluffy.error"
+    default_why: ClassVar[str] = ""
+    default_fix: ClassVar[str] = ""
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        why: str | None = None,
+        fix: str | None = None,
+        context: str | None = None,
+    ) -> None:
+        super().__init__(what)
+        self.what = what
+        self.why = why if why is not None else self.default_why
+        self.fix = fix if fix is not None else self.default_fix
+        self.context = context
+
+    def with_context(self, context: str) -> FluffyError:
+        """Prefix ``what`` with the caller's context ("cannot build kernel: ...")."""
+        self.what = f"{context}: {self.what}"
+        self.args = (self.what,)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "code": self.code,
+            "what": self.what,
+            "why": self.why,
+            "fix": self.fix,
+            "retryable": self.retryable,
+        }
+        if self.context:
+            data["context"] = self.context
+        return data
+
+
+class ConfigError(FluffyError):
+    code = "config.invalid"
+    default_fix = "Correct the named setting and run the command again."
+
+
+class EngineError(FluffyError):
+    code = "engine.error"
+
+
+class EngineUnavailable(EngineError):
+    code = "engine.unavailable"
+    retryable = True
+    default_why = "fluffy needs Docker or Podman: every sandbox is a container (no fallback mode)."
+    default_fix = "Run `scripts/setup`, or start the engine (e.g. `sudo systemctl start docker`)."
+
+
+class EngineOperationFailed(EngineError):
+    code = "engine.operation_failed"
+
+
+class EngineTimeout(EngineError):
+    """The engine did not answer within the time fluffy allows for the call."""
+
+    code = "engine.timeout"
+    retryable = True
+
+
+class EngineNotFound(EngineError):
+    """The engine has no object (container, volume, image) of that name."""
+
+    code = "engine.not_found"
+
+
+class ImageNotFound(EngineNotFound):
+    code = "engine.image_not_found"
+    default_fix = "Run `fluffy images build` to build fluffy's images locally."
+
+
+class ImageError(FluffyError):
+    code = "image.error"
+
+
+class BaseImageUnavailable(ImageError):
+    code = "image.base_unavailable"
+
+
+class WheelhouseError(ImageError):
+    code = "image.wheelhouse_failed"
+    default_why = "Python packages are downloaded on the host, then copied into the images."
+    default_fix = "Check that `pip download` works on this host (index, proxy, CA), then retry."
+
+
+class ImageBuildFailed(ImageError):
+    code = "image.build_failed"
+
+
+class SandboxError(FluffyError):
+    code = "sandbox.error"
+
+
+class SandboxRunFailed(SandboxError):
+    code = "sandbox.run_failed"
+
+
+def all_error_classes() -> list[type[FluffyError]]:
+    """Every class of the tree, base first (used by tests and docs)."""
+    seen: list[type[FluffyError]] = []
+    stack: list[type[FluffyError]] = [FluffyError]
+    while stack:
+        cls = stack.pop(0)
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    return seen

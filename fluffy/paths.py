@@ -1,0 +1,32 @@
+"""Where fluffy keeps things on the host.
+
+``FLUFFY_HOME`` (default ``~/.fluffy``) holds the user's config, state and caches::
+
+    $FLUFFY_HOME/config.yaml        user config (the design's configuration hierarchy)
+    $FLUFFY_HOME/state/             databases, image manifest
+    $FLUFFY_HOME/cache/wheelhouse/  wheels downloaded on the host for the images
+    $FLUFFY_HOME/cache/rootfs/      debootstrap output for the offline base image
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fluffy_home() -> Path:
+    env = os.environ.get("FLUFFY_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".fluffy"
+
+
+def state_dir() -> Path:
+    return fluffy_home() / "state"
+
+
+def cache_dir() -> Path:
+    return fluffy_home() / "cache"
+
+
+def package_root() -> Path:
+    """The directory of the ``fluffy`` package, symlinks resolved."""
+    return Path(__file__).resolve().parent

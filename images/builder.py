@@ -1,0 +1,201 @@
+"""Build fluffy's images, skipping every image whose content-hash tag already exists.
+
+``build_images`` is what ``fluffy images build`` and ``scripts/setup`` run.  For each
+image, parents first: compute the tag from the inputs (no engine work but one
+inspect), and only if that tag is missing stage a build context (Dockerfile folder,
+lock, wheels, fluffy's source) and build it.  The result is recorded in
+``$FLUFFY_HOME/state/images.json`` for the kernel and ``fluffy doctor``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from fluffy.errors import FluffyError, ImageNotFound
+from fluffy.images.base import base_image_ref, ensure_base_image
+from fluffy.images.hashing import HASH_SCHEME, content_hash, context_files
+from fluffy.images.spec import LABEL_HASH, LABEL_IMAGE, ImageSpec, build_order
+from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
+from fluffy.kernel.containers.engine import Engine
+from fluffy.kernel.containers.images import ImageStore
+from fluffy.paths import state_dir
+
+
+class Reporter(Protocol):
+    """How the builder tells its caller what it is doing."""
+
+    def message(self, text: str) -> None: ...
+
+    def image_started(self, spec: ImageSpec, ref: str) -> None: ...
+
+    def step(self, spec: ImageSpec, index: int, total: int, text: str) -> None: ...
+
+    def line(self, spec: ImageSpec, text: str) -> None: ...
+
+    def image_done(self, status: ImageStatus) -> None: ...
+
+
+@dataclass
+class ImageStatus:
+    """One image's outcome: present already, built now, or missing (plan only)."""
+
+    name: str
+    ref: str
+    content_hash: str
+    image_id: str
+    state: str  # "current" | "built" | "missing" | "stale"
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SilentReporter:
+    def message(self, text: str) -> None:
+        pass
+
+    def image_started(self, spec: ImageSpec, ref: str) -> None:
+        pass
+
+    def step(self, spec: ImageSpec, index: int, total: int, text: str) -> None:
+        pass
+
+    def line(self, spec: ImageSpec, text: str) -> None:
+        pass
+
+    def image_done(self, status: ImageStatus) -> None:
+        pass
+
+
+def manifest_path() -> Path:
+    return state_dir() / "images.json"
+
+
+def _parent_identity(spec: ImageSpec, base_id: str, refs: dict[str, str]) -> str:
+    return refs[spec.parent] if spec.parent else f"{base_image_ref()}@{base_id}"
+
+
+def plan_images(engine: Engine, names: list[str] | None = None) -> list[ImageStatus]:
+    """Which images are current, stale or missing, without building anything.
+
+    Raises :class:`ImageNotFound` when the base image itself is missing.
+    """
+    store = ImageStore(engine)
+    base_id = store.image_id(base_image_ref())
+    if base_id is None:
+        raise ImageNotFound(
+            f"the base image {base_image_ref()} is not present",
+            why="fluffy's images are built FROM it; it is pulled, or made with debootstrap",
+        )
+    arch = linux_arch(engine.info.arch)
+    refs: dict[str, str] = {}
+    result: list[ImageStatus] = []
+    for spec in build_order(names):
+        tag = content_hash(spec, parent_identity=_parent_identity(spec, base_id, refs), arch=arch)
+        ref = refs[spec.name] = f"{spec.repository}:{tag}"
+        image_id = store.image_id(ref)
+        state = "current" if image_id else "missing"
+        if image_id is None and store.list_by_label(f"{LABEL_IMAGE}={spec.name}"):
+            state = "stale"
+        result.append(ImageStatus(spec.name, ref, tag, image_id or "", state))
+    return result
+
+
+def _stage_context(spec: ImageSpec, dest: Path, arch: str, reporter: Reporter) -> None:
+    for rel, src in context_files(spec).items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+    if spec.lock_path is not None:
+        wheels = ensure_wheelhouse(spec.lock_path, arch, reporter.message)
+        (dest / "wheels").mkdir()
+        for wheel in wheels.glob("*.whl"):
+            try:
+                os.link(wheel, dest / "wheels" / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, dest / "wheels" / wheel.name)
+
+
+def build_images(
+    engine: Engine,
+    names: list[str] | None = None,
+    *,
+    force: bool = False,
+    reporter: Reporter | None = None,
+) -> list[ImageStatus]:
+    """Make every requested image (and its parents) current; return their status."""
+    reporter = reporter or SilentReporter()
+    store = ImageStore(engine)
+    base_id = ensure_base_image(engine, reporter.message)
+    arch = linux_arch(engine.info.arch)
+    refs: dict[str, str] = {}
+    results: list[ImageStatus] = []
+    for spec in build_order(names):
+        parent_identity = _parent_identity(spec, base_id, refs)
+        tag = content_hash(spec, parent_identity=parent_identity, arch=arch)
+        ref = refs[spec.name] = f"{spec.repository}:{tag}"
+        image_id = None if force else store.image_id(ref)
+        if image_id:
+            status = ImageStatus(spec.name, ref, tag, image_id, "current")
+            reporter.image_done(status)
+            results.append(status)
+            continue
+        reporter.image_started(spec, ref)
+        started = time.monotonic()
+        buildargs = (
+            {"PARENT_IMAGE": refs[spec.parent]} if spec.parent else {"BASE_IMAGE": base_image_ref()}
+        )
+        labels = {LABEL_IMAGE: spec.name, LABEL_HASH: tag, "org.fluffy.hash-scheme": HASH_SCHEME}
+        with tempfile.TemporaryDirectory(prefix=f"fluffy-build-{spec.name}-") as tmp:
+            context = Path(tmp)
+            _stage_context(spec, context, arch, reporter)
+            try:
+                image_id = store.build(
+                    context,
+                    ref,
+                    buildargs=buildargs,
+                    labels=labels,
+                    on_line=functools.partial(reporter.line, spec),
+                    on_step=functools.partial(reporter.step, spec),
+                )
+            except FluffyError as exc:
+                raise exc.with_context(f"image {spec.name}") from exc.__cause__
+        status = ImageStatus(
+            spec.name, ref, tag, image_id, "built", round(time.monotonic() - started, 1)
+        )
+        reporter.image_done(status)
+        results.append(status)
+    write_manifest(engine, results)
+    return results
+
+
+def write_manifest(engine: Engine, results: list[ImageStatus]) -> None:
+    """Record the current tags (merged with what an earlier, partial build recorded)."""
+    path = manifest_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+    data.setdefault("images", {})
+    data["engine"] = engine.name
+    data["engine_url"] = engine.info.url
+    for status in results:
+        data["images"][status.name] = {
+            "ref": status.ref,
+            "id": status.image_id,
+            "content_hash": status.content_hash,
+        }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)

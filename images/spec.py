@@ -1,0 +1,121 @@
+"""What fluffy's images are and how they relate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The design's base.  Override with FLUFFY_BASE_IMAGE (e.g. a local mirror's copy).
+DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
+#: The Python in the base image; wheels are downloaded for it (bookworm ships 3.11).
+IMAGE_PYTHON = "3.11"
+#: Repository prefix of every image fluffy builds: fluffy/<name>:<content hash>.
+REPOSITORY_PREFIX = "fluffy"
+#: Labels every fluffy image carries (the garbage collector and doctor find them so).
+LABEL_IMAGE = "org.fluffy.image"
+LABEL_HASH = "org.fluffy.content-hash"
+
+IMAGES_DIR = Path(__file__).resolve().parent
+REQUIREMENTS_DIR = IMAGES_DIR / "requirements"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image: its Dockerfile folder, parent, Python lock and sandbox templates."""
+
+    name: str
+    description: str
+    parent: str | None = None
+    lock: str | None = None
+    with_fluffy: bool = False
+    templates: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def repository(self) -> str:
+        return f"{REPOSITORY_PREFIX}/{self.name}"
+
+    @property
+    def directory(self) -> Path:
+        return IMAGES_DIR / self.name
+
+    @property
+    def lock_path(self) -> Path | None:
+        return REQUIREMENTS_DIR / f"{self.lock}.lock" if self.lock else None
+
+
+IMAGES: tuple[ImageSpec, ...] = (
+    ImageSpec(
+        name="python-base",
+        description="Debian + python3 + an empty venv + the non-root user 10001 (shared parent)",
+    ),
+    ImageSpec(
+        name="kernel",
+        description="L1 kernel: fluffy and its runtime dependencies, non-root",
+        parent="python-base",
+        lock="kernel",
+        with_fluffy=True,
+    ),
+    ImageSpec(
+        name="ai-provider",
+        description="L2 sandbox for AI provider adapters: socat for the kernel's proxy",
+        parent="python-base",
+        lock="ai-provider",
+        with_fluffy=True,
+        templates=("ai-provider",),
+    ),
+    ImageSpec(
+        name="code-executor",
+        description="L2 sandbox for tools and tests: git, pytest, coverage",
+        parent="python-base",
+        lock="code-executor",
+        with_fluffy=True,
+        templates=("code-executor", "integration-test"),
+    ),
+    ImageSpec(
+        name="policy-sandbox",
+        description="L2 sandbox for Python policy extension rules",
+        parent="python-base",
+        lock="policy-sandbox",
+        with_fluffy=True,
+        templates=("policy-sandbox",),
+    ),
+)
+
+_BY_NAME = {spec.name: spec for spec in IMAGES}
+
+
+def get_spec(name: str) -> ImageSpec:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        from fluffy.errors import ConfigError
+
+        raise ConfigError(
+            f"unknown image {name!r}",
+            why="fluffy builds only its own images",
+            fix="Choose one of: " + ", ".join(_BY_NAME),
+        ) from None
+
+
+def spec_for_template(template: str) -> ImageSpec:
+    """The image that serves a sandbox template (integration-test shares code-executor)."""
+    for spec in IMAGES:
+        if template in spec.templates:
+            return spec
+    from fluffy.errors import ConfigError
+
+    raise ConfigError(
+        f"no image serves the sandbox template {template!r}",
+        fix="Use one of: " + ", ".join(t for s in IMAGES for t in s.templates),
+    )
+
+
+def build_order(names: list[str] | None = None) -> list[ImageSpec]:
+    """The requested images plus their parents, parents first."""
+    wanted = {spec.name for spec in IMAGES} if not names else set(names)
+    for name in list(wanted):
+        spec = get_spec(name)
+        while spec.parent:
+            wanted.add(spec.parent)
+            spec = get_spec(spec.parent)
+    return [spec for spec in IMAGES if spec.name in wanted]

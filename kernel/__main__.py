@@ -1,0 +1,64 @@
+"""Entry point of the kernel image: ``python3 -m fluffy.kernel <command>``.
+
+``self-check`` verifies, inside the image, that the kernel runs unprivileged and that
+every runtime dependency imports; it prints one JSON object.  The IPC server that
+bootstrap starts is added by the kernel's own modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import sys
+
+from fluffy._version import __version__
+
+#: Import names of the kernel's runtime dependencies (images/requirements/kernel.in).
+RUNTIME_IMPORTS = (
+    "pydantic",
+    "msgspec",
+    "yaml",
+    "pathspec",
+    "aiosqlite",
+    "docker",
+    "podman",
+    "rich",
+    "prompt_toolkit",
+)
+
+
+def self_check() -> dict[str, object]:
+    versions: dict[str, str] = {}
+    missing: list[str] = []
+    for name in RUNTIME_IMPORTS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            missing.append(f"{name}: {exc}")
+            continue
+        versions[name] = str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
+    return {
+        "fluffy": __version__,
+        "python": platform.python_version(),
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "imports": versions,
+        "missing": missing,
+        "ok": not missing and os.getuid() != 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["self-check"]:
+        report = self_check()
+        print(json.dumps(report, sort_keys=True))
+        return 0 if report["ok"] else 1
+    print("usage: python3 -m fluffy.kernel self-check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

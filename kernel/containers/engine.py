@@ -1,0 +1,191 @@
+"""Finding and connecting to the container engine (Docker or Podman).
+
+Both engines are reached through the Docker-compatible HTTP API on a Unix socket
+(Podman serves it from ``podman system service``).  Which engine and which socket:
+
+1. ``FLUFFY_RUNTIME`` = ``docker`` | ``podman`` limits the search to one engine;
+2. ``DOCKER_HOST`` (docker) and ``CONTAINER_HOST`` (podman) name a socket explicitly;
+3. otherwise the engines' well-known sockets are tried, Docker first.
+
+Only ``fluffy.kernel.containers`` talks to the engine socket (a layer rule, tested).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+
+from fluffy.errors import ConfigError, EngineUnavailable
+from fluffy.kernel.containers.errors import engine_call
+
+EngineName = Literal["docker", "podman"]
+ENGINES: tuple[EngineName, ...] = ("docker", "podman")
+
+#: Seconds to wait for the engine's answer to one API call (builds stream longer).
+API_TIMEOUT = 120
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A socket an engine may answer on, and how fluffy came to try it."""
+
+    engine: EngineName
+    url: str
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What ``fluffy doctor`` reports about the engine in use."""
+
+    engine: EngineName
+    version: str
+    api_version: str
+    url: str
+    source: str
+    cli: str | None
+    arch: str
+    os: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "api_version": self.api_version,
+            "socket": self.url,
+            "found_by": self.source,
+            "cli": self.cli,
+            "arch": self.arch,
+            "os": self.os,
+        }
+
+
+def _unix(path: str | Path) -> str:
+    return f"unix://{path}"
+
+
+def candidate_endpoints(env: dict[str, str] | None = None) -> list[Endpoint]:
+    """Every endpoint worth trying, in order, without touching the network."""
+    env = dict(os.environ if env is None else env)
+    wanted = env.get("FLUFFY_RUNTIME", "").strip().lower()
+    if wanted and wanted not in ENGINES:
+        raise ConfigError(
+            f"FLUFFY_RUNTIME={wanted!r} is not a container engine fluffy knows",
+            why="fluffy drives Docker or Podman only",
+            fix="Set FLUFFY_RUNTIME to `docker` or `podman`, or unset it to auto-detect.",
+        )
+    runtime_dir = env.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    found: list[Endpoint] = []
+    if wanted in ("", "docker"):
+        if env.get("DOCKER_HOST"):
+            found.append(Endpoint("docker", env["DOCKER_HOST"], "DOCKER_HOST"))
+        else:
+            found.append(Endpoint("docker", _unix("/var/run/docker.sock"), "default socket"))
+            found.append(
+                Endpoint("docker", _unix(f"{runtime_dir}/docker.sock"), "rootless default socket")
+            )
+    if wanted in ("", "podman"):
+        if env.get("CONTAINER_HOST"):
+            found.append(Endpoint("podman", env["CONTAINER_HOST"], "CONTAINER_HOST"))
+        else:
+            found.append(Endpoint("podman", _unix("/run/podman/podman.sock"), "default socket"))
+            found.append(
+                Endpoint(
+                    "podman", _unix(f"{runtime_dir}/podman/podman.sock"), "rootless default socket"
+                )
+            )
+    return found
+
+
+def _socket_present(url: str) -> bool:
+    if not url.startswith("unix://"):
+        return True  # tcp:// or ssh:// endpoints: let the client find out
+    return Path(url.removeprefix("unix://")).exists()
+
+
+class Engine:
+    """A connected engine.  Thin: the container manager builds on it."""
+
+    def __init__(self, client: docker.DockerClient, info: EngineInfo) -> None:
+        self.client = client
+        self.info = info
+
+    @property
+    def name(self) -> EngineName:
+        return self.info.engine
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _connect_endpoint(endpoint: Endpoint, timeout: int) -> Engine:
+    with engine_call(f"connect to {endpoint.engine} at {endpoint.url}"):
+        client = docker.DockerClient(base_url=endpoint.url, version="auto", timeout=timeout)
+    with engine_call(f"query {endpoint.engine} at {endpoint.url}"):
+        version: dict[str, Any] = client.version()
+    components = {c.get("Name", ""): c for c in version.get("Components", []) or []}
+    engine: EngineName = "podman" if "Podman Engine" in components else "docker"
+    info = EngineInfo(
+        engine=engine,
+        version=str(
+            components.get("Podman Engine", components.get("Engine", {})).get("Version")
+            or version.get("Version", "?")
+        ),
+        api_version=str(version.get("ApiVersion", "?")),
+        url=endpoint.url,
+        source=endpoint.source,
+        cli=shutil.which(engine),
+        arch=str(version.get("Arch", "?")),
+        os=str(version.get("Os", "?")),
+    )
+    return Engine(client, info)
+
+
+def connect(env: dict[str, str] | None = None, timeout: int = API_TIMEOUT) -> Engine:
+    """Connect to the first engine that answers, or explain how to get one."""
+    tried: list[str] = []
+    for endpoint in candidate_endpoints(env):
+        if not _socket_present(endpoint.url):
+            tried.append(f"{endpoint.engine}: {endpoint.url} (no socket)")
+            continue
+        try:
+            return _connect_endpoint(endpoint, timeout)
+        except EngineUnavailable as exc:
+            tried.append(f"{endpoint.engine}: {endpoint.url} ({exc.what.rsplit(': ', 1)[-1]})")
+    raise EngineUnavailable(
+        "no container engine answers",
+        why="fluffy needs Docker or Podman: every sandbox is a container. Tried: "
+        + "; ".join(tried),
+        fix=install_guide(),
+    )
+
+
+def install_guide(platform: str | None = None) -> str:
+    """The design's platform-specific install guide (also printed by bootstrap)."""
+    import sys
+
+    platform = platform or sys.platform
+    if platform == "darwin":
+        return "Install Docker Desktop: `brew install --cask docker`, then start it once."
+    if platform.startswith("win"):
+        return (
+            "Use WSL2 with Docker Desktop: `wsl --install`, install Docker Desktop with the WSL2 "
+            "backend, then run fluffy inside your WSL2 distribution."
+        )
+    return (
+        "Debian/Ubuntu: `sudo apt install docker.io && sudo systemctl start docker` "
+        "(or run `scripts/setup` as root); Fedora/RHEL: `sudo dnf install podman && "
+        "systemctl --user start podman.socket`. If the engine is installed, start it and "
+        "check `docker info`."
+    )

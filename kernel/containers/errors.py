@@ -1,0 +1,125 @@
+"""The one place where container-engine exceptions become fluffy errors.
+
+Everything that calls the docker SDK (which also speaks to Podman's compatible API)
+wraps the call in :func:`engine_call`; no other module catches ``docker.errors.*``
+or ``requests.exceptions.*``.  ``tests/unit/test_engine_errors.py`` checks that every
+foreign exception class listed in :data:`MAPPED` is mapped to a fluffy error.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import docker.errors
+import requests.exceptions
+
+from fluffy.errors import (
+    EngineError,
+    EngineNotFound,
+    EngineOperationFailed,
+    EngineTimeout,
+    EngineUnavailable,
+    FluffyError,
+    ImageBuildFailed,
+    ImageNotFound,
+    SandboxRunFailed,
+)
+
+#: Foreign exception classes this module maps, most specific first.
+MAPPED: tuple[type[BaseException], ...] = (
+    docker.errors.ImageNotFound,
+    docker.errors.BuildError,
+    docker.errors.ContainerError,
+    docker.errors.NotFound,
+    docker.errors.APIError,
+    docker.errors.DockerException,
+    requests.exceptions.ConnectionError,
+    requests.exceptions.Timeout,
+    requests.exceptions.RequestException,
+    PermissionError,
+    FileNotFoundError,
+    ConnectionError,
+    OSError,
+)
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    explanation = getattr(exc, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", "replace")
+    return str(explanation or exc).strip()
+
+
+def map_engine_error(exc: BaseException, action: str) -> FluffyError:
+    """Translate ``exc`` raised while doing ``action`` ("build image fluffy/kernel")."""
+    if isinstance(exc, FluffyError):
+        return exc
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return ImageNotFound(f"cannot {action}: image not found ({_explain(exc)})")
+    if isinstance(exc, docker.errors.BuildError):
+        tail = "".join(
+            str(chunk.get("stream", ""))
+            for chunk in list(exc.build_log)[-15:]
+            if isinstance(chunk, dict)
+        ).strip()
+        return ImageBuildFailed(
+            f"cannot {action}: {exc.msg}",
+            why=f"the engine's build stopped; last output:\n{tail}" if tail else exc.msg,
+            fix="Read the build output above; re-run with `fluffy images build --verbose`.",
+        )
+    if isinstance(exc, docker.errors.ContainerError):
+        stderr = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else ""
+        return SandboxRunFailed(
+            f"cannot {action}: command exited with status {exc.exit_status}",
+            why=stderr.strip()[-2000:] or "the command failed inside the container",
+            fix="Run the same command again with --verbose to see its full output.",
+        )
+    if isinstance(exc, docker.errors.NotFound):
+        return EngineNotFound(f"cannot {action}: not found ({_explain(exc)})")
+    if isinstance(exc, docker.errors.APIError):
+        status = exc.status_code
+        return EngineOperationFailed(
+            f"cannot {action}: the engine answered {status}: {_explain(exc)}",
+            why="the container engine refused the request",
+            fix="Check `docker info` (or `podman info`) and the engine's log, then retry.",
+        )
+    if isinstance(exc, requests.exceptions.Timeout):
+        return EngineTimeout(
+            f"cannot {action}: the engine did not answer in time",
+            why="the call took longer than fluffy allows",
+            fix="Check the engine's load (`docker stats`), then retry.",
+        )
+    if isinstance(exc, PermissionError) or (
+        isinstance(exc, requests.exceptions.ConnectionError) and "Permission denied" in str(exc)
+    ):
+        return EngineUnavailable(
+            f"cannot {action}: permission denied on the engine socket",
+            why="this user may not use the container engine's socket",
+            fix="Add yourself to the `docker` group (`sudo usermod -aG docker $USER`, then log "
+            "in again), or use rootless Podman.",
+        )
+    if isinstance(
+        exc,
+        docker.errors.DockerException
+        | requests.exceptions.RequestException
+        | ConnectionError
+        | FileNotFoundError,
+    ):
+        return EngineUnavailable(f"cannot {action}: the container engine does not answer ({exc})")
+    if isinstance(exc, OSError):
+        code = errno.errorcode.get(exc.errno or 0, "?")
+        return EngineError(f"cannot {action}: {code}: {exc.strerror or exc}")
+    raise TypeError(f"unmapped engine exception {type(exc).__name__}") from exc
+
+
+@contextmanager
+def engine_call(action: str) -> Iterator[None]:
+    """Run an engine call; re-raise anything it throws as a fluffy error."""
+    try:
+        yield
+    except FluffyError:
+        raise
+    except MAPPED as exc:
+        raise map_engine_error(exc, action) from exc

@@ -1,0 +1,108 @@
+"""Image operations on the engine: look up, pull, import, build, list, remove."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import EngineNotFound, ImageBuildFailed
+from fluffy.kernel.containers.engine import Engine
+from fluffy.kernel.containers.errors import engine_call
+
+#: Build output lines look like "Step 3/9 : RUN ..." (legacy builder, Docker and Podman).
+_STEP = re.compile(r"^(?:Step|STEP) (\d+)/(\d+)\s*:?\s*(.*)$")
+
+
+class ImageStore:
+    """The images of one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._api = engine.client.api
+        self.engine = engine
+
+    def image_id(self, ref: str) -> str | None:
+        """The image's ID, or None if the engine does not have it."""
+        try:
+            return str(self.inspect(ref)["Id"])
+        except EngineNotFound:
+            return None
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        with engine_call(f"inspect image {ref}"):
+            data: dict[str, Any] = self._api.inspect_image(ref)  # type: ignore[no-untyped-call]
+        return data
+
+    def pull(self, ref: str) -> None:
+        repository, _, tag = ref.partition(":")
+        with engine_call(f"pull {ref}"):
+            self._api.pull(repository, tag=tag or "latest")
+
+    def import_rootfs(self, archive: Path, ref: str, *, source: str) -> None:
+        repository, _, tag = ref.partition(":")
+        with engine_call(f"import {archive} as {ref}"):
+            self._api.import_image_from_file(
+                str(archive),
+                repository=repository,
+                tag=tag or "latest",
+                changes=[f'LABEL org.fluffy.base-source="{source}"', 'CMD ["/bin/bash"]'],
+            )
+
+    def build(
+        self,
+        context: Path,
+        tag: str,
+        *,
+        buildargs: dict[str, str],
+        labels: dict[str, str],
+        on_line: Callable[[str], None],
+        on_step: Callable[[int, int, str], None],
+    ) -> str:
+        """Build ``context`` as ``tag``; stream output; return the image ID."""
+        last_lines: list[str] = []
+        image_id: str | None = None
+        with engine_call(f"build {tag}"):
+            stream: Iterator[dict[str, Any]] = self._api.build(
+                path=str(context),
+                tag=tag,
+                buildargs=buildargs,
+                labels=labels,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = str(chunk.get("error", "")).strip()
+                    raise ImageBuildFailed(
+                        f"cannot build {tag}: {detail}",
+                        why="the engine's build stopped; last output:\n" + "\n".join(last_lines),
+                        fix="Fix the failing step (network to the Debian mirror, a lock that "
+                        "pins a wheel missing for this platform), then run "
+                        "`fluffy images build` again.",
+                    )
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and "ID" in aux:
+                    image_id = str(aux["ID"])
+                text = str(chunk.get("stream", ""))
+                for line in text.splitlines():
+                    line = line.rstrip()
+                    if not line:
+                        continue
+                    last_lines = [*last_lines[-14:], line]
+                    match = _STEP.match(line)
+                    if match:
+                        on_step(int(match[1]), int(match[2]), match[3])
+                    on_line(line)
+        return image_id or self.image_id(tag) or ""
+
+    def list_by_label(self, label: str) -> list[dict[str, Any]]:
+        with engine_call(f"list images labelled {label}"):
+            images: list[dict[str, Any]] = self._api.images(filters={"label": label})
+        return images
+
+    def remove(self, ref: str) -> None:
+        with engine_call(f"remove image {ref}"):
+            self._api.remove_image(ref)

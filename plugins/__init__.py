@@ -1,0 +1,2 @@
+"""Built-in tool plugins and the Python plugin SDK.  Plugins never import kernel
+internals (``tests/unit/test_layers.py``)."""
