@@ -84,6 +84,8 @@ class ConfigError(FluffyError):
 
 class EngineError(FluffyError):
     code = "engine.error"
+    default_why = "the container engine's socket failed at the operating-system level"
+    default_fix = "Check that the engine is running (`docker info` / `podman info`), then retry."
 
 
 class EngineUnavailable(EngineError):
@@ -108,6 +110,8 @@ class EngineNotFound(EngineError):
     """The engine has no object (container, volume, image) of that name."""
 
     code = "engine.not_found"
+    default_why = "it was removed, or never created (a crash, or another tool cleaned up)"
+    default_fix = "Retry the operation; fluffy recreates what it needs."
 
 
 class ImageNotFound(EngineNotFound):

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +23,14 @@ from typing import Any, Protocol
 from fluffy.errors import FluffyError, ImageNotFound
 from fluffy.images.base import base_image_ref, ensure_base_image
 from fluffy.images.hashing import HASH_SCHEME, content_hash, context_files
-from fluffy.images.spec import LABEL_HASH, LABEL_IMAGE, ImageSpec, build_order
+from fluffy.images.spec import (
+    IMAGES,
+    LABEL_HASH,
+    LABEL_IMAGE,
+    REPOSITORY_PREFIX,
+    ImageSpec,
+    build_order,
+)
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
@@ -83,7 +91,9 @@ def _parent_identity(spec: ImageSpec, base_id: str, refs: dict[str, str]) -> str
     return refs[spec.parent] if spec.parent else f"{base_image_ref()}@{base_id}"
 
 
-def plan_images(engine: Engine, names: list[str] | None = None) -> list[ImageStatus]:
+def plan_images(
+    engine: Engine, names: list[str] | None = None, *, specs: Sequence[ImageSpec] = IMAGES
+) -> list[ImageStatus]:
     """Which images are current, stale or missing, without building anything.
 
     Raises :class:`ImageNotFound` when the base image itself is missing.
@@ -98,7 +108,7 @@ def plan_images(engine: Engine, names: list[str] | None = None) -> list[ImageSta
     arch = linux_arch(engine.info.arch)
     refs: dict[str, str] = {}
     result: list[ImageStatus] = []
-    for spec in build_order(names):
+    for spec in build_order(names, specs):
         tag = content_hash(spec, parent_identity=_parent_identity(spec, base_id, refs), arch=arch)
         ref = refs[spec.name] = f"{spec.repository}:{tag}"
         image_id = store.image_id(ref)
@@ -130,6 +140,7 @@ def build_images(
     *,
     force: bool = False,
     reporter: Reporter | None = None,
+    specs: Sequence[ImageSpec] = IMAGES,
 ) -> list[ImageStatus]:
     """Make every requested image (and its parents) current; return their status."""
     reporter = reporter or SilentReporter()
@@ -138,7 +149,8 @@ def build_images(
     arch = linux_arch(engine.info.arch)
     refs: dict[str, str] = {}
     results: list[ImageStatus] = []
-    for spec in build_order(names):
+    built_any = False
+    for spec in build_order(names, specs):
         parent_identity = _parent_identity(spec, base_id, refs)
         tag = content_hash(spec, parent_identity=parent_identity, arch=arch)
         ref = refs[spec.name] = f"{spec.repository}:{tag}"
@@ -168,13 +180,30 @@ def build_images(
                 )
             except FluffyError as exc:
                 raise exc.with_context(f"image {spec.name}") from exc.__cause__
+        built_any = True
         status = ImageStatus(
             spec.name, ref, tag, image_id, "built", round(time.monotonic() - started, 1)
         )
         reporter.image_done(status)
         results.append(status)
+    if built_any:
+        store.prune_dangling(LABEL_IMAGE)  # the untagged "install" stages of multi-stage builds
     write_manifest(engine, results)
     return results
+
+
+def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list[str]:
+    """Remove fluffy images that are not current (old content hashes); return their refs."""
+    current = {status.ref for status in plan_images(engine, specs=specs)}
+    store = ImageStore(engine)
+    removed: list[str] = []
+    for image in store.list_by_label(LABEL_IMAGE):
+        for ref in image.get("RepoTags") or []:
+            if ref.startswith(f"{REPOSITORY_PREFIX}/") and ref not in current:
+                store.remove(ref)
+                removed.append(ref)
+    store.prune_dangling(LABEL_IMAGE)
+    return removed
 
 
 def write_manifest(engine: Engine, results: list[ImageStatus]) -> None:

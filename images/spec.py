@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,8 @@ class ImageSpec:
     lock: str | None = None
     with_fluffy: bool = False
     templates: tuple[str, ...] = field(default_factory=tuple)
+    #: Folder holding ``<name>/Dockerfile`` and ``requirements/<lock>.lock``.
+    source_dir: Path = IMAGES_DIR
 
     @property
     def repository(self) -> str:
@@ -36,11 +39,11 @@ class ImageSpec:
 
     @property
     def directory(self) -> Path:
-        return IMAGES_DIR / self.name
+        return self.source_dir / self.name
 
     @property
     def lock_path(self) -> Path | None:
-        return REQUIREMENTS_DIR / f"{self.lock}.lock" if self.lock else None
+        return self.source_dir / "requirements" / f"{self.lock}.lock" if self.lock else None
 
 
 IMAGES: tuple[ImageSpec, ...] = (
@@ -81,20 +84,18 @@ IMAGES: tuple[ImageSpec, ...] = (
     ),
 )
 
-_BY_NAME = {spec.name: spec for spec in IMAGES}
 
+def get_spec(name: str, specs: Sequence[ImageSpec] = IMAGES) -> ImageSpec:
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    from fluffy.errors import ConfigError
 
-def get_spec(name: str) -> ImageSpec:
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        from fluffy.errors import ConfigError
-
-        raise ConfigError(
-            f"unknown image {name!r}",
-            why="fluffy builds only its own images",
-            fix="Choose one of: " + ", ".join(_BY_NAME),
-        ) from None
+    raise ConfigError(
+        f"unknown image {name!r}",
+        why="fluffy builds only its own images",
+        fix="Choose one of: " + ", ".join(spec.name for spec in specs),
+    )
 
 
 def spec_for_template(template: str) -> ImageSpec:
@@ -110,12 +111,14 @@ def spec_for_template(template: str) -> ImageSpec:
     )
 
 
-def build_order(names: list[str] | None = None) -> list[ImageSpec]:
+def build_order(
+    names: list[str] | None = None, specs: Sequence[ImageSpec] = IMAGES
+) -> list[ImageSpec]:
     """The requested images plus their parents, parents first."""
-    wanted = {spec.name for spec in IMAGES} if not names else set(names)
+    wanted = {spec.name for spec in specs} if not names else set(names)
     for name in list(wanted):
-        spec = get_spec(name)
+        spec = get_spec(name, specs)
         while spec.parent:
             wanted.add(spec.parent)
-            spec = get_spec(spec.parent)
-    return [spec for spec in IMAGES if spec.name in wanted]
+            spec = get_spec(spec.parent, specs)
+    return [spec for spec in specs if spec.name in wanted]

@@ -70,6 +70,21 @@ def cmd_images_list(args: argparse.Namespace) -> int:
     return EXIT_OK if all(s.state == "current" for s in plan) else EXIT_FAILED
 
 
+def cmd_images_prune(args: argparse.Namespace) -> int:
+    from fluffy.images.builder import prune_images
+    from fluffy.kernel.containers.engine import connect
+
+    with connect() as engine:
+        removed = prune_images(engine)
+    if args.json:
+        print_json({"removed": removed})
+    else:
+        for ref in removed:
+            stdout.print(f"removed {escape(ref)}")
+        stdout.print(f"{len(removed)} outdated image tag(s) removed.")
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from fluffy.demo import run_demo
     from fluffy.kernel.containers.engine import connect
@@ -122,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     listing = images_sub.add_parser("list", help="show each image's tag and whether it is current")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_images_list)
+
+    prune = images_sub.add_parser("prune", help="remove fluffy images that are not current")
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(func=cmd_images_prune)
 
     demo = sub.add_parser("demo", help="run the demo project's tests in a real sandbox")
     demo.add_argument("--json", action="store_true")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -102,10 +103,24 @@ def candidate_endpoints(env: dict[str, str] | None = None) -> list[Endpoint]:
     return found
 
 
-def _socket_present(url: str) -> bool:
+def _probe_socket(url: str) -> str | None:
+    """Why the Unix socket cannot take a connection, or None if it can.
+
+    Probing first gives a precise reason (no socket / refused: the daemon is stopped)
+    and spares the SDK's connection path, which leaks its socket on refusal.
+    """
     if not url.startswith("unix://"):
-        return True  # tcp:// or ssh:// endpoints: let the client find out
-    return Path(url.removeprefix("unix://")).exists()
+        return None  # tcp:// or ssh:// endpoints: the client finds out
+    path = url.removeprefix("unix://")
+    if not Path(path).exists():
+        return "no socket"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            return f"{exc.strerror or exc}".lower()
+    return None
 
 
 class Engine:
@@ -156,8 +171,9 @@ def connect(env: dict[str, str] | None = None, timeout: int = API_TIMEOUT) -> En
     """Connect to the first engine that answers, or explain how to get one."""
     tried: list[str] = []
     for endpoint in candidate_endpoints(env):
-        if not _socket_present(endpoint.url):
-            tried.append(f"{endpoint.engine}: {endpoint.url} (no socket)")
+        problem = _probe_socket(endpoint.url)
+        if problem:
+            tried.append(f"{endpoint.engine}: {endpoint.url} ({problem})")
             continue
         try:
             return _connect_endpoint(endpoint, timeout)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 
 from fluffy.errors import (
     EngineError,
@@ -52,6 +53,13 @@ def _explain(exc: docker.errors.APIError) -> str:
     return str(explanation or exc).strip()
 
 
+def _is_read_timeout(exc: BaseException) -> bool:
+    """requests reports a timed-out *streamed* read as ConnectionError(ReadTimeoutError)."""
+    return isinstance(exc, requests.exceptions.ConnectionError) and any(
+        isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in exc.args
+    )
+
+
 def map_engine_error(exc: BaseException, action: str) -> FluffyError:
     """Translate ``exc`` raised while doing ``action`` ("build image fluffy/kernel")."""
     if isinstance(exc, FluffyError):
@@ -85,7 +93,7 @@ def map_engine_error(exc: BaseException, action: str) -> FluffyError:
             why="the container engine refused the request",
             fix="Check `docker info` (or `podman info`) and the engine's log, then retry.",
         )
-    if isinstance(exc, requests.exceptions.Timeout):
+    if isinstance(exc, requests.exceptions.Timeout) or _is_read_timeout(exc):
         return EngineTimeout(
             f"cannot {action}: the engine did not answer in time",
             why="the call took longer than fluffy allows",

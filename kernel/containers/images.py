@@ -62,6 +62,7 @@ class ImageStore:
         """Build ``context`` as ``tag``; stream output; return the image ID."""
         last_lines: list[str] = []
         image_id: str | None = None
+        error: str | None = None
         with engine_call(f"build {tag}"):
             stream: Iterator[dict[str, Any]] = self._api.build(
                 path=str(context),
@@ -73,16 +74,10 @@ class ImageStore:
                 pull=False,
                 decode=True,
             )
-            for chunk in stream:
+            for chunk in stream:  # read to the end even after an error: frees the connection
                 if "error" in chunk:
-                    detail = str(chunk.get("error", "")).strip()
-                    raise ImageBuildFailed(
-                        f"cannot build {tag}: {detail}",
-                        why="the engine's build stopped; last output:\n" + "\n".join(last_lines),
-                        fix="Fix the failing step (network to the Debian mirror, a lock that "
-                        "pins a wheel missing for this platform), then run "
-                        "`fluffy images build` again.",
-                    )
+                    error = error or str(chunk.get("error", "")).strip()
+                    continue
                 aux = chunk.get("aux")
                 if isinstance(aux, dict) and "ID" in aux:
                     image_id = str(aux["ID"])
@@ -96,12 +91,24 @@ class ImageStore:
                     if match:
                         on_step(int(match[1]), int(match[2]), match[3])
                     on_line(line)
+        if error is not None:
+            raise ImageBuildFailed(
+                f"cannot build {tag}: {error}",
+                why="the engine's build stopped; last output:\n" + "\n".join(last_lines),
+                fix="Fix the failing step (network to the Debian mirror, a lock that pins a "
+                "wheel missing for this platform), then run `fluffy images build` again.",
+            )
         return image_id or self.image_id(tag) or ""
 
     def list_by_label(self, label: str) -> list[dict[str, Any]]:
         with engine_call(f"list images labelled {label}"):
             images: list[dict[str, Any]] = self._api.images(filters={"label": label})
         return images
+
+    def prune_dangling(self, label: str) -> None:
+        """Remove untagged images carrying ``label`` (intermediate build stages)."""
+        with engine_call(f"prune untagged images labelled {label}"):
+            self._api.prune_images(filters={"dangling": True, "label": label})  # type: ignore[no-untyped-call]
 
     def remove(self, ref: str) -> None:
         with engine_call(f"remove image {ref}"):

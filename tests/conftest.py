@@ -1,0 +1,66 @@
+"""Shared fixtures.
+
+Markers follow the folder: tests/unit -> ``unit`` (no engine), tests/integration ->
+``integration`` (a real engine), tests/e2e -> ``e2e`` (the installed command and
+scripts).  Without an engine, integration and e2e tests skip locally; with
+``FLUFFY_MUST_WORK=1`` or ``CI=true`` they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fluffy.errors import FluffyError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def must_work() -> bool:
+    return os.environ.get("FLUFFY_MUST_WORK") == "1" or os.environ.get("CI") == "true"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts and parts[0] in ("unit", "integration", "e2e"):
+            item.add_marker(getattr(pytest.mark, parts[0]))
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally, fail where the engine must work (CI)."""
+    if must_work():
+        pytest.fail(f"{reason} (FLUFFY_MUST_WORK/CI: container tests may not skip)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[object]:
+    from fluffy.kernel.containers.engine import connect
+
+    try:
+        connected = connect(timeout=30)
+    except FluffyError as exc:
+        unavailable(f"no container engine: {exc.what}")
+        raise AssertionError("unreachable") from exc
+    with connected:
+        yield connected
+
+
+@pytest.fixture(scope="session")
+def images(engine: object) -> dict[str, str]:
+    """name -> ref of every fluffy image, built if missing (a no-op when current)."""
+    from fluffy.images.builder import build_images
+
+    results = build_images(engine)  # type: ignore[arg-type]
+    return {status.name: status.ref for status in results}
+
+
+@pytest.fixture()
+def fluffy_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "fluffy-home"
+    monkeypatch.setenv("FLUFFY_HOME", str(home))
+    return home

@@ -1,0 +1,130 @@
+"""The installed `fluffy` command and the scripts, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FLUFFY = str(Path(sys.executable).parent / "fluffy")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "FLUFFY_MUST_WORK")}
+    env.update(extra)
+    return env
+
+
+def _fluffy(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FLUFFY, *args],
+        capture_output=True,
+        text=True,
+        env=env or _env(),
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_doctor_json_names_the_engine(engine: object, images: dict[str, str]) -> None:
+    proc = _fluffy("doctor", "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout
+    assert report["ok"] is True
+    assert report["engine"]["engine"] in ("docker", "podman")
+    assert report["engine"]["socket"].startswith("unix://")
+    names = {c["name"]: c["status"] for c in report["checks"]}
+    assert all(names[f"image:{n}"] == "ok" for n in images)
+
+
+@pytest.fixture()
+def stopped_engine(tmp_path: Path) -> dict[str, str]:
+    """An engine socket nobody answers on: what a stopped daemon leaves behind."""
+    path = tmp_path / "docker.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+    return _env(FLUFFY_RUNTIME="docker", DOCKER_HOST=f"unix://{path}")
+
+
+def test_doctor_with_the_engine_stopped_fails_with_a_fix(stopped_engine: dict[str, str]) -> None:
+    proc = _fluffy("doctor", env=stopped_engine)
+    assert proc.returncode == 1
+    assert "FAIL engine" in proc.stdout and "refused" in proc.stdout
+    assert "fix:" in proc.stdout and "docker" in proc.stdout
+
+
+def test_demo_runs_the_project_tests_in_a_sandbox(engine: object, images: dict[str, str]) -> None:
+    proc = _fluffy("demo", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] is True and result["probe_failures"] == {}
+    assert "3 passed" in result["tests"]["output"]
+    assert result["image"] == images["code-executor"]
+
+
+def test_setup_again_changes_nothing(engine: object, images: dict[str, str]) -> None:
+    for _ in range(2):  # the first run may finish an install; the second must do nothing
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "setup")],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert "fluffy is installed" in proc.stderr
+    assert "installing" not in proc.stderr and "building" not in proc.stdout
+    assert proc.stdout.count("current") == len(images)
+
+
+def test_setup_without_an_engine_prints_the_install_guide(tmp_path: Path) -> None:
+    # --no-system: behave as for a user who may not install packages (not root).
+    env = _env(FLUFFY_RUNTIME="docker", DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup"), "--no-images", "--no-system"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "ERROR: no container engine answers" in proc.stderr
+    assert "apt install docker.io" in proc.stderr and "dnf install podman" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("ci", "expected_rc", "word"), [("true", 1, "FLUFFY_MUST_WORK"), ("", 0, "skipped")]
+)
+def test_ci_turns_a_missing_engine_into_a_failure(
+    stopped_engine: dict[str, str], ci: str, expected_rc: int, word: str
+) -> None:
+    env = dict(stopped_engine)
+    if ci:
+        env["CI"] = ci
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/integration/test_engine.py::test_connected_engine_reports_itself",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == expected_rc, proc.stdout
+    assert word in proc.stdout

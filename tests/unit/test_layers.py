@@ -1,0 +1,127 @@
+"""The layer rules of docs/architecture.md, checked on the source."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "fluffy"
+LAYER_DIRS = ("bootstrap", "kernel", "sandboxes", "seccomp", "plugins", "images")
+ENGINE_CLIENTS = {"docker", "podman", "requests", "urllib3"}
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for the whole package (through the layer symlinks)."""
+    found: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(PKG, followlinks=True):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            if name.endswith(".py"):
+                rel = Path(dirpath, name).relative_to(ROOT).with_suffix("")
+                parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+                found[".".join(parts)] = Path(dirpath, name)
+    return found
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                names.add(".".join([*base, node.module] if node.module else base))
+            elif node.module:
+                names.add(node.module)
+    return names
+
+
+MODULES = _modules()
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("name", LAYER_DIRS)
+def test_layer_directories_are_subpackages_of_fluffy(name: str) -> None:
+    link = PKG / name
+    assert link.is_symlink() and os.readlink(link) == f"../{name}"
+    assert (ROOT / name / "__init__.py").is_file()
+
+
+def test_only_fluffy_is_installed_as_a_top_level_name() -> None:
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert all(_in(p, "fluffy") for p in setuptools["packages"])
+    assert "package-dir" not in setuptools
+
+
+def test_every_package_directory_is_shipped() -> None:
+    declared = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    on_disk = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    assert on_disk == declared, (
+        f"add to pyproject: {on_disk - declared}; stale: {declared - on_disk}"
+    )
+
+
+def test_only_the_container_manager_and_image_store_talk_to_the_engine() -> None:
+    offenders = {
+        module: sorted(imp for imp in _imports(path, module) if imp.split(".")[0] in ENGINE_CLIENTS)
+        for module, path in MODULES.items()
+        if not _in(module, "fluffy.kernel.containers")
+    }
+    assert {m: i for m, i in offenders.items() if i} == {}
+
+
+def test_bootstrap_imports_the_standard_library_only() -> None:
+    for module, path in MODULES.items():
+        if _in(module, "fluffy.bootstrap"):
+            for imp in _imports(path, module):
+                top = imp.split(".")[0]
+                assert top in sys.stdlib_module_names or _in(imp, "fluffy.bootstrap"), (module, imp)
+
+
+def test_bootstrap_stays_under_its_500_line_budget() -> None:
+    code = 0
+    for path in (ROOT / "bootstrap").rglob("*.py"):
+        code += sum(
+            1 for line in path.read_text().splitlines() if not re.match(r"^\s*(#.*)?$", line)
+        )
+    assert code < 500, f"bootstrap has {code} lines of code; the design's budget is < 500"
+
+
+def test_sandbox_code_needs_only_stdlib_and_msgspec() -> None:
+    for module, path in MODULES.items():
+        if _in(module, "fluffy.sandboxes"):
+            for imp in _imports(path, module):
+                top = imp.split(".")[0]
+                assert (
+                    top in sys.stdlib_module_names
+                    or top == "msgspec"
+                    or _in(imp, "fluffy.sandboxes")
+                ), (module, imp)
+
+
+def test_plugins_never_import_kernel_internals() -> None:
+    for module, path in MODULES.items():
+        if _in(module, "fluffy.plugins"):
+            assert not any(_in(i, "fluffy.kernel") for i in _imports(path, module)), module
+
+
+def test_import_scanner_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("import docker\nfrom . import x\nfrom ..y import z\n")
+    assert _imports(sample, "fluffy.kernel.m") == {"docker", "fluffy.kernel", "fluffy.y"}
