@@ -5,6 +5,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fluffy.images import hashing
 from fluffy.images.hashing import content_hash, context_files, fluffy_source_files
@@ -94,3 +96,32 @@ def test_context_names_the_lock_and_dockerfile() -> None:
     assert files["Dockerfile"].name == "Dockerfile"
     assert files["requirements.lock"].name == "code-executor.lock"
     assert "requirements.lock" not in context_files(get_spec("python-base"))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_single_byte_change_in_any_context_file_changes_the_tag(
+    tree: Path, data: st.DataObject
+) -> None:
+    spec = replace(get_spec("code-executor"), source_dir=tree)
+    files = sorted(
+        rel for rel in context_files(spec) if not rel.startswith("fluffy/")
+    )  # the image's own inputs; fluffy's sources are covered by the test above
+    rel = data.draw(st.sampled_from(files), label="file")
+    path = {
+        "Dockerfile": tree / "code-executor" / "Dockerfile",
+        "requirements.lock": tree / "requirements" / "code-executor.lock",
+    }[rel]
+    original = path.read_bytes()
+    index = data.draw(st.integers(0, len(original) - 1), label="offset")
+    flip = data.draw(st.integers(1, 255), label="xor")
+    before = _hash("code-executor", tree)
+    try:
+        changed = bytearray(original)
+        changed[index] ^= flip
+        path.write_bytes(bytes(changed))
+        assert _hash("code-executor", tree) != before
+    finally:
+        path.write_bytes(original)
