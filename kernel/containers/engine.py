@@ -183,8 +183,24 @@ def connect(env: dict[str, str] | None = None, timeout: int = API_TIMEOUT) -> En
         "no container engine answers",
         why="fluffy needs Docker or Podman: every sandbox is a container. Tried: "
         + "; ".join(tried),
-        fix=install_guide(),
+        fix=_start_hint() or install_guide(),
     )
+
+
+def _start_hint() -> str | None:
+    """When an engine is installed but not running, say how to start it."""
+    if shutil.which("dockerd"):
+        return (
+            "Docker is installed but its daemon is not running: `sudo systemctl start docker` "
+            "(without systemd: `sudo dockerd &`), or run `scripts/setup` as root."
+        )
+    if shutil.which("podman"):
+        return (
+            "Podman is installed but its API service is not running: `systemctl --user start "
+            "podman.socket` (as root: `podman system service --time=0 "
+            "unix:///run/podman/podman.sock &`), then set FLUFFY_RUNTIME=podman."
+        )
+    return None
 
 
 def install_guide(platform: str | None = None) -> str:

@@ -22,7 +22,8 @@ def test_doctor_fails_with_a_fix_when_no_engine_answers(
 ) -> None:
     assert main(["doctor"]) == EXIT_FAILED
     out = capsys.readouterr().out
-    assert "FAIL engine" in out and "fix:" in out and "apt install docker.io" in out
+    assert "FAIL engine" in out and "fix:" in out
+    assert "apt install docker.io" in out or "systemctl start docker" in out
 
 
 def test_doctor_json_is_one_valid_object(

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import ConfigError, EngineUnavailable
+from fluffy.kernel.containers import engine as engine_module
 from fluffy.kernel.containers.engine import candidate_endpoints, connect, install_guide
 
 
@@ -42,7 +43,30 @@ def test_missing_socket_gives_the_install_guide(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailable) as info:
         connect(env)
     assert "no socket" in info.value.why
+
+
+def test_without_any_engine_installed_the_fix_is_the_install_guide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_module.shutil, "which", lambda _name: None)
+    env = {"FLUFFY_RUNTIME": "docker", "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    with pytest.raises(EngineUnavailable) as info:
+        connect(env)
     assert info.value.fix == install_guide()
+
+
+def test_an_installed_but_stopped_docker_gets_a_start_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        engine_module.shutil,
+        "which",
+        lambda name: "/usr/bin/dockerd" if name == "dockerd" else None,
+    )
+    env = {"FLUFFY_RUNTIME": "docker", "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    with pytest.raises(EngineUnavailable) as info:
+        connect(env)
+    assert "not running" in info.value.fix and "systemctl start docker" in info.value.fix
 
 
 def test_stale_socket_of_a_stopped_engine_is_unavailable(tmp_path: Path) -> None:
