@@ -24,7 +24,9 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── WheelhouseError           image.wheelhouse_failed
     │   └── ImageBuildFailed          image.build_failed
     └── SandboxError                  sandbox.error
-        └── SandboxRunFailed          sandbox.run_failed
+        ├── SandboxRunFailed          sandbox.run_failed
+        ├── SandboxConfigError        sandbox.config_invalid
+        └── SandboxStateError         sandbox.invalid_transition
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class WheelhouseError(ImageError):
 
 class ImageBuildFailed(ImageError):
     code = "image.build_failed"
+    default_why = "a step of the image's Dockerfile failed in the engine's build"
+    default_fix = "Run `fluffy images build --verbose` to see every step's output."
 
 
 class SandboxError(FluffyError):
@@ -143,6 +147,17 @@ class SandboxError(FluffyError):
 
 class SandboxRunFailed(SandboxError):
     code = "sandbox.run_failed"
+
+
+class SandboxConfigError(SandboxError):
+    code = "sandbox.config_invalid"
+    default_why = "the sandbox's configuration breaks one of the container manager's rules"
+
+
+class SandboxStateError(SandboxError):
+    code = "sandbox.invalid_transition"
+    default_why = "the sandbox lifecycle does not allow that step from its current state"
+    default_fix = "This is a bug in fluffy; please report it with `fluffy doctor --json`."
 
 
 def all_error_classes() -> list[type[FluffyError]]:

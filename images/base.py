@@ -45,13 +45,37 @@ def ensure_base_image(engine: Engine, log: Callable[[str], None] = print) -> str
     log(f"base image {ref} is not present; trying to pull it")
     try:
         store.pull(ref)
+        problem = "" if store.image_id(ref) else "the engine reported no image"
     except FluffyError as exc:
-        log(f"cannot pull {ref} ({exc.what.rsplit(': ', 1)[-1][:120]}); building it offline")
-        debootstrap_import(engine, ref, log)
+        problem = exc.what.rsplit(": ", 1)[-1][:120]
+    if problem:
+        log(f"cannot pull {ref} ({problem})")
+        if not copy_from_other_engine(engine, ref, log):
+            log("building it offline")
+            debootstrap_import(engine, ref, log)
     image_id = store.image_id(ref)
     if not image_id:
         raise BaseImageUnavailable(f"base image {ref} is still missing after import")
     return image_id
+
+
+def copy_from_other_engine(engine: Engine, ref: str, log: Callable[[str], None]) -> bool:
+    """Copy ``ref`` from the other engine on this machine (Docker <-> Podman), if it has it."""
+    from fluffy.kernel.containers.engine import connect
+
+    other = "podman" if engine.name == "docker" else "docker"
+    try:
+        source = connect({**os.environ, "FLUFFY_RUNTIME": other}, timeout=30)
+    except FluffyError:
+        return False
+    with source, tempfile.TemporaryFile() as buffer:
+        if not ImageStore(source).image_id(ref):
+            return False
+        log(f"copying {ref} from {other}")
+        ImageStore(source).save(ref, buffer)
+        buffer.seek(0)
+        ImageStore(engine).load(buffer)
+    return True
 
 
 def _suite_of(ref: str) -> str:

@@ -25,11 +25,11 @@ def _oci_args(rule: Rule) -> list[dict[str, Any]]:
     out = []
     for arg in rule.args:
         if arg.op == "masked_eq":  # libseccomp: datum_a = mask, datum_b = value
-            out.append({"index": arg.index, "value": arg.mask, "valueTwo": arg.value,
-                        "op": _OPS[arg.op]})
+            out.append(
+                {"index": arg.index, "value": arg.mask, "valueTwo": arg.value, "op": _OPS[arg.op]}
+            )
         else:
-            out.append({"index": arg.index, "value": arg.value, "valueTwo": 0,
-                        "op": _OPS[arg.op]})
+            out.append({"index": arg.index, "value": arg.value, "valueTwo": 0, "op": _OPS[arg.op]})
     return out
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import docker.errors
+import podman.errors
 import requests.exceptions
 import urllib3.exceptions
 
@@ -30,6 +31,11 @@ from fluffy.errors import (
 
 #: Foreign exception classes this module maps, most specific first.
 MAPPED: tuple[type[BaseException], ...] = (
+    podman.errors.ImageNotFound,
+    podman.errors.NotFound,
+    podman.errors.BuildError,
+    podman.errors.APIError,
+    podman.errors.PodmanError,
     docker.errors.ImageNotFound,
     docker.errors.BuildError,
     docker.errors.ContainerError,
@@ -60,10 +66,27 @@ def _is_read_timeout(exc: BaseException) -> bool:
     )
 
 
+def _map_podman(exc: BaseException, action: str) -> FluffyError:
+    detail = str(getattr(exc, "explanation", None) or exc).strip()
+    if isinstance(exc, podman.errors.ImageNotFound):
+        return ImageNotFound(f"cannot {action}: image not found ({detail})")
+    if isinstance(exc, podman.errors.NotFound):
+        return EngineNotFound(f"cannot {action}: not found ({detail})")
+    if isinstance(exc, podman.errors.BuildError):
+        return ImageBuildFailed(f"cannot {action}: {detail}")
+    return EngineOperationFailed(
+        f"cannot {action}: podman answered: {detail}",
+        why="the container engine refused the request",
+        fix="Check `podman info` and the podman service's log, then retry.",
+    )
+
+
 def map_engine_error(exc: BaseException, action: str) -> FluffyError:
     """Translate ``exc`` raised while doing ``action`` ("build image fluffy/kernel")."""
     if isinstance(exc, FluffyError):
         return exc
+    if isinstance(exc, podman.errors.APIError | podman.errors.PodmanError):
+        return _map_podman(exc, action)
     if isinstance(exc, docker.errors.ImageNotFound):
         return ImageNotFound(f"cannot {action}: image not found ({_explain(exc)})")
     if isinstance(exc, docker.errors.BuildError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fluffy.errors import EngineNotFound, ImageBuildFailed
 from fluffy.kernel.containers.engine import Engine
@@ -38,6 +38,18 @@ class ImageStore:
         repository, _, tag = ref.partition(":")
         with engine_call(f"pull {ref}"):
             self._api.pull(repository, tag=tag or "latest")
+
+    def save(self, ref: str, sink: BinaryIO) -> None:
+        """Write ``ref`` as an image archive (``docker save``) to ``sink``."""
+        with engine_call(f"save image {ref}"):
+            for chunk in self._api.get_image(ref):
+                sink.write(chunk)
+
+    def load(self, source: BinaryIO) -> None:
+        """Load an image archive (``docker load``)."""
+        with engine_call("load an image archive"):
+            for _ in self._api.load_image(source):  # type: ignore[no-untyped-call]
+                pass
 
     def import_rootfs(self, archive: Path, ref: str, *, source: str) -> None:
         repository, _, tag = ref.partition(":")

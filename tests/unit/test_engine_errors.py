@@ -6,6 +6,7 @@ import errno
 from typing import Any
 
 import docker.errors
+import podman.errors
 import pytest
 import requests
 import requests.exceptions
@@ -34,6 +35,11 @@ def _http_error(status: int, text: str) -> requests.exceptions.HTTPError:
 
 def _instance(cls: type[BaseException]) -> BaseException:
     samples: dict[type[BaseException], Any] = {
+        podman.errors.ImageNotFound: lambda: podman.errors.ImageNotFound("image not known"),
+        podman.errors.NotFound: lambda: podman.errors.NotFound("no such container"),
+        podman.errors.BuildError: lambda: podman.errors.BuildError("step failed", []),
+        podman.errors.APIError: lambda: podman.errors.APIError("500: boom"),
+        podman.errors.PodmanError: lambda: podman.errors.PodmanError("broken"),
         docker.errors.ImageNotFound: lambda: docker.errors.ImageNotFound("No such image: x"),
         docker.errors.BuildError: lambda: docker.errors.BuildError(
             "step failed", [{"stream": "Step 1/2 : RUN false\n"}]
@@ -57,7 +63,7 @@ def _instance(cls: type[BaseException]) -> BaseException:
     return samples[cls]()  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("cls", MAPPED, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", MAPPED, ids=lambda c: f"{c.__module__}.{c.__name__}")
 def test_every_mapped_class_becomes_a_fluffy_error(cls: type[BaseException]) -> None:
     mapped = map_engine_error(_instance(cls), "do a thing")
     assert isinstance(mapped, FluffyError)
@@ -82,6 +88,9 @@ def test_every_mapped_class_becomes_a_fluffy_error(cls: type[BaseException]) -> 
         (requests.exceptions.ConnectionError("refused"), EngineUnavailable),
         (PermissionError(errno.EACCES, "denied"), EngineUnavailable),
         (OSError(errno.EIO, "io"), EngineError),
+        (podman.errors.ImageNotFound("image not known"), ImageNotFound),
+        (podman.errors.NotFound("no such container"), EngineNotFound),
+        (podman.errors.APIError("500"), EngineOperationFailed),
     ],
 )
 def test_specific_mappings(exc: BaseException, expected: type[FluffyError]) -> None:

@@ -1,0 +1,116 @@
+"""``SandboxConfig`` and the design's sandbox templates.
+
+A config is validated with pydantic; limits use the design's units ("512MiB", "300s").
+What is *not* here on purpose: no-new-privileges, read-only root, the user, capabilities
+and the engine socket — those are constants (:data:`runtime.HARDENED`), not options.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fluffy.errors import ConfigError
+from fluffy.units import parse_duration_ms, parse_size
+
+SeccompProfile = Literal["strict", "standard", "standard-net"]
+Template = Literal["ai-provider", "code-executor", "policy-sandbox", "integration-test"]
+
+
+class SandboxConfig(BaseModel):
+    """One sandbox's settings (design: Sandbox Configuration)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    template: Template
+    plugin_name: str = "fluffy"
+    network_mode: Literal["none", "restricted"] = "none"
+    allowed_hosts: tuple[str, ...] = ()
+    memory_limit: str = "512MiB"
+    cpu_limit: float = Field(1.0, gt=0, le=64)
+    max_pids: int = Field(100, ge=1, le=4096)
+    max_duration: str = "300s"
+    seccomp_profile: SeccompProfile = "standard"
+    project_dir: Path | None = None
+    workdir: str = "/workspace"
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("max_duration")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration_ms(value)
+        return value
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_size(self.memory_limit)
+
+    @property
+    def max_duration_ms(self) -> int:
+        return parse_duration_ms(self.max_duration)
+
+    @property
+    def nano_cpus(self) -> int:
+        return int(self.cpu_limit * 1_000_000_000)
+
+
+#: The design's templates.  "restricted" network reaches only the kernel's proxy socket
+#: (a later module); until then those sandboxes have no network at all.
+TEMPLATES: dict[str, SandboxConfig] = {
+    "ai-provider": SandboxConfig(
+        template="ai-provider",
+        network_mode="restricted",
+        memory_limit="256MiB",
+        cpu_limit=0.5,
+        max_pids=10,
+        max_duration="120s",
+        seccomp_profile="strict",
+    ),
+    "code-executor": SandboxConfig(
+        template="code-executor",
+        network_mode="none",
+        memory_limit="1GiB",
+        cpu_limit=1.0,
+        max_pids=100,
+        max_duration="300s",
+        seccomp_profile="standard",
+    ),
+    "policy-sandbox": SandboxConfig(
+        template="policy-sandbox",
+        network_mode="none",
+        memory_limit="128MiB",
+        cpu_limit=0.25,
+        max_pids=5,
+        max_duration="100ms",
+        seccomp_profile="strict",
+    ),
+    "integration-test": SandboxConfig(
+        template="integration-test",
+        network_mode="restricted",
+        memory_limit="1GiB",
+        cpu_limit=1.0,
+        max_pids=100,
+        max_duration="300s",
+        seccomp_profile="standard-net",
+    ),
+}
+
+
+def template_config(name: str, **overrides: object) -> SandboxConfig:
+    """The template's config with ``overrides`` applied (and validated again)."""
+    try:
+        base = TEMPLATES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown sandbox template {name!r}",
+            fix="Use one of: " + ", ".join(TEMPLATES),
+        ) from None
+    return SandboxConfig.model_validate({**base.model_dump(), **overrides})

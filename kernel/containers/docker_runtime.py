@@ -1,0 +1,184 @@
+"""``ContainerRuntime`` on the Docker Engine API (docker SDK, low-level client)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+
+from fluffy.errors import EngineNotFound, EngineTimeout
+from fluffy.kernel.containers.errors import engine_call
+from fluffy.kernel.containers.runtime import (
+    HARDENED,
+    ContainerSpec,
+    ContainerState,
+    ContainerStatus,
+    ExecResult,
+    check_mounts,
+)
+
+
+def _status(value: str) -> ContainerStatus:
+    try:
+        return ContainerStatus(value)
+    except ValueError:
+        return ContainerStatus.DEAD  # "removing", "restarting": not a state fluffy uses
+
+
+class DockerRuntime:
+    """Docker Engine (also usable against Podman's compatible socket)."""
+
+    name = "docker"
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self._api = client.api
+
+    def ping(self) -> bool:
+        with engine_call("ping the engine"):
+            return bool(self._api.ping())
+
+    def host_config(self, spec: ContainerSpec) -> dict[str, Any]:
+        check_mounts(spec.mounts)
+        security_opt = [f"no-new-privileges:{str(HARDENED.no_new_privileges).lower()}"]
+        if spec.seccomp_json:
+            security_opt.append(f"seccomp={spec.seccomp_json}")
+        binds = {
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+            for m in spec.mounts
+        }
+        config: dict[str, Any] = self._api.create_host_config(
+            binds=binds,  # type: ignore[arg-type]
+            tmpfs=spec.tmpfs,
+            mem_limit=spec.memory_bytes,
+            memswap_limit=spec.memory_bytes,
+            nano_cpus=spec.nano_cpus,
+            pids_limit=spec.pids_limit,
+            network_mode=HARDENED.network_mode,
+            read_only=HARDENED.read_only_rootfs,
+            cap_drop=["ALL"] if HARDENED.cap_drop_all else [],
+            security_opt=security_opt,
+            ipc_mode="private",
+            init=False,
+        )
+        return config
+
+    def create(self, spec: ContainerSpec) -> str:
+        with engine_call(f"create container {spec.name} from {spec.image}"):
+            created = self._api.create_container(
+                spec.image,
+                command=spec.command,
+                name=spec.name,
+                user=HARDENED.user,
+                working_dir=spec.workdir,
+                environment=spec.environment,
+                labels=spec.labels,
+                network_disabled=True,
+                host_config=self.host_config(spec),
+            )
+        return str(created["Id"])
+
+    def start(self, container_id: str) -> None:
+        with engine_call(f"start container {container_id[:12]}"):
+            self._api.start(container_id)
+
+    def stop(self, container_id: str, timeout: int) -> None:
+        with engine_call(f"stop container {container_id[:12]}"):
+            self._api.stop(container_id, timeout=timeout)
+
+    def kill(self, container_id: str) -> None:
+        with engine_call(f"kill container {container_id[:12]}"):
+            self._api.kill(container_id)
+
+    def remove(self, container_id: str) -> None:
+        with engine_call(f"remove container {container_id[:12]}"):
+            self._api.remove_container(container_id, force=True, v=True)
+
+    def inspect(self, container_id: str) -> ContainerState:
+        try:
+            with engine_call(f"inspect container {container_id[:12]}"):
+                data: dict[str, Any] = self._api.inspect_container(container_id)
+        except EngineNotFound:
+            return ContainerState(container_id, ContainerStatus.MISSING)
+        state = data.get("State", {})
+        return ContainerState(
+            id=str(data["Id"]),
+            status=_status(str(state.get("Status", "dead"))),
+            exit_code=state.get("ExitCode"),
+            oom_killed=bool(state.get("OOMKilled")),
+            error=str(state.get("Error") or ""),
+            labels=dict(data.get("Config", {}).get("Labels") or {}),
+        )
+
+    def pause(self, container_id: str) -> None:
+        with engine_call(f"pause container {container_id[:12]}"):
+            self._api.pause(container_id)
+
+    def resume(self, container_id: str) -> None:
+        with engine_call(f"resume container {container_id[:12]}"):
+            self._api.unpause(container_id)
+
+    def wait(self, container_id: str, timeout: float) -> int:
+        """The exit code; :class:`EngineTimeout` if still running after ``timeout`` s."""
+        with engine_call(f"wait for container {container_id[:12]}"):
+            result = self._api.wait(container_id, timeout=max(1, int(timeout)))
+        return int(result.get("StatusCode", -1))
+
+    def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult:
+        with engine_call(f"exec in container {container_id[:12]}"):
+            exec_id = self._api.exec_create(container_id, command, user=HARDENED.user)["Id"]
+            out = self._api.exec_start(exec_id, demux=True)
+            code = self._api.exec_inspect(exec_id).get("ExitCode")
+        stdout, stderr = out if isinstance(out, tuple) else (out, b"")
+        return ExecResult(
+            exit_code=int(code if code is not None else -1),
+            stdout=(stdout or b"").decode("utf-8", "replace"),
+            stderr=(stderr or b"").decode("utf-8", "replace"),
+        )
+
+    def logs(self, container_id: str, *, follow: bool = False) -> Iterator[str]:
+        with engine_call(f"read logs of container {container_id[:12]}"):
+            if not follow:
+                data = self._api.logs(container_id, stdout=True, stderr=True)
+                yield data.decode("utf-8", "replace")
+                return
+            for chunk in self._api.logs(container_id, stream=True, follow=True):
+                yield chunk.decode("utf-8", "replace")
+
+    def output(self, container_id: str) -> tuple[str, str]:
+        """(stdout, stderr) of a finished container."""
+        with engine_call(f"read logs of container {container_id[:12]}"):
+            out = self._api.logs(container_id, stdout=True, stderr=False)
+            err = self._api.logs(container_id, stdout=False, stderr=True)
+        return out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> str:
+        with engine_call(f"create volume {name}"):
+            self._api.create_volume(name=name, labels=labels)
+        return name
+
+    def remove_volume(self, name: str) -> None:
+        with engine_call(f"remove volume {name}"):
+            self._api.remove_volume(name, force=True)
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with engine_call("list containers"):
+            found: list[dict[str, Any]] = self._api.containers(all=True, filters=filters)
+        return [
+            ContainerState(
+                id=str(item["Id"]),
+                status=_status(str(item.get("State", "dead"))),
+                labels=dict(item.get("Labels") or {}),
+            )
+            for item in found
+        ]
+
+    def list_volumes(self, labels: dict[str, str]) -> list[str]:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with engine_call("list volumes"):
+            found: dict[str, Any] = self._api.volumes(filters=filters)
+        return [str(v["Name"]) for v in found.get("Volumes") or []]
+
+
+__all__ = ["DockerRuntime", "EngineTimeout"]

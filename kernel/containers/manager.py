@@ -1,0 +1,345 @@
+"""The container manager: create, monitor and destroy L2 sandboxes.
+
+It does three things only (design: Container Manager, Responsibilities): create a
+sandbox from a :class:`SandboxConfig`, watch it (time limit, OOM, crash), and destroy
+it.  Whether a sandbox may be created at all is the policy engine's decision.
+
+Every resource it makes carries the labels of :mod:`runtime` (managed, session, sandbox,
+template); :meth:`ContainerManager.collect_garbage` removes what a crashed session left.
+CLEANUP runs each step on its own: a failing step is recorded and the next still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fluffy.errors import EngineNotFound, EngineTimeout, FluffyError, SandboxConfigError
+from fluffy.kernel.containers.config import SandboxConfig
+from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox, SandboxState
+from fluffy.kernel.containers.runtime import (
+    LABEL_MANAGED,
+    LABEL_SANDBOX,
+    LABEL_SESSION,
+    LABEL_TEMPLATE,
+    SANDBOX_UID,
+    ContainerRuntime,
+    ContainerSpec,
+    ContainerStatus,
+    Mount,
+)
+from fluffy.paths import state_dir
+from fluffy.seccomp.compile import oci_json
+
+#: Scratch space for tools: private, not executable, size-capped.
+TMPFS = {"/tmp": "rw,noexec,nosuid,nodev,size=64m"}  # noqa: S108 - inside the sandbox
+PROJECT_TARGET = "/workspace"
+OUTPUT_TARGET = "/output"
+#: Exit codes above this mean the process died from a signal (128 + n).
+_SIGNAL_EXIT = 128
+
+
+@dataclass
+class RunOutcome:
+    sandbox: Sandbox
+    exit_code: int | None
+    stdout: str
+    stderr: str
+
+    @property
+    def failure(self) -> FailureReason | None:
+        return self.sandbox.failure
+
+
+@dataclass
+class GarbageReport:
+    containers: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
+    output_dirs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ContainerManager:
+    """Sandboxes of one session on one runtime."""
+
+    def __init__(
+        self,
+        runtime: ContainerRuntime,
+        images: Mapping[str, str],
+        *,
+        session_id: str | None = None,
+        root: Path | None = None,
+        host_path: Callable[[Path], Path] = lambda path: path,
+    ) -> None:
+        self.runtime = runtime
+        self.images = dict(images)
+        self.session_id = session_id or uuid.uuid4().hex[:12]
+        self.root = root or state_dir()
+        self.host_path = host_path  # kernel path -> path the engine sees (sibling containers)
+        self.active: dict[str, Sandbox] = {}
+        self._session_file = self.root / "sessions" / self.session_id
+        self._session_file.parent.mkdir(parents=True, exist_ok=True)
+        self._session_file.write_text(str(os.getpid()))
+        self._seccomp_paths: dict[str, Path] = {}
+
+    # -- set-up ---------------------------------------------------------------------
+    def _output_dir(self, sandbox_id: str) -> Path:
+        path = self.root / "outputs" / self.session_id / sandbox_id
+        path.mkdir(parents=True)
+        if os.geteuid() == 0:
+            os.chown(path, SANDBOX_UID, SANDBOX_UID)
+            path.chmod(0o700)
+        else:  # cannot give it to uid 10001; the parent folder is private to this user
+            path.chmod(0o777)
+        return path
+
+    def _seccomp_file(self, profile: str) -> Path:
+        """Podman reads the profile from a file; one per profile content."""
+        if profile not in self._seccomp_paths:
+            text = oci_json(profile)
+            digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+            path = self.root / "seccomp" / f"{profile}-{digest}.json"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(text)
+                tmp.replace(path)
+            self._seccomp_paths[profile] = path
+        return self._seccomp_paths[profile]
+
+    def _spec(self, sandbox: Sandbox, config: SandboxConfig, command: list[str]) -> ContainerSpec:
+        try:
+            image = self.images[config.template]
+        except KeyError:
+            raise SandboxConfigError(
+                f"no image for the sandbox template {config.template}",
+                fix="Run `fluffy images build`.",
+            ) from None
+        mounts = [Mount(self.host_path(sandbox.output_dir), OUTPUT_TARGET, read_only=False)]
+        if config.project_dir is not None:
+            project = config.project_dir.resolve()
+            if not project.is_dir():
+                raise SandboxConfigError(
+                    f"project directory {project} does not exist",
+                    fix="Pass an existing directory with --project.",
+                )
+            mounts.insert(0, Mount(self.host_path(project), PROJECT_TARGET, read_only=True))
+        podman = self.runtime.name == "podman"
+        return ContainerSpec(
+            name=sandbox.name,
+            image=image,
+            command=command,
+            labels={
+                LABEL_MANAGED: "1",
+                LABEL_SESSION: self.session_id,
+                LABEL_SANDBOX: sandbox.sandbox_id,
+                LABEL_TEMPLATE: config.template,
+            },
+            mounts=tuple(mounts),
+            workdir=config.workdir if config.project_dir is not None else "/tmp",  # noqa: S108
+            environment=dict(config.environment),
+            memory_bytes=config.memory_bytes,
+            nano_cpus=config.nano_cpus,
+            pids_limit=config.max_pids,
+            seccomp_profile=config.seccomp_profile,
+            seccomp_json="" if podman else oci_json(config.seccomp_profile),
+            seccomp_path=self.host_path(self._seccomp_file(config.seccomp_profile))
+            if podman
+            else None,
+            tmpfs=dict(TMPFS),
+        )
+
+    # -- lifecycle ------------------------------------------------------------------
+    def create(self, config: SandboxConfig, command: list[str]) -> Sandbox:
+        """CREATING -> RUNNING (or FAILED, already cleaned up, with the error raised)."""
+        sandbox_id = uuid.uuid4().hex[:12]
+        sandbox = Sandbox(
+            sandbox_id=sandbox_id,
+            template=config.template,
+            name=f"fluffy-{config.template}-{sandbox_id}",
+            output_dir=self.root / "outputs" / self.session_id / sandbox_id,
+        )
+        self.active[sandbox_id] = sandbox
+        try:
+            sandbox.output_dir = self._output_dir(sandbox_id)
+            spec = self._spec(sandbox, config, command)
+            sandbox.container_id = self.runtime.create(spec)
+        except FluffyError as exc:
+            sandbox.fail(FailureReason.CREATE_FAILED)
+            self.destroy(sandbox)
+            raise exc.with_context(f"cannot create sandbox {sandbox.name}") from exc.__cause__
+        try:
+            self.runtime.start(sandbox.container_id)
+        except FluffyError as exc:
+            sandbox.fail(FailureReason.START_FAILED)
+            self.destroy(sandbox)
+            raise exc.with_context(f"cannot start sandbox {sandbox.name}") from exc.__cause__
+        sandbox.move(SandboxState.RUNNING)
+        return sandbox
+
+    def wait(self, sandbox: Sandbox, timeout_ms: int) -> Sandbox:
+        """Wait for the command; RUNNING -> STOPPING, or FAILED on timeout/OOM/crash."""
+        assert sandbox.container_id is not None
+        try:
+            sandbox.exit_code = self.runtime.wait(sandbox.container_id, timeout_ms / 1000)
+        except EngineTimeout:
+            with contextlib.suppress(FluffyError):
+                self.runtime.kill(sandbox.container_id)
+            sandbox.fail(FailureReason.TIMEOUT)
+            return sandbox
+        state = self.runtime.inspect(sandbox.container_id)
+        if state.oom_killed:
+            sandbox.fail(FailureReason.OOM)
+        elif state.error or (sandbox.exit_code or 0) > _SIGNAL_EXIT:
+            sandbox.fail(FailureReason.CRASH)
+        else:
+            sandbox.move(SandboxState.STOPPING)
+        return sandbox
+
+    def destroy(self, sandbox: Sandbox) -> Sandbox:
+        """CLEANUP, step by step (each step runs even if an earlier one failed)."""
+        if sandbox.state is SandboxState.DESTROYED:
+            return sandbox
+        if sandbox.state is SandboxState.RUNNING:
+            sandbox.move(SandboxState.STOPPING)
+        if sandbox.state is not SandboxState.CLEANUP:
+            sandbox.move(SandboxState.CLEANUP)
+        container_id = sandbox.container_id
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if container_id:
+            steps.append(("stop", lambda: self._stop_if_running(container_id)))
+            steps.append(("remove container", lambda: self._remove_container(container_id)))
+        steps.append(("remove output dir", lambda: self._remove_dir(sandbox.output_dir)))
+        for label, step in steps:
+            try:
+                step()
+            except (FluffyError, OSError) as exc:
+                sandbox.cleanup_errors.append(f"{label}: {exc}")
+        sandbox.move(SandboxState.DESTROYED)
+        self.active.pop(sandbox.sandbox_id, None)
+        return sandbox
+
+    def _stop_if_running(self, container_id: str) -> None:
+        if self.runtime.inspect(container_id).status is ContainerStatus.RUNNING:
+            self.runtime.kill(container_id)
+
+    def _remove_container(self, container_id: str) -> None:
+        with contextlib.suppress(EngineNotFound):
+            self.runtime.remove(container_id)
+
+    @staticmethod
+    def _remove_dir(path: Path) -> None:
+        if path.exists():
+            shutil.rmtree(path)
+
+    def run(
+        self,
+        config: SandboxConfig,
+        command: list[str],
+        *,
+        on_output: Callable[[str], None] | None = None,
+        keep_output: bool = False,
+    ) -> RunOutcome:
+        """Create, run to the end (or the time limit), collect output, destroy."""
+        sandbox = self.create(config, command)
+        assert sandbox.container_id is not None
+        container_id = sandbox.container_id
+        streamer: threading.Thread | None = None
+        if on_output is not None:
+
+            def pump() -> None:
+                with contextlib.suppress(FluffyError):
+                    for chunk in self.runtime.logs(container_id, follow=True):
+                        on_output(chunk)
+
+            streamer = threading.Thread(target=pump, name=f"logs-{sandbox.name}", daemon=True)
+            streamer.start()
+        try:
+            self.wait(sandbox, config.max_duration_ms)
+            if streamer is not None:
+                streamer.join(timeout=5)
+            stdout, stderr = self._output(container_id)
+            exit_code = sandbox.exit_code
+        finally:
+            if not keep_output:
+                self.destroy(sandbox)
+        return RunOutcome(sandbox, exit_code, stdout, stderr)
+
+    def _output(self, container_id: str) -> tuple[str, str]:
+        output = getattr(self.runtime, "output", None)
+        if callable(output):
+            result: tuple[str, str] = output(container_id)
+            return result
+        return "".join(self.runtime.logs(container_id)), ""
+
+    # -- garbage --------------------------------------------------------------------
+    def live_sessions(self) -> set[str]:
+        live = {self.session_id}
+        for path in (self.root / "sessions").glob("*"):
+            try:
+                pid = int(path.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and _pid_alive(pid):
+                live.add(path.name)
+            elif path.name != self.session_id:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        return live
+
+    def collect_garbage(self) -> GarbageReport:
+        """Remove containers, volumes and output dirs of sessions that no longer run."""
+        report = GarbageReport()
+        live = self.live_sessions()
+        for state in self.runtime.list_containers({LABEL_MANAGED: "1"}):
+            session = state.labels.get(LABEL_SESSION, "")
+            if session in live:
+                continue
+            try:
+                self.runtime.remove(state.id)
+                report.containers.append(state.id)
+            except FluffyError as exc:
+                report.errors.append(f"container {state.id[:12]}: {exc}")
+        for name in self.runtime.list_volumes({LABEL_MANAGED: "1"}):
+            if any(name.startswith(f"fluffy-{s}-") for s in live):
+                continue
+            try:
+                self.runtime.remove_volume(name)
+                report.volumes.append(name)
+            except FluffyError as exc:
+                report.errors.append(f"volume {name}: {exc}")
+        outputs = self.root / "outputs"
+        for session_dir in outputs.glob("*") if outputs.exists() else []:
+            if session_dir.name not in live:
+                try:
+                    shutil.rmtree(session_dir)
+                    report.output_dirs.append(str(session_dir))
+                except OSError as exc:
+                    report.errors.append(f"{session_dir}: {exc}")
+        return report
+
+    def close(self) -> None:
+        """Destroy what is still active and end the session."""
+        for sandbox in list(self.active.values()):
+            self.destroy(sandbox)
+        with contextlib.suppress(OSError):
+            self._session_file.unlink()
+        with contextlib.suppress(OSError):
+            (self.root / "outputs" / self.session_id).rmdir()

@@ -1,0 +1,203 @@
+"""``ContainerRuntime`` on Podman's own API (podman SDK, libpod endpoints).
+
+Podman differs from Docker in two ways that matter here: the seccomp profile is given
+as a path the Podman service reads (not inline JSON), and tmpfs mounts are mounts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from fluffy.errors import EngineNotFound
+from fluffy.kernel.containers.errors import engine_call
+from fluffy.kernel.containers.runtime import (
+    HARDENED,
+    ContainerSpec,
+    ContainerState,
+    ContainerStatus,
+    ExecResult,
+    check_mounts,
+)
+
+_STATUS = {
+    "configured": ContainerStatus.CREATED,
+    "created": ContainerStatus.CREATED,
+    "initialized": ContainerStatus.CREATED,
+    "running": ContainerStatus.RUNNING,
+    "paused": ContainerStatus.PAUSED,
+    "exited": ContainerStatus.EXITED,
+    "stopped": ContainerStatus.EXITED,
+}
+
+
+def _bytes(data: bytes | Iterator[bytes]) -> bytes:
+    return data if isinstance(data, bytes) else b"".join(data)
+
+
+class PodmanRuntime:
+    name = "podman"
+
+    def __init__(self, base_url: str) -> None:
+        from podman import PodmanClient
+
+        with engine_call(f"connect to podman at {base_url}"):
+            self._client = PodmanClient(base_url=base_url, timeout=120)
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    def ping(self) -> bool:
+        with engine_call("ping podman"):
+            return bool(self._client.ping())
+
+    def create(self, spec: ContainerSpec) -> str:
+        check_mounts(spec.mounts)
+        mounts: list[dict[str, Any]] = [
+            {"type": "bind", "source": str(m.source), "target": m.target, "read_only": m.read_only}
+            for m in spec.mounts
+        ]
+        for target, options in spec.tmpfs.items():
+            mounts.append(
+                {
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "target": target,
+                    "options": options.split(","),
+                }
+            )
+        kwargs: dict[str, Any] = {}
+        if spec.seccomp_path is not None:
+            kwargs["seccomp_profile_path"] = str(spec.seccomp_path)
+        with engine_call(f"create container {spec.name} from {spec.image}"):
+            container = self._client.containers.create(
+                spec.image,
+                command=spec.command,
+                name=spec.name,
+                user=HARDENED.user,
+                working_dir=spec.workdir,
+                environment=spec.environment,
+                labels=spec.labels,
+                mounts=mounts,
+                network_mode=HARDENED.network_mode,
+                read_only=HARDENED.read_only_rootfs,
+                no_new_privileges=HARDENED.no_new_privileges,
+                cap_drop=["ALL"] if HARDENED.cap_drop_all else [],
+                mem_limit=spec.memory_bytes,
+                nano_cpus=spec.nano_cpus,
+                pids_limit=spec.pids_limit,
+                ipc_mode="private",
+                **kwargs,
+            )
+        return str(container.id)
+
+    def _get(self, container_id: str) -> Any:
+        with engine_call(f"find container {container_id[:12]}"):
+            return self._client.containers.get(container_id)
+
+    def start(self, container_id: str) -> None:
+        container = self._get(container_id)
+        with engine_call(f"start container {container_id[:12]}"):
+            container.start()
+
+    def stop(self, container_id: str, timeout: int) -> None:
+        container = self._get(container_id)
+        with engine_call(f"stop container {container_id[:12]}"):
+            container.stop(timeout=timeout)
+
+    def kill(self, container_id: str) -> None:
+        container = self._get(container_id)
+        with engine_call(f"kill container {container_id[:12]}"):
+            container.kill()
+
+    def remove(self, container_id: str) -> None:
+        with engine_call(f"remove container {container_id[:12]}"):
+            self._client.containers.remove(container_id, force=True, v=True)
+
+    def inspect(self, container_id: str) -> ContainerState:
+        try:
+            container = self._get(container_id)
+        except EngineNotFound:
+            return ContainerState(container_id, ContainerStatus.MISSING)
+        with engine_call(f"inspect container {container_id[:12]}"):
+            data: dict[str, Any] = container.inspect()
+        state = data.get("State", {})
+        return ContainerState(
+            id=str(data["Id"]),
+            status=_STATUS.get(str(state.get("Status", "")).lower(), ContainerStatus.DEAD),
+            exit_code=state.get("ExitCode"),
+            oom_killed=bool(state.get("OOMKilled")),
+            error=str(state.get("Error") or ""),
+            labels=dict(data.get("Config", {}).get("Labels") or {}),
+        )
+
+    def pause(self, container_id: str) -> None:
+        container = self._get(container_id)
+        with engine_call(f"pause container {container_id[:12]}"):
+            container.pause()
+
+    def resume(self, container_id: str) -> None:
+        container = self._get(container_id)
+        with engine_call(f"resume container {container_id[:12]}"):
+            container.unpause()
+
+    def wait(self, container_id: str, timeout: float) -> int:
+        container = self._get(container_id)
+        with engine_call(f"wait for container {container_id[:12]}"):
+            return int(
+                container.wait(condition=["exited", "stopped"], timeout=max(1, int(timeout)))
+            )
+
+    def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult:
+        container = self._get(container_id)
+        with engine_call(f"exec in container {container_id[:12]}"):
+            code, output = container.exec_run(command, user=HARDENED.user, demux=True)
+        stdout, stderr = output if isinstance(output, tuple) else (output, b"")
+        return ExecResult(
+            exit_code=int(code if code is not None else -1),
+            stdout=(stdout or b"").decode("utf-8", "replace"),
+            stderr=(stderr or b"").decode("utf-8", "replace"),
+        )
+
+    def logs(self, container_id: str, *, follow: bool = False) -> Iterator[str]:
+        container = self._get(container_id)
+        with engine_call(f"read logs of container {container_id[:12]}"):
+            if not follow:
+                yield _bytes(container.logs(stream=False)).decode("utf-8", "replace")
+                return
+            for chunk in container.logs(stream=True, follow=True):
+                yield chunk.decode("utf-8", "replace")
+
+    def output(self, container_id: str) -> tuple[str, str]:
+        container = self._get(container_id)
+        with engine_call(f"read logs of container {container_id[:12]}"):
+            out = _bytes(container.logs(stdout=True, stderr=False, stream=False))
+            err = _bytes(container.logs(stdout=False, stderr=True, stream=False))
+        return out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> str:
+        with engine_call(f"create volume {name}"):
+            self._client.volumes.create(name, labels=labels)
+        return name
+
+    def remove_volume(self, name: str) -> None:
+        with engine_call(f"remove volume {name}"):
+            self._client.volumes.remove(name, force=True)
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with engine_call("list containers"):
+            found = self._client.containers.list(all=True, filters=filters)
+        return [
+            ContainerState(
+                id=str(c.id),
+                status=_STATUS.get(str(c.status).lower(), ContainerStatus.DEAD),
+                labels=dict(c.labels or {}),
+            )
+            for c in found
+        ]
+
+    def list_volumes(self, labels: dict[str, str]) -> list[str]:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with engine_call("list volumes"):
+            return [str(v.name) for v in self._client.volumes.list(filters=filters)]

@@ -1,0 +1,176 @@
+"""The ``ContainerRuntime`` protocol (design: Container Runtime Abstraction).
+
+Implementations: :class:`~fluffy.kernel.containers.docker_runtime.DockerRuntime` (Docker
+Engine API), :class:`~fluffy.kernel.containers.podman_runtime.PodmanRuntime` (Podman's own
+API) and :class:`~fluffy.kernel.containers.memory_runtime.MemoryRuntime` (unit tests).
+
+A runtime turns a :class:`ContainerSpec` into a container.  The security settings that
+are not options (read-only root, no capabilities, no-new-privileges, the unprivileged
+user, no network, never the engine socket) are applied by every implementation from
+:data:`HARDENED`, not taken from the spec; :func:`check_mounts` refuses any mount that
+could expose the engine.
+"""
+
+from __future__ import annotations
+
+import enum
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from fluffy.errors import SandboxConfigError
+
+#: Label keys every resource fluffy creates carries (the garbage collector's keys).
+LABEL_MANAGED = "org.fluffy.managed"
+LABEL_SESSION = "org.fluffy.session"
+LABEL_SANDBOX = "org.fluffy.sandbox"
+LABEL_TEMPLATE = "org.fluffy.template"
+LABEL_PURPOSE = "org.fluffy.purpose"
+
+SANDBOX_UID = 10001
+SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """Settings no caller can change (the design: hardcoded, not configurable)."""
+
+    read_only_rootfs: bool = True
+    no_new_privileges: bool = True
+    cap_drop_all: bool = True
+    user: str = SANDBOX_USER
+    network_mode: str = "none"
+
+
+HARDENED = Hardening()
+
+
+class ContainerStatus(enum.StrEnum):
+    CREATED = "created"
+    RUNNING = "running"
+    PAUSED = "paused"
+    EXITED = "exited"
+    DEAD = "dead"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount: ``source`` is a path the *engine* can see (a host path)."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    image: str
+    command: list[str]
+    labels: dict[str, str]
+    mounts: tuple[Mount, ...] = ()
+    workdir: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    memory_bytes: int = 512 * 1024 * 1024
+    nano_cpus: int = 1_000_000_000
+    pids_limit: int = 100
+    seccomp_profile: str = "standard"
+    seccomp_json: str = ""
+    seccomp_path: Path | None = None
+    tmpfs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    id: str
+    status: ContainerStatus
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@runtime_checkable
+class ContainerRuntime(Protocol):
+    """What the container manager needs from an engine."""
+
+    name: str
+
+    def ping(self) -> bool: ...
+
+    def create(self, spec: ContainerSpec) -> str: ...
+
+    def start(self, container_id: str) -> None: ...
+
+    def stop(self, container_id: str, timeout: int) -> None: ...
+
+    def kill(self, container_id: str) -> None: ...
+
+    def remove(self, container_id: str) -> None: ...
+
+    def inspect(self, container_id: str) -> ContainerState: ...
+
+    def pause(self, container_id: str) -> None: ...
+
+    def resume(self, container_id: str) -> None: ...
+
+    def wait(self, container_id: str, timeout: float) -> int: ...
+
+    def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult: ...
+
+    def logs(self, container_id: str, *, follow: bool = False) -> Iterator[str]: ...
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> str: ...
+
+    def remove_volume(self, name: str) -> None: ...
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerState]: ...
+
+    def list_volumes(self, labels: dict[str, str]) -> list[str]: ...
+
+
+#: Paths whose presence in a sandbox would hand it the engine (or the host).
+_FORBIDDEN_SOURCES = ("/var/run", "/run", "/proc", "/sys", "/dev", "/etc", "/boot")
+
+
+def check_mounts(mounts: tuple[Mount, ...]) -> None:
+    """Refuse mounts that could expose the engine socket or the host's system folders."""
+    for mount in mounts:
+        source = mount.source
+        if not source.is_absolute():
+            raise SandboxConfigError(
+                f"mount source {source} is not an absolute path",
+                why="the engine resolves bind mounts on the host, from absolute paths",
+                fix="Pass an absolute host path.",
+            )
+        resolved = source.resolve()
+        text = str(resolved)
+        if resolved == Path("/") or any(
+            text == bad or text.startswith(bad + "/") for bad in _FORBIDDEN_SOURCES
+        ):
+            raise SandboxConfigError(
+                f"refusing to mount {resolved} into a sandbox",
+                why="system folders can expose the container engine's socket or the host",
+                fix="Mount only the project directory and fluffy's output directories.",
+            )
+        if resolved.exists() and stat.S_ISSOCK(resolved.stat().st_mode):
+            raise SandboxConfigError(
+                f"refusing to mount the socket {resolved} into a sandbox",
+                why="sandboxes never get an engine socket (or any host socket)",
+                fix="Talk to the kernel through the socket it provides instead.",
+            )
+        if not mount.target.startswith("/") or mount.target in ("/", "/proc", "/sys", "/dev"):
+            raise SandboxConfigError(
+                f"mount target {mount.target!r} is not allowed",
+                fix="Mount at /workspace, /output or another absolute, non-system path.",
+            )
