@@ -148,8 +148,66 @@ def engine_checks() -> tuple[list[Check], dict[str, Any] | None]:
                     f"Install the {info.engine} client; bootstrap starts the kernel with it.",
                 )
             )
-        checks.extend(_image_checks(engine))
+        image_checks = _image_checks(engine)
+        checks.extend(image_checks)
+        if all(check.status == "ok" for check in image_checks):
+            checks.extend(sandbox_checks(engine))
     return checks, info.as_dict()
+
+
+def sandbox_checks(engine: Any) -> list[Check]:
+    """Per template: a probe in a real sandbox shows its seccomp profile applies."""
+    import json
+
+    from fluffy.kernel.containers.config import TEMPLATES, template_config
+    from fluffy.kernel.containers.factory import open_manager
+    from fluffy.seccomp.cases import SECCOMP_CASES, SELF_TEST
+
+    checks: list[Check] = []
+    manager = open_manager(engine)
+    try:
+        for name, template in TEMPLATES.items():
+            want = {case: SECCOMP_CASES[case][template.seccomp_profile] for case in SELF_TEST}
+            label = f"sandbox:{name}"
+            try:
+                outcome = manager.run(
+                    template_config(name, max_duration="30s"),
+                    ["python3", "-m", "fluffy.sandboxes.probe", *SELF_TEST],
+                )
+                got = json.loads(outcome.stdout.strip().splitlines()[-1])
+            except (FluffyError, ValueError, IndexError) as exc:
+                checks.append(
+                    Check(
+                        label,
+                        "fail",
+                        f"the probe did not run: {exc}",
+                        "Run `fluffy images build`, then `fluffy doctor` again.",
+                    )
+                )
+                continue
+            if got == want:
+                checks.append(
+                    Check(
+                        label,
+                        "ok",
+                        f"seccomp {template.seccomp_profile} applies: "
+                        + ", ".join(f"{k}={v}" for k, v in got.items()),
+                    )
+                )
+            else:
+                checks.append(
+                    Check(
+                        label,
+                        "fail",
+                        f"profile {template.seccomp_profile} does not apply: "
+                        f"expected {want}, got {got}",
+                        "The engine may ignore seccomp profiles (check `docker info` for "
+                        "seccomp under Security Options); fluffy cannot run safely there.",
+                    )
+                )
+    finally:
+        manager.close()
+    return checks
 
 
 def _image_checks(engine: Any) -> list[Check]:

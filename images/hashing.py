@@ -24,16 +24,22 @@ TAG_LENGTH = 16
 FLUFFY_SOURCE_SUFFIXES = frozenset({".py", ".typed", ".json", ".yaml", ".yml"})
 
 
-def fluffy_source_files() -> dict[str, Path]:
-    """fluffy's importable files, keyed by their path under ``fluffy/`` in the context."""
+def fluffy_source_files(parts: tuple[str, ...] = ()) -> dict[str, Path]:
+    """fluffy's importable files, keyed by their path under ``fluffy/`` in the context.
+
+    ``parts`` limits them to those files and folders of the package (``()``: all).
+    """
     root = package_root()
     files: dict[str, Path] = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
         for filename in filenames:
             path = Path(dirpath, filename)
-            if path.suffix in FLUFFY_SOURCE_SUFFIXES:
-                files["fluffy/" + path.relative_to(root).as_posix()] = path
+            rel = path.relative_to(root).as_posix()
+            if path.suffix in FLUFFY_SOURCE_SUFFIXES and (
+                not parts or rel.split("/", 1)[0] in parts
+            ):
+                files["fluffy/" + rel] = path
     return files
 
 
@@ -46,7 +52,7 @@ def context_files(spec: ImageSpec) -> dict[str, Path]:
     if spec.lock_path is not None:
         files["requirements.lock"] = spec.lock_path
     if spec.with_fluffy:
-        files.update(fluffy_source_files())
+        files.update(fluffy_source_files(spec.fluffy_parts))
     return files
 
 

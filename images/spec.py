@@ -12,6 +12,16 @@ DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
 IMAGE_PYTHON = "3.11"
 #: Repository prefix of every image fluffy builds: fluffy/<name>:<content hash>.
 REPOSITORY_PREFIX = "fluffy"
+#: What L2 images carry of fluffy: the in-sandbox side only, never the kernel.
+SANDBOX_PARTS = (
+    "__init__.py",
+    "_version.py",
+    "py.typed",
+    "errors.py",
+    "sandboxes",
+    "seccomp",
+    "plugins",
+)
 #: Labels every fluffy image carries (the garbage collector and doctor find them so).
 LABEL_IMAGE = "org.fluffy.image"
 LABEL_HASH = "org.fluffy.content-hash"
@@ -29,6 +39,8 @@ class ImageSpec:
     parent: str | None = None
     lock: str | None = None
     with_fluffy: bool = False
+    #: Parts of the fluffy package the image carries (paths under fluffy/); () = all.
+    fluffy_parts: tuple[str, ...] = ()
     templates: tuple[str, ...] = field(default_factory=tuple)
     #: Folder holding ``<name>/Dockerfile`` and ``requirements/<lock>.lock``.
     source_dir: Path = IMAGES_DIR
@@ -64,6 +76,7 @@ IMAGES: tuple[ImageSpec, ...] = (
         parent="python-base",
         lock="ai-provider",
         with_fluffy=True,
+        fluffy_parts=SANDBOX_PARTS,
         templates=("ai-provider",),
     ),
     ImageSpec(
@@ -72,6 +85,7 @@ IMAGES: tuple[ImageSpec, ...] = (
         parent="python-base",
         lock="code-executor",
         with_fluffy=True,
+        fluffy_parts=SANDBOX_PARTS,
         templates=("code-executor", "integration-test"),
     ),
     ImageSpec(
@@ -80,6 +94,7 @@ IMAGES: tuple[ImageSpec, ...] = (
         parent="python-base",
         lock="policy-sandbox",
         with_fluffy=True,
+        fluffy_parts=SANDBOX_PARTS,
         templates=("policy-sandbox",),
     ),
 )

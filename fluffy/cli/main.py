@@ -142,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=cmd_images_prune)
 
+    from fluffy.cli.sandbox import add_parser as add_sandbox_parser
+
+    add_sandbox_parser(sub)
+
     demo = sub.add_parser("demo", help="run the demo project's tests in a real sandbox")
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=cmd_demo)

@@ -125,3 +125,28 @@ def test_any_single_byte_change_in_any_context_file_changes_the_tag(
         assert _hash("code-executor", tree) != before
     finally:
         path.write_bytes(original)
+
+
+def test_sandbox_images_carry_only_the_in_sandbox_side() -> None:
+    l2 = context_files(get_spec("code-executor"))
+    assert "fluffy/sandboxes/probe.py" in l2 and "fluffy/seccomp/rules.py" in l2
+    assert not any(rel.startswith("fluffy/kernel/") for rel in l2)
+    assert not any(rel.startswith("fluffy/cli/") for rel in l2)
+    kernel = context_files(get_spec("kernel"))
+    assert "fluffy/kernel/containers/manager.py" in kernel
+
+
+def test_kernel_only_changes_do_not_touch_sandbox_tags(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pkg = tmp_path / "pkg"
+    for part in ("kernel", "sandboxes"):
+        (pkg / part).mkdir(parents=True)
+        (pkg / part / "m.py").write_text("X = 1\n")
+    monkeypatch.setattr(hashing, "package_root", lambda: pkg)
+    before = {n: _hash(n, tree) for n in ("kernel", "code-executor")}
+    (pkg / "kernel" / "m.py").write_text("X = 2\n")
+    assert _hash("kernel", tree) != before["kernel"]
+    assert _hash("code-executor", tree) == before["code-executor"]
+    (pkg / "sandboxes" / "m.py").write_text("X = 2\n")
+    assert _hash("code-executor", tree) != before["code-executor"]

@@ -1,0 +1,106 @@
+"""`fluffy sandbox ...`: a human diagnostic tool (the AI never gets it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+
+from fluffy.cli.render import print_json, stderr, stdout
+from fluffy.errors import FluffyError, SandboxRunFailed
+
+#: Exit codes for sandboxes that did not end by themselves (as coreutils' timeout does).
+EXIT_TIMEOUT, EXIT_OOM = 124, 137
+
+
+def cmd_sandbox_run(args: argparse.Namespace) -> int:
+    from fluffy.kernel.containers.config import template_config
+    from fluffy.kernel.containers.engine import connect
+    from fluffy.kernel.containers.factory import open_manager
+    from fluffy.kernel.containers.lifecycle import FailureReason
+
+    command = [part for part in args.cmd if part != "--"] if args.cmd else []
+    if not command:
+        raise SandboxRunFailed(
+            "no command given",
+            why="`fluffy sandbox run` runs one command in a fresh sandbox",
+            fix="Put the command after `--`: fluffy sandbox run --template code-executor -- "
+            "python3 -m pytest -q",
+        )
+    overrides: dict[str, object] = {"project_dir": Path(args.project).resolve()}
+    if args.timeout is not None:
+        overrides["max_duration"] = f"{args.timeout}s"
+    config = template_config(args.template, **overrides)
+
+    def echo(chunk: str) -> None:
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+
+    with connect() as engine:
+        manager = open_manager(engine)
+        try:
+            outcome = manager.run(config, command, on_output=echo)
+        finally:
+            manager.close()
+    sandbox = outcome.sandbox
+    if outcome.failure is FailureReason.TIMEOUT:
+        stderr.print(
+            f"[red]ERROR:[/] sandbox {sandbox.name} ran past {config.max_duration} and was "
+            "killed\n[bold]Fix:[/] pass a longer --timeout, or make the command faster."
+        )
+        return EXIT_TIMEOUT
+    if outcome.failure is FailureReason.OOM:
+        stderr.print(
+            f"[red]ERROR:[/] sandbox {sandbox.name} ran out of memory ({config.memory_limit}) "
+            "and was killed\n[bold]Fix:[/] use a template with more memory, or use less."
+        )
+        return EXIT_OOM
+    return outcome.exit_code if outcome.exit_code is not None else 1
+
+
+def cmd_sandbox_gc(args: argparse.Namespace) -> int:
+    from fluffy.kernel.containers.engine import connect
+    from fluffy.kernel.containers.factory import open_runtime
+    from fluffy.kernel.containers.manager import ContainerManager
+
+    with connect() as engine:
+        manager = ContainerManager(open_runtime(engine), {})
+        try:
+            report = manager.collect_garbage()
+        finally:
+            manager.close()
+    if args.json:
+        print_json(report.__dict__)
+    else:
+        stdout.print(
+            f"removed {len(report.containers)} container(s), {len(report.volumes)} volume(s), "
+            f"{len(report.output_dirs)} output folder(s) left by ended sessions"
+        )
+        for error in report.errors:
+            stdout.print(f"  [yellow]could not remove[/] {escape(error)}")
+    return 0 if not report.errors else 1
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from fluffy.kernel.containers.config import TEMPLATES
+
+    sandbox = sub.add_parser("sandbox", help="run a command in a sandbox; clean up orphans")
+    actions = sandbox.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    run = actions.add_parser(
+        "run",
+        help="run one command in a fresh sandbox (streams output, returns its exit code)",
+        usage="fluffy sandbox run --template T [--project DIR] [--timeout S] -- CMD ...",
+    )
+    run.add_argument("--template", required=True, choices=sorted(TEMPLATES))
+    run.add_argument("--project", default=".", help="mounted read-only at /workspace (default: .)")
+    run.add_argument("--timeout", type=int, help="seconds before the sandbox is killed")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
+    run.set_defaults(func=cmd_sandbox_run)
+    gc = actions.add_parser("gc", help="remove containers and folders of ended sessions")
+    gc.add_argument("--json", action="store_true")
+    gc.set_defaults(func=cmd_sandbox_gc)
+
+
+__all__ = ["FluffyError", "add_parser"]

@@ -1,0 +1,225 @@
+"""The container manager's logic on the in-memory runtime (the real engines: integration)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fluffy.errors import EngineOperationFailed, SandboxConfigError, SandboxStateError
+from fluffy.kernel.containers.config import TEMPLATES, template_config
+from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox, SandboxState
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.memory_runtime import Behaviour, MemoryRuntime
+from fluffy.kernel.containers.runtime import (
+    HARDENED,
+    LABEL_MANAGED,
+    LABEL_SANDBOX,
+    LABEL_SESSION,
+    LABEL_TEMPLATE,
+    ContainerSpec,
+    Mount,
+    check_mounts,
+)
+
+IMAGES = {t: f"fluffy/test:{t}" for t in TEMPLATES}
+
+
+@pytest.fixture()
+def runtime() -> MemoryRuntime:
+    return MemoryRuntime()
+
+
+@pytest.fixture()
+def manager(runtime: MemoryRuntime, tmp_path: Path) -> ContainerManager:
+    return ContainerManager(runtime, IMAGES, session_id="s1", root=tmp_path / "state")
+
+
+def _states(sandbox: Sandbox) -> list[str]:
+    return [str(state) for state, _ in sandbox.history]
+
+
+def test_normal_run_walks_the_design_lifecycle(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    runtime.behave = lambda spec: Behaviour(exit_code=0, stdout="hello\n")
+    outcome = manager.run(template_config("code-executor"), ["echo", "hello"])
+    assert outcome.exit_code == 0 and outcome.stdout == "hello\n"
+    assert _states(outcome.sandbox) == ["creating", "running", "stopping", "cleanup", "destroyed"]
+    assert runtime.containers == {} and not outcome.sandbox.output_dir.exists()
+    assert manager.active == {}
+
+
+def test_a_failing_command_is_a_normal_exit(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    runtime.behave = lambda spec: Behaviour(exit_code=1)
+    outcome = manager.run(template_config("code-executor"), ["pytest"])
+    assert outcome.exit_code == 1 and outcome.failure is None
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        (Behaviour(seconds=999), FailureReason.TIMEOUT),
+        (Behaviour(oom=True), FailureReason.OOM),
+        (Behaviour(exit_code=139), FailureReason.CRASH),
+    ],
+)
+def test_abnormal_exits_fail_and_are_cleaned(
+    manager: ContainerManager, runtime: MemoryRuntime, behaviour: Behaviour, reason: FailureReason
+) -> None:
+    runtime.behave = lambda spec: behaviour
+    outcome = manager.run(template_config("code-executor", max_duration="2s"), ["x"])
+    assert outcome.failure is reason
+    assert _states(outcome.sandbox) == ["creating", "running", "failed", "cleanup", "destroyed"]
+    assert runtime.containers == {}
+
+
+def test_timeout_kills_before_removing(manager: ContainerManager, runtime: MemoryRuntime) -> None:
+    runtime.behave = lambda spec: Behaviour(seconds=10)
+    manager.run(template_config("code-executor", max_duration="1s"), ["sleep", "10"])
+    methods = [m for m, _ in runtime.calls]
+    assert methods.index("kill") < methods.index("remove")
+
+
+def test_create_failure_is_failed_cleaned_and_raised_with_context(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    runtime.failures["create"] = EngineOperationFailed("no space left")
+    with pytest.raises(EngineOperationFailed) as info:
+        manager.create(template_config("code-executor"), ["true"])
+    assert "cannot create sandbox fluffy-code-executor-" in info.value.what
+    assert manager.active == {}
+    assert list((manager.root / "outputs" / "s1").iterdir()) == []
+
+
+def test_start_failure_removes_the_created_container(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    runtime.failures["start"] = EngineOperationFailed("OCI runtime error")
+    with pytest.raises(EngineOperationFailed):
+        manager.create(template_config("code-executor"), ["true"])
+    assert runtime.containers == {}
+
+
+def test_cleanup_steps_are_independent_and_idempotent(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    sandbox = manager.create(template_config("code-executor"), ["true"])
+    runtime.failures["remove"] = EngineOperationFailed("engine hiccup")
+    manager.destroy(sandbox)
+    assert sandbox.state is SandboxState.DESTROYED
+    assert any(e.startswith("remove container") for e in sandbox.cleanup_errors)
+    assert not sandbox.output_dir.exists()  # the next step still ran
+    manager.destroy(sandbox)  # again: nothing happens, nothing raised
+    assert sandbox.state is SandboxState.DESTROYED
+
+
+def test_the_spec_carries_limits_labels_mounts_and_the_profile(
+    manager: ContainerManager, runtime: MemoryRuntime, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    config = template_config("ai-provider", project_dir=project)
+    sandbox = manager.create(config, ["python3"])
+    spec: ContainerSpec = runtime.containers[sandbox.container_id or ""].spec
+    assert spec.memory_bytes == 256 * 2**20 and spec.nano_cpus == 500_000_000
+    assert spec.pids_limit == 10 and spec.seccomp_profile == "strict"
+    assert json.loads(spec.seccomp_json)["defaultErrnoRet"] == 1
+    assert spec.labels == {
+        LABEL_MANAGED: "1",
+        LABEL_SESSION: "s1",
+        LABEL_SANDBOX: sandbox.sandbox_id,
+        LABEL_TEMPLATE: "ai-provider",
+    }
+    assert spec.mounts == (
+        Mount(project.resolve(), "/workspace", True),
+        Mount(sandbox.output_dir, "/output", False),
+    )
+    assert spec.image == IMAGES["ai-provider"] and spec.tmpfs["/tmp"].startswith("rw,noexec")
+    manager.destroy(sandbox)
+
+
+def test_hardening_is_constant() -> None:
+    assert HARDENED.read_only_rootfs and HARDENED.no_new_privileges and HARDENED.cap_drop_all
+    assert HARDENED.user == "10001:10001" and HARDENED.network_mode == "none"
+
+
+@pytest.mark.parametrize("source", ["/var/run/docker.sock", "/run/podman", "/", "/etc", "/proc/1"])
+def test_engine_sockets_and_system_folders_are_never_mounted(source: str) -> None:
+    with pytest.raises(SandboxConfigError):
+        check_mounts((Mount(Path(source), "/x"),))
+
+
+def test_a_socket_file_is_never_mounted(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "engine.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        with pytest.raises(SandboxConfigError):
+            check_mounts((Mount(path, "/x"),))
+
+
+def test_missing_project_and_missing_image_are_config_errors(
+    runtime: MemoryRuntime, tmp_path: Path
+) -> None:
+    manager = ContainerManager(runtime, {}, session_id="s2", root=tmp_path)
+    with pytest.raises(SandboxConfigError):
+        manager.create(template_config("code-executor"), ["true"])
+    full = ContainerManager(runtime, IMAGES, session_id="s3", root=tmp_path)
+    with pytest.raises(SandboxConfigError):
+        full.create(template_config("code-executor", project_dir=tmp_path / "nope"), ["true"])
+
+
+def test_lifecycle_refuses_illegal_transitions() -> None:
+    sandbox = Sandbox("id", "code-executor", "n", Path("/nonexistent"))
+    with pytest.raises(SandboxStateError):
+        sandbox.move(SandboxState.DESTROYED)
+
+
+def test_templates_have_the_design_limits() -> None:
+    want = {
+        "ai-provider": ("256MiB", 0.5, 10, "120s", "strict"),
+        "code-executor": ("1GiB", 1.0, 100, "300s", "standard"),
+        "policy-sandbox": ("128MiB", 0.25, 5, "100ms", "strict"),
+        "integration-test": ("1GiB", 1.0, 100, "300s", "standard-net"),
+    }
+    got = {
+        n: (c.memory_limit, c.cpu_limit, c.max_pids, c.max_duration, c.seccomp_profile)
+        for n, c in TEMPLATES.items()
+    }
+    assert got == want
+
+
+def test_garbage_of_a_dead_session_is_removed_and_live_ones_kept(
+    runtime: MemoryRuntime, tmp_path: Path
+) -> None:
+    root = tmp_path / "state"
+    crashed = ContainerManager(runtime, IMAGES, session_id="dead", root=root)
+    orphan = crashed.create(template_config("code-executor"), ["sleep", "1"])
+    runtime.create_volume("fluffy-dead-vol", {LABEL_MANAGED: "1"})
+    (root / "sessions" / "dead").write_text("999999999")  # a pid that cannot exist
+    current = ContainerManager(runtime, IMAGES, session_id="live", root=root)
+    mine = current.create(template_config("code-executor"), ["sleep", "1"])
+    report = current.collect_garbage()
+    assert report.containers == [orphan.container_id]
+    assert report.volumes == ["fluffy-dead-vol"]
+    assert report.output_dirs == [str(root / "outputs" / "dead")]
+    assert set(runtime.containers) == {mine.container_id}
+    assert not (root / "sessions" / "dead").exists()
+    current.close()
+    assert runtime.containers == {} and not (root / "sessions" / "live").exists()
+
+
+def test_output_dir_belongs_to_the_sandbox_user(manager: ContainerManager) -> None:
+    sandbox = manager.create(template_config("code-executor"), ["true"])
+    info = sandbox.output_dir.stat()
+    if os.geteuid() == 0:
+        assert (info.st_uid, info.st_mode & 0o777) == (10001, 0o700)
+    else:
+        assert info.st_mode & 0o777 == 0o777
+    manager.destroy(sandbox)
