@@ -59,6 +59,28 @@ def images(engine: object) -> dict[str, str]:
     return {status.name: status.ref for status in results}
 
 
+@pytest.fixture(scope="session", params=["docker", "podman"])
+def sandbox_manager(request: pytest.FixtureRequest) -> Iterator[object]:
+    """A container manager on each engine, with that engine's images current."""
+    from fluffy.images.builder import build_images
+    from fluffy.kernel.containers.engine import connect
+    from fluffy.kernel.containers.factory import open_manager
+
+    name = request.param
+    try:
+        connected = connect({**os.environ, "FLUFFY_RUNTIME": name}, timeout=30)
+    except FluffyError as exc:
+        unavailable(f"{name} is not available: {exc.what} (scripts/setup --with-podman)")
+        raise AssertionError("unreachable") from exc
+    with connected:
+        build_images(connected)
+        manager = open_manager(connected)
+        try:
+            yield manager
+        finally:
+            manager.close()
+
+
 @pytest.fixture()
 def fluffy_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "fluffy-home"

@@ -30,6 +30,7 @@ class DockerRuntime:
     """Docker Engine (also usable against Podman's compatible socket)."""
 
     name = "docker"
+    reports_oom = True
 
     def __init__(self, client: docker.DockerClient) -> None:
         self._api = client.api

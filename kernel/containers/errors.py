@@ -74,6 +74,9 @@ def _map_podman(exc: BaseException, action: str) -> FluffyError:
         return EngineNotFound(f"cannot {action}: not found ({detail})")
     if isinstance(exc, podman.errors.BuildError):
         return ImageBuildFailed(f"cannot {action}: {detail}")
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, requests.exceptions.Timeout):  # podman wraps its timeouts
+        return map_engine_error(cause, action)
     return EngineOperationFailed(
         f"cannot {action}: podman answered: {detail}",
         why="the container engine refused the request",

@@ -44,6 +44,7 @@ PROJECT_TARGET = "/workspace"
 OUTPUT_TARGET = "/output"
 #: Exit codes above this mean the process died from a signal (128 + n).
 _SIGNAL_EXIT = 128
+_SIGKILL_EXIT = 128 + 9
 
 
 @dataclass
@@ -205,7 +206,8 @@ class ContainerManager:
             sandbox.fail(FailureReason.TIMEOUT)
             return sandbox
         state = self.runtime.inspect(sandbox.container_id)
-        if state.oom_killed:
+        sigkill_unexplained = sandbox.exit_code == _SIGKILL_EXIT and not self.runtime.reports_oom
+        if state.oom_killed or sigkill_unexplained:
             sandbox.fail(FailureReason.OOM)
         elif state.error or (sandbox.exit_code or 0) > _SIGNAL_EXIT:
             sandbox.fail(FailureReason.CRASH)

@@ -47,6 +47,7 @@ class MemoryRuntime:
     volumes: dict[str, dict[str, str]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
     name: str = "memory"
+    reports_oom: bool = True
     _ids: Iterator[int] = field(default_factory=itertools.count)
 
     def _call(self, method: str, target: str) -> None:

@@ -105,6 +105,8 @@ class ContainerRuntime(Protocol):
     """What the container manager needs from an engine."""
 
     name: str
+    #: Whether ``inspect`` sets ``oom_killed`` (else a SIGKILL nobody sent is read as OOM).
+    reports_oom: bool
 
     def ping(self) -> bool: ...
 

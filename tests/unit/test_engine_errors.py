@@ -108,6 +108,16 @@ def test_permission_denied_explains_the_docker_group() -> None:
     assert "docker" in mapped.fix and "group" in mapped.fix
 
 
+def test_podman_wrapped_timeouts_are_timeouts() -> None:
+    try:
+        try:
+            raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=2)")
+        except requests.exceptions.ReadTimeout as inner:
+            raise podman.errors.APIError("POST operation failed") from inner
+    except podman.errors.APIError as outer:
+        assert type(map_engine_error(outer, "wait")) is EngineTimeout
+
+
 def test_api_error_carries_the_engine_explanation() -> None:
     exc = docker.errors.APIError("409", explanation="conflict: name in use")
     mapped = map_engine_error(exc, "create c1")

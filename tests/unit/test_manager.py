@@ -78,6 +78,16 @@ def test_abnormal_exits_fail_and_are_cleaned(
     assert runtime.containers == {}
 
 
+def test_unexplained_sigkill_is_oom_where_the_engine_cannot_say(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    runtime.reports_oom = False  # as Podman 4.3 on hybrid cgroups
+    runtime.behave = lambda spec: Behaviour(exit_code=137)
+    assert manager.run(template_config("code-executor"), ["x"]).failure is FailureReason.OOM
+    runtime.reports_oom = True
+    assert manager.run(template_config("code-executor"), ["x"]).failure is FailureReason.CRASH
+
+
 def test_timeout_kills_before_removing(manager: ContainerManager, runtime: MemoryRuntime) -> None:
     runtime.behave = lambda spec: Behaviour(seconds=10)
     manager.run(template_config("code-executor", max_duration="1s"), ["sleep", "10"])
