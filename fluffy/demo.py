@@ -1,9 +1,9 @@
 """`fluffy demo`: the bundled demo project's tests, run inside a real L2 sandbox.
 
-It shows the path every later feature takes: the project is mounted read-only into a
-``code-executor`` container with no network, a read-only root filesystem, no
-capabilities and an unprivileged user; the test run happens there, and a probe in the
-same kind of sandbox proves each of those restrictions by trying to break it.
+It shows the path every later feature takes: the container manager starts a
+``code-executor`` sandbox (seccomp profile ``standard``, no network, read-only root and
+project, no capabilities, uid 10001), the test run happens there, and the escape probe in
+the same kind of sandbox proves those restrictions by trying to break them.
 """
 
 from __future__ import annotations
@@ -14,57 +14,36 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.errors import ConfigError, SandboxRunFailed
-from fluffy.images.builder import plan_images
+from fluffy.kernel.containers.config import TEMPLATES, template_config
 from fluffy.kernel.containers.engine import Engine
-from fluffy.kernel.containers.oneshot import OneShot, RunResult, run_oneshot
+from fluffy.kernel.containers.factory import open_manager
+from fluffy.kernel.containers.manager import RunOutcome
 from fluffy.paths import package_root
+from fluffy.seccomp.cases import CONTAINER_CASES, FACTS, SECCOMP_CASES
 
-#: Runs inside the sandbox: every line is one attempt that must fail (or a fact).
-PROBE = r"""
-import errno, json, os
-out = {}
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "allowed"
-    except OSError as exc:
-        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
-attempt("write_project", lambda: open("/workspace/fluffy-probe.txt", "w"))
-attempt("write_rootfs", lambda: open("/etc/fluffy-probe.txt", "w"))
-out["routes"] = open("/proc/net/route").read().splitlines()[1:]
-out["interfaces"] = sorted(os.listdir("/sys/class/net"))
-out["uid"] = os.getuid()
-status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-out["no_new_privs"] = status["NoNewPrivs"].strip()
-out["seccomp"] = status["Seccomp"].strip()
-out["cap_eff"] = status["CapEff"].strip()
-print(json.dumps(out))
-"""
+#: The probe cases the demo shows (each an attempt that must fail, plus facts).
+PROBE_CASES = ("write_project", "write_rootfs", "engine_socket", "ptrace_traceme", "facts")
 
-#: What each probe must show; the demo fails if any differs.
-EXPECTED: dict[str, Any] = {
-    "write_project": "EROFS",
-    "write_rootfs": "EROFS",
-    "routes": [],
-    "interfaces": ["lo"],
-    "uid": 10001,
-    "no_new_privs": "1",
-    "seccomp": "2",
-    "cap_eff": "0000000000000000",
-}
+
+def expected_probes() -> dict[str, Any]:
+    profile = TEMPLATES["code-executor"].seccomp_profile
+    want: dict[str, Any] = dict(FACTS)
+    for case in PROBE_CASES[:-1]:
+        want[case] = {**SECCOMP_CASES, **CONTAINER_CASES}[case][profile]
+    return want
 
 
 @dataclass
 class DemoResult:
     image: str
-    tests: RunResult
+    tests: RunOutcome
     probes: dict[str, Any]
 
     @property
     def probe_failures(self) -> dict[str, tuple[Any, Any]]:
         return {
             key: (want, self.probes.get(key))
-            for key, want in EXPECTED.items()
+            for key, want in expected_probes().items()
             if self.probes.get(key) != want
         }
 
@@ -78,7 +57,6 @@ class DemoResult:
             "image": self.image,
             "tests": {
                 "exit_code": self.tests.exit_code,
-                "seconds": round(self.tests.seconds, 3),
                 "output": self.tests.stdout[-4000:],
             },
             "probes": self.probes,
@@ -100,43 +78,17 @@ def demo_project() -> Path:
     return path
 
 
-def _image_ref(engine: Engine) -> str:
-    for status in plan_images(engine, ["code-executor"]):
-        if status.name == "code-executor":
-            if status.state != "current":
-                raise SandboxRunFailed(
-                    f"image {status.ref} is not built",
-                    why="the demo runs in the code-executor sandbox image",
-                    fix="Run `fluffy images build`.",
-                )
-            return status.ref
-    raise AssertionError("code-executor is always planned")
-
-
 def run_demo(engine: Engine, project: Path | None = None) -> DemoResult:
     project = (project or demo_project()).resolve()
-    image = _image_ref(engine)
-    mounts = {project: "/workspace"}
-    tests = run_oneshot(
-        engine,
-        OneShot(
-            image=image,
-            command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"],
-            purpose="demo-tests",
-            readonly_mounts=mounts,
-            workdir="/workspace",
-        ),
-    )
-    probe = run_oneshot(
-        engine,
-        OneShot(
-            image=image,
-            command=["python3", "-c", PROBE],
-            purpose="demo-probe",
-            readonly_mounts=mounts,
-            workdir="/workspace",
-        ),
-    )
+    manager = open_manager(engine)
+    try:
+        config = template_config("code-executor", project_dir=project, max_duration="120s")
+        tests = manager.run(
+            config, ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
+        )
+        probe = manager.run(config, ["python3", "-m", "fluffy.sandboxes.probe", *PROBE_CASES])
+    finally:
+        manager.close()
     try:
         probes = json.loads(probe.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
@@ -145,4 +97,4 @@ def run_demo(engine: Engine, project: Path | None = None) -> DemoResult:
             why=(probe.stderr or probe.stdout).strip()[-1500:],
             fix="Run `fluffy doctor`; rebuild the images with `fluffy images build`.",
         ) from exc
-    return DemoResult(image=image, tests=tests, probes=probes)
+    return DemoResult(image=manager.images["code-executor"], tests=tests, probes=probes)

@@ -59,6 +59,32 @@ def images(engine: object) -> dict[str, str]:
     return {status.name: status.ref for status in results}
 
 
+def run_in_image(engine: object, image: str, command: list[str]) -> tuple[int, str, str]:
+    """Run ``command`` in ``image`` with the runtime's hardening and the standard profile."""
+    import uuid
+
+    from fluffy.kernel.containers.factory import open_runtime
+    from fluffy.kernel.containers.runtime import LABEL_MANAGED, LABEL_PURPOSE, ContainerSpec
+    from fluffy.seccomp.compile import oci_json
+
+    runtime = open_runtime(engine)  # type: ignore[arg-type]
+    spec = ContainerSpec(
+        name=f"fluffy-test-{uuid.uuid4().hex[:12]}",
+        image=image,
+        command=command,
+        labels={LABEL_MANAGED: "1", LABEL_PURPOSE: "test"},
+        seccomp_json=oci_json("standard"),
+    )
+    container_id = runtime.create(spec)
+    try:
+        runtime.start(container_id)
+        code = runtime.wait(container_id, 120)
+        out, err = runtime.output(container_id)  # type: ignore[attr-defined]
+    finally:
+        runtime.remove(container_id)
+    return code, out, err
+
+
 @pytest.fixture(scope="session", params=["docker", "podman"])
 def sandbox_manager(request: pytest.FixtureRequest) -> Iterator[object]:
     """A container manager on each engine, with that engine's images current."""

@@ -93,13 +93,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if not args.json:
             stdout.print(
                 "[bold]fluffy demo[/]: the demo project's tests in an L2 code-executor sandbox "
-                "(no network, read-only root and project, no capabilities, uid 10001)"
+                "(seccomp standard, no network, read-only root and project, no capabilities, "
+                "uid 10001)"
             )
         result = run_demo(engine)
     if args.json:
         print_json(result.as_dict())
         return EXIT_OK if result.ok else EXIT_FAILED
-    stdout.print(f"  image {result.image}, tests took {result.tests.seconds:.2f}s")
+    stdout.print(f"  image {result.image}, sandbox {result.tests.sandbox.name}")
     for line in result.tests.stdout.strip().splitlines()[-6:]:
         stdout.print(f"  | {escape(line)}")
     stdout.print("  isolation probes (each an attempt that must fail):")

@@ -225,8 +225,9 @@ class ContainerManager:
             sandbox.move(SandboxState.CLEANUP)
         container_id = sandbox.container_id
         steps: list[tuple[str, Callable[[], None]]] = []
-        if container_id:
+        if container_id and sandbox.exit_code is None:  # still running, or unknown
             steps.append(("stop", lambda: self._stop_if_running(container_id)))
+        if container_id:
             steps.append(("remove container", lambda: self._remove_container(container_id)))
         steps.append(("remove output dir", lambda: self._remove_dir(sandbox.output_dir)))
         for label, step in steps:

@@ -6,13 +6,12 @@ import contextlib
 import os
 import shutil
 
-from conftest import unavailable
+from conftest import run_in_image, unavailable
 
 from fluffy.errors import FluffyError
 from fluffy.images.base import base_image_ref, debootstrap_import
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
-from fluffy.kernel.containers.oneshot import OneShot, run_oneshot
 
 TEST_REF = "fluffy-test/debootstrap:bookworm"
 
@@ -31,12 +30,9 @@ def test_debootstrap_makes_a_base_image_that_runs(engine: Engine, fluffy_home: o
         debootstrap_import(engine, TEST_REF, log=lambda _msg: None)
         labels = store.inspect(TEST_REF)["Config"]["Labels"]
         assert labels["org.fluffy.base-source"].startswith("debootstrap bookworm")
-        result = run_oneshot(
-            engine,
-            OneShot(image=TEST_REF, command=["cat", "/etc/debian_version"], purpose="test"),
-        )
-        assert result.exit_code == 0
-        assert result.stdout.strip().startswith("12.")
+        code, out, _ = run_in_image(engine, TEST_REF, ["cat", "/etc/debian_version"])
+        assert code == 0
+        assert out.strip().startswith("12.")
     finally:
         with contextlib.suppress(FluffyError):
             store.remove(TEST_REF)

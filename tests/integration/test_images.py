@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import run_in_image
 
 from fluffy.errors import FluffyError
 from fluffy.images import builder
@@ -16,7 +17,6 @@ from fluffy.images.builder import build_images, plan_images
 from fluffy.images.spec import IMAGES_DIR, LABEL_HASH, LABEL_IMAGE, ImageSpec, get_spec
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
-from fluffy.kernel.containers.oneshot import OneShot, run_oneshot
 
 L2 = ("ai-provider", "code-executor", "policy-sandbox")
 
@@ -35,8 +35,7 @@ print(json.dumps(out))
 
 
 def _run(engine: Engine, image: str, *command: str) -> tuple[int, str, str]:
-    result = run_oneshot(engine, OneShot(image=image, command=list(command), purpose="test"))
-    return result.exit_code, result.stdout, result.stderr
+    return run_in_image(engine, image, list(command))
 
 
 def test_every_image_is_current(engine: Engine, images: dict[str, str]) -> None:
@@ -101,13 +100,10 @@ def test_ai_provider_has_socat(engine: Engine, images: dict[str, str]) -> None:
 
 
 def test_kernel_image_self_check(engine: Engine, images: dict[str, str]) -> None:
-    result = run_oneshot(
-        engine,
-        OneShot(image=images["kernel"], command=["self-check"], purpose="test"),
-    )
     # The kernel image's entrypoint is `python3 -m fluffy.kernel`.
-    assert result.exit_code == 0, result.stderr
-    report = json.loads(result.stdout)
+    code, out, err = _run(engine, images["kernel"], "self-check")
+    assert code == 0, err
+    report = json.loads(out)
     assert report["ok"] is True and report["missing"] == []
     assert report["uid"] == 10001
     assert {"pydantic", "msgspec", "aiosqlite", "docker", "podman"} <= set(report["imports"])
