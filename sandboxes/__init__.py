@@ -1,5 +1,6 @@
 """Code that runs inside L2 sandboxes (the in-sandbox side of the IPC).
 
-Images other than the kernel's carry only msgspec besides the standard library, so
-this package may import nothing else (``tests/unit/test_layers.py``).
+L2 images carry only the standard library, msgspec, pyseccomp and the in-sandbox parts
+of fluffy (``images.spec.SANDBOX_PARTS``), so this package may import nothing else
+(``tests/unit/test_layers.py``).
 """

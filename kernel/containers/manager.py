@@ -179,7 +179,14 @@ class ContainerManager:
         )
         self.active[sandbox_id] = sandbox
         try:
-            sandbox.output_dir = self._output_dir(sandbox_id)
+            try:
+                sandbox.output_dir = self._output_dir(sandbox_id)
+            except OSError as exc:
+                raise SandboxConfigError(
+                    f"cannot make the output folder {sandbox.output_dir}: {exc.strerror}",
+                    why="each sandbox writes only into its own fresh folder",
+                    fix="Check that FLUFFY_HOME is writable (`fluffy doctor`).",
+                ) from exc
             spec = self._spec(sandbox, config, command)
             sandbox.container_id = self.runtime.create(spec)
         except FluffyError as exc:

@@ -41,6 +41,11 @@ def test_doctor_json_names_the_engine(engine: object, images: dict[str, str]) ->
     assert report["engine"]["socket"].startswith("unix://")
     names = {c["name"]: c["status"] for c in report["checks"]}
     assert all(names[f"image:{n}"] == "ok" for n in images)
+    sandboxes = {n: s for n, s in names.items() if n.startswith("sandbox:")}
+    assert sandboxes == {
+        f"sandbox:{t}": "ok"
+        for t in ("ai-provider", "code-executor", "policy-sandbox", "integration-test")
+    }
 
 
 @pytest.fixture()
@@ -128,3 +133,46 @@ def test_ci_turns_a_missing_engine_into_a_failure(
     )
     assert proc.returncode == expected_rc, proc.stdout
     assert word in proc.stdout
+
+
+def _managed_containers(engine: object) -> set[str]:
+    api = engine.client.api  # type: ignore[attr-defined]
+    return {c["Id"] for c in api.containers(all=True, filters={"label": "org.fluffy.managed=1"})}
+
+
+def test_sandbox_run_streams_output_and_returns_the_exit_code(
+    engine: object, images: dict[str, str]
+) -> None:
+    before = _managed_containers(engine)
+    proc = _fluffy(
+        "sandbox",
+        "run",
+        "--template",
+        "code-executor",
+        "--project",
+        str(ROOT / "examples" / "demo-project"),
+        "--",
+        "sh",
+        "-c",
+        "echo out-line; ls /workspace; id -u; exit 3",
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "out-line" in proc.stdout and "pyproject.toml" in proc.stdout
+    assert "10001" in proc.stdout
+    assert _managed_containers(engine) == before  # cleaned up
+
+
+def test_sandbox_run_kills_at_the_timeout(engine: object, images: dict[str, str]) -> None:
+    before = _managed_containers(engine)
+    proc = _fluffy(
+        "sandbox", "run", "--template", "code-executor", "--timeout", "1", "--", "sleep", "30"
+    )
+    assert proc.returncode == 124
+    assert "ran past 1s" in proc.stderr and "Fix:" in proc.stderr
+    assert _managed_containers(engine) == before
+
+
+def test_sandbox_run_without_a_command_explains(engine: object) -> None:
+    proc = _fluffy("sandbox", "run", "--template", "code-executor")
+    assert proc.returncode == 3
+    assert "no command given" in proc.stderr and "Fix:" in proc.stderr

@@ -106,6 +106,14 @@ def test_create_failure_is_failed_cleaned_and_raised_with_context(
     assert list((manager.root / "outputs" / "s1").iterdir()) == []
 
 
+def test_unwritable_state_folder_is_a_clear_error(runtime: MemoryRuntime, tmp_path: Path) -> None:
+    manager = ContainerManager(runtime, IMAGES, session_id="s9", root=tmp_path)
+    (tmp_path / "outputs").write_text("a file where the folder should be")
+    with pytest.raises(SandboxConfigError) as info:
+        manager.create(template_config("code-executor"), ["true"])
+    assert "output folder" in info.value.what and manager.active == {}
+
+
 def test_start_failure_removes_the_created_container(
     manager: ContainerManager, runtime: MemoryRuntime
 ) -> None:
