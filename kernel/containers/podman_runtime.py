@@ -35,6 +35,17 @@ def _bytes(data: bytes | Iterator[bytes]) -> bytes:
     return data if isinstance(data, bytes) else b"".join(data)
 
 
+def _listed_state(attrs: dict[str, Any]) -> ContainerState:
+    """A container from the libpod list endpoint (its State is a plain string)."""
+    state = attrs.get("State", "")
+    status = state.get("Status", "") if isinstance(state, dict) else state
+    return ContainerState(
+        id=str(attrs.get("Id", "")),
+        status=_STATUS.get(str(status).lower(), ContainerStatus.DEAD),
+        labels=dict(attrs.get("Labels") or {}),
+    )
+
+
 class PodmanRuntime:
     name = "podman"
     #: Podman 4.3 with hybrid cgroups never sets State.OOMKilled (measured here); the
@@ -188,19 +199,12 @@ class PodmanRuntime:
             self._client.volumes.remove(name, force=True)
 
     def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
-        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        filters = [f"label={k}={v}" for k, v in labels.items()]  # podman SDK's list form
         with engine_call("list containers"):
             found = self._client.containers.list(all=True, filters=filters)
-        return [
-            ContainerState(
-                id=str(c.id),
-                status=_STATUS.get(str(c.status).lower(), ContainerStatus.DEAD),
-                labels=dict(c.labels or {}),
-            )
-            for c in found
-        ]
+        return [_listed_state(c.attrs) for c in found]
 
     def list_volumes(self, labels: dict[str, str]) -> list[str]:
-        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        filters = [f"label={k}={v}" for k, v in labels.items()]  # podman SDK's list form
         with engine_call("list volumes"):
             return [str(v.name) for v in self._client.volumes.list(filters=filters)]
