@@ -18,6 +18,7 @@ SANDBOX_PARTS = (
     "_version.py",
     "py.typed",
     "errors.py",
+    "ipc",
     "sandboxes",
     "seccomp",
     "plugins",

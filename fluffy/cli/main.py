@@ -85,6 +85,15 @@ def cmd_images_prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_kernel_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fluffy.kernel.serve import main as serve_main
+
+    project = Path(args.project).resolve() if args.project else None
+    return serve_main(Path(args.socket).absolute(), Path(args.state_dir).absolute(), project)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from fluffy.demo import run_demo
     from fluffy.kernel.containers.engine import connect
@@ -144,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     prune.set_defaults(func=cmd_images_prune)
 
     from fluffy.cli.sandbox import add_parser as add_sandbox_parser
+
+    kernel = sub.add_parser("kernel", help="run the kernel process (development, tests)")
+    kernel_sub = kernel.add_subparsers(dest="kernel_command", metavar="ACTION", required=True)
+    serve = kernel_sub.add_parser("serve", help="serve the kernel's IPC socket in the foreground")
+    serve.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    serve.add_argument("--state-dir", required=True, help="the kernel's state folder")
+    serve.add_argument("--project", help="the project directory")
+    serve.set_defaults(func=cmd_kernel_serve)
 
     add_sandbox_parser(sub)
 

@@ -36,6 +36,8 @@ class SandboxConfig(BaseModel):
     project_dir: Path | None = None
     workdir: str = "/workspace"
     environment: dict[str, str] = Field(default_factory=dict)
+    #: Folder holding this sandbox's own kernel socket, mounted read-only at /run/fluffy.
+    kernel_socket_dir: Path | None = None
 
     @field_validator("memory_limit")
     @classmethod

@@ -42,6 +42,8 @@ from fluffy.seccomp.compile import oci_json
 TMPFS = {"/tmp": "rw,noexec,nosuid,nodev,size=64m"}  # noqa: S108 - inside the sandbox
 PROJECT_TARGET = "/workspace"
 OUTPUT_TARGET = "/output"
+#: Where a sandbox finds its own kernel socket (a read-only mount of its socket folder).
+KERNEL_SOCKET_TARGET = "/run/fluffy"
 #: Exit codes above this mean the process died from a signal (128 + n).
 _SIGNAL_EXIT = 128
 _SIGKILL_EXIT = 128 + 9
@@ -142,6 +144,12 @@ class ContainerManager:
                     fix="Pass an existing directory with --project.",
                 )
             mounts.insert(0, Mount(self.host_path(project), PROJECT_TARGET, read_only=True))
+        if config.kernel_socket_dir is not None:
+            mounts.append(
+                Mount(
+                    self.host_path(config.kernel_socket_dir), KERNEL_SOCKET_TARGET, read_only=True
+                )
+            )
         podman = self.runtime.name == "podman"
         return ContainerSpec(
             name=sandbox.name,

@@ -1,0 +1,53 @@
+"""Peer identity on a Unix socket (design: IPC Transport Abstraction).
+
+Linux: ``SO_PEERCRED`` gives the peer's pid, uid and gid as seen from the listener's pid
+namespace.  A peer in a sibling container (another pid namespace) shows ``pid == 0``
+while uid and gid stay real (ENVIRONMENT.md), so fluffy binds identity to the *socket*
+(one socket per sandbox, docs/ipc.md) and uses the pid only where it is visible.
+macOS (``LOCAL_PEERCRED``) and Windows named pipes have a place here but no
+implementation yet: the kernel runs in a Linux container on every platform.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_UCRED = struct.Struct("3i")
+_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    pid: int  # 0 when the peer is in a pid namespace the listener cannot see
+    uid: int
+    gid: int
+
+
+def peer_identity(sock: socket.socket) -> PeerIdentity:
+    if sys.platform.startswith("linux"):
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        pid, uid, gid = _UCRED.unpack(raw)
+        return PeerIdentity(pid, uid, gid)
+    raise NotImplementedError(  # pragma: no cover - fluffy's kernel runs on Linux
+        f"peer credentials on {sys.platform} (LOCAL_PEERCRED / named pipes) are not implemented"
+    )
+
+
+def container_of_pid(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """The container id a visible pid runs in (from its cgroup path), if any."""
+    if pid <= 0:
+        return None
+    try:
+        text = (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        match = _CONTAINER_ID.search(line)
+        if match:
+            return match[1]
+    return None

@@ -1,0 +1,402 @@
+"""The kernel's IPC server: asyncio, Unix sockets, a closed method table.
+
+One :class:`KernelServer` serves any number of listening sockets.  Each listener carries
+a *binding*: the identity every connection on it has (``"cli"`` for the kernel's main
+socket, a sandbox id for a per-sandbox socket).  Connections must handshake first; then
+requests run concurrently (sync handlers inline, async ones as tasks) and are answered
+by id; the server may push events.
+
+Hostile input is refused with a structured error or a clean close and counted in
+:attr:`KernelServer.stats`; nothing a peer sends can stop the server serving others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import (
+    DuplicateId,
+    FluffyError,
+    HandshakeRequired,
+    InternalError,
+    InvalidPayload,
+    IpcError,
+    PeerRejected,
+    ReadTimeout,
+    TooManyConnections,
+    UnknownMethod,
+)
+from fluffy.ipc.protocol import (
+    DEFAULT_MAX_FRAME,
+    KERNEL_VERSION,
+    SUPPORTED_API_VERSIONS,
+    FrameReader,
+    HandshakeResponse,
+    IpcMessage,
+    decode_handshake,
+    decode_message,
+    encode,
+    error_response,
+    negotiate,
+)
+from fluffy.ipc.transport import PeerIdentity, container_of_pid, peer_identity
+
+log = logging.getLogger("fluffy.kernel.ipc")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_connections: int = 1024
+    frame_deadline_s: float = 5.0  # a started frame must complete within this
+    handshake_deadline_s: float = 10.0  # the handshake must arrive within this
+    max_in_flight: int = 256  # per connection; reading pauses above it
+
+
+@dataclass
+class CallContext:
+    """What a handler knows about its caller."""
+
+    binding: str
+    peer: PeerIdentity
+    plugin_name: str
+    plugin_version: str
+    api_version: int
+    server: KernelServer
+    connection: _Connection
+
+    @property
+    def container_id(self) -> str | None:
+        """The container of the peer's pid, where the pid is visible (not across pid ns)."""
+        return container_of_pid(self.peer.pid)
+
+    def send_event(self, method: str, params: Any = None) -> None:
+        self.connection.send_event(method, params)
+
+
+Handler = Callable[[CallContext, Any], Any]
+
+
+@dataclass
+class Listener:
+    path: Path
+    binding: str
+    allowed_uids: frozenset[int] | None
+    server: asyncio.AbstractServer
+
+
+@dataclass
+class KernelServer:
+    methods: Mapping[str, Handler]
+    limits: Limits = field(default_factory=Limits)
+    stats: collections.Counter[str] = field(default_factory=collections.Counter)
+    listeners: list[Listener] = field(default_factory=list)
+    connections: set[_Connection] = field(default_factory=set)
+
+    async def listen(
+        self,
+        path: Path,
+        *,
+        binding: str = "cli",
+        allowed_uids: frozenset[int] | None = None,
+        mode: int = 0o600,
+        owner: tuple[int, int] | None = None,
+    ) -> Listener:
+        """Listen on ``path``; every connection there gets ``binding`` as its identity."""
+        _private_dir(path.parent)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        loop = asyncio.get_running_loop()
+        binding_uids = allowed_uids
+
+        def factory() -> _Connection:
+            return _Connection(self, binding, binding_uids)
+
+        old_umask = os.umask(0o177)
+        try:
+            server = await loop.create_unix_server(factory, str(path), backlog=512)
+        finally:
+            os.umask(old_umask)
+        if owner is not None:
+            os.chown(path, *owner)
+        path.chmod(mode)
+        listener = Listener(path, binding, allowed_uids, server)
+        self.listeners.append(listener)
+        return listener
+
+    async def close(self) -> None:
+        for listener in self.listeners:
+            listener.server.close()
+        for connection in list(self.connections):
+            connection.close()
+        for listener in self.listeners:
+            with contextlib.suppress(Exception):
+                await listener.server.wait_closed()
+            with contextlib.suppress(FileNotFoundError):
+                listener.path.unlink()
+        self.listeners.clear()
+
+    def count(self, what: str) -> None:
+        self.stats[what] += 1
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection (asyncio protocol: no stream overhead per frame)."""
+
+    def __init__(self, server: KernelServer, binding: str, allowed: frozenset[int] | None):
+        self.server = server
+        self.binding = binding
+        self.allowed = allowed
+        self.limits = server.limits
+        self.reader = FrameReader(self.limits.max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.peer = PeerIdentity(0, -1, -1)
+        self.context: CallContext | None = None
+        self.in_flight: dict[str, asyncio.Task[None] | None] = {}
+        self.deadline: asyncio.TimerHandle | None = None
+        self.closing = False
+        self.paused = False
+
+    # -- connection ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        server = self.server
+        server.count("connections")
+        if len(server.connections) >= self.limits.max_connections:
+            self.fail(TooManyConnections(f"limit of {self.limits.max_connections} reached"))
+            return
+        server.connections.add(self)
+        sock: socket.socket | None = transport.get_extra_info("socket")
+        if sock is not None:
+            self.peer = peer_identity(sock)
+        if self.allowed is not None and self.peer.uid not in self.allowed:
+            self.fail(PeerRejected(f"uid {self.peer.uid} may not use this socket"))
+            return
+        self.arm(self.limits.handshake_deadline_s, "handshake")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader.pending and not self.closing:
+            self.server.count("ipc.frame_truncated")  # the peer hung up inside a frame
+        self.closing = True
+        self.server.connections.discard(self)
+        self.disarm()
+        for task in self.in_flight.values():
+            if task is not None:
+                task.cancel()
+        self.in_flight.clear()
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def fail(self, error: IpcError, message_id: str = "") -> None:
+        """Send one structured error, then close (used when the stream cannot go on)."""
+        self.server.count(error.code)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(error_response(message_id, error))
+        self.close()
+
+    # -- deadlines -----------------------------------------------------------------
+    def arm(self, seconds: float, what: str) -> None:
+        self.disarm()
+        loop = asyncio.get_running_loop()
+        self.deadline = loop.call_later(seconds, self.expired, seconds, what)
+
+    def disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def expired(self, seconds: float, what: str) -> None:
+        self.deadline = None
+        self.fail(ReadTimeout(f"no complete {what} frame within {seconds:g} s"))
+
+    # -- reading -------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            for payload in self.reader.feed(data):
+                self.handle(payload)
+                if self.is_closing():
+                    return
+        except IpcError as error:  # framing broken: cannot resynchronise
+            self.fail(error)
+            return
+        if self.context is not None:
+            if self.reader.pending:
+                if self.deadline is None:
+                    self.arm(self.limits.frame_deadline_s, "request")
+            else:
+                self.disarm()
+
+    def handle(self, payload: bytes) -> None:
+        if self.context is None:
+            self.handshake(payload)
+            return
+        try:
+            message = decode_message(payload)
+        except InvalidPayload as error:
+            self.server.count(error.code)
+            self.write(error_response(_guess_id(payload), error))
+            return
+        if message.type != "request" or message.method is None:
+            problem = InvalidPayload(
+                f"a client sends requests only (type 'request' with a method), got "
+                f"type {message.type!r}"
+            )
+            self.server.count(problem.code)
+            self.write(error_response(message.id, problem))
+            return
+        self.dispatch(message)
+
+    def handshake(self, payload: bytes) -> None:
+        try:
+            request = decode_handshake(payload)
+        except InvalidPayload as error:
+            self.fail(HandshakeRequired(f"the first frame was not a handshake: {error.what}"))
+            return
+        try:
+            version = negotiate(request.syscall_api_version)
+        except IpcError as error:
+            self.fail(error, "handshake")
+            return
+        self.disarm()
+        self.context = CallContext(
+            binding=self.binding,
+            peer=self.peer,
+            plugin_name=request.plugin_name,
+            plugin_version=request.plugin_version,
+            api_version=version,
+            server=self.server,
+            connection=self,
+        )
+        self.server.count("handshakes")
+        self.write(
+            encode(
+                HandshakeResponse(
+                    type="handshake_ack",
+                    kernel_version=KERNEL_VERSION,
+                    supported_api_versions=SUPPORTED_API_VERSIONS,
+                    negotiated_api_version=version,
+                )
+            )
+        )
+
+    # -- dispatch ------------------------------------------------------------------
+    def dispatch(self, message: IpcMessage) -> None:
+        server = self.server
+        if message.id in self.in_flight:
+            error: IpcError = DuplicateId(f"request id {message.id!r} is already in flight")
+            server.count(error.code)
+            self.write(error_response(message.id, error))
+            return
+        method = message.method or ""
+        handler = server.methods.get(method)
+        if handler is None:
+            error = UnknownMethod(
+                f"unknown method {method!r}; methods: {', '.join(sorted(server.methods))}"
+            )
+            server.count(error.code)
+            self.write(error_response(message.id, error))
+            return
+        server.count("requests")
+        assert self.context is not None
+        if inspect.iscoroutinefunction(handler):
+            self.in_flight[message.id] = None
+            task = asyncio.ensure_future(self.run_async(handler, message))
+            if message.id in self.in_flight:
+                self.in_flight[message.id] = task
+            if len(self.in_flight) >= self.limits.max_in_flight and not self.paused:
+                self.paused = True
+                assert self.transport is not None
+                self.transport.pause_reading()
+            return
+        try:
+            result = handler(self.context, message.params)
+        except Exception as exc:
+            self.write(self.failure(message.id, method, exc))
+            return
+        self.write(encode(IpcMessage(id=message.id, type="response", result=result)))
+
+    async def run_async(self, handler: Handler, message: IpcMessage) -> None:
+        try:
+            result = await handler(self.context, message.params)  # type: ignore[arg-type]
+            reply = encode(IpcMessage(id=message.id, type="response", result=result))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reply = self.failure(message.id, message.method or "", exc)
+        finally:
+            self.in_flight.pop(message.id, None)
+            if self.paused and len(self.in_flight) < self.limits.max_in_flight // 2:
+                self.paused = False
+                if self.transport is not None and not self.closing:
+                    self.transport.resume_reading()
+        self.write(reply)
+
+    def failure(self, message_id: str, method: str, exc: Exception) -> bytes:
+        if isinstance(exc, FluffyError):
+            self.server.count(exc.code)
+            return error_response(message_id, exc)
+        log.exception("method %s failed", method)
+        error = InternalError(f"{method} failed: {type(exc).__name__}")
+        self.server.count(error.code)
+        return error_response(message_id, error)
+
+    def write(self, frame: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
+
+    def send_event(self, method: str, params: Any = None) -> None:
+        import uuid
+
+        self.write(
+            encode(IpcMessage(id=str(uuid.uuid4()), type="event", method=method, params=params))
+        )
+
+
+def _private_dir(folder: Path) -> None:
+    """The socket's folder must be 0700 and ours (other local users cannot even reach it)."""
+    from fluffy.errors import ConfigError
+
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = folder.stat()
+    if info.st_uid != os.geteuid():
+        raise ConfigError(
+            f"the socket folder {folder} belongs to uid {info.st_uid}, not to the kernel",
+            why="another user could replace or reach the kernel's socket",
+            fix="Use a folder the kernel's user owns (or remove this one).",
+        )
+    if info.st_mode & 0o777 != 0o700:
+        folder.chmod(0o700)
+
+
+def _guess_id(payload: bytes) -> str:
+    """The id of a message that failed validation, if one can be read (for correlation)."""
+    import msgspec
+
+    try:
+        data = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return ""
+    value = data.get("id") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and 0 < len(value) <= 128 else ""
+
+
+AsyncHandler = Callable[[CallContext, Any], Awaitable[Any]]
