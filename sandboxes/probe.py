@@ -121,6 +121,12 @@ def _read(path: str) -> Callable[[], None]:
     return attempt
 
 
+def _tmpfile() -> None:
+    """An unnamed file (O_TMPFILE needs no O_CREAT): must not slip past strict."""
+    fd = os.open(os.environ.get("FLUFFY_PROBE_TMP", "/tmp"), os.O_WRONLY | os.O_TMPFILE, 0o600)
+    os.close(fd)
+
+
 def _engine_socket() -> None:
     """Look for any container-engine socket; connecting to one would be an escape."""
     for candidate in (
@@ -173,6 +179,7 @@ ATTEMPTS: dict[str, Callable[[], object]] = {
     "io_uring_setup": lambda: _syscall("io_uring_setup", 1, 0),
     "userfaultfd": lambda: _syscall("userfaultfd", 0),
     "read_file": _read("/etc/os-release"),
+    "tmpfile": _tmpfile,
     "write_tmp": _write(os.environ.get("FLUFFY_PROBE_TMP", "/tmp") + "/fluffy-probe"),
     "write_project": _write("/workspace/fluffy-probe"),
     "write_rootfs": _write("/etc/fluffy-probe"),

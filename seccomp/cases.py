@@ -20,6 +20,7 @@ SECCOMP_CASES: dict[str, dict[str, str]] = {
     "fork": {"strict": "EPERM", "standard": "ok", "standard-net": "ok"},
     "spawn": {"strict": "EPERM", "standard": "ok", "standard-net": "ok"},
     "write_tmp": {"strict": "EPERM", "standard": "ok", "standard-net": "ok"},
+    "tmpfile": {"strict": "EPERM", "standard": "ok", "standard-net": "ok"},
     "socket_inet": {"strict": "EPERM", "standard": "EPERM", "standard-net": "ok"},
     "socket_inet6": {"strict": "EPERM", "standard": "EPERM", "standard-net": "ok"},
     "clone3": dict.fromkeys(PROFILES, "ENOSYS"),

@@ -71,6 +71,9 @@ def build_filter(profile: str, *, extra_deny: tuple[str, ...] = ()) -> Any:
 
     ops = {"eq": seccomp.EQ, "masked_eq": seccomp.MASKED_EQ}
     flt = seccomp.SyscallFilter(seccomp.ERRNO(EPERM))
+    # Apply to every thread of the process, not only the caller (threads already running
+    # would otherwise keep the looser filter).
+    flt.set_attr(seccomp.Attr.CTL_TSYNC, 1)
     for rule in rules_for(profile):
         action = seccomp.ALLOW if rule.errno is None else seccomp.ERRNO(rule.errno)
         args = [

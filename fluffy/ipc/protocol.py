@@ -96,12 +96,18 @@ def _decode(decoder: msgspec.json.Decoder[Any], payload: bytes | memoryview, wha
         return decoder.decode(payload)
     except msgspec.ValidationError as exc:
         raise InvalidPayload(f"invalid {what}: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec raises both
         raise InvalidPayload(f"{what} is not valid UTF-8 JSON: {exc}") from None
 
 
 def decode_message(payload: bytes | memoryview) -> IpcMessage:
     message: IpcMessage = _decode(_message_decoder, payload, "message")
+    try:  # ids and methods are echoed back: they must be valid UTF-8 (no lone surrogates)
+        message.id.encode("utf-8")
+        if message.method is not None:
+            message.method.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPayload("id and method must be valid Unicode text") from None
     return message
 
 
@@ -115,7 +121,7 @@ def decode_handshake_response(payload: bytes | memoryview) -> HandshakeResponse 
     try:
         ack: HandshakeResponse = _ack_decoder.decode(payload)
         return ack
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
         return decode_message(payload)
 
 

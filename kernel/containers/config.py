@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from fluffy.errors import ConfigError
 from fluffy.units import parse_duration_ms, parse_size
 
+#: Smallest memory limit Docker accepts; 0 would mean "unlimited", so it is refused too.
+MIN_MEMORY = 6 * 1024 * 1024
+
 SeccompProfile = Literal["strict", "standard", "standard-net"]
 Template = Literal["ai-provider", "code-executor", "policy-sandbox", "integration-test"]
 
@@ -42,7 +45,11 @@ class SandboxConfig(BaseModel):
     @field_validator("memory_limit")
     @classmethod
     def _size(cls, value: str) -> str:
-        parse_size(value)
+        if parse_size(value) < MIN_MEMORY:
+            raise ValueError(
+                f"memory_limit {value!r} is below 6MiB; the engines read 0 as 'no limit' "
+                "and refuse less than 6 MiB"
+            )
         return value
 
     @field_validator("max_duration")

@@ -7,7 +7,7 @@ from typing import Any
 
 import docker
 
-from fluffy.errors import EngineNotFound, EngineTimeout
+from fluffy.errors import EngineNotFound, EngineTimeout, SandboxConfigError
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.runtime import (
     HARDENED,
@@ -32,21 +32,41 @@ class DockerRuntime:
     name = "docker"
     reports_oom = True
 
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, url: str | None = None) -> None:
         self._api = client.api
+        self._url = url
+        self._streaming: docker.APIClient | None = None
+
+    def _stream_api(self) -> docker.APIClient:
+        """A client without a read timeout, for following logs through long silences."""
+        if self._url is None:
+            return self._api
+        if self._streaming is None:
+            with engine_call("connect for log streaming"):
+                self._streaming = docker.APIClient(
+                    base_url=self._url,
+                    version=self._api.api_version,
+                    timeout=None,  # type: ignore[arg-type]  # requests: no read timeout
+                )
+        return self._streaming
 
     def ping(self) -> bool:
         with engine_call("ping the engine"):
             return bool(self._api.ping())
 
     def host_config(self, spec: ContainerSpec) -> dict[str, Any]:
-        check_mounts(spec.mounts)
+        mounts = check_mounts(spec.mounts)
+        if not spec.seccomp_json:
+            raise SandboxConfigError(
+                f"container {spec.name} has no seccomp profile",
+                why="fluffy never falls back to the engine's default profile",
+                fix="Create sandboxes through the container manager.",
+            )
         security_opt = [f"no-new-privileges:{str(HARDENED.no_new_privileges).lower()}"]
         if spec.seccomp_json:
             security_opt.append(f"seccomp={spec.seccomp_json}")
         binds = {
-            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-            for m in spec.mounts
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
         }
         config: dict[str, Any] = self._api.create_host_config(
             binds=binds,  # type: ignore[arg-type]
@@ -122,7 +142,7 @@ class DockerRuntime:
     def wait(self, container_id: str, timeout: float) -> int:
         """The exit code; :class:`EngineTimeout` if still running after ``timeout`` s."""
         with engine_call(f"wait for container {container_id[:12]}"):
-            result = self._api.wait(container_id, timeout=max(1, int(timeout)))
+            result = self._api.wait(container_id, timeout=timeout)  # type: ignore[arg-type]
         return int(result.get("StatusCode", -1))
 
     def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult:
@@ -143,7 +163,7 @@ class DockerRuntime:
                 data = self._api.logs(container_id, stdout=True, stderr=True)
                 yield data.decode("utf-8", "replace")
                 return
-            for chunk in self._api.logs(container_id, stream=True, follow=True):
+            for chunk in self._stream_api().logs(container_id, stream=True, follow=True):
                 yield chunk.decode("utf-8", "replace")
 
     def output(self, container_id: str) -> tuple[str, str]:
@@ -175,11 +195,11 @@ class DockerRuntime:
             for item in found
         ]
 
-    def list_volumes(self, labels: dict[str, str]) -> list[str]:
+    def list_volumes(self, labels: dict[str, str]) -> dict[str, dict[str, str]]:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
         with engine_call("list volumes"):
             found: dict[str, Any] = self._api.volumes(filters=filters)
-        return [str(v["Name"]) for v in found.get("Volumes") or []]
+        return {str(v["Name"]): dict(v.get("Labels") or {}) for v in found.get("Volumes") or []}
 
 
 __all__ = ["DockerRuntime", "EngineTimeout"]

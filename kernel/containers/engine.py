@@ -147,8 +147,12 @@ class Engine:
 def _connect_endpoint(endpoint: Endpoint, timeout: int) -> Engine:
     with engine_call(f"connect to {endpoint.engine} at {endpoint.url}"):
         client = docker.DockerClient(base_url=endpoint.url, version="auto", timeout=timeout)
-    with engine_call(f"query {endpoint.engine} at {endpoint.url}"):
-        version: dict[str, Any] = client.version()
+    try:
+        with engine_call(f"query {endpoint.engine} at {endpoint.url}"):
+            version: dict[str, Any] = client.version()
+    except BaseException:
+        client.close()
+        raise
     components = {c.get("Name", ""): c for c in version.get("Components", []) or []}
     engine: EngineName = "podman" if "Podman Engine" in components else "docker"
     info = EngineInfo(

@@ -17,25 +17,25 @@ def open_runtime(engine: Engine) -> ContainerRuntime:
         from fluffy.kernel.containers.podman_runtime import PodmanRuntime
 
         return PodmanRuntime(engine.info.url)
-    return DockerRuntime(engine.client)
+    return DockerRuntime(engine.client, engine.info.url)
 
 
 def template_images(engine: Engine) -> dict[str, str]:
     """Sandbox template -> current image ref; refuses images that are missing or stale."""
     from fluffy.images.builder import plan_images
-    from fluffy.images.spec import IMAGES
+    from fluffy.images.spec import spec_for_template
+    from fluffy.kernel.containers.config import TEMPLATES
 
     plan = {status.name: status for status in plan_images(engine)}
     images: dict[str, str] = {}
-    for spec in IMAGES:
-        for template in spec.templates:
-            status = plan[spec.name]
-            if status.state != "current":
-                raise ImageNotFound(
-                    f"image {status.ref} for the {template} sandbox is {status.state}",
-                    why="sandboxes run only from images built from this fluffy's sources",
-                )
-            images[template] = status.ref
+    for template in TEMPLATES:
+        status = plan[spec_for_template(template).name]
+        if status.state != "current":
+            raise ImageNotFound(
+                f"image {status.ref} for the {template} sandbox is {status.state}",
+                why="sandboxes run only from images built from this fluffy's sources",
+            )
+        images[template] = status.ref
     return images
 
 

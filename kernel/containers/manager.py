@@ -34,6 +34,7 @@ from fluffy.kernel.containers.runtime import (
     ContainerSpec,
     ContainerStatus,
     Mount,
+    check_mounts,
 )
 from fluffy.paths import state_dir
 from fluffy.seccomp.compile import oci_json
@@ -97,8 +98,10 @@ class ContainerManager:
         self.root = root or state_dir()
         self.host_path = host_path  # kernel path -> path the engine sees (sibling containers)
         self.active: dict[str, Sandbox] = {}
+        for private in (self.root, self.root / "sessions", self.root / "outputs"):
+            private.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private.chmod(0o700)  # output folders below may be 0777 for uid 10001
         self._session_file = self.root / "sessions" / self.session_id
-        self._session_file.parent.mkdir(parents=True, exist_ok=True)
         self._session_file.write_text(str(os.getpid()))
         self._seccomp_paths: dict[str, Path] = {}
 
@@ -135,21 +138,21 @@ class ContainerManager:
                 f"no image for the sandbox template {config.template}",
                 fix="Run `fluffy images build`.",
             ) from None
-        mounts = [Mount(self.host_path(sandbox.output_dir), OUTPUT_TARGET, read_only=False)]
+        mounts = [Mount(sandbox.output_dir, OUTPUT_TARGET, read_only=False)]
         if config.project_dir is not None:
-            project = config.project_dir.resolve()
-            if not project.is_dir():
+            if not config.project_dir.is_dir():
                 raise SandboxConfigError(
-                    f"project directory {project} does not exist",
+                    f"project directory {config.project_dir} does not exist",
                     fix="Pass an existing directory with --project.",
                 )
-            mounts.insert(0, Mount(self.host_path(project), PROJECT_TARGET, read_only=True))
+            mounts.insert(0, Mount(config.project_dir, PROJECT_TARGET, read_only=True))
         if config.kernel_socket_dir is not None:
-            mounts.append(
-                Mount(
-                    self.host_path(config.kernel_socket_dir), KERNEL_SOCKET_TARGET, read_only=True
-                )
-            )
+            mounts.append(Mount(config.kernel_socket_dir, KERNEL_SOCKET_TARGET, read_only=True))
+        # Check the kernel's own paths, then translate them for the engine (siblings).
+        engine_mounts = tuple(
+            Mount(self.host_path(m.source), m.target, m.read_only)
+            for m in check_mounts(tuple(mounts))
+        )
         podman = self.runtime.name == "podman"
         return ContainerSpec(
             name=sandbox.name,
@@ -161,7 +164,7 @@ class ContainerManager:
                 LABEL_SANDBOX: sandbox.sandbox_id,
                 LABEL_TEMPLATE: config.template,
             },
-            mounts=tuple(mounts),
+            mounts=engine_mounts,
             workdir=config.workdir if config.project_dir is not None else "/tmp",  # noqa: S108
             environment=dict(config.environment),
             memory_bytes=config.memory_bytes,
@@ -197,16 +200,20 @@ class ContainerManager:
                 ) from exc
             spec = self._spec(sandbox, config, command)
             sandbox.container_id = self.runtime.create(spec)
-        except FluffyError as exc:
+        except BaseException as exc:
             sandbox.fail(FailureReason.CREATE_FAILED)
             self.destroy(sandbox)
-            raise exc.with_context(f"cannot create sandbox {sandbox.name}") from exc.__cause__
+            if isinstance(exc, FluffyError):
+                raise exc.with_context(f"cannot create sandbox {sandbox.name}") from exc.__cause__
+            raise
         try:
             self.runtime.start(sandbox.container_id)
-        except FluffyError as exc:
+        except BaseException as exc:
             sandbox.fail(FailureReason.START_FAILED)
             self.destroy(sandbox)
-            raise exc.with_context(f"cannot start sandbox {sandbox.name}") from exc.__cause__
+            if isinstance(exc, FluffyError):
+                raise exc.with_context(f"cannot start sandbox {sandbox.name}") from exc.__cause__
+            raise
         sandbox.move(SandboxState.RUNNING)
         return sandbox
 
@@ -234,6 +241,8 @@ class ContainerManager:
         """CLEANUP, step by step (each step runs even if an earlier one failed)."""
         if sandbox.state is SandboxState.DESTROYED:
             return sandbox
+        if sandbox.state is SandboxState.CREATING:  # interrupted while being made
+            sandbox.fail(FailureReason.CREATE_FAILED)
         if sandbox.state is SandboxState.RUNNING:
             sandbox.move(SandboxState.STOPPING)
         if sandbox.state is not SandboxState.CLEANUP:
@@ -273,9 +282,13 @@ class ContainerManager:
         command: list[str],
         *,
         on_output: Callable[[str], None] | None = None,
-        keep_output: bool = False,
+        keep: bool = False,
     ) -> RunOutcome:
-        """Create, run to the end (or the time limit), collect output, destroy."""
+        """Create, run to the end (or the time limit), collect output, destroy.
+
+        ``keep=True`` leaves the sandbox (container and output folder) for the caller to
+        inspect; the caller then calls :meth:`destroy`.
+        """
         sandbox = self.create(config, command)
         assert sandbox.container_id is not None
         container_id = sandbox.container_id
@@ -293,19 +306,12 @@ class ContainerManager:
             self.wait(sandbox, config.max_duration_ms)
             if streamer is not None:
                 streamer.join(timeout=5)
-            stdout, stderr = self._output(container_id)
+            stdout, stderr = self.runtime.output(container_id)
             exit_code = sandbox.exit_code
         finally:
-            if not keep_output:
+            if not keep:
                 self.destroy(sandbox)
         return RunOutcome(sandbox, exit_code, stdout, stderr)
-
-    def _output(self, container_id: str) -> tuple[str, str]:
-        output = getattr(self.runtime, "output", None)
-        if callable(output):
-            result: tuple[str, str] = output(container_id)
-            return result
-        return "".join(self.runtime.logs(container_id)), ""
 
     # -- garbage --------------------------------------------------------------------
     def live_sessions(self) -> set[str]:
@@ -335,8 +341,8 @@ class ContainerManager:
                 report.containers.append(state.id)
             except FluffyError as exc:
                 report.errors.append(f"container {state.id[:12]}: {exc}")
-        for name in self.runtime.list_volumes({LABEL_MANAGED: "1"}):
-            if any(name.startswith(f"fluffy-{s}-") for s in live):
+        for name, labels in self.runtime.list_volumes({LABEL_MANAGED: "1"}).items():
+            if labels.get(LABEL_SESSION, "") in live:
                 continue
             try:
                 self.runtime.remove_volume(name)

@@ -142,9 +142,9 @@ class MemoryRuntime:
             if all(c.spec.labels.get(k) == v for k, v in labels.items())
         ]
 
-    def list_volumes(self, labels: dict[str, str]) -> list[str]:
-        return [
-            name
+    def list_volumes(self, labels: dict[str, str]) -> dict[str, dict[str, str]]:
+        return {
+            name: dict(have)
             for name, have in self.volumes.items()
             if all(have.get(k) == v for k, v in labels.items())
-        ]
+        }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from fluffy.errors import EngineNotFound
+from fluffy.errors import EngineNotFound, SandboxConfigError
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.runtime import (
     HARDENED,
@@ -66,10 +66,10 @@ class PodmanRuntime:
             return bool(self._client.ping())
 
     def create(self, spec: ContainerSpec) -> str:
-        check_mounts(spec.mounts)
+        checked = check_mounts(spec.mounts)
         mounts: list[dict[str, Any]] = [
             {"type": "bind", "source": str(m.source), "target": m.target, "read_only": m.read_only}
-            for m in spec.mounts
+            for m in checked
         ]
         for target, options in spec.tmpfs.items():
             mounts.append(
@@ -80,9 +80,13 @@ class PodmanRuntime:
                     "options": options.split(","),
                 }
             )
-        kwargs: dict[str, Any] = {}
-        if spec.seccomp_path is not None:
-            kwargs["seccomp_profile_path"] = str(spec.seccomp_path)
+        if spec.seccomp_path is None:
+            raise SandboxConfigError(
+                f"container {spec.name} has no seccomp profile",
+                why="fluffy never falls back to the engine's default profile",
+                fix="Create sandboxes through the container manager.",
+            )
+        kwargs: dict[str, Any] = {"seccomp_profile_path": str(spec.seccomp_path)}
         with engine_call(f"create container {spec.name} from {spec.image}"):
             container = self._client.containers.create(
                 spec.image,
@@ -98,6 +102,7 @@ class PodmanRuntime:
                 no_new_privileges=HARDENED.no_new_privileges,
                 cap_drop=["ALL"] if HARDENED.cap_drop_all else [],
                 mem_limit=spec.memory_bytes,
+                memswap_limit=spec.memory_bytes,  # no swap beyond the limit (as on Docker)
                 nano_cpus=spec.nano_cpus,
                 pids_limit=spec.pids_limit,
                 ipc_mode="private",
@@ -158,9 +163,7 @@ class PodmanRuntime:
     def wait(self, container_id: str, timeout: float) -> int:
         container = self._get(container_id)
         with engine_call(f"wait for container {container_id[:12]}"):
-            return int(
-                container.wait(condition=["exited", "stopped"], timeout=max(1, int(timeout)))
-            )
+            return int(container.wait(condition=["exited", "stopped"], timeout=timeout))
 
     def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult:
         container = self._get(container_id)
@@ -204,7 +207,8 @@ class PodmanRuntime:
             found = self._client.containers.list(all=True, filters=filters)
         return [_listed_state(c.attrs) for c in found]
 
-    def list_volumes(self, labels: dict[str, str]) -> list[str]:
+    def list_volumes(self, labels: dict[str, str]) -> dict[str, dict[str, str]]:
         filters = [f"label={k}={v}" for k, v in labels.items()]  # podman SDK's list form
         with engine_call("list volumes"):
-            return [str(v.name) for v in self._client.volumes.list(filters=filters)]
+            found = self._client.volumes.list(filters=filters)
+        return {str(v.name): dict(v.attrs.get("Labels") or {}) for v in found}

@@ -132,21 +132,34 @@ class ContainerRuntime(Protocol):
 
     def logs(self, container_id: str, *, follow: bool = False) -> Iterator[str]: ...
 
+    def output(self, container_id: str) -> tuple[str, str]: ...
+
     def create_volume(self, name: str, labels: dict[str, str]) -> str: ...
 
     def remove_volume(self, name: str) -> None: ...
 
     def list_containers(self, labels: dict[str, str]) -> list[ContainerState]: ...
 
-    def list_volumes(self, labels: dict[str, str]) -> list[str]: ...
+    def list_volumes(self, labels: dict[str, str]) -> dict[str, dict[str, str]]:
+        """Volume name -> labels."""
+        ...
 
 
 #: Paths whose presence in a sandbox would hand it the engine (or the host).
 _FORBIDDEN_SOURCES = ("/var/run", "/run", "/proc", "/sys", "/dev", "/etc", "/boot")
 
 
-def check_mounts(mounts: tuple[Mount, ...]) -> None:
-    """Refuse mounts that could expose the engine socket or the host's system folders."""
+def check_mounts(mounts: tuple[Mount, ...]) -> tuple[Mount, ...]:
+    """Refuse mounts that could expose the engine socket or the host's system folders.
+
+    Returns the mounts with their sources resolved (symlinks followed), which is what
+    must be handed to the engine: checking one path and mounting another is a TOCTOU.
+    The check sees this process's file system; the manager runs it on its own paths
+    before translating them for sibling containers.  It cannot see sockets *inside* a
+    mounted project folder: sandboxes run as uid 10001, which cannot use a socket it has
+    no write permission on, and the escape probe looks for engine sockets.
+    """
+    checked: list[Mount] = []
     for mount in mounts:
         source = mount.source
         if not source.is_absolute():
@@ -176,3 +189,5 @@ def check_mounts(mounts: tuple[Mount, ...]) -> None:
                 f"mount target {mount.target!r} is not allowed",
                 fix="Mount at /workspace, /output or another absolute, non-system path.",
             )
+        checked.append(Mount(resolved, mount.target, mount.read_only))
+    return tuple(checked)

@@ -185,6 +185,11 @@ class _Connection(asyncio.Protocol):
             return
         self.arm(self.limits.handshake_deadline_s, "handshake")
 
+    def eof_received(self) -> bool:
+        if self.transport is not None:
+            self.transport.close()
+        return False
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.reader.pending and not self.closing:
             self.server.count("ipc.frame_truncated")  # the peer hung up inside a frame
@@ -205,11 +210,23 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def fail(self, error: IpcError, message_id: str = "") -> None:
-        """Send one structured error, then close (used when the stream cannot go on)."""
+        """Send one structured error, then close (used when the stream cannot go on).
+
+        The write side is shut first and whatever the peer still sends is discarded for a
+        moment, so that the peer reads the error instead of a connection reset.
+        """
         self.server.count(error.code)
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(error_response(message_id, error))
-        self.close()
+        transport = self.transport
+        self.closing = True
+        self.disarm()
+        if transport is None or transport.is_closing():
+            return
+        transport.write(error_response(message_id, error))
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.deadline = asyncio.get_running_loop().call_later(1.0, transport.abort)
+        else:
+            transport.close()
 
     # -- deadlines -----------------------------------------------------------------
     def arm(self, seconds: float, what: str) -> None:
@@ -230,20 +247,25 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        progressed = False
         try:
             for payload in self.reader.feed(data):
+                progressed = True
                 self.handle(payload)
                 if self.is_closing():
                     return
         except IpcError as error:  # framing broken: cannot resynchronise
             self.fail(error)
             return
+        except Exception:  # a bug in the server must cost one connection, never the kernel
+            log.exception("IPC connection failed")
+            self.fail(InternalError("the kernel could not process this connection's input"))
+            return
         if self.context is not None:
-            if self.reader.pending:
-                if self.deadline is None:
-                    self.arm(self.limits.frame_deadline_s, "request")
-            else:
+            if not self.reader.pending:
                 self.disarm()
+            elif self.deadline is None or progressed:  # the deadline is per frame
+                self.arm(self.limits.frame_deadline_s, "request")
 
     def handle(self, payload: bytes) -> None:
         if self.context is None:
@@ -393,10 +415,20 @@ def _guess_id(payload: bytes) -> str:
 
     try:
         data = msgspec.json.decode(payload)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return ""
     value = data.get("id") if isinstance(data, dict) else None
-    return value if isinstance(value, str) and 0 < len(value) <= 128 else ""
+    if not isinstance(value, str) or not 0 < len(value) <= 128 or not _utf8(value):
+        return ""
+    return value
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a "\ud800" escape
+        return False
+    return True
 
 
 AsyncHandler = Callable[[CallContext, Any], Awaitable[Any]]

@@ -97,7 +97,7 @@ def test_what_the_template_allows_still_works(sandbox_manager: ContainerManager)
         "python3 -m pytest -q -p no:cacheprovider > /output/report.txt; echo done"
     )
     config = template_config("code-executor", project_dir=PROJECT, max_duration="60s")
-    outcome = sandbox_manager.run(config, ["sh", "-c", script], keep_output=True)
+    outcome = sandbox_manager.run(config, ["sh", "-c", script], keep=True)
     try:
         assert outcome.exit_code == 0, outcome.stderr
         assert "3 passed" in (outcome.sandbox.output_dir / "report.txt").read_text()

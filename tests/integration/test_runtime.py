@@ -8,7 +8,12 @@ from pathlib import Path
 
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.containers.runtime import LABEL_MANAGED, LABEL_SANDBOX, ContainerStatus
+from fluffy.kernel.containers.runtime import (
+    LABEL_MANAGED,
+    LABEL_SANDBOX,
+    LABEL_SESSION,
+    ContainerStatus,
+)
 
 
 def test_pause_resume_exec_logs_kill(sandbox_manager: ContainerManager) -> None:
@@ -43,7 +48,7 @@ def test_pause_resume_exec_logs_kill(sandbox_manager: ContainerManager) -> None:
 def test_volumes_carry_labels_and_are_removed(sandbox_manager: ContainerManager) -> None:
     runtime = sandbox_manager.runtime
     name = f"fluffy-{sandbox_manager.session_id}-testvol"
-    runtime.create_volume(name, {LABEL_MANAGED: "1"})
+    runtime.create_volume(name, {LABEL_MANAGED: "1", LABEL_SESSION: sandbox_manager.session_id})
     assert name in runtime.list_volumes({LABEL_MANAGED: "1"})
     runtime.remove_volume(name)
     assert name not in runtime.list_volumes({LABEL_MANAGED: "1"})

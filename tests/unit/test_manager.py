@@ -108,6 +108,7 @@ def test_create_failure_is_failed_cleaned_and_raised_with_context(
 
 def test_unwritable_state_folder_is_a_clear_error(runtime: MemoryRuntime, tmp_path: Path) -> None:
     manager = ContainerManager(runtime, IMAGES, session_id="s9", root=tmp_path)
+    (tmp_path / "outputs").rmdir()
     (tmp_path / "outputs").write_text("a file where the folder should be")
     with pytest.raises(SandboxConfigError) as info:
         manager.create(template_config("code-executor"), ["true"])
@@ -219,7 +220,8 @@ def test_garbage_of_a_dead_session_is_removed_and_live_ones_kept(
     root = tmp_path / "state"
     crashed = ContainerManager(runtime, IMAGES, session_id="dead", root=root)
     orphan = crashed.create(template_config("code-executor"), ["sleep", "1"])
-    runtime.create_volume("fluffy-dead-vol", {LABEL_MANAGED: "1"})
+    runtime.create_volume("fluffy-dead-vol", {LABEL_MANAGED: "1", LABEL_SESSION: "dead"})
+    runtime.create_volume("fluffy-live-vol", {LABEL_MANAGED: "1", LABEL_SESSION: "live"})
     (root / "sessions" / "dead").write_text("999999999")  # a pid that cannot exist
     current = ContainerManager(runtime, IMAGES, session_id="live", root=root)
     mine = current.create(template_config("code-executor"), ["sleep", "1"])
@@ -241,3 +243,43 @@ def test_output_dir_belongs_to_the_sandbox_user(manager: ContainerManager) -> No
     else:
         assert info.st_mode & 0o777 == 0o777
     manager.destroy(sandbox)
+
+
+@pytest.mark.parametrize("size", ["0", "0MiB", "0.5", "5MiB"])
+def test_memory_limits_that_would_mean_unlimited_are_refused(size: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        template_config("code-executor", memory_limit=size)
+
+
+def test_runtimes_refuse_a_container_without_a_seccomp_profile() -> None:
+    import docker
+
+    from fluffy.kernel.containers.docker_runtime import DockerRuntime
+
+    client = docker.DockerClient(base_url="unix:///nonexistent.sock", version="1.41")
+    spec = ContainerSpec(name="x", image="i", command=["true"], labels={})
+    with pytest.raises(SandboxConfigError) as info:
+        DockerRuntime(client).host_config(spec)
+    assert "no seccomp profile" in info.value.what
+    client.close()
+
+
+def test_an_unexpected_exception_still_cleans_up(runtime: MemoryRuntime, tmp_path: Path) -> None:
+    manager = ContainerManager(runtime, IMAGES, session_id="s7", root=tmp_path)
+
+    def explode(spec: ContainerSpec) -> Behaviour:
+        raise ValueError("bug in a runtime")
+
+    runtime.behave = explode
+    with pytest.raises(ValueError):
+        manager.create(template_config("code-executor"), ["true"])
+    assert manager.active == {}
+    assert list((tmp_path / "outputs" / "s7").iterdir()) == []
+    manager.close()
+
+
+def test_state_folders_are_private(manager: ContainerManager) -> None:
+    for folder in (manager.root, manager.root / "sessions", manager.root / "outputs"):
+        assert folder.stat().st_mode & 0o777 == 0o700

@@ -145,3 +145,37 @@ def test_without_a_filter_the_probe_would_succeed(tmp_path: Path) -> None:
         del os.environ["FLUFFY_PROBE_TMP"]
     assert got["thread"] == got["fork"] == got["socket_inet"] == got["setuid_self"] == "ok"
     assert got["clone3"] != "ENOSYS" or sys.platform != "linux"
+
+
+TSYNC_SCRIPT = r"""
+import ctypes, errno, threading
+from fluffy.seccomp.compile import build_filter
+libc = ctypes.CDLL(None, use_errno=True)
+result = []
+started, go = threading.Event(), threading.Event()
+def worker():
+    started.set(); go.wait(5)
+    ctypes.set_errno(0)
+    rc = libc.syscall(110 if __import__("platform").machine() == "x86_64" else 173)  # getppid
+    result.append("EPERM" if rc == -1 and ctypes.get_errno() == errno.EPERM else "allowed")
+t = threading.Thread(target=worker); t.start(); started.wait(5)
+build_filter("standard", extra_deny=("getppid",)).load()
+go.set(); t.join(5)
+print(result[0])
+"""
+
+
+def test_a_tighter_filter_covers_threads_that_already_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", TSYNC_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "EPERM"
+
+
+def test_strict_refuses_unnamed_tmpfiles_in_the_oci_profile_too() -> None:
+    from fluffy.seccomp.rules import O_TMPFILE
+
+    strict = to_oci("strict")["syscalls"]
+    masks = [a["value"] for e in strict if e["names"] == ["openat"] for a in e["args"]]
+    assert masks and all(mask & O_TMPFILE for mask in masks)

@@ -1,0 +1,386 @@
+"""The kernel's IPC server on real Unix sockets: protocol, concurrency, hostile input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from fluffy.errors import (
+    ConnectionClosed,
+    DuplicateId,
+    HandshakeRequired,
+    InvalidPayload,
+    UnknownMethod,
+    VersionUnsupported,
+)
+from fluffy.ipc.client import AsyncClient, SyncClient
+from fluffy.ipc.protocol import HEADER, SUPPORTED_API_VERSIONS, encode
+from fluffy.kernel.ipc.methods import default_methods
+from fluffy.kernel.ipc.server import CallContext, KernelServer, Limits
+
+T = TypeVar("T")
+
+
+def run(coro: Awaitable[T]) -> T:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def slow(context: CallContext, params: Any) -> Any:
+    await asyncio.sleep(float(params["seconds"]))
+    return params["tag"]
+
+
+async def events(context: CallContext, params: Any) -> str:
+    for n in range(3):
+        context.send_event("test.tick", {"n": n})
+    return "sent"
+
+
+def boom(context: CallContext, params: Any) -> None:
+    raise RuntimeError("secret internal detail")
+
+
+METHODS = {**default_methods(), "test.slow": slow, "test.events": events, "test.boom": boom}
+
+
+async def start(tmp: Path, **limits: Any) -> tuple[KernelServer, str]:
+    server = KernelServer(METHODS, Limits(**limits))
+    path = tmp / "run" / "kernel.sock"
+    await server.listen(path)
+    return server, str(path)
+
+
+def handshake(version: int = SUPPORTED_API_VERSIONS[1]) -> bytes:
+    return encode(
+        {
+            "type": "handshake",
+            "plugin_name": "t",
+            "plugin_version": "1",
+            "syscall_api_version": version,
+        }
+    )
+
+
+async def raw(path: str, *frames: bytes, read: int = 1) -> list[dict[str, Any]]:
+    """Send raw bytes; read ``read`` frames back (stops early at EOF)."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    for frame in frames:
+        writer.write(frame)
+    await writer.drain()
+    out: list[dict[str, Any]] = []
+    try:
+        for _ in range(read):
+            header = await asyncio.wait_for(reader.readexactly(4), 5)
+            (length,) = HEADER.unpack(header)
+            out.append(json.loads(await reader.readexactly(length)))
+    except asyncio.IncompleteReadError:
+        pass
+    writer.close()
+    return out
+
+
+async def closed(path: str, *frames: bytes) -> bool:
+    """Whether the server closes the connection after ``frames`` (and their answers)."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    for frame in frames:
+        writer.write(frame)
+    try:
+        data = await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+    return data is not None
+
+
+def test_handshake_then_ping(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        client = await AsyncClient.connect(path, plugin_name="tester")
+        assert (
+            client.ack is not None
+            and client.ack.negotiated_api_version == SUPPORTED_API_VERSIONS[1]
+        )
+        pong = await client.call("kernel.ping")
+        assert pong["pong"] is True
+        assert pong["identity"]["peer_pid"] == os.getpid()
+        assert pong["identity"]["peer_uid"] == os.getuid()
+        assert pong["identity"]["binding"] == "cli" and pong["identity"]["plugin_name"] == "tester"
+        await client.close()
+        await server.close()
+        assert server.stats["handshakes"] == 1 and server.stats["requests"] == 1
+
+    run(main())
+
+
+def test_many_concurrent_requests_on_one_connection_are_correlated(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        client = await AsyncClient.connect(path)
+        calls = [
+            client.call("test.slow", {"seconds": (50 - n) / 1000, "tag": n}) for n in range(50)
+        ]
+        started = time.monotonic()
+        assert await asyncio.gather(*calls) == list(range(50))
+        assert time.monotonic() - started < 1.0  # concurrent, not 50 sleeps in a row
+        await client.close()
+        await server.close()
+
+    run(main())
+
+
+def test_server_pushes_events(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        client = await AsyncClient.connect(path)
+        assert await client.call("test.events") == "sent"
+        ticks = [await asyncio.wait_for(client.events.get(), 2) for _ in range(3)]
+        assert [t.params["n"] for t in ticks] == [0, 1, 2]
+        assert all(t.type == "event" and t.method == "test.tick" for t in ticks)
+        await client.close()
+        await server.close()
+
+    run(main())
+
+
+def test_unknown_method_runs_nothing_and_keeps_serving(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        client = await AsyncClient.connect(path)
+        with pytest.raises(UnknownMethod) as info:
+            await client.call("fs.format_disk")
+        assert "kernel.ping" in str(info.value)
+        assert (await client.call("kernel.ping"))["pong"] is True
+        await client.close()
+        await server.close()
+        assert server.stats["ipc.unknown_method"] == 1
+
+    run(main())
+
+
+def test_handler_failures_are_structured_and_do_not_leak(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        client = await AsyncClient.connect(path)
+        with pytest.raises(Exception) as info:
+            await client.call("test.boom")
+        assert getattr(info.value, "wire_code", "") == "ipc.internal"
+        assert "secret internal detail" not in str(info.value)
+        assert (await client.call("kernel.ping"))["pong"] is True
+        await client.close()
+        await server.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        (
+            [encode({"id": "1", "type": "request", "method": "kernel.ping"})],
+            "ipc.handshake_required",
+        ),
+        ([b"\x00\x00\x00\x02{}"], "ipc.handshake_required"),
+        ([handshake(99)], "ipc.version_unsupported"),
+        ([handshake(-1)], "ipc.version_unsupported"),
+        ([HEADER.pack(0)], "ipc.frame_empty"),
+        ([handshake(), HEADER.pack(0)], "ipc.frame_empty"),
+        ([HEADER.pack(64 * 1024 * 1024)], "ipc.frame_too_large"),
+    ],
+)
+def test_fatal_input_gets_one_structured_error_then_close(
+    tmp_path: Path, frames: list[bytes], code: str
+) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        answers = await raw(path, *frames, read=3)
+        assert answers[-1]["error"]["code"] == code
+        assert answers[-1]["type"] == "response"
+        if code == "ipc.version_unsupported":
+            low, high = SUPPORTED_API_VERSIONS
+            assert f"{low} to {high}" in answers[-1]["error"]["message"]
+        assert len(answers) <= 2  # nothing after the error: closed
+        # others are still served
+        with_client = await AsyncClient.connect(path)
+        assert (await with_client.call("kernel.ping"))["pong"] is True
+        await with_client.close()
+        await server.close()
+        assert server.stats[code] >= 1
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"not json",
+        b"\xff\xfe\xfd",
+        b'{"id": 5, "type": "request", "method": "kernel.ping"}',
+        b'{"type": "request", "method": "kernel.ping"}',
+        b'{"id": "x", "type": "response"}',
+        b'{"id": "x", "type": "request"}',
+        b"[1, 2, 3]",
+    ],
+)
+def test_bad_payloads_get_an_error_and_the_connection_goes_on(
+    tmp_path: Path, payload: bytes
+) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
+        answers = await raw(path, handshake(), HEADER.pack(len(payload)) + payload, ping, read=3)
+        assert answers[1]["error"]["code"] == "ipc.invalid_payload"
+        assert answers[2]["id"] == "p" and answers[2]["result"]["pong"] is True
+        await server.close()
+
+    run(main())
+
+
+def test_duplicate_in_flight_id_is_refused(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        request = encode(
+            {
+                "id": "same",
+                "type": "request",
+                "method": "test.slow",
+                "params": {"seconds": 0.2, "tag": "first"},
+            }
+        )
+        answers = await raw(path, handshake(), request, request, read=3)
+        assert answers[1]["error"]["code"] == DuplicateId.code
+        assert answers[2]["result"] == "first"
+        await server.close()
+
+    run(main())
+
+
+def test_slow_writer_hits_the_frame_deadline(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path, frame_deadline_s=0.3)
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(handshake())
+        writer.write(HEADER.pack(100) + b'{"id":')  # ... and never the rest
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 3)
+        assert b"ipc.read_timeout" in data
+        writer.close()
+        assert server.stats["ipc.read_timeout"] == 1
+        await server.close()
+
+    run(main())
+
+
+def test_silent_connection_must_handshake_in_time(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path, handshake_deadline_s=0.3)
+        reader, writer = await asyncio.open_unix_connection(path)
+        data = await asyncio.wait_for(reader.read(), 3)
+        assert b"ipc.read_timeout" in data
+        writer.close()
+        await server.close()
+
+    run(main())
+
+
+def test_truncated_frame_is_counted_and_the_server_goes_on(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        await raw(path, handshake(), HEADER.pack(50) + b'{"id"', read=1)
+        await asyncio.sleep(0.05)
+        assert server.stats["ipc.frame_truncated"] == 1
+        client = await AsyncClient.connect(path)
+        assert (await client.call("kernel.ping"))["pong"] is True
+        await client.close()
+        await server.close()
+
+    run(main())
+
+
+def test_connection_limit_refuses_the_extra_and_serves_the_rest(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path, max_connections=50)
+        idle = [await asyncio.open_unix_connection(path) for _ in range(50)]
+        answers = await raw(path, read=1)
+        assert answers[0]["error"]["code"] == "ipc.too_many_connections"
+        for _, writer in idle[:10]:
+            writer.close()
+        await asyncio.sleep(0.05)
+        client = await AsyncClient.connect(path)
+        assert (await client.call("kernel.ping"))["pong"] is True
+        await client.close()
+        for _, writer in idle[10:]:
+            writer.close()
+        await server.close()
+
+    run(main())
+
+
+def test_peer_uid_not_allowed_is_rejected(tmp_path: Path) -> None:
+    async def main() -> None:
+        server = KernelServer(METHODS)
+        path = tmp_path / "s" / "k.sock"
+        await server.listen(path, allowed_uids=frozenset({os.getuid() + 4242}))
+        answers = await raw(str(path), handshake(), read=2)
+        assert answers[0]["error"]["code"] == "ipc.peer_rejected"
+        await server.close()
+
+    run(main())
+
+
+def test_socket_is_0600_in_a_0700_folder(tmp_path: Path) -> None:
+    async def main() -> None:
+        folder = tmp_path / "loose"
+        folder.mkdir(mode=0o755)
+        folder.chmod(0o755)
+        server = KernelServer(METHODS)
+        await server.listen(folder / "k.sock")
+        assert stat.S_IMODE((folder / "k.sock").stat().st_mode) == 0o600
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        await server.close()
+        assert not (folder / "k.sock").exists()
+
+    run(main())
+
+
+def test_sync_client_for_scripts_and_health_checks(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        loop = asyncio.get_running_loop()
+
+        def blocking() -> None:
+            with SyncClient(path, timeout=5) as client:
+                assert client.call("kernel.ping")["pong"] is True
+                with pytest.raises(UnknownMethod):
+                    client.call("nope")
+            with pytest.raises(VersionUnsupported):
+                SyncClient(path, api_version=999)
+
+        await loop.run_in_executor(None, blocking)
+        await server.close()
+
+    run(main())
+
+
+def test_sync_client_sees_a_closed_server(tmp_path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    path = tmp_path / "half.sock"
+    sock.bind(str(path))
+    sock.listen(1)
+    with pytest.raises((ConnectionClosed, OSError)):
+        SyncClient(str(path), timeout=0.5)
+    sock.close()
+
+
+def test_errors_raised_by_clients_keep_their_codes() -> None:
+    assert {HandshakeRequired.code, InvalidPayload.code} <= {
+        "ipc.handshake_required",
+        "ipc.invalid_payload",
+    }
