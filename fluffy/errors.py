@@ -243,6 +243,7 @@ class TooManyConnections(IpcError):
 class PeerRejected(IpcError):
     code = "ipc.peer_rejected"
     default_why = "the peer's credentials (SO_PEERCRED) are not allowed on this socket"
+    default_fix = "Connect as the user this socket serves (a sandbox's socket serves that sandbox)."
 
 
 class ConnectionClosed(IpcError):

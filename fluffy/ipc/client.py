@@ -16,6 +16,7 @@ from typing import Any
 
 from fluffy.errors import ConnectionClosed, IpcError, all_error_classes
 from fluffy.ipc.protocol import (
+    CONNECTION_ID,
     CURRENT_API_VERSION,
     DEFAULT_MAX_FRAME,
     HEADER,
@@ -106,6 +107,15 @@ class AsyncClient:
                 self.on_event(message)
             else:
                 self.events.put_nowait(message)
+            return
+        if message.id == CONNECTION_ID and message.error is not None:
+            for pending in list(self.pending.values()):  # the kernel closes: all fail
+                if not pending.done():
+                    try:
+                        raise_error(message.error)
+                    except IpcError as exc:
+                        pending.set_exception(exc)
+            self.pending.clear()
             return
         future = self.pending.pop(message.id, None)
         if future is None or future.done():

@@ -21,6 +21,10 @@ from fluffy.errors import FrameEmpty, FrameTooLarge, InvalidPayload, IpcError
 HEADER = struct.Struct(">I")
 #: Default largest payload a peer may send (bytes); larger frames are refused unread.
 DEFAULT_MAX_FRAME = 4 * 1024 * 1024
+#: Ids of responses that answer no request: an error about the connection itself (then
+#: the server closes it), and an error about a request whose id could not be read.
+CONNECTION_ID = "connection"
+UNKNOWN_ID = "unknown"
 #: Syscall API versions: the kernel speaks [current - 1, current] (design: Version
 #: Compatibility).  v0 is the floor of the window in the first release.
 CURRENT_API_VERSION = 1

@@ -37,9 +37,11 @@ from fluffy.errors import (
     UnknownMethod,
 )
 from fluffy.ipc.protocol import (
+    CONNECTION_ID,
     DEFAULT_MAX_FRAME,
     KERNEL_VERSION,
     SUPPORTED_API_VERSIONS,
+    UNKNOWN_ID,
     FrameReader,
     HandshakeResponse,
     IpcMessage,
@@ -75,10 +77,19 @@ class CallContext:
     server: KernelServer
     connection: _Connection
 
+    _container_id: str | None = None
+    _container_known: bool = False
+
     @property
     def container_id(self) -> str | None:
-        """The container of the peer's pid, where the pid is visible (not across pid ns)."""
-        return container_of_pid(self.peer.pid)
+        """The container of the peer's pid, where the pid is visible (not across pid ns).
+
+        Read once per connection: a connection's peer process does not change.
+        """
+        if not self._container_known:
+            self._container_id = container_of_pid(self.peer.pid)
+            self._container_known = True
+        return self._container_id
 
     def send_event(self, method: str, params: Any = None) -> None:
         self.connection.send_event(method, params)
@@ -112,8 +123,13 @@ class KernelServer:
         mode: int = 0o600,
         owner: tuple[int, int] | None = None,
     ) -> Listener:
-        """Listen on ``path``; every connection there gets ``binding`` as its identity."""
-        _private_dir(path.parent)
+        """Listen on ``path``; every connection there gets ``binding`` as its identity.
+
+        ``owner`` gives the socket (and accepts its folder) to another uid: a sandbox's
+        own socket belongs to the sandbox user, in a 0700 folder of that user, inside the
+        kernel's private state folder.
+        """
+        _private_dir(path.parent, owner[0] if owner else None)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         loop = asyncio.get_running_loop()
@@ -209,7 +225,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def fail(self, error: IpcError, message_id: str = "") -> None:
+    def fail(self, error: IpcError, message_id: str = CONNECTION_ID) -> None:
         """Send one structured error, then close (used when the stream cannot go on).
 
         The write side is shut first and whatever the peer still sends is discarded for a
@@ -296,7 +312,7 @@ class _Connection(asyncio.Protocol):
         try:
             version = negotiate(request.syscall_api_version)
         except IpcError as error:
-            self.fail(error, "handshake")
+            self.fail(error)
             return
         self.disarm()
         self.context = CallContext(
@@ -393,13 +409,13 @@ class _Connection(asyncio.Protocol):
         )
 
 
-def _private_dir(folder: Path) -> None:
-    """The socket's folder must be 0700 and ours (other local users cannot even reach it)."""
+def _private_dir(folder: Path, owner: int | None = None) -> None:
+    """The socket's folder must be 0700 and ours, or the socket owner's (a sandbox's)."""
     from fluffy.errors import ConfigError
 
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     info = folder.stat()
-    if info.st_uid != os.geteuid():
+    if info.st_uid not in (os.geteuid(), owner):
         raise ConfigError(
             f"the socket folder {folder} belongs to uid {info.st_uid}, not to the kernel",
             why="another user could replace or reach the kernel's socket",
@@ -416,10 +432,10 @@ def _guess_id(payload: bytes) -> str:
     try:
         data = msgspec.json.decode(payload)
     except (msgspec.DecodeError, UnicodeDecodeError):
-        return ""
+        return UNKNOWN_ID
     value = data.get("id") if isinstance(data, dict) else None
     if not isinstance(value, str) or not 0 < len(value) <= 128 or not _utf8(value):
-        return ""
+        return UNKNOWN_ID
     return value
 
 
