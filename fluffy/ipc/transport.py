@@ -16,6 +16,7 @@ import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 _UCRED = struct.Struct("3i")
 _CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
@@ -28,11 +29,24 @@ class PeerIdentity:
     gid: int
 
 
+class PeerCredentials(Protocol):
+    """How a platform tells who is on the other end of a connection (design:
+    ``IpcTransport.getPeerIdentity``).  Linux: SO_PEERCRED.  macOS (LOCAL_PEERCRED) and
+    Windows (GetNamedPipeClientProcessId) would be further implementations."""
+
+    def __call__(self, sock: socket.socket) -> PeerIdentity: ...
+
+
+def linux_peer_credentials(sock: socket.socket) -> PeerIdentity:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return PeerIdentity(pid, uid, gid)
+
+
 def peer_identity(sock: socket.socket) -> PeerIdentity:
+    """The platform's peer credentials for ``sock``."""
     if sys.platform.startswith("linux"):
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-        pid, uid, gid = _UCRED.unpack(raw)
-        return PeerIdentity(pid, uid, gid)
+        return linux_peer_credentials(sock)
     raise NotImplementedError(  # pragma: no cover - fluffy's kernel runs on Linux
         f"peer credentials on {sys.platform} (LOCAL_PEERCRED / named pipes) are not implemented"
     )

@@ -7,7 +7,7 @@ from typing import Any
 
 import docker
 
-from fluffy.errors import EngineNotFound, EngineTimeout, SandboxConfigError
+from fluffy.errors import EngineNotFound, EngineTimeout
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.runtime import (
     HARDENED,
@@ -16,6 +16,7 @@ from fluffy.kernel.containers.runtime import (
     ContainerStatus,
     ExecResult,
     check_mounts,
+    missing_profile,
 )
 
 
@@ -57,11 +58,7 @@ class DockerRuntime:
     def host_config(self, spec: ContainerSpec) -> dict[str, Any]:
         mounts = check_mounts(spec.mounts)
         if not spec.seccomp_json:
-            raise SandboxConfigError(
-                f"container {spec.name} has no seccomp profile",
-                why="fluffy never falls back to the engine's default profile",
-                fix="Create sandboxes through the container manager.",
-            )
+            raise missing_profile(spec)
         security_opt = [f"no-new-privileges:{str(HARDENED.no_new_privileges).lower()}"]
         if spec.seccomp_json:
             security_opt.append(f"seccomp={spec.seccomp_json}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from fluffy.errors import EngineNotFound, SandboxConfigError
+from fluffy.errors import EngineNotFound
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.runtime import (
     HARDENED,
@@ -18,6 +18,7 @@ from fluffy.kernel.containers.runtime import (
     ContainerStatus,
     ExecResult,
     check_mounts,
+    missing_profile,
 )
 
 _STATUS = {
@@ -81,11 +82,7 @@ class PodmanRuntime:
                 }
             )
         if spec.seccomp_path is None:
-            raise SandboxConfigError(
-                f"container {spec.name} has no seccomp profile",
-                why="fluffy never falls back to the engine's default profile",
-                fix="Create sandboxes through the container manager.",
-            )
+            raise missing_profile(spec)
         kwargs: dict[str, Any] = {"seccomp_profile_path": str(spec.seccomp_path)}
         with engine_call(f"create container {spec.name} from {spec.image}"):
             container = self._client.containers.create(

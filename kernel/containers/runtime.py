@@ -145,6 +145,15 @@ class ContainerRuntime(Protocol):
         ...
 
 
+def missing_profile(spec: ContainerSpec) -> SandboxConfigError:
+    """The error every runtime raises for a spec without its seccomp profile."""
+    return SandboxConfigError(
+        f"container {spec.name} has no seccomp profile",
+        why="fluffy never falls back to the engine's default profile",
+        fix="Create sandboxes through the container manager.",
+    )
+
+
 #: Paths whose presence in a sandbox would hand it the engine (or the host).
 _FORBIDDEN_SOURCES = ("/var/run", "/run", "/proc", "/sys", "/dev", "/etc", "/boot")
 

@@ -51,7 +51,7 @@ from fluffy.ipc.protocol import (
     error_response,
     negotiate,
 )
-from fluffy.ipc.transport import PeerIdentity, container_of_pid, peer_identity
+from fluffy.ipc.transport import PeerCredentials, PeerIdentity, container_of_pid, peer_identity
 
 log = logging.getLogger("fluffy.kernel.ipc")
 
@@ -113,6 +113,7 @@ class KernelServer:
     stats: collections.Counter[str] = field(default_factory=collections.Counter)
     listeners: list[Listener] = field(default_factory=list)
     connections: set[_Connection] = field(default_factory=set)
+    credentials: PeerCredentials = peer_identity
 
     async def listen(
         self,
@@ -195,7 +196,7 @@ class _Connection(asyncio.Protocol):
         server.connections.add(self)
         sock: socket.socket | None = transport.get_extra_info("socket")
         if sock is not None:
-            self.peer = peer_identity(sock)
+            self.peer = self.server.credentials(sock)
         if self.allowed is not None and self.peer.uid not in self.allowed:
             self.fail(PeerRejected(f"uid {self.peer.uid} may not use this socket"))
             return

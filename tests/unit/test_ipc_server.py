@@ -384,3 +384,51 @@ def test_errors_raised_by_clients_keep_their_codes() -> None:
         "ipc.handshake_required",
         "ipc.invalid_payload",
     }
+
+
+def test_thousands_of_idle_connections_meet_the_limit_and_ping_still_works(
+    tmp_path: Path,
+) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * 2200 + 100  # both ends of every connection live in this process
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    total = min(2200, (min(wanted, hard) - 100) // 2)
+
+    async def main() -> None:
+        server, path = await start(tmp_path, max_connections=total - 200)
+        idle = []
+        for _ in range(total):
+            idle.append(await asyncio.open_unix_connection(path))
+        await asyncio.sleep(0.2)
+        assert len(server.connections) == total - 200
+        assert server.stats["ipc.too_many_connections"] == 200
+        for _, writer in idle:
+            writer.close()
+        await asyncio.sleep(0.2)
+        client = await AsyncClient.connect(path)
+        assert (await client.call("kernel.ping"))["pong"] is True
+        await client.close()
+        await server.close()
+
+    try:
+        run(main())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_credentials_are_pluggable_for_other_platforms(tmp_path: Path) -> None:
+    from fluffy.ipc.transport import PeerIdentity
+
+    async def main() -> None:
+        server = KernelServer(METHODS, credentials=lambda _sock: PeerIdentity(7, 8, 9))
+        await server.listen(tmp_path / "p" / "k.sock")
+        client = await AsyncClient.connect(str(tmp_path / "p" / "k.sock"))
+        identity = (await client.call("kernel.ping"))["identity"]
+        assert (identity["peer_pid"], identity["peer_uid"], identity["peer_gid"]) == (7, 8, 9)
+        await client.close()
+        await server.close()
+
+    run(main())
