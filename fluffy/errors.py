@@ -23,6 +23,7 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── BaseImageUnavailable      image.base_unavailable
     │   ├── WheelhouseError           image.wheelhouse_failed
     │   └── ImageBuildFailed          image.build_failed
+    ├── PolicyError                   policy.invalid
     ├── IpcError                      ipc.error
     │   ├── FrameEmpty                ipc.frame_empty
     │   ├── FrameTooLarge             ipc.frame_too_large
@@ -172,6 +173,13 @@ class SandboxStateError(SandboxError):
     code = "sandbox.invalid_transition"
     default_why = "the sandbox lifecycle does not allow that step from its current state"
     default_fix = "This is a bug in fluffy; please report it with `fluffy doctor --json`."
+
+
+class PolicyError(FluffyError):
+    """A policy file (or a request to the policy engine) is malformed; blocks start-up."""
+
+    code = "policy.invalid"
+    default_fix = "Correct the policy file; `fluffy policy validate FILE` checks it."
 
 
 class IpcError(FluffyError):

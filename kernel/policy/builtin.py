@@ -1,0 +1,88 @@
+"""Built-in rules: hard-coded, evaluated first, at most ten (design: Built-in Rules).
+
+Path confinement (``..``, absolute paths outside the project, symlink escapes) is done by
+the engine before any rule runs.  These protect what the kernel itself depends on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pathspec
+
+from fluffy.kernel.policy.engine import READ_ONLY, BuiltinRule, EvalContext, Request, Verdict
+
+MAX_BUILTINS = 10
+POLICY_GLOBS = (".fluffy/policy.yaml", ".fluffy/policy.yml", ".fluffy/policy.*.tmp")
+AUDIT_GLOBS = (".fluffy/audit.db", ".fluffy/audit.db-*", ".fluffy/backups/**")
+STATE_GLOBS = (".fluffy/state.db", ".fluffy/state.db-*", ".fluffy/fluffy.db", ".fluffy/fluffy.db-*")
+
+
+def _writes(request: Request, ctx: EvalContext) -> bool:
+    return ctx.path is not None and request.syscall not in READ_ONLY
+
+
+def _protect(name: str, globs: Sequence[str], why: str) -> BuiltinRule:
+    spec = pathspec.GitIgnoreSpec.from_lines(globs)
+
+    def rule(request: Request, ctx: EvalContext) -> Verdict | None:
+        if _writes(request, ctx) and spec.match_file(ctx.path or ""):
+            return Verdict(f"builtin:{name}", "builtin", "deny", why)
+        return None
+
+    rule.__name__ = f"builtin:{name}"
+    return rule
+
+
+def meta_policy_update(request: Request, ctx: EvalContext) -> Verdict | None:
+    if request.syscall == "policy.update":
+        return Verdict(
+            "builtin:meta-policy",
+            "builtin",
+            "require_review",
+            "policy changes always need human review",
+        )
+    return None
+
+
+def _inside(root: Path | None, folder: Path) -> list[str]:
+    """``folder`` as a glob relative to the project, if the project contains it."""
+    if root is None:
+        return []
+    try:
+        relative = folder.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return []
+    return [f"{relative.as_posix()}/**"] if relative.parts else ["**"]
+
+
+def default_builtins(
+    root: Path | None = None,
+    *,
+    kernel_dir: Path | None = None,
+    bootstrap_dir: Path | None = None,
+) -> list[BuiltinRule]:
+    """The built-in rules for a project (kernel/bootstrap dirs protected if inside it)."""
+    from fluffy.paths import package_root
+
+    kernel_dir = kernel_dir or package_root() / "kernel"
+    bootstrap_dir = bootstrap_dir or package_root() / "bootstrap"
+    rules: list[BuiltinRule] = [
+        meta_policy_update,
+        _protect(
+            "policy-files",
+            POLICY_GLOBS,
+            "policy files change only through policy.update (with review)",
+        ),
+        _protect("audit-log", AUDIT_GLOBS, "the audit log is written by the kernel only"),
+        _protect("state-db", STATE_GLOBS, "the state database is written by the kernel only"),
+    ]
+    kernel = _inside(root, kernel_dir)
+    if kernel:
+        rules.append(_protect("kernel-files", kernel, "the running kernel's own files"))
+    bootstrap = _inside(root, bootstrap_dir)
+    if bootstrap:
+        rules.append(_protect("bootstrap-files", bootstrap, "the bootstrap's own files"))
+    assert len(rules) <= MAX_BUILTINS
+    return rules

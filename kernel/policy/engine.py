@@ -1,0 +1,277 @@
+"""Policy evaluation (design: Rule Evaluation Engine, Policy Decision Types).
+
+Order of evaluation is an optimisation, never semantics: built-in rules, then the token
+fast path, then YAML rules (indexed by syscall), then extension rules.  A deny anywhere
+is terminal; require_review beats allow; allow needs at least one rule and no deny;
+nothing allowed means deny.  A rule that fails while being evaluated counts as deny.
+Every decision lists the rules that matched and the one that decided.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pathspec
+
+from fluffy.kernel.policy.model import Match, PolicyFile, Rule
+from fluffy.kernel.policy.paths import PathEscape, normalize
+from fluffy.kernel.policy.tokens import TokenStore, TokenUse
+
+Result = Literal["allow", "deny", "require_review"]
+Vote = Literal["allow", "deny", "require_review", "pass"]
+
+#: Syscalls that only read; every other syscall with a path may change something.
+READ_ONLY = frozenset({"fs.read", "fs.list", "fs.exists", "search.grep", "search.glob"})
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str
+    tags: frozenset[str] = frozenset()
+    container_id: str | None = None
+    connection: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    syscall: str
+    caller: Caller
+    path: str | None = None
+    state: str = "idle"
+    mode: str = "strict"
+    size: int | None = None
+    sandbox: str | None = None
+    token: TokenUse | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One rule's vote on one request."""
+
+    rule: str
+    layer: Literal["builtin", "yaml", "extension"]
+    vote: Vote
+    reason: str = ""
+
+
+@dataclass
+class Decision:
+    result: Result
+    reasons: list[str]
+    matched: list[Verdict] = field(default_factory=list)
+    decided_by: str | None = None
+    by_token: bool = False
+    path: str | None = None
+
+    @property
+    def audit_decision(self) -> str:
+        """The audit log's policy_decision value."""
+        if self.result == "allow":
+            return "allowed_by_token" if self.by_token else "allowed"
+        return "denied" if self.result == "deny" else "review_required"
+
+
+BuiltinRule = Callable[[Request, "EvalContext"], Verdict | None]
+ExtensionRule = Callable[[Request], Iterable[Verdict]]
+
+
+@dataclass
+class EvalContext:
+    now: float  # the one time snapshot of this evaluation (no TOCTOU on expiry)
+    path: str | None
+    root: Path | None
+
+
+class CompiledRule:
+    """A YAML rule with its globs compiled once, at load."""
+
+    __slots__ = ("except_", "match", "rule", "syscalls")
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.match = _CompiledMatch(rule.match)
+        self.except_ = [_CompiledMatch(m) for m in rule.except_]
+        self.syscalls = tuple(rule.match.syscall or ())
+
+    def vote(self, request: Request, path: str | None) -> Verdict | None:
+        if not self.match.matches(request, path):
+            return None
+        name = self.rule.name
+        if any(e.matches(request, path) for e in self.except_):
+            return Verdict(name, "yaml", "pass", "an except condition matched")
+        reason = self.rule.reason or f"rule {name}"
+        if self.rule.action == "allow" and self.rule.constraints is not None:
+            broken = _broken_constraint(self.rule, request)
+            if broken:
+                return Verdict(name, "yaml", "deny", broken)
+        return Verdict(name, "yaml", self.rule.action, reason)
+
+
+class _CompiledMatch:
+    __slots__ = ("fields", "spec")
+
+    def __init__(self, match: Match) -> None:
+        self.fields = match
+        self.spec = (
+            pathspec.GitIgnoreSpec.from_lines(match.path_glob)
+            if match.path_glob is not None
+            else None
+        )
+
+    def matches(self, request: Request, path: str | None) -> bool:
+        m = self.fields
+        if m.syscall is not None and request.syscall not in m.syscall:
+            return False
+        # An empty path_glob list matches no path at all (design, case 25).
+        if self.spec is not None and (path is None or not self.spec.match_file(path)):
+            return False
+        if m.caller_tag is not None and not request.caller.tags.intersection(m.caller_tag):
+            return False
+        if m.plugin is not None and request.caller.name not in m.plugin:
+            return False
+        if m.state_machine_state is not None and request.state not in m.state_machine_state:
+            return False
+        return m.session_mode is None or request.mode in m.session_mode
+
+
+def _broken_constraint(rule: Rule, request: Request) -> str:
+    c = rule.constraints
+    assert c is not None
+    if c.require_capability_token:
+        return f"rule {rule.name} allows this only with a capability token"
+    if c.require_sandbox is not None and request.sandbox is None:
+        return f"rule {rule.name} requires the operation to run in a sandbox ({c.require_sandbox})"
+    if c.require_sandbox is not None and c.require_sandbox not in ("L2", request.sandbox):
+        return f"rule {rule.name} requires sandbox {c.require_sandbox}, not {request.sandbox}"
+    limit = c.max_file_bytes
+    if limit is not None and request.size is not None and request.size > limit:
+        return f"rule {rule.name} allows at most {c.max_file_size} ({request.size} bytes asked)"
+    return ""
+
+
+class PolicyEngine:
+    def __init__(
+        self,
+        policy: PolicyFile,
+        *,
+        builtins: Sequence[BuiltinRule] = (),
+        extensions: Sequence[ExtensionRule] = (),
+        tokens: TokenStore | None = None,
+        root: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.builtins = list(builtins)
+        self.extensions = list(extensions)
+        self.tokens = tokens or TokenStore()
+        self.root = root
+        self.clock = clock
+        self.by_syscall: dict[str, list[CompiledRule]] = {}
+        self.any_syscall: list[CompiledRule] = []
+        for rule in policy.capabilities:
+            compiled = CompiledRule(rule)
+            if compiled.syscalls:
+                for syscall in compiled.syscalls:
+                    self.by_syscall.setdefault(syscall, []).append(compiled)
+            else:
+                self.any_syscall.append(compiled)
+
+    def evaluate(self, request: Request) -> Decision:
+        ctx = EvalContext(now=self.clock(), path=None, root=self.root)
+        if request.path is not None:
+            try:
+                ctx.path = normalize(request.path, self.root)
+            except PathEscape as escape:
+                verdict = Verdict("builtin:path-confinement", "builtin", "deny", str(escape))
+                return Decision("deny", [str(escape)], [verdict], verdict.rule)
+        matched: list[Verdict] = []
+        reviews: list[str] = []
+        allowed = False
+
+        def take(verdict: Verdict | None) -> Decision | None:
+            nonlocal allowed
+            if verdict is None:
+                return None
+            matched.append(verdict)
+            if verdict.vote == "deny":
+                return Decision("deny", [verdict.reason], matched, verdict.rule, path=ctx.path)
+            if verdict.vote == "require_review":
+                reviews.append(verdict.reason)
+            elif verdict.vote == "allow":
+                allowed = True
+            return None
+
+        for builtin in self.builtins:
+            denied = take(_guarded(functools.partial(builtin, request, ctx), builtin, "builtin"))
+            if denied:
+                return denied
+
+        if request.token is not None:
+            problem = self.tokens.check(
+                request.token,
+                container_id=request.caller.container_id,
+                connection=request.caller.connection,
+                syscall=request.syscall,
+                path=ctx.path,
+                now=ctx.now,
+            )
+            if problem is None:
+                if reviews:
+                    return Decision("require_review", reviews, matched, None, True, ctx.path)
+                return Decision(
+                    "allow", ["valid capability token"], matched, "token", True, ctx.path
+                )
+
+        for compiled in (*self.by_syscall.get(request.syscall, ()), *self.any_syscall):
+            vote = functools.partial(compiled.vote, request, ctx.path)
+            denied = take(_guarded(vote, compiled, "yaml"))
+            if denied:
+                return denied
+
+        for extension in self.extensions:
+            try:
+                verdicts = list(extension(request))
+            except Exception as exc:
+                verdicts = [
+                    Verdict(
+                        _name(extension),
+                        "extension",
+                        "deny",
+                        f"extension rule failed: {type(exc).__name__}: {exc}",
+                    )
+                ]
+            for verdict in verdicts:
+                denied = take(verdict)
+                if denied:
+                    return denied
+
+        if reviews:
+            return Decision("require_review", reviews, matched, None, path=ctx.path)
+        if allowed:
+            deciders = [v.rule for v in matched if v.vote == "allow"]
+            return Decision(
+                "allow", [f"allowed by {', '.join(deciders)}"], matched, deciders[0], path=ctx.path
+            )
+        return Decision(
+            "deny", ["no rule explicitly allowed this operation"], matched, None, path=ctx.path
+        )
+
+
+def _name(thing: object) -> str:
+    rule = getattr(thing, "rule", None)
+    if isinstance(rule, Rule):
+        return rule.name
+    return str(getattr(thing, "__name__", type(thing).__name__))
+
+
+def _guarded(
+    call: Callable[[], Verdict | None], owner: object, layer: Literal["builtin", "yaml"]
+) -> Verdict | None:
+    try:
+        return call()
+    except Exception as exc:
+        return Verdict(_name(owner), layer, "deny", f"rule failed: {type(exc).__name__}: {exc}")

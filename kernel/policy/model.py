@@ -1,0 +1,205 @@
+"""The policy file's schema and loader (design: Security Policy Module, Rule Language).
+
+A policy file is YAML (``safe_load`` semantics), validated with pydantic into typed
+rules.  Unknown keys, wrong types, bad units and empty files of the wrong shape are
+refused; every error names the file, the line and the field.  Nothing is guessed: a
+policy that does not load blocks start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fluffy.errors import PolicyError
+from fluffy.units import parse_size
+
+#: Largest policy file fluffy reads (a policy is a few KiB; this stops YAML bombs early).
+MAX_POLICY_BYTES = 1024 * 1024
+#: YAML aliases are refused outright: they are the vehicle of "billion laughs" bombs.
+Action = Literal["allow", "deny", "require_review", "pass"]
+SessionMode = Literal["strict", "explore", "debug"]
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class Match(BaseModel):
+    """Conditions: AND across fields, OR within a list."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    syscall: list[str] | None = None
+    path_glob: list[str] | None = None
+    caller_tag: list[str] | None = None
+    plugin: list[str] | None = None
+    state_machine_state: list[str] | None = None
+    session_mode: list[SessionMode] | None = None
+
+    @field_validator(
+        "syscall",
+        "path_glob",
+        "caller_tag",
+        "plugin",
+        "state_machine_state",
+        "session_mode",
+        mode="before",
+    )
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return _as_list(value)
+
+    @field_validator("path_glob")
+    @classmethod
+    def _globs(cls, value: list[str] | None) -> list[str] | None:
+        for glob in value or []:
+            if not glob.strip() or "\x00" in glob or glob.strip().startswith("#"):
+                raise ValueError(f"{glob!r} is not a path glob")
+        return value
+
+
+class Constraints(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    require_sandbox: str | None = None
+    require_capability_token: bool = False
+    max_file_size: str | None = None
+
+    @field_validator("max_file_size")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+    @property
+    def max_file_bytes(self) -> int | None:
+        return parse_size(self.max_file_size) if self.max_file_size is not None else None
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=200)
+    match: Match
+    action: Action
+    reason: str | None = None
+    except_: list[Match] = Field(default_factory=list, alias="except")
+    constraints: Constraints | None = None
+
+
+class PolicyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    capabilities: list[Rule] = Field(default_factory=list)
+
+    @field_validator("capabilities")
+    @classmethod
+    def _unique(cls, rules: list[Rule]) -> list[Rule]:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.name in seen:
+                raise ValueError(f"two rules are named {rule.name!r}; names must be unique")
+            seen.add(rule.name)
+        return rules
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without anchors/aliases (no billion-laughs expansion)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML aliases are not allowed in policy files", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """The 1-based line of the YAML node at pydantic's error location."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = None
+            for k, v in node.value:
+                if k.value == key or (key == "except_" and k.value == "except"):
+                    found = v
+                    line = k.start_mark.line + 1
+                    break
+            node = found
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
+            node = node.value[key] if key < len(node.value) else None
+            line = node.start_mark.line + 1 if node is not None else line
+        else:
+            break
+    return line
+
+
+def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
+    """Parse and validate policy text; :class:`PolicyError` names file, line and field."""
+    if len(text.encode("utf-8", "replace")) > MAX_POLICY_BYTES:
+        raise PolicyError(
+            f"{source}: the policy file is larger than {MAX_POLICY_BYTES // 1024} KiB",
+            why="a policy is a list of rules, a few KiB; a file this big is a mistake or an attack",
+            fix="Shorten the file.",
+        )
+    try:
+        loader = _NoAliasLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError(
+            f"{where}: not valid YAML: {problem}",
+            fix="Fix the YAML syntax at that line (anchors and aliases are not allowed).",
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(
+            f"{source}:1: the policy must be a mapping with a `capabilities` list, "
+            f"not a {type(data).__name__}",
+            fix="Start the file with `capabilities:` and list the rules under it.",
+        )
+    try:
+        return PolicyFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            line = _line_of(node, loc)
+            field = ".".join(str(part) for part in loc).replace("except_", "except") or "(top)"
+            problems.append(f"{source}:{line}: {field}: {error['msg']}")
+        raise PolicyError(
+            problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+            why="\n".join(problems),
+            fix="Correct the named field; docs/SECURITY.md lists the policy schema.",
+        ) from None
+
+
+def load_policy(path: Path) -> PolicyFile:
+    try:
+        size = path.stat().st_size
+        if size > MAX_POLICY_BYTES:
+            return parse_policy("x" * (MAX_POLICY_BYTES + 1), str(path))
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(
+            f"policy file {path} does not exist", fix="Create it, or point to an existing policy."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(
+            f"cannot read policy file {path}: {exc}",
+            fix="Check the file's permissions and encoding (UTF-8).",
+        ) from None
+    return parse_policy(text, str(path))

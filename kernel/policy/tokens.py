@@ -1,0 +1,105 @@
+"""Capability tokens (design: Capability System).
+
+Short-lived, operation-level: bound to ``(container_id, connection)`` (the IPC identity
+of ADR-011, standing in for the design's peer pid), scoped to one syscall and a path
+glob, limited in uses (``max_ops``) and time (TTL, default 30 s).  Each use carries a
+nonce that must be greater than the last one used: replays are refused.  Validity is
+judged against the time snapshot the engine takes once per evaluation.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+import pathspec
+
+DEFAULT_TTL_S = 30.0
+
+
+@dataclass(frozen=True)
+class TokenUse:
+    """What a request presents: the token and this use's nonce."""
+
+    token_id: str
+    nonce: int
+
+
+@dataclass
+class CapabilityToken:
+    token_id: str
+    container_id: str
+    connection: str
+    syscall: str
+    path_glob: tuple[str, ...]
+    max_ops: int
+    expires_at: float
+    ops_used: int = 0
+    last_nonce: int = 0
+    _spec: pathspec.GitIgnoreSpec | None = field(default=None, repr=False)
+
+    def covers(self, path: str | None) -> bool:
+        if not self.path_glob:
+            return path is None
+        if path is None:
+            return False
+        if self._spec is None:
+            self._spec = pathspec.GitIgnoreSpec.from_lines(self.path_glob)
+        return bool(self._spec.match_file(path))
+
+
+class TokenStore:
+    def __init__(self) -> None:
+        self.tokens: dict[str, CapabilityToken] = {}
+
+    def issue(
+        self,
+        *,
+        container_id: str,
+        connection: str,
+        syscall: str,
+        path_glob: tuple[str, ...] = (),
+        max_ops: int = 1,
+        now: float,
+        ttl_s: float = DEFAULT_TTL_S,
+    ) -> CapabilityToken:
+        token = CapabilityToken(
+            token_id=secrets.token_urlsafe(24),
+            container_id=container_id,
+            connection=connection,
+            syscall=syscall,
+            path_glob=tuple(path_glob),
+            max_ops=max_ops,
+            expires_at=now + ttl_s,
+        )
+        self.tokens[token.token_id] = token
+        return token
+
+    def check(
+        self,
+        use: TokenUse,
+        *,
+        container_id: str | None,
+        connection: str | None,
+        syscall: str,
+        path: str | None,
+        now: float,
+    ) -> str | None:
+        """Why the token does not apply (None: it applies, and this use is consumed)."""
+        token = self.tokens.get(use.token_id)
+        if token is None:
+            return "unknown token"
+        if now >= token.expires_at:
+            self.tokens.pop(use.token_id, None)
+            return "token expired"
+        if token.container_id != container_id or token.connection != connection:
+            return "token bound to another container or connection"
+        if token.syscall != syscall or not token.covers(path):
+            return "token does not cover this syscall or path"
+        if token.ops_used >= token.max_ops:
+            return "token used up (maxOps)"
+        if use.nonce <= token.last_nonce:
+            return "nonce not greater than the last one: replay refused"
+        token.ops_used += 1
+        token.last_nonce = use.nonce
+        return None
