@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import pathspec
-
 from fluffy.kernel.policy.engine import READ_ONLY, BuiltinRule, EvalContext, Request, Verdict
+from fluffy.kernel.policy.globs import GlobSet
 
 MAX_BUILTINS = 10
 POLICY_GLOBS = (".fluffy/policy.yaml", ".fluffy/policy.yml", ".fluffy/policy.*.tmp")
@@ -24,10 +23,10 @@ def _writes(request: Request, ctx: EvalContext) -> bool:
 
 
 def _protect(name: str, globs: Sequence[str], why: str) -> BuiltinRule:
-    spec = pathspec.GitIgnoreSpec.from_lines(globs)
+    spec = GlobSet(globs)
 
     def rule(request: Request, ctx: EvalContext) -> Verdict | None:
-        if _writes(request, ctx) and spec.match_file(ctx.path or ""):
+        if _writes(request, ctx) and spec.match(ctx.path or ""):
             return Verdict(f"builtin:{name}", "builtin", "deny", why)
         return None
 

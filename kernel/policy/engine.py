@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import pathspec
-
+from fluffy.kernel.policy.globs import GlobSet
 from fluffy.kernel.policy.model import Match, PolicyFile, Rule
 from fluffy.kernel.policy.paths import PathEscape, normalize
 from fluffy.kernel.policy.tokens import TokenStore, TokenUse
@@ -117,18 +116,14 @@ class _CompiledMatch:
 
     def __init__(self, match: Match) -> None:
         self.fields = match
-        self.spec = (
-            pathspec.GitIgnoreSpec.from_lines(match.path_glob)
-            if match.path_glob is not None
-            else None
-        )
+        self.spec = GlobSet(match.path_glob) if match.path_glob is not None else None
 
     def matches(self, request: Request, path: str | None) -> bool:
         m = self.fields
         if m.syscall is not None and request.syscall not in m.syscall:
             return False
         # An empty path_glob list matches no path at all (design, case 25).
-        if self.spec is not None and (path is None or not self.spec.match_file(path)):
+        if self.spec is not None and (path is None or not self.spec.match(path)):
             return False
         if m.caller_tag is not None and not request.caller.tags.intersection(m.caller_tag):
             return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-import pathspec
+from fluffy.kernel.policy.globs import GlobSet
 
 DEFAULT_TTL_S = 30.0
 
@@ -36,7 +36,7 @@ class CapabilityToken:
     expires_at: float
     ops_used: int = 0
     last_nonce: int = 0
-    _spec: pathspec.GitIgnoreSpec | None = field(default=None, repr=False)
+    _spec: GlobSet | None = field(default=None, repr=False)
 
     def covers(self, path: str | None) -> bool:
         if not self.path_glob:
@@ -44,8 +44,8 @@ class CapabilityToken:
         if path is None:
             return False
         if self._spec is None:
-            self._spec = pathspec.GitIgnoreSpec.from_lines(self.path_glob)
-        return bool(self._spec.match_file(path))
+            self._spec = GlobSet(self.path_glob)
+        return self._spec.match(path)
 
 
 class TokenStore:
