@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fluffy.errors import ConfigError
 from fluffy.units import parse_duration_ms, parse_size
@@ -45,7 +45,11 @@ class SandboxConfig(BaseModel):
     @field_validator("memory_limit")
     @classmethod
     def _size(cls, value: str) -> str:
-        if parse_size(value) < MIN_MEMORY:
+        try:
+            size = parse_size(value)
+        except ConfigError as exc:  # pydantic reports ValueErrors with the field's name
+            raise ValueError(f"{exc.what}: {exc.why}") from None
+        if size < MIN_MEMORY:
             raise ValueError(
                 f"memory_limit {value!r} is below 6MiB; the engines read 0 as 'no limit' "
                 "and refuse less than 6 MiB"
@@ -55,7 +59,10 @@ class SandboxConfig(BaseModel):
     @field_validator("max_duration")
     @classmethod
     def _duration(cls, value: str) -> str:
-        parse_duration_ms(value)
+        try:
+            parse_duration_ms(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.what}: {exc.why}") from None
         return value
 
     @property
@@ -122,4 +129,13 @@ def template_config(name: str, **overrides: object) -> SandboxConfig:
             f"unknown sandbox template {name!r}",
             fix="Use one of: " + ", ".join(TEMPLATES),
         ) from None
-    return SandboxConfig.model_validate({**base.model_dump(), **overrides})
+    try:
+        return SandboxConfig.model_validate({**base.model_dump(), **overrides})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid settings for the {name} sandbox: {problems}",
+            fix="Use the design's units (e.g. 512MiB, 30s) and the documented limits.",
+        ) from None

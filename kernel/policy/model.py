@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fluffy.errors import PolicyError
+from fluffy.errors import ConfigError, PolicyError
 from fluffy.units import parse_size
 
 #: Largest policy file fluffy reads (a policy is a few KiB; this stops YAML bombs early).
@@ -73,7 +73,10 @@ class Constraints(BaseModel):
     @classmethod
     def _size(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_size(value)
+            try:
+                parse_size(value)
+            except ConfigError as exc:  # pydantic reports ValueErrors with the field's place
+                raise ValueError(f"{exc.what}: {exc.why}") from None
         return value
 
     @property

@@ -247,9 +247,9 @@ def test_output_dir_belongs_to_the_sandbox_user(manager: ContainerManager) -> No
 
 @pytest.mark.parametrize("size", ["0", "0MiB", "0.5", "5MiB"])
 def test_memory_limits_that_would_mean_unlimited_are_refused(size: str) -> None:
-    from pydantic import ValidationError
+    from fluffy.errors import ConfigError
 
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError):
         template_config("code-executor", memory_limit=size)
 
 
@@ -283,3 +283,12 @@ def test_an_unexpected_exception_still_cleans_up(runtime: MemoryRuntime, tmp_pat
 def test_state_folders_are_private(manager: ContainerManager) -> None:
     for folder in (manager.root, manager.root / "sessions", manager.root / "outputs"):
         assert folder.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(("field", "value"), [("memory_limit", "1gb"), ("max_duration", "10")])
+def test_bad_units_in_a_sandbox_config_name_the_field(field: str, value: str) -> None:
+    from fluffy.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        template_config("code-executor", **{field: value})
+    assert field in str(info.value) and value in str(info.value)
