@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fluffy.kernel.policy.engine import READ_ONLY, BuiltinRule, EvalContext, Request, Verdict
-from fluffy.kernel.policy.globs import GlobSet
+from fluffy.kernel.policy.globs import GlobSet, literal_roots
 
 MAX_BUILTINS = 10
 POLICY_GLOBS = (".fluffy/policy.yaml", ".fluffy/policy.yml", ".fluffy/policy.*.tmp")
@@ -18,15 +18,17 @@ AUDIT_GLOBS = (".fluffy/audit.db", ".fluffy/audit.db-*", ".fluffy/backups/**")
 STATE_GLOBS = (".fluffy/state.db", ".fluffy/state.db-*", ".fluffy/fluffy.db", ".fluffy/fluffy.db-*")
 
 
-def _writes(request: Request, ctx: EvalContext) -> bool:
-    return ctx.path is not None and request.syscall not in READ_ONLY
-
-
 def _protect(name: str, globs: Sequence[str], why: str) -> BuiltinRule:
     spec = GlobSet(globs)
+    roots = literal_roots(globs)  # a cheap first test: most paths are nowhere near these
 
     def rule(request: Request, ctx: EvalContext) -> Verdict | None:
-        if _writes(request, ctx) and spec.match(ctx.path or ""):
+        path = ctx.path
+        if path is None or request.syscall in READ_ONLY:
+            return None
+        if roots is not None and path.split("/", 1)[0] not in roots:
+            return None
+        if spec.match(path):
             return Verdict(f"builtin:{name}", "builtin", "deny", why)
         return None
 

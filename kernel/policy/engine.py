@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fluffy.kernel.policy.globs import GlobSet
+from fluffy.kernel.policy.globs import GlobSet, literal_roots
 from fluffy.kernel.policy.model import Match, PolicyFile, Rule
 from fluffy.kernel.policy.paths import PathEscape, normalize
 from fluffy.kernel.policy.tokens import TokenStore, TokenUse
@@ -111,6 +111,37 @@ class CompiledRule:
         return Verdict(name, "yaml", self.rule.action, reason)
 
 
+class _RuleIndex:
+    """Rules of one syscall, indexed by the first path segment their globs can match.
+
+    Rules whose globs may match anywhere (or that have no path condition) are always
+    candidates; a rule anchored to ``src/`` is looked at only for paths under ``src``.
+    The index only narrows which rules are looked at; decisions are the same.
+    """
+
+    __slots__ = ("always", "by_root")
+
+    def __init__(self) -> None:
+        self.always: list[CompiledRule] = []
+        self.by_root: dict[str, list[CompiledRule]] = {}
+
+    def add(self, compiled: CompiledRule) -> None:
+        globs = compiled.rule.match.path_glob
+        roots = literal_roots(globs) if globs else None
+        if globs == []:
+            return  # matches no path: never a candidate (design, case 25)
+        if roots is None:
+            self.always.append(compiled)
+            return
+        for root in roots:
+            self.by_root.setdefault(root, []).append(compiled)
+
+    def candidates(self, path: str | None) -> list[CompiledRule]:
+        if path is None or not self.by_root:
+            return self.always
+        return self.always + self.by_root.get(path.split("/", 1)[0], [])
+
+
 class _CompiledMatch:
     __slots__ = ("fields", "spec")
 
@@ -165,15 +196,15 @@ class PolicyEngine:
         self.tokens = tokens or TokenStore()
         self.root = root
         self.clock = clock
-        self.by_syscall: dict[str, list[CompiledRule]] = {}
-        self.any_syscall: list[CompiledRule] = []
+        self.by_syscall: dict[str, _RuleIndex] = {}
+        self.any_syscall = _RuleIndex()
         for rule in policy.capabilities:
             compiled = CompiledRule(rule)
             if compiled.syscalls:
                 for syscall in compiled.syscalls:
-                    self.by_syscall.setdefault(syscall, []).append(compiled)
+                    self.by_syscall.setdefault(syscall, _RuleIndex()).add(compiled)
             else:
-                self.any_syscall.append(compiled)
+                self.any_syscall.add(compiled)
 
     def evaluate(self, request: Request) -> Decision:
         ctx = EvalContext(now=self.clock(), path=None, root=self.root)
@@ -221,7 +252,12 @@ class PolicyEngine:
                     "allow", ["valid capability token"], matched, "token", True, ctx.path
                 )
 
-        for compiled in (*self.by_syscall.get(request.syscall, ()), *self.any_syscall):
+        index = self.by_syscall.get(request.syscall)
+        candidates = (
+            *(index.candidates(ctx.path) if index is not None else ()),
+            *self.any_syscall.candidates(ctx.path),
+        )
+        for compiled in candidates:
             vote = functools.partial(compiled.vote, request, ctx.path)
             denied = take(_guarded(vote, compiled, "yaml"))
             if denied:

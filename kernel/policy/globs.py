@@ -43,3 +43,29 @@ class GlobSet:
             if self._dir_matches("/".join(parts[:depth])):
                 return True
         return bool(self._spec.match_file(path))
+
+
+_WILD = frozenset("*?[\\")
+
+
+def literal_roots(globs: Sequence[str]) -> frozenset[str] | None:
+    """The first path segments every path these globs can match starts with.
+
+    None when some positive glob can match anywhere (no slash before its end, a leading
+    ``**``, a wildcard in the first segment): such rules are checked for every path.
+    Negations only remove matches, so they never widen the set.
+    """
+    roots: set[str] = set()
+    for raw in globs:
+        glob = raw.strip()
+        if glob.startswith("!"):
+            continue
+        if glob.startswith("\\"):
+            glob = glob[1:]
+        anchored = glob.startswith("/") or "/" in glob.rstrip("/")
+        glob = glob.lstrip("/")
+        first = glob.split("/", 1)[0]
+        if not anchored or not first or any(ch in _WILD for ch in first):
+            return None
+        roots.add(first)
+    return frozenset(roots)
