@@ -61,14 +61,38 @@ def oci_json(profile: str) -> str:
     return json.dumps(to_oci(profile), indent=2, sort_keys=True) + "\n"
 
 
+#: Sonames the bindings need (stable across glibc systems).  ctypes' find_library would
+#: run ldconfig in a subprocess, which a strict sandbox cannot start.
+_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
+
+
+def _pyseccomp() -> Any:
+    """Import pyseccomp without needing a subprocess to find libseccomp."""
+    import ctypes.util
+    import sys
+
+    if "pyseccomp" in sys.modules:
+        return sys.modules["pyseccomp"]
+    original = ctypes.util.find_library
+
+    def find_library(name: str) -> str | None:
+        return _SONAMES.get(name) or original(name)
+
+    ctypes.util.find_library = find_library
+    try:
+        import pyseccomp
+    finally:
+        ctypes.util.find_library = original
+    return pyseccomp
+
+
 def build_filter(profile: str, *, extra_deny: tuple[str, ...] = ()) -> Any:
     """A ``pyseccomp.SyscallFilter`` for the native architecture, not yet loaded.
 
     ``extra_deny`` removes syscalls the profile allows (the in-sandbox host uses it to
     drop e.g. ``execve`` after start-up).
     """
-    import pyseccomp as seccomp
-
+    seccomp = _pyseccomp()
     ops = {"eq": seccomp.EQ, "masked_eq": seccomp.MASKED_EQ}
     flt = seccomp.SyscallFilter(seccomp.ERRNO(EPERM))
     # Apply to every thread of the process, not only the caller (threads already running

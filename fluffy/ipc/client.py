@@ -161,7 +161,7 @@ class SyncClient:
         self,
         path: str,
         *,
-        timeout: float = 10.0,
+        timeout: float | None = 10.0,
         plugin_name: str = "fluffy-cli",
         plugin_version: str = "0",
         api_version: int = CURRENT_API_VERSION,

@@ -123,6 +123,7 @@ class KernelServer:
         allowed_uids: frozenset[int] | None = None,
         mode: int = 0o600,
         owner: tuple[int, int] | None = None,
+        folder_mode: int = 0o700,
     ) -> Listener:
         """Listen on ``path``; every connection there gets ``binding`` as its identity.
 
@@ -130,7 +131,7 @@ class KernelServer:
         own socket belongs to the sandbox user, in a 0700 folder of that user, inside the
         kernel's private state folder.
         """
-        _private_dir(path.parent, owner[0] if owner else None)
+        _private_dir(path.parent, owner[0] if owner else None, folder_mode)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         loop = asyncio.get_running_loop()
@@ -410,8 +411,9 @@ class _Connection(asyncio.Protocol):
         )
 
 
-def _private_dir(folder: Path, owner: int | None = None) -> None:
-    """The socket's folder must be 0700 and ours, or the socket owner's (a sandbox's)."""
+def _private_dir(folder: Path, owner: int | None = None, mode: int = 0o700) -> None:
+    """The socket's folder must be ours (or the socket owner's, a sandbox's) with ``mode``
+    (0700; 0711 only for a sandbox's folder that lives inside the kernel's private one)."""
     from fluffy.errors import ConfigError
 
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -422,8 +424,8 @@ def _private_dir(folder: Path, owner: int | None = None) -> None:
             why="another user could replace or reach the kernel's socket",
             fix="Use a folder the kernel's user owns (or remove this one).",
         )
-    if info.st_mode & 0o777 != 0o700:
-        folder.chmod(0o700)
+    if info.st_mode & 0o777 != mode:
+        folder.chmod(mode)
 
 
 def _guess_id(payload: bytes) -> str:

@@ -9,6 +9,7 @@ Every decision lists the rules that matched and the one that decided.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -263,9 +264,10 @@ class PolicyEngine:
             if denied:
                 return denied
 
+        ext_request = dataclasses.replace(request, path=ctx.path, token=None)
         for extension in self.extensions:
             try:
-                verdicts = list(extension(request))
+                verdicts = list(extension(ext_request))
             except Exception as exc:
                 verdicts = [
                     Verdict(

@@ -1,0 +1,227 @@
+"""Extension rules, evaluated in a long-running, pre-warmed policy sandbox.
+
+The kernel starts one ``policy-sandbox`` container (strict seccomp, no network, the rule
+files mounted read-only) running :mod:`fluffy.sandboxes.policy_host`, which connects to
+its own kernel socket and long-polls for work (``policy.next``), answering with
+``policy.verdict``.  :meth:`ExtensionHost.evaluate` is the engine's extension rule: it
+waits at most 100 ms (design); a timeout, a crash or a broken answer is a deny, and the
+sandbox is restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import FluffyError, SandboxRunFailed
+from fluffy.kernel.containers.config import template_config
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.ipc.server import CallContext, KernelServer
+from fluffy.kernel.policy.engine import Request, Verdict
+
+EVALUATION_TIMEOUT_S = 0.1
+START_TIMEOUT_S = 30.0
+VOTES = frozenset({"allow", "deny", "require_review", "pass"})
+
+
+class ExtensionHost:
+    """One policy sandbox and the IPC plumbing to it (its own event-loop thread)."""
+
+    def __init__(
+        self,
+        manager: ContainerManager,
+        rules_dir: Path,
+        *,
+        timeout_s: float = EVALUATION_TIMEOUT_S,
+    ) -> None:
+        self.manager = manager
+        self.rules_dir = rules_dir.resolve()
+        self.timeout_s = timeout_s
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="policy-ext", daemon=True)
+        self.server = KernelServer({"policy.next": self._next, "policy.verdict": self._verdict})
+        self.jobs: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
+        self.pending: dict[str, Future[list[Verdict]]] = {}
+        self.sandbox: Sandbox | None = None
+        self.restarts = 0
+        self._ids = itertools.count(1)
+        self._connected: asyncio.Event | None = None
+        self._lock = threading.Lock()
+        self._snapshots: list[Path] = []
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+        self._call(self._setup())
+        self._launch()
+
+    async def _setup(self) -> None:
+        self.jobs = asyncio.Queue()
+        self._connected = asyncio.Event()
+
+    def _launch(self) -> None:
+        socket_dir = self.manager.root / "ipc" / f"policy-{uuid.uuid4().hex[:12]}"
+        socket_dir.mkdir(parents=True, mode=0o700)
+        root = os.geteuid() == 0
+        if root:
+            os.chown(socket_dir, SANDBOX_UID, SANDBOX_UID)
+        else:  # traversable, inside the kernel's private state folder; uid still checked
+            socket_dir.chmod(0o711)
+        self._call(
+            self.server.listen(
+                socket_dir / "kernel.sock",
+                binding="policy-sandbox",
+                allowed_uids=frozenset({SANDBOX_UID}),
+                owner=(SANDBOX_UID, SANDBOX_UID) if root else None,
+                mode=0o600 if root else 0o666,
+                folder_mode=0o700 if root else 0o711,
+            )
+        )
+        config = template_config(
+            "policy-sandbox",
+            project_dir=self._snapshot_rules(),
+            kernel_socket_dir=socket_dir,
+            max_duration="24h",  # the container lives long; each evaluation has 100 ms
+        )
+        self.sandbox = self.manager.create(
+            config, ["python3", "-m", "fluffy.sandboxes.policy_host"]
+        )
+        try:  # pre-warm: the first evaluation pays for imports and rule loading
+            self._wait_connected(START_TIMEOUT_S)
+            self.evaluate_raw(
+                {"syscall": "kernel.warmup", "caller": {"name": "kernel"}}, START_TIMEOUT_S
+            )
+        except FluffyError:
+            self.stop()
+            raise
+
+    def _snapshot_rules(self) -> Path:
+        """A copy of the rule files the sandbox user can read (and that cannot change)."""
+        snapshot = self.manager.root / "policy-rules" / uuid.uuid4().hex[:12]
+        snapshot.mkdir(parents=True)
+        snapshot.parent.chmod(0o755)
+        snapshot.chmod(0o755)
+        for rule in sorted(self.rules_dir.glob("*.py")):
+            target = snapshot / rule.name
+            shutil.copyfile(rule, target)
+            target.chmod(0o644)
+        self._snapshots.append(snapshot)
+        return snapshot
+
+    def _wait_connected(self, timeout: float) -> None:
+        assert self._connected is not None
+        try:
+            self._call(asyncio.wait_for(self._connected.wait(), timeout), timeout + 1)
+        except (TimeoutError, FutureTimeout):
+            logs = ""
+            if self.sandbox and self.sandbox.container_id:
+                with contextlib.suppress(FluffyError):
+                    logs = "".join(self.manager.runtime.logs(self.sandbox.container_id))
+            raise SandboxRunFailed(
+                "the policy sandbox did not connect to the kernel",
+                why=logs.strip()[-1500:] or "no output",
+                fix="Check the rule files (they load at start) and `fluffy doctor`.",
+            ) from None
+
+    def restart(self) -> None:
+        with self._lock:
+            self.restarts += 1
+            self._stop_sandbox()
+            self._call(self._setup())
+            self._launch()
+
+    def _stop_sandbox(self) -> None:
+        if self.sandbox is not None:
+            self.manager.destroy(self.sandbox)
+            self.sandbox = None
+        self._call(self.server.close())
+        for snapshot in self._snapshots:
+            shutil.rmtree(snapshot, ignore_errors=True)
+        self._snapshots.clear()
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(SandboxRunFailed("the policy sandbox was restarted"))
+        self.pending.clear()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self._stop_sandbox()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+        self.loop.close()
+
+    def _call(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    # -- IPC methods (run on the host's loop) ---------------------------------------
+    async def _next(self, context: CallContext, params: Any) -> dict[str, Any]:
+        assert self.jobs is not None and self._connected is not None
+        self._connected.set()
+        job_id, request = await self.jobs.get()
+        return {"job": job_id, "request": request}
+
+    def _verdict(self, context: CallContext, params: Any) -> None:
+        future = self.pending.pop(str(params.get("job")), None)
+        if future is None or future.done():
+            return
+        try:
+            verdicts = [
+                Verdict(f"ext:{item['rule']}", "extension", item["vote"], str(item["reason"]))
+                for item in params["verdicts"]
+                if item["vote"] in VOTES
+            ]
+            if len(verdicts) != len(params["verdicts"]):
+                raise ValueError("unknown vote")
+        except (KeyError, TypeError, ValueError) as exc:
+            future.set_exception(SandboxRunFailed(f"malformed verdicts: {exc}"))
+            return
+        future.set_result(verdicts)
+
+    # -- evaluation -------------------------------------------------------------------
+    def evaluate_raw(self, request: dict[str, Any], timeout: float) -> list[Verdict]:
+        job_id = str(next(self._ids))
+        future: Future[list[Verdict]] = Future()
+        self.pending[job_id] = future
+        assert self.jobs is not None
+        self.loop.call_soon_threadsafe(self.jobs.put_nowait, (job_id, request))
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            raise SandboxRunFailed(
+                f"extension rules did not answer within {timeout * 1000:.0f} ms"
+            ) from None
+        finally:
+            self.pending.pop(job_id, None)
+
+    def __call__(self, request: Request) -> Iterator[Verdict]:
+        """The engine's extension rule.  Any failure raises: the engine denies."""
+        payload = {
+            "syscall": request.syscall,
+            "path": request.path,
+            "caller": {"name": request.caller.name, "tags": sorted(request.caller.tags)},
+            "state": request.state,
+            "mode": request.mode,
+            "size": request.size,
+            "sandbox": request.sandbox,
+        }
+        try:
+            return iter(self.evaluate_raw(payload, self.timeout_s))
+        except FluffyError:
+            threading.Thread(target=self._restart_quietly, daemon=True).start()
+            raise
+
+    def _restart_quietly(self) -> None:
+        with contextlib.suppress(FluffyError):
+            self.restart()
