@@ -21,7 +21,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fluffy.errors import EngineNotFound, EngineTimeout, FluffyError, SandboxConfigError
+from fluffy.errors import (
+    EngineNotFound,
+    EngineOperationFailed,
+    EngineTimeout,
+    FluffyError,
+    SandboxConfigError,
+)
 from fluffy.kernel.containers.config import SandboxConfig
 from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox, SandboxState
 from fluffy.kernel.containers.runtime import (
@@ -180,7 +186,19 @@ class ContainerManager:
 
     # -- lifecycle ------------------------------------------------------------------
     def create(self, config: SandboxConfig, command: list[str]) -> Sandbox:
-        """CREATING -> RUNNING (or FAILED, already cleaned up, with the error raised)."""
+        """CREATING -> RUNNING (or FAILED, already cleaned up, with the error raised).
+
+        An engine that refuses to *start* a container it just created (seen with Podman
+        4.3 and runc under load) gets one more try with a fresh sandbox: idempotent retry.
+        """
+        try:
+            return self._create_once(config, command)
+        except EngineOperationFailed as exc:
+            if not exc.what.startswith("cannot start sandbox"):
+                raise
+            return self._create_once(config, command)
+
+    def _create_once(self, config: SandboxConfig, command: list[str]) -> Sandbox:
         sandbox_id = uuid.uuid4().hex[:12]
         sandbox = Sandbox(
             sandbox_id=sandbox_id,

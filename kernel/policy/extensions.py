@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -31,7 +33,10 @@ from fluffy.kernel.containers.runtime import SANDBOX_UID
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.kernel.policy.engine import Request, Verdict
 
+log = logging.getLogger("fluffy.kernel.policy")
+
 EVALUATION_TIMEOUT_S = 0.1
+RESTART_ATTEMPTS = 4
 START_TIMEOUT_S = 30.0
 VOTES = frozenset({"allow", "deny", "require_review", "pass"})
 
@@ -59,6 +64,9 @@ class ExtensionHost:
         self._ids = itertools.count(1)
         self._connected: asyncio.Event | None = None
         self._lock = threading.Lock()
+        #: Set once the sandbox has connected and answered its warm-up evaluation.
+        self.ready = threading.Event()
+        self.last_error: BaseException | None = None
         self._snapshots: list[Path] = []
 
     # -- lifecycle -------------------------------------------------------------------
@@ -106,6 +114,7 @@ class ExtensionHost:
         except FluffyError:
             self.stop()
             raise
+        self.ready.set()
 
     def _snapshot_rules(self) -> Path:
         """A copy of the rule files the sandbox user can read (and that cannot change)."""
@@ -137,6 +146,7 @@ class ExtensionHost:
 
     def restart(self) -> None:
         with self._lock:
+            self.ready.clear()
             self.restarts += 1
             self._stop_sandbox()
             self._call(self._setup())
@@ -216,12 +226,24 @@ class ExtensionHost:
             "size": request.size,
             "sandbox": request.sandbox,
         }
+        if not self.ready.is_set():
+            raise SandboxRunFailed("the policy sandbox is restarting; denied meanwhile")
         try:
             return iter(self.evaluate_raw(payload, self.timeout_s))
         except FluffyError:
+            self.ready.clear()  # deny everything until the restart is done
             threading.Thread(target=self._restart_quietly, daemon=True).start()
             raise
 
     def _restart_quietly(self) -> None:
-        with contextlib.suppress(FluffyError):
-            self.restart()
+        """Restart with a few retries (engines fail a container start now and then)."""
+        for attempt in range(RESTART_ATTEMPTS):
+            try:
+                self.restart()
+                return
+            except Exception as exc:  # keep denying meanwhile; say why in the log
+                self.last_error = exc
+                log.warning(
+                    "restarting the policy sandbox failed (attempt %d): %s", attempt + 1, exc
+                )
+                time.sleep(0.5 * 2**attempt)

@@ -87,10 +87,19 @@ def test_a_rule_cannot_spawn_processes_in_the_policy_sandbox(host: ExtensionHost
 
 def _wait_restarted(host: ExtensionHost, restarts: int) -> None:
     deadline = time.monotonic() + 60
-    while host.restarts < restarts or host.sandbox is None:
-        assert time.monotonic() < deadline, "the policy sandbox was not restarted"
-        time.sleep(0.1)
-    time.sleep(0.5)
+    while host.restarts < restarts or not host.ready.is_set():
+        assert time.monotonic() < deadline, f"not restarted: {host.last_error!r}"
+        time.sleep(0.05)
+
+
+def _eventually_allowed(engine: PolicyEngine, request: Request) -> None:
+    """After a restart the answer is allow again (a loaded machine may first miss the
+    100 ms budget once more: that is a deny and another restart, by design)."""
+    for _ in range(5):
+        if engine.evaluate(request).result == "allow":
+            return
+        time.sleep(0.5)
+    raise AssertionError("extension rules never answered again after the restart")
 
 
 def test_timeout_is_a_deny_and_the_sandbox_restarts(host: ExtensionHost) -> None:
@@ -102,7 +111,7 @@ def test_timeout_is_a_deny_and_the_sandbox_restarts(host: ExtensionHost) -> None
     assert decision.result == "deny" and "did not answer within 100 ms" in decision.reasons[0]
     _wait_restarted(host, 1)
     assert host.sandbox is not first
-    assert engine.evaluate(_write("src/a.py")).result == "allow"
+    _eventually_allowed(engine, _write("src/a.py"))
 
 
 def test_a_killed_policy_sandbox_is_a_deny_and_restarts(
@@ -113,4 +122,4 @@ def test_a_killed_policy_sandbox_is_a_deny_and_restarts(
     sandbox_manager.runtime.kill(host.sandbox.container_id)
     assert engine.evaluate(_write("src/a.py")).result == "deny"
     _wait_restarted(host, 1)
-    assert engine.evaluate(_write("src/a.py")).result == "allow"
+    _eventually_allowed(engine, _write("src/a.py"))

@@ -122,6 +122,26 @@ def test_start_failure_removes_the_created_container(
     with pytest.raises(EngineOperationFailed):
         manager.create(template_config("code-executor"), ["true"])
     assert runtime.containers == {}
+    assert [m for m, _ in runtime.calls].count("create") == 2  # one retry, then the error
+
+
+def test_a_transient_start_failure_is_retried_once(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    class Once(MemoryRuntime):
+        failed = False
+
+        def start(self, container_id: str) -> None:
+            if not self.failed:
+                self.failed = True
+                raise EngineOperationFailed("runc start failed: exit status 1")
+            super().start(container_id)
+
+    flaky = Once()
+    retrying = ContainerManager(flaky, IMAGES, session_id="r1", root=manager.root)
+    sandbox = retrying.create(template_config("code-executor"), ["true"])
+    assert sandbox.state is SandboxState.RUNNING and len(flaky.containers) == 1
+    retrying.close()
 
 
 def test_cleanup_steps_are_independent_and_idempotent(
