@@ -171,14 +171,29 @@ def _broken_constraint(rule: Rule, request: Request) -> str:
     assert c is not None
     if c.require_capability_token:
         return f"rule {rule.name} allows this only with a capability token"
-    if c.require_sandbox is not None and request.sandbox is None:
-        return f"rule {rule.name} requires the operation to run in a sandbox ({c.require_sandbox})"
-    if c.require_sandbox is not None and c.require_sandbox not in ("L2", request.sandbox):
-        return f"rule {rule.name} requires sandbox {c.require_sandbox}, not {request.sandbox}"
+    if c.require_sandbox is not None and not sandbox_satisfies(c.require_sandbox, request.sandbox):
+        return (
+            f"rule {rule.name} requires the operation to run in {c.require_sandbox}, "
+            f"not in {request.sandbox or 'no sandbox'}"
+        )
     limit = c.max_file_bytes
-    if limit is not None and request.size is not None and request.size > limit:
-        return f"rule {rule.name} allows at most {c.max_file_size} ({request.size} bytes asked)"
+    if limit is not None and (request.size is None or request.size > limit):
+        asked = "an unknown size" if request.size is None else f"{request.size} bytes"
+        return f"rule {rule.name} allows at most {c.max_file_size} ({asked} asked)"
     return ""
+
+
+#: The L2 sandbox templates (design: Sandbox Templates).
+L2_TEMPLATES = frozenset({"ai-provider", "code-executor", "policy-sandbox", "integration-test"})
+
+
+def sandbox_satisfies(required: str, actual: str | None) -> bool:
+    """``L2`` is met by any L2 template; a template name only by that template."""
+    if actual is None:
+        return False
+    if required == "L2":
+        return actual in L2_TEMPLATES
+    return actual == required
 
 
 class PolicyEngine:

@@ -1,10 +1,9 @@
 """Path globs with .gitignore semantics (design: Match semantics), compiled once.
 
-pathspec implements the patterns (``**``, ``*``, anchoring, negation with ``!``, the last
-matching pattern wins); this adds git's directory rule: once a parent directory matches,
-nothing below it can be re-included ("It is not possible to re-include a file if a parent
-directory of that file is excluded", gitignore(5)).  ``tests/unit`` checks the result
-against ``git check-ignore``.
+pathspec implements the patterns (``**``, ``*``, anchoring); this adds git's directory
+rule (once a parent directory matches, everything below it matches, gitignore(5)) and the
+design's priority: exclusions (``!pattern``) always win over inclusions, wherever they
+stand.  ``tests/unit`` checks inclusions against ``git check-ignore``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,9 @@ from collections.abc import Sequence
 import pathspec
 
 
-class GlobSet:
+class _GitIgnoreSet:
+    """One list of patterns with gitignore semantics, git's directory rule included."""
+
     __slots__ = ("_globs", "_own", "_spec")
 
     def __init__(self, globs: Sequence[str]) -> None:
@@ -38,11 +39,28 @@ class GlobSet:
         return bool(own.match_file(folder + "/"))
 
     def match(self, path: str) -> bool:
+        if not self._globs:
+            return False
         parts = path.split("/")
         for depth in range(1, len(parts)):
             if self._dir_matches("/".join(parts[:depth])):
                 return True
         return bool(self._spec.match_file(path))
+
+
+class GlobSet:
+    """A rule's ``path_glob`` list: includes with gitignore semantics, and exclusions
+    (``!pattern``) that always win, wherever they stand in the list (design: "Exclude
+    takes priority over include" -- an exclusion is never silently cancelled by order)."""
+
+    __slots__ = ("_exclude", "_include")
+
+    def __init__(self, globs: Sequence[str]) -> None:
+        self._include = _GitIgnoreSet([g for g in globs if not g.startswith("!")])
+        self._exclude = _GitIgnoreSet([g[1:] for g in globs if g.startswith("!")])
+
+    def match(self, path: str) -> bool:
+        return self._include.match(path) and not self._exclude.match(path)
 
 
 _WILD = frozenset("*?[\\")
@@ -57,7 +75,9 @@ def literal_roots(globs: Sequence[str]) -> frozenset[str] | None:
     """
     roots: set[str] = set()
     for raw in globs:
-        glob = raw.strip()
+        if raw != raw.strip():
+            return None  # whitespace is significant to the matcher: do not second-guess it
+        glob = raw
         if glob.startswith("!"):
             continue
         if glob.startswith("\\"):

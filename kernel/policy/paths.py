@@ -14,7 +14,8 @@ def normalize(path: str, root: Path | None) -> str:
     """``path`` relative to the project root, '/'-separated, or :class:`PathEscape`.
 
     Lexical first (``..`` may not climb above the root), then, when the root exists on
-    this machine, symlinks are resolved and must stay inside it.
+    this machine, symlinks are resolved, must stay inside it, and the *resolved* path is
+    what the rules see (a link named ``src/x`` to ``.fluffy/policy.yaml`` is the policy).
     """
     if not path or "\x00" in path:
         raise PathEscape(f"{path!r} is not a path")
@@ -38,9 +39,15 @@ def normalize(path: str, root: Path | None) -> str:
         parts.append(part)
     relative = posixpath.join(*parts) if parts else "."
     if root is not None and root.exists():
-        resolved = (root / relative).resolve()
+        base = root.resolve()
         try:
-            resolved.relative_to(root.resolve())
+            resolved = (root / relative).resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop, among others
+            raise PathEscape(f"{path} cannot be resolved: {exc}") from None
+        try:
+            inside = resolved.relative_to(base)
         except ValueError:
             raise PathEscape(f"{path} leads outside the project through a symlink") from None
+        # Rules judge what the path really is, not the name of a link to it.
+        return inside.as_posix() if inside.parts else "."
     return relative

@@ -10,6 +10,8 @@ from fluffy.kernel.policy.engine import Request
 from fluffy.kernel.policy.globs import GlobSet
 from fluffy.kernel.policy.model import Match, PolicyFile
 
+L2 = {"ai-provider", "code-executor", "policy-sandbox", "integration-test"}
+
 
 def matches(m: Match, request: Request, path: str | None) -> bool:
     checks = [
@@ -38,11 +40,11 @@ def reference_decision(policy: PolicyFile, request: Request, path: str | None) -
             and c is not None
             and (
                 c.require_capability_token
-                or (c.require_sandbox is not None and request.sandbox is None)
+                or (c.require_sandbox == "L2" and request.sandbox not in L2)
+                or (c.require_sandbox not in (None, "L2") and request.sandbox != c.require_sandbox)
                 or (
                     c.max_file_bytes is not None
-                    and request.size is not None
-                    and request.size > c.max_file_bytes
+                    and (request.size is None or request.size > c.max_file_bytes)
                 )
             )
         ):

@@ -333,3 +333,36 @@ def test_paths_escaping_the_project_are_denied_by_a_builtin(tmp_path: Path) -> N
         d = eng.evaluate(write(path))
         assert d.result == "deny" and d.decided_by == "builtin:path-confinement", path
     assert eng.evaluate(write(str(tmp_path / "src" / "ok.py"))).result == "allow"
+
+
+def test_a_link_to_the_policy_file_is_judged_as_the_policy_file(tmp_path: Path) -> None:
+    from fluffy.kernel.policy.builtin import default_builtins
+
+    (tmp_path / ".fluffy").mkdir()
+    (tmp_path / ".fluffy" / "policy.yaml").write_text("capabilities: []\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "innocent.py").symlink_to("../.fluffy/policy.yaml")
+    (tmp_path / "src" / "loop").symlink_to("loop")
+    eng = PolicyEngine(
+        parse_policy(policy(ALLOW_SRC)), builtins=default_builtins(tmp_path), root=tmp_path
+    )
+    d = eng.evaluate(write("src/innocent.py"))
+    assert d.result == "deny" and d.decided_by == "builtin:policy-files"
+    assert d.path == ".fluffy/policy.yaml"
+    looped = eng.evaluate(write("src/loop"))
+    assert looped.result == "deny" and looped.decided_by == "builtin:path-confinement"
+
+
+def test_constraints_are_not_met_by_unknowns() -> None:
+    text = policy("""
+  - name: small-l2-writes
+    match: {syscall: fs.write}
+    action: allow
+    constraints: {require_sandbox: L2, max_file_size: "1KiB"}
+""")
+    eng = engine(text)
+    assert eng.evaluate(write(size=10, sandbox="code-executor")).result == "allow"
+    assert eng.evaluate(write(sandbox="code-executor")).result == "deny"  # size unknown
+    assert eng.evaluate(write(size=10, sandbox="L1")).result == "deny"
+    assert eng.evaluate(write(size=10)).result == "deny"
+    assert eng.evaluate(write(size=5000, sandbox="code-executor")).result == "deny"

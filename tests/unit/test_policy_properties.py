@@ -49,7 +49,7 @@ matches = st.builds(
 )
 constraints = st.none() | st.builds(
     Constraints,
-    require_sandbox=st.none() | st.just("L2"),
+    require_sandbox=st.none() | st.sampled_from(["L2", "code-executor"]),
     require_capability_token=st.booleans(),
     max_file_size=st.none() | st.sampled_from(["100", "1KiB", "1MB"]),
 )
@@ -75,7 +75,7 @@ requests = st.builds(
     state=st.sampled_from(STATES),
     mode=st.sampled_from(["strict", "explore", "debug"]),
     size=st.none() | st.sampled_from([10, 2000, 5_000_000]),
-    sandbox=st.none() | st.just("code-executor"),
+    sandbox=st.none() | st.sampled_from(["code-executor", "ai-provider", "L1"]),
 )
 
 RANK = {"allow": 0, "require_review": 1, "deny": 2}
@@ -140,7 +140,14 @@ def test_glob_matching_agrees_with_git_check_ignore(tmp_path: Path) -> None:
         }
     )
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    for globs in (GLOBS, ["*.py", "!keep.py"], ["src/**", "!src/**/x.py"], ["**/gen/", "docs"]):
+    # Inclusions follow git exactly; exclusions here do not fight a folder exclusion (where
+    # fluffy lets the exclusion win, git would not: see the next test).
+    for globs in (
+        [g for g in GLOBS if not g.startswith("!")],
+        ["*.py", "!keep.py"],
+        ["src/**", "docs/"],
+        ["**/gen/", "docs", "src/*/x.py"],
+    ):
         (tmp_path / ".gitignore").write_text("\n".join(globs) + "\n")
         proc = subprocess.run(
             ["git", "-C", str(tmp_path), "check-ignore", "--no-index", "--stdin"],
@@ -152,3 +159,14 @@ def test_glob_matching_agrees_with_git_check_ignore(tmp_path: Path) -> None:
         spec = GlobSet(globs)
         ours = {p for p in paths if spec.match(p)}
         assert ours == git_ignored, (globs, sorted(ours ^ git_ignored)[:10])
+
+
+@settings(max_examples=300)
+@given(st.lists(st.sampled_from(GLOBS), min_size=1, max_size=5), st.sampled_from(PATHS))
+def test_an_exclusion_always_wins_wherever_it_stands(globs: list[str], path: str) -> None:
+    from fluffy.kernel.policy.globs import GlobSet
+
+    excluded = GlobSet([g[1:] for g in globs if g.startswith("!")] or ["/nothing-at-all"])
+    if excluded.match(path):
+        assert not GlobSet(globs).match(path)
+        assert not GlobSet(list(reversed(globs))).match(path)
