@@ -102,6 +102,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], payload: bytes | memoryview, wha
         raise InvalidPayload(f"invalid {what}: {exc}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec raises both
         raise InvalidPayload(f"{what} is not valid UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidPayload(f"{what} is nested too deeply") from None
 
 
 def decode_message(payload: bytes | memoryview) -> IpcMessage:

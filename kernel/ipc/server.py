@@ -63,6 +63,8 @@ class Limits:
     frame_deadline_s: float = 5.0  # a started frame must complete within this
     handshake_deadline_s: float = 10.0  # the handshake must arrive within this
     max_in_flight: int = 256  # per connection; reading pauses above it
+    handshake_max_frame: int = 4096  # a handshake is ~150 bytes; nothing bigger before it
+    max_write_buffer: int = 8 * 1024 * 1024  # a peer that never reads is cut off here
 
 
 @dataclass
@@ -140,11 +142,9 @@ class KernelServer:
         def factory() -> _Connection:
             return _Connection(self, binding, binding_uids)
 
-        old_umask = os.umask(0o177)
-        try:
-            server = await loop.create_unix_server(factory, str(path), backlog=512)
-        finally:
-            os.umask(old_umask)
+        # The folder is 0700 (or the sandbox's own): the socket is unreachable by others
+        # between bind and chmod.  (No umask games: umask is process-wide.)
+        server = await loop.create_unix_server(factory, str(path), backlog=512)
         if owner is not None:
             os.chown(path, *owner)
         path.chmod(mode)
@@ -176,7 +176,8 @@ class _Connection(asyncio.Protocol):
         self.binding = binding
         self.allowed = allowed
         self.limits = server.limits
-        self.reader = FrameReader(self.limits.max_frame)
+        self.reader = FrameReader(self.limits.handshake_max_frame)
+        self.writing_paused = False
         self.transport: asyncio.Transport | None = None
         self.peer = PeerIdentity(0, -1, -1)
         self.context: CallContext | None = None
@@ -295,6 +296,11 @@ class _Connection(asyncio.Protocol):
             self.server.count(error.code)
             self.write(error_response(_guess_id(payload), error))
             return
+        if message.id in (CONNECTION_ID, UNKNOWN_ID):
+            problem = InvalidPayload(f"the id {message.id!r} is reserved for server errors")
+            self.server.count(problem.code)
+            self.write(error_response(UNKNOWN_ID, problem))
+            return
         if message.type != "request" or message.method is None:
             problem = InvalidPayload(
                 f"a client sends requests only (type 'request' with a method), got "
@@ -327,6 +333,7 @@ class _Connection(asyncio.Protocol):
             connection=self,
         )
         self.server.count("handshakes")
+        self.reader.max_frame = self.limits.max_frame
         self.write(
             encode(
                 HandshakeResponse(
@@ -369,10 +376,10 @@ class _Connection(asyncio.Protocol):
             return
         try:
             result = handler(self.context, message.params)
-        except Exception as exc:
-            self.write(self.failure(message.id, method, exc))
-            return
-        self.write(encode(IpcMessage(id=message.id, type="response", result=result)))
+            reply = encode(IpcMessage(id=message.id, type="response", result=result))
+        except Exception as exc:  # every failure becomes a response
+            reply = self.failure(message.id, method, exc)
+        self.write(reply)
 
     async def run_async(self, handler: Handler, message: IpcMessage) -> None:
         try:
@@ -386,7 +393,7 @@ class _Connection(asyncio.Protocol):
             self.in_flight.pop(message.id, None)
             if self.paused and len(self.in_flight) < self.limits.max_in_flight // 2:
                 self.paused = False
-                if self.transport is not None and not self.closing:
+                if self.transport is not None and not self.closing and not self.writing_paused:
                     self.transport.resume_reading()
         self.write(reply)
 
@@ -400,8 +407,25 @@ class _Connection(asyncio.Protocol):
         return error_response(message_id, error)
 
     def write(self, frame: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(frame)
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(frame)
+        if transport.get_write_buffer_size() > self.limits.max_write_buffer:
+            self.server.count("ipc.write_buffer_full")
+            log.warning("closing a connection that does not read its responses")
+            transport.abort()
+
+    # Back-pressure: while the peer does not read, stop reading its requests.
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        if self.transport is not None and not self.paused:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.transport is not None and not self.paused and not self.closing:
+            self.transport.resume_reading()
 
     def send_event(self, method: str, params: Any = None) -> None:
         import uuid
@@ -434,7 +458,7 @@ def _guess_id(payload: bytes) -> str:
 
     try:
         data = msgspec.json.decode(payload)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return UNKNOWN_ID
     value = data.get("id") if isinstance(data, dict) else None
     if not isinstance(value, str) or not 0 < len(value) <= 128 or not _utf8(value):

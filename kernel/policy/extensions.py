@@ -3,7 +3,7 @@
 The kernel starts one ``policy-sandbox`` container (strict seccomp, no network, the rule
 files mounted read-only) running :mod:`fluffy.sandboxes.policy_host`, which connects to
 its own kernel socket and long-polls for work (``policy.next``), answering with
-``policy.verdict``.  :meth:`ExtensionHost.evaluate` is the engine's extension rule: it
+``policy.verdict``.  Calling an :class:`ExtensionHost` is the engine's extension rule: it
 waits at most 100 ms (design); a timeout, a crash or a broken answer is a deny, and the
 sandbox is restarted.
 """
@@ -68,12 +68,20 @@ class ExtensionHost:
         self.ready = threading.Event()
         self.last_error: BaseException | None = None
         self._snapshots: list[Path] = []
+        self._folders: list[Path] = []
+        self._pending_lock = threading.Lock()
+        self._restarting = False
+        self._flag_lock = threading.Lock()  # never held long: the restart flag only
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         self.thread.start()
         self._call(self._setup())
-        self._launch()
+        try:
+            self._launch()
+        except BaseException:
+            self.stop()
+            raise
 
     async def _setup(self) -> None:
         self.jobs = asyncio.Queue()
@@ -82,6 +90,7 @@ class ExtensionHost:
     def _launch(self) -> None:
         socket_dir = self.manager.root / "ipc" / f"policy-{uuid.uuid4().hex[:12]}"
         socket_dir.mkdir(parents=True, mode=0o700)
+        self._folders.append(socket_dir)
         root = os.geteuid() == 0
         if root:
             os.chown(socket_dir, SANDBOX_UID, SANDBOX_UID)
@@ -112,7 +121,7 @@ class ExtensionHost:
                 {"syscall": "kernel.warmup", "caller": {"name": "kernel"}}, START_TIMEOUT_S
             )
         except FluffyError:
-            self.stop()
+            self._stop_sandbox()  # the host itself lives on: a later restart may succeed
             raise
         self.ready.set()
 
@@ -157,13 +166,15 @@ class ExtensionHost:
             self.manager.destroy(self.sandbox)
             self.sandbox = None
         self._call(self.server.close())
-        for snapshot in self._snapshots:
-            shutil.rmtree(snapshot, ignore_errors=True)
+        for folder in (*self._snapshots, *self._folders):
+            shutil.rmtree(folder, ignore_errors=True)
         self._snapshots.clear()
-        for future in self.pending.values():
+        self._folders.clear()
+        with self._pending_lock:
+            pending, self.pending = self.pending, {}
+        for future in pending.values():
             if not future.done():
                 future.set_exception(SandboxRunFailed("the policy sandbox was restarted"))
-        self.pending.clear()
 
     def stop(self) -> None:
         if self.thread.is_alive():
@@ -183,7 +194,8 @@ class ExtensionHost:
         return {"job": job_id, "request": request}
 
     def _verdict(self, context: CallContext, params: Any) -> None:
-        future = self.pending.pop(str(params.get("job")), None)
+        with self._pending_lock:
+            future = self.pending.pop(str(params.get("job")), None)
         if future is None or future.done():
             return
         try:
@@ -203,7 +215,8 @@ class ExtensionHost:
     def evaluate_raw(self, request: dict[str, Any], timeout: float) -> list[Verdict]:
         job_id = str(next(self._ids))
         future: Future[list[Verdict]] = Future()
-        self.pending[job_id] = future
+        with self._pending_lock:
+            self.pending[job_id] = future
         assert self.jobs is not None
         self.loop.call_soon_threadsafe(self.jobs.put_nowait, (job_id, request))
         try:
@@ -213,7 +226,8 @@ class ExtensionHost:
                 f"extension rules did not answer within {timeout * 1000:.0f} ms"
             ) from None
         finally:
-            self.pending.pop(job_id, None)
+            with self._pending_lock:
+                self.pending.pop(job_id, None)
 
     def __call__(self, request: Request) -> Iterator[Verdict]:
         """The engine's extension rule.  Any failure raises: the engine denies."""
@@ -232,11 +246,22 @@ class ExtensionHost:
             return iter(self.evaluate_raw(payload, self.timeout_s))
         except FluffyError:
             self.ready.clear()  # deny everything until the restart is done
-            threading.Thread(target=self._restart_quietly, daemon=True).start()
+            with self._flag_lock:
+                start = not self._restarting  # one restart at a time, however many fail
+                self._restarting = True
+            if start:
+                threading.Thread(target=self._restart_quietly, daemon=True).start()
             raise
 
     def _restart_quietly(self) -> None:
         """Restart with a few retries (engines fail a container start now and then)."""
+        try:
+            self._restart_with_retries()
+        finally:
+            with self._flag_lock:
+                self._restarting = False
+
+    def _restart_with_retries(self) -> None:
         for attempt in range(RESTART_ATTEMPTS):
             try:
                 self.restart()

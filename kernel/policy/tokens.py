@@ -10,6 +10,7 @@ judged against the time snapshot the engine takes once per evaluation.
 from __future__ import annotations
 
 import secrets
+import threading
 from dataclasses import dataclass, field
 
 from fluffy.kernel.policy.globs import GlobSet
@@ -49,8 +50,11 @@ class CapabilityToken:
 
 
 class TokenStore:
+    """Tokens by id.  Thread-safe: a check-and-consume is one step under a lock."""
+
     def __init__(self) -> None:
         self.tokens: dict[str, CapabilityToken] = {}
+        self._lock = threading.Lock()
 
     def issue(
         self,
@@ -63,6 +67,11 @@ class TokenStore:
         now: float,
         ttl_s: float = DEFAULT_TTL_S,
     ) -> CapabilityToken:
+        with self._lock:  # forget what has expired or is used up
+            for stale in [
+                t for t in self.tokens.values() if now >= t.expires_at or t.ops_used >= t.max_ops
+            ]:
+                del self.tokens[stale.token_id]
         token = CapabilityToken(
             token_id=secrets.token_urlsafe(24),
             container_id=container_id,
@@ -72,7 +81,8 @@ class TokenStore:
             max_ops=max_ops,
             expires_at=now + ttl_s,
         )
-        self.tokens[token.token_id] = token
+        with self._lock:
+            self.tokens[token.token_id] = token
         return token
 
     def check(
@@ -86,6 +96,18 @@ class TokenStore:
         now: float,
     ) -> str | None:
         """Why the token does not apply (None: it applies, and this use is consumed)."""
+        with self._lock:
+            return self._check(use, container_id, connection, syscall, path, now)
+
+    def _check(
+        self,
+        use: TokenUse,
+        container_id: str | None,
+        connection: str | None,
+        syscall: str,
+        path: str | None,
+        now: float,
+    ) -> str | None:
         token = self.tokens.get(use.token_id)
         if token is None:
             return "unknown token"

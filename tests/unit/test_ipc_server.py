@@ -432,3 +432,60 @@ def test_credentials_are_pluggable_for_other_platforms(tmp_path: Path) -> None:
         await server.close()
 
     run(main())
+
+
+def test_reserved_ids_and_deep_nesting_are_invalid_payloads(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        reserved = encode({"id": "connection", "type": "request", "method": "kernel.ping"})
+        deep = (
+            b'{"id": "d", "type": "request", "method": "kernel.ping", "params": '
+            + b"[" * 5000
+            + b"]" * 5000
+            + b"}"
+        )
+        ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
+        answers = await raw(
+            path, handshake(), reserved, HEADER.pack(len(deep)) + deep, ping, read=4
+        )
+        assert [a.get("error", {}).get("code") for a in answers[1:3]] == ["ipc.invalid_payload"] * 2
+        assert answers[1]["id"] == "unknown"
+        assert answers[3]["result"]["pong"] is True
+        await server.close()
+
+    run(main())
+
+
+def test_a_peer_that_never_reads_is_cut_off_not_buffered_forever(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path, max_write_buffer=64 * 1024)
+        _reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(handshake())
+        ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
+        try:
+            for _ in range(200):
+                writer.write(ping * 500)
+                await asyncio.wait_for(writer.drain(), 2)
+        except (TimeoutError, ConnectionError):
+            pass
+        await asyncio.sleep(0.2)
+        assert server.stats["ipc.write_buffer_full"] + server.stats["requests"] > 0
+        total = sum(c.transport.get_write_buffer_size() for c in server.connections if c.transport)
+        assert total <= 64 * 1024 + 65536
+        writer.close()
+        client = await AsyncClient.connect(path)
+        assert (await client.call("kernel.ping"))["pong"] is True
+        await client.close()
+        await server.close()
+
+    run(main())
+
+
+def test_a_big_frame_before_the_handshake_is_refused_at_the_header(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, path = await start(tmp_path)
+        answers = await raw(path, HEADER.pack(100_000), read=1)
+        assert answers[0]["error"]["code"] == "ipc.frame_too_large"
+        await server.close()
+
+    run(main())
