@@ -19,7 +19,6 @@ from fluffy.units import parse_size
 
 #: Largest policy file fluffy reads (a policy is a few KiB; this stops YAML bombs early).
 MAX_POLICY_BYTES = 1024 * 1024
-#: YAML aliases are refused outright: they are the vehicle of "billion laughs" bombs.
 Action = Literal["allow", "deny", "require_review", "pass"]
 SessionMode = Literal["strict", "explore", "debug"]
 
@@ -112,7 +111,7 @@ class PolicyFile(BaseModel):
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors/aliases (no billion-laughs expansion)."""
+    """safe_load without aliases: they are the vehicle of "billion laughs" bombs."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -143,14 +142,18 @@ def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
     return line
 
 
+def _too_big(source: str) -> PolicyError:
+    return PolicyError(
+        f"{source}: the policy file is larger than {MAX_POLICY_BYTES // 1024} KiB",
+        why="a policy is a list of rules, a few KiB; a file this big is a mistake or an attack",
+        fix="Shorten the file.",
+    )
+
+
 def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
     """Parse and validate policy text; :class:`PolicyError` names file, line and field."""
     if len(text.encode("utf-8", "replace")) > MAX_POLICY_BYTES:
-        raise PolicyError(
-            f"{source}: the policy file is larger than {MAX_POLICY_BYTES // 1024} KiB",
-            why="a policy is a list of rules, a few KiB; a file this big is a mistake or an attack",
-            fix="Shorten the file.",
-        )
+        raise _too_big(source)
     try:
         loader = _NoAliasLoader(text)
         try:
@@ -194,7 +197,7 @@ def load_policy(path: Path) -> PolicyFile:
     try:
         size = path.stat().st_size
         if size > MAX_POLICY_BYTES:
-            return parse_policy("x" * (MAX_POLICY_BYTES + 1), str(path))
+            raise _too_big(str(path))
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PolicyError(
