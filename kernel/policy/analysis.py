@@ -6,7 +6,7 @@ cannot do what their author probably meant.
 
 from __future__ import annotations
 
-from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.policy.model import PolicyFile, Rule
 
 
 def warnings(policy: PolicyFile) -> list[str]:
@@ -25,6 +25,7 @@ def warnings(policy: PolicyFile) -> list[str]:
                 )
         if rule.match.syscall is None:
             found.append(f"rule {rule.name}: no syscall in match: it is checked for every request")
+    found.extend(_blanket(policy))
     denies = [r for r in policy.capabilities if r.action == "deny" and not r.except_]
     for rule in policy.capabilities:
         if rule.action == "deny":
@@ -56,3 +57,40 @@ def _broader(outer: object, inner: object) -> bool:
         if i is None or not set(i) <= set(o):
             return False
     return True
+
+
+def _unconditional(rule: Rule) -> bool:
+    """A rule whose only condition is its syscall, with no except and no constraints."""
+    match = rule.match
+    return (
+        not rule.except_
+        and rule.constraints is None
+        and all(
+            getattr(match, field) is None
+            for field in (
+                "path_glob",
+                "caller_tag",
+                "plugin",
+                "state_machine_state",
+                "session_mode",
+            )
+        )
+    )
+
+
+def _blanket(policy: PolicyFile) -> list[str]:
+    """Syscalls for which every request is denied, or every request allowed."""
+    found: list[str] = []
+    syscalls = sorted({s for r in policy.capabilities for s in r.match.syscall or ()})
+    for syscall in syscalls:
+        rules = [r for r in policy.capabilities if syscall in (r.match.syscall or ())]
+        if any(r.action == "deny" and _unconditional(r) for r in rules):
+            found.append(f"syscall {syscall}: every request is denied (an unconditional deny)")
+        elif any(r.action == "allow" and _unconditional(r) for r in rules) and not any(
+            r.action in ("deny", "require_review") for r in rules
+        ):
+            found.append(
+                f"syscall {syscall}: every request is allowed (an unconditional allow "
+                "and no deny or review rule)"
+            )
+    return found

@@ -177,3 +177,20 @@ def test_validate_reports_warnings(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["policy", "validate", str(policy), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert any("shadowed by the broader deny rule all-denied" in w for w in report["warnings"])
+
+
+def test_validate_names_syscalls_that_are_always_denied_or_allowed(tmp_path: Path) -> None:
+    from fluffy.kernel.policy.analysis import warnings
+
+    policy = parse_policy(
+        "capabilities:\n"
+        "  - {name: no-git, match: {syscall: git.push}, action: deny}\n"
+        "  - {name: read, match: {syscall: fs.read}, action: allow}\n"
+        "  - {name: write, match: {syscall: fs.write}, action: allow}\n"
+        "  - {name: review, match: {syscall: fs.write, path_glob: [a/**]},"
+        " action: require_review}\n"
+    )
+    found = warnings(policy)
+    assert "syscall git.push: every request is denied (an unconditional deny)" in found
+    assert any(w.startswith("syscall fs.read: every request is allowed") for w in found)
+    assert not any(w.startswith("syscall fs.write: every") for w in found)
