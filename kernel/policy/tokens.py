@@ -96,32 +96,21 @@ class TokenStore:
         now: float,
     ) -> str | None:
         """Why the token does not apply (None: it applies, and this use is consumed)."""
-        with self._lock:
-            return self._check(use, container_id, connection, syscall, path, now)
-
-    def _check(
-        self,
-        use: TokenUse,
-        container_id: str | None,
-        connection: str | None,
-        syscall: str,
-        path: str | None,
-        now: float,
-    ) -> str | None:
-        token = self.tokens.get(use.token_id)
-        if token is None:
-            return "unknown token"
-        if now >= token.expires_at:
-            self.tokens.pop(use.token_id, None)
-            return "token expired"
-        if token.container_id != container_id or token.connection != connection:
-            return "token bound to another container or connection"
-        if token.syscall != syscall or not token.covers(path):
-            return "token does not cover this syscall or path"
-        if token.ops_used >= token.max_ops:
-            return "token used up (maxOps)"
-        if use.nonce <= token.last_nonce:
-            return "nonce not greater than the last one: replay refused"
-        token.ops_used += 1
-        token.last_nonce = use.nonce
-        return None
+        with self._lock:  # check and consume are one step
+            token = self.tokens.get(use.token_id)
+            if token is None:
+                return "unknown token"
+            if now >= token.expires_at:
+                self.tokens.pop(use.token_id, None)
+                return "token expired"
+            if token.container_id != container_id or token.connection != connection:
+                return "token bound to another container or connection"
+            if token.syscall != syscall or not token.covers(path):
+                return "token does not cover this syscall or path"
+            if token.ops_used >= token.max_ops:
+                return "token used up (maxOps)"
+            if use.nonce <= token.last_nonce:
+                return "nonce not greater than the last one: replay refused"
+            token.ops_used += 1
+            token.last_nonce = use.nonce
+            return None

@@ -9,40 +9,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_pytest_strict_turns_no_tests_into_a_failure(tmp_path: Path) -> None:
-    (tmp_path / "test_nothing.py").write_text("def helper():\n    pass\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "pytest-strict"),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-        ],
+def _pytest_strict(folder: Path) -> subprocess.CompletedProcess[str]:
+    script = str(ROOT / "scripts" / "pytest-strict")
+    return subprocess.run(
+        [sys.executable, script, "-q", "-p", "no:cacheprovider", str(folder)],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=folder,
     )
+
+
+def test_pytest_strict_turns_no_tests_into_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "test_nothing.py").write_text("def helper():\n    pass\n")
+    proc = _pytest_strict(tmp_path)
     assert proc.returncode == 1
     assert "collected no tests" in proc.stderr
 
 
 def test_pytest_strict_passes_real_failures_through(tmp_path: Path) -> None:
     (tmp_path / "test_fail.py").write_text("def test_x():\n    assert False\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "pytest-strict"),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    proc = _pytest_strict(tmp_path)
     assert proc.returncode == 1 and "1 failed" in proc.stdout
 
 
