@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,8 +87,17 @@ def manifest_path() -> Path:
     return state_dir() / "images.json"
 
 
-def _parent_identity(spec: ImageSpec, base_id: str, refs: dict[str, str]) -> str:
-    return refs[spec.parent] if spec.parent else f"{base_image_ref()}@{base_id}"
+def _tagged(
+    order: Sequence[ImageSpec], base_id: str, arch: str
+) -> Iterator[tuple[ImageSpec, str, str, str | None]]:
+    """(spec, tag, ref, parent ref) for each image, parents first: the one tag rule."""
+    refs: dict[str, str] = {}
+    for spec in order:
+        parent_ref = refs[spec.parent] if spec.parent else None
+        identity = parent_ref or f"{base_image_ref()}@{base_id}"
+        tag = content_hash(spec, parent_identity=identity, arch=arch)
+        ref = refs[spec.name] = f"{spec.repository}:{tag}"
+        yield spec, tag, ref, parent_ref
 
 
 def plan_images(
@@ -105,12 +114,9 @@ def plan_images(
             f"the base image {base_image_ref()} is not present",
             why="fluffy's images are built FROM it; it is pulled, or made with debootstrap",
         )
-    arch = linux_arch(engine.info.arch)
-    refs: dict[str, str] = {}
     result: list[ImageStatus] = []
-    for spec in build_order(names, specs):
-        tag = content_hash(spec, parent_identity=_parent_identity(spec, base_id, refs), arch=arch)
-        ref = refs[spec.name] = f"{spec.repository}:{tag}"
+    order = build_order(names, specs)
+    for spec, tag, ref, _ in _tagged(order, base_id, linux_arch(engine.info.arch)):
         image_id = store.image_id(ref)
         state = "current" if image_id else "missing"
         if image_id is None and store.list_by_label(f"{LABEL_IMAGE}={spec.name}"):
@@ -147,13 +153,9 @@ def build_images(
     store = ImageStore(engine)
     base_id = ensure_base_image(engine, reporter.message)
     arch = linux_arch(engine.info.arch)
-    refs: dict[str, str] = {}
     results: list[ImageStatus] = []
     built_any = False
-    for spec in build_order(names, specs):
-        parent_identity = _parent_identity(spec, base_id, refs)
-        tag = content_hash(spec, parent_identity=parent_identity, arch=arch)
-        ref = refs[spec.name] = f"{spec.repository}:{tag}"
+    for spec, tag, ref, parent_ref in _tagged(build_order(names, specs), base_id, arch):
         image_id = None if force else store.image_id(ref)
         if image_id:
             status = ImageStatus(spec.name, ref, tag, image_id, "current")
@@ -162,9 +164,7 @@ def build_images(
             continue
         reporter.image_started(spec, ref)
         started = time.monotonic()
-        buildargs = (
-            {"PARENT_IMAGE": refs[spec.parent]} if spec.parent else {"BASE_IMAGE": base_image_ref()}
-        )
+        buildargs = {"PARENT_IMAGE": parent_ref} if parent_ref else {"BASE_IMAGE": base_image_ref()}
         labels = {LABEL_IMAGE: spec.name, LABEL_HASH: tag, "org.fluffy.hash-scheme": HASH_SCHEME}
         with tempfile.TemporaryDirectory(prefix=f"fluffy-build-{spec.name}-") as tmp:
             context = Path(tmp)

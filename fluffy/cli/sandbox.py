@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, stderr, stdout
-from fluffy.errors import FluffyError, SandboxRunFailed
+from fluffy.errors import SandboxRunFailed
 
 #: Exit codes for sandboxes that did not end by themselves (as coreutils' timeout does).
 EXIT_TIMEOUT, EXIT_OOM = 124, 137
@@ -101,6 +101,3 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     gc = actions.add_parser("gc", help="remove containers and folders of ended sessions")
     gc.add_argument("--json", action="store_true")
     gc.set_defaults(func=cmd_sandbox_gc)
-
-
-__all__ = ["FluffyError", "add_parser"]

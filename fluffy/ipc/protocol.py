@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from fluffy._version import __version__
-from fluffy.errors import FrameEmpty, FrameTooLarge, InvalidPayload, IpcError
+from fluffy.errors import FluffyError, FrameEmpty, FrameTooLarge, InvalidPayload
 
 HEADER = struct.Struct(">I")
 #: Default largest payload a peer may send (bytes); larger frames are refused unread.
@@ -80,18 +80,13 @@ def encode(message: msgspec.Struct | dict[str, Any]) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def error_body(error: IpcError | Exception) -> ErrorBody:
-    if isinstance(error, IpcError) or hasattr(error, "code"):
-        code = str(getattr(error, "code", "ipc.internal"))
-        message = str(getattr(error, "what", str(error)))
-        why = getattr(error, "why", "")
-        fix = getattr(error, "fix", "")
-        text = message + (f" ({why})" if why else "") + (f" Fix: {fix}" if fix else "")
-        return ErrorBody(code, text, bool(getattr(error, "retryable", False)))
-    return ErrorBody("ipc.internal", str(error), True)
+def error_body(error: FluffyError) -> ErrorBody:
+    why = f" ({error.why})" if error.why else ""
+    fix = f" Fix: {error.fix}" if error.fix else ""
+    return ErrorBody(error.code, error.what + why + fix, error.retryable)
 
 
-def error_response(message_id: str, error: IpcError | Exception) -> bytes:
+def error_response(message_id: str, error: FluffyError) -> bytes:
     return encode(IpcMessage(id=message_id, type="response", error=error_body(error)))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import docker
 
-from fluffy.errors import EngineNotFound, EngineTimeout
+from fluffy.errors import EngineNotFound
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.runtime import (
     HARDENED,
@@ -197,6 +197,3 @@ class DockerRuntime:
         with engine_call("list volumes"):
             found: dict[str, Any] = self._api.volumes(filters=filters)
         return {str(v["Name"]): dict(v.get("Labels") or {}) for v in found.get("Volumes") or []}
-
-
-__all__ = ["DockerRuntime", "EngineTimeout"]

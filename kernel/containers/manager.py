@@ -191,14 +191,11 @@ class ContainerManager:
         An engine that refuses to *start* a container it just created (seen with Podman
         4.3 and runc under load) gets one more try with a fresh sandbox: idempotent retry.
         """
-        try:
-            return self._create_once(config, command)
-        except EngineOperationFailed as exc:
-            if not exc.what.startswith("cannot start sandbox"):
-                raise
-            return self._create_once(config, command)
+        return self._create_once(config, command, retry_start=True)
 
-    def _create_once(self, config: SandboxConfig, command: list[str]) -> Sandbox:
+    def _create_once(
+        self, config: SandboxConfig, command: list[str], *, retry_start: bool
+    ) -> Sandbox:
         sandbox_id = uuid.uuid4().hex[:12]
         sandbox = Sandbox(
             sandbox_id=sandbox_id,
@@ -219,21 +216,29 @@ class ContainerManager:
             spec = self._spec(sandbox, config, command)
             sandbox.container_id = self.runtime.create(spec)
         except BaseException as exc:
-            sandbox.fail(FailureReason.CREATE_FAILED)
-            self.destroy(sandbox)
-            if isinstance(exc, FluffyError):
-                raise exc.with_context(f"cannot create sandbox {sandbox.name}") from exc.__cause__
+            self._abandon(sandbox, FailureReason.CREATE_FAILED, exc, "create")
             raise
         try:
             self.runtime.start(sandbox.container_id)
+        except EngineOperationFailed as exc:
+            self._abandon(sandbox, FailureReason.START_FAILED, exc, "start")
+            if retry_start:
+                return self._create_once(config, command, retry_start=False)
+            raise
         except BaseException as exc:
-            sandbox.fail(FailureReason.START_FAILED)
-            self.destroy(sandbox)
-            if isinstance(exc, FluffyError):
-                raise exc.with_context(f"cannot start sandbox {sandbox.name}") from exc.__cause__
+            self._abandon(sandbox, FailureReason.START_FAILED, exc, "start")
             raise
         sandbox.move(SandboxState.RUNNING)
         return sandbox
+
+    def _abandon(
+        self, sandbox: Sandbox, reason: FailureReason, exc: BaseException, step: str
+    ) -> None:
+        """FAILED, cleaned up, and the error told where it happened (re-raised by caller)."""
+        sandbox.fail(reason)
+        self.destroy(sandbox)
+        if isinstance(exc, FluffyError):
+            exc.with_context(f"cannot {step} sandbox {sandbox.name}")
 
     def wait(self, sandbox: Sandbox, timeout_ms: int) -> Sandbox:
         """Wait for the command; RUNNING -> STOPPING, or FAILED on timeout/OOM/crash."""

@@ -128,9 +128,9 @@ class _RuleIndex:
 
     def add(self, compiled: CompiledRule) -> None:
         globs = compiled.rule.match.path_glob
-        roots = literal_roots(globs) if globs else None
         if globs == []:
             return  # matches no path: never a candidate (design, case 25)
+        roots = literal_roots(globs) if globs else None
         if roots is None:
             self.always.append(compiled)
             return
@@ -279,7 +279,9 @@ class PolicyEngine:
             if denied:
                 return denied
 
-        ext_request = dataclasses.replace(request, path=ctx.path, token=None)
+        ext_request = (
+            dataclasses.replace(request, path=ctx.path, token=None) if self.extensions else request
+        )
         for extension in self.extensions:
             try:
                 verdicts = list(extension(ext_request))
