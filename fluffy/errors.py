@@ -38,10 +38,20 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── PeerRejected              ipc.peer_rejected
     │   ├── ConnectionClosed          ipc.connection_closed
     │   └── InternalError             ipc.internal
-    └── SandboxError                  sandbox.error
-        ├── SandboxRunFailed          sandbox.run_failed
-        ├── SandboxConfigError        sandbox.config_invalid
-        └── SandboxStateError         sandbox.invalid_transition
+    ├── SandboxError                  sandbox.error
+    │   ├── SandboxRunFailed          sandbox.run_failed
+    │   ├── SandboxConfigError        sandbox.config_invalid
+    │   └── SandboxStateError         sandbox.invalid_transition
+    ├── AuditError                    audit.error
+    │   ├── AuditUnavailable          audit.unavailable
+    │   └── AuditQueryError           audit.query_invalid
+    └── WorkflowError                 workflow.error
+        ├── TransitionDenied          workflow.transition_denied
+        ├── ExemptionDenied           workflow.exemption_denied
+        ├── ModeDenied                workflow.mode_denied
+        ├── SessionNotFound           workflow.session_not_found
+        ├── EvidenceError             workflow.evidence_invalid
+        └── CoverageFormatError       workflow.coverage_invalid
 """
 
 from __future__ import annotations
@@ -266,6 +276,65 @@ class InternalError(IpcError):
     retryable = True
     default_why = "the kernel failed while handling the request; it keeps serving"
     default_fix = "Retry; if it persists, report it with the kernel's log."
+
+
+class AuditError(FluffyError):
+    """The audit log could not be written or read."""
+
+    code = "audit.error"
+    default_fix = "Run `fluffy audit verify` to see the log's state."
+
+
+class AuditUnavailable(AuditError):
+    code = "audit.unavailable"
+    retryable = True
+    default_why = "the audit database could not be opened or written"
+    default_fix = "Check the state folder's disk space and permissions, then retry."
+
+
+class AuditQueryError(AuditError):
+    code = "audit.query_invalid"
+    default_why = "a filter of the audit query is malformed"
+    default_fix = "See `fluffy audit log --help` for the filters and their formats."
+
+
+class WorkflowError(FluffyError):
+    """The TDD state machine refused something."""
+
+    code = "workflow.error"
+
+
+class TransitionDenied(WorkflowError):
+    code = "workflow.transition_denied"
+    default_why = "the workflow's guard for this transition does not hold"
+
+
+class ExemptionDenied(WorkflowError):
+    code = "workflow.exemption_denied"
+    default_why = "the paths do not all match the category's tdd_exemptions globs in policy.yaml"
+    default_fix = "Follow the normal TDD flow, or ask for the category whose globs match."
+
+
+class ModeDenied(WorkflowError):
+    code = "workflow.mode_denied"
+    default_why = "the policy engine did not allow the mode change"
+
+
+class SessionNotFound(WorkflowError):
+    code = "workflow.session_not_found"
+    default_fix = "List sessions with `fluffy session list`."
+
+
+class EvidenceError(WorkflowError):
+    code = "workflow.evidence_invalid"
+    default_why = "a test run's report could not be read"
+    default_fix = "Run the tests again through test.run."
+
+
+class CoverageFormatError(WorkflowError):
+    code = "workflow.coverage_invalid"
+    default_why = "the coverage report is not coverage.py JSON, Cobertura XML or lcov"
+    default_fix = "Produce coverage with `pytest --cov --cov-report=json` (or xml / lcov)."
 
 
 def all_error_classes() -> list[type[FluffyError]]:

@@ -1,8 +1,10 @@
 """``fluffy kernel serve``: the kernel process in the foreground (development, tests).
 
-It listens on one Unix socket (0600 in a 0700 folder), answers the method table, and
-shuts down cleanly on SIGTERM or SIGINT.  In production bootstrap starts the same
-process inside the L1 container.
+Start-up runs the database checks (integrity, recovery, chain verification), opens the
+audit log and records ``kernel_start`` plus anything the checks found; then it listens
+on one Unix socket (0600 in a 0700 folder) and audits every call.  SIGTERM or SIGINT
+shut it down cleanly: ``kernel_shutdown`` recorded, the buffer flushed, a backup
+taken.  In production bootstrap starts the same process inside the L1 container.
 """
 
 from __future__ import annotations
@@ -13,9 +15,47 @@ import signal
 import sys
 from pathlib import Path
 
+from fluffy import __version__
 from fluffy.errors import ConfigError
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.observer import SyscallAuditor
+from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
+from fluffy.kernel.policy.builtin import default_builtins
+from fluffy.kernel.policy.engine import PolicyEngine
+from fluffy.kernel.policy.model import PolicyFile, load_policy
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.methods import workflow_methods
+from fluffy.kernel.workflow.store import WorkflowStore
+
+log = logging.getLogger("fluffy.kernel")
+
+
+def _project_policy(project: Path | None) -> PolicyFile:
+    """The project's ``.fluffy/policy.yaml`` (errors block start-up); none = default deny."""
+    if project is not None and (project / ".fluffy" / "policy.yaml").is_file():
+        return load_policy(project / ".fluffy" / "policy.yaml")
+    return PolicyFile()
+
+
+async def open_audit(state_dir: Path) -> AuditLog:
+    """The start-up sequence's database step: check, recover, open, record what happened."""
+    check = await asyncio.to_thread(check_database, state_dir)
+    if check.outcome != "ok":
+        log.warning("audit database: %s", check.detail)
+    audit = await AuditLog.open(state_dir)
+    await audit.record(
+        Event(
+            "kernel_start",
+            input_summary=f"kernel {__version__} started; database: {check.detail}",
+            metadata={"database": check.outcome, "version": __version__},
+        )
+    )
+    for event in check.events:
+        await audit.record(event)
+    return audit
 
 
 async def serve(
@@ -30,7 +70,20 @@ async def serve(
             fix="Pass an existing directory with --project.",
         )
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    server = KernelServer(default_methods(), limits or Limits())
+    audit = await open_audit(state_dir)
+    store = await WorkflowStore.open(state_dir)
+    policy = _project_policy(project)
+    workflow = Workflow(
+        store,
+        project or state_dir,
+        audit=audit,
+        policy=PolicyEngine(policy, builtins=default_builtins(project), root=project),
+        exemptions=policy.exemptions,
+        tech_debt=policy.tech_debt,
+    )
+    server = KernelServer({**default_methods(), **workflow_methods(workflow)}, limits or Limits())
+    server.observer = SyscallAuditor(audit)
+    server.audit_head = lambda: audit.head.to_dict()
     await server.listen(socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -41,6 +94,10 @@ async def serve(
         await stop.wait()
     finally:
         await server.close()
+        await store.close()
+        await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))
+        await audit.close()
+        await asyncio.to_thread(take_backup, state_dir)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     print("fluffy kernel stopped", file=sys.stderr, flush=True)

@@ -14,11 +14,13 @@ from fluffy.kernel.ipc.server import CallContext, Handler
 
 
 def ping(context: CallContext, params: Any) -> dict[str, Any]:
-    """Health check; also shows the identity the kernel derived for the caller."""
+    """Health check; shows the caller's identity and the audit head (for an outside witness)."""
     if params not in (None, {}):
         raise InvalidPayload("kernel.ping takes no parameters")
     peer = context.peer
+    head = context.server.audit_head
     return {
+        "audit_head": head() if head is not None else None,
         "pong": True,
         "kernel_version": KERNEL_VERSION,
         "api_version": context.api_version,

@@ -19,7 +19,9 @@ import inspect
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,39 @@ class CallContext:
 
 Handler = Callable[[CallContext, Any], Any]
 
+#: Methods the audit observer does not see (health checks).
+UNAUDITED = frozenset({"kernel.ping"})
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One request the kernel received, as the audit log records it."""
+
+    method: str
+    request_id: str
+    params: Any
+    binding: str
+    plugin_name: str
+    peer: PeerIdentity
+    container_id: str | None
+    result: Any
+    error: FluffyError | None
+    duration_ms: float
+    decision: str
+    rule: str | None
+    reason: str | None
+
+
+Observer = Callable[[CallRecord], None]
+_decision: ContextVar[tuple[str, str | None, str | None] | None] = ContextVar(
+    "fluffy_decision", default=None
+)
+
+
+def note_decision(decision: str, rule: str | None = None, reason: str | None = None) -> None:
+    """Called by the policy layer inside a handler: the audit entry carries this decision."""
+    _decision.set((decision, rule, reason))
+
 
 @dataclass
 class Listener:
@@ -116,6 +151,8 @@ class KernelServer:
     listeners: list[Listener] = field(default_factory=list)
     connections: set[_Connection] = field(default_factory=set)
     credentials: PeerCredentials = peer_identity
+    observer: Observer | None = None
+    audit_head: Callable[[], dict[str, Any]] | None = None
 
     async def listen(
         self,
@@ -235,6 +272,7 @@ class _Connection(asyncio.Protocol):
         moment, so that the peer reads the error instead of a connection reset.
         """
         self.server.count(error.code)
+        self.observe(None, time.perf_counter(), error=error, method="(connection)")
         transport = self.transport
         self.closing = True
         self.disarm()
@@ -295,6 +333,7 @@ class _Connection(asyncio.Protocol):
         except InvalidPayload as error:
             self.server.count(error.code)
             self.write(error_response(_guess_id(payload), error))
+            self.observe(None, time.perf_counter(), error=error, method="(invalid frame)")
             return
         if message.id in (CONNECTION_ID, UNKNOWN_ID):
             problem = InvalidPayload(f"the id {message.id!r} is reserved for server errors")
@@ -346,12 +385,57 @@ class _Connection(asyncio.Protocol):
         )
 
     # -- dispatch ------------------------------------------------------------------
+    def observe(
+        self,
+        message: IpcMessage | None,
+        started: float,
+        result: Any = None,
+        error: FluffyError | None = None,
+        method: str | None = None,
+    ) -> None:
+        """Hand the finished call to the audit observer (never lets it break serving)."""
+        observer = self.server.observer
+        method = method or (message.method if message is not None else None) or ""
+        if observer is None or method in UNAUDITED:
+            return
+        noted = _decision.get()
+        if noted is None:
+            denied = error is not None and error.code.startswith(("policy.", "ipc."))
+            noted = (
+                ("denied", "kernel.method_table", error.what if error else None)
+                if denied
+                else ("allowed", "kernel.method_table", None)
+            )
+        context = self.context
+        try:
+            observer(
+                CallRecord(
+                    method=method,
+                    request_id=message.id if message is not None else CONNECTION_ID,
+                    params=message.params if message is not None else None,
+                    binding=self.binding,
+                    plugin_name=context.plugin_name if context else "",
+                    peer=self.peer,
+                    container_id=context.container_id if context else None,
+                    result=result,
+                    error=error,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                    decision=noted[0],
+                    rule=noted[1],
+                    reason=noted[2],
+                )
+            )
+        except Exception:
+            log.exception("the audit observer failed for %s", method)
+
     def dispatch(self, message: IpcMessage) -> None:
         server = self.server
+        started = time.perf_counter()
         if message.id in self.in_flight:
             error: IpcError = DuplicateId(f"request id {message.id!r} is already in flight")
             server.count(error.code)
             self.write(error_response(message.id, error))
+            self.observe(message, started, error=error)
             return
         method = message.method or ""
         handler = server.methods.get(method)
@@ -361,6 +445,7 @@ class _Connection(asyncio.Protocol):
             )
             server.count(error.code)
             self.write(error_response(message.id, error))
+            self.observe(message, started, error=error)
             return
         server.count("requests")
         assert self.context is not None
@@ -374,21 +459,28 @@ class _Connection(asyncio.Protocol):
                 assert self.transport is not None
                 self.transport.pause_reading()
             return
+        token = _decision.set(None)
+        result, failed = None, None
         try:
             result = handler(self.context, message.params)
             reply = encode(IpcMessage(id=message.id, type="response", result=result))
         except Exception as exc:  # every failure becomes a response
-            reply = self.failure(message.id, method, exc)
+            reply, failed = self.failure(message.id, method, exc)
         self.write(reply)
+        self.observe(message, started, result, failed)
+        _decision.reset(token)
 
     async def run_async(self, handler: Handler, message: IpcMessage) -> None:
+        started = time.perf_counter()
+        _decision.set(None)  # this task's own copy of the context
+        result, failed = None, None
         try:
             result = await handler(self.context, message.params)  # type: ignore[arg-type]
             reply = encode(IpcMessage(id=message.id, type="response", result=result))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            reply = self.failure(message.id, message.method or "", exc)
+            reply, failed = self.failure(message.id, message.method or "", exc)
         finally:
             self.in_flight.pop(message.id, None)
             if self.paused and len(self.in_flight) < self.limits.max_in_flight // 2:
@@ -396,15 +488,16 @@ class _Connection(asyncio.Protocol):
                 if self.transport is not None and not self.closing and not self.writing_paused:
                     self.transport.resume_reading()
         self.write(reply)
+        self.observe(message, started, result, failed)
 
-    def failure(self, message_id: str, method: str, exc: Exception) -> bytes:
+    def failure(self, message_id: str, method: str, exc: Exception) -> tuple[bytes, FluffyError]:
         if isinstance(exc, FluffyError):
             self.server.count(exc.code)
-            return error_response(message_id, exc)
+            return error_response(message_id, exc), exc
         log.exception("method %s failed", method)
         error = InternalError(f"{method} failed: {type(exc).__name__}")
         self.server.count(error.code)
-        return error_response(message_id, error)
+        return error_response(message_id, error), error
 
     def write(self, frame: bytes) -> None:
         transport = self.transport

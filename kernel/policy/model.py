@@ -8,6 +8,7 @@ policy that does not load blocks start-up.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +16,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fluffy.errors import ConfigError, PolicyError
+from fluffy.kernel.audit.storage import StorageSettings
+from fluffy.kernel.workflow.exemptions import (
+    DEFAULT_EXEMPTIONS,
+    Category,
+    ExemptionRule,
+    TechDebtSettings,
+)
 from fluffy.units import parse_size
 
 #: Largest policy file fluffy reads (a policy is a few KiB; this stops YAML bombs early).
@@ -98,6 +106,16 @@ class PolicyFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     capabilities: list[Rule] = Field(default_factory=list)
+    tdd_exemptions: dict[Category, ExemptionRule] | None = None
+    tech_debt: TechDebtSettings = Field(default_factory=TechDebtSettings)
+    audit: StorageSettings = Field(default_factory=StorageSettings)
+
+    @property
+    def exemptions(self) -> Mapping[str, ExemptionRule]:
+        """The configured exemption categories (the design's defaults when absent)."""
+        if self.tdd_exemptions is None:
+            return DEFAULT_EXEMPTIONS
+        return {str(key): rule for key, rule in self.tdd_exemptions.items()}
 
     @field_validator("capabilities")
     @classmethod

@@ -1,0 +1,156 @@
+"""`fluffy audit verify|log|export`: read and check the audit log from the host."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from fluffy.cli.render import print_json, status_word, stdout
+from fluffy.errors import AuditQueryError
+from fluffy.paths import state_dir as default_state_dir
+
+EXIT_OK, EXIT_BROKEN = 0, 1
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    folder = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    if not folder.is_dir():
+        raise AuditQueryError(
+            f"the state folder {folder} does not exist",
+            why="fluffy keeps the audit database there once the kernel has run",
+            fix="Pass the kernel's state folder with --state-dir, or start fluffy once.",
+        )
+    return folder
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from fluffy.kernel.audit.store import read_head
+    from fluffy.kernel.audit.verify import verify
+
+    folder = _state_dir(args)
+    witness = None
+    if args.witness:
+        try:
+            witness = read_head(Path(args.witness))
+        except ValueError as exc:
+            raise AuditQueryError(
+                str(exc), fix="Pass the witness file the bootstrap keeps."
+            ) from None
+    report = verify(folder, witness=witness)
+    if args.json:
+        print_json(report.to_dict())
+        return EXIT_OK if report.ok else EXIT_BROKEN
+    rate = report.entries / report.seconds if report.seconds else 0.0
+    stdout.print(
+        f"checked {report.entries} entries in {len(report.files)} file(s) "
+        f"in {report.seconds:.2f} s ({rate:,.0f}/s)"
+    )
+    for warning in report.warnings:
+        stdout.print(f"{status_word('warn')} {escape(warning)}")
+    for chain_break in report.breaks:
+        stdout.print(
+            f"{status_word('warn')} entry {chain_break['id']} records a chain break at start-up: "
+            f"{escape(str(chain_break.get('detail', '')))}"
+        )
+    if report.ok:
+        head = report.head
+        where = f" (head: entry {head.seq}, {head.hash[:16]})" if head else ""
+        stdout.print(f"{status_word('ok')} the audit chain is intact{where}")
+        return EXIT_OK
+    problem = report.problem
+    assert problem is not None
+    stdout.print(
+        f"{status_word('fail')} [bold]{problem.kind}[/]: entry {problem.seq} in {problem.file}: "
+        f"{escape(problem.detail)}"
+    )
+    return EXIT_BROKEN
+
+
+def _filters(args: argparse.Namespace) -> Any:
+    from fluffy.kernel.audit.query import Filters, parse_since
+
+    return Filters(
+        since_ms=parse_since(args.since) if args.since else None,
+        event_type=args.type,
+        session=args.session,
+        decision=args.decision,
+        limit=getattr(args, "limit", None),
+    )
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    from fluffy.kernel.audit.query import entries
+
+    folder = _state_dir(args)
+    found = list(entries(folder, _filters(args)))
+    if args.json:
+        print_json({"entries": found})
+        return EXIT_OK
+    for entry in found:
+        when = dt.datetime.fromtimestamp(entry["timestamp"] / 1000, dt.UTC)
+        decision = entry["policy_decision"] or "-"
+        what = entry["syscall_type"] or entry["tool_name"] or ""
+        rule = f" rule={entry['policy_rule_name']}" if entry["policy_rule_name"] else ""
+        stdout.print(
+            f"{entry['id']:>7} {when:%Y-%m-%d %H:%M:%S} {entry['event_type']:<20} "
+            f"{decision:<16} {escape(what)}{escape(rule)} {escape(entry['input_summary'][:80])}"
+        )
+    stdout.print(f"[dim]{len(found)} entr{'y' if len(found) == 1 else 'ies'}[/]")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from fluffy.kernel.audit.query import export_jsonl
+
+    folder = _state_dir(args)
+    filters = _filters(args)
+    if args.output and args.output != "-":
+        with open(args.output, "w", encoding="utf-8") as handle:
+            count = export_jsonl(folder, handle, filters)
+        print(f"exported {count} entries to {args.output}", file=sys.stderr)
+    else:
+        export_jsonl(folder, sys.stdout, filters)
+    return EXIT_OK
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", help="the kernel's state folder (default: ~/.fluffy/state)")
+
+
+def _filter_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", help='entries since a duration ago ("2h", "7d") or ISO date')
+    parser.add_argument("--type", help="only this event type (e.g. syscall, policy_update)")
+    parser.add_argument("--session", help="only this session id")
+    parser.add_argument(
+        "--decision", help="only this decision: allowed, denied, review_required, allowed_by_token"
+    )
+
+
+def add_parser(sub: Any) -> None:
+    audit = sub.add_parser("audit", help="verify, read and export the audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
+
+    verify = audit_sub.add_parser("verify", help="check the hash chain; exit 1 names the break")
+    _common(verify)
+    verify.add_argument("--witness", help="a head (seq, hash) kept outside the kernel to check too")
+    verify.add_argument("--json", action="store_true", help="print one JSON object")
+    verify.set_defaults(func=cmd_verify)
+
+    log = audit_sub.add_parser("log", help="show entries, oldest first")
+    _common(log)
+    _filter_args(log)
+    log.add_argument("--limit", type=int, help="only the newest N matching entries")
+    log.add_argument("--json", action="store_true")
+    log.set_defaults(func=cmd_log)
+
+    export = audit_sub.add_parser("export", help="write every entry as JSON lines")
+    _common(export)
+    _filter_args(export)
+    export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    export.add_argument("--output", "-o", help="file to write (default: stdout)")
+    export.set_defaults(func=cmd_export)

@@ -1,0 +1,1 @@
+"""The tamper-evident audit log (the design's Audit Log Module) on chained-hash SQLite."""

@@ -1,0 +1,258 @@
+"""Audit entries and their hash (the design's Record Format and Storage).
+
+Every column of an entry is covered by its hash.  The canonical encoding is the JSON
+array of the stored column values in a fixed order (msgspec: strings escaped one way,
+ints and floats told apart, ``null`` for absent), prefixed by a domain-separation tag::
+
+    hash = SHA-256(b"fluffy.audit.v1\\0" + json([seq, timestamp, prev_hash, event_type, ...]))
+
+A JSON array of typed scalars is injective, so no two different entries encode alike,
+and changing any byte of any column (or its SQLite type: ``'5'`` is not ``5``) changes
+the hash.  Verification recomputes the hash from the row as stored.
+
+The genesis entry (the first ``kernel_start`` of a chain) has
+``prev_hash = SHA-256("genesis:" + its timestamp)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import msgspec
+
+DOMAIN: Final = b"fluffy.audit.v1\x00"
+SUMMARY_LIMIT: Final = 500
+
+EVENT_TYPES: Final = frozenset(
+    {
+        "syscall",
+        "tool_execute",
+        "tool_result",
+        "state_transition",
+        "policy_update",
+        "session_mode_change",
+        "sandbox_created",
+        "sandbox_destroyed",
+        "sandbox_failed",
+        "capability_issued",
+        "capability_expired",
+        "merge_approved",
+        "merge_rejected",
+        "kernel_start",
+        "kernel_shutdown",
+        "audit_storage_warning",
+        "audit_storage_critical",
+        "audit_archive_deleted",
+        "audit_chain_break",
+        "policy_rule_failed",
+        "exemption_requested",
+        "test_run_recorded",
+    }
+)
+
+# Written synchronously: the caller waits for the durable commit (design's SYNC_EVENTS,
+# plus the events fluffy adds that a reader of the log must never miss).
+SYNC_EVENTS: Final = frozenset(
+    {
+        "policy_update",
+        "merge_approved",
+        "merge_rejected",
+        "session_mode_change",
+        "capability_issued",
+        "kernel_start",
+        "kernel_shutdown",
+        "audit_archive_deleted",
+        "audit_chain_break",
+        "policy_rule_failed",
+        "state_transition",
+        "exemption_requested",
+        "test_run_recorded",
+    }
+)
+
+Decision = Literal["allowed", "denied", "review_required", "allowed_by_token"]
+DECISIONS: Final = ("allowed", "denied", "review_required", "allowed_by_token")
+
+# Stored column order == encoding order.  ``hash`` is stored last and never encoded.
+COLUMNS: Final = (
+    "seq",
+    "timestamp",
+    "prev_hash",
+    "event_type",
+    "syscall_type",
+    "tool_name",
+    "caller",
+    "session_id",
+    "session_mode",
+    "state_machine_state",
+    "policy_decision",
+    "policy_rule_name",
+    "capability_id",
+    "deny_reason",
+    "input_summary",
+    "output_summary",
+    "duration_ms",
+    "sandbox_id",
+    "metadata",
+)
+
+_encode = msgspec.json.Encoder().encode
+_BASE = hashlib.sha256(DOMAIN)
+
+
+def entry_hash(row: tuple[Any, ...]) -> str:
+    """Hash of one stored row (the values of :data:`COLUMNS`, in order)."""
+    digest = _BASE.copy()
+    digest.update(_encode(row))
+    return digest.hexdigest()
+
+
+def genesis_hash(timestamp: int) -> str:
+    return hashlib.sha256(f"genesis:{timestamp}".encode()).hexdigest()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def truncate(text: str, limit: int = SUMMARY_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    marker = f"...[{len(text) - limit + 20} chars cut]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+_isfinite = math.isfinite
+
+
+def _metadata(metadata: Mapping[str, str]) -> str:
+    """The metadata column: a JSON object, keys sorted, keys and values as strings."""
+    for key, value in metadata.items():
+        if type(key) is not str or type(value) is not str:  # the general (slow) path
+            return _encode({str(k): str(v) for k, v in sorted(metadata.items())}).decode()
+    # plain strings: msgspec sorts by code point, exactly like sorted() on the keys
+    return _encode_sorted(metadata).decode()
+
+
+@dataclass(frozen=True, init=False)
+class Event:
+    """What a caller asks to record; the log adds seq, timestamp and the hashes.
+
+    Immutable (a frozen dataclass); ``__init__`` is written out because the generated
+    one sets each of the 16 fields through ``object.__setattr__``, which dominated the
+    cost of recording an operational event.
+    """
+
+    event_type: str
+    caller: str = "kernel"
+    session_mode: str = "strict"
+    state_machine_state: str = "idle"
+    session_id: str | None = None
+    syscall_type: str | None = None
+    tool_name: str | None = None
+    policy_decision: str | None = None
+    policy_rule_name: str | None = None
+    capability_id: str | None = None
+    deny_reason: str | None = None
+    input_summary: str = ""
+    output_summary: str | None = None
+    duration_ms: float | None = None
+    sandbox_id: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        event_type: str,
+        caller: str = "kernel",
+        session_mode: str = "strict",
+        state_machine_state: str = "idle",
+        session_id: str | None = None,
+        syscall_type: str | None = None,
+        tool_name: str | None = None,
+        policy_decision: str | None = None,
+        policy_rule_name: str | None = None,
+        capability_id: str | None = None,
+        deny_reason: str | None = None,
+        input_summary: str = "",
+        output_summary: str | None = None,
+        duration_ms: float | None = None,
+        sandbox_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        if event_type not in EVENT_TYPES:
+            raise ValueError(f"unknown audit event type {event_type!r}")
+        if policy_decision is not None and policy_decision not in DECISIONS:
+            raise ValueError(f"unknown policy decision {policy_decision!r}")
+        if duration_ms is not None and not _isfinite(duration_ms):
+            raise ValueError("duration_ms must be finite")
+        values = self.__dict__  # frozen: fill the instance dict directly, once
+        values["event_type"] = event_type
+        values["caller"] = caller
+        values["session_mode"] = session_mode
+        values["state_machine_state"] = state_machine_state
+        values["session_id"] = session_id
+        values["syscall_type"] = syscall_type
+        values["tool_name"] = tool_name
+        values["policy_decision"] = policy_decision
+        values["policy_rule_name"] = policy_rule_name
+        values["capability_id"] = capability_id
+        values["deny_reason"] = deny_reason
+        values["input_summary"] = input_summary
+        values["output_summary"] = output_summary
+        values["duration_ms"] = duration_ms
+        values["sandbox_id"] = sandbox_id
+        values["metadata"] = {} if metadata is None else metadata
+
+    @property
+    def sync(self) -> bool:
+        return self.event_type in SYNC_EVENTS
+
+    def row(self, seq: int, timestamp: int, prev_hash: str) -> tuple[Any, ...]:
+        """The stored row (values exactly as SQLite will return them)."""
+        input_summary = self.input_summary
+        if len(input_summary) > SUMMARY_LIMIT:
+            input_summary = truncate(input_summary)
+        output_summary = self.output_summary
+        if output_summary is not None and len(output_summary) > SUMMARY_LIMIT:
+            output_summary = truncate(output_summary)
+        duration_ms = self.duration_ms
+        if duration_ms is not None and type(duration_ms) is not float:
+            duration_ms = float(duration_ms)
+        return (
+            seq,
+            timestamp,
+            prev_hash,
+            self.event_type,
+            self.syscall_type,
+            self.tool_name,
+            self.caller,
+            self.session_id,
+            self.session_mode,
+            self.state_machine_state,
+            self.policy_decision,
+            self.policy_rule_name,
+            self.capability_id,
+            self.deny_reason,
+            input_summary,
+            output_summary,
+            duration_ms,
+            self.sandbox_id,
+            _metadata(self.metadata) if self.metadata else None,
+        )
+
+
+def row_to_dict(row: tuple[Any, ...], hash_: str | None = None) -> dict[str, Any]:
+    """A stored row as the design's AuditEntry (``id`` is the sequence number)."""
+    data = dict(zip(COLUMNS, row, strict=True))
+    data["id"] = data.pop("seq")
+    raw = data.get("metadata")
+    data["metadata"] = msgspec.json.decode(raw) if isinstance(raw, str) and raw else {}
+    if hash_ is not None:
+        data["hash"] = hash_
+    return {"id": data.pop("id"), **data}

@@ -1,0 +1,79 @@
+"""Every syscall the kernel receives becomes an audit entry (health-check pings excepted).
+
+The IPC server hands each finished call to :class:`SyscallAuditor` (allowed, denied,
+unknown methods, malformed frames, refused connections); it records a buffered
+``syscall`` entry with the decision, the rule, and input/output summaries that are
+redacted (:mod:`fluffy.kernel.sanitize`) and truncated to 500 characters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from fluffy.kernel.audit.entry import Event, truncate
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.ipc.server import CallRecord
+from fluffy.kernel.sanitize import redact
+
+_encode = msgspec.json.Encoder(enc_hook=repr).encode
+
+#: (session_id, mode, state) of the session a call belongs to.
+SessionView = Callable[[], tuple[str | None, str, str]]
+
+
+def summarize(value: Any) -> str:
+    if value is None:
+        return ""
+    try:
+        text = value if isinstance(value, str) else _encode(value).decode()
+    except (TypeError, ValueError, OverflowError):
+        text = repr(value)
+    return truncate(redact(truncate(text, 20_000)))
+
+
+def caller_of(call: CallRecord) -> str:
+    if call.binding == "cli":
+        return "user"
+    return f"plugin:{call.plugin_name or '?'}@{call.binding}"
+
+
+class SyscallAuditor:
+    def __init__(self, log: AuditLog, session: SessionView | None = None) -> None:
+        self.log = log
+        self.session = session or (lambda: (None, "strict", "idle"))
+
+    def __call__(self, call: CallRecord) -> None:
+        session_id, mode, state = self.session()
+        error = call.error
+        output = summarize(call.result) if error is None else f"error {error.code}: {error.what}"
+        metadata = {
+            "request_id": call.request_id,
+            "binding": call.binding,
+            "peer_pid": str(call.peer.pid),
+            "peer_uid": str(call.peer.uid),
+        }
+        if error is not None:
+            metadata["error_code"] = error.code
+        self.log.record_nowait(
+            Event(
+                "syscall",
+                caller=caller_of(call),
+                session_id=session_id,
+                session_mode=mode,
+                state_machine_state=state,
+                syscall_type=call.method,
+                policy_decision=call.decision,
+                policy_rule_name=call.rule,
+                deny_reason=redact(call.reason)
+                if call.decision == "denied" and call.reason
+                else None,
+                input_summary=summarize(call.params),
+                output_summary=truncate(redact(output)),
+                duration_ms=round(call.duration_ms, 3),
+                sandbox_id=call.container_id,
+                metadata=metadata,
+            )
+        )

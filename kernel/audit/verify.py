@@ -1,0 +1,380 @@
+"""Verify the audit chain from the stored data, and say where and how it broke.
+
+Every entry's hash is recomputed from its stored columns (stored hashes are never
+trusted), each entry must name its predecessor's hash, sequence numbers must be
+contiguous, the chain must start at the genesis entry (or at an archive whose deletion
+the log recorded), and the newest entry must match the head witnessed outside the
+table (``audit.head``, or a witness the bootstrap keeps).  The first problem is located
+and classified:
+
+``modified``     an entry's content no longer matches its hash (or was re-hashed)
+``deleted``      entries are missing from the middle (a sequence gap or renumbering)
+``inserted``     an entry that was never chained sits between two entries
+``reordered``    an entry sits at the wrong place in the chain
+``truncated``    the newest entries were deleted
+``rolled_back``  an older copy of the database was restored
+``replaced``     the database is not the chain the checkpoint witnessed
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from fluffy.kernel.audit.entry import _BASE, _encode, genesis_hash
+from fluffy.kernel.audit.ranges import PARALLEL_MIN_ROWS, parallel_intact
+from fluffy.kernel.audit.storage import archives
+from fluffy.kernel.audit.store import (
+    SELECT_ROWS,
+    Head,
+    connect_ro,
+    db_path,
+    head_path,
+    read_head,
+    read_meta,
+)
+
+Kind = Literal[
+    "modified", "deleted", "inserted", "reordered", "truncated", "rolled_back", "replaced"
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: Kind
+    seq: int | None
+    file: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "id": self.seq, "file": self.file, "detail": self.detail}
+
+
+@dataclass
+class Report:
+    ok: bool = True
+    entries: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    head: Head | None = None
+    checkpoint: Head | None = None
+    witness: Head | None = None
+    files: list[str] = field(default_factory=list)
+    problem: Problem | None = None
+    breaks: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def fail(self, problem: Problem) -> None:
+        if self.problem is None:
+            self.problem = problem
+        self.ok = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "entries": self.entries,
+            "first_id": self.first_seq,
+            "last_id": self.last_seq,
+            "head": self.head.to_dict() if self.head else None,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "witness": self.witness.to_dict() if self.witness else None,
+            "files": self.files,
+            "problem": self.problem.to_dict() if self.problem else None,
+            "recorded_breaks": self.breaks,
+            "warnings": self.warnings,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _hash(body: tuple[Any, ...]) -> str:
+    digest = _BASE.copy()
+    digest.update(_encode(body))
+    return digest.hexdigest()
+
+
+def _rows(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
+    cursor = conn.execute(SELECT_ROWS + " ORDER BY seq")
+    while batch := cursor.fetchmany(4096):
+        yield from batch
+
+
+@dataclass
+class _Chain:
+    """Where the scan stands between files."""
+
+    prev_hash: str | None = None
+    prev_seq: int = 0
+    prev_row: tuple[Any, ...] | None = None
+    deletions: dict[tuple[int, str], str] = field(default_factory=dict)
+
+
+def _classify(
+    conn: sqlite3.Connection, name: str, row: tuple[Any, ...], chain: _Chain, hash_ok: bool
+) -> Problem:
+    seq = int(row[0])
+    stored = row[-1]
+    links = {prev: s for s, prev in conn.execute("SELECT seq, prev_hash FROM audit_log")}
+    if not hash_ok:
+        holder = links.get(stored)
+        if holder is not None and holder != seq + 1:
+            return Problem(
+                "reordered",
+                seq,
+                name,
+                f"entry {seq} holds the entry that belongs before entry {holder}",
+            )
+        body = list(row[:-1])
+        for delta in (1, 2, 3, -1, -2, -3):
+            body[0] = seq - delta
+            if _hash(tuple(body)) == stored:
+                if delta > 0:
+                    return Problem(
+                        "inserted",
+                        seq - 1,
+                        name,
+                        f"{delta} entr{'y' if delta == 1 else 'ies'} inserted before entry "
+                        f"{seq}; the entries after were renumbered",
+                    )
+                return Problem(
+                    "deleted",
+                    seq,
+                    name,
+                    f"{-delta} entr{'y' if delta == -1 else 'ies'} deleted before entry {seq}; "
+                    "the entries after were renumbered",
+                )
+        return Problem("modified", seq, name, f"entry {seq}'s content does not match its hash")
+    if chain.prev_row is not None and seq != chain.prev_seq + 1:
+        first, last = chain.prev_seq + 1, seq - 1
+        span = f"entry {first}" if first == last else f"entries {first}..{last}"
+        return Problem("deleted", first, name, f"{span} missing (the chain jumps to {seq})")
+    if chain.prev_row is None and seq == 1:
+        return Problem(
+            "modified",
+            1,
+            name,
+            "the genesis entry's prev_hash is not SHA-256('genesis:' + its timestamp)",
+        )
+    if chain.prev_row is None:
+        return Problem(
+            "deleted",
+            seq,
+            name,
+            f"the chain starts at entry {seq}, which is neither the genesis entry nor "
+            "anchored to a recorded archive",
+        )
+    # hash fine, sequence fine, but it does not name its predecessor
+    prev_seq = chain.prev_seq
+    pp = conn.execute("SELECT hash FROM audit_log WHERE seq = ?", (prev_seq - 1,)).fetchone()
+    if pp is not None and row[2] == pp[0]:
+        return Problem("inserted", prev_seq, name, f"entry {prev_seq} was never part of the chain")
+    later = conn.execute(
+        "SELECT seq FROM audit_log WHERE hash = ? AND seq != ?", (row[2], prev_seq)
+    ).fetchone()
+    if later is not None:
+        return Problem("reordered", seq, name, f"entry {seq} follows entry {later[0]} in the chain")
+    return Problem(
+        "modified",
+        prev_seq,
+        name,
+        f"entry {prev_seq} was changed and re-hashed (entry {seq} names a different hash)",
+    )
+
+
+def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: Report) -> None:
+    data = msgspec.json.decode(raw) if raw else {}
+    if event_type == "audit_chain_break":
+        report.breaks.append({"id": seq, **data})
+    elif "last_seq" in data:
+        chain.deletions[(int(data["last_seq"]), data.get("last_hash", ""))] = "recorded"
+
+
+def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
+    """Large intact files: check in parallel, then only the edges sequentially."""
+    lo, hi, count = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM audit_log").fetchone()
+    if count < PARALLEL_MIN_ROWS or hi - lo + 1 != count:
+        return False
+    first = conn.execute(
+        "SELECT timestamp, event_type FROM audit_log WHERE seq = ?", (lo,)
+    ).fetchone()
+    if chain.prev_hash is None and chain.prev_row is None:
+        if lo != 1 or first[1] != "kernel_start":
+            return False
+        expected: str | None = genesis_hash(first[0])
+        expected_seq = 1
+    else:
+        expected, expected_seq = chain.prev_hash, chain.prev_seq + 1
+    whole = parallel_intact(path, lo, hi)
+    if whole is None or whole.first_prev != expected or whole.first_seq != expected_seq:
+        return False
+    for seq, event_type, raw in conn.execute(
+        "SELECT seq, event_type, metadata FROM audit_log WHERE event_type IN "
+        "('audit_archive_deleted', 'audit_chain_break') ORDER BY seq"
+    ):
+        _special(seq, event_type, raw, chain, report)
+    if report.first_seq is None:
+        report.first_seq = lo
+    chain.prev_hash, chain.prev_seq, chain.prev_row = whole.last_hash, hi, (hi,)
+    report.entries += count
+    return True
+
+
+def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
+    name = path.name
+    meta = read_meta(conn)
+    if chain.prev_row is None and chain.prev_hash is None and "anchor_seq" in meta:
+        # the first file starts after archived entries: the deletion must be on record
+        chain.prev_seq = int(meta["anchor_seq"])
+        chain.prev_hash = meta["anchor_hash"]
+        report.warnings.append(
+            f"the chain starts after entry {chain.prev_seq} (older archives deleted)"
+        )
+        chain.deletions[(chain.prev_seq, chain.prev_hash)] = "pending"
+    if _fast(conn, path, chain, report):
+        return _head_ok(meta, chain.prev_seq, name, report)
+    prev_hash, prev_seq = chain.prev_hash, chain.prev_seq
+    prev_row = chain.prev_row
+    count = 0
+    for row in _rows(conn):
+        body = row[:-1]
+        digest = _BASE.copy()
+        digest.update(_encode(body))
+        computed = digest.hexdigest()
+        seq = row[0]
+        if prev_hash is None and prev_row is None:  # the genesis entry
+            prev_hash = genesis_hash(row[1]) if row[3] == "kernel_start" and seq == 1 else None
+            prev_seq = 0
+        if computed != row[-1] or row[2] != prev_hash or seq != prev_seq + 1:
+            chain.prev_hash, chain.prev_seq, chain.prev_row = prev_hash, prev_seq, prev_row
+            if prev_row is None and chain.prev_hash is not None:
+                chain.prev_row = ()  # anchored start: gaps still count as deletions
+            report.fail(_classify(conn, name, row, chain, computed == row[-1]))
+            report.entries += count
+            return False
+        if row[3] == "audit_archive_deleted" or row[3] == "audit_chain_break":
+            _special(seq, row[3], row[-2], chain, report)
+        if report.first_seq is None:
+            report.first_seq = seq
+        prev_hash, prev_seq, prev_row = computed, seq, row
+        count += 1
+    chain.prev_hash, chain.prev_seq, chain.prev_row = prev_hash, prev_seq, prev_row
+    report.entries += count
+    return _head_ok(meta, prev_seq, name, report)
+
+
+def _head_ok(meta: dict[str, str], prev_seq: int, name: str, report: Report) -> bool:
+    head_seq = int(meta.get("head_seq", "0"))
+    if head_seq > prev_seq:
+        report.fail(
+            Problem(
+                "truncated",
+                prev_seq + 1,
+                name,
+                f"entries {prev_seq + 1}..{head_seq} were deleted from the end "
+                f"(the database's own head says {head_seq})",
+            )
+        )
+        return False
+    return True
+
+
+def _against(
+    head: Head,
+    chain_id: str,
+    conn: sqlite3.Connection,
+    last: int,
+    name: str,
+    what: str,
+    meta_head: int,
+) -> Problem | None:
+    if chain_id and head.chain_id and head.chain_id != chain_id:
+        return Problem(
+            "replaced",
+            None,
+            name,
+            f"the {what} witnessed chain {head.chain_id[:12]}, the database holds chain "
+            f"{chain_id[:12]}",
+        )
+    if head.seq > last:
+        kind: Kind = "truncated" if meta_head > last else "rolled_back"
+        return Problem(
+            kind,
+            last + 1,
+            name,
+            f"the {what} witnessed entry {head.seq}; the database ends at entry {last}",
+        )
+    row = conn.execute("SELECT hash FROM audit_log WHERE seq = ?", (head.seq,)).fetchone()
+    if row is not None and row[0] != head.hash:
+        return Problem(
+            "rolled_back",
+            head.seq,
+            name,
+            f"entry {head.seq} differs from the one the {what} witnessed (history rewritten "
+            "from an older copy)",
+        )
+    return None
+
+
+def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = True) -> Report:
+    """Verify the archives and the active database of ``state_dir``.
+
+    ``checkpoint=False`` ignores ``audit.head`` (used to judge a restored copy on its own).
+    """
+    started = time.perf_counter()
+    report = Report(witness=witness)
+    path = db_path(state_dir)
+    chain = _Chain()
+    try:
+        report.checkpoint = read_head(head_path(state_dir)) if checkpoint else None
+    except ValueError as exc:
+        report.warnings.append(str(exc))
+    files = [a.path for a in archives(state_dir)]
+    if path.exists():
+        files.append(path)
+    chain_id, meta_head, intact = "", 0, True
+    for file in files:
+        report.files.append(file.name)
+        conn = connect_ro(file)
+        try:
+            meta = read_meta(conn)
+            chain_id = meta.get("chain_id", chain_id)
+            meta_head = int(meta.get("head_seq", "0"))
+            if not _scan(conn, file, chain, report):
+                intact = False
+                break
+            if file == path:
+                report.last_seq = chain.prev_seq or None
+                if chain.prev_seq:
+                    report.head = Head(chain_id, chain.prev_seq, chain.prev_hash or "")
+                for what, head in (("checkpoint", report.checkpoint), ("witness", witness)):
+                    if head is not None:
+                        problem = _against(
+                            head, chain_id, conn, chain.prev_seq, file.name, what, meta_head
+                        )
+                        if problem is not None:
+                            report.fail(problem)
+                            break
+        finally:
+            conn.close()
+    if intact:
+        for (seq, hash_), state in chain.deletions.items():
+            if state == "pending":
+                report.fail(
+                    Problem(
+                        "deleted",
+                        1,
+                        files[0].name if files else "",
+                        f"entries 1..{seq} are gone and no audit_archive_deleted entry "
+                        f"records them (anchor {hash_[:12]})",
+                    )
+                )
+    if not files and report.checkpoint is not None:
+        report.fail(Problem("truncated", 1, path.name, "the audit database is missing"))
+    report.seconds = time.perf_counter() - started
+    return report

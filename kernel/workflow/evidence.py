@@ -1,0 +1,455 @@
+"""Test-run evidence: the only facts the TDD guards may believe.
+
+The guards (``test_writing -> code_writing`` needs a red run, ``validating -> reviewing``
+a green one) never read what the AI says about its tests.  They read a :class:`TestRun`
+that the kernel executed itself: the command, the exit code, every test's outcome from
+pytest's JUnit XML, and a hash of the test tree and the source tree taken *before* the
+run.  The rules:
+
+* **Red** means at least one test whose file was added or changed since ``test_writing``
+  began fails *on an assertion*.  A collection error (import error, syntax error), a
+  fixture setup/teardown error, or a test body dying of ``ZeroDivisionError`` is not red:
+  it proves the test is broken, not that the behaviour is missing.
+* **Green** means exit code 0, at least one test passed, none failed or errored.
+* **Stale** means the files hashed for the run have changed since; stale evidence proves
+  nothing about the current tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, cast, get_args
+from xml.parsers import expat
+
+from pathspec import GitIgnoreSpec
+
+from fluffy.errors import EvidenceError
+
+Outcome = Literal["passed", "failed", "error", "skipped"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+STREAM_ABOVE_BYTES = 8 * 1024 * 1024
+DEFAULT_TEST_GLOBS = ("tests/**", "test/**", "**/test_*.py", "**/*_test.py", "**/conftest.py")
+# fmt: off
+IGNORED = (".git/", ".fluffy/", "__pycache__/", "*.pyc", ".venv/", "venv/", "node_modules/",
+           ".pytest_cache/", "*.egg-info/")
+# fmt: on
+_IGNORE_SPEC = GitIgnoreSpec.from_lines(IGNORED)
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+# pytest's crash message for an assertion: "assert x == y" (rewritten) or "AssertionError[: ..]".
+_ASSERTION = re.compile(r"(assert\b|AssertionError\b)")
+_CRASH_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?::.*)?)$")
+_EXC_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Group|Failed))\b")
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test's result as pytest reported it in JUnit XML."""
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    file: str
+    outcome: Outcome
+    assertion: bool
+    message: str
+
+
+class _Refused(Exception):
+    """Raised inside expat callbacks; mapped to :class:`EvidenceError`."""
+
+
+def _node_id(classname: str, name: str, file: str) -> tuple[str, str]:
+    """Rebuild pytest's node id (and file) from JUnit's dotted ``classname`` + ``name``.
+
+    pytest writes ``tests/test_a.py::TestK::test_m`` as classname ``tests.test_a.TestK``,
+    name ``test_m``, and a module's collection error as classname ``""``, name
+    ``tests.test_a``.  xunit1's ``file`` attribute (:func:`run_pytest` asks for it) makes
+    this exact; without it, trailing capitalised parts are taken to be ``Test*`` classes.
+    """
+    if file:
+        file = file.replace("\\", "/")
+        dotted = (file[:-3] if file.endswith(".py") else file).replace("/", ".")
+        if not classname and name == dotted:
+            return file, file
+        if classname == dotted or classname.startswith(dotted + "."):
+            rest = [p for p in classname[len(dotted) :].split(".") if p]
+            return "::".join([file, *rest, name]), file
+    if not classname:
+        path = name.replace(".", "/") + ".py" if name else ""
+        return path, path
+    parts = classname.split(".")
+    classes: list[str] = []
+    while len(parts) > 1 and parts[-1][:1].isupper():
+        classes.insert(0, parts.pop())
+    path = "/".join(parts) + ".py"
+    return "::".join([path, *classes, name]), path
+
+
+def _crash_line(text: str) -> str:
+    """The last ``E   SomeError: ...`` line of a traceback text, or ``""``."""
+    for line in reversed(text.splitlines()):
+        match = _CRASH_LINE.match(line.strip()) if line.startswith("E ") else None
+        if match:
+            return match.group(1)
+    return ""
+
+
+def parse_junit(xml: bytes, *, name: str = "junit report") -> list[TestCase]:
+    """Parse pytest's ``--junitxml`` output into one :class:`TestCase` per node id.
+
+    A ``<failure>`` child means the test body failed (``outcome="failed"``); it counts as
+    an assertion only when pytest's crash message is ``assert ...`` or
+    ``AssertionError...``.  An ``<error>`` child (setup, teardown, collection) is
+    ``"error"``; ``<skipped>`` (skip and xfail) is ``"skipped"``.  pytest reports a test
+    that fails *and* errors in teardown twice; the worse outcome wins.  DOCTYPEs (and so
+    entity declarations), reports over 32 MiB and malformed XML raise
+    :class:`EvidenceError` -- never any other exception.
+    """
+    if len(xml) > MAX_REPORT_BYTES:
+        raise EvidenceError(f"{name} is too large", why=f"{len(xml)} bytes > {MAX_REPORT_BYTES}")
+    cases: dict[str, TestCase] = {}
+    current: dict[str, Any] | None = None
+    capture: list[str] | None = None
+    root: list[str] = []
+
+    def refuse_doctype(*_: object) -> None:
+        raise _Refused("it declares a DOCTYPE (refused: entity expansion)")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        nonlocal current, capture
+        if not root:
+            root.append(tag)
+            if tag not in ("testsuites", "testsuite"):
+                raise _Refused(f"its root element is <{tag}>, not <testsuites>")
+        if tag == "testcase":
+            if current is not None:
+                raise _Refused("a <testcase> is nested in another")
+            current = {"attrs": attrs, "kind": "passed", "message": "", "text": ""}
+        elif current is not None and tag in ("failure", "error", "skipped"):
+            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+            if _RANK[kind] > _RANK[current["kind"]]:
+                current.update(kind=kind, message=attrs.get("message", ""), text="")
+                capture = []
+
+    def data(text: str) -> None:
+        if capture is not None:
+            capture.append(text)
+
+    def end(tag: str) -> None:
+        nonlocal current, capture
+        if tag in ("failure", "error", "skipped") and current is not None and capture is not None:
+            current["text"], capture = "".join(capture), None
+        elif tag == "testcase" and current is not None:
+            _add_case(cases, current)
+            current = None
+
+    parser = expat.ParserCreate()
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    parser.StartDoctypeDeclHandler = refuse_doctype
+    parser.EntityDeclHandler = refuse_doctype
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = data
+    try:
+        parser.Parse(bytes(xml), True)
+    except _Refused as exc:
+        raise EvidenceError(f"{name} was refused", why=str(exc)) from None
+    except (expat.ExpatError, ValueError, LookupError, TypeError) as exc:
+        raise EvidenceError(f"{name} is not well-formed XML", why=str(exc)) from None
+    return list(cases.values())
+
+
+def _add_case(cases: dict[str, TestCase], raw: dict[str, Any]) -> None:
+    attrs: dict[str, str] = raw["attrs"]
+    if "name" not in attrs:
+        raise _Refused("a <testcase> has no name attribute")
+    node, file = _node_id(attrs.get("classname", ""), attrs["name"], attrs.get("file", ""))
+    outcome = cast(Outcome, raw["kind"])
+    lines = str(raw["message"]).strip().splitlines()
+    message = lines[0] if lines else ""
+    crash = _crash_line(raw["text"])
+    if message in ("", "collection failure") and crash:
+        message = f"{message}: {crash}" if message else crash
+    assertion = outcome == "failed" and bool(_ASSERTION.match(message))
+    old = cases.get(node)
+    if old is None or _RANK[outcome] > _RANK[old.outcome]:
+        cases[node] = TestCase(node, file, outcome, assertion, message[:200])
+
+
+def _hash_file(path: Path) -> str:
+    """sha256 of a regular file's content, opened without following symlinks."""
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    except OSError:
+        return hashlib.sha256(b"unreadable").hexdigest()
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return hashlib.sha256(b"not-a-file").hexdigest()
+        if info.st_size <= STREAM_ABOVE_BYTES:
+            digest.update(fh.read())
+        else:
+            for chunk in iter(lambda: fh.read(1024 * 1024), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class TreeSnapshot:
+    """Relative posix path -> sha256 hex of its content (a symlink: of its target)."""
+
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", MappingProxyType(dict(sorted(self.files.items()))))
+
+    @property
+    def digest(self) -> str:
+        """sha256 over the sorted (path, hash) pairs, each part length-prefixed."""
+        digest = hashlib.sha256(b"fluffy-tree-v1\0")
+        for path, value in sorted(self.files.items()):
+            for part in (path.encode("utf-8", "surrogateescape"), value.encode()):
+                digest.update(len(part).to_bytes(8, "big") + part)
+        return digest.hexdigest()
+
+    def changed_since(self, older: TreeSnapshot) -> set[str]:
+        """Paths added, modified or removed between ``older`` and this snapshot."""
+        keys = set(self.files) | set(older.files)
+        return {k for k in keys if self.files.get(k) != older.files.get(k)}
+
+
+def snapshot_trees(
+    root: Path, test_globs: Sequence[str] = DEFAULT_TEST_GLOBS
+) -> tuple[TreeSnapshot, TreeSnapshot]:
+    """Hash the project as ``(tests, sources)``.
+
+    Symlinks are never followed: one is recorded as sha256 of ``"symlink:" + target``.
+    Paths matching :data:`IGNORED` (gitignore syntax) are skipped, as is anything that is
+    not a regular file or symlink.  A file matching ``test_globs`` is a test; every other
+    file is a source.
+    """
+    tests_spec = GitIgnoreSpec.from_lines(test_globs)
+    tests: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as found:
+                entries = list(found)
+        except OSError as exc:
+            raise EvidenceError(f"cannot list {folder}", why=str(exc)) from None
+        for entry in entries:
+            path = Path(entry.path)
+            rel = path.relative_to(root).as_posix()
+            if entry.is_symlink():
+                try:
+                    target = os.fsencode(path.readlink())
+                except OSError:  # vanished while walking
+                    continue
+                if _IGNORE_SPEC.match_file(rel + "/"):  # a symlinked .venv/ etc.
+                    continue
+                value = hashlib.sha256(b"symlink:" + target).hexdigest()
+            elif entry.is_dir(follow_symlinks=False):
+                if not _IGNORE_SPEC.match_file(rel + "/"):
+                    stack.append(path)
+                continue
+            elif entry.is_file(follow_symlinks=False):
+                value = _hash_file(path)
+            else:
+                continue
+            if not _IGNORE_SPEC.match_file(rel):
+                (tests if tests_spec.match_file(rel) else sources)[rel] = value
+    return TreeSnapshot(tests), TreeSnapshot(sources)
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One test run the kernel executed and recorded (JSON round-trips for SQLite)."""
+
+    __test__ = False
+
+    command: tuple[str, ...]
+    exit_code: int
+    cases: tuple[TestCase, ...]
+    tests: TreeSnapshot
+    sources: TreeSnapshot
+    started_at: float
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "command": list(self.command),
+            "exit_code": self.exit_code,
+            "cases": [vars(c).copy() for c in self.cases],
+            "tests": dict(self.tests.files),
+            "sources": dict(self.sources.files),
+            "started_at": self.started_at,
+            "duration_s": self.duration_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestRun:
+        """Rebuild a run from :meth:`to_dict`; anything malformed is an EvidenceError."""
+        try:
+            if data["version"] != 1:
+                raise ValueError(f"unknown version {data['version']!r}")
+            cases = tuple(_case_from_dict(raw) for raw in data["cases"])
+            trees = [{str(k): str(v) for k, v in data[key].items()} for key in ("tests", "sources")]
+            return cls(
+                command=tuple(str(part) for part in data["command"]),
+                exit_code=int(data["exit_code"]),
+                cases=cases,
+                tests=TreeSnapshot(trees[0]),
+                sources=TreeSnapshot(trees[1]),
+                started_at=float(data["started_at"]),
+                duration_s=float(data["duration_s"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise EvidenceError("a stored test run is malformed", why=repr(exc)) from None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {"found": len(self.cases)} | dict.fromkeys(OUTCOMES, 0)
+        for case in self.cases:
+            counts[case.outcome] += 1
+        return counts
+
+    def _red_cases(self, baseline_tests: TreeSnapshot) -> list[TestCase]:
+        changed = self.tests.changed_since(baseline_tests)
+        return [c for c in self.cases if c.assertion and c.file in changed]
+
+    def is_red(self, baseline_tests: TreeSnapshot) -> bool:
+        """A test file (per ``test_globs``) added or changed since ``baseline_tests`` has a
+        test failing on an assertion."""
+        return bool(self._red_cases(baseline_tests))
+
+    def red_reason(self, baseline_tests: TreeSnapshot) -> str:
+        """Why this run is or is not red, as one sentence for the user."""
+        red = self._red_cases(baseline_tests)
+        if red:
+            first = red[0]
+            return (
+                f"red: {len(red)} new or changed test(s) fail on an assertion, "
+                f"e.g. {first.id} ({first.message})"
+            )
+        if not self.cases:
+            detail = f"pytest ran no tests (exit code {self.exit_code})"
+        else:
+            detail = _not_red_detail(self.cases)
+        return f"no test failed on an assertion: {detail}"
+
+    def is_green(self) -> bool:
+        """Exit code 0, at least one test passed, none failed or errored."""
+        counts = self.counts
+        broken = counts["failed"] + counts["error"]
+        return self.exit_code == 0 and counts["passed"] > 0 and broken == 0
+
+    def is_stale(self, root: Path, test_globs: Sequence[str] = DEFAULT_TEST_GLOBS) -> bool:
+        """The tree no longer matches what was hashed before this run."""
+        tests, sources = snapshot_trees(root, test_globs)
+        return (tests.digest, sources.digest) != (self.tests.digest, self.sources.digest)
+
+
+def _case_from_dict(raw: Mapping[str, Any]) -> TestCase:
+    texts = [raw[key] for key in ("id", "file", "message")]
+    if not all(isinstance(text, str) for text in texts) or raw["outcome"] not in OUTCOMES:
+        raise ValueError(f"malformed case {raw!r:.200}")
+    return TestCase(texts[0], texts[1], raw["outcome"], bool(raw["assertion"]), texts[2])
+
+
+def _exc_name(message: str) -> str:
+    """The exception's class name in a pytest message ("ZeroDivisionError", "Failed")."""
+    found = _EXC_NAME.search(message) or re.match(r"([A-Za-z_][\w.]*):", message)
+    return found.group(1) if found else message
+
+
+def _not_red_detail(cases: Sequence[TestCase]) -> str:
+    """The most basic problem first: collection, then fixtures, then other failures."""
+    for case in cases:
+        if case.outcome == "error" and "::" not in case.id:
+            return f"{case.id} failed to import ({_exc_name(case.message)})"
+    for case in cases:
+        if case.outcome == "error":
+            phase = "teardown" if "teardown" in case.message else "setup"
+            return f"{case.id} errored in fixture {phase} ({_exc_name(case.message)})"
+    for case in cases:
+        if case.outcome == "failed" and not case.assertion:
+            return f"{case.id} failed with {_exc_name(case.message)}, not an assertion"
+    for case in cases:
+        if case.assertion:
+            return (
+                f"{case.id} fails on an assertion, but its file is unchanged "
+                "since test_writing began"
+            )
+    return f"all {len(cases)} test(s) passed or were skipped"
+
+
+def run_pytest(
+    root: Path,
+    *,
+    extra_args: Sequence[str] = (),
+    timeout_s: float = 300,
+    env: Mapping[str, str] | None = None,
+    test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
+) -> TestRun:
+    """Run pytest in ``root`` on the host and record the evidence.
+
+    The trees are hashed *before* the run (split by ``test_globs``; pass the same globs to
+    :meth:`TestRun.is_stale`), so edits made during the run make it stale.
+    The report goes to a temporary directory outside the project.  ``env=None`` inherits
+    the kernel's environment minus ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``.  Exit code 5
+    (no tests collected) gives no cases; a timeout kills the process group and raises.
+    """
+    root = root.resolve()
+    tests, sources = snapshot_trees(root, test_globs)
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    with tempfile.TemporaryDirectory(prefix="fluffy-junit-") as tmp:
+        report, log = Path(tmp) / "junit.xml", Path(tmp) / "output.log"
+        # fmt: off
+        command = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   f"--rootdir={root}", "-o", "junit_family=xunit1", f"--junitxml={report}",
+                   *extra_args)
+        started, clock = time.time(), time.monotonic()
+        with log.open("wb") as out, subprocess.Popen(
+            command, cwd=root, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        ) as proc:
+            # fmt: on
+            try:
+                exit_code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise EvidenceError(
+                    f"the test run timed out after {timeout_s:g}s",
+                    fix="Make the tests faster or raise the test timeout.",
+                ) from None
+        duration = time.monotonic() - clock
+        if exit_code == 5:
+            cases: list[TestCase] = []
+        elif report.is_file():
+            cases = parse_junit(report.read_bytes(), name="pytest's junit report")
+        else:
+            tail = log.read_bytes()[-2000:].decode("utf-8", "replace").strip()
+            raise EvidenceError(
+                f"pytest exited with code {exit_code} and wrote no report",
+                why=tail or "pytest printed nothing",
+            )
+    return TestRun(tuple(command), exit_code, tuple(cases), tests, sources, started, duration)

@@ -1,0 +1,391 @@
+"""The TDD state machine (design: State Machine Module), driven only by kernel facts.
+
+:class:`Workflow` moves sessions along the tables of :mod:`~fluffy.kernel.workflow.states`.
+Guards read evidence the kernel recorded itself (:meth:`Workflow.record_test_run`: a
+:class:`~fluffy.kernel.workflow.evidence.TestRun` the kernel executed) and the project
+tree; never what the AI says.  A failed guard raises :class:`TransitionDenied` with the
+design's ``on_fail`` text as *what*, the evidence's reason as *why*, and a fix.
+
+Every transition is persisted (chained state log) and audited (``state_transition``,
+written synchronously).  Mode changes go through the policy engine
+(``session.set_mode``): debug always needs review, a denial falls back to strict, and a
+tech-debt lock blocks explore.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, cast
+
+from fluffy.errors import ExemptionDenied, ModeDenied, SessionNotFound, TransitionDenied
+from fluffy.kernel.audit.entry import Event, now_ms
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
+from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
+from fluffy.kernel.workflow.evidence import (
+    DEFAULT_TEST_GLOBS,
+    TestRun,
+    TreeSnapshot,
+    snapshot_trees,
+)
+from fluffy.kernel.workflow.exemptions import (
+    DEFAULT_EXEMPTIONS,
+    ExemptionRule,
+    TechDebtSettings,
+    check_exemption,
+)
+from fluffy.kernel.workflow.states import (
+    EVENTS,
+    MODES,
+    ON_FAIL,
+    Mode,
+    State,
+    flow_of,
+    next_state,
+)
+from fluffy.kernel.workflow.store import SessionRow, WorkflowStore
+
+BASELINE_KEY = "coverage_baseline"
+LOCK_KEY = "explore_locked"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a transition did (warnings: e.g. a coverage drop that was allowed)."""
+
+    session: SessionRow
+    from_state: str
+    event: str
+    warnings: list[str] = field(default_factory=list)
+
+
+class Workflow:
+    def __init__(
+        self,
+        store: WorkflowStore,
+        project: Path,
+        *,
+        audit: AuditLog | None = None,
+        policy: PolicyEngine | None = None,
+        exemptions: Mapping[str, ExemptionRule] = DEFAULT_EXEMPTIONS,
+        tech_debt: TechDebtSettings | None = None,
+        test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
+    ) -> None:
+        self.store = store
+        self.project = project
+        self.audit = audit
+        self.policy = policy
+        self.exemptions = exemptions
+        self.tech_debt = tech_debt or TechDebtSettings()
+        self.test_globs = tuple(test_globs)
+
+    # -- sessions -----------------------------------------------------------------------
+    async def new_session(self, mode: Mode = "strict") -> SessionRow:
+        now = now_ms()
+        session = SessionRow(uuid.uuid4().hex[:12], now, now, "strict", "idle", {})
+        await self._save(session, "session_created", "idle", {})
+        if mode != "strict":
+            return (await self.set_mode(session.id, mode, Caller("user"))).session
+        return session
+
+    async def get(self, session_id: str) -> SessionRow:
+        session = await self.store.load(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        return session
+
+    async def _save(
+        self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
+    ) -> None:
+        await self.store.save(session, event, from_state, note)
+        if self.audit is not None:
+            await self.audit.record(
+                Event(
+                    "session_mode_change" if event == "set_mode" else "state_transition",
+                    caller="kernel",
+                    session_id=session.id,
+                    session_mode=session.mode,
+                    state_machine_state=session.state,
+                    input_summary=f"{event}: {from_state} -> {session.state} ({session.mode})",
+                    metadata={k: str(v) for k, v in note.items()},
+                )
+            )
+
+    # -- evidence -------------------------------------------------------------------------
+    async def record_test_run(
+        self, session_id: str, run: TestRun, coverage: CoverageReport | None = None
+    ) -> int:
+        """Record a run the kernel executed (the only evidence the guards read)."""
+        session = await self.get(session_id)
+        return await self.store.add_test_run(
+            session.id,
+            session.state,
+            session.mode,
+            run.to_dict(),
+            None if coverage is None else coverage.to_dict(),
+        )
+
+    async def _latest(
+        self, session: SessionRow
+    ) -> tuple[int, TestRun, CoverageReport | None] | None:
+        found = await self.store.latest_run(session.id)
+        if found is None:
+            return None
+        run_id, run, coverage = found
+        report = CoverageReport.from_dict(coverage) if coverage else None
+        return run_id, TestRun.from_dict(run), report
+
+    def _snapshot(self) -> tuple[TreeSnapshot, TreeSnapshot]:
+        return snapshot_trees(self.project, self.test_globs)
+
+    # -- guards -----------------------------------------------------------------------------
+    async def _guard(self, name: str, session: SessionRow) -> list[str]:
+        """Check ``name``; raise TransitionDenied, or return warnings."""
+        what = ON_FAIL[name]
+        data = session.data
+        if name in ("approved", "approved_within_budget"):
+            if not data.get("merge_approved"):
+                raise TransitionDenied(
+                    what, why="nobody approved the merge", fix="Approve it with /approve."
+                )
+            if name == "approved_within_budget" and not data.get("exemption"):
+                return await self._budget(session)
+            return []
+        if name in ("code_changed", "tests_changed"):
+            tests, sources = self._snapshot()
+            key, tree = (
+                ("tests_base", tests) if name == "tests_changed" else ("sources_base", sources)
+            )
+            if key not in data:
+                raise TransitionDenied(
+                    what,
+                    why="this state has no snapshot of the tree to compare with",
+                    fix="/cancel and start the flow again.",
+                )
+            base = TreeSnapshot(data[key])
+            if not tree.changed_since(base):
+                raise TransitionDenied(
+                    what,
+                    why="no file changed since this state began",
+                    fix="Make the change first (writes go through fs.write).",
+                )
+            return []
+        latest = await self._latest(session)
+        since = int(data.get("runs_since", 0))
+        if latest is None or latest[0] <= since:
+            raise TransitionDenied(
+                what,
+                why="no test run was recorded by the kernel in this state",
+                fix="Run the tests with test.run.",
+            )
+        _, run, _ = latest
+        if run.is_stale(self.project, self.test_globs):
+            raise TransitionDenied(
+                what,
+                why="files changed since the latest test run, so it proves nothing now",
+                fix="Run the tests again with test.run.",
+            )
+        if name == "red":
+            base = TreeSnapshot(data.get("tests_base", {}))
+            if not run.is_red(base):
+                raise TransitionDenied(
+                    what,
+                    why=run.red_reason(base),
+                    fix="Write a test for the new behaviour and see it fail on an assertion.",
+                )
+        elif name == "green" and not run.is_green():
+            raise TransitionDenied(
+                what, why=_summary(run), fix="Fix the code until every test passes."
+            )
+        elif name == "green_or_no_tests" and not (run.is_green() or run.counts["found"] == 0):
+            raise TransitionDenied(what, why=_summary(run), fix="Fix the code or the tests.")
+        elif name == "failing" and run.is_green():
+            raise TransitionDenied(what, why="the latest run passes", fix="Move on to review.")
+        return []
+
+    async def _budget(self, session: SessionRow) -> list[str]:
+        latest = await self._latest(session)
+        current = latest[2] if latest else None
+        if current is None:
+            return ["no coverage was recorded for this explore commit; the budget was not checked"]
+        raw = await self.store.get_meta(BASELINE_KEY)
+        baseline = CoverageReport.from_dict(_json(raw)) if raw else None
+        verdict = judge_budget(
+            baseline,
+            current,
+            warning_threshold=self.tech_debt.warning_threshold,
+            lockout_threshold=self.tech_debt.lockout_threshold,
+        )
+        if verdict.level == "lock":
+            await self.store.set_meta(LOCK_KEY, raw or "")
+            raise TransitionDenied(
+                ON_FAIL["approved_within_budget"],
+                why=verdict.message,
+                fix="Switch to strict mode (/mode strict) and write tests that restore coverage.",
+            )
+        return [verdict.message] if verdict.level == "warn" else []
+
+    # -- transitions ----------------------------------------------------------------------
+    async def fire(self, session_id: str, event: str, *, approved: bool | None = None) -> Outcome:
+        if event not in EVENTS:
+            raise TransitionDenied(
+                f"unknown workflow event {event!r}", fix=f"Use one of: {', '.join(EVENTS)}."
+            )
+        session = await self.get(session_id)
+        state = cast(State, session.state)
+        flow = flow_of(cast(Mode, session.mode), bool(session.data.get("exemption")))
+        transition = next_state(flow, state, event)
+        if transition is None:
+            raise TransitionDenied(
+                f"{event} is not possible in {state} ({flow} flow)",
+                why="the design's transition table has no such step",
+                fix="Use /status to see the state; /cancel returns to idle.",
+            )
+        data = dict(session.data)
+        if event == "merge_approved":
+            data["merge_approved"] = bool(approved)
+        session = replace(session, data=data)
+        warnings = await self._guard(transition.guard, session) if transition.guard else []
+        data = await self._entering(session, transition.to, event)
+        updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
+        note: dict[str, Any] = {"warnings": warnings} if warnings else {}
+        await self._save(updated, event, state, note)
+        return Outcome(updated, state, event, warnings)
+
+    async def _entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]:
+        """The session data after entering ``target`` (baselines for the next guards)."""
+        data = dict(session.data)
+        latest = await self.store.latest_run(session.id)
+        data["runs_since"] = latest[0] if latest else 0  # guards need a run newer than this
+        if target != "committing":
+            data.pop("merge_approved", None)
+        if target in ("test_writing", "retroactive_testing"):
+            data["tests_base"] = dict(self._snapshot()[0].files)
+        if target in ("code_writing", "exploring"):
+            data["sources_base"] = dict(self._snapshot()[1].files)
+        if target == "committing" and session.mode != "strict" and not data.get("exemption"):
+            data["unverified"] = True
+        if target == "idle":
+            if event == "commit_complete":
+                await self._after_commit(session)
+            for key in ("exemption", "tests_base", "sources_base", "runs_since", "unverified"):
+                data.pop(key, None)
+        return data
+
+    async def _after_commit(self, session: SessionRow) -> None:
+        """Strict commits move the coverage baseline (and lift an explore lock they restore)."""
+        if session.mode != "strict" or session.data.get("exemption"):
+            return
+        latest = await self._latest(session)
+        if latest is None or latest[2] is None:
+            return
+        current = latest[2]
+        locked = await self.store.get_meta(LOCK_KEY)
+        if locked is not None:
+            before = CoverageReport.from_dict(_json(locked)) if locked else None
+            if before is None or current.percent >= before.percent:
+                await self.store.db.execute("DELETE FROM workflow_meta WHERE key = ?", (LOCK_KEY,))
+        await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
+
+    async def cancel(self, session_id: str) -> Outcome:
+        return await self.fire(session_id, "cancel")
+
+    # -- exemptions and modes ---------------------------------------------------------------
+    async def request_exemption(
+        self, session_id: str, category: str, paths: Sequence[str], reason: str
+    ) -> Outcome:
+        session = await self.get(session_id)
+        if session.state not in ("planning", "test_writing"):
+            raise ExemptionDenied(
+                f"an exemption cannot start in {session.state}",
+                why="exemptions replace the TDD flow before code is written",
+                fix="Ask for it while planning (or /cancel first).",
+            )
+        note = {"category": category, "paths": ",".join(paths)[:400], "reason": reason[:400]}
+        if self.audit is not None:
+            await self.audit.record(
+                Event(
+                    "exemption_requested",
+                    session_id=session.id,
+                    session_mode=session.mode,
+                    state_machine_state=session.state,
+                    input_summary=f"{category}: {reason}",
+                    metadata=note,
+                )
+            )
+        rule = check_exemption(self.exemptions, category, paths, reason)
+        data = await self._entering(session, "exploring", "exemption_granted")
+        data["exemption"] = {
+            "category": category,
+            "paths": list(paths),
+            "reason": reason,
+            "condition": rule.condition or "",
+        }
+        updated = replace(session, state="exploring", data=data, updated_at=now_ms())
+        await self._save(updated, "exemption_granted", session.state, note)
+        return Outcome(updated, session.state, "exemption_granted")
+
+    async def set_mode(
+        self, session_id: str, mode: str, caller: Caller, *, approved: bool = False
+    ) -> Outcome:
+        """``session.set_mode``: always through the policy engine; a denial falls back to strict."""
+        if mode not in MODES:
+            raise ModeDenied(f"unknown mode {mode!r}", fix=f"Use one of: {', '.join(MODES)}.")
+        session = await self.get(session_id)
+        if session.state not in ("idle", "planning"):
+            raise ModeDenied(
+                f"the mode cannot change in {session.state}",
+                why="a flow in progress would lose its guarantees",
+                fix="/cancel first, then change mode.",
+            )
+        reason = await self._mode_refusal(session, mode, caller, approved)
+        target = "strict" if reason else mode
+        updated = replace(session, mode=target, updated_at=now_ms())
+        await self._save(
+            updated, "set_mode", session.state, {"asked": mode, "refused": reason or ""}
+        )
+        if reason:
+            raise ModeDenied(f"mode {mode} refused; the session is in strict mode", why=reason)
+        return Outcome(updated, session.state, "set_mode")
+
+    async def _mode_refusal(
+        self, session: SessionRow, mode: str, caller: Caller, approved: bool
+    ) -> str | None:
+        if mode == "strict":
+            return None
+        if await self.store.get_meta(LOCK_KEY) is not None:
+            return "explore mode is locked: coverage fell past the tech-debt lockout threshold"
+        if self.policy is None:
+            return "no policy is loaded (default deny)"
+        decision = self.policy.evaluate(
+            Request("session.set_mode", caller, state=session.state, mode=mode)
+        )
+        if decision.result == "deny":
+            return "; ".join(decision.reasons) or "the policy denies session.set_mode"
+        needs_review = decision.result == "require_review" or mode == "debug"
+        if needs_review and not approved:
+            return f"{mode} mode requires review and was not approved"
+        return None
+
+
+def _summary(run: TestRun) -> str:
+    counts = run.counts
+    return (
+        f"latest run: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['error']} errors (exit {run.exit_code})"
+    )
+
+
+def _json(raw: str) -> Any:
+    import json
+
+    return json.loads(raw)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)

@@ -1,0 +1,94 @@
+"""The workflow's syscalls on the kernel's IPC (``session.*``, ``workflow.request_exemption``).
+
+The caller's identity comes from the socket binding, never from the request: only the
+CLI's socket speaks for the user (``approved`` is honoured from it alone); a plugin that
+asks for a mode change is the plugin, and the policy engine judges it as such.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluffy.errors import InvalidPayload
+from fluffy.kernel.ipc.server import CallContext, Handler, note_decision
+from fluffy.kernel.policy.engine import Caller
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.store import SessionRow
+
+
+def _params(
+    params: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidPayload("params must be an object")
+    unknown = set(params) - set(required) - set(optional)
+    missing = [key for key in required if key not in params]
+    if unknown or missing:
+        missing_text = ", ".join(missing) or "nothing"
+        unknown_text = ", ".join(sorted(unknown)) or "nothing"
+        raise InvalidPayload(f"params: missing {missing_text}; unknown {unknown_text}")
+    return params
+
+
+def _view(session: SessionRow) -> dict[str, Any]:
+    exemption = session.data.get("exemption")
+    return {
+        "session_id": session.id,
+        "mode": session.mode,
+        "state": session.state,
+        "exemption": exemption,
+        "unverified": bool(session.data.get("unverified")),
+        "updated_at": session.updated_at,
+    }
+
+
+def _caller(context: CallContext) -> tuple[Caller, bool]:
+    if context.binding == "cli":
+        return Caller("user"), True
+    return Caller(context.plugin_name or "plugin", container_id=context.container_id), False
+
+
+def workflow_methods(workflow: Workflow) -> dict[str, Handler]:
+    async def create(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, (), ("mode",))
+        return _view(await workflow.new_session(p.get("mode", "strict")))
+
+    async def get(context: CallContext, params: Any) -> dict[str, Any] | None:
+        p = _params(params, (), ("session_id",))
+        session_id = p.get("session_id") or await workflow.store.latest_session()
+        return _view(await workflow.get(session_id)) if session_id else None
+
+    async def set_mode(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id", "mode"), ("approved",))
+        caller, is_user = _caller(context)
+        approved = bool(p.get("approved")) and is_user
+        try:
+            outcome = await workflow.set_mode(p["session_id"], p["mode"], caller, approved=approved)
+        except Exception:
+            note_decision("denied", "session.set_mode", "mode change refused; fell back to strict")
+            raise
+        note_decision("allowed", "session.set_mode")
+        return _view(outcome.session)
+
+    async def exemption(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id", "category", "paths", "reason"))
+        if not isinstance(p["paths"], list) or not all(isinstance(x, str) for x in p["paths"]):
+            raise InvalidPayload("paths must be a list of strings")
+        outcome = await workflow.request_exemption(
+            p["session_id"], str(p["category"]), p["paths"], str(p["reason"])
+        )
+        return _view(outcome.session)
+
+    async def cancel(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        return _view((await workflow.cancel(p["session_id"])).session)
+
+    return {
+        "session.create": create,
+        "session.get": get,
+        "session.set_mode": set_mode,
+        "session.cancel": cancel,
+        "workflow.request_exemption": exemption,
+    }

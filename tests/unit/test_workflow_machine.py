@@ -1,0 +1,386 @@
+"""The TDD state machine: the design's tables, guards, exemptions, modes, budget, persistence."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fluffy.errors import ExemptionDenied, ModeDenied, TransitionDenied, WorkflowError
+from fluffy.kernel.audit.query import Filters, entries
+from fluffy.kernel.audit.verify import verify
+from fluffy.kernel.policy.engine import Caller
+from fluffy.kernel.workflow.coverage import CoverageReport
+from fluffy.kernel.workflow.evidence import run_pytest
+from fluffy.kernel.workflow.exemptions import type_only_change
+from fluffy.kernel.workflow.states import EVENTS, ON_FAIL, STATES, TABLES, next_state
+from fluffy.kernel.workflow.store import verify_state_log
+
+from .workflow_support import Kit, fake_run, make_project, open_kit, run
+
+PAIRS = [(flow, state, event) for flow in TABLES for state in STATES for event in EVENTS]
+
+
+def _cov(covered: int, total: int = 100) -> CoverageReport:
+    return CoverageReport(covered, total, {"src/calc.py": (covered, total)}, "coverage.py-json")
+
+
+async def _at(kit: Kit, state: str, mode: str = "strict") -> str:
+    """A session put directly into ``state`` (kernel-internal, as a restored session)."""
+    session = await kit.workflow.new_session()
+    placed = replace(session, state=state, mode=mode)
+    await kit.store.save(placed, "test_setup", "idle", {})
+    return session.id
+
+
+@pytest.mark.parametrize(("flow", "state", "event"), PAIRS)
+def test_every_state_event_pair_follows_the_table(
+    tmp_path: Path, flow: str, state: str, event: str
+) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            mode = "strict" if flow == "strict" else "explore"
+            sid = await _at(kit, state, mode)
+            expected = next_state(flow, state, event)  # type: ignore[arg-type]
+            if expected is None:
+                with pytest.raises(TransitionDenied, match="not possible"):
+                    await kit.workflow.fire(sid, event)
+                assert (await kit.workflow.get(sid)).state == state
+            elif expected.guard is None:
+                outcome = await kit.workflow.fire(sid, event)
+                assert outcome.session.state == expected.to
+            else:  # no evidence, no approval: every guard refuses with the design's text
+                with pytest.raises(TransitionDenied) as caught:
+                    await kit.workflow.fire(sid, event)
+                assert caught.value.what == ON_FAIL[expected.guard]
+                assert caught.value.why and caught.value.fix
+                assert (await kit.workflow.get(sid)).state == state
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_the_tables_are_the_designs() -> None:
+    strict = {(s, e): t.to for (s, e), t in TABLES["strict"].items()}
+    assert strict[("test_writing", "tests_red")] == "code_writing"
+    assert strict[("validating", "tests_failed")] == "code_writing"
+    assert strict[("reviewing", "merge_rejected")] == "code_writing"
+    explore = {(s, e): t.to for (s, e), t in TABLES["explore"].items()}
+    assert explore[("planning", "plan_complete")] == "exploring"
+    assert explore[("reviewing", "add_tests")] == "retroactive_testing"
+    assert explore[("retroactive_testing", "tests_written")] == "validating"
+    assert all(next_state(f, s, "cancel").to == "idle" for f in TABLES for s in STATES)  # type: ignore[arg-type, union-attr]
+
+
+def test_strict_tdd_flow_with_real_pytest_runs(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    (project / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = (await wf.new_session()).id
+            await wf.fire(sid, "user_message")
+            await wf.fire(sid, "plan_complete")
+            # an import error is not red
+            (project / "tests" / "test_sub.py").write_text(
+                "from src.calc import sub\n\ndef test_sub():\n    assert sub(3, 1) == 2\n"
+            )
+            await wf.record_test_run(sid, run_pytest(project))
+            with pytest.raises(TransitionDenied, match="TDD Red") as caught:
+                await wf.fire(sid, "tests_red")
+            assert "import" in caught.value.why
+            # a real assertion failure in a new test is red
+            (project / "src" / "calc.py").write_text(
+                "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return 0\n"
+            )
+            await wf.record_test_run(sid, run_pytest(project))
+            # ... but not once the files changed after the run (stale)
+            (project / "tests" / "test_more.py").write_text("def test_x():\n    assert True\n")
+            with pytest.raises(TransitionDenied) as stale:
+                await wf.fire(sid, "tests_red")
+            assert "changed since the latest test run" in stale.value.why
+            (project / "tests" / "test_more.py").unlink()
+            await wf.record_test_run(sid, run_pytest(project))
+            assert (await wf.fire(sid, "tests_red")).session.state == "code_writing"
+            with pytest.raises(TransitionDenied, match="Code changes"):
+                await wf.fire(sid, "code_changed")
+            (project / "src" / "calc.py").write_text(
+                "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
+            )
+            assert (await wf.fire(sid, "code_changed")).session.state == "validating"
+            with pytest.raises(TransitionDenied, match="All tests must pass"):
+                await wf.fire(sid, "tests_passed")  # no run in this state yet
+            await wf.record_test_run(sid, run_pytest(project), _cov(90))
+            assert (await wf.fire(sid, "tests_passed")).session.state == "reviewing"
+            with pytest.raises(TransitionDenied, match="approved"):
+                await wf.fire(sid, "merge_approved", approved=False)
+            assert (
+                await wf.fire(sid, "merge_approved", approved=True)
+            ).session.state == "committing"
+            assert (await wf.fire(sid, "commit_complete")).session.state == "idle"
+        finally:
+            await kit.close()
+        transitions = list(entries(tmp_path / "s", Filters(event_type="state_transition")))
+        assert [e["state_machine_state"] for e in transitions][-3:] == [
+            "reviewing",
+            "committing",
+            "idle",
+        ]
+        assert verify(tmp_path / "s").ok
+        assert verify_state_log(tmp_path / "s" / "fluffy.db")[0]
+
+    run(main())
+
+
+def test_red_needs_a_changed_test_failing_on_an_assertion(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = await _at(kit, "planning")
+            await wf.fire(sid, "plan_complete")
+            # the old, unchanged test failing is not red
+            await wf.record_test_run(
+                sid, fake_run(project, [("tests/test_calc.py::test_add", "failed", True)])
+            )
+            with pytest.raises(TransitionDenied):
+                await wf.fire(sid, "tests_red")
+            (project / "tests" / "test_new.py").write_text("def test_n():\n    assert 0\n")
+            # a changed test failing with ZeroDivisionError is not red
+            await wf.record_test_run(
+                sid, fake_run(project, [("tests/test_new.py::test_n", "failed", False)])
+            )
+            with pytest.raises(TransitionDenied):
+                await wf.fire(sid, "tests_red")
+            await wf.record_test_run(
+                sid, fake_run(project, [("tests/test_new.py::test_n", "failed", True)])
+            )
+            assert (await wf.fire(sid, "tests_red")).session.state == "code_writing"
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_cancel_returns_any_state_to_idle(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            for state in STATES:
+                sid = await _at(kit, state)
+                assert (await kit.workflow.cancel(sid)).session.state == "idle"
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_exemptions_follow_the_policy_globs(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = await _at(kit, "planning")
+            with pytest.raises(ExemptionDenied, match=r"src/calc\.py"):
+                await wf.request_exemption(sid, "documentation", ["README.md", "src/calc.py"], "d")
+            with pytest.raises(ExemptionDenied, match="unknown exemption category"):
+                await wf.request_exemption(sid, "because", ["README.md"], "d")
+            assert (await wf.get(sid)).state == "planning"
+            outcome = await wf.request_exemption(sid, "documentation", ["README.md"], "typo")
+            assert outcome.session.state == "exploring"
+            (project / "README.md").write_text("# fixed\n")
+            assert (await wf.fire(sid, "code_changed")).session.state == "validating"
+            await wf.record_test_run(
+                sid, fake_run(project, [("tests/test_calc.py::test_add", "passed", False)]), _cov(1)
+            )
+            await wf.fire(sid, "tests_passed")
+            # an exemption does not spend budget: a coverage collapse is not judged
+            outcome = await wf.fire(sid, "merge_approved", approved=True)
+            assert outcome.session.state == "committing" and not outcome.warnings
+        finally:
+            await kit.close()
+        requested = list(entries(tmp_path / "s", Filters(event_type="exemption_requested")))
+        assert len(requested) == 3
+        assert requested[-1]["metadata"]["category"] == "documentation"
+
+    run(main())
+
+
+def test_mode_switching_goes_through_the_policy(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    user = Caller("user")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = (await wf.new_session()).id
+            assert (await wf.set_mode(sid, "explore", user)).session.mode == "explore"
+            with pytest.raises(ModeDenied) as refused:
+                await wf.set_mode(sid, "debug", user)
+            assert "requires review" in refused.value.why
+            assert (await wf.get(sid)).mode == "strict"  # the denial fell back to strict
+            assert (await wf.set_mode(sid, "debug", user, approved=True)).session.mode == "debug"
+            await wf.fire(sid, "user_message")
+            await wf.fire(sid, "plan_complete")
+            with pytest.raises(ModeDenied, match="cannot change"):
+                await wf.set_mode(sid, "strict", user)
+        finally:
+            await kit.close()
+        changes = list(entries(tmp_path / "s", Filters(event_type="session_mode_change")))
+        assert [c["session_mode"] for c in changes] == ["explore", "strict", "debug"]
+
+    run(main())
+
+
+def test_a_policy_without_a_rule_keeps_strict_mode(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project, policy="capabilities: []\n")
+        try:
+            sid = (await kit.workflow.new_session()).id
+            with pytest.raises(ModeDenied):
+                await kit.workflow.set_mode(sid, "explore", Caller("user"), approved=True)
+            assert (await kit.workflow.get(sid)).mode == "strict"
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+async def _explore_commit(kit: Kit, project: Path, covered: int) -> list[str]:
+    wf = kit.workflow
+    sid = await _at(kit, "planning", "explore")
+    await wf.fire(sid, "plan_complete")
+    with (project / "src" / "calc.py").open("a") as handle:
+        handle.write(f"# change {covered}\n")
+    await wf.fire(sid, "code_changed")
+    await wf.record_test_run(
+        sid, fake_run(project, [("tests/test_calc.py::test_add", "passed", False)]), _cov(covered)
+    )
+    await wf.fire(sid, "tests_passed")
+    outcome = await wf.fire(sid, "merge_approved", approved=True)
+    await wf.fire(sid, "commit_complete")
+    return outcome.warnings
+
+
+async def _strict_commit(kit: Kit, project: Path, covered: int) -> None:
+    sid = await _at(kit, "validating")
+    await kit.workflow.record_test_run(
+        sid, fake_run(project, [("tests/test_calc.py::test_add", "passed", False)]), _cov(covered)
+    )
+    await kit.workflow.fire(sid, "tests_passed")
+    await kit.workflow.fire(sid, "merge_approved", approved=True)
+    await kit.workflow.fire(sid, "commit_complete")
+
+
+def test_tech_debt_budget_warns_locks_and_recovers(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            await _strict_commit(kit, project, 80)  # baseline 80 %
+            assert await _explore_commit(kit, project, 80) == []
+            warned = await _explore_commit(kit, project, 77)
+            assert warned and "fell 3" in warned[0]
+            with pytest.raises(TransitionDenied, match="tech-debt budget"):
+                await _explore_commit(kit, project, 74)
+            sid = (await kit.workflow.new_session()).id
+            with pytest.raises(ModeDenied) as refused:
+                await kit.workflow.set_mode(sid, "explore", Caller("user"))
+            assert "locked" in refused.value.why
+            await _strict_commit(kit, project, 81)  # strict work restores coverage
+            assert (await kit.workflow.set_mode(sid, "explore", Caller("user"))).session.mode == (
+                "explore"
+            )
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_sessions_persist_and_tampering_is_refused(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    state = tmp_path / "s"
+
+    async def first() -> str:
+        kit = await open_kit(state, project)
+        try:
+            sid = (await kit.workflow.new_session()).id
+            await kit.workflow.fire(sid, "user_message")
+            await kit.workflow.fire(sid, "plan_complete")
+            await kit.workflow.record_test_run(sid, fake_run(project, []))
+            return sid
+        finally:
+            await kit.close()
+
+    async def second(sid: str) -> None:
+        kit = await open_kit(state, project)
+        try:
+            session = await kit.workflow.get(sid)
+            assert (session.state, session.mode) == ("test_writing", "strict")
+            assert await kit.store.latest_session() == sid
+        finally:
+            await kit.close()
+
+    sid = run(first())
+    run(second(sid))
+    conn = sqlite3.connect(state / "fluffy.db")
+    conn.execute("UPDATE test_runs SET run = replace(run, '\"exit_code\":5', '\"exit_code\":1')")
+    conn.commit()
+
+    async def forged_run() -> None:
+        kit = await open_kit(state, project)
+        try:
+            with pytest.raises(WorkflowError, match="chained digest"):
+                await kit.workflow.fire(sid, "tests_red")
+        finally:
+            await kit.close()
+
+    run(forged_run())
+    conn.execute("UPDATE sessions SET state = 'code_writing' WHERE id = ?", (sid,))
+    conn.commit()
+
+    async def forged_state() -> None:
+        kit = await open_kit(state, project)
+        try:
+            with pytest.raises(WorkflowError, match="chained state log"):
+                await kit.workflow.get(sid)
+        finally:
+            await kit.close()
+
+    run(forged_state())
+    assert verify_state_log(state / "fluffy.db")[0]
+    conn.execute("UPDATE state_log SET to_state = 'code_writing' WHERE seq = 2")
+    conn.commit()
+    conn.close()
+    ok, _, detail = verify_state_log(state / "fluffy.db")
+    assert not ok and "entry 2" in detail
+
+
+def test_type_only_change() -> None:
+    before = "def f(a, b=1):\n    x = a + b\n    return x\n"
+    typed = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import os\n"
+        "def f(a: int, b: int = 1) -> int:\n    x: int = a + b\n    return x\n"
+    )
+    assert type_only_change("from typing import TYPE_CHECKING\n" + before, typed)
+    assert not type_only_change(before, before.replace("a + b", "a - b"))
+    assert not type_only_change(before, "def f(a, b=2):\n    x = a + b\n    return x\n")
+    assert not type_only_change(before, "def f(:\n")
