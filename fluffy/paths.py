@@ -30,3 +30,8 @@ def cache_dir() -> Path:
 def package_root() -> Path:
     """The directory of the ``fluffy`` package, symlinks resolved."""
     return Path(__file__).resolve().parent
+
+
+def kernel_socket() -> Path:
+    """The kernel's CLI socket when none is given (``$FLUFFY_HOME/run/kernel.sock``)."""
+    return fluffy_home() / "run" / "kernel.sock"

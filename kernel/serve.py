@@ -23,8 +23,10 @@ from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
+from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
+from fluffy.kernel.policy.methods import policy_methods
 from fluffy.kernel.policy.model import PolicyFile, load_policy
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.methods import workflow_methods
@@ -73,15 +75,29 @@ async def serve(
     audit = await open_audit(state_dir)
     store = await WorkflowStore.open(state_dir)
     policy = _project_policy(project)
+    front = AuditedPolicy(
+        PolicyEngine(policy, builtins=default_builtins(project), root=project), audit
+    )
     workflow = Workflow(
         store,
         project or state_dir,
         audit=audit,
-        policy=PolicyEngine(policy, builtins=default_builtins(project), root=project),
+        policy=front,
         exemptions=policy.exemptions,
         tech_debt=policy.tech_debt,
     )
-    server = KernelServer({**default_methods(), **workflow_methods(workflow)}, limits or Limits())
+
+    def reloaded(new: PolicyFile) -> None:
+        workflow.exemptions = new.exemptions
+        workflow.tech_debt = new.tech_debt
+
+    policy_path = project / ".fluffy" / "policy.yaml" if project is not None else None
+    methods = {
+        **default_methods(),
+        **workflow_methods(workflow),
+        **policy_methods(front, policy_path, state_dir, audit, reloaded),
+    }
+    server = KernelServer(methods, limits or Limits())
     server.observer = SyscallAuditor(audit)
     server.audit_head = lambda: audit.head.to_dict()
     await server.listen(socket_path)

@@ -110,7 +110,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     folder = _state_dir(args)
     filters = _filters(args)
     if args.output and args.output != "-":
-        with open(args.output, "w", encoding="utf-8") as handle:
+        with Path(args.output).open("w", encoding="utf-8") as handle:
             count = export_jsonl(folder, handle, filters)
         print(f"exported {count} entries to {args.output}", file=sys.stderr)
     else:

@@ -57,6 +57,8 @@ class SyscallAuditor:
         }
         if error is not None:
             metadata["error_code"] = error.code
+        if call.policy_request is not None:  # replayed by the meta-policy trial
+            metadata["policy_request"] = _encode(call.policy_request).decode()
         self.log.record_nowait(
             Event(
                 "syscall",

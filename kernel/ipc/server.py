@@ -122,17 +122,26 @@ class CallRecord:
     decision: str
     rule: str | None
     reason: str | None
+    policy_request: dict[str, Any] | None = None
 
 
 Observer = Callable[[CallRecord], None]
-_decision: ContextVar[tuple[str, str | None, str | None] | None] = ContextVar(
-    "fluffy_decision", default=None
-)
+_Noted = tuple[str, str | None, str | None, dict[str, Any] | None]
+_decision: ContextVar[_Noted | None] = ContextVar("fluffy_decision", default=None)
 
 
-def note_decision(decision: str, rule: str | None = None, reason: str | None = None) -> None:
-    """Called by the policy layer inside a handler: the audit entry carries this decision."""
-    _decision.set((decision, rule, reason))
+def note_decision(
+    decision: str,
+    rule: str | None = None,
+    reason: str | None = None,
+    request: dict[str, Any] | None = None,
+) -> None:
+    """Called by the policy layer inside a handler: the audit entry carries this decision.
+
+    ``request`` is the policy request as data, so that a later policy change can be
+    tried on what the log recorded (meta-policy).
+    """
+    _decision.set((decision, rule, reason, request))
 
 
 @dataclass
@@ -400,11 +409,11 @@ class _Connection(asyncio.Protocol):
             return
         noted = _decision.get()
         if noted is None:
-            denied = error is not None and error.code.startswith(("policy.", "ipc."))
+            denied = error is not None and error.code.startswith(("policy.", "ipc.", "workflow."))
             noted = (
-                ("denied", "kernel.method_table", error.what if error else None)
+                ("denied", "kernel.method_table", error.what if error else None, None)
                 if denied
-                else ("allowed", "kernel.method_table", None)
+                else ("allowed", "kernel.method_table", None, None)
             )
         context = self.context
         try:
@@ -423,6 +432,7 @@ class _Connection(asyncio.Protocol):
                     decision=noted[0],
                     rule=noted[1],
                     reason=noted[2],
+                    policy_request=noted[3],
                 )
             )
         except Exception:

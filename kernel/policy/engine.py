@@ -57,6 +57,7 @@ class Verdict:
     layer: Literal["builtin", "yaml", "extension"]
     vote: Vote
     reason: str = ""
+    failed: bool = False  # the rule raised (or its sandbox failed): it votes deny, audited
 
 
 @dataclass
@@ -292,6 +293,7 @@ class PolicyEngine:
                         "extension",
                         "deny",
                         f"extension rule failed: {type(exc).__name__}: {exc}",
+                        failed=True,
                     )
                 ]
             for verdict in verdicts:
@@ -324,4 +326,5 @@ def _guarded(
     try:
         return call()
     except Exception as exc:
-        return Verdict(_name(owner), layer, "deny", f"rule failed: {type(exc).__name__}: {exc}")
+        reason = f"rule failed: {type(exc).__name__}: {exc}"
+        return Verdict(_name(owner), layer, "deny", reason, failed=True)

@@ -18,12 +18,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from fluffy.errors import ExemptionDenied, ModeDenied, SessionNotFound, TransitionDenied
 from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
+from fluffy.kernel.policy.engine import Caller, Decision, Request
 from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
 from fluffy.kernel.workflow.evidence import (
     DEFAULT_TEST_GLOBS,
@@ -48,6 +48,13 @@ from fluffy.kernel.workflow.states import (
 )
 from fluffy.kernel.workflow.store import SessionRow, WorkflowStore
 
+
+class Evaluator(Protocol):
+    """The policy engine, or the kernel's audited front of it."""
+
+    def evaluate(self, request: Request) -> Decision: ...
+
+
 BASELINE_KEY = "coverage_baseline"
 LOCK_KEY = "explore_locked"
 
@@ -69,7 +76,7 @@ class Workflow:
         project: Path,
         *,
         audit: AuditLog | None = None,
-        policy: PolicyEngine | None = None,
+        policy: Evaluator | None = None,
         exemptions: Mapping[str, ExemptionRule] = DEFAULT_EXEMPTIONS,
         tech_debt: TechDebtSettings | None = None,
         test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fluffy.errors import InvalidPayload
-from fluffy.kernel.ipc.server import CallContext, Handler, note_decision
+from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.engine import Caller
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
@@ -64,12 +64,8 @@ def workflow_methods(workflow: Workflow) -> dict[str, Handler]:
         p = _params(params, ("session_id", "mode"), ("approved",))
         caller, is_user = _caller(context)
         approved = bool(p.get("approved")) and is_user
-        try:
-            outcome = await workflow.set_mode(p["session_id"], p["mode"], caller, approved=approved)
-        except Exception:
-            note_decision("denied", "session.set_mode", "mode change refused; fell back to strict")
-            raise
-        note_decision("allowed", "session.set_mode")
+        # the policy front notes its decision (and the request) for this call's audit entry
+        outcome = await workflow.set_mode(p["session_id"], p["mode"], caller, approved=approved)
         return _view(outcome.session)
 
     async def exemption(context: CallContext, params: Any) -> dict[str, Any]:

@@ -23,10 +23,22 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
 def _serve(tmp_path: Path, project: Path) -> tuple[subprocess.Popen[str], Path]:
     sock = tmp_path / "run" / "kernel.sock"
     proc = subprocess.Popen(
-        [FLUFFY, "kernel", "serve", "--socket", str(sock), "--state-dir", str(tmp_path / "state"),
-         "--project", str(project)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            FLUFFY,
+            "kernel",
+            "serve",
+            "--socket",
+            str(sock),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--project",
+            str(project),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(sock, proc)
     return proc, sock
 
@@ -83,10 +95,20 @@ def test_session_syscalls_are_policy_checked_and_audited(
     finally:
         _stop(proc)
     out = subprocess.run(
-        [FLUFFY, "audit", "log", "--state-dir", str(tmp_path / "state"), "--type", "syscall",
-         "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            FLUFFY,
+            "audit",
+            "log",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--type",
+            "syscall",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     calls = json.loads(out.stdout)["entries"]
     methods = [c["syscall_type"] for c in calls]
     assert "kernel.ping" not in methods
@@ -95,7 +117,8 @@ def test_session_syscalls_are_policy_checked_and_audited(
     assert decisions == ({"allowed", "denied"} if allow_explore else {"denied"})
     verified = subprocess.run(
         [FLUFFY, "audit", "verify", "--state-dir", str(tmp_path / "state"), "--json"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert verified.returncode == 0, verified.stdout
     assert json.loads(verified.stdout)["ok"] is True

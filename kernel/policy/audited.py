@@ -1,0 +1,92 @@
+"""The kernel's policy front: every decision is explained in the audit log.
+
+:class:`AuditedPolicy` wraps the engine the kernel uses.  Each evaluation notes its
+decision, deciding rule and the request (as data) for the audit entry of the call in
+progress (:func:`~fluffy.kernel.ipc.server.note_decision`), and a rule that failed while
+being evaluated (it counted as deny) is recorded as ``policy_rule_failed``.  The request
+data lets :func:`recent_requests` replay what the log recorded when the policy changes
+(meta-policy trial).  :meth:`AuditedPolicy.swap` installs a reloaded engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.query import Filters, entries
+from fluffy.kernel.ipc.server import note_decision
+from fluffy.kernel.policy.engine import Caller, Decision, PolicyEngine, Request
+
+
+def request_data(request: Request) -> dict[str, Any]:
+    caller = request.caller
+    return {
+        "syscall": request.syscall,
+        "caller": {"name": caller.name, "tags": sorted(caller.tags)},
+        "path": request.path,
+        "state": request.state,
+        "mode": request.mode,
+        "size": request.size,
+        "sandbox": request.sandbox,
+    }
+
+
+def request_from(data: dict[str, Any]) -> Request:
+    caller = data.get("caller") or {}
+    return Request(
+        str(data["syscall"]),
+        Caller(str(caller.get("name", "?")), frozenset(caller.get("tags") or ())),
+        data.get("path"),
+        str(data.get("state", "idle")),
+        str(data.get("mode", "strict")),
+        data.get("size"),
+        data.get("sandbox"),
+    )
+
+
+class AuditedPolicy:
+    def __init__(self, engine: PolicyEngine, audit: AuditLog | None = None) -> None:
+        self.engine = engine
+        self.audit = audit
+
+    def swap(self, engine: PolicyEngine) -> None:
+        self.engine = engine
+
+    def evaluate(self, request: Request) -> Decision:
+        decision = self.engine.evaluate(request)
+        reason = "; ".join(decision.reasons) if decision.result != "allow" else None
+        note_decision(decision.audit_decision, decision.decided_by, reason, request_data(request))
+        if self.audit is not None:
+            for verdict in decision.matched:
+                if verdict.failed:
+                    self.audit.record_nowait(
+                        Event(
+                            "policy_rule_failed",
+                            syscall_type=request.syscall,
+                            caller=request.caller.name,
+                            session_mode=request.mode,
+                            state_machine_state=request.state,
+                            policy_decision="denied",
+                            policy_rule_name=verdict.rule,
+                            deny_reason=verdict.reason[:500],
+                            input_summary=f"{request.syscall} {request.path or ''}".strip(),
+                        )
+                    )
+        return decision
+
+
+def recent_requests(state_dir: Path, limit: int = 100) -> list[Request]:
+    """The policy requests of the newest audited decisions, oldest first."""
+    found: list[Request] = []
+    for entry in entries(state_dir, Filters(event_type="syscall", limit=limit * 4)):
+        raw = entry["metadata"].get("policy_request")
+        if raw:
+            try:
+                found.append(request_from(msgspec.json.decode(raw)))
+            except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+                continue
+    return found[-limit:]

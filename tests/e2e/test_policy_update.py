@@ -1,0 +1,122 @@
+"""Meta-policy through a real kernel: tried on audited decisions, reviewed, atomic, audited."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fluffy.errors import ModeDenied, PolicyError
+from fluffy.ipc.client import SyncClient
+
+from .test_workflow_ipc import DEMO, FLUFFY, _serve, _stop
+
+ALLOW_EXPLORE = """capabilities:
+  - name: explore-ok
+    match: {syscall: session.set_mode, session_mode: [explore]}
+    action: allow
+"""
+NO_EXPLORE = "capabilities: []\n"
+
+
+def test_policy_update_is_tried_on_the_audit_log_then_applied(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(DEMO, project)
+    (project / ".fluffy").mkdir()
+    policy_file = project / ".fluffy" / "policy.yaml"
+    policy_file.write_text(ALLOW_EXPLORE)
+    proc, sock = _serve(tmp_path, project)
+    try:
+        with SyncClient(str(sock), timeout=20) as client:
+            sid = client.call("session.create")["session_id"]
+            for _ in range(2):
+                client.call("session.set_mode", {"session_id": sid, "mode": "explore"})
+                client.call("session.set_mode", {"session_id": sid, "mode": "strict"})
+            # invalid: refused with file, line and field; nothing written
+            with pytest.raises(PolicyError) as bad:
+                client.call("policy.update", {"text": "capabilities:\n  - name: x\n    act: 1\n"})
+            assert "policy.yaml:2" in bad.value.what
+            assert policy_file.read_text() == ALLOW_EXPLORE
+            plan = client.call("policy.update", {"text": NO_EXPLORE})
+            assert plan["applied"] is False and plan["breaking"] >= 2
+            assert any(
+                line.startswith("[BREAKING] session.set_mode") for line in plan["changes"]
+            ), plan
+            assert policy_file.read_text() == ALLOW_EXPLORE  # a plan writes nothing
+        cli = subprocess.run(
+            [
+                FLUFFY,
+                "config",
+                "policy",
+                "edit",
+                "--socket",
+                str(sock),
+                "--file",
+                str(_write(tmp_path / "new.yaml", NO_EXPLORE)),
+                "--yes",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert json.loads(cli.stdout)["applied"] is True
+        assert policy_file.read_text() == NO_EXPLORE
+        with SyncClient(str(sock), timeout=20) as client, pytest.raises(ModeDenied):
+            client.call("session.set_mode", {"session_id": sid, "mode": "explore"})
+    finally:
+        _stop(proc)
+    log = subprocess.run(
+        [
+            FLUFFY,
+            "audit",
+            "log",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--type",
+            "policy_update",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    updates = json.loads(log.stdout)["entries"]
+    assert len(updates) == 1 and updates[0]["metadata"]["breaking"] != "0"
+
+
+def test_edit_without_confirmation_applies_nothing(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(DEMO, project)
+    (project / ".fluffy").mkdir()
+    (project / ".fluffy" / "policy.yaml").write_text(ALLOW_EXPLORE)
+    proc, sock = _serve(tmp_path, project)
+    try:
+        cli = subprocess.run(
+            [
+                FLUFFY,
+                "config",
+                "policy",
+                "edit",
+                "--socket",
+                str(sock),
+                "--file",
+                str(_write(tmp_path / "new.yaml", NO_EXPLORE)),
+            ],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        assert cli.returncode == 1 and "Nothing applied" in cli.stdout
+        assert (project / ".fluffy" / "policy.yaml").read_text() == ALLOW_EXPLORE
+    finally:
+        _stop(proc)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
