@@ -85,6 +85,7 @@ async def serve(
         policy=front,
         exemptions=policy.exemptions,
         tech_debt=policy.tech_debt,
+        on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
     )
 
     def reloaded(new: PolicyFile) -> None:

@@ -15,7 +15,7 @@ tech-debt lock blocks explore.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -80,6 +80,7 @@ class Workflow:
         exemptions: Mapping[str, ExemptionRule] = DEFAULT_EXEMPTIONS,
         tech_debt: TechDebtSettings | None = None,
         test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
+        on_session_end: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.store = store
         self.project = project
@@ -88,6 +89,7 @@ class Workflow:
         self.exemptions = exemptions
         self.tech_debt = tech_debt or TechDebtSettings()
         self.test_globs = tuple(test_globs)
+        self.on_session_end = on_session_end  # e.g. a database backup (design: SQLite Corruption)
 
     # -- sessions -----------------------------------------------------------------------
     async def new_session(self, mode: Mode = "strict") -> SessionRow:
@@ -260,6 +262,8 @@ class Workflow:
         updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
         note: dict[str, Any] = {"warnings": warnings} if warnings else {}
         await self._save(updated, event, state, note)
+        if transition.to == "idle" and state != "idle" and self.on_session_end is not None:
+            await self.on_session_end()
         return Outcome(updated, state, event, warnings)
 
     async def _entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]:

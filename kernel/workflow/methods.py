@@ -81,7 +81,13 @@ def workflow_methods(workflow: Workflow) -> dict[str, Handler]:
         p = _params(params, ("session_id",))
         return _view((await workflow.cancel(p["session_id"])).session)
 
+    async def history(context: CallContext, params: Any) -> list[dict[str, Any]]:
+        p = _params(params, ("session_id",))
+        await workflow.get(p["session_id"])  # verified against the chain first
+        return await workflow.store.history(p["session_id"])
+
     return {
+        "session.history": history,
         "session.create": create,
         "session.get": get,
         "session.set_mode": set_mode,

@@ -181,6 +181,16 @@ class WorkflowStore:
             )
         return session
 
+    async def history(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's chained transitions, oldest first."""
+        rows = await self.db.execute_fetchall(
+            "SELECT seq, timestamp, event, from_state, to_state, mode FROM state_log "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
+        keys = ("seq", "timestamp", "event", "from", "to", "mode")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
     async def latest_session(self) -> str | None:
         rows = list(
             await self.db.execute_fetchall(

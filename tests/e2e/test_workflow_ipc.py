@@ -90,6 +90,9 @@ def test_session_syscalls_are_policy_checked_and_audited(
                         "reason": "docs",
                     },
                 )
+            history = client.call("session.history", {"session_id": sid})
+            assert history[0]["event"] == "session_created"
+            assert [h["event"] for h in history].count("set_mode") == (2 if allow_explore else 1)
             head = client.call("kernel.ping")["audit_head"]
             assert head["seq"] > 1 and len(head["hash"]) == 64
     finally:
@@ -110,6 +113,7 @@ def test_session_syscalls_are_policy_checked_and_audited(
         check=True,
     )
     calls = json.loads(out.stdout)["entries"]
+    assert list((tmp_path / "state" / "backups").glob("fluffy-*.db"))  # taken at shutdown
     methods = [c["syscall_type"] for c in calls]
     assert "kernel.ping" not in methods
     assert methods.count("session.set_mode") == (3 if allow_explore else 2)
