@@ -45,6 +45,9 @@ tree at exactly one boundary per foreign library, e.g.
     ├── AuditError                    audit.error
     │   ├── AuditUnavailable          audit.unavailable
     │   └── AuditQueryError           audit.query_invalid
+    ├── KernelError                   kernel.error
+    │   ├── KernelNotRunning          kernel.not_running
+    │   └── KernelStartFailed         kernel.start_failed
     └── WorkflowError                 workflow.error
         ├── TransitionDenied          workflow.transition_denied
         ├── ExemptionDenied           workflow.exemption_denied
@@ -296,6 +299,23 @@ class AuditQueryError(AuditError):
     code = "audit.query_invalid"
     default_why = "a filter of the audit query is malformed"
     default_fix = "See `fluffy audit log --help` for the filters and their formats."
+
+
+class KernelError(FluffyError):
+    """The project's kernel (L1) could not be reached, started or stopped."""
+
+    code = "kernel.error"
+
+
+class KernelNotRunning(KernelError):
+    code = "kernel.not_running"
+    default_why = "no bootstrap supervisor is running for this project"
+    default_fix = "Start it with `fluffy start` in the project folder."
+
+
+class KernelStartFailed(KernelError):
+    code = "kernel.start_failed"
+    default_fix = "Run `fluffy doctor`; the bootstrap's log is under ~/.fluffy/projects/."
 
 
 class WorkflowError(FluffyError):

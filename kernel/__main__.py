@@ -1,8 +1,8 @@
 """Entry point of the kernel image: ``python3 -m fluffy.kernel <command>``.
 
 ``self-check`` verifies, inside the image, that the kernel runs unprivileged and that
-every runtime dependency imports; it prints one JSON object.  The IPC server that
-bootstrap starts is added by the kernel's own modules.
+every runtime dependency imports; it prints one JSON object.  ``serve`` is the kernel
+process bootstrap starts in the L1 container (``fluffy kernel serve``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         report = self_check()
         print(json.dumps(report, sort_keys=True))
         return 0 if report["ok"] else 1
-    print("usage: python3 -m fluffy.kernel self-check", file=sys.stderr)
+    if args[:1] == ["serve"]:  # what bootstrap runs in the L1 container
+        from fluffy.cli.main import main as cli_main
+
+        return cli_main(["kernel", *args])
+    print(
+        "usage: python3 -m fluffy.kernel self-check | serve --socket S --state-dir D",
+        file=sys.stderr,
+    )
     return 2
 
 

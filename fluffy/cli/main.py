@@ -154,12 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from fluffy.cli.audit import add_parser as add_audit_parser
     from fluffy.cli.config import add_parser as add_config_parser
+    from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
     from fluffy.cli.policy import add_parser as add_policy_parser
     from fluffy.cli.sandbox import add_parser as add_sandbox_parser
 
     add_policy_parser(sub)
     add_audit_parser(sub)
     add_config_parser(sub)
+    add_lifecycle_parser(sub)
 
     kernel = sub.add_parser("kernel", help="run the kernel process (development, tests)")
     kernel_sub = kernel.add_subparsers(dest="kernel_command", metavar="ACTION", required=True)

@@ -1,0 +1,141 @@
+"""The L1 kernel container: hard-coded security flags, sibling-ready mounts, ping."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+from fluffy.bootstrap.engine import BootstrapError, Engine
+
+KERNEL_UID = 10000  # used when the host user is root: the kernel never runs as root
+ROLE_LABEL = "fluffy.role"
+PROJECT_LABEL = "fluffy.project"
+
+# Constant: never derived from configuration (design: hard-coded security flags).
+SECURITY = {
+    "CapDrop": ["ALL"],
+    "SecurityOpt": ["no-new-privileges:true"],
+    "ReadonlyRootfs": True,
+    "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},  # noqa: S108 (a private tmpfs)
+    "Memory": 1024 * 1024 * 1024,
+    "MemorySwap": 1024 * 1024 * 1024,
+    "PidsLimit": 256,
+    "NetworkMode": "none",
+    "Privileged": False,
+}
+ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
+
+
+def kernel_user() -> str:
+    uid, gid = os.getuid(), os.getgid()
+    return f"{KERNEL_UID}:{KERNEL_UID}" if uid == 0 else f"{uid}:{gid}"
+
+
+def spec(
+    image: str, project: str, project_id: str, run_dir: str, state_dir: str, engine: Engine
+) -> dict[str, Any]:
+    """The create body: every path is mounted at its host path (siblings need host paths)."""
+    sock = str(Path(run_dir) / "kernel.sock")
+    binds = [
+        f"{project}:{project}:rw",
+        f"{run_dir}:{run_dir}:rw",
+        f"{state_dir}:{state_dir}:rw",
+        f"{engine.socket_path}:{engine.socket_path}:rw",
+    ]
+    host = dict(SECURITY, Binds=binds, GroupAdd=[str(Path(engine.socket_path).stat().st_gid)])
+    return {
+        "Image": image,
+        "Entrypoint": ENTRYPOINT,
+        "Cmd": ["serve", "--socket", sock, "--state-dir", state_dir, "--project", project],
+        "User": kernel_user(),
+        "Env": [
+            "HOME=/tmp",
+            "PYTHONDONTWRITEBYTECODE=1",
+            f"FLUFFY_ENGINE={engine.kind}",
+            f"FLUFFY_ENGINE_SOCKET={engine.socket_path}",
+        ],
+        "Labels": {
+            ROLE_LABEL: "l1-kernel",
+            PROJECT_LABEL: project_id,
+            "fluffy.project_path": project,
+        },
+        "HostConfig": host,
+    }
+
+
+def start(engine: Engine, body: dict[str, Any], name: str) -> str:
+    remove(engine, name)
+    created = engine.call("POST", f"/containers/create?name={name}", body)
+    engine.call("POST", f"/containers/{created['Id']}/start")
+    return str(created["Id"])
+
+
+def remove(engine: Engine, name: str) -> None:
+    try:
+        engine.call("DELETE", f"/containers/{name}?force=true", timeout=30)
+    except BootstrapError as exc:
+        if "404" not in exc.what and "no such" not in exc.what.lower():
+            raise
+
+
+def running(engine: Engine, name: str) -> bool:
+    try:
+        state = engine.call("GET", f"/containers/{name}/json", timeout=10)["State"]
+    except BootstrapError:
+        return False
+    return bool(state.get("Running"))
+
+
+def stop(engine: Engine, name: str, timeout: int = 15) -> None:
+    try:
+        engine.call("POST", f"/containers/{name}/stop?t={timeout}", timeout=timeout + 15)
+    except BootstrapError as exc:
+        if "304" not in exc.what and "404" not in exc.what:
+            raise
+
+
+def _frame(sock: socket.socket, data: dict[str, Any]) -> None:
+    payload = json.dumps(data).encode()
+    sock.sendall(struct.pack(">I", len(payload)) + payload)
+
+
+def _read(sock: socket.socket) -> Any:
+    def exactly(n: int) -> bytes:
+        chunks = b""
+        while len(chunks) < n:
+            chunk = sock.recv(n - len(chunks))
+            if not chunk:
+                raise OSError("the kernel closed the connection")
+            chunks += chunk
+        return chunks
+
+    (length,) = struct.unpack(">I", exactly(4))
+    return json.loads(exactly(length))
+
+
+def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
+    """Handshake + kernel.ping; the pong (raises OSError / ValueError when unhealthy)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(socket_path)
+        _frame(
+            sock,
+            {
+                "type": "handshake",
+                "plugin_name": "bootstrap",
+                "plugin_version": "1",
+                "syscall_api_version": 1,
+            },
+        )
+        if _read(sock).get("type") != "handshake_ack":
+            raise ValueError("the kernel refused the handshake")
+        _frame(sock, {"id": "ping", "type": "request", "method": "kernel.ping"})
+        reply = _read(sock)
+    result = reply.get("result") if isinstance(reply, dict) else None
+    if not isinstance(result, dict):
+        raise ValueError(f"unexpected ping answer: {reply!r}"[:200])
+    return result

@@ -1,0 +1,201 @@
+"""L1's supervisor: start, health-check, witness, restart with backoff (design: Error Recovery).
+
+One per project (a lock file).  Layout under ``$FLUFFY_HOME/projects/``::
+
+    <id>/run/       the kernel's socket folder   (mounted into L1)
+    <id>/state/     the kernel's databases        (mounted into L1)
+    <id>.json       status: pid, container, health (L1 cannot write it)
+    <id>.witness    the newest audit head seen in a pong (L1 cannot write it)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from fluffy.bootstrap import l1
+from fluffy.bootstrap.engine import BootstrapError, Engine
+
+MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (1.0, 2.0, 4.0)
+PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 1.0, 3, 60.0
+
+
+def project_id(project: str) -> str:
+    return hashlib.sha256(project.encode()).hexdigest()[:12]
+
+
+def paths(home: Path, project: str) -> dict[str, Path]:
+    base = home / "projects" / project_id(project)
+    return {
+        "base": base,
+        "run": base / "run",
+        "state": base / "state",
+        "status": base.with_suffix(".json"),
+        "witness": base.with_suffix(".witness"),
+        "lock": base.with_suffix(".lock"),
+        "log": base.with_suffix(".log"),
+    }
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class Supervisor:
+    def __init__(self, engine: Engine, project: str, home: Path, image: str) -> None:
+        self.engine, self.project, self.image = engine, project, image
+        self.p = paths(home, project)
+        self.name = f"fluffy-kernel-{project_id(project)}"
+        self.restarts: list[float] = []
+        self.stopping = False
+        self.status: dict[str, Any] = {
+            "pid": os.getpid(),
+            "project": project,
+            "runtime": engine.kind,
+            "container": self.name,
+            "health": "starting",
+            "restarts": 0,
+        }
+
+    def stop_requested(self) -> bool:
+        return self.stopping
+
+    def lock(self) -> int:
+        self.p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.p["lock"], os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BootstrapError(
+                "bootstrap.already_running",
+                f"a kernel for {self.project} is already supervised",
+                fix="Use `fluffy status`, or `fluffy stop` first.",
+            ) from None
+        return fd
+
+    def prepare(self) -> None:
+        owner = l1.KERNEL_UID if os.getuid() == 0 else os.getuid()
+        for key in ("base", "run", "state"):
+            self.p[key].mkdir(parents=True, exist_ok=True, mode=0o700)
+            if os.getuid() == 0:
+                os.chown(self.p[key], owner, owner)
+        if os.getuid() == 0:
+            for path in self.p["state"].rglob("*"):
+                os.lchown(path, owner, owner)
+
+    def save(self, **changes: Any) -> None:
+        self.status.update(changes, updated_at=time.time())
+        write_json(self.p["status"], self.status)
+
+    def witness(self, pong: dict[str, Any]) -> None:
+        """Keep the newest audit head; a head behind the witness is a rollback, kept out."""
+        head = pong.get("audit_head")
+        if not isinstance(head, dict):
+            return
+        seen = read_json(self.p["witness"])
+        if (
+            seen
+            and seen.get("chain_id") == head.get("chain_id")
+            and head.get("seq", 0) < seen.get("seq", 0)
+        ):
+            behind = f"{head.get('seq')} < witnessed {seen.get('seq')}"
+            self.save(warning=f"the kernel's audit head went back: {behind}")
+            return
+        write_json(self.p["witness"], head)
+
+    def launch(self) -> None:
+        body = l1.spec(
+            self.image,
+            self.project,
+            project_id(self.project),
+            str(self.p["run"]),
+            str(self.p["state"]),
+            self.engine,
+        )
+        container = l1.start(self.engine, body, self.name)
+        self.save(container_id=container, health="starting", started_at=time.time())
+        deadline = time.monotonic() + HEALTHY_WITHIN_S
+        while time.monotonic() < deadline and not self.stopping:
+            try:
+                self.witness(l1.ping(str(self.p["run"] / "kernel.sock")))
+                self.save(health="healthy")
+                return
+            except (OSError, ValueError):
+                if not l1.running(self.engine, self.name):
+                    break
+                time.sleep(0.05)
+        raise BootstrapError("kernel.unhealthy", "the kernel did not answer its health check")
+
+    def restart(self, why: str) -> None:
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < WINDOW_S] + [now]
+        if len(self.restarts) > MAX_RESTARTS:
+            error = BootstrapError(
+                "kernel.crash_loop",
+                f"the kernel failed {len(self.restarts)} times within 5 minutes",
+                why=f"last failure: {why}",
+                fix=f"See `docker logs {self.name}` and the log {self.p['log']}.",
+            )
+            self.save(health="failed", error=error.to_dict())
+            l1.remove(self.engine, self.name)
+            raise error
+        delay = BACKOFF_S[min(len(self.restarts) - 1, len(BACKOFF_S) - 1)]
+        self.save(health="restarting", last_failure=why, restarts=self.status["restarts"] + 1)
+        time.sleep(delay)
+        try:
+            self.launch()
+        except BootstrapError as exc:
+            self.restart(exc.what)
+
+    def run(self) -> None:
+        def on_term(signum: int, frame: object) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        lock = self.lock()
+        try:
+            self.prepare()
+            try:
+                self.launch()
+            except BootstrapError as exc:
+                self.restart(exc.what)
+            failures = 0
+            while not self.stopping:
+                time.sleep(PING_EVERY_S)
+                try:
+                    self.witness(l1.ping(str(self.p["run"] / "kernel.sock")))
+                    failures = 0
+                except (OSError, ValueError) as exc:
+                    failures += 1
+                    if self.stop_requested():
+                        break
+                    if not l1.running(self.engine, self.name) or failures >= PING_FAILURES:
+                        self.restart(f"health check failed: {exc}")
+                        failures = 0
+            self.save(health="stopping")
+            l1.stop(self.engine, self.name)
+            l1.remove(self.engine, self.name)
+            self.p["status"].unlink(missing_ok=True)
+        finally:
+            os.close(lock)

@@ -1,0 +1,204 @@
+"""`fluffy start|stop|status`: the project's kernel, through its bootstrap supervisor.
+
+``start`` launches ``python3 -m fluffy.bootstrap run`` detached (one per project) and
+returns once the kernel answers its health check; ``stop`` asks the supervisor to stop
+(SIGTERM: the kernel records ``kernel_shutdown``, flushes, and the container goes);
+``status`` reads the supervisor's status file and asks the kernel itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from fluffy.bootstrap.supervisor import paths, read_json
+from fluffy.cli.render import print_json, status_word, stdout
+from fluffy.errors import FluffyError, KernelNotRunning, KernelStartFailed
+from fluffy.paths import fluffy_home
+
+START_TIMEOUT_S = 120.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return ""
+
+
+def _project(args: argparse.Namespace) -> str:
+    return str(Path(args.project or ".").resolve())
+
+
+def _status(project: str) -> dict[str, Any] | None:
+    status = read_json(paths(fluffy_home(), project)["status"])
+    if status is None or not _alive(int(status.get("pid", 0))):
+        return None
+    return dict(status)
+
+
+def _last_error(log: Path) -> dict[str, Any] | None:
+    try:
+        lines = log.read_text().strip().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines[-20:]):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            return error
+    return None
+
+
+def start_kernel(project: str) -> dict[str, Any]:
+    current = _status(project)
+    if current is not None and current.get("health") == "healthy":
+        return current
+    p = paths(fluffy_home(), project)
+    p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with p["log"].open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fluffy.bootstrap", "run", "--project", project],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            error = _last_error(p["log"]) or {}
+            raise KernelStartFailed(
+                error.get("what", f"the bootstrap exited with {proc.returncode}"),
+                why=error.get("why") or None,
+                fix=error.get("fix") or f"See {p['log']}.",
+            )
+        status = read_json(p["status"])
+        if status and status.get("pid") == proc.pid and status.get("health") == "healthy":
+            return status
+        time.sleep(0.05)
+    proc.terminate()
+    raise KernelStartFailed(
+        f"the kernel was not healthy within {START_TIMEOUT_S:.0f} s", fix=f"See {p['log']}."
+    )
+
+
+def stop_kernel(project: str, timeout: float = 60.0) -> bool:
+    status = _status(project)
+    if status is None:
+        return False
+    pid = int(status["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise KernelStartFailed(f"the supervisor (pid {pid}) did not stop in {timeout:.0f} s")
+        time.sleep(0.05)
+    return True
+
+
+def kernel_status(project: str) -> dict[str, Any]:
+    from fluffy.ipc.client import SyncClient
+
+    status = _status(project)
+    if status is None:
+        raise KernelNotRunning(f"no kernel is running for {project}")
+    sock = paths(fluffy_home(), project)["run"] / "kernel.sock"
+    report: dict[str, Any] = {
+        "project": project,
+        "health": status.get("health"),
+        "runtime": status.get("runtime"),
+        "container_id": status.get("container_id"),
+        "restarts": status.get("restarts", 0),
+        "uptime_s": round(time.time() - float(status.get("started_at", time.time())), 1),
+        "supervisor_pid": status.get("pid"),
+        "socket": str(sock),
+    }
+    try:
+        with SyncClient(str(sock), timeout=5) as client:
+            pong = client.call("kernel.ping")
+            session = client.call("session.get")
+        report.update(
+            kernel_version=pong.get("kernel_version"),
+            audit_head=pong.get("audit_head"),
+            session=session,
+            reachable=True,
+        )
+    except (FluffyError, OSError) as exc:
+        report.update(reachable=False, error=str(exc))
+    return report
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    status = start_kernel(_project(args))
+    if args.json:
+        print_json({"ok": True, **status})
+    else:
+        stdout.print(
+            f"{status_word('ok')} kernel healthy ({status.get('runtime')}, "
+            f"container {str(status.get('container_id'))[:12]})"
+        )
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    stopped = stop_kernel(_project(args))
+    if args.json:
+        print_json({"ok": True, "stopped": stopped})
+    else:
+        stdout.print("kernel stopped" if stopped else "no kernel was running")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    report = kernel_status(_project(args))
+    if args.json:
+        print_json(report)
+        return 0 if report.get("reachable") else 1
+    word = "ok" if report.get("reachable") and report.get("health") == "healthy" else "fail"
+    stdout.print(
+        f"{status_word(word)} kernel {escape(str(report.get('health')))}, "
+        f"{report.get('runtime')}, up {report['uptime_s']} s, "
+        f"{report.get('restarts')} restart(s)"
+    )
+    session = report.get("session") or {}
+    if session:
+        stdout.print(
+            f"     session {session.get('session_id')}: {session.get('mode')} / "
+            f"{session.get('state')}"
+        )
+    return 0 if word == "ok" else 1
+
+
+def add_parser(sub: Any) -> None:
+    for name, func, text in (
+        ("start", cmd_start, "start the project's kernel (detached) and wait until healthy"),
+        ("stop", cmd_stop, "stop the project's kernel cleanly"),
+        ("status", cmd_status, "kernel health, uptime, runtime, container, session"),
+    ):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("--project", help="the project folder (default: the current one)")
+        command.add_argument("--json", action="store_true")
+        command.set_defaults(func=func)

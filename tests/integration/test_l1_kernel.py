@@ -1,0 +1,185 @@
+"""The L1 kernel container under its bootstrap supervisor, on a real engine.
+
+`fluffy start` brings L1 up healthy; the container carries every hard-coded flag; a
+SIGKILLed kernel is restarted with the session restored; a crash loop ends in a
+structured error; `fluffy stop` records kernel_shutdown; the witness catches a rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fluffy.bootstrap.supervisor import paths, read_json
+from fluffy.ipc.client import SyncClient
+from fluffy.kernel.audit.recovery import take_backup
+
+FLUFFY = str(Path(sys.executable).parent / "fluffy")
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
+
+
+@pytest.fixture
+def l1(tmp_path: Path, images: dict[str, str]) -> Iterator[dict[str, Any]]:
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    shutil.copytree(DEMO, project)
+    env = dict(
+        os.environ,
+        FLUFFY_HOME=str(home),
+        FLUFFY_KERNEL_IMAGE=images["kernel"],
+        FLUFFY_RUNTIME="docker",
+    )
+    kit = {"home": home, "project": project, "env": env, "paths": paths(home, str(project))}
+    yield kit
+    subprocess.run(
+        [FLUFFY, "stop", "--project", str(project)],
+        env=env,
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def _fluffy(
+    kit: dict[str, Any], *args: str, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FLUFFY, *args, "--project", str(kit["project"]), "--json"],
+        env=kit["env"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _inspect(name: str) -> dict[str, Any]:
+    out = subprocess.run(["docker", "inspect", name], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout)[0])
+
+
+def _wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
+    started = _fluffy(l1, "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    status = json.loads(_fluffy(l1, "status").stdout)
+    assert status["reachable"] and status["health"] == "healthy"
+    assert status["runtime"] == "docker" and status["container_id"]
+
+    info = _inspect(status["container_id"])
+    host = info["HostConfig"]
+    assert info["Config"]["User"] in ("10000:10000", f"{os.getuid()}:{os.getgid()}")
+    assert not info["Config"]["User"].startswith("0")
+    assert host["CapDrop"] == ["ALL"] and host["Privileged"] is False
+    assert "no-new-privileges:true" in host["SecurityOpt"]
+    assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
+    assert host["Memory"] == 1024**3 and host["PidsLimit"] == 256
+    assert host["NetworkMode"] == "none"
+    assert info["Config"]["Labels"]["fluffy.role"] == "l1-kernel"
+    project = str(l1["project"])
+    assert f"{project}:{project}:rw" in host["Binds"]  # host paths: siblings can mount them
+
+    sock = str(l1["paths"]["run"] / "kernel.sock")
+    with SyncClient(sock, timeout=10) as client:
+        session = client.call("session.create")["session_id"]
+    early = take_backup(l1["paths"]["state"])  # an older copy, for the rollback below
+    assert early is not None
+
+    subprocess.run(
+        ["docker", "kill", "--signal", "KILL", status["container_id"]],
+        check=True,
+        capture_output=True,
+    )
+    _wait(
+        lambda: (
+            (read_json(l1["paths"]["status"]) or {}).get("restarts") == 1
+            and read_json(l1["paths"]["status"])["health"] == "healthy"
+        ),
+        60,
+        "no restart",
+    )  # type: ignore[index]
+    with SyncClient(sock, timeout=10) as client:
+        restored = client.call("session.get")
+    assert restored["session_id"] == session  # the session state survived the crash
+
+    stopped = _fluffy(l1, "stop")
+    assert stopped.returncode == 0 and json.loads(stopped.stdout)["stopped"] is True
+    state = l1["paths"]["state"]
+    log = subprocess.run(
+        [FLUFFY, "audit", "log", "--state-dir", str(state), "--type", "kernel_shutdown", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(log.stdout)["entries"], "kernel_shutdown was not recorded"
+    missing = subprocess.run(["docker", "inspect", status["container_id"]], capture_output=True)
+    assert missing.returncode != 0  # the container is gone
+
+    # the witness (kept by the bootstrap, outside L1) catches a rollback of the database
+    witness = str(l1["paths"]["witness"])
+    ok = subprocess.run(
+        [FLUFFY, "audit", "verify", "--state-dir", str(state), "--witness", witness],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stdout
+    head = json.loads(Path(witness).read_text())
+    (state / "audit.head").unlink()  # a compromised L1 could rewrite its own checkpoint
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{state}/fluffy.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(early, state / "fluffy.db")
+    rolled = subprocess.run(
+        [FLUFFY, "audit", "verify", "--state-dir", str(state), "--witness", witness, "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert rolled.returncode == 1, rolled.stdout
+    problem = json.loads(rolled.stdout)["problem"]
+    assert problem["kind"] in ("rolled_back", "truncated"), problem
+    assert head["seq"] > 0
+
+
+def test_a_crash_loop_ends_in_a_structured_error(l1: dict[str, Any]) -> None:
+    assert _fluffy(l1, "start").returncode == 0
+    status_file = l1["paths"]["status"]
+    pid = read_json(status_file)["pid"]  # type: ignore[index]
+
+    def ready(crash: int) -> bool:
+        status = read_json(status_file) or {}
+        return status.get("restarts") == crash and status.get("health") == "healthy"
+
+    for crash in range(4):  # three restarts are allowed within 5 minutes; the fourth crash ends it
+        _wait(lambda crash=crash: ready(crash), 60, f"not healthy before crash {crash}")
+        name = read_json(status_file)["container"]  # type: ignore[index]
+        subprocess.run(
+            ["docker", "kill", "--signal", "KILL", name], capture_output=True, check=True
+        )
+    _wait(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 90, "the bootstrap kept going")
+    final = read_json(status_file)
+    assert final is not None and final["health"] == "failed"
+    assert final["error"]["code"] == "kernel.crash_loop"
+    assert "5 minutes" in final["error"]["what"] and final["error"]["fix"]
+    log = l1["paths"]["log"].read_text()
+    assert '"kernel.crash_loop"' in log
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return True
