@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from fluffy._version import __version__
@@ -264,6 +265,9 @@ def run_doctor() -> Report:
     checks = [check() for check in CHECKS]
     more, engine = engine_checks()
     checks.extend(more)
+    from fluffy.doctor_kernel import kernel_checks
+
+    checks.extend(kernel_checks(Path.cwd()))
     if os.environ.get("FLUFFY_RUNTIME") and engine is None:
         checks[-1].detail += f" (FLUFFY_RUNTIME={os.environ['FLUFFY_RUNTIME']})"
     return Report(checks, engine)

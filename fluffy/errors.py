@@ -47,7 +47,8 @@ tree at exactly one boundary per foreign library, e.g.
     │   └── AuditQueryError           audit.query_invalid
     ├── KernelError                   kernel.error
     │   ├── KernelNotRunning          kernel.not_running
-    │   └── KernelStartFailed         kernel.start_failed
+    │   ├── KernelStartFailed         kernel.start_failed
+    │   └── KernelOverloaded          kernel.overloaded
     └── WorkflowError                 workflow.error
         ├── TransitionDenied          workflow.transition_denied
         ├── ExemptionDenied           workflow.exemption_denied
@@ -316,6 +317,13 @@ class KernelNotRunning(KernelError):
 class KernelStartFailed(KernelError):
     code = "kernel.start_failed"
     default_fix = "Run `fluffy doctor`; the bootstrap's log is under ~/.fluffy/projects/."
+
+
+class KernelOverloaded(KernelError):
+    code = "kernel.overloaded"
+    retryable = True
+    default_why = "the kernel is above 80 % of its memory limit and takes no new work"
+    default_fix = "Retry in a moment; finish or cancel running work to free memory."
 
 
 class WorkflowError(FluffyError):

@@ -23,6 +23,7 @@ from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
+from fluffy.kernel.memory import MemoryGuard
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
@@ -92,15 +93,19 @@ async def serve(
         workflow.exemptions = new.exemptions
         workflow.tech_debt = new.tech_debt
 
+    guard = MemoryGuard()
+    guard.check()
+    watcher = asyncio.create_task(guard.watch(), name="memory-guard")
     policy_path = project / ".fluffy" / "policy.yaml" if project is not None else None
     methods = {
         **default_methods(),
-        **workflow_methods(workflow),
+        **workflow_methods(workflow, lambda: guard.accepting_work),
         **policy_methods(front, policy_path, state_dir, audit, reloaded),
     }
     server = KernelServer(methods, limits or Limits())
     server.observer = SyscallAuditor(audit)
     server.audit_head = lambda: audit.head.to_dict()
+    server.memory = guard.as_dict
     await server.listen(socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -110,6 +115,7 @@ async def serve(
     try:
         await stop.wait()
     finally:
+        watcher.cancel()
         await server.close()
         await store.close()
         await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, status_word, stdout
-from fluffy.errors import AuditQueryError
+from fluffy.errors import AuditQueryError, AuditUnavailable
 from fluffy.paths import state_dir as default_state_dir
 
 EXIT_OK, EXIT_BROKEN = 0, 1
@@ -28,6 +31,20 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def _reading(folder: Path) -> Iterator[None]:
+    """A damaged database file is an error with a fix, not a traceback."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise AuditUnavailable(
+            f"the audit database in {folder} cannot be read: {exc}",
+            why="the file is damaged (or is not an audit database)",
+            fix="Start the kernel (`fluffy kernel serve`): it moves a corrupt database aside "
+            "and salvages it or restores the newest backup that verifies.",
+        ) from None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from fluffy.kernel.audit.store import read_head
     from fluffy.kernel.audit.verify import verify
@@ -41,7 +58,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise AuditQueryError(
                 str(exc), fix="Pass the witness file the bootstrap keeps."
             ) from None
-    report = verify(folder, witness=witness)
+        if witness is None:  # never verify "against" a witness that is not there
+            raise AuditQueryError(
+                f"the witness file {args.witness} is missing or empty",
+                why="verifying against an absent witness would silently check nothing",
+                fix="Pass the witness file the bootstrap keeps.",
+            )
+    with _reading(folder):
+        report = verify(folder, witness=witness)
     if args.json:
         print_json(report.to_dict())
         return EXIT_OK if report.ok else EXIT_BROKEN
@@ -64,9 +88,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_OK
     problem = report.problem
     assert problem is not None
+    where = problem.file if problem.seq is None else f"entry {problem.seq} in {problem.file}"
     stdout.print(
-        f"{status_word('fail')} [bold]{problem.kind}[/]: entry {problem.seq} in {problem.file}: "
-        f"{escape(problem.detail)}"
+        f"{status_word('fail')} [bold]{problem.kind}[/]: {escape(where)}: {escape(problem.detail)}"
     )
     return EXIT_BROKEN
 
@@ -87,7 +111,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     from fluffy.kernel.audit.query import entries
 
     folder = _state_dir(args)
-    found = list(entries(folder, _filters(args)))
+    filters = _filters(args)
+    with _reading(folder):
+        found = list(entries(folder, filters))
     if args.json:
         print_json({"entries": found})
         return EXIT_OK
@@ -109,12 +135,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     folder = _state_dir(args)
     filters = _filters(args)
-    if args.output and args.output != "-":
-        with Path(args.output).open("w", encoding="utf-8") as handle:
-            count = export_jsonl(folder, handle, filters)
-        print(f"exported {count} entries to {args.output}", file=sys.stderr)
-    else:
-        export_jsonl(folder, sys.stdout, filters)
+    with _reading(folder):
+        if args.output and args.output != "-":
+            with Path(args.output).open("w", encoding="utf-8") as handle:
+                count = export_jsonl(folder, handle, filters)
+            print(f"exported {count} entries to {args.output}", file=sys.stderr)
+        else:
+            export_jsonl(folder, sys.stdout, filters)
     return EXIT_OK
 
 

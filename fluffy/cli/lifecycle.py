@@ -143,6 +143,7 @@ def kernel_status(project: str) -> dict[str, Any]:
         report.update(
             kernel_version=pong.get("kernel_version"),
             audit_head=pong.get("audit_head"),
+            memory=pong.get("memory"),
             session=session,
             reachable=True,
         )

@@ -18,9 +18,10 @@ def ping(context: CallContext, params: Any) -> dict[str, Any]:
     if params not in (None, {}):
         raise InvalidPayload("kernel.ping takes no parameters")
     peer = context.peer
-    head = context.server.audit_head
+    head, memory = context.server.audit_head, context.server.memory
     return {
         "audit_head": head() if head is not None else None,
+        "memory": memory() if memory is not None else None,
         "pong": True,
         "kernel_version": KERNEL_VERSION,
         "api_version": context.api_version,

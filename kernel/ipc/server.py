@@ -162,6 +162,7 @@ class KernelServer:
     credentials: PeerCredentials = peer_identity
     observer: Observer | None = None
     audit_head: Callable[[], dict[str, Any]] | None = None
+    memory: Callable[[], dict[str, Any]] | None = None
 
     async def listen(
         self,

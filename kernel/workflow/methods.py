@@ -7,9 +7,10 @@ asks for a mode change is the plugin, and the policy engine judges it as such.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from fluffy.errors import InvalidPayload
+from fluffy.errors import InvalidPayload, KernelOverloaded
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.engine import Caller
 from fluffy.kernel.workflow.machine import Workflow
@@ -50,9 +51,13 @@ def _caller(context: CallContext) -> tuple[Caller, bool]:
     return Caller(context.plugin_name or "plugin", container_id=context.container_id), False
 
 
-def workflow_methods(workflow: Workflow) -> dict[str, Handler]:
+def workflow_methods(
+    workflow: Workflow, accepting_work: Callable[[], bool] = lambda: True
+) -> dict[str, Handler]:
     async def create(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, (), ("mode",))
+        if not accepting_work():
+            raise KernelOverloaded("no new session now: the kernel is short of memory")
         return _view(await workflow.new_session(p.get("mode", "strict")))
 
     async def get(context: CallContext, params: Any) -> dict[str, Any] | None:

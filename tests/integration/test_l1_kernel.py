@@ -80,6 +80,8 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     status = json.loads(_fluffy(l1, "status").stdout)
     assert status["reachable"] and status["health"] == "healthy"
     assert status["runtime"] == "docker" and status["container_id"]
+    assert status["memory"]["limit"] == 1024**3  # the kernel reads its real cgroup limit
+    assert status["memory"]["level"] == "ok"
 
     info = _inspect(status["container_id"])
     host = info["HostConfig"]
@@ -93,6 +95,18 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     assert info["Config"]["Labels"]["fluffy.role"] == "l1-kernel"
     project = str(l1["project"])
     assert f"{project}:{project}:rw" in host["Binds"]  # host paths: siblings can mount them
+
+    doctor = subprocess.run(
+        [FLUFFY, "doctor", "--json"],
+        env=l1["env"],
+        cwd=l1["project"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    for name in ("kernel", "L1 flags", "kernel socket", "audit witness"):
+        assert checks[name]["status"] == "ok", checks[name]
 
     sock = str(l1["paths"]["run"] / "kernel.sock")
     with SyncClient(sock, timeout=10) as client:

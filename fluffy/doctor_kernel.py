@@ -1,0 +1,114 @@
+"""`fluffy doctor`'s kernel checks: reachable, L1 flags as hard-coded, socket modes, witness."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from fluffy.bootstrap import l1
+from fluffy.bootstrap.engine import BootstrapError, detect
+from fluffy.bootstrap.supervisor import paths, read_json
+from fluffy.doctor import Check
+from fluffy.paths import fluffy_home
+
+
+def _flags(container: str, runtime: str) -> Check:
+    try:
+        info = detect({"FLUFFY_RUNTIME": runtime}).call("GET", f"/containers/{container}/json")
+    except BootstrapError as exc:
+        return Check(
+            "L1 flags", "fail", exc.what, "Restart the kernel: `fluffy stop && fluffy start`."
+        )
+    host: dict[str, object] = info.get("HostConfig", {})
+    wrong: list[str] = []
+    for key, value in l1.SECURITY.items():
+        actual = host.get(key)
+        if isinstance(value, dict | list):
+            same = set(value) <= set(actual or [])  # type: ignore[call-overload]
+        else:
+            same = actual == value
+        if not same:
+            wrong.append(key)
+    user = str(info.get("Config", {}).get("User", ""))
+    if not user or user.split(":")[0] in ("", "0", "root"):
+        wrong.append("User")
+    if wrong:
+        return Check(
+            "L1 flags",
+            "fail",
+            f"differ from the hard-coded flags: {', '.join(wrong)}",
+            "Something changed the kernel container; stop it and start fluffy again.",
+        )
+    return Check("L1 flags", "ok", f"{len(l1.SECURITY) + 1} hard-coded flags as expected ({user})")
+
+
+def _socket(run_dir: Path) -> Check:
+    sock = run_dir / "kernel.sock"
+    try:
+        folder, socket_mode = (
+            stat.S_IMODE(run_dir.stat().st_mode),
+            stat.S_IMODE(sock.stat().st_mode),
+        )
+    except OSError as exc:
+        return Check("kernel socket", "fail", str(exc), "Restart the kernel.")
+    if folder & 0o077 or socket_mode & 0o077:
+        return Check(
+            "kernel socket",
+            "fail",
+            f"folder {folder:o}, socket {socket_mode:o}",
+            "Only the owner may reach the kernel: restart it (0700 folder, 0600 socket).",
+        )
+    return Check("kernel socket", "ok", f"folder {folder:o}, socket {socket_mode:o} at {sock}")
+
+
+def _witness(state: Path, witness: Path) -> Check:
+    from fluffy.kernel.audit.store import read_head
+    from fluffy.kernel.audit.verify import verify
+
+    try:
+        head = read_head(witness)
+    except ValueError as exc:
+        return Check("audit witness", "fail", str(exc))
+    report = verify(state, witness=head)
+    if report.ok:
+        return Check(
+            "audit witness",
+            "ok",
+            f"the audit log agrees with the witness (entry {head.seq if head else '-'})",
+        )
+    problem = report.problem
+    assert problem is not None
+    return Check(
+        "audit witness",
+        "fail",
+        f"{problem.kind} at entry {problem.seq}: {problem.detail}",
+        "Run `fluffy audit verify --witness` and investigate before trusting the log.",
+    )
+
+
+def kernel_checks(project: Path) -> list[Check]:
+    from fluffy.ipc.client import SyncClient
+
+    p = paths(fluffy_home(), str(project.resolve()))
+    status = read_json(p["status"])
+    if status is None:
+        return [
+            Check("kernel", "warn", f"not running for {project}", "Start it with `fluffy start`.")
+        ]
+    checks = []
+    try:
+        with SyncClient(str(p["run"] / "kernel.sock"), timeout=5) as client:
+            pong = client.call("kernel.ping")
+        checks.append(Check("kernel", "ok", f"reachable, version {pong.get('kernel_version')}"))
+    except Exception as exc:  # any failure to reach it is the finding
+        checks.append(
+            Check("kernel", "fail", f"not reachable: {exc}", "`fluffy stop && fluffy start`")
+        )
+    checks.append(
+        _flags(
+            str(status.get("container_id") or status.get("container")), str(status.get("runtime"))
+        )
+    )
+    checks.append(_socket(p["run"]))
+    checks.append(_witness(p["state"], p["witness"]))
+    return checks

@@ -1,0 +1,75 @@
+"""Bootstrap: engine detection and its install guide, the constant L1 flags, settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fluffy.bootstrap import __main__ as boot_main
+from fluffy.bootstrap import engine as boot_engine
+from fluffy.bootstrap import l1
+from fluffy.bootstrap.engine import BootstrapError, Engine
+
+
+def test_no_engine_gives_the_install_guide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(
+        boot_engine,
+        "SOCKETS",
+        {"docker": (str(tmp_path / "d.sock"),), "podman": (str(tmp_path / "p.sock"),)},
+    )
+    with pytest.raises(BootstrapError) as caught:
+        boot_engine.detect({})
+    error = caught.value
+    assert error.code == "engine.unavailable"
+    assert error.fix == boot_engine.install_guide() and error.why
+
+
+def test_an_unknown_runtime_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(BootstrapError, match="FLUFFY_RUNTIME"):
+        boot_engine.detect({"FLUFFY_RUNTIME": "lxc"})
+
+
+def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
+    sock = tmp_path / "engine.sock"
+    sock.write_text("")
+    body = l1.spec(
+        "img",
+        "/p",
+        "id",
+        str(tmp_path / "run"),
+        str(tmp_path / "state"),
+        Engine("docker", str(sock)),
+    )
+    host = body["HostConfig"]
+    for key, value in l1.SECURITY.items():
+        assert host[key] == value
+    assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
+    assert not body["User"].startswith("0:")
+    assert "/p:/p:rw" in host["Binds"]  # host paths at the same place (sibling containers)
+
+
+def test_settings_are_read_without_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "bootstrap.json").write_text(
+        json.dumps({"runtime": "podman", "kernel_image": "k:1"})
+    )
+    monkeypatch.delenv("FLUFFY_RUNTIME", raising=False)
+    monkeypatch.delenv("FLUFFY_KERNEL_IMAGE", raising=False)
+    env = boot_main.settings(tmp_path)
+    assert env["FLUFFY_RUNTIME"] == "podman"
+    assert boot_main.kernel_image(tmp_path, env) == "k:1"
+    (tmp_path / "bootstrap.json").write_text("{not json")
+    assert "FLUFFY_RUNTIME" not in boot_main.settings(tmp_path)
+    with pytest.raises(BootstrapError, match="not built"):
+        boot_main.kernel_image(tmp_path, {})
+
+
+def test_a_missing_project_is_a_structured_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert boot_main.main(["run", "--project", str(tmp_path / "nope")]) == 3
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "config.invalid"
