@@ -22,8 +22,8 @@ from typing import Any
 from fluffy.bootstrap import l1
 from fluffy.bootstrap.engine import BootstrapError, Engine
 
-MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (1.0, 2.0, 4.0)
-PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 1.0, 3, 60.0
+MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (0.2, 1.0, 3.0)
+PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 0.25, 3, 60.0
 
 
 def project_id(project: str) -> str:

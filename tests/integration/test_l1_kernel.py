@@ -197,3 +197,17 @@ def _zombie(pid: int) -> bool:
         return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return True
+
+
+def test_the_startup_benchmark_reports_its_keys(images: dict[str, str]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.startup", "--json", "--n", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    result = json.loads(out.stdout)
+    for key in ("start_to_healthy_p50_ms", "restart_to_healthy_p50_ms", "bare_container_p50_ms"):
+        assert result[key] > 0
