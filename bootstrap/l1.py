@@ -28,6 +28,7 @@ SECURITY = {
     "Privileged": False,
 }
 ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
+INSIDE = "/fluffy"  # where L1 sees the project, its socket folder and its state
 
 
 def kernel_user() -> str:
@@ -38,25 +39,37 @@ def kernel_user() -> str:
 def spec(
     image: str, project: str, project_id: str, run_dir: str, state_dir: str, engine: Engine
 ) -> dict[str, Any]:
-    """The create body: every path is mounted at its host path (siblings need host paths)."""
-    sock = str(Path(run_dir) / "kernel.sock")
+    """The create body.  Mounts sit at fixed paths inside L1 (a host path under /root would
+    be unreachable for the non-root kernel); the host paths are passed on for the sibling
+    sandboxes' bind mounts, which the engine resolves on the host."""
     binds = [
-        f"{project}:{project}:rw",
-        f"{run_dir}:{run_dir}:rw",
-        f"{state_dir}:{state_dir}:rw",
+        f"{project}:{INSIDE}/project:rw",
+        f"{run_dir}:{INSIDE}/run:rw",
+        f"{state_dir}:{INSIDE}/state:rw",
         f"{engine.socket_path}:{engine.socket_path}:rw",
     ]
     host = dict(SECURITY, Binds=binds, GroupAdd=[str(Path(engine.socket_path).stat().st_gid)])
     return {
         "Image": image,
         "Entrypoint": ENTRYPOINT,
-        "Cmd": ["serve", "--socket", sock, "--state-dir", state_dir, "--project", project],
+        "Cmd": [
+            "serve",
+            "--socket",
+            f"{INSIDE}/run/kernel.sock",
+            "--state-dir",
+            f"{INSIDE}/state",
+            "--project",
+            f"{INSIDE}/project",
+        ],
         "User": kernel_user(),
         "Env": [
             "HOME=/tmp",
             "PYTHONDONTWRITEBYTECODE=1",
             f"FLUFFY_ENGINE={engine.kind}",
             f"FLUFFY_ENGINE_SOCKET={engine.socket_path}",
+            f"FLUFFY_HOST_PROJECT={project}",
+            f"FLUFFY_HOST_RUN={run_dir}",
+            f"FLUFFY_HOST_STATE={state_dir}",
         ],
         "Labels": {
             ROLE_LABEL: "l1-kernel",

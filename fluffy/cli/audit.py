@@ -20,8 +20,20 @@ from fluffy.paths import state_dir as default_state_dir
 EXIT_OK, EXIT_BROKEN = 0, 1
 
 
+def _project_files(project: Path) -> dict[str, Path]:
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.paths import fluffy_home
+
+    return paths(fluffy_home(), str(project.resolve()))
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
-    folder = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    """--state-dir, else the current project's kernel state, else ~/.fluffy/state."""
+    if args.state_dir:
+        folder = Path(args.state_dir).expanduser()
+    else:
+        project_state = _project_files(Path.cwd())["state"]
+        folder = project_state if project_state.is_dir() else default_state_dir()
     if not folder.is_dir():
         raise AuditQueryError(
             f"the state folder {folder} does not exist",
@@ -51,6 +63,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     folder = _state_dir(args)
     witness = None
+    if not args.witness and not args.state_dir:  # the bootstrap's witness of this project
+        default = _project_files(Path.cwd())["witness"]
+        args.witness = str(default) if default.exists() else None
     if args.witness:
         try:
             witness = read_head(Path(args.witness))
@@ -146,7 +161,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", help="the kernel's state folder (default: ~/.fluffy/state)")
+    parser.add_argument(
+        "--state-dir",
+        help="the kernel's state folder (default: the current project's, else ~/.fluffy/state)",
+    )
 
 
 def _filter_args(parser: argparse.ArgumentParser) -> None:

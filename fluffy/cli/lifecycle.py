@@ -135,6 +135,7 @@ def kernel_status(project: str) -> dict[str, Any]:
         "uptime_s": round(time.time() - float(status.get("started_at", time.time())), 1),
         "supervisor_pid": status.get("pid"),
         "socket": str(sock),
+        "state_dir": str(paths(fluffy_home(), project)["state"]),
     }
     try:
         with SyncClient(str(sock), timeout=5) as client:

@@ -94,7 +94,7 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     assert host["NetworkMode"] == "none"
     assert info["Config"]["Labels"]["fluffy.role"] == "l1-kernel"
     project = str(l1["project"])
-    assert f"{project}:{project}:rw" in host["Binds"]  # host paths: siblings can mount them
+    assert f"{project}:/fluffy/project:rw" in host["Binds"]
 
     doctor = subprocess.run(
         [FLUFFY, "doctor", "--json"],

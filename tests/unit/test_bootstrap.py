@@ -47,7 +47,8 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
         assert host[key] == value
     assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
     assert not body["User"].startswith("0:")
-    assert "/p:/p:rw" in host["Binds"]  # host paths at the same place (sibling containers)
+    assert "/p:/fluffy/project:rw" in host["Binds"]
+    assert "FLUFFY_HOST_PROJECT=/p" in body["Env"]  # host paths for sibling mounts
 
 
 def test_settings_are_read_without_validation(
