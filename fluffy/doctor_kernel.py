@@ -23,7 +23,13 @@ def _flags(container: str, runtime: str) -> Check:
     wrong: list[str] = []
     for key, value in l1.SECURITY.items():
         actual = host.get(key)
-        if isinstance(value, dict | list):
+        if key == "CapDrop":  # docker keeps ["ALL"]; podman lists every dropped capability
+            same = actual == value or (isinstance(actual, list) and len(actual) >= 10)
+            same = same and not host.get("CapAdd")
+        elif key == "SecurityOpt":  # podman reports "no-new-privileges" without ":true"
+            have = {str(opt).removesuffix(":true") for opt in actual or []}  # type: ignore[attr-defined]
+            same = {opt.removesuffix(":true") for opt in value} <= have  # type: ignore[attr-defined]
+        elif isinstance(value, dict | list):
             same = set(value) <= set(actual or [])  # type: ignore[call-overload]
         else:
             same = actual == value

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import unavailable
 
 from fluffy.bootstrap.supervisor import paths, read_json
 from fluffy.ipc.client import SyncClient
@@ -27,18 +28,31 @@ FLUFFY = str(Path(sys.executable).parent / "fluffy")
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
 
 
-@pytest.fixture
-def l1(tmp_path: Path, images: dict[str, str]) -> Iterator[dict[str, Any]]:
+@pytest.fixture(params=["docker", "podman"])
+def l1(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    from fluffy.errors import FluffyError
+    from fluffy.images.builder import build_images
+    from fluffy.kernel.containers.engine import connect
+
+    runtime = request.param
+    try:
+        connected = connect({**os.environ, "FLUFFY_RUNTIME": runtime}, timeout=30)
+    except FluffyError as exc:
+        unavailable(f"{runtime} is not available: {exc.what}")
+        raise AssertionError("unreachable") from exc
+    with connected:
+        image = {status.name: status.ref for status in build_images(connected)}["kernel"]
     home = tmp_path / "home"
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
-    env = dict(
-        os.environ,
-        FLUFFY_HOME=str(home),
-        FLUFFY_KERNEL_IMAGE=images["kernel"],
-        FLUFFY_RUNTIME="docker",
-    )
-    kit = {"home": home, "project": project, "env": env, "paths": paths(home, str(project))}
+    env = dict(os.environ, FLUFFY_HOME=str(home), FLUFFY_KERNEL_IMAGE=image, FLUFFY_RUNTIME=runtime)
+    kit = {
+        "home": home,
+        "project": project,
+        "env": env,
+        "paths": paths(home, str(project)),
+        "cli": runtime,
+    }
     yield kit
     subprocess.run(
         [FLUFFY, "stop", "--project", str(project)],
@@ -62,8 +76,8 @@ def _fluffy(
     )
 
 
-def _inspect(name: str) -> dict[str, Any]:
-    out = subprocess.run(["docker", "inspect", name], capture_output=True, text=True, check=True)
+def _inspect(cli: str, name: str) -> dict[str, Any]:
+    out = subprocess.run([cli, "inspect", name], capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout)[0])
 
 
@@ -79,22 +93,31 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     assert started.returncode == 0, started.stdout + started.stderr
     status = json.loads(_fluffy(l1, "status").stdout)
     assert status["reachable"] and status["health"] == "healthy"
-    assert status["runtime"] == "docker" and status["container_id"]
+    assert status["runtime"] == l1["cli"] and status["container_id"]
     assert status["memory"]["limit"] == 1024**3  # the kernel reads its real cgroup limit
     assert status["memory"]["level"] == "ok"
 
-    info = _inspect(status["container_id"])
+    info = _inspect(l1["cli"], status["container_id"])
     host = info["HostConfig"]
     assert info["Config"]["User"] in ("10000:10000", f"{os.getuid()}:{os.getgid()}")
     assert not info["Config"]["User"].startswith("0")
-    assert host["CapDrop"] == ["ALL"] and host["Privileged"] is False
-    assert "no-new-privileges:true" in host["SecurityOpt"]
+    assert host["Privileged"] is False and not host.get("CapAdd")
+    assert host["CapDrop"] == ["ALL"] or len(host["CapDrop"]) >= 10  # podman lists them
+    proc_status = subprocess.run(
+        [l1["cli"], "exec", status["container_id"], "cat", "/proc/1/status"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "CapEff:\t0000000000000000" in proc_status  # the kernel really has no capability
+    assert "NoNewPrivs:\t1" in proc_status
+    assert any(opt.startswith("no-new-privileges") for opt in host["SecurityOpt"])
     assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
     assert host["Memory"] == 1024**3 and host["PidsLimit"] == 256
     assert host["NetworkMode"] == "none"
     assert info["Config"]["Labels"]["fluffy.role"] == "l1-kernel"
     project = str(l1["project"])
-    assert f"{project}:/fluffy/project:rw" in host["Binds"]
+    assert any(b.startswith(f"{project}:/fluffy/project:rw") for b in host["Binds"])
 
     doctor = subprocess.run(
         [FLUFFY, "doctor", "--json"],
@@ -115,7 +138,7 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     assert early is not None
 
     subprocess.run(
-        ["docker", "kill", "--signal", "KILL", status["container_id"]],
+        [l1["cli"], "kill", "--signal", "KILL", status["container_id"]],
         check=True,
         capture_output=True,
     )
@@ -141,7 +164,7 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
         check=True,
     )
     assert json.loads(log.stdout)["entries"], "kernel_shutdown was not recorded"
-    missing = subprocess.run(["docker", "inspect", status["container_id"]], capture_output=True)
+    missing = subprocess.run([l1["cli"], "inspect", status["container_id"]], capture_output=True)
     assert missing.returncode != 0  # the container is gone
 
     # the witness (kept by the bootstrap, outside L1) catches a rollback of the database
@@ -181,7 +204,7 @@ def test_a_crash_loop_ends_in_a_structured_error(l1: dict[str, Any]) -> None:
         _wait(lambda crash=crash: ready(crash), 60, f"not healthy before crash {crash}")
         name = read_json(status_file)["container"]  # type: ignore[index]
         subprocess.run(
-            ["docker", "kill", "--signal", "KILL", name], capture_output=True, check=True
+            [l1["cli"], "kill", "--signal", "KILL", name], capture_output=True, check=True
         )
     _wait(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 90, "the bootstrap kept going")
     final = read_json(status_file)
