@@ -85,11 +85,14 @@ def entries(state_dir: Path, filters: Filters = Filters()) -> Iterator[dict[str,
     if filters.limit is not None:
         yield from _newest(files, where, params, filters.limit)
         return
+    last = None  # an interrupted rotation leaves archived rows in the active file too
     for file in files:
         conn = connect_ro(file)
         try:
             for row in conn.execute(SELECT_ROWS + where + " ORDER BY seq", params):
-                yield row_to_dict(row[:-1], row[-1])
+                if last is None or row[0] > last:
+                    last = row[0]
+                    yield row_to_dict(row[:-1], row[-1])
         finally:
             conn.close()
 
@@ -97,18 +100,19 @@ def entries(state_dir: Path, filters: Filters = Filters()) -> Iterator[dict[str,
 def _newest(
     files: list[Path], where: str, params: list[Any], limit: int
 ) -> Iterator[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
+    found: dict[int, dict[str, Any]] = {}
     for file in reversed(files):
         conn = connect_ro(file)
         try:
             query = SELECT_ROWS + where + " ORDER BY seq DESC LIMIT ?"
-            rows = conn.execute(query, [*params, limit - len(found)]).fetchall()
+            rows = conn.execute(query, [*params, limit]).fetchall()
         finally:
             conn.close()
-        found.extend(row_to_dict(row[:-1], row[-1]) for row in rows)
+        for row in rows:  # an interrupted rotation leaves archived rows in two files
+            found.setdefault(row[0], row_to_dict(row[:-1], row[-1]))
         if len(found) >= limit:
             break
-    yield from reversed(found)
+    yield from (found[seq] for seq in sorted(found)[-limit:])
 
 
 def export_jsonl(state_dir: Path, out: Any, filters: Filters = Filters()) -> int:

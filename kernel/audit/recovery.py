@@ -71,24 +71,32 @@ def _move_aside(path: Path) -> Path:
 
 
 def _salvage(corrupt: Path, target: Path) -> str | None:
-    """``sqlite3 corrupt .recover | sqlite3 target``; None when it cannot be done."""
+    """``sqlite3 corrupt .recover | sqlite3 target``; None when it cannot be done.
+
+    ``.recover`` needs the ``sqlite_dbpage`` table, which many distributions' CLI lacks
+    (it then fails with "SQL logic error"); ``.dump`` is the fallback (it reads the
+    tables' b-trees, so it saves e.g. a database whose index pages are corrupt).
+    """
     cli = shutil.which("sqlite3")
     if cli is None:
         return None
-    try:
-        dump = subprocess.run(
-            [cli, str(corrupt), ".recover"], capture_output=True, timeout=300, check=False
-        )
-        if not dump.stdout:
+    for command in (".recover", ".dump"):
+        for file in _files(target):
+            file.unlink(missing_ok=True)
+        try:
+            dump = subprocess.run(
+                [cli, str(corrupt), command], capture_output=True, timeout=300, check=False
+            )
+            if dump.returncode != 0 or not dump.stdout:
+                continue
+            load = subprocess.run(
+                [cli, str(target)], input=dump.stdout, capture_output=True, timeout=300, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
             return None
-        load = subprocess.run(
-            [cli, str(target)], input=dump.stdout, capture_output=True, timeout=300, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if load.returncode != 0 or not target.exists():
-        return None
-    return "salvaged with sqlite3 .recover"
+        if load.returncode == 0 and target.exists():
+            return f"salvaged with sqlite3 {command}"
+    return None
 
 
 def backups(state_dir: Path) -> list[Path]:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -81,7 +82,8 @@ def connect_ro(path: Path) -> sqlite3.Connection:
     """A read-only connection (readers never block the writer in WAL mode)."""
     if not path.exists():
         raise FileNotFoundError(path)
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    # quoted: '?', '#' and '%' in a folder's name would otherwise end or alter the URI
+    conn = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=5.0)
     conn.execute("PRAGMA busy_timeout=5000")
     return conn
 

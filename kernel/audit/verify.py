@@ -99,10 +99,32 @@ def _hash(body: tuple[Any, ...]) -> str:
     return digest.hexdigest()
 
 
-def _rows(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
-    cursor = conn.execute(SELECT_ROWS + " ORDER BY seq")
+def _rows(conn: sqlite3.Connection, after: int | None = None) -> Iterator[tuple[Any, ...]]:
+    if after is None:
+        cursor = conn.execute(SELECT_ROWS + " ORDER BY seq")
+    else:
+        cursor = conn.execute(SELECT_ROWS + " WHERE seq > ? ORDER BY seq", (after,))
     while batch := cursor.fetchmany(4096):
         yield from batch
+
+
+def _overlap(conn: sqlite3.Connection, chain: _Chain) -> int | None:
+    """The last archived seq when this file still holds an exact copy of archived entries.
+
+    A rotation interrupted between renaming the archive and deleting its rows from the
+    active file leaves them in both (finished at the next start).  The copy must be a
+    linked chain ending in the archive's verified last hash, else it is scanned as usual.
+    """
+    if chain.prev_row is None or not chain.prev_seq:
+        return None
+    prev: tuple[int, str] | None = None
+    for row in conn.execute(SELECT_ROWS + " WHERE seq <= ? ORDER BY seq", (chain.prev_seq,)):
+        if _hash(row[:-1]) != row[-1] or (
+            prev is not None and (row[0] != prev[0] + 1 or row[2] != prev[1])
+        ):
+            return None
+        prev = (row[0], row[-1])
+    return chain.prev_seq if prev == (chain.prev_seq, chain.prev_hash) else None
 
 
 @dataclass
@@ -115,13 +137,31 @@ class _Chain:
     deletions: dict[tuple[int, str], str] = field(default_factory=dict)
 
 
+def _renumbered(conn: sqlite3.Connection, row: tuple[Any, ...], home: int) -> bool:
+    """Is ``row`` the entry ``home`` with only its seq changed (and ``home`` now empty)?"""
+    if home == row[0] or _hash((home, *row[1:-1])) != row[-1]:
+        return False
+    return conn.execute("SELECT 1 FROM audit_log WHERE seq = ?", (home,)).fetchone() is None
+
+
 def _classify(
-    conn: sqlite3.Connection, name: str, row: tuple[Any, ...], chain: _Chain, hash_ok: bool
+    conn: sqlite3.Connection,
+    name: str,
+    row: tuple[Any, ...],
+    chain: _Chain,
+    hash_ok: bool,
+    witnessed: tuple[Head | None, ...] = (),
 ) -> Problem:
     seq = int(row[0])
     stored = row[-1]
     links = {prev: s for s, prev in conn.execute("SELECT seq, prev_hash FROM audit_log")}
     if not hash_ok:
+        before = conn.execute("SELECT seq FROM audit_log WHERE hash = ?", (row[2],)).fetchone()
+        home = before[0] + 1 if before is not None else 1
+        if (before is not None or row[2] == genesis_hash(row[1])) and _renumbered(conn, row, home):
+            return Problem(
+                "modified", home, name, f"entry {home}'s sequence number was changed to {seq}"
+            )
         holder = links.get(stored)
         if holder is not None and holder != seq + 1:
             return Problem(
@@ -152,6 +192,14 @@ def _classify(
         return Problem("modified", seq, name, f"entry {seq}'s content does not match its hash")
     if chain.prev_row is not None and seq != chain.prev_seq + 1:
         first, last = chain.prev_seq + 1, seq - 1
+        for moved in conn.execute(SELECT_ROWS + " WHERE prev_hash = ?", (chain.prev_hash,)):
+            if _renumbered(conn, moved, first):
+                return Problem(
+                    "modified",
+                    first,
+                    name,
+                    f"entry {first}'s sequence number was changed to {moved[0]}",
+                )
         span = f"entry {first}" if first == last else f"entries {first}..{last}"
         return Problem("deleted", first, name, f"{span} missing (the chain jumps to {seq})")
     if chain.prev_row is None and seq == 1:
@@ -161,10 +209,12 @@ def _classify(
             name,
             "the genesis entry's prev_hash is not SHA-256('genesis:' + its timestamp)",
         )
+    if chain.prev_row is None and seq < 1:
+        return Problem("inserted", seq, name, f"entry {seq} precedes the genesis entry")
     if chain.prev_row is None:
         return Problem(
             "deleted",
-            seq,
+            1,
             name,
             f"the chain starts at entry {seq}, which is neither the genesis entry nor "
             "anchored to a recorded archive",
@@ -178,7 +228,24 @@ def _classify(
         "SELECT seq FROM audit_log WHERE hash = ? AND seq != ?", (row[2], prev_seq)
     ).fetchone()
     if later is not None:
+        twin = conn.execute(
+            "SELECT seq FROM audit_log WHERE seq = ? AND prev_hash = ?", (later[0] + 1, row[2])
+        ).fetchone()
+        if twin is not None:  # a fork: entry later+1 is the real successor
+            return Problem(
+                "inserted",
+                seq,
+                name,
+                f"entry {seq} claims to follow entry {later[0]}, which entry {twin[0]} follows",
+            )
         return Problem("reordered", seq, name, f"entry {seq} follows entry {later[0]} in the chain")
+    if any(h is not None and (h.seq, h.hash) == (prev_seq, chain.prev_hash) for h in witnessed):
+        return Problem(
+            "inserted",
+            seq,
+            name,
+            f"entry {seq} does not follow entry {prev_seq}, which the checkpoint witnessed",
+        )
     return Problem(
         "modified",
         prev_seq,
@@ -236,12 +303,18 @@ def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
             f"the chain starts after entry {chain.prev_seq} (older archives deleted)"
         )
         chain.deletions[(chain.prev_seq, chain.prev_hash)] = "pending"
-    if _fast(conn, path, chain, report):
+    after = _overlap(conn, chain)
+    if after is not None:
+        report.warnings.append(
+            f"{name} still holds the archived entries up to {after} (a rotation was "
+            "interrupted; the next start finishes it)"
+        )
+    elif _fast(conn, path, chain, report):
         return _head_ok(meta, chain.prev_seq, name, report)
     prev_hash, prev_seq = chain.prev_hash, chain.prev_seq
     prev_row = chain.prev_row
     count = 0
-    for row in _rows(conn):
+    for row in _rows(conn, after):
         body = row[:-1]
         digest = _BASE.copy()
         digest.update(_encode(body))
@@ -252,9 +325,10 @@ def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
             prev_seq = 0
         if computed != row[-1] or row[2] != prev_hash or seq != prev_seq + 1:
             chain.prev_hash, chain.prev_seq, chain.prev_row = prev_hash, prev_seq, prev_row
-            if prev_row is None and chain.prev_hash is not None:
+            if prev_row is None and chain.prev_hash is not None and prev_seq > 0:
                 chain.prev_row = ()  # anchored start: gaps still count as deletions
-            report.fail(_classify(conn, name, row, chain, computed == row[-1]))
+            witnessed = (report.checkpoint, report.witness)
+            report.fail(_classify(conn, name, row, chain, computed == row[-1], witnessed))
             report.entries += count
             return False
         if row[3] == "audit_archive_deleted" or row[3] == "audit_chain_break":
@@ -360,17 +434,27 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
                         if problem is not None:
                             report.fail(problem)
                             break
+                        if head.seq < chain.prev_seq:  # a crash between commit and checkpoint
+                            report.warnings.append(
+                                f"entries {head.seq + 1}..{chain.prev_seq} are newer than the "
+                                f"{what} (normal after a crash; otherwise they were appended "
+                                "by someone else)"
+                            )
         finally:
             conn.close()
     if intact:
         for (seq, hash_), state in chain.deletions.items():
             if state == "pending":
+                first = 1 + max(  # after the archives whose deletion is on record
+                    (s for (s, _), st in chain.deletions.items() if st == "recorded" and s < seq),
+                    default=0,
+                )
                 report.fail(
                     Problem(
                         "deleted",
-                        1,
+                        first,
                         files[0].name if files else "",
-                        f"entries 1..{seq} are gone and no audit_archive_deleted entry "
+                        f"entries {first}..{seq} are gone and no audit_archive_deleted entry "
                         f"records them (anchor {hash_[:12]})",
                     )
                 )
