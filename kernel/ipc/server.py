@@ -343,7 +343,9 @@ class _Connection(asyncio.Protocol):
         except InvalidPayload as error:
             self.server.count(error.code)
             self.write(error_response(_guess_id(payload), error))
-            self.observe(None, time.perf_counter(), error=error, method="(invalid frame)")
+            self.observe(
+                None, time.perf_counter(), error=error, method="(invalid frame)", raw=payload
+            )
             return
         if message.id in (CONNECTION_ID, UNKNOWN_ID):
             problem = InvalidPayload(f"the id {message.id!r} is reserved for server errors")
@@ -402,6 +404,7 @@ class _Connection(asyncio.Protocol):
         result: Any = None,
         error: FluffyError | None = None,
         method: str | None = None,
+        raw: bytes | None = None,
     ) -> None:
         """Hand the finished call to the audit observer (never lets it break serving)."""
         observer = self.server.observer
@@ -421,8 +424,12 @@ class _Connection(asyncio.Protocol):
             observer(
                 CallRecord(
                     method=method,
-                    request_id=message.id if message is not None else CONNECTION_ID,
-                    params=message.params if message is not None else None,
+                    request_id=message.id
+                    if message is not None
+                    else (_guess_id(raw) if raw is not None else CONNECTION_ID),
+                    params=message.params
+                    if message is not None
+                    else (raw[:200].decode("utf-8", "replace") if raw is not None else None),
                     binding=self.binding,
                     plugin_name=context.plugin_name if context else "",
                     peer=self.peer,
