@@ -292,7 +292,66 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     return True
 
 
+_REQUIRED_TEXT = (
+    "prev_hash",
+    "event_type",
+    "caller",
+    "session_mode",
+    "state_machine_state",
+    "input_summary",
+    "hash",
+)
+_OPTIONAL_TEXT = (
+    "syscall_type",
+    "tool_name",
+    "session_id",
+    "policy_decision",
+    "policy_rule_name",
+    "capability_id",
+    "deny_reason",
+    "output_summary",
+    "sandbox_id",
+    "metadata",
+)
+# The canonical JSON cannot tell a BLOB from its base64 text, nor an infinite number from
+# NULL; the log never stores either, so a row holding one was changed (one SQL pass).
+_WRONG_TYPE = (
+    "SELECT MIN(seq) FROM audit_log WHERE typeof(seq) != 'integer' "  # noqa: S608
+    "OR typeof(timestamp) != 'integer' "
+    + "".join(f"OR typeof({c}) != 'text' " for c in _REQUIRED_TEXT)
+    + "".join(f"OR typeof({c}) NOT IN ('text', 'null') " for c in _OPTIONAL_TEXT)
+    + "OR typeof(duration_ms) NOT IN ('real', 'null') "
+    + "OR abs(duration_ms) > 1.7976931348623157e308"
+)
+
+
+def _wrong_type(conn: sqlite3.Connection, name: str) -> Problem | None:
+    row = conn.execute(_WRONG_TYPE).fetchone()
+    if row is None or row[0] is None:
+        return None
+    seq = int(row[0])
+    return Problem(
+        "modified",
+        seq,
+        name,
+        f"entry {seq} holds a value of a type the log never writes (a BLOB, or an infinite number)",
+    )
+
+
 def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
+    name = path.name
+    typed = _wrong_type(conn, name)
+    ok = _scan_chain(conn, path, chain, report)
+    if typed is not None:
+        problem = report.problem
+        if ok or problem is None or problem.seq is None or problem.seq > (typed.seq or 0):
+            report.problem = None
+            report.fail(typed)
+        return False
+    return ok
+
+
+def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     name = path.name
     meta = read_meta(conn)
     if chain.prev_row is None and chain.prev_hash is None and "anchor_seq" in meta:

@@ -586,23 +586,15 @@ def test_metadata_is_stored_canonically_whatever_the_key_order(tmp_path: Path) -
     assert verify(tmp_path).ok
 
 
-# -- known gaps (entry.py; see the report) ----------------------------------------------
+# -- what the canonical JSON alone cannot tell apart: caught by the verifier's type pass --
 
 
-@pytest.mark.xfail(
-    reason="entry.py: msgspec encodes inf/-inf/nan as null, so a NULL duration_ms and an "
-    "infinite one hash alike (REAL columns can hold inf)"
-)
 def test_an_infinite_duration_in_place_of_null_is_detected(case: Case) -> None:
     seq = next(s for s in range(case.target, case.n) if case.row(s)[16] is None)
     _update(case, seq, duration_ms=float("inf"))
     _broken(case.state, "modified", seq)
 
 
-@pytest.mark.xfail(
-    reason="entry.py: msgspec encodes a BLOB as base64 text, so a BLOB whose base64 is "
-    "the stored TEXT (any hex id of a length divisible by 4) hashes like the TEXT"
-)
 def test_a_blob_standing_in_for_base64_looking_text_is_detected(case: Case) -> None:
     _update(case, case.target, sandbox_id=base64.b64decode(SANDBOX))
     with closing(case.db()) as conn:
