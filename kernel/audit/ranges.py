@@ -3,21 +3,39 @@
 Each worker recomputes the hashes of one seq range and checks the links inside it;
 the caller stitches the ranges (first prev_hash = the previous range's last hash).
 Only a yes/no: when anything is off, :mod:`~fluffy.kernel.audit.verify` runs its
-sequential scan, which locates and classifies the problem.
+sequential scan, which locates and classifies the problem.  A range holding a value the
+canonical JSON cannot tell apart from another (a BLOB: base64 text; an infinite or NaN
+duration: ``null``) is not intact either, whatever its hashes say: the log never writes
+such values.
+
+Speed (``python -m benchmarks.audit``): fetching a 20-column row costs more than
+hashing it, and most of that cost is memory, so rows are fetched in small batches that
+stay in the CPU cache and the garbage collector is paused while they stream past (only
+tuples of strings and numbers: nothing to collect, yet every 700 tuples it would scan
+them).  The file is cut into many more ranges than there are CPUs; a pool of
+``forkserver`` processes takes them from the front while the calling process (when it
+is the main thread, e.g. ``fluffy audit verify``) takes them from the back, so nobody
+waits for the pool to start and the last ranges end together.
 """
 
 from __future__ import annotations
 
+import gc
+import math
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fluffy.kernel.audit.entry import _BASE, _encode
+from fluffy.kernel.audit.entry import _BASE, COLUMNS, _encode
 from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro
 
 PARALLEL_MIN_ROWS = 200_000
+_DURATION = COLUMNS.index("duration_ms")
+CHUNK_ROWS = 40_000  # one unit of work: ~0.2 s
+FETCH_ROWS = 256  # rows per fetchmany: a batch that stays in the CPU cache
 
 
 @dataclass(frozen=True)
@@ -32,27 +50,40 @@ class Range:
 
 def check_range(path: str, lo: int, hi: int) -> Range | None:
     conn = connect_ro(Path(path))
+    collecting = gc.isenabled()
+    gc.disable()  # see the module's docstring
     try:
         cursor = conn.execute(SELECT_ROWS + " WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
+        fetch = cursor.fetchmany
+        copy = _BASE.copy
+        encode = _encode
+        finite = math.isfinite
         first: tuple[int, str] | None = None
         prev_hash, prev_seq, count = "", 0, 0
-        while batch := cursor.fetchmany(4096):
+        while batch := fetch(FETCH_ROWS):
             for row in batch:
-                digest = _BASE.copy()
-                digest.update(_encode(row[:-1]))
+                duration = row[_DURATION]
+                if bytes in map(type, row) or (type(duration) is float and not finite(duration)):
+                    start = first or (row[0], row[2])
+                    return Range(start[0], start[1], prev_seq, prev_hash, count, False)
+                digest = copy()
+                digest.update(encode(row[:-1]))
                 computed = digest.hexdigest()
+                seq = row[0]
                 if first is None:
-                    first = (row[0], row[2])
-                elif row[2] != prev_hash or row[0] != prev_seq + 1:
+                    first = (seq, row[2])
+                elif row[2] != prev_hash or seq != prev_seq + 1:
                     return Range(first[0], first[1], prev_seq, prev_hash, count, False)
                 if computed != row[-1]:
                     return Range(first[0], first[1], prev_seq, prev_hash, count, False)
-                prev_hash, prev_seq = computed, row[0]
+                prev_hash, prev_seq = computed, seq
                 count += 1
         if first is None:
             return None
         return Range(first[0], first[1], prev_seq, prev_hash, count, True)
     finally:
+        if collecting:
+            gc.enable()
         conn.close()
 
 
@@ -63,17 +94,52 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _bounds(lo: int, hi: int, pieces: int) -> list[tuple[int, int]]:
+    step = -(-(hi - lo + 1) // pieces)
+    return [(start, min(hi, start + step - 1)) for start in range(lo, hi + 1, step)]
+
+
+def _check_all(path: Path, bounds: list[tuple[int, int]], cpus: int) -> list[Range | None]:
+    """check_range over every (lo, hi), in order; stops early when one is broken."""
+    here = threading.current_thread() is threading.main_thread()
+    # off the main thread (the kernel's start-up check runs in a thread of the event
+    # loop's process) this process only waits: holding the GIL would stall the loop
+    context = multiprocessing.get_context("forkserver")
+    parts: list[Range | None] = [None] * len(bounds)
+    with ProcessPoolExecutor(max_workers=cpus - 1 if here else cpus, mp_context=context) as pool:
+        futures: list[Future[Range | None]] = [
+            pool.submit(check_range, str(path), a, b) for a, b in bounds
+        ]
+        try:
+            if here:  # take ranges from the back until we meet the pool
+                for index in range(len(bounds) - 1, -1, -1):
+                    if not futures[index].cancel():
+                        break
+                    part = check_range(str(path), *bounds[index])
+                    if part is None or not part.intact:
+                        return [part]
+                    parts[index] = part
+            for index, future in enumerate(futures):
+                if not future.cancelled():
+                    part = future.result()
+                    if part is None or not part.intact:
+                        return [part]
+                    parts[index] = part
+        finally:
+            for future in futures:
+                future.cancel()
+    return parts
+
+
 def parallel_intact(path: Path, lo: int, hi: int) -> Range | None:
     """One Range for [lo, hi] when every part is intact and the parts link up, else None."""
-    count = workers()
-    if count < 2 or hi - lo + 1 < PARALLEL_MIN_ROWS:
+    cpus = workers()
+    rows = hi - lo + 1
+    if cpus < 2 or rows < PARALLEL_MIN_ROWS:
         result = check_range(str(path), lo, hi)
         return result if result is not None and result.intact else None
-    step = (hi - lo + count) // count
-    bounds = [(start, min(hi, start + step - 1)) for start in range(lo, hi + 1, step)]
-    context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-        parts = list(pool.map(check_range, [str(path)] * len(bounds), *zip(*bounds, strict=True)))
+    bounds = _bounds(lo, hi, max(cpus * 2, -(-rows // CHUNK_ROWS)))
+    parts = _check_all(path, bounds, cpus)
     previous: Range | None = None
     total = 0
     for part in parts:

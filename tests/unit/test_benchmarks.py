@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 from pathlib import Path
 
@@ -36,3 +37,27 @@ def test_percentiles_interpolate() -> None:
     assert percentile([5.0], 0.99) == 5.0
     stats = measure(lambda: None, 5, warmup=0)
     assert stats["n"] == 5 and stats["p50_ms"] <= stats["p99_ms"]
+
+
+def test_the_audit_benchmark_runs_small_and_reports_its_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import audit
+
+    small = ["--entries", "300", "--sync-entries", "16", "--callers", "4"]
+    assert audit.main(["--json", *small, "--sync-warmup", "5", "--verify-entries", "400"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in (
+        "buffered_per_s",
+        "sync_per_s",
+        "sync_concurrent_per_s",
+        "raw_sqlite_per_s",
+        "raw_sqlite_sync_per_s",
+        "ratio_buffered_vs_raw",
+        "verify_per_s",
+        "raw_scan_per_s",
+    ):
+        assert result[key] > 0, key
+    for prefix in ("sync", "sync_concurrent", "raw_sqlite_sync"):
+        assert result[f"{prefix}_p50_ms"] <= result[f"{prefix}_p99_ms"]
+    assert result["verify_entries"] == 400
