@@ -222,8 +222,8 @@ class Event:
         if output_summary is not None and len(output_summary) > SUMMARY_LIMIT:
             output_summary = truncate(output_summary)
         duration_ms = self.duration_ms
-        if duration_ms is not None and type(duration_ms) is not float:
-            duration_ms = float(duration_ms)
+        if duration_ms is not None:  # + 0.0: SQLite stores -0.0 as 0.0
+            duration_ms = float(duration_ms) + 0.0
         return (
             seq,
             timestamp,

@@ -261,8 +261,8 @@ class AuditLog:
         self._headfile.close()
 
     # -- recording ----------------------------------------------------------------------
-    def _append(self, event: Event) -> tuple[int, bool]:
-        if self._closing:
+    def _append(self, event: Event, *, internal: bool = False) -> tuple[int, bool]:
+        if self._closing and not internal:
             raise AuditUnavailable("the audit log is closed", why="the kernel is shutting down")
         timestamp = self.clock()
         if self._seq == 0:
@@ -396,8 +396,14 @@ class AuditLog:
                 self.stats.wal_checkpoints += 1
             self._since_checkpoint = 0
             self._last_checkpoint = time.monotonic()
-            for event in self.storage.check_size():
-                self._append(event)
+            for event in self.storage.check_size():  # also at close: internal events
+                self._append(event, internal=True)
+            if self.storage.doomed:  # record the deletions durably, then delete the files
+                batch, self._batch = self._batch, _Batch()
+                batch.durable = True
+                await self._commit(batch)
+                if not self._batch.rows:  # committed (a failed commit puts the rows back)
+                    self.storage.unlink_doomed()
         if not self._closing:
             for event in await self.storage.maybe_rotate(self.db, self._chain_id):
                 self._append(event)

@@ -74,6 +74,13 @@ def archives(state_dir: Path) -> list[Archive]:
     return sorted(found, key=lambda a: a.first_seq)
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def day_start(ms: int) -> int:
     return ms - ms % DAY_MS
 
@@ -107,6 +114,15 @@ class Storage:
         self.clock = clock
         self._oldest: int | None = None
         self._level = 0  # 0 fine, 1 warning, 2 critical (events only when it rises)
+        self.doomed: list[Path] = []
+
+    def unlink_doomed(self) -> None:
+        """Delete the archives whose deletion the log has now durably recorded."""
+        for path in self.doomed:
+            path.unlink(missing_ok=True)
+        if self.doomed:
+            _fsync_dir(self.doomed[0].parent)
+        self.doomed.clear()
 
     def saw(self, timestamp: int) -> None:
         if self._oldest is None:
@@ -212,8 +228,7 @@ class Storage:
                 last_hash = read_meta(conn).get("head_hash", "")
             finally:
                 conn.close()
-        archive.path.unlink(missing_ok=True)
-        _fsync_dir(archive.path.parent)
+        self.doomed.append(archive.path)  # unlinked once this event is durably committed
         return Event(
             "audit_archive_deleted",
             input_summary=f"deleted audit archive {archive.path.name} ({reason})",
@@ -227,22 +242,24 @@ class Storage:
         )
 
     def check_size(self) -> list[Event]:
+        """Storage events; archives to delete go to :attr:`doomed` (see :meth:`unlink_doomed`)."""
         events: list[Event] = []
         cutoff = self.clock() - self.settings.retention_days * DAY_MS
+        remaining = []
         for archive in archives(self.state_dir):
             day = dt.datetime.strptime(archive.day, "%Y%m%d").replace(tzinfo=dt.UTC)
             if int(day.timestamp() * 1000) + DAY_MS <= cutoff:
                 events.append(
                     self._delete(archive, f"older than {self.settings.retention_days} days")
                 )
+            else:
+                remaining.append(archive)
         limit = self.settings.max_size
-        size = self.total_size()
-        while size > limit:
-            remaining = archives(self.state_dir)
-            if not remaining:
-                break
-            events.append(self._delete(remaining[0], "audit storage above max_size"))
-            size = self.total_size()
+        size = self.total_size() - sum(_size(path) for path in self.doomed)
+        while size > limit and remaining:
+            oldest = remaining.pop(0)
+            events.append(self._delete(oldest, "audit storage above max_size"))
+            size -= _size(oldest.path)
         ratio = size / limit if limit else 1.0
         level = 2 if ratio > 0.95 else 1 if ratio > 0.80 else 0
         if level > self._level:

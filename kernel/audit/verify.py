@@ -135,6 +135,7 @@ class _Chain:
     prev_seq: int = 0
     prev_row: tuple[Any, ...] | None = None
     deletions: dict[tuple[int, str], str] = field(default_factory=dict)
+    fast: bool = False  # the last file was checked by the parallel fast path
 
 
 def _renumbered(conn: sqlite3.Connection, row: tuple[Any, ...], home: int) -> bool:
@@ -340,8 +341,11 @@ def _wrong_type(conn: sqlite3.Connection, name: str) -> Problem | None:
 
 def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     name = path.name
-    typed = _wrong_type(conn, name)
+    chain.fast = False
     ok = _scan_chain(conn, path, chain, report)
+    if ok and chain.fast:  # the parallel check already refused BLOBs and infinities
+        return True
+    typed = _wrong_type(conn, name)
     if typed is not None:
         problem = report.problem
         if ok or problem is None or problem.seq is None or problem.seq > (typed.seq or 0):
@@ -369,6 +373,7 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Rep
             "interrupted; the next start finishes it)"
         )
     elif _fast(conn, path, chain, report):
+        chain.fast = True
         return _head_ok(meta, chain.prev_seq, name, report)
     prev_hash, prev_seq = chain.prev_hash, chain.prev_seq
     prev_row = chain.prev_row

@@ -604,10 +604,6 @@ def test_a_blob_standing_in_for_base64_looking_text_is_detected(case: Case) -> N
     _broken(case.state, "modified", case.target)
 
 
-@pytest.mark.xfail(
-    reason="entry.py: -0.0 is hashed as -0.0 but SQLite stores 0.0, so the entry no "
-    "longer matches its hash (Event should normalise it)"
-)
 def test_a_negative_zero_duration_verifies(tmp_path: Path) -> None:
     async def record() -> None:
         log = await AuditLog.open(tmp_path, clock=Clock())
