@@ -104,7 +104,10 @@ def _check_all(path: Path, bounds: list[tuple[int, int]], cpus: int) -> list[Ran
     here = threading.current_thread() is threading.main_thread()
     # off the main thread (the kernel's start-up check runs in a thread of the event
     # loop's process) this process only waits: holding the GIL would stall the loop
-    context = multiprocessing.get_context("forkserver")
+    # fork is cheapest, and safe while this process has one thread (the CLI); a threaded
+    # caller (the kernel) uses forkserver, which does not copy its threads' locks.
+    single = threading.active_count() == 1
+    context = multiprocessing.get_context("fork" if single else "forkserver")
     parts: list[Range | None] = [None] * len(bounds)
     with ProcessPoolExecutor(max_workers=cpus - 1 if here else cpus, mp_context=context) as pool:
         futures: list[Future[Range | None]] = [
