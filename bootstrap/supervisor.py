@@ -10,6 +10,7 @@ One per project (a lock file).  Layout under ``$FLUFFY_HOME/projects/``::
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -144,7 +145,8 @@ class Supervisor:
                 if not l1.running(self.engine, self.name):
                     break
                 time.sleep(0.05)
-        raise BootstrapError("kernel.unhealthy", "the kernel did not answer its health check")
+        if not self.stop_requested():
+            raise BootstrapError("kernel.unhealthy", "the kernel did not answer its health check")
 
     def restart(self, why: str) -> None:
         now = time.monotonic()
@@ -162,10 +164,13 @@ class Supervisor:
         delay = BACKOFF_S[min(len(self.restarts) - 1, len(BACKOFF_S) - 1)]
         self.save(health="restarting", last_failure=why, restarts=self.status["restarts"] + 1)
         time.sleep(delay)
+        if self.stop_requested():  # `fluffy stop` during a restart is a stop, not a crash
+            return
         try:
             self.launch()
         except BootstrapError as exc:
-            self.restart(exc.what)
+            if not self.stop_requested():
+                self.restart(exc.what)
 
     def run(self) -> None:
         def on_term(signum: int, frame: object) -> None:
@@ -174,6 +179,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         lock = self.lock()
+        stopped = False
         try:
             self.prepare()
             try:
@@ -194,8 +200,12 @@ class Supervisor:
                         self.restart(f"health check failed: {exc}")
                         failures = 0
             self.save(health="stopping")
-            l1.stop(self.engine, self.name)
-            l1.remove(self.engine, self.name)
+            l1.stop(self.engine, self.name)  # SIGTERM: the kernel records kernel_shutdown
+            stopped = True
             self.p["status"].unlink(missing_ok=True)
         finally:
+            if not stopped:  # an error ends the supervisor: never leave L1 unsupervised
+                with contextlib.suppress(BootstrapError):
+                    l1.stop(self.engine, self.name)
+            l1.remove(self.engine, self.name)
             os.close(lock)

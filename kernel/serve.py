@@ -103,7 +103,7 @@ async def serve(
         **policy_methods(front, policy_path, state_dir, audit, reloaded),
     }
     server = KernelServer(methods, limits or Limits())
-    server.observer = SyscallAuditor(audit)
+    server.observer = SyscallAuditor(audit, lambda: workflow.current)
     server.audit_head = lambda: audit.head.to_dict()
     server.memory = guard.as_dict
     await server.listen(socket_path)

@@ -332,11 +332,25 @@ class AuditLog:
                     timer.cancel()
             wake.clear()
             batch, self._batch = self._batch, _Batch()
-            if batch.rows or batch.waiters:
-                await self._commit(batch)
-            await self._maintain()
+            try:
+                if batch.rows or batch.waiters:
+                    await self._commit(batch)
+                await self._maintain()
+            except Exception as exc:  # never die silently: callers would wait forever
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("audit writer step failed; retrying")
+                if self._closing:
+                    self._fail_pending(AuditUnavailable(f"the audit log failed: {exc}"))
+                    return
+                await asyncio.sleep(0.1)
             if self._closing and not self._batch.rows and not self._batch.waiters:
                 return
+
+    def _fail_pending(self, error: AuditUnavailable) -> None:
+        for waiter in self._batch.waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._batch = _Batch()
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(sqlite3_connection, *args)`` on the connection's own thread: one round trip.
@@ -371,15 +385,18 @@ class AuditLog:
                     waiter.set_exception(error)
             if not self._closing:
                 await asyncio.sleep(0.1)
-            else:
-                self._batch = _Batch()  # give up at shutdown rather than loop forever
+            else:  # give up at shutdown rather than loop forever; nobody is left waiting
+                self._fail_pending(error)
             return
         if rows:
             self.stats.committed += len(rows)
             self.stats.commits += 1
             self._since_checkpoint += len(rows)
         if batch.durable and self._closing:
-            await asyncio.to_thread(self._headfile.sync)
+            try:
+                await asyncio.to_thread(self._headfile.sync)
+            except OSError as exc:  # the rows are committed; only the checkpoint lags
+                log.warning("audit.head not synced: %s", exc)
         for waiter in batch.waiters:
             if not waiter.done():
                 waiter.set_result(None)

@@ -405,13 +405,16 @@ class _Connection(asyncio.Protocol):
         error: FluffyError | None = None,
         method: str | None = None,
         raw: bytes | None = None,
+        handled: bool = False,
     ) -> None:
         """Hand the finished call to the audit observer (never lets it break serving)."""
         observer = self.server.observer
         method = method or (message.method if message is not None else None) or ""
         if observer is None or method in UNAUDITED:
             return
-        noted = _decision.get()
+        # only a handler notes a decision; anything else ignores the variable, which a
+        # transport callback may have inherited from an earlier handler's context
+        noted = _decision.get() if handled else None
         if noted is None:
             denied = error is not None and error.code.startswith(("policy.", "ipc.", "workflow."))
             noted = (
@@ -485,7 +488,7 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # every failure becomes a response
             reply, failed = self.failure(message.id, method, exc)
         self.write(reply)
-        self.observe(message, started, result, failed)
+        self.observe(message, started, result, failed, handled=True)
         _decision.reset(token)
 
     async def run_async(self, handler: Handler, message: IpcMessage) -> None:
@@ -506,7 +509,7 @@ class _Connection(asyncio.Protocol):
                 if self.transport is not None and not self.closing and not self.writing_paused:
                     self.transport.resume_reading()
         self.write(reply)
-        self.observe(message, started, result, failed)
+        self.observe(message, started, result, failed, handled=True)
 
     def failure(self, message_id: str, method: str, exc: Exception) -> tuple[bytes, FluffyError]:
         if isinstance(exc, FluffyError):

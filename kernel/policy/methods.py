@@ -81,7 +81,28 @@ def policy_methods(
                 "the policy update was not approved by the user",
                 why="policy.update always requires human review, given on the CLI",
             )
+        if plan.needs_phrase and params.get("phrase") != CONFIRM_PHRASE:
+            raise PolicyError(
+                f"{plan.breaking} breaking changes need the confirmation phrase",
+                fix=f'Send the phrase exactly: "{CONFIRM_PHRASE}".',
+            )
         before = current_text()
+        event = Event(
+            "policy_update",
+            caller="user",
+            policy_decision="review_required",
+            policy_rule_name=decision.decided_by or "builtin:meta-policy",
+            input_summary=f"policy updated: {len(plan.changes)} changed decisions, "
+            f"{plan.breaking} breaking",
+            metadata={
+                "path": str(policy_path),
+                "old_sha256": _digest(before),
+                "new_sha256": _digest(plan.text),
+                "changes": str(len(plan.changes)),
+                "breaking": str(plan.breaking),
+            },
+        )
+        await audit.record(event)  # on record before anything changes (raises: nothing done)
         apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
         old = front.engine
         front.swap(
@@ -96,23 +117,6 @@ def policy_methods(
         )
         if on_reload is not None:
             on_reload(plan.policy)
-        await audit.record(
-            Event(
-                "policy_update",
-                caller="user",
-                policy_decision="review_required",
-                policy_rule_name=decision.decided_by or "builtin:meta-policy",
-                input_summary=f"policy updated: {len(plan.changes)} changed decisions, "
-                f"{plan.breaking} breaking",
-                metadata={
-                    "path": str(policy_path),
-                    "old_sha256": _digest(before),
-                    "new_sha256": _digest(plan.text),
-                    "changes": str(len(plan.changes)),
-                    "breaking": str(plan.breaking),
-                },
-            )
-        )
         answer["applied"] = True
         return answer
 

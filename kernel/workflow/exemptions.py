@@ -102,6 +102,14 @@ def check_exemption(
         raise ExemptionDenied("an exemption must name the paths it covers")
     if not reason.strip():
         raise ExemptionDenied("an exemption needs a reason", fix="Say why TDD does not apply.")
+    for path in paths:
+        parts = path.split("/")
+        if not path or path.startswith("/") or "\\" in path or ".." in parts or "." in parts:
+            raise ExemptionDenied(
+                f"{path!r} is not a plain project-relative path",
+                why="exemption paths are matched literally: no '..', '.', absolute or '\\'",
+                fix="Name each file relative to the project root, e.g. docs/guide.md.",
+            )
     spec = GitIgnoreSpec.from_lines(rule.path_glob)
     outside = [path for path in paths if not spec.match_file(path)]
     if outside:
@@ -146,8 +154,28 @@ class _StripTypes(ast.NodeTransformer):
         return None if isinstance(node.value, ast.Constant) else node  # docstrings
 
 
+def _annotations_run(tree: ast.Module) -> bool:
+    """Without ``from __future__ import annotations`` a function's annotations execute."""
+    return not any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "__future__"
+        and any(alias.name == "annotations" for alias in node.names)
+        for node in tree.body
+    )
+
+
+def _has_call(node: ast.AST | None) -> bool:
+    return node is not None and any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
 def _runtime_shape(source: str) -> str:
-    tree = _StripTypes().visit(ast.parse(source))
+    tree = ast.parse(source)
+    if _annotations_run(tree):
+        for node in ast.walk(tree):
+            annotated = [getattr(node, "annotation", None), getattr(node, "returns", None)]
+            if any(_has_call(a) for a in annotated):
+                raise ValueError("an annotation calls code at run time")
+    tree = _StripTypes().visit(tree)
     return ast.dump(ast.fix_missing_locations(tree), annotate_fields=False)
 
 

@@ -14,6 +14,7 @@ tech-debt lock blocks explore.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -90,14 +91,24 @@ class Workflow:
         self.tech_debt = tech_debt or TechDebtSettings()
         self.test_globs = tuple(test_globs)
         self.on_session_end = on_session_end  # e.g. a database backup (design: SQLite Corruption)
+        # one operation at a time: each reads a session, awaits, and writes it back chained
+        self.lock = asyncio.Lock()
+        #: (session id, mode, state) of the newest change, for the audit entries of calls
+        self.current: tuple[str | None, str, str] = (None, "strict", "idle")
 
     # -- sessions -----------------------------------------------------------------------
-    async def new_session(self, mode: Mode = "strict") -> SessionRow:
-        now = now_ms()
-        session = SessionRow(uuid.uuid4().hex[:12], now, now, "strict", "idle", {})
-        await self._save(session, "session_created", "idle", {})
+    async def new_session(
+        self, mode: Mode = "strict", caller: Caller | None = None, *, approved: bool = False
+    ) -> SessionRow:
+        async with self.lock:
+            now = now_ms()
+            session = SessionRow(uuid.uuid4().hex[:12], now, now, "strict", "idle", {})
+            await self._save(session, "session_created", "idle", {})
         if mode != "strict":
-            return (await self.set_mode(session.id, mode, Caller("user"))).session
+            outcome = await self.set_mode(
+                session.id, mode, caller or Caller("user"), approved=approved
+            )
+            return outcome.session
         return session
 
     async def get(self, session_id: str) -> SessionRow:
@@ -110,6 +121,7 @@ class Workflow:
         self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
     ) -> None:
         await self.store.save(session, event, from_state, note)
+        self.current = (session.id, session.mode, session.state)
         if self.audit is not None:
             await self.audit.record(
                 Event(
@@ -124,7 +136,7 @@ class Workflow:
             )
 
     # -- evidence -------------------------------------------------------------------------
-    async def record_test_run(
+    async def _record_test_run_unlocked(
         self, session_id: str, run: TestRun, coverage: CoverageReport | None = None
     ) -> int:
         """Record a run the kernel executed (the only evidence the guards read)."""
@@ -175,6 +187,19 @@ class Workflow:
                     fix="/cancel and start the flow again.",
                 )
             base = TreeSnapshot(data[key])
+            exemption = data.get("exemption")
+            if exemption:  # an exemption covers its paths and nothing else
+                changed = tree.changed_since(base) | tests.changed_since(
+                    TreeSnapshot(data.get("tests_base", {}))
+                )
+                outside = sorted(changed - set(exemption.get("paths", [])))
+                if outside:
+                    raise TransitionDenied(
+                        what,
+                        why=f"the {exemption.get('category')} exemption does not cover "
+                        f"{', '.join(outside[:5])}",
+                        fix="Undo those changes, or /cancel and follow the TDD flow.",
+                    )
             if not tree.changed_since(base):
                 raise TransitionDenied(
                     what,
@@ -238,7 +263,9 @@ class Workflow:
         return [verdict.message] if verdict.level == "warn" else []
 
     # -- transitions ----------------------------------------------------------------------
-    async def fire(self, session_id: str, event: str, *, approved: bool | None = None) -> Outcome:
+    async def _fire_unlocked(
+        self, session_id: str, event: str, *, approved: bool | None = None
+    ) -> Outcome:
         if event not in EVENTS:
             raise TransitionDenied(
                 f"unknown workflow event {event!r}", fix=f"Use one of: {', '.join(EVENTS)}."
@@ -304,8 +331,33 @@ class Workflow:
     async def cancel(self, session_id: str) -> Outcome:
         return await self.fire(session_id, "cancel")
 
-    # -- exemptions and modes ---------------------------------------------------------------
+    # -- the serialised entry points ----------------------------------------------------------
+    async def fire(self, session_id: str, event: str, *, approved: bool | None = None) -> Outcome:
+        async with self.lock:
+            return await self._fire_unlocked(session_id, event, approved=approved)
+
+    async def record_test_run(
+        self, session_id: str, run: TestRun, coverage: CoverageReport | None = None
+    ) -> int:
+        """Record a run the kernel executed (the only evidence the guards read)."""
+        async with self.lock:
+            return await self._record_test_run_unlocked(session_id, run, coverage)
+
     async def request_exemption(
+        self, session_id: str, category: str, paths: Sequence[str], reason: str
+    ) -> Outcome:
+        async with self.lock:
+            return await self._request_exemption_unlocked(session_id, category, paths, reason)
+
+    async def set_mode(
+        self, session_id: str, mode: str, caller: Caller, *, approved: bool = False
+    ) -> Outcome:
+        """``session.set_mode``: always through the policy engine; a denial falls back to strict."""
+        async with self.lock:
+            return await self._set_mode_unlocked(session_id, mode, caller, approved=approved)
+
+    # -- exemptions and modes ---------------------------------------------------------------
+    async def _request_exemption_unlocked(
         self, session_id: str, category: str, paths: Sequence[str], reason: str
     ) -> Outcome:
         session = await self.get(session_id)
@@ -329,6 +381,7 @@ class Workflow:
             )
         rule = check_exemption(self.exemptions, category, paths, reason)
         data = await self._entering(session, "exploring", "exemption_granted")
+        data["tests_base"] = dict(self._snapshot()[0].files)
         data["exemption"] = {
             "category": category,
             "paths": list(paths),
@@ -339,7 +392,7 @@ class Workflow:
         await self._save(updated, "exemption_granted", session.state, note)
         return Outcome(updated, session.state, "exemption_granted")
 
-    async def set_mode(
+    async def _set_mode_unlocked(
         self, session_id: str, mode: str, caller: Caller, *, approved: bool = False
     ) -> Outcome:
         """``session.set_mode``: always through the policy engine; a denial falls back to strict."""

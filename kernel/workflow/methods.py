@@ -55,10 +55,13 @@ def workflow_methods(
     workflow: Workflow, accepting_work: Callable[[], bool] = lambda: True
 ) -> dict[str, Handler]:
     async def create(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, (), ("mode",))
+        p = _params(params, (), ("mode", "approved"))
         if not accepting_work():
             raise KernelOverloaded("no new session now: the kernel is short of memory")
-        return _view(await workflow.new_session(p.get("mode", "strict")))
+        caller, is_user = _caller(context)  # a plugin asking for a mode is judged as itself
+        approved = bool(p.get("approved")) and is_user
+        session = await workflow.new_session(p.get("mode", "strict"), caller, approved=approved)
+        return _view(session)
 
     async def get(context: CallContext, params: Any) -> dict[str, Any] | None:
         p = _params(params, (), ("session_id",))

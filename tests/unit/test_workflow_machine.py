@@ -384,3 +384,33 @@ def test_type_only_change() -> None:
     assert not type_only_change(before, before.replace("a + b", "a - b"))
     assert not type_only_change(before, "def f(a, b=2):\n    x = a + b\n    return x\n")
     assert not type_only_change(before, "def f(:\n")
+
+
+def test_an_exemption_covers_its_own_paths_only(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = await _at(kit, "planning")
+            for sneaky in ("docs/../src/calc.py", "/etc/passwd.md", "./README.md"):
+                with pytest.raises(ExemptionDenied, match="plain project-relative"):
+                    await wf.request_exemption(sid, "documentation", [sneaky], "docs")
+            await wf.request_exemption(sid, "documentation", ["README.md"], "typo")
+            (project / "README.md").write_text("# fixed\n")
+            (project / "src" / "calc.py").write_text("def add(a, b):\n    return 0\n")
+            with pytest.raises(TransitionDenied) as caught:
+                await wf.fire(sid, "code_changed")
+            assert "src/calc.py" in caught.value.why
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_annotations_that_run_code_are_not_type_only() -> None:
+    before = "def f(x):\n    return x\n"
+    assert not type_only_change(before, 'def f(x: __import__("os").system("id")):\n    return x\n')
+    future = "from __future__ import annotations\n"
+    assert type_only_change(future + before, future + "def f(x: list[int]) -> int:\n    return x\n")

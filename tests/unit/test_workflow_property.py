@@ -50,6 +50,7 @@ def test_strict_mode_never_reaches_code_writing_without_a_red_run(actions: list[
             wf = kit.workflow
             sid = (await wf.new_session()).id
             red_evidence = False  # oracle: a red run in this stint, nothing changed since
+            touched_tests = False  # tests/test_calc.py changed in this test_writing stint
             try:
                 for action in actions:
                     state = (await wf.get(sid)).state
@@ -62,7 +63,7 @@ def test_strict_mode_never_reaches_code_writing_without_a_red_run(actions: list[
                             assert red_evidence, f"reached code_writing without red: {actions}"
                             REACHED.append(True)
                         if outcome.session.state == "test_writing":
-                            red_evidence = False
+                            red_evidence = touched_tests = False
                         continue
                     n = next(counter)
                     if action in ("red_run", "import_error_run"):
@@ -91,6 +92,9 @@ def test_strict_mode_never_reaches_code_writing_without_a_red_run(actions: list[
                         with (project / target).open("a") as handle:
                             handle.write(f"# {n}\n")
                         red_evidence = False
+                        touched_tests = touched_tests or (
+                            action == "touch_test" and state == "test_writing"
+                        )
             finally:
                 await kit.close()
 
