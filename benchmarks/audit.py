@@ -12,7 +12,7 @@ Figures (each beside its baseline, measured in the same run on the same disk):
   returned (its time included).  ``buffered_record_us``: the part spent in the caller.
   Baseline ``raw_sqlite_per_s``: the SAME rows read back from that run (hashes already
   computed: no row building, no hashing), inserted with plain ``sqlite3`` into a fresh
-  database with the tables and indexes fluffy's has (``AUDIT_SCHEMA`` + ``LOG_SCHEMA``),
+  database with the tables and indexes fluffy's has (``AUDIT_SCHEMA``),
   WAL, ``synchronous=FULL``, ``executemany`` in batches of 100, one commit per batch.
 - ``sync_per_s``: ``policy_update`` events awaited one after the other by one caller
   (each returns once its row is committed with ``synchronous=FULL`` and ``audit.head``
@@ -51,7 +51,7 @@ from typing import Any
 
 from benchmarks._stats import percentile
 from fluffy.kernel.audit.entry import _BASE, Event, _encode, entry_hash, genesis_hash
-from fluffy.kernel.audit.log import LOG_SCHEMA, AuditLog
+from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.ranges import workers
 from fluffy.kernel.audit.store import (
     AUDIT_SCHEMA,
@@ -196,7 +196,6 @@ def _raw_connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.executescript(AUDIT_SCHEMA)
-    conn.executescript(LOG_SCHEMA)
     return conn
 
 
@@ -243,7 +242,6 @@ def build_chain(state_dir: Path, entries: int) -> None:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=OFF")
     conn.executescript(AUDIT_SCHEMA)
-    conn.executescript(LOG_SCHEMA)  # as AuditLog.open leaves it; the head is set below
     kinds = operational_events()
     width = len(kinds)
     events = [Event(**k) for k in kinds]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,20 +86,24 @@ def run_in_image(engine: object, image: str, command: list[str]) -> tuple[int, s
     return code, out, err
 
 
+def connect_engine(name: str) -> Any:
+    """A connection to engine ``name`` (docker / podman), or unavailable() (skip, CI: fail)."""
+    from fluffy.kernel.containers.engine import connect
+
+    try:
+        return connect({**os.environ, "FLUFFY_RUNTIME": name}, timeout=30)
+    except FluffyError as exc:
+        unavailable(f"{name} is not available: {exc.what} (scripts/setup --with-podman)")
+        raise AssertionError("unreachable") from exc
+
+
 @pytest.fixture(scope="session", params=["docker", "podman"])
 def sandbox_manager(request: pytest.FixtureRequest) -> Iterator[object]:
     """A container manager on each engine, with that engine's images current."""
     from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.engine import connect
     from fluffy.kernel.containers.factory import open_manager
 
-    name = request.param
-    try:
-        connected = connect({**os.environ, "FLUFFY_RUNTIME": name}, timeout=30)
-    except FluffyError as exc:
-        unavailable(f"{name} is not available: {exc.what} (scripts/setup --with-podman)")
-        raise AssertionError("unreachable") from exc
-    with connected:
+    with connect_engine(request.param) as connected:
         build_images(connected)
         manager = open_manager(connected)
         try:

@@ -24,18 +24,14 @@ from fluffy.bootstrap.supervisor import paths, read_json
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import FluffyError, KernelNotRunning, KernelStartFailed
 from fluffy.paths import fluffy_home
+from fluffy.process import pid_alive
 
 START_TIMEOUT_S = 120.0
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid)
+    """Alive and not a zombie (a supervisor that exited but was not reaped yet)."""
+    return pid_alive(pid) and "zombie" not in _proc_state(pid)
 
 
 def _proc_state(pid: int) -> str:

@@ -18,8 +18,8 @@ size) run between commits (:mod:`fluffy.kernel.audit.storage`).
 
 Speed (``python -m benchmarks.audit``, docs/benchmarks.md): a commit is ONE round trip
 to the connection's thread (:func:`_write_batch`: multi-row inserts, head, commit, then
-the checkpoint file), the schema's per-row ``audit_head`` trigger is replaced by one
-head update per commit (the trigger cost ~3 µs per row), and WAL checkpoints RESTART the
+the checkpoint file), the head moves once per commit in the same transaction (a per-row
+trigger cost ~3 µs a row), and WAL checkpoints RESTART the
 WAL instead of truncating it (see :data:`CHECKPOINT_MODE`).  Durability is unchanged: a
 security event's caller resumes only after ``commit`` returned with ``synchronous=FULL``
 and ``audit.head`` was rewritten.
@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import aiosqlite
 
@@ -75,15 +75,6 @@ WAL_CHECKPOINT_S = 60.0
 # trims the WAL to it at the first commit after a checkpoint); close() still truncates.
 CHECKPOINT_MODE = "RESTART"
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
-# What the writer changes in the schema of store.py (both idempotent, run at each open):
-# the per-row ``audit_head`` trigger goes (the writer moves the head once per commit,
-# in the same transaction: _write_batch), and a partial index lets the verifier find
-# the few entries it reads the metadata of without scanning the table.
-LOG_SCHEMA: Final = """
-DROP TRIGGER IF EXISTS audit_head;
-CREATE INDEX IF NOT EXISTS audit_log_special ON audit_log (seq)
-    WHERE event_type IN ('audit_archive_deleted', 'audit_chain_break');
-"""
 HEAD_SQL = "INSERT OR REPLACE INTO audit_meta VALUES ('head_seq', ?), ('head_hash', ?)"
 CHAIN_SQL = "INSERT OR REPLACE INTO audit_meta VALUES ('chain_id', ?)"
 
@@ -212,7 +203,6 @@ class AuditLog:
             for pragma in PRAGMAS:
                 await db.execute(pragma)
             await db.executescript(AUDIT_SCHEMA)
-            await db.executescript(LOG_SCHEMA)
             await db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             await db.commit()
         except Exception as exc:

@@ -95,14 +95,10 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def audit_schema(prefix: str = "") -> str:
+    """store.AUDIT_SCHEMA with every table and index in schema ``prefix`` (e.g. "arc.")."""
     from fluffy.kernel.audit.store import AUDIT_SCHEMA
 
-    return (
-        AUDIT_SCHEMA.replace("EXISTS audit_log ", f"EXISTS {prefix}audit_log ")
-        .replace("EXISTS audit_log_time", f"EXISTS {prefix}audit_log_time")
-        .replace("EXISTS audit_meta", f"EXISTS {prefix}audit_meta")
-        .replace("EXISTS audit_head", f"EXISTS {prefix}audit_head")
-    )
+    return re.sub(r"IF NOT EXISTS (\w+)", rf"IF NOT EXISTS {prefix}\1", AUDIT_SCHEMA)
 
 
 class Storage:

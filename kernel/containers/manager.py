@@ -43,6 +43,7 @@ from fluffy.kernel.containers.runtime import (
     check_mounts,
 )
 from fluffy.paths import state_dir
+from fluffy.process import pid_alive
 from fluffy.seccomp.compile import oci_json
 
 #: Scratch space for tools: private, not executable, size-capped.
@@ -74,16 +75,6 @@ class GarbageReport:
     volumes: list[str] = field(default_factory=list)
     output_dirs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ContainerManager:
@@ -344,7 +335,7 @@ class ContainerManager:
                 pid = int(path.read_text().strip() or 0)
             except (OSError, ValueError):
                 pid = 0
-            if pid and _pid_alive(pid):
+            if pid and pid_alive(pid):
                 live.add(path.name)
             elif path.name != self.session_id:
                 with contextlib.suppress(OSError):

@@ -6,7 +6,7 @@ cannot do what their author probably meant.
 
 from __future__ import annotations
 
-from fluffy.kernel.policy.model import PolicyFile, Rule
+from fluffy.kernel.policy.model import MATCH_FIELDS, PolicyFile, Rule
 
 
 def warnings(policy: PolicyFile) -> list[str]:
@@ -42,14 +42,7 @@ def warnings(policy: PolicyFile) -> list[str]:
 
 def _broader(outer: object, inner: object) -> bool:
     """Whether every request ``inner`` matches is matched by ``outer`` (conservative)."""
-    for field in (
-        "syscall",
-        "path_glob",
-        "caller_tag",
-        "plugin",
-        "state_machine_state",
-        "session_mode",
-    ):
+    for field in MATCH_FIELDS:
         o = getattr(outer, field)
         i = getattr(inner, field)
         if o is None:

@@ -223,6 +223,18 @@ class PolicyEngine:
             else:
                 self.any_syscall.add(compiled)
 
+    def with_policy(self, policy: PolicyFile) -> PolicyEngine:
+        """A new engine for ``policy`` sharing this one's built-ins, extensions, tokens,
+        root and clock (a policy change swaps rules, nothing else)."""
+        return PolicyEngine(
+            policy,
+            builtins=self.builtins,
+            extensions=self.extensions,
+            tokens=self.tokens,
+            root=self.root,
+            clock=self.clock,
+        )
+
     def evaluate(self, request: Request) -> Decision:
         ctx = EvalContext(now=self.clock(), path=None, root=self.root)
         if request.path is not None:

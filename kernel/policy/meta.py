@@ -46,6 +46,7 @@ class Change:
 class UpdatePlan:
     policy: PolicyFile
     text: str
+    engine: PolicyEngine  # the engine the new policy runs in (what apply swaps in)
     changes: list[Change] = field(default_factory=list)
 
     @property
@@ -70,9 +71,7 @@ def plan_update(
     left out of the replay (they were single-use).
     """
     policy = parse_policy(new_text, source)
-    candidate = PolicyEngine(
-        policy, builtins=current.builtins, extensions=current.extensions, root=current.root
-    )
+    candidate = current.with_policy(policy)
     changes = []
     for request in list(history)[-TRIAL_SIZE:]:
         replay = Request(
@@ -89,7 +88,7 @@ def plan_update(
         after = candidate.evaluate(replay).result
         if before != after:
             changes.append(Change(replay, before, after))
-    return UpdatePlan(policy, new_text, changes)
+    return UpdatePlan(policy, new_text, candidate, changes)
 
 
 def apply_update(

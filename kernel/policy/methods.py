@@ -20,7 +20,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.audited import AuditedPolicy, recent_requests
-from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
+from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.meta import CONFIRM_PHRASE, apply_update, plan_update
 from fluffy.kernel.policy.model import PolicyFile
 
@@ -63,16 +63,15 @@ def policy_methods(
         caller = Caller("user") if is_user else Caller(context.plugin_name or "plugin")
         decision = front.evaluate(Request("policy.update", caller))
         await audit.flush()  # the trial reads what the log holds
-        plan = plan_update(
-            front.engine, params["text"], recent_requests(state_dir), source=str(policy_path)
-        )
+        history = recent_requests(state_dir)
+        plan = plan_update(front.engine, params["text"], history, source=str(policy_path))
         answer: dict[str, Any] = {
             "applied": False,
             "changes": [change.line() for change in plan.changes],
             "breaking": plan.breaking,
             "needs_phrase": plan.needs_phrase,
             "phrase": CONFIRM_PHRASE if plan.needs_phrase else None,
-            "trial_size": len(recent_requests(state_dir)),
+            "trial_size": len(history),
         }
         if not params.get("approve"):
             return answer
@@ -104,17 +103,7 @@ def policy_methods(
         )
         await audit.record(event)  # on record before anything changes (raises: nothing done)
         apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
-        old = front.engine
-        front.swap(
-            PolicyEngine(
-                plan.policy,
-                builtins=old.builtins,
-                extensions=old.extensions,
-                tokens=old.tokens,
-                root=old.root,
-                clock=old.clock,
-            )
-        )
+        front.swap(plan.engine)
         if on_reload is not None:
             on_reload(plan.policy)
         answer["applied"] = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -35,6 +35,17 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+#: The fields a rule's ``match`` / ``except`` may test (AND across them, OR within one).
+MATCH_FIELDS: Final = (
+    "syscall",
+    "path_glob",
+    "caller_tag",
+    "plugin",
+    "state_machine_state",
+    "session_mode",
+)
+
+
 class Match(BaseModel):
     """Conditions: AND across fields, OR within a list."""
 
@@ -47,15 +58,7 @@ class Match(BaseModel):
     state_machine_state: list[str] | None = None
     session_mode: list[SessionMode] | None = None
 
-    @field_validator(
-        "syscall",
-        "path_glob",
-        "caller_tag",
-        "plugin",
-        "state_machine_state",
-        "session_mode",
-        mode="before",
-    )
+    @field_validator(*MATCH_FIELDS, mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return _as_list(value)

@@ -296,14 +296,20 @@ class Workflow:
     async def _entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]:
         """The session data after entering ``target`` (baselines for the next guards)."""
         data = dict(session.data)
-        latest = await self.store.latest_run(session.id)
-        data["runs_since"] = latest[0] if latest else 0  # guards need a run newer than this
+        # guards need a run newer than this one
+        data["runs_since"] = await self.store.latest_run_id(session.id)
         if target != "committing":
             data.pop("merge_approved", None)
-        if target in ("test_writing", "retroactive_testing"):
-            data["tests_base"] = dict(self._snapshot()[0].files)
-        if target in ("code_writing", "exploring"):
-            data["sources_base"] = dict(self._snapshot()[1].files)
+        wants_tests = target in ("test_writing", "retroactive_testing") or (
+            event == "exemption_granted"  # the exemption's scope covers tests too
+        )
+        wants_sources = target in ("code_writing", "exploring")
+        if wants_tests or wants_sources:
+            tests, sources = self._snapshot()  # one walk of the tree
+            if wants_tests:
+                data["tests_base"] = dict(tests.files)
+            if wants_sources:
+                data["sources_base"] = dict(sources.files)
         if target == "committing" and session.mode != "strict" and not data.get("exemption"):
             data["unverified"] = True
         if target == "idle":
@@ -325,7 +331,7 @@ class Workflow:
         if locked is not None:
             before = CoverageReport.from_dict(_json(locked)) if locked else None
             if before is None or current.percent >= before.percent:
-                await self.store.db.execute("DELETE FROM workflow_meta WHERE key = ?", (LOCK_KEY,))
+                await self.store.delete_meta(LOCK_KEY)
         await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
 
     async def cancel(self, session_id: str) -> Outcome:
@@ -381,7 +387,6 @@ class Workflow:
             )
         rule = check_exemption(self.exemptions, category, paths, reason)
         data = await self._entering(session, "exploring", "exemption_granted")
-        data["tests_base"] = dict(self._snapshot()[0].files)
         data["exemption"] = {
             "category": category,
             "paths": list(paths),

@@ -9,7 +9,7 @@ design's.  Any state goes to ``idle`` on ``cancel``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 State = Literal[
     "idle",
@@ -25,18 +25,8 @@ State = Literal[
 Mode = Literal["strict", "explore", "debug"]
 Flow = Literal["strict", "explore"]
 
-STATES: Final[tuple[State, ...]] = (
-    "idle",
-    "planning",
-    "test_writing",
-    "code_writing",
-    "validating",
-    "reviewing",
-    "committing",
-    "exploring",
-    "retroactive_testing",
-)
-MODES: Final[tuple[Mode, ...]] = ("strict", "explore", "debug")
+STATES: Final[tuple[State, ...]] = get_args(State)
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 
 EVENTS: Final = (
     "user_message",  # the user sends a message

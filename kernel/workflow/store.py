@@ -225,6 +225,19 @@ class WorkflowStore:
             )
         return int(run_id), run, coverage
 
+    async def latest_run_id(self, session_id: str) -> int:
+        """The id of the session's newest recorded run (0: none), unverified: a threshold."""
+        rows = list(
+            await self.db.execute_fetchall(
+                "SELECT MAX(id) FROM test_runs WHERE session_id = ?", (session_id,)
+            )
+        )
+        return int(rows[0][0] or 0) if rows else 0
+
+    async def delete_meta(self, key: str) -> None:
+        await self.db.execute("DELETE FROM workflow_meta WHERE key = ?", (key,))
+        await self.db.commit()
+
     async def get_meta(self, key: str) -> str | None:
         rows = list(
             await self.db.execute_fetchall("SELECT value FROM workflow_meta WHERE key = ?", (key,))

@@ -12,7 +12,7 @@ import pytest
 from fluffy.errors import ModeDenied, PolicyError
 from fluffy.ipc.client import SyncClient
 
-from .test_workflow_ipc import DEMO, FLUFFY, _serve, _stop
+from .test_workflow_ipc import DEMO, FLUFFY, _serve, _stop, audit_entries
 
 ALLOW_EXPLORE = """capabilities:
   - name: explore-ok
@@ -46,23 +46,7 @@ def test_policy_update_is_tried_on_the_audit_log_then_applied(tmp_path: Path) ->
                 line.startswith("[BREAKING] session.set_mode") for line in plan["changes"]
             ), plan
             assert policy_file.read_text() == ALLOW_EXPLORE  # a plan writes nothing
-        cli = subprocess.run(
-            [
-                FLUFFY,
-                "config",
-                "policy",
-                "edit",
-                "--socket",
-                str(sock),
-                "--file",
-                str(_write(tmp_path / "new.yaml", NO_EXPLORE)),
-                "--yes",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
+        cli = _edit(sock, _write(tmp_path / "new.yaml", NO_EXPLORE), "--yes", "--json")
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert json.loads(cli.stdout)["applied"] is True
         assert policy_file.read_text() == NO_EXPLORE
@@ -70,22 +54,7 @@ def test_policy_update_is_tried_on_the_audit_log_then_applied(tmp_path: Path) ->
             client.call("session.set_mode", {"session_id": sid, "mode": "explore"})
     finally:
         _stop(proc)
-    log = subprocess.run(
-        [
-            FLUFFY,
-            "audit",
-            "log",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--type",
-            "policy_update",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    updates = json.loads(log.stdout)["entries"]
+    updates = audit_entries(tmp_path / "state", "policy_update")
     assert len(updates) == 1 and updates[0]["metadata"]["breaking"] != "0"
 
 
@@ -96,25 +65,21 @@ def test_edit_without_confirmation_applies_nothing(tmp_path: Path) -> None:
     (project / ".fluffy" / "policy.yaml").write_text(ALLOW_EXPLORE)
     proc, sock = _serve(tmp_path, project)
     try:
-        cli = subprocess.run(
-            [
-                FLUFFY,
-                "config",
-                "policy",
-                "edit",
-                "--socket",
-                str(sock),
-                "--file",
-                str(_write(tmp_path / "new.yaml", NO_EXPLORE)),
-            ],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
+        cli = _edit(sock, _write(tmp_path / "new.yaml", NO_EXPLORE))
         assert cli.returncode == 1 and "Nothing applied" in cli.stdout
         assert (project / ".fluffy" / "policy.yaml").read_text() == ALLOW_EXPLORE
     finally:
         _stop(proc)
+
+
+def _edit(sock: Path, new: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`fluffy config policy edit --socket S --file NEW [extra]`, no terminal."""
+    return subprocess.run(
+        [FLUFFY, "config", "policy", "edit", "--socket", str(sock), "--file", str(new), *extra],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _write(path: Path, text: str) -> Path:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,17 @@ def _serve(tmp_path: Path, project: Path) -> tuple[subprocess.Popen[str], Path]:
     )
     _wait_for(sock, proc)
     return proc, sock
+
+
+def audit_entries(state: Path, event_type: str) -> list[dict[str, Any]]:
+    """`fluffy audit log --type T --json` of a state folder."""
+    out = subprocess.run(
+        [FLUFFY, "audit", "log", "--state-dir", str(state), "--type", event_type, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return list(json.loads(out.stdout)["entries"])
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -97,22 +109,7 @@ def test_session_syscalls_are_policy_checked_and_audited(
             assert head["seq"] > 1 and len(head["hash"]) == 64
     finally:
         _stop(proc)
-    out = subprocess.run(
-        [
-            FLUFFY,
-            "audit",
-            "log",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--type",
-            "syscall",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    calls = json.loads(out.stdout)["entries"]
+    calls = audit_entries(tmp_path / "state", "syscall")
     assert list((tmp_path / "state" / "backups").glob("fluffy-*.db"))  # taken at shutdown
     methods = [c["syscall_type"] for c in calls]
     assert "kernel.ping" not in methods

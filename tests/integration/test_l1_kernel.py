@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
+from conftest import connect_engine
 
 from fluffy.bootstrap.supervisor import paths, read_json
 from fluffy.ipc.client import SyncClient
@@ -30,17 +30,10 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
 
 @pytest.fixture(params=["docker", "podman"])
 def l1(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    from fluffy.errors import FluffyError
     from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.engine import connect
 
     runtime = request.param
-    try:
-        connected = connect({**os.environ, "FLUFFY_RUNTIME": runtime}, timeout=30)
-    except FluffyError as exc:
-        unavailable(f"{runtime} is not available: {exc.what}")
-        raise AssertionError("unreachable") from exc
-    with connected:
+    with connect_engine(runtime) as connected:
         image = {status.name: status.ref for status in build_images(connected)}["kernel"]
     home = tmp_path / "home"
     project = tmp_path / "project"
