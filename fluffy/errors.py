@@ -49,13 +49,28 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── KernelNotRunning          kernel.not_running
     │   ├── KernelStartFailed         kernel.start_failed
     │   └── KernelOverloaded          kernel.overloaded
-    └── WorkflowError                 workflow.error
+    ├── WorkflowError                 workflow.error
         ├── TransitionDenied          workflow.transition_denied
         ├── ExemptionDenied           workflow.exemption_denied
         ├── ModeDenied                workflow.mode_denied
         ├── SessionNotFound           workflow.session_not_found
-        ├── EvidenceError             workflow.evidence_invalid
-        └── CoverageFormatError       workflow.coverage_invalid
+    │   ├── EvidenceError             workflow.evidence_invalid
+    │   └── CoverageFormatError       workflow.coverage_invalid
+    ├── ToolError                     tool.error
+    │   ├── ToolUnavailable           tool.unavailable
+    │   ├── ToolNotFound              tool.not_found
+    │   ├── ToolInputInvalid          tool.input_invalid
+    │   ├── ToolFailed                tool.failed
+    │   ├── ToolTransient             tool.transient
+    │   ├── ToolTimeout               tool.timeout
+    │   └── CircuitOpen               tool.circuit_open
+    ├── MergeError                    merge.error
+    │   ├── PatchRejected             merge.patch_rejected
+    │   ├── MergeRefused              merge.refused
+    │   └── MergeConflict             merge.conflict
+    └── SchedulerError                scheduler.error
+        ├── DependencyFailed          scheduler.dependency_failed
+        └── TaskCancelled             scheduler.task_cancelled
 """
 
 from __future__ import annotations
@@ -363,6 +378,123 @@ class CoverageFormatError(WorkflowError):
     code = "workflow.coverage_invalid"
     default_why = "the coverage report is not coverage.py JSON, Cobertura XML or lcov"
     default_fix = "Produce coverage with `pytest --cov --cov-report=json` (or xml / lcov)."
+
+
+class ToolError(FluffyError):
+    """A tool call could not be carried out (the AI sees it as the tool's result)."""
+
+    code = "tool.error"
+
+
+class ToolUnavailable(ToolError):
+    """The design's ToolUnavailableError: the tool exists but not in this state."""
+
+    code = "tool.unavailable"
+    default_why = "the TDD workflow allows other tools (or other paths) in this state"
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        tool_name: str,
+        current_state: str,
+        reason: str,
+        available_tools: list[str],
+        why: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(what, why=why or reason, fix=fix)
+        self.tool_name = tool_name
+        self.current_state = current_state
+        self.reason = reason
+        self.available_tools = available_tools
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.update(
+            error="tool_unavailable",
+            tool_name=self.tool_name,
+            current_state=self.current_state,
+            reason=self.reason,
+            available_tools=self.available_tools,
+        )
+        return data
+
+
+class ToolNotFound(ToolError):
+    code = "tool.not_found"
+    default_why = "no built-in tool or installed plugin provides it"
+    default_fix = "Call tool.list for the tools there are."
+
+
+class ToolInputInvalid(ToolError):
+    code = "tool.input_invalid"
+    default_why = "the arguments do not match the tool's input schema"
+    default_fix = "Correct the named argument and call the tool again."
+
+
+class ToolFailed(ToolError):
+    code = "tool.failed"
+    default_why = "the tool reported an error while it ran"
+
+
+class ToolTransient(ToolError):
+    """A failure the caller may retry (reads are retried once by the router)."""
+
+    code = "tool.transient"
+    retryable = True
+    default_why = "the tool's sandbox or connection failed, not the tool's own logic"
+
+
+class ToolTimeout(ToolError):
+    code = "tool.timeout"
+    retryable = True
+    default_why = "the tool did not finish within its time limit"
+
+
+class CircuitOpen(ToolError):
+    code = "tool.circuit_open"
+    retryable = True
+    default_why = "the plugin failed 5 times in a row; calls are refused for 30 s"
+    default_fix = "Wait for the circuit to close, and look at the plugin's last errors."
+
+
+class MergeError(FluffyError):
+    """A sandbox's output could not be merged into the project."""
+
+    code = "merge.error"
+
+
+class PatchRejected(MergeError):
+    code = "merge.patch_rejected"
+    default_why = "the patch does not apply to the current content of the file"
+    default_fix = "Read the file again and write the change against its current content."
+
+
+class MergeRefused(MergeError):
+    code = "merge.refused"
+    default_why = "the output would write outside the project, through a link, or a protected file"
+    default_fix = "Write only regular files inside the project, outside protected paths."
+
+
+class MergeConflict(MergeError):
+    code = "merge.conflict"
+    default_why = "the file changed in the project after the change was staged"
+    default_fix = "Read the file again and make the change against its current content."
+
+
+class SchedulerError(FluffyError):
+    code = "scheduler.error"
+
+
+class DependencyFailed(SchedulerError):
+    code = "scheduler.dependency_failed"
+    default_why = "a task it depends on failed; dependent tasks are never retried automatically"
+
+
+class TaskCancelled(SchedulerError):
+    code = "scheduler.task_cancelled"
+    default_why = "the task was cancelled before it finished"
 
 
 def all_error_classes() -> list[type[FluffyError]]:
