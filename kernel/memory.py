@@ -91,6 +91,13 @@ class MemoryGuard:
         self.level = new
         return new
 
+    @property
+    def ratio(self) -> float:
+        """Fraction of the memory limit in use (0.0 when unknown)."""
+        if not self.usage or not self.limit:
+            return 0.0
+        return self.usage / self.limit
+
     def as_dict(self) -> dict[str, object]:
         return {"level": self.level, "usage": self.usage, "limit": self.limit}
 

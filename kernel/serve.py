@@ -29,6 +29,7 @@ from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.methods import policy_methods
 from fluffy.kernel.policy.model import PolicyFile, load_policy
+from fluffy.kernel.tools.assemble import assemble_tools
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.methods import workflow_methods
 from fluffy.kernel.workflow.store import WorkflowStore
@@ -88,12 +89,14 @@ async def serve(
         tech_debt=policy.tech_debt,
         on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
     )
+    guard = MemoryGuard()
+    tools = await assemble_tools(state_dir, project, policy, workflow, front, audit, guard)
 
     def reloaded(new: PolicyFile) -> None:
         workflow.exemptions = new.exemptions
         workflow.tech_debt = new.tech_debt
+        tools.reload(new)
 
-    guard = MemoryGuard()
     guard.check()
     watcher = asyncio.create_task(guard.watch(), name="memory-guard")
     policy_path = project / ".fluffy" / "policy.yaml" if project is not None else None
@@ -101,6 +104,7 @@ async def serve(
         **default_methods(),
         **workflow_methods(workflow, lambda: guard.accepting_work),
         **policy_methods(front, policy_path, state_dir, audit, reloaded),
+        **tools.methods(),
     }
     server = KernelServer(methods, limits or Limits())
     server.observer = SyscallAuditor(audit, lambda: workflow.current)
@@ -117,6 +121,7 @@ async def serve(
     finally:
         watcher.cancel()
         await server.close()
+        await tools.close()
         await store.close()
         await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))
         await audit.close()

@@ -41,6 +41,8 @@ class SandboxConfig(BaseModel):
     environment: dict[str, str] = Field(default_factory=dict)
     #: Folder holding this sandbox's own kernel socket, mounted read-only at /run/fluffy.
     kernel_socket_dir: Path | None = None
+    #: The session's staged changes (layout of kernel.merge.staging), read-only at /staged.
+    staged_dir: Path | None = None
 
     @field_validator("memory_limit")
     @classmethod

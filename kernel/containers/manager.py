@@ -52,6 +52,8 @@ PROJECT_TARGET = "/workspace"
 OUTPUT_TARGET = "/output"
 #: Where a sandbox finds its own kernel socket (a read-only mount of its socket folder).
 KERNEL_SOCKET_TARGET = "/run/fluffy"
+#: Where tool plugins find the session's staged (not yet merged) changes.
+STAGED_TARGET = "/staged"
 #: Exit codes above this mean the process died from a signal (128 + n).
 _SIGNAL_EXIT = 128
 _SIGKILL_EXIT = 128 + 9
@@ -88,8 +90,11 @@ class ContainerManager:
         session_id: str | None = None,
         root: Path | None = None,
         host_path: Callable[[Path], Path] = lambda path: path,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self.runtime = runtime
+        #: Extra labels on every sandbox (the kernel adds its project's).
+        self.labels = dict(labels or {})
         self.images = dict(images)
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.root = root or state_dir()
@@ -145,6 +150,8 @@ class ContainerManager:
             mounts.insert(0, Mount(config.project_dir, PROJECT_TARGET, read_only=True))
         if config.kernel_socket_dir is not None:
             mounts.append(Mount(config.kernel_socket_dir, KERNEL_SOCKET_TARGET, read_only=True))
+        if config.staged_dir is not None:
+            mounts.append(Mount(config.staged_dir, STAGED_TARGET, read_only=True))
         # Check the kernel's own paths, then translate them for the engine (siblings).
         engine_mounts = tuple(
             Mount(self.host_path(m.source), m.target, m.read_only)
@@ -156,6 +163,7 @@ class ContainerManager:
             image=image,
             command=command,
             labels={
+                **self.labels,
                 LABEL_MANAGED: "1",
                 LABEL_SESSION: self.session_id,
                 LABEL_SANDBOX: sandbox.sandbox_id,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fluffy.errors import ConfigError, PolicyError
 from fluffy.kernel.audit.storage import StorageSettings
+from fluffy.kernel.tools.settings import MergeSettings, SchedulerSettings, ToolSettings
 from fluffy.kernel.workflow.exemptions import (
     DEFAULT_EXEMPTIONS,
     Category,
@@ -112,6 +113,9 @@ class PolicyFile(BaseModel):
     tdd_exemptions: dict[Category, ExemptionRule] | None = None
     tech_debt: TechDebtSettings = Field(default_factory=TechDebtSettings)
     audit: StorageSettings = Field(default_factory=StorageSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    merge: MergeSettings = Field(default_factory=MergeSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
 
     @property
     def exemptions(self) -> Mapping[str, ExemptionRule]:

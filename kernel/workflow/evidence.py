@@ -232,15 +232,22 @@ class TreeSnapshot:
         return {k for k in keys if self.files.get(k) != older.files.get(k)}
 
 
+#: Staged changes laid over the project: rel path -> sha256 hex, or None if deleted.
+Overlay = Mapping[str, str | None]
+
+
 def snapshot_trees(
-    root: Path, test_globs: Sequence[str] = DEFAULT_TEST_GLOBS
+    root: Path,
+    test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
+    overlay: Overlay | None = None,
 ) -> tuple[TreeSnapshot, TreeSnapshot]:
     """Hash the project as ``(tests, sources)``.
 
     Symlinks are never followed: one is recorded as sha256 of ``"symlink:" + target``.
     Paths matching :data:`IGNORED` (gitignore syntax) are skipped, as is anything that is
     not a regular file or symlink.  A file matching ``test_globs`` is a test; every other
-    file is a source.
+    file is a source.  ``overlay`` (the session's staged, not yet merged changes) replaces
+    or removes the hashes of the paths it names: the snapshot is of what the tools see.
     """
     tests_spec = GitIgnoreSpec.from_lines(test_globs)
     tests: dict[str, str] = {}
@@ -274,6 +281,11 @@ def snapshot_trees(
                 continue
             if not _IGNORE_SPEC.match_file(rel):
                 (tests if tests_spec.match_file(rel) else sources)[rel] = value
+    for rel, staged in (overlay or {}).items():
+        tests.pop(rel, None)
+        sources.pop(rel, None)
+        if staged is not None and not _IGNORE_SPEC.match_file(rel):
+            (tests if tests_spec.match_file(rel) else sources)[rel] = staged
     return TreeSnapshot(tests), TreeSnapshot(sources)
 
 
@@ -360,9 +372,14 @@ class TestRun:
         broken = counts["failed"] + counts["error"]
         return self.exit_code == 0 and counts["passed"] > 0 and broken == 0
 
-    def is_stale(self, root: Path, test_globs: Sequence[str] = DEFAULT_TEST_GLOBS) -> bool:
-        """The tree no longer matches what was hashed before this run."""
-        tests, sources = snapshot_trees(root, test_globs)
+    def is_stale(
+        self,
+        root: Path,
+        test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
+        overlay: Overlay | None = None,
+    ) -> bool:
+        """The tree (with ``overlay``) no longer matches what was hashed before this run."""
+        tests, sources = snapshot_trees(root, test_globs, overlay)
         return (tests.digest, sources.digest) != (self.tests.digest, self.sources.digest)
 
 

@@ -28,6 +28,7 @@ from fluffy.kernel.policy.engine import Caller, Decision, Request
 from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
 from fluffy.kernel.workflow.evidence import (
     DEFAULT_TEST_GLOBS,
+    Overlay,
     TestRun,
     TreeSnapshot,
     snapshot_trees,
@@ -82,6 +83,7 @@ class Workflow:
         tech_debt: TechDebtSettings | None = None,
         test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
         on_session_end: Callable[[], Awaitable[object]] | None = None,
+        overlay: Callable[[str], Overlay] | None = None,
     ) -> None:
         self.store = store
         self.project = project
@@ -90,6 +92,8 @@ class Workflow:
         self.exemptions = exemptions
         self.tech_debt = tech_debt or TechDebtSettings()
         self.test_globs = tuple(test_globs)
+        #: session id -> its staged changes: guards judge the tree the tools see
+        self.overlay = overlay
         self.on_session_end = on_session_end  # e.g. a database backup (design: SQLite Corruption)
         # one operation at a time: each reads a session, awaits, and writes it back chained
         self.lock = asyncio.Lock()
@@ -159,8 +163,12 @@ class Workflow:
         report = CoverageReport.from_dict(coverage) if coverage else None
         return run_id, TestRun.from_dict(run), report
 
-    def _snapshot(self) -> tuple[TreeSnapshot, TreeSnapshot]:
-        return snapshot_trees(self.project, self.test_globs)
+    def overlay_of(self, session_id: str) -> Overlay | None:
+        return self.overlay(session_id) if self.overlay is not None else None
+
+    def snapshot(self, session_id: str) -> tuple[TreeSnapshot, TreeSnapshot]:
+        """(tests, sources) of the project as the session's tools see it."""
+        return snapshot_trees(self.project, self.test_globs, self.overlay_of(session_id))
 
     # -- guards -----------------------------------------------------------------------------
     async def _guard(self, name: str, session: SessionRow) -> list[str]:
@@ -176,7 +184,7 @@ class Workflow:
                 return await self._budget(session)
             return []
         if name in ("code_changed", "tests_changed"):
-            tests, sources = self._snapshot()
+            tests, sources = self.snapshot(session.id)
             key, tree = (
                 ("tests_base", tests) if name == "tests_changed" else ("sources_base", sources)
             )
@@ -216,7 +224,7 @@ class Workflow:
                 fix="Run the tests with test.run.",
             )
         _, run, _ = latest
-        if run.is_stale(self.project, self.test_globs):
+        if run.is_stale(self.project, self.test_globs, self.overlay_of(session.id)):
             raise TransitionDenied(
                 what,
                 why="files changed since the latest test run, so it proves nothing now",
@@ -305,7 +313,7 @@ class Workflow:
         )
         wants_sources = target in ("code_writing", "exploring")
         if wants_tests or wants_sources:
-            tests, sources = self._snapshot()  # one walk of the tree
+            tests, sources = self.snapshot(session.id)  # one walk of the tree
             if wants_tests:
                 data["tests_base"] = dict(tests.files)
             if wants_sources:
@@ -333,6 +341,19 @@ class Workflow:
             if before is None or current.percent >= before.percent:
                 await self.store.delete_meta(LOCK_KEY)
         await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
+
+    async def annotate(self, session_id: str, note: str, **values: Any) -> SessionRow:
+        """Keep ``values`` in the session's data (chained like a transition; no state change).
+
+        ``None`` removes a key.  The tool path records here what must survive a crash
+        (e.g. that a merge was approved and started).
+        """
+        async with self.lock:
+            session = await self.get(session_id)
+            data = {k: v for k, v in {**session.data, **values}.items() if v is not None}
+            updated = replace(session, data=data, updated_at=now_ms())
+            await self._save(updated, note, session.state, {})
+            return updated
 
     async def cancel(self, session_id: str) -> Outcome:
         return await self.fire(session_id, "cancel")

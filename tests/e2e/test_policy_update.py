@@ -25,7 +25,7 @@ NO_EXPLORE = "capabilities: []\n"
 def test_policy_update_is_tried_on_the_audit_log_then_applied(tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
-    (project / ".fluffy").mkdir()
+    (project / ".fluffy").mkdir(exist_ok=True)
     policy_file = project / ".fluffy" / "policy.yaml"
     policy_file.write_text(ALLOW_EXPLORE)
     proc, sock = _serve(tmp_path, project)
@@ -61,7 +61,7 @@ def test_policy_update_is_tried_on_the_audit_log_then_applied(tmp_path: Path) ->
 def test_edit_without_confirmation_applies_nothing(tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
-    (project / ".fluffy").mkdir()
+    (project / ".fluffy").mkdir(exist_ok=True)
     (project / ".fluffy" / "policy.yaml").write_text(ALLOW_EXPLORE)
     proc, sock = _serve(tmp_path, project)
     try:

@@ -68,7 +68,7 @@ def test_session_syscalls_are_policy_checked_and_audited(
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
     if allow_explore:
-        (project / ".fluffy").mkdir()
+        (project / ".fluffy").mkdir(exist_ok=True)
         (project / ".fluffy" / "policy.yaml").write_text(
             "capabilities:\n  - name: explore-ok\n"
             "    match: {syscall: session.set_mode, session_mode: [explore]}\n"

@@ -1,0 +1,346 @@
+"""The merge: staged changes (or a git.commit's output) into the project, crash-safe.
+
+:meth:`Merger.plan` judges whether the staged changes may merge automatically (tests
+pass, no sensitive path, no binary file, fewer than ``max_auto_lines`` changed diff
+lines) and says why not.  :meth:`Merger.merge` then runs a :class:`MergeOperation`:
+
+1. the staged contents are copied into the op's folder and the op is persisted;
+2. the staging area is cleared (the op is self-contained from here on);
+3. one step per file, each idempotent: the project file's sha256 is compared with the
+   staged one (equal: already applied, e.g. by a run killed after its rename) and with
+   the base recorded at staging (different: a *conflict*, reported and skipped, other
+   files still merge -- no automatic rollback); otherwise the file is replaced
+   atomically (temp in the same folder, fsync, rename, fsync of the folder) or unlinked.
+
+Every step is recorded durably before the next starts.  :meth:`resume_pending` (kernel
+start-up) completes every in-progress operation, skipping recorded steps.  An OSError
+leaves the operation in progress (retried at the next start); a lost source or another
+unexpected fluffy error ends it as ``failed``.  The caller decides *whether* to merge
+(auto, or after the user's approval); this module does not ask.
+
+``on_step(op, phase)`` is called at ``prepared``, ``before:<step>``, ``applied:<step>``
+(effect done, not yet recorded), ``recorded:<step>`` and ``completed`` (tests use it to
+crash at chosen points).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fluffy.errors import FluffyError, MergeConflict, MergeError, MergeRefused
+from fluffy.kernel.merge.gitmerge import apply_git_step, prepare_git
+from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, OperationLog, StepResult
+from fluffy.kernel.merge.patch import count_diff_lines
+from fluffy.kernel.merge.paths import (
+    ProtectedPaths,
+    file_sha256,
+    read_existing,
+    remove_file,
+    remove_stale,
+    safe_relpath,
+    write_atomic,
+)
+from fluffy.kernel.merge.staging import MAX_VIEW_BYTES, StagedChange, Staging, is_binary, sha256
+from fluffy.kernel.policy.globs import GlobSet
+
+#: Paths whose change always needs the user's review (gitignore syntax).  Secrets and
+#: keys; CI definitions; files that run code at install/build time or pin dependencies;
+#: git's own configuration files kept in the tree.
+DEFAULT_SENSITIVE: tuple[str, ...] = (
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_ed25519*",
+    "**/secrets/**",
+    "**/.ssh/**",
+    ".github/**",
+    ".gitlab-ci.yml",
+    ".gitignore",
+    ".gitattributes",
+    ".gitmodules",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "requirements*.txt",
+    "Pipfile",
+    "Pipfile.lock",
+    "poetry.lock",
+    "uv.lock",
+    "package.json",
+    "package-lock.json",
+    "Makefile",
+    "Dockerfile",
+    "docker-compose*.yml",
+)
+MAX_AUTO_LINES = 500
+
+Hook = Callable[[MergeOperation, str], None]
+
+
+@dataclass(frozen=True)
+class MergeIssue:
+    path: str
+    reason: str
+
+
+@dataclass
+class MergePlan:
+    staging: Staging
+    changes: list[StagedChange]
+    diff: str
+    diff_lines: int
+    sensitive: list[str]
+    binary: list[str]
+    tests_pass: bool
+    auto: bool
+    reasons: list[str]  # why it may not merge automatically (empty when auto)
+
+
+@dataclass
+class MergeResult:
+    operation_id: str | None
+    status: Literal["completed", "failed", "in_progress", "empty"]
+    merged: list[str] = field(default_factory=list)
+    conflicts: list[MergeIssue] = field(default_factory=list)
+    refused: list[MergeIssue] = field(default_factory=list)
+    error: str | None = None
+
+
+def result_of(op: MergeOperation) -> MergeResult:
+    out = MergeResult(op.id, op.status, error=op.error)
+    for step in op.steps:
+        done = op.results.get(step.id)
+        if done is None or done.outcome == "skipped":
+            continue
+        if done.outcome in ("applied", "already"):
+            out.merged.append(step.path)
+        elif done.outcome == "conflict":
+            out.conflicts.append(MergeIssue(step.path, done.reason))
+        else:
+            out.refused.append(MergeIssue(step.path, done.reason))
+    return out
+
+
+class Merger:
+    def __init__(
+        self,
+        project: Path,
+        state_dir: Path,
+        *,
+        protected: Sequence[str] = (),
+        sensitive: Sequence[str] = DEFAULT_SENSITIVE,
+        max_auto_lines: int = MAX_AUTO_LINES,
+        on_step: Hook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.project = project
+        self.state_dir = state_dir
+        self.log = OperationLog(state_dir, clock=clock)
+        self._guard = ProtectedPaths(protected)
+        self._sensitive = GlobSet(tuple(sensitive))
+        self.max_auto_lines = max_auto_lines
+        self._on_step = on_step
+        self._lock = threading.Lock()
+
+    # -- planning --------------------------------------------------------------------
+
+    def plan(self, staging: Staging, *, tests_pass: bool) -> MergePlan:
+        changes = staging.changes()
+        diff = staging.diff()
+        lines = count_diff_lines(diff)
+        sensitive = [c.path for c in changes if self._sensitive.match(c.path)]
+        binary = [
+            c.path
+            for c in changes
+            if is_binary(staging.read(c.path)) or is_binary(self._project_bytes(staging, c))
+        ]
+        reasons: list[str] = []
+        if not changes:
+            reasons.append("nothing is staged")
+        if not tests_pass:
+            reasons.append("the tests did not pass")
+        if sensitive:
+            reasons.append(f"sensitive paths change: {', '.join(sensitive)}")
+        if binary:
+            reasons.append(f"binary files change: {', '.join(binary)}")
+        if lines >= self.max_auto_lines:
+            reasons.append(
+                f"the diff has {lines} changed lines; auto-merge needs fewer than "
+                f"{self.max_auto_lines}"
+            )
+        return MergePlan(
+            staging, changes, diff, lines, sensitive, binary, tests_pass, not reasons, reasons
+        )
+
+    def _project_bytes(self, staging: Staging, change: StagedChange) -> bytes | None:
+        if change.base_sha256 is None:
+            return None
+        try:
+            return read_existing(self.project, change.path, MAX_VIEW_BYTES)
+        except (OSError, MergeRefused):
+            return None
+
+    # -- merging ---------------------------------------------------------------------
+
+    def merge(self, target: MergePlan | Staging) -> MergeResult:
+        """Merge everything staged (the plan's staging area must be unchanged)."""
+        staging = target.staging if isinstance(target, MergePlan) else target
+        with self._lock:
+            changes = staging.changes()
+            if isinstance(target, MergePlan) and changes != target.changes:
+                raise MergeConflict(
+                    "the staged changes differ from the reviewed plan",
+                    why="something was staged or discarded after the plan was made",
+                    fix="Plan (and review) the merge again.",
+                )
+            if not changes:
+                return MergeResult(None, "empty")
+            steps, sources = self._file_steps(staging, changes)
+            op = self.log.create("files", steps, sources, staging_root=staging.root)
+            self._hook(op, "prepared")
+            staging.clear()
+            return self._run(op)
+
+    def _file_steps(
+        self, staging: Staging, changes: list[StagedChange]
+    ) -> tuple[list[MergeStep], dict[str, bytes]]:
+        ordered = sorted(changes, key=lambda c: (c.op != "delete", c.path))
+        steps: list[MergeStep] = []
+        sources: dict[str, bytes] = {}
+        for number, change in enumerate(ordered):
+            step_id = f"{number:05d}"
+            source = None
+            if change.op == "write":
+                data = staging.read(change.path)
+                if data is None or sha256(data) != change.sha256:
+                    raise MergeError(
+                        f"staged content of {change.path!r} does not match its record",
+                        why="the staging area was changed outside the kernel",
+                        fix="Discard the staged changes and make them again.",
+                    )
+                source = f"{step_id}.content"
+                sources[source] = data
+            steps.append(
+                MergeStep(
+                    step_id, change.op, change.path, change.base_sha256, change.sha256, source
+                )
+            )
+        return steps, sources
+
+    def merge_git(self, call_dir: Path, result: dict[str, object]) -> MergeResult:
+        """Merge a git.commit sandbox's objects, ref and index into ``<project>/.git``."""
+        with self._lock:
+            try:
+                steps, sources = prepare_git(self.project, call_dir, result)
+            except OSError as exc:
+                raise MergeRefused(
+                    f"cannot read the git.commit output in {call_dir}: {exc.strerror or exc}"
+                ) from exc
+            op = self.log.create("git", steps, sources)
+            self._hook(op, "prepared")
+            return self._run(op)
+
+    def resume_pending(self) -> list[MergeResult]:
+        """Complete every in-progress operation (kernel start-up), oldest first."""
+        results: list[MergeResult] = []
+        with self._lock:
+            for op in self.log.pending():
+                try:
+                    results.append(self._run(op))
+                except MergeError as exc:
+                    out = result_of(op)
+                    out.error = exc.what
+                    results.append(out)
+                    continue
+                self._clear_staging(op)
+            self.log.collect_garbage()
+        return results
+
+    def _clear_staging(self, op: MergeOperation) -> None:
+        """A merge killed before it cleared its staging area: clear it now."""
+        if op.kind != "files" or op.staging_root is None or not Path(op.staging_root).is_dir():
+            return
+        staging = Staging(Path(op.staging_root), self.project)
+        staged = {(c.path, c.op, c.sha256, c.base_sha256) for c in staging.changes()}
+        ours = {(s.path, s.action, s.new_sha256, s.base_sha256) for s in op.steps}
+        if staged and staged == ours:
+            staging.clear()
+
+    # -- running steps ---------------------------------------------------------------
+
+    def _hook(self, op: MergeOperation, phase: str) -> None:
+        if self._on_step is not None:
+            self._on_step(op, phase)
+
+    def _run(self, op: MergeOperation) -> MergeResult:
+        for step in op.steps:
+            if op.step_done(step.id):
+                continue
+            self._hook(op, f"before:{step.id}")
+            try:
+                outcome = self._apply(op, step)
+            except (MergeRefused, MergeConflict) as exc:
+                outcome = StepResult(
+                    "refused" if isinstance(exc, MergeRefused) else "conflict", exc.why or exc.what
+                )
+            except FluffyError as exc:
+                self.log.finish(op, "failed", exc.what)
+                return result_of(op)
+            except OSError as exc:
+                raise MergeError(
+                    f"merge {op.id} stopped at {step.path!r}: {exc.strerror or exc}",
+                    why="the project could not be written; merged files are kept",
+                    fix="Fix the cause (disk space, permissions); the merge resumes when "
+                    "the kernel starts again.",
+                ) from exc
+            self._hook(op, f"applied:{step.id}")
+            self.log.record(op, step.id, outcome)
+            self._hook(op, f"recorded:{step.id}")
+        self.log.finish(op, "completed")
+        self._hook(op, "completed")
+        return result_of(op)
+
+    def _apply(self, op: MergeOperation, step: MergeStep) -> StepResult:
+        if step.action in ("git_objects", "git_ref", "git_index"):
+            return apply_git_step(
+                self.project,
+                op,
+                step,
+                source=lambda name: self.log.source(op, name),
+                names=lambda folder: self.log.source_names(op, folder),
+            )
+        path = safe_relpath(step.path)
+        self._guard.check(path)
+        temp = f".{path.rsplit('/', 1)[-1]}.fluffy-merge-{op.id[:16]}-{step.id}.tmp"
+        remove_stale(self.project, path, temp)
+        current = file_sha256(self.project, path, MAX_VIEW_BYTES)
+        if current == step.new_sha256:
+            return StepResult("already")
+        if current != step.base_sha256:
+            return StepResult(
+                "conflict",
+                f"the project's file changed since it was staged (expected "
+                f"{_short(step.base_sha256)}, found {_short(current)})",
+            )
+        if step.action == "delete":
+            remove_file(self.project, path)
+            return StepResult("applied")
+        assert step.source is not None
+        data = self.log.source(op, step.source)
+        if sha256(data) != step.new_sha256:
+            raise MergeError(f"merge {op.id}: the copy of {path!r} is corrupt")
+        write_atomic(self.project, path, data, temp_name=temp)
+        return StepResult("applied")
+
+
+def _short(digest: str | None) -> str:
+    return "no file" if digest is None else f"sha256 {digest[:12]}"

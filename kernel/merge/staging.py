@@ -1,0 +1,267 @@
+"""A session's staging area: validated changes waiting for the merge.
+
+Layout (fixed: sandboxes see it read-only at ``/staged``)::
+
+    <root>/tree/<rel path>   full new content of every staged new or changed file
+    <root>/deleted.txt       rel paths staged for deletion, one per line
+    <root>/meta.json         kernel bookkeeping: per path, the project's sha256 when the
+                             path was first staged (None: absent) and the staged sha256
+
+The *view* a later sandbox works against is the project plus this area.  ``meta.json``
+is the commit point of every change: a new content is written to ``tree/`` before
+``meta.json`` names it, a deletion is recorded in ``meta.json`` before the tree file goes,
+so on open :meth:`Staging._reconcile` can repair what an interrupted ``stage`` left.
+Folders are 0755 and files 0644 (the sandbox reads them as another uid).  Not
+thread-safe: the caller serialises operations on one staging area.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from fluffy.errors import MergeError
+from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
+from fluffy.kernel.merge.paths import (
+    file_sha256,
+    read_existing,
+    remove_file,
+    safe_relpath,
+    write_atomic,
+)
+
+#: Largest file the view reads (project or staged), in bytes.
+MAX_VIEW_BYTES = 64 * 1024 * 1024
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+_META_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StagedChange:
+    path: str
+    op: Literal["write", "delete"]
+    sha256: str | None  # of the staged content; None for a delete
+    base_sha256: str | None  # of the project file when first staged; None: it was absent
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextlib.contextmanager
+def _os_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise MergeError(
+            f"{what}: {exc.strerror or exc}",
+            why="the kernel's state folder could not be read or written",
+            fix="Check the state folder's disk space and permissions, then retry.",
+        ) from exc
+
+
+class Staging:
+    """The staging area at ``root`` for ``project`` (see the module docstring)."""
+
+    def __init__(self, root: Path, project: Path) -> None:
+        self.root = root
+        self.project = project
+        self.tree = root / "tree"
+        self._entries: dict[str, tuple[str | None, str | None]] = {}  # path -> (base, new)
+        with _os_errors(f"cannot open staging area {root}"):
+            root.mkdir(parents=True, exist_ok=True)
+            root.chmod(DIR_MODE)
+            self.tree.mkdir(exist_ok=True)
+            self.tree.chmod(DIR_MODE)
+            self._load()
+            self._reconcile()
+
+    # -- persistence -----------------------------------------------------------------
+
+    def _load(self) -> None:
+        try:
+            raw = json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except ValueError as exc:
+            raise MergeError(
+                f"staging area {self.root} has a corrupt meta.json",
+                why=str(exc),
+                fix="Discard the staged changes (the session's reject) and write them again.",
+            ) from exc
+        for path, (base, new) in raw.get("entries", {}).items():
+            self._entries[safe_relpath(path)] = (base, new)
+
+    def _save(self) -> None:
+        meta = {"version": _META_VERSION, "entries": self._entries}
+        data = json.dumps(meta, sort_keys=True, indent=1).encode()
+        write_atomic(self.root, "meta.json", data, mode=0o600)
+        deleted = sorted(path for path, (_, new) in self._entries.items() if new is None)
+        listing = "".join(f"{path}\n" for path in deleted).encode()
+        write_atomic(self.root, "deleted.txt", listing, mode=FILE_MODE)
+
+    def _reconcile(self) -> None:
+        """Repair what an interrupted :meth:`stage` left (meta.json is authoritative)."""
+        changed = False
+        for child in self.root.iterdir():  # a save interrupted between write and rename
+            if child.name.startswith(".") and child.name.endswith(".tmp") and child.is_file():
+                child.unlink()
+        on_disk = set(self._tree_files())
+        for path in on_disk - {p for p, (_, new) in self._entries.items() if new is not None}:
+            remove_file(self.tree, path)  # orphan, or a deletion whose file was still there
+        for path, (base, new) in list(self._entries.items()):
+            if new is None:
+                continue
+            actual = file_sha256(self.tree, path, MAX_VIEW_BYTES)
+            if actual is None:
+                del self._entries[path]
+            elif actual != new:  # rewritten, then interrupted before meta.json
+                self._entries[path] = (base, actual)
+            else:
+                continue
+            changed = True
+        if changed or not (self.root / "deleted.txt").exists():
+            self._save()
+
+    def _tree_files(self) -> Iterator[str]:
+        for folder, dirs, files in os.walk(self.tree):
+            rel = Path(folder).relative_to(self.tree)
+            dirs.sort()
+            for name in sorted(files):
+                yield (rel / name).as_posix()
+
+    # -- the view --------------------------------------------------------------------
+
+    def read(self, rel: str) -> bytes | None:
+        """The view's content of ``rel``: staged if staged, else the project's."""
+        rel = safe_relpath(rel)
+        with _os_errors(f"cannot read {rel!r}"):
+            entry = self._entries.get(rel)
+            if entry is not None:
+                if entry[1] is None:
+                    return None
+                data = read_existing(self.tree, rel, MAX_VIEW_BYTES)
+                if data is None:
+                    raise MergeError(f"staged file {rel!r} is missing from {self.tree}")
+                return data
+            return read_existing(self.project, rel, MAX_VIEW_BYTES)
+
+    def project_sha256(self, rel: str) -> str | None:
+        with _os_errors(f"cannot read {rel!r} in the project"):
+            return file_sha256(self.project, rel, MAX_VIEW_BYTES)
+
+    def staged_files(self) -> set[str]:
+        """Paths with staged content (not deletions)."""
+        return {path for path, (_, new) in self._entries.items() if new is not None}
+
+    # -- changes ---------------------------------------------------------------------
+
+    def stage(self, rel: str, content: bytes | None) -> StagedChange | None:
+        """Stage ``content`` for ``rel`` (None: delete); None when it equals the project.
+
+        The project's sha256 is taken when ``rel`` is first staged and kept until the
+        merge: it is what the merge compares against to detect conflicts.
+        """
+        rel = safe_relpath(rel)
+        with _os_errors(f"cannot stage {rel!r}"):
+            entry = self._entries.get(rel)
+            base = entry[0] if entry is not None else self.project_sha256(rel)
+            new = None if content is None else sha256(content)
+            if new == base:  # back to the project's content: nothing left to merge
+                if entry is not None:
+                    del self._entries[rel]
+                    self._save()
+                    remove_file(self.tree, rel)
+                    self._prune(rel)
+                return None
+            if content is None:
+                self._entries[rel] = (base, None)
+                self._save()
+                remove_file(self.tree, rel)
+                self._prune(rel)
+            else:
+                write_atomic(self.tree, rel, content, mode=FILE_MODE, dir_mode=DIR_MODE)
+                self._entries[rel] = (base, new)
+                self._save()
+            return StagedChange(rel, "delete" if new is None else "write", new, base)
+
+    def _prune(self, rel: str) -> None:
+        """Remove folders of tree/ that ``rel``'s removal left empty."""
+        parent = Path(rel).parent
+        while parent != Path():
+            try:
+                (self.tree / parent).rmdir()
+            except OSError:
+                return
+            parent = parent.parent
+
+    def changes(self) -> list[StagedChange]:
+        return [
+            StagedChange(path, "delete" if new is None else "write", new, base)
+            for path, (base, new) in sorted(self._entries.items())
+        ]
+
+    def overlay(self) -> dict[str, str | None]:
+        """rel path -> sha256 of its staged content (None: staged for deletion)."""
+        return {path: new for path, (_, new) in sorted(self._entries.items())}
+
+    def is_empty(self) -> bool:
+        return not self._entries
+
+    def diff(self) -> str:
+        """A unified diff of every staged change against the project (for review)."""
+        parts: list[str] = []
+        for change in self.changes():
+            with _os_errors(f"cannot diff {change.path!r}"):
+                old = read_existing(self.project, change.path, MAX_VIEW_BYTES)
+            new = self.read(change.path)
+            parts.append(render_diff(change.path, old, new))
+        return "".join(parts)
+
+    def diff_lines(self) -> int:
+        return count_diff_lines(self.diff())
+
+    def clear(self) -> None:
+        """Discard everything staged (after a merge, or when the user rejects)."""
+        with _os_errors(f"cannot clear staging area {self.root}"):
+            self._entries.clear()
+            self._save()
+            for child in self.tree.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+
+
+def decode_text(data: bytes | None) -> str | None:
+    """``data`` as UTF-8 text; raises UnicodeDecodeError for binary content."""
+    return None if data is None else data.decode("utf-8")
+
+
+def is_binary(data: bytes | None) -> bool:
+    if data is None:
+        return False
+    if b"\x00" in data:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def render_diff(path: str, old: bytes | None, new: bytes | None) -> str:
+    """A unified diff of one file, or git's one-line notice for binary content."""
+    if is_binary(old) or is_binary(new):
+        fromfile = "/dev/null" if old is None else f"a/{path}"
+        tofile = "/dev/null" if new is None else f"b/{path}"
+        return f"Binary files {fromfile} and {tofile} differ\n"
+    return unified_diff(path, decode_text(old), decode_text(new))

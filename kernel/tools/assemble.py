@@ -1,0 +1,149 @@
+"""Build the tool path for a kernel: router, fast path, plugin runner, merge, scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from fluffy.errors import FluffyError
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.ipc.server import Handler
+from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
+from fluffy.kernel.policy.audited import AuditedPolicy
+from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.tools.breaker import BreakerBoard
+from fluffy.kernel.tools.envfilter import sandbox_environment
+from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
+from fluffy.kernel.tools.methods import tool_methods
+from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.registry import Registry
+from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.tools.sandboxes import KernelSandboxes
+from fluffy.kernel.tools.sanitizer import OutputSanitizer
+from fluffy.kernel.tools.scheduling import SchedulerBridge
+from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.workflow.machine import Workflow
+
+log = logging.getLogger("fluffy.kernel.tools")
+
+
+def _merger(project: Path, state_dir: Path, policy: PolicyFile) -> Merger:
+    return Merger(
+        project,
+        state_dir,
+        protected=list(policy.merge.protected_paths),
+        sensitive=policy.merge.sensitive_paths
+        if policy.merge.sensitive_paths is not None
+        else DEFAULT_SENSITIVE,
+        max_auto_lines=policy.merge.auto_merge_max_lines,
+    )
+
+
+def _sanitizer(policy: PolicyFile) -> OutputSanitizer:
+    settings = policy.tools
+    return OutputSanitizer(
+        settings.max_result_tokens, settings.redact_patterns, settings.truncation
+    )
+
+
+@dataclass
+class ToolPath:
+    router: ToolRouter
+    sandboxes: KernelSandboxes | None
+    runner: PluginRunner | None
+    scheduler: SchedulerBridge
+
+    def methods(self) -> dict[str, Handler]:
+        return tool_methods(self.router)
+
+    def reload(self, policy: PolicyFile) -> None:
+        """A policy update: new sanitiser, merge rules and tool settings."""
+        router = self.router
+        router.settings = policy.tools
+        router.sanitizer = _sanitizer(policy)
+        router.merger = _merger(router.project, router.merger.state_dir, policy)
+        router.flow.merger = router.merger
+        router.fast.read_max_bytes = policy.tools.read_max_bytes
+
+    async def close(self) -> None:
+        await self.scheduler.close()
+        if self.runner is not None:
+            await self.runner.close()
+        if self.sandboxes is not None:
+            await asyncio.to_thread(self.sandboxes.close)
+
+
+async def assemble_tools(
+    state_dir: Path,
+    project: Path | None,
+    policy: PolicyFile,
+    workflow: Workflow,
+    front: AuditedPolicy,
+    audit: AuditLog | None,
+    guard: MemoryGuard,
+    *,
+    engine: bool = True,
+) -> ToolPath:
+    root = project or state_dir
+    workspaces = Workspaces(state_dir, root)
+    workflow.overlay = workspaces.overlay
+    merger = _merger(root, state_dir, policy)
+    sandboxes = KernelSandboxes(state_dir, project) if engine and project is not None else None
+    runner = (
+        PluginRunner(sandboxes.manager, state_dir, environment=lambda: sandbox_environment().env)
+        if sandboxes is not None
+        else None
+    )
+
+    def accepting_work() -> bool:
+        return guard.accepting_work
+
+    if runner is not None:
+        guard.evictors.append(runner.evict)  # 90 %: destroy running plugin sandboxes
+    guard.shedders.append(lambda: workspaces.sessions.clear())  # 80 %: drop caches
+    scheduler = SchedulerBridge(
+        policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
+    )
+    await scheduler.start()
+    router = ToolRouter(
+        project=root,
+        registry=Registry.builtin(kernel_tools()),
+        fast=FastPath(root, policy.tools.read_max_bytes),
+        runner=runner,
+        workflow=workflow,
+        policy=front,
+        audit=audit,
+        sanitizer=_sanitizer(policy),
+        breakers=BreakerBoard(),
+        workspaces=workspaces,
+        merger=merger,
+        settings=policy.tools,
+        protected=list(policy.merge.protected_paths),
+        schedule=scheduler.schedule,
+        accepting_work=accepting_work,
+    )
+    try:
+        finished = await router.flow.resume()  # merges a crash interrupted complete now
+        if finished:
+            log.warning("completed interrupted merges of session(s) %s", ", ".join(finished))
+    except FluffyError as exc:
+        log.error("could not complete an interrupted merge: %s", exc)
+    if sandboxes is not None:
+        threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
+    return ToolPath(router, sandboxes, runner, scheduler)
+
+
+def _remove_orphans(sandboxes: KernelSandboxes) -> None:
+    """Start-up recovery: sandboxes an earlier kernel of this project left behind."""
+    try:
+        removed = sandboxes.remove_orphans()
+    except FluffyError as exc:
+        sandboxes.error = exc
+        log.warning("orphan sandbox clean-up skipped: %s", exc.what)
+        return
+    if removed:
+        log.warning("removed %d orphan sandbox(es) of this project", len(removed))

@@ -1,0 +1,344 @@
+"""Kernel-native read-only tools: fs.read, fs.list, fs.exists, search.grep, search.glob.
+
+The design's fast path: high-frequency reads run in the kernel, with no sandbox and no
+second IPC hop.  They only ever *read* (the architectural invariant: every write goes
+through a sandbox and the merge).  What they read is the session's *view*: the project
+with the session's staged, not yet merged changes laid over it, so the AI sees what it
+wrote.
+
+Paths are the AI's: relative to the project, a leading ``/`` meaning the project root
+("/src/app.py").  They are normalised and their symlinks resolved; anything that leads
+outside the project is refused.  Files larger than ``read_max_size`` are read by line
+range only; binary files (a NUL byte in the first 8 KiB) are described, not returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pathspec import GitIgnoreSpec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fluffy.errors import ToolFailed, ToolInputInvalid
+from fluffy.kernel.policy.paths import PathEscape, normalize
+from fluffy.kernel.workflow.evidence import IGNORED
+
+BINARY_PROBE = 8192
+#: Files search.grep skips (and fs.read refuses whole above read_max_size).
+GREP_MAX_FILE = 1024 * 1024
+GREP_MAX_LINE = 500
+_IGNORE = GitIgnoreSpec.from_lines(IGNORED)
+
+
+class StagedView(Protocol):
+    """The session's staged changes (kernel.merge.staging.Staging satisfies it)."""
+
+    def overlay(self) -> Mapping[str, str | None]: ...
+    def read(self, rel: str) -> bytes | None: ...
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReadArgs(_Args):
+    path: str = Field(description="File path relative to the project root")
+    start_line: int = Field(1, ge=1, description="First line to return (1-based)")
+    max_lines: int | None = Field(None, ge=1, le=100_000, description="Lines to return")
+
+
+class ListArgs(_Args):
+    path: str = Field(".", description="Directory relative to the project root")
+
+
+class ExistsArgs(_Args):
+    path: str
+
+
+class GrepArgs(_Args):
+    pattern: str = Field(min_length=1, max_length=1000, description="Python regular expression")
+    path: str = Field(".", description="Directory or file to search")
+    glob: str | None = Field(None, description="Only files matching this gitignore-style glob")
+    case_insensitive: bool = False
+    max_results: int = Field(200, ge=1, le=5000)
+
+
+class GlobArgs(_Args):
+    pattern: str = Field(min_length=1, max_length=1000, description="gitignore-style glob")
+    max_results: int = Field(500, ge=1, le=20_000)
+
+
+class PlanArgs(_Args):
+    summary: str = Field("", max_length=4000, description="The plan, in a few lines")
+
+
+ARGS: dict[str, type[_Args]] = {
+    "fs.read": ReadArgs,
+    "fs.list": ListArgs,
+    "fs.exists": ExistsArgs,
+    "search.grep": GrepArgs,
+    "search.glob": GlobArgs,
+    "plan.complete": PlanArgs,
+}
+DESCRIPTIONS = {
+    "fs.read": "Read a text file of the project (optionally a line range).",
+    "fs.list": "List a directory of the project.",
+    "fs.exists": "Tell whether a path exists in the project.",
+    "search.grep": "Search file contents with a regular expression.",
+    "search.glob": "Find files whose paths match a glob.",
+    "plan.complete": "Finish planning; the workflow moves on (strict: to writing tests).",
+}
+
+
+def kernel_tools() -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """name -> (description, JSON schema) of the kernel's own tools."""
+    return {name: (DESCRIPTIONS[name], model.model_json_schema()) for name, model in ARGS.items()}
+
+
+def parse_args(tool: str, args: Any) -> Any:
+    try:
+        return ARGS[tool].model_validate(args if args is not None else {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(arguments)"
+        raise ToolInputInvalid(
+            f"{tool}: argument {where}: {first['msg']}",
+            why=f"{len(exc.errors())} problem(s) with the arguments",
+        ) from None
+
+
+@dataclass
+class FastPath:
+    project: Path
+    read_max_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        self.project = self.project.resolve()
+
+    # -- paths ------------------------------------------------------------------------
+    def rel(self, raw: str) -> str:
+        """The AI's path as a normalised project-relative path ('.' = the root)."""
+        text = raw.strip()
+        if text.startswith("/") and not text.startswith(self.project.as_posix() + "/"):
+            text = text.lstrip("/") or "."
+        try:
+            return normalize(text, self.project)
+        except PathEscape as exc:
+            raise ToolInputInvalid(
+                f"path {raw!r} is not inside the project",
+                why=str(exc),
+                fix="Use a path relative to the project root, without '..'.",
+            ) from None
+
+    def files(self, stage: StagedView | None, under: str = ".") -> Iterator[str]:
+        """Every file of the view (ignored folders skipped, symlinks not followed)."""
+        overlay = stage.overlay() if stage is not None else {}
+        base = self.project if under == "." else self.project / under
+        prefix = "" if under == "." else under.rstrip("/") + "/"
+        stack = [base] if base.is_dir() and not base.is_symlink() else []
+        seen: set[str] = set()
+        while stack:
+            folder = stack.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    found = sorted(entries, key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in found:
+                rel = Path(entry.path).relative_to(self.project).as_posix()
+                if entry.is_dir(follow_symlinks=False):
+                    if not _IGNORE.match_file(rel + "/"):
+                        stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False) and not _IGNORE.match_file(rel):
+                    seen.add(rel)
+                    if overlay.get(rel, "") is not None:  # not staged for deletion
+                        yield rel
+        for rel, staged in sorted(overlay.items()):
+            if staged is not None and rel not in seen and (not prefix or rel.startswith(prefix)):
+                yield rel
+
+    def content(self, rel: str, stage: StagedView | None) -> tuple[bytes, bool] | None:
+        """(bytes, staged?) of a file of the view, or None if there is none."""
+        if stage is not None:
+            overlay = stage.overlay()
+            if rel in overlay:
+                data = stage.read(rel)
+                return None if data is None else (data, True)
+        path = self.project / rel
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ToolFailed(f"cannot read {rel}", why=exc.strerror or str(exc)) from None
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise ToolFailed(f"{rel} is a directory", fix="Use fs.list for directories.")
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolFailed(f"{rel} is not a regular file (a device, FIFO or socket)")
+            if info.st_size > self.read_max_bytes * 64:
+                raise ToolFailed(
+                    f"{rel} is {info.st_size} bytes, too large to read",
+                    fix="Search it with search.grep instead.",
+                )
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                return fh.read(), False
+        finally:
+            os.close(fd)
+
+    # -- tools ------------------------------------------------------------------------
+    def read(self, args: ReadArgs, stage: StagedView | None) -> dict[str, Any]:
+        rel = self.rel(args.path)
+        found = self.content(rel, stage)
+        if found is None:
+            raise ToolFailed(
+                f"{rel} does not exist", fix="List the folder with fs.list or search.glob."
+            )
+        data, staged = found
+        if b"\x00" in data[:BINARY_PROBE]:
+            return {
+                "path": rel,
+                "binary": True,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "staged": staged,
+            }
+        whole = args.start_line == 1 and args.max_lines is None
+        if whole and len(data) > self.read_max_bytes:
+            raise ToolFailed(
+                f"{rel} is {len(data)} bytes, more than fs.read returns at once "
+                f"({self.read_max_bytes})",
+                fix="Ask for a line range with start_line and max_lines.",
+            )
+        text = data.decode("utf-8", "replace")
+        lines = text.splitlines(keepends=True)
+        first = args.start_line - 1
+        last = len(lines) if args.max_lines is None else min(len(lines), first + args.max_lines)
+        chunk = text if whole else "".join(lines[first:last])
+        if len(chunk.encode()) > self.read_max_bytes:
+            raise ToolFailed(
+                f"lines {args.start_line}-{last} of {rel} are more than fs.read returns at once",
+                fix="Ask for fewer lines.",
+            )
+        return {
+            "path": rel,
+            "content": chunk,
+            "size": len(data),
+            "total_lines": len(lines),
+            "start_line": args.start_line,
+            "end_line": last,
+            "staged": staged,
+        }
+
+    def list(self, args: ListArgs, stage: StagedView | None) -> dict[str, Any]:
+        rel = self.rel(args.path)
+        folder = self.project if rel == "." else self.project / rel
+        overlay = stage.overlay() if stage is not None else {}
+        prefix = "" if rel == "." else rel + "/"
+        entries: dict[str, dict[str, Any]] = {}
+        if folder.is_dir():
+            with os.scandir(folder) as found:
+                for entry in found:
+                    kind = (
+                        "symlink"
+                        if entry.is_symlink()
+                        else "dir"
+                        if entry.is_dir(follow_symlinks=False)
+                        else "file"
+                    )
+                    size = entry.stat(follow_symlinks=False).st_size if kind == "file" else None
+                    entries[entry.name] = {"name": entry.name, "type": kind, "size": size}
+        elif not any(path.startswith(prefix) for path, h in overlay.items() if h is not None):
+            raise ToolFailed(f"{rel} is not a directory of the project")
+        for path, staged in overlay.items():
+            if not path.startswith(prefix):
+                continue
+            head, _, rest = path[len(prefix) :].partition("/")
+            if staged is None and not rest:
+                entries.pop(head, None)
+            elif staged is not None and head not in entries:
+                entries[head] = {
+                    "name": head,
+                    "type": "dir" if rest else "file",
+                    "size": None,
+                    "staged": True,
+                }
+        return {"path": rel, "entries": [entries[k] for k in sorted(entries)]}
+
+    def exists(self, args: ExistsArgs, stage: StagedView | None) -> dict[str, Any]:
+        rel = self.rel(args.path)
+        overlay = stage.overlay() if stage is not None else {}
+        if rel in overlay:
+            return {"path": rel, "exists": overlay[rel] is not None, "type": "file"}
+        path = self.project / rel
+        if not os.path.lexists(path):
+            staged_dir = any(p.startswith(rel + "/") and h for p, h in overlay.items())
+            return {"path": rel, "exists": staged_dir, "type": "dir" if staged_dir else None}
+        kind = "symlink" if path.is_symlink() else "dir" if path.is_dir() else "file"
+        return {"path": rel, "exists": True, "type": kind}
+
+    def grep(self, args: GrepArgs, stage: StagedView | None) -> dict[str, Any]:
+        try:
+            regex = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
+        except re.error as exc:
+            raise ToolInputInvalid(
+                f"search.grep: {args.pattern!r} is not a regular expression: {exc}"
+            ) from None
+        only = GitIgnoreSpec.from_lines([args.glob]) if args.glob else None
+        under = self.rel(args.path)
+        single = under != "." and (self.project / under).is_file()
+        candidates = [under] if single else self.files(stage, under)
+        matches: list[dict[str, Any]] = []
+        truncated = False
+        for rel in candidates:
+            if only is not None and not only.match_file(rel):
+                continue
+            found = self.content(rel, stage)
+            if found is None or len(found[0]) > GREP_MAX_FILE:
+                continue
+            data = found[0]
+            if b"\x00" in data[:BINARY_PROBE]:
+                continue
+            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if regex.search(line):
+                    if len(matches) >= args.max_results:
+                        truncated = True
+                        break
+                    matches.append({"path": rel, "line": number, "text": line[:GREP_MAX_LINE]})
+            if truncated:
+                break
+        return {"matches": matches, "truncated": truncated}
+
+    def glob(self, args: GlobArgs, stage: StagedView | None) -> dict[str, Any]:
+        spec = GitIgnoreSpec.from_lines([args.pattern.lstrip("/") or "*"])
+        paths: list[str] = []
+        truncated = False
+        for rel in self.files(stage):
+            if spec.match_file(rel):
+                if len(paths) >= args.max_results:
+                    truncated = True
+                    break
+                paths.append(rel)
+        return {"paths": sorted(paths), "truncated": truncated}
+
+    def run(self, tool: str, args: Any, stage: StagedView | None) -> dict[str, Any]:
+        parsed = parse_args(tool, args)
+        if isinstance(parsed, ReadArgs):
+            return self.read(parsed, stage)
+        if isinstance(parsed, ListArgs):
+            return self.list(parsed, stage)
+        if isinstance(parsed, ExistsArgs):
+            return self.exists(parsed, stage)
+        if isinstance(parsed, GrepArgs):
+            return self.grep(parsed, stage)
+        if isinstance(parsed, GlobArgs):
+            return self.glob(parsed, stage)
+        raise ToolInputInvalid(f"{tool} is not a kernel-native read tool")

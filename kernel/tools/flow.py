@@ -1,0 +1,230 @@
+"""How tool results move the TDD workflow (design: TDD Integration, Reviewing State).
+
+The state machine's guards read only evidence the kernel recorded; this module decides
+*when* to ask them, from what the tools just did:
+
+- ``plan.complete`` → plan_complete;
+- ``test.run`` in code_writing / exploring first tries code_changed (→ validating), in
+  retroactive_testing tests_written; after the run, test_writing tries tests_red and
+  validating goes to reviewing (tests_passed) or back (tests_failed);
+- entering reviewing plans the merge: auto-merge when the tests pass, no sensitive
+  path changed, the diff is under the limit and no policy rule asked for review;
+  otherwise it waits for ``review.approve`` / ``review.reject`` from the user;
+- approving merges (operation log, exactly once), then merge_approved → committing;
+- ``git.commit`` merged into .git → commit_complete → idle.
+
+A guard that does not hold is not an error here: the session stays where it is and the
+result says why (the AI reads it and carries on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from fluffy.errors import FluffyError, TransitionDenied, WorkflowError
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.merge.merger import Merger
+from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.workflow.evidence import TestRun
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.states import flow_of
+
+#: How much of a diff a result or an audit entry carries.
+DIFF_PREVIEW = 20_000
+
+
+@dataclass
+class Step:
+    event: str
+    source: str
+    target: str | None
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"event": self.event, "from": self.source}
+        if self.target is not None:
+            data["to"] = self.target
+        if self.why:
+            data["not_taken"] = self.why
+        return data
+
+
+class Flow:
+    def __init__(
+        self,
+        workflow: Workflow,
+        workspaces: Workspaces,
+        merger: Merger,
+        audit: AuditLog | None,
+    ) -> None:
+        self.workflow = workflow
+        self.workspaces = workspaces
+        self.merger = merger
+        self.audit = audit
+
+    async def _try(self, session_id: str, event: str, **kwargs: Any) -> Step:
+        session = await self.workflow.get(session_id)
+        try:
+            outcome = await self.workflow.fire(session_id, event, **kwargs)
+        except TransitionDenied as exc:
+            return Step(event, session.state, None, f"{exc.what}: {exc.why}")
+        return Step(event, outcome.from_state, outcome.session.state)
+
+    async def state(self, session_id: str) -> tuple[str, str, bool]:
+        session = await self.workflow.get(session_id)
+        flow = flow_of(session.mode, bool(session.data.get("exemption")))  # type: ignore[arg-type]
+        return session.state, flow, bool(session.data.get("exemption"))
+
+    # -- tools ----------------------------------------------------------------------
+    async def plan_complete(self, session_id: str) -> list[Step]:
+        return [await self._try(session_id, "plan_complete")]
+
+    async def before_test_run(self, session_id: str) -> list[Step]:
+        state, _, _ = await self.state(session_id)
+        if state in ("code_writing", "exploring"):
+            return [await self._try(session_id, "code_changed")]
+        if state == "retroactive_testing":
+            return [await self._try(session_id, "tests_written")]
+        return []
+
+    async def after_test_run(self, session_id: str, run: TestRun) -> tuple[list[Step], Any]:
+        state, _, _ = await self.state(session_id)
+        steps: list[Step] = []
+        review: Any = None
+        if state == "test_writing":
+            steps.append(await self._try(session_id, "tests_red"))
+        elif state == "validating":
+            green = run.is_green() or run.counts["found"] == 0
+            step = await self._try(session_id, "tests_passed" if green else "tests_failed")
+            steps.append(step)
+            if step.target == "reviewing":
+                review = await self.review(session_id, tests_pass=run.is_green())
+        return steps, review
+
+    async def committed(self, session_id: str) -> list[Step]:
+        return [await self._try(session_id, "commit_complete")]
+
+    # -- reviewing ------------------------------------------------------------------
+    async def review(self, session_id: str, *, tests_pass: bool) -> dict[str, Any]:
+        """Plan the merge; auto-merge when the criteria hold, else wait for the user."""
+        stage = self.workspaces.get(session_id)
+        plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=tests_pass)
+        session = await self.workflow.get(session_id)
+        reasons = list(plan.reasons) + list(session.data.get("review_required", []))
+        preview = plan.diff[:DIFF_PREVIEW]
+        if plan.auto and not session.data.get("review_required"):
+            merged = await self.approve(session_id, by="auto-merge")
+            return {"auto_merged": True, **merged}
+        return {
+            "auto_merged": False,
+            "waiting_for": "review.approve or review.reject (the user)",
+            "reasons": reasons,
+            "diff_lines": plan.diff_lines,
+            "diff": preview,
+        }
+
+    async def approve(self, session_id: str, *, by: str) -> dict[str, Any]:
+        session = await self.workflow.get(session_id)
+        if session.state != "reviewing":
+            raise WorkflowError(
+                f"nothing to approve: the session is in {session.state}, not reviewing",
+                fix="Approve when the session waits in reviewing (/status shows it).",
+            )
+        stage = self.workspaces.get(session_id)
+        plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=True)
+        await self._audit(
+            "merge_approved",
+            session_id,
+            f"merge approved by {by}: {len(plan.changes)} file(s), {plan.diff_lines} diff lines",
+            {"by": by, "files": ",".join(c.path for c in plan.changes)[:2000]},
+            plan.diff,
+        )
+        await self.workflow.annotate(session_id, "merge_started", merge_started=by)
+        result = await asyncio.to_thread(self.merger.merge, plan)
+        return await self._finish_merge(session_id, result)
+
+    async def _finish_merge(self, session_id: str, result: Any) -> dict[str, Any]:
+        conflicts = list(getattr(result, "conflicts", []))
+        refused = list(getattr(result, "refused", []))
+        merged = list(getattr(result, "merged", []))
+        summary: dict[str, Any] = {
+            "merged": merged,
+            "conflicts": [str(c) for c in conflicts],
+            "refused": [str(r) for r in refused],
+            "operation": getattr(result, "operation_id", None),
+        }
+        stage = self.workspaces.get(session_id)
+        if conflicts or refused:
+            # merged files stay merged (design: no automatic rollback); the rest wait
+            stage.changed()
+            await self.workflow.annotate(session_id, "merge_incomplete", merge_started=None)
+            summary["state"] = "reviewing"
+            return summary
+        self.workspaces.discard(session_id)
+        await self.workflow.annotate(
+            session_id, "merge_done", merge_started=None, review_required=None
+        )
+        step = await self._try(session_id, "merge_approved", approved=True)
+        summary["workflow"] = [step.to_dict()]
+        summary["state"] = step.target or step.source
+        return summary
+
+    async def reject(self, session_id: str) -> dict[str, Any]:
+        state, flow, _ = await self.state(session_id)
+        if state != "reviewing":
+            raise WorkflowError(
+                f"nothing to reject: the session is in {state}, not reviewing",
+                fix="Reject when the session waits in reviewing.",
+            )
+        stage = self.workspaces.get(session_id)
+        diff = await asyncio.to_thread(stage.staging.diff)
+        await self._audit("merge_rejected", session_id, "merge rejected by the user", {}, diff)
+        self.workspaces.discard(session_id)
+        await self.workflow.annotate(session_id, "merge_discarded", review_required=None)
+        event = "merge_rejected" if flow == "strict" else "cancel"
+        step = await self._try(session_id, event)
+        return {"discarded": True, "workflow": [step.to_dict()], "state": step.target}
+
+    async def resume(self) -> list[str]:
+        """After a crash: finish approved merges (the op log completed the files)."""
+        await asyncio.to_thread(self.merger.resume_pending)
+        finished: list[str] = []
+        session_id = await self.workflow.store.latest_session()
+        for sid in [session_id] if session_id else []:
+            session = await self.workflow.get(sid)
+            if session.state == "reviewing" and session.data.get("merge_started"):
+                stage = self.workspaces.get(sid)
+                plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=True)
+                # staged files the resumed operation already wrote match the project now
+                if not plan.changes:
+                    self.workspaces.discard(sid)
+                    await self._finish_merge(sid, None)
+                else:
+                    await self._finish_merge(sid, await asyncio.to_thread(self.merger.merge, plan))
+                finished.append(sid)
+        return finished
+
+    async def _audit(
+        self, kind: str, session_id: str, summary: str, meta: dict[str, str], diff: str
+    ) -> None:
+        if self.audit is None:
+            return
+        session = await self.workflow.get(session_id)
+        try:
+            await self.audit.record(
+                Event(
+                    kind,
+                    caller="kernel",
+                    session_id=session_id,
+                    session_mode=session.mode,
+                    state_machine_state=session.state,
+                    input_summary=summary,
+                    output_summary=diff[:DIFF_PREVIEW],
+                    metadata=meta,
+                )
+            )
+        except FluffyError:
+            raise

@@ -1,0 +1,366 @@
+"""Running a built-in tool plugin's call in a fresh L2 sandbox.
+
+One call, one sandbox (design: a new output volume per sandbox, never reused):
+
+1. a private socket folder and a kernel server on it whose binding names the call
+   (identity comes from the socket, never from what the plugin claims);
+2. the sandbox of the plugin's template: project read-only at /workspace, the session's
+   staged changes read-only at /staged, its own output folder, its own socket, an empty
+   environment (:mod:`fluffy.kernel.tools.envfilter`);
+3. the in-sandbox host (``fluffy.sandboxes.plugin_host``) connects and asks for work
+   (``tool.next``); it gets this call, answers with ``tool.result``, asks again, gets
+   ``None`` and exits;
+4. the caller reads the output folder (ingest / merge), then :meth:`PluginRunner.release`
+   destroys the sandbox in the background.
+
+PAUSE/RESUME (design: Preemption) reach the host as ``tool.pause`` / ``tool.resume``
+events on its connection, around an engine pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import (
+    FluffyError,
+    InvalidPayload,
+    ToolFailed,
+    ToolInputInvalid,
+    ToolTimeout,
+    ToolTransient,
+)
+from fluffy.kernel.containers.config import template_config
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.ipc.server import CallContext, KernelServer
+
+log = logging.getLogger("fluffy.kernel.tools")
+
+#: A plugin host has this long to start and ask for its call.
+START_TIMEOUT_S = 60.0
+PAUSE_GRACE_S = 1.0
+
+
+@dataclass
+class _Job:
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    session_mode: str
+    sandbox_id: str = ""
+    future: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
+    handed_at: float = 0.0
+    context: CallContext | None = None
+    handed: bool = False
+    sandbox: Sandbox | None = None
+
+
+@dataclass
+class PluginOutcome:
+    """A finished call: the plugin's result and where its files are."""
+
+    result: dict[str, Any]
+    call_dir: Path
+    sandbox: Sandbox
+    #: create_ms (sandbox made and started), ready_ms (host asked for work),
+    #: exchange_ms (job handed -> result back), total_ms.
+    timings: dict[str, float]
+
+
+class PluginRunner:
+    """Starts plugin sandboxes and serves their sockets (on the kernel's loop)."""
+
+    def __init__(
+        self,
+        manager: Callable[[], ContainerManager],
+        root: Path,
+        *,
+        environment: Callable[[], dict[str, str]],
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        self._manager = manager
+        self.root = root
+        self.environment = environment
+        self.start_timeout_s = start_timeout_s
+        self.jobs: dict[str, _Job] = {}
+        self.servers: dict[str, KernelServer] = {}
+        self._cleanup: set[asyncio.Task[None]] = set()
+
+    def manager(self) -> ContainerManager:
+        """The container manager (opened on first use: call it off the event loop)."""
+        return self._manager()
+
+    # -- the plugin side's methods ------------------------------------------------------
+    def _job_of(self, context: CallContext) -> _Job:
+        job = self.jobs.get(context.binding)
+        if job is None:
+            raise InvalidPayload("this socket has no tool call")
+        return job
+
+    async def _next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
+        job = self._job_of(context)
+        if job.handed:  # one call per sandbox: the host exits on None
+            return None
+        job.handed = True
+        job.context = context
+        job.handed_at = time.perf_counter()
+        job.connected.set()
+        return {
+            "call_id": job.call_id,
+            "tool": job.tool,
+            "args": job.args,
+            "session_mode": job.session_mode,
+            "sandbox_id": job.sandbox_id,
+        }
+
+    async def _result(self, context: CallContext, params: Any) -> None:
+        job = self._job_of(context)
+        if not isinstance(params, dict) or params.get("call_id") != job.call_id:
+            raise InvalidPayload("tool.result must name the call it answers (call_id)")
+        if not job.future.done():
+            job.future.set_result(params)
+
+    # -- running a call -----------------------------------------------------------------
+    def _socket_dir(self, call_id: str) -> tuple[Path, dict[str, Any]]:
+        folder = self.root / "ipc" / f"tool-{call_id}"
+        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+        root = os.geteuid() == 0
+        options: dict[str, Any] = {
+            "allowed_uids": frozenset({SANDBOX_UID}),
+            "owner": (SANDBOX_UID, SANDBOX_UID) if root else None,
+            "mode": 0o600 if root else 0o666,
+            "folder_mode": 0o700 if root else 0o711,
+        }
+        return folder, options
+
+    async def run(
+        self,
+        *,
+        plugin: str,
+        module: str,
+        template: str,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        session_mode: str,
+        project: Path,
+        staged_dir: Path | None,
+        timeout_s: float,
+    ) -> PluginOutcome:
+        """Run one call; the sandbox stays until :meth:`release` (its output is needed)."""
+        started = time.perf_counter()
+        binding = f"tool:{plugin}:{call_id}"
+        folder, options = self._socket_dir(call_id)
+        server = KernelServer({"tool.next": self._next, "tool.result": self._result})
+        job = _Job(call_id, tool, dict(args), session_mode)
+        self.jobs[binding] = job
+        self.servers[binding] = server
+        sandbox: Sandbox | None = None
+        try:
+            await server.listen(folder / "kernel.sock", binding=binding, **options)
+            config = template_config(
+                template,
+                plugin_name=plugin,
+                project_dir=project,
+                kernel_socket_dir=folder,
+                staged_dir=staged_dir,
+                environment=self.environment(),
+                max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
+            )
+            command = ["python3", "-m", "fluffy.sandboxes.plugin_host", module]
+            manager = await asyncio.to_thread(self.manager)
+            sandbox = await asyncio.to_thread(manager.create, config, command)
+            job.sandbox_id = sandbox.sandbox_id
+            job.sandbox = sandbox
+            created = time.perf_counter()
+            reply = await self._await_reply(job, sandbox, timeout_s, manager)
+            done = time.perf_counter()
+        except BaseException:
+            await self._teardown(binding, sandbox)
+            raise
+        timings = {
+            "create_ms": (created - started) * 1000,
+            "ready_ms": (job.handed_at - started) * 1000,
+            "exchange_ms": (done - job.handed_at) * 1000,
+            "total_ms": (done - started) * 1000,
+            # the tool's own run time, as the plugin host measured it
+            "tool_ms": float(reply.get("duration_ms") or 0.0),
+        }
+        if not reply.get("ok"):
+            raw_error = reply.get("error")
+            error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+            await self._teardown(binding, sandbox)
+            raise _plugin_error(plugin, tool, error)
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            await self._teardown(binding, sandbox)
+            raise ToolFailed(f"{plugin} answered {tool} without a result object")
+        return PluginOutcome(result, sandbox.output_dir / call_id, sandbox, timings)
+
+    async def _await_reply(
+        self, job: _Job, sandbox: Sandbox, timeout_s: float, manager: ContainerManager
+    ) -> dict[str, Any]:
+        assert sandbox.container_id is not None
+        container_id = sandbox.container_id
+        runtime = manager.runtime
+        exited = asyncio.ensure_future(
+            asyncio.to_thread(runtime.wait, container_id, timeout_s + self.start_timeout_s)
+        )
+        try:
+            try:
+                await asyncio.wait_for(_first(job.connected.wait(), exited), self.start_timeout_s)
+            except TimeoutError:
+                raise ToolTransient(
+                    f"the {sandbox.template} sandbox for {job.tool} did not connect within "
+                    f"{self.start_timeout_s:.0f}s",
+                    fix="Check `fluffy doctor` and the engine's load.",
+                ) from None
+            if not job.connected.is_set():
+                raise ToolTransient(
+                    f"the plugin sandbox for {job.tool} exited before asking for work",
+                    why=_tail(runtime, container_id),
+                )
+            try:
+                return await asyncio.wait_for(_first(job.future, exited, value=True), timeout_s)
+            except TimeoutError:
+                raise ToolTimeout(
+                    f"{job.tool} did not finish within {timeout_s:g}s",
+                    fix="Raise tools.call_timeout in policy.yaml, or make the work smaller.",
+                ) from None
+        finally:
+            exited.cancel()
+
+    async def release(self, outcome: PluginOutcome) -> None:
+        """Destroy the call's sandbox (and its output folder) in the background."""
+        binding = next(
+            (b for b, j in self.jobs.items() if j.sandbox_id == outcome.sandbox.sandbox_id), None
+        )
+        task = asyncio.create_task(self._teardown(binding, outcome.sandbox))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
+
+    async def _teardown(self, binding: str | None, sandbox: Sandbox | None) -> None:
+        if sandbox is not None:
+            with contextlib.suppress(FluffyError, OSError):
+                await asyncio.to_thread(lambda: self.manager().destroy(sandbox))
+        if binding is None:
+            return
+        job = self.jobs.pop(binding, None)
+        server = self.servers.pop(binding, None)
+        if server is not None:
+            await server.close()
+        if job is not None:
+            shutil.rmtree(self.root / "ipc" / f"tool-{job.call_id}", ignore_errors=True)
+
+    # -- preemption (design: PAUSE_SIGNAL, 1 s grace, engine pause) ---------------------
+    def _job_for(self, sandbox_id: str) -> _Job | None:
+        return next((j for j in self.jobs.values() if j.sandbox_id == sandbox_id), None)
+
+    async def pause(self, sandbox: Sandbox) -> None:
+        job = self._job_for(sandbox.sandbox_id)
+        if job is not None and job.context is not None:
+            with contextlib.suppress(Exception):
+                job.context.send_event("tool.pause", {"call_id": job.call_id})
+            await asyncio.sleep(PAUSE_GRACE_S)
+        assert sandbox.container_id is not None
+        container_id = sandbox.container_id
+        await asyncio.to_thread(lambda: self.manager().runtime.pause(container_id))
+
+    async def resume(self, sandbox: Sandbox) -> None:
+        assert sandbox.container_id is not None
+        container_id = sandbox.container_id
+        await asyncio.to_thread(lambda: self.manager().runtime.resume(container_id))
+        job = self._job_for(sandbox.sandbox_id)
+        if job is not None and job.context is not None:
+            with contextlib.suppress(Exception):
+                job.context.send_event("tool.resume", {"call_id": job.call_id})
+
+    def _job_by_call(self, call_id: str) -> _Job | None:
+        return next((j for j in self.jobs.values() if j.call_id == call_id), None)
+
+    async def pause_call(self, call_id: str) -> None:
+        job = self._job_by_call(call_id)
+        if job is not None and job.sandbox is not None:
+            await self.pause(job.sandbox)
+
+    async def resume_call(self, call_id: str) -> None:
+        job = self._job_by_call(call_id)
+        if job is not None and job.sandbox is not None:
+            await self.resume(job.sandbox)
+
+    async def destroy_call(self, call_id: str, reason: FluffyError) -> None:
+        job = self._job_by_call(call_id)
+        if job is None:
+            return
+        if not job.future.done():
+            job.future.set_exception(reason)
+        if job.sandbox is not None:
+            sandbox = job.sandbox
+            with contextlib.suppress(FluffyError, OSError):
+                await asyncio.to_thread(lambda: self.manager().destroy(sandbox))
+
+    def evict(self) -> int:
+        """Kernel memory at 90 %: destroy the running plugin sandboxes (non-critical)."""
+        count = 0
+        for job in list(self.jobs.values()):
+            if not job.future.done():
+                job.future.set_exception(
+                    ToolTransient(
+                        f"{job.tool} was stopped: the kernel is short of memory",
+                        fix="Call it again when the kernel has recovered.",
+                    )
+                )
+                count += 1
+        return count
+
+    async def close(self) -> None:
+        for binding in list(self.jobs):
+            job = self.jobs[binding]
+            if not job.future.done():
+                job.future.set_exception(ToolTransient("the kernel is shutting down"))
+            await self._teardown(binding, None)
+        if self._cleanup:
+            await asyncio.gather(*self._cleanup, return_exceptions=True)
+
+
+async def _first(awaitable: Any, exited: asyncio.Future[int], *, value: bool = False) -> Any:
+    """``awaitable``'s result, unless the container exits first (then None / raises)."""
+    main = asyncio.ensure_future(awaitable)
+    try:
+        await asyncio.wait({main, exited}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not main.done():
+            main.cancel()
+    if main.done() and not main.cancelled():
+        return main.result()
+    if value:
+        raise ToolTransient("the plugin sandbox exited without answering")
+    return None
+
+
+def _tail(runtime: Any, container_id: str) -> str:
+    with contextlib.suppress(Exception):
+        return "".join(runtime.logs(container_id)).strip()[-1500:] or "no output"
+    return "its logs could not be read"
+
+
+def _plugin_error(plugin: str, tool: str, error: dict[str, Any]) -> FluffyError:
+    code = str(error.get("code", "tool.failed"))
+    message = str(error.get("message", "no message"))[:2000]
+    if code == "tool.input_invalid":
+        return ToolInputInvalid(f"{tool}: {message}", why=f"{plugin} refused the arguments")
+    cls = ToolTransient if error.get("retryable") else ToolFailed
+    return cls(f"{tool} failed: {message}", why=f"reported by {plugin} ({code})")

@@ -1,0 +1,551 @@
+"""The tool router: policy check → route → execute → sanitise → audit → return.
+
+Every AI tool call takes this path (design: AI Tools Module).  The answer is always a
+result object — a refusal or a failure is a result the AI reads, never a broken
+connection: ``{"ok": false, "error": {...}}`` with the error's code, what / why / fix,
+``retryable``, and for a tool the workflow does not allow now the design's
+ToolUnavailableError fields.
+
+Routing: read-only tools run kernel-native (the fast path); writes, test runs and git
+run in a fresh L2 sandbox of their plugin (:mod:`fluffy.kernel.tools.plugins`), whose
+output is validated and *staged*; only the merge in ``reviewing`` writes the project.
+Reads are retried once after 100 ms; writes never (their errors say whether a retry
+makes sense).  Each call leaves a ``tool_execute`` and a ``tool_result`` audit entry
+(the latter with the sanitised output and the original's size and hash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import (
+    FluffyError,
+    KernelOverloaded,
+    MergeRefused,
+    PolicyError,
+    ToolInputInvalid,
+)
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.observer import summarize
+from fluffy.kernel.merge.ingest import ingest
+from fluffy.kernel.merge.merger import Merger
+from fluffy.kernel.merge.paths import read_regular, safe_relpath
+from fluffy.kernel.policy.audited import AuditedPolicy
+from fluffy.kernel.policy.engine import Caller, Request
+from fluffy.kernel.tools import availability
+from fluffy.kernel.tools.breaker import BreakerBoard
+from fluffy.kernel.tools.fastpath import FastPath, parse_args
+from fluffy.kernel.tools.flow import Flow
+from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
+from fluffy.kernel.tools.plugins import PluginOutcome, PluginRunner
+from fluffy.kernel.tools.registry import Registry, ToolSpec
+from fluffy.kernel.tools.sanitizer import OutputSanitizer
+from fluffy.kernel.tools.settings import ToolSettings
+from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
+from fluffy.kernel.workflow.evidence import TestRun, parse_junit
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.store import SessionRow
+
+READ_RETRY_DELAY_S = 0.1
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+#: Runs a plugin call under the scheduler: (template, call id, coroutine factory).
+Schedule = Callable[[str, str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+
+
+async def _direct(template: str, key: str, work: Callable[[], Awaitable[Any]]) -> Any:
+    return await work()
+
+
+@dataclass
+class _Call:
+    spec: ToolSpec
+    session: SessionRow
+    args: dict[str, Any]
+    call_id: str
+    reads: frozenset[str]
+    writes: frozenset[str]
+    review: str | None = None  # a policy rule asked for review of this write
+    timings: dict[str, float] | None = None  # a plugin call's (see PluginOutcome)
+
+
+class ToolRouter:
+    def __init__(
+        self,
+        *,
+        project: Path,
+        registry: Registry,
+        fast: FastPath,
+        runner: PluginRunner | None,
+        workflow: Workflow,
+        policy: AuditedPolicy,
+        audit: AuditLog | None,
+        sanitizer: OutputSanitizer,
+        breakers: BreakerBoard,
+        workspaces: Workspaces,
+        merger: Merger,
+        settings: ToolSettings,
+        protected: list[str],
+        schedule: Schedule = _direct,
+        accepting_work: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.project = project
+        self.registry = registry
+        self.fast = fast
+        self.runner = runner
+        self.workflow = workflow
+        self.policy = policy
+        self.audit = audit
+        self.sanitizer = sanitizer
+        self.breakers = breakers
+        self.workspaces = workspaces
+        self.merger = merger
+        self.settings = settings
+        self.protected = protected
+        self.schedule = schedule
+        self.accepting_work = accepting_work
+        self.flow = Flow(workflow, workspaces, merger, audit)
+        self.scope = availability.WriteScope(
+            workflow.test_globs, (*availability.PROTECTED_GLOBS, *protected)
+        )
+
+    # -- the public entry points ------------------------------------------------------
+    def tools(self) -> list[ToolSpec]:
+        return list(self.registry.specs.values())
+
+    async def available(self, session_id: str) -> list[str]:
+        session = await self.workflow.get(session_id)
+        return availability.available(session.state, session.mode, self.tools())
+
+    async def call(
+        self, session_id: str, tool: str, args: Any, *, call_id: str | None = None
+    ) -> dict[str, Any]:
+        started = time.perf_counter()
+        call_id = call_id or uuid.uuid4().hex[:12]
+        retries = 0
+        call: _Call | None = None
+        try:
+            call = await self._prepare(session_id, tool, args, call_id)
+            await self._record_execute(call, attempt=1)
+            while True:
+                try:
+                    output = await self._execute(call)
+                    break
+                except FluffyError as exc:
+                    if not (call.spec.retried and exc.retryable and retries == 0):
+                        raise
+                    retries += 1
+                    await asyncio.sleep(READ_RETRY_DELAY_S)
+                    await self._record_execute(call, attempt=2, after=exc)
+        except FluffyError as exc:
+            return await self._finish(call, tool, session_id, call_id, started, retries, exc)
+        return await self._finish(call, tool, session_id, call_id, started, retries, output)
+
+    async def batch(self, session_id: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several calls of one AI turn: in parallel unless their paths conflict."""
+        planned: list[PlannedCall] = []
+        for index, item in enumerate(calls):
+            try:
+                spec = self.registry.get(str(item.get("tool")))
+                reads, writes = self._paths(spec, item.get("args") or {})
+            except FluffyError:
+                reads, writes = frozenset(), frozenset()  # the call itself will refuse
+            planned.append(PlannedCall(index, reads, writes))
+        results: list[dict[str, Any]] = [{} for _ in calls]
+        for wave in plan_batches(planned):
+            answers = await asyncio.gather(
+                *(
+                    self.call(session_id, str(calls[i].get("tool")), calls[i].get("args"))
+                    for i in wave
+                )
+            )
+            for i, answer in zip(wave, answers, strict=True):
+                results[i] = answer
+        return results
+
+    # -- preparing: the checks before anything runs ---------------------------------------
+    def _write_path(self, raw: Any) -> str:
+        if not isinstance(raw, str):
+            raise ToolInputInvalid("`path` must be a string")
+        rel = self.fast.rel(raw)  # symlinks resolved: a link to the policy *is* the policy
+        try:
+            return safe_relpath(rel)
+        except MergeRefused as exc:
+            raise ToolInputInvalid(f"cannot write {raw!r}", why=exc.why, fix=exc.fix) from None
+
+    def _paths(self, spec: ToolSpec, args: Any) -> tuple[frozenset[str], frozenset[str]]:
+        if not isinstance(args, dict):
+            raise ToolInputInvalid(f"{spec.name}: arguments must be an object")
+        reads, writes = spec.paths(args)
+        if spec.kind == "write":
+            rel = self._write_path(args.get("path"))
+            return frozenset({rel}), frozenset({rel})
+        if spec.kind == "read" and spec.name.startswith("fs."):
+            return frozenset({self.fast.rel(str(args.get("path", ".")))}), frozenset()
+        return reads, writes
+
+    async def _prepare(self, session_id: str, tool: str, args: Any, call_id: str) -> _Call:
+        session = await self.workflow.get(session_id)
+        spec = self.registry.get(tool)
+        args = dict(args) if isinstance(args, dict) else args
+        reads, writes = self._paths(spec, args)
+        if spec.kind == "write":
+            args["path"] = next(iter(writes))  # the plugin writes what was authorised
+        if spec.route in ("fast", "kernel"):
+            parse_args(tool, args)  # refuse bad arguments before policy sees them
+        if spec.kind != "workflow":
+            availability.check(
+                tool,
+                spec.kind,
+                session.state,
+                session.mode,
+                sorted(writes),
+                self.tools(),
+                scope=self.scope,
+            )
+        if spec.route == "plugin" and not self.accepting_work():
+            raise KernelOverloaded(
+                f"{tool} was not started: the kernel is short of memory",
+                fix="Wait for running work to finish, then call again.",
+            )
+        call = _Call(spec, session, args, call_id, reads, writes)
+        self._authorise(call)
+        return call
+
+    def _authorise(self, call: _Call) -> None:
+        spec = call.spec
+        caller = (
+            Caller(spec.plugin, frozenset({"ai", "core_plugin"}))
+            if spec.route == "plugin" and spec.plugin
+            else Caller("ai", frozenset({"ai"}))
+        )
+        content = call.args.get("content")
+        size = len(content.encode()) if isinstance(content, str) else None
+        targets: list[str | None] = (
+            [*sorted(call.writes)] or [*sorted(p for p in call.reads if p)] or [None]
+        )
+        for path in targets:
+            decision = self.policy.evaluate(
+                Request(
+                    syscall=spec.name,
+                    caller=caller,
+                    path=path if path not in (None, ".") else None,
+                    state=call.session.state,
+                    mode=call.session.mode,
+                    size=size,
+                    sandbox=spec.template if spec.route == "plugin" else None,
+                )
+            )
+            if decision.result == "deny":
+                raise PolicyError(
+                    f"policy denied {spec.name}" + (f" on {path}" if path else ""),
+                    why="; ".join(decision.reasons) or "no rule allows it (default deny)",
+                    fix="Ask the user to allow it in .fluffy/policy.yaml (fluffy config "
+                    "policy edit), or do something else.",
+                )
+            if decision.result == "require_review":
+                if spec.kind != "write":
+                    raise PolicyError(
+                        f"{spec.name} needs the user's review",
+                        why="; ".join(decision.reasons),
+                        fix="Only writes can wait for review (in reviewing); ask the user.",
+                    )
+                call.review = "; ".join(decision.reasons) or f"{spec.name} {path} needs review"
+
+    # -- executing ----------------------------------------------------------------------
+    async def _execute(self, call: _Call) -> dict[str, Any]:
+        spec, session = call.spec, call.session
+        if spec.name == "plan.complete":
+            steps = await self.flow.plan_complete(session.id)
+            return {"workflow": [s.to_dict() for s in steps]}
+        stage = self.workspaces.get(session.id)
+        if spec.route == "fast" and (self.settings.fast_path or spec.module is None):
+            if spec.name.startswith("search."):
+                return await asyncio.to_thread(self.fast.run, spec.name, call.args, stage)
+            return self.fast.run(spec.name, call.args, stage)
+        if spec.name == "test.run":
+            return await self._test_run(call)
+        outcome = await self._plugin(call)
+        try:
+            if spec.kind == "write":
+                return await self._stage(call, outcome)
+            if spec.name == "git.commit":
+                return await self._commit(call, outcome)
+            return outcome.result
+        finally:
+            assert self.runner is not None
+            await self.runner.release(outcome)
+
+    async def _plugin(self, call: _Call) -> PluginOutcome:
+        spec = call.spec
+        if self.runner is None or spec.plugin is None or spec.module is None:
+            raise PolicyError(
+                f"{spec.name} needs a sandbox, and this kernel has no container engine",
+                fix="Start Docker or Podman (`scripts/setup`), then restart the kernel.",
+            )
+        runner, plugin, module = self.runner, spec.plugin, spec.module
+        stage = self.workspaces.get(call.session.id)
+        ticket = self.breakers.before(plugin)
+        try:
+            outcome: PluginOutcome = await self.schedule(
+                spec.template,
+                call.call_id,
+                lambda: runner.run(
+                    plugin=plugin,
+                    module=module,
+                    template=spec.template,
+                    call_id=call.call_id,
+                    tool=spec.name,
+                    args=call.args,
+                    session_mode=call.session.mode,
+                    project=self.project,
+                    staged_dir=stage.root if stage.root.exists() else None,
+                    timeout_s=self.settings.call_timeout_s,
+                ),
+            )
+        except BaseException as exc:
+            if isinstance(exc, FluffyError | OSError):
+                self.breakers.failure(ticket, exc)
+            else:
+                self.breakers.release(ticket)
+            raise
+        self.breakers.success(ticket)
+        call.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
+        return outcome
+
+    async def _stage(self, call: _Call, outcome: PluginOutcome) -> dict[str, Any]:
+        changes = outcome.result.get("changes")
+        if not isinstance(changes, list):
+            raise MergeRefused(f"{call.spec.name} returned no change list")
+        for change in changes:
+            path = change.get("path") if isinstance(change, dict) else None
+            if path not in call.writes:
+                raise MergeRefused(
+                    f"{call.spec.plugin} tried to change {path!r}, which this call was not "
+                    f"allowed to write",
+                    why=f"the call was authorised for {', '.join(sorted(call.writes))} only",
+                )
+        stage = self.workspaces.get(call.session.id)
+        staged = await asyncio.to_thread(
+            ingest, outcome.call_dir, changes, stage.staging, protected=self.protected
+        )
+        stage.changed()
+        if call.review:
+            reasons = list(call.session.data.get("review_required", []))
+            await self.workflow.annotate(
+                call.session.id, "review_required", review_required=[*reasons, call.review]
+            )
+        diff = await asyncio.to_thread(stage.staging.diff)
+        return {
+            "staged": [c.path for c in staged],
+            "note": "staged: tests and reads see it now; the project changes when the "
+            "merge is approved in reviewing",
+            "review_required": call.review,
+            "diff": diff[-8000:],
+        }
+
+    async def _commit(self, call: _Call, outcome: PluginOutcome) -> dict[str, Any]:
+        result = await asyncio.to_thread(self.merger.merge_git, outcome.call_dir, outcome.result)
+        steps = await self.flow.committed(call.session.id)
+        return {
+            "commit": outcome.result.get("commit"),
+            "ref": outcome.result.get("ref"),
+            "files": outcome.result.get("files", []),
+            "merged": list(getattr(result, "merged", [])),
+            "workflow": [s.to_dict() for s in steps],
+        }
+
+    async def _test_run(self, call: _Call) -> dict[str, Any]:
+        session_id = call.session.id
+        before = await self.flow.before_test_run(session_id)
+        # the evidence's tree hashes are the kernel's, taken before the run starts
+        tests, sources = await asyncio.to_thread(self.workflow.snapshot, session_id)
+        started = time.time()
+        clock = time.monotonic()
+        outcome = await self._plugin(call)
+        try:
+            result = outcome.result
+            junit = _output_file(outcome, result.get("junit"))
+            cases = parse_junit(junit, name="the test run's junit report") if junit else []
+            coverage: CoverageReport | None = None
+            raw_coverage = _output_file(outcome, result.get("coverage"))
+            if raw_coverage:
+                try:
+                    coverage = parse_coverage(raw_coverage, name="coverage.json")
+                except FluffyError:
+                    coverage = None
+            exit_code = int(result.get("exit_code", -1))
+        finally:
+            assert self.runner is not None
+            await self.runner.release(outcome)
+        if junit is None and exit_code not in (0, 5):
+            raise ToolInputInvalid(
+                f"test.run: pytest exited with {exit_code} and wrote no report",
+                why=str(result.get("output_tail", ""))[-1500:],
+                fix="Fix the collection error shown, then run the tests again.",
+            )
+        run = TestRun(
+            command=("test.run", json.dumps(call.args, sort_keys=True)),
+            exit_code=exit_code,
+            cases=tuple(cases),
+            tests=tests,
+            sources=sources,
+            started_at=started,
+            duration_s=time.monotonic() - clock,
+        )
+        await self.workflow.record_test_run(session_id, run, coverage)
+        after, review = await self.flow.after_test_run(session_id, run)
+        failed = [
+            {"id": c.id, "message": c.message[:500]}
+            for c in cases
+            if c.outcome in ("failed", "error")
+        ]
+        answer: dict[str, Any] = {
+            "exit_code": exit_code,
+            "counts": run.counts,
+            "failed": failed[:50],
+            "coverage_percent": None if coverage is None else round(coverage.percent, 2),
+            "output_tail": str(result.get("output_tail", ""))[-4000:],
+            "workflow": [s.to_dict() for s in (*before, *after)],
+        }
+        if review is not None:
+            answer["review"] = review
+        return answer
+
+    # -- finishing: sanitise, audit, answer ----------------------------------------------
+    async def _finish(
+        self,
+        call: _Call | None,
+        tool: str,
+        session_id: str,
+        call_id: str,
+        started: float,
+        retries: int,
+        output: dict[str, Any] | FluffyError,
+    ) -> dict[str, Any]:
+        duration_ms = (time.perf_counter() - started) * 1000
+        route = call.spec.route if call is not None else None
+        if isinstance(output, FluffyError):
+            answer: dict[str, Any] = {"ok": False, "error": output.to_dict()}
+            original: Any = answer["error"]
+            meta = {"error_code": output.code}
+        else:
+            cleaned = self.sanitizer.sanitize(tool, output)
+            answer = {"ok": True, "output": cleaned.value}
+            original = output
+            meta = {
+                "original_chars": str(cleaned.original_chars),
+                "sanitized_chars": str(cleaned.sanitized_chars),
+                "truncated": str(cleaned.truncated).lower(),
+                "redactions": str(cleaned.redactions),
+            }
+            if cleaned.redacted_kinds:
+                meta["redacted_kinds"] = ",".join(cleaned.redacted_kinds)
+        session = await self._session_view(session_id)
+        answer.update(
+            tool=tool,
+            call_id=call_id,
+            route=route,
+            duration_ms=round(duration_ms, 3),
+            retries=retries,
+            session=session,
+        )
+        if call is not None and call.timings is not None:
+            answer["timings"] = call.timings
+        digest = hashlib.sha256(
+            json.dumps(original, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        await self._record(
+            "tool_result",
+            call,
+            session_id,
+            tool,
+            input_summary=summarize(original),
+            output_summary=summarize(answer.get("output", answer.get("error"))),
+            decision="denied"
+            if isinstance(output, FluffyError)
+            and output.code.startswith(("policy.", "tool.unavailable"))
+            else None,
+            duration_ms=duration_ms,
+            metadata={
+                "call_id": call_id,
+                "original_sha256": digest,
+                "retries": str(retries),
+                **meta,
+            },
+        )
+        return answer
+
+    async def _session_view(self, session_id: str) -> dict[str, Any] | None:
+        try:
+            session = await self.workflow.get(session_id)
+        except FluffyError:
+            return None
+        return {"session_id": session.id, "mode": session.mode, "state": session.state}
+
+    async def _record_execute(
+        self, call: _Call, *, attempt: int, after: FluffyError | None = None
+    ) -> None:
+        meta = {"call_id": call.call_id, "attempt": str(attempt), "route": call.spec.route}
+        if after is not None:
+            meta["retry_after"] = after.code
+        if call.review:
+            meta["review_required"] = call.review
+        await self._record(
+            "tool_execute",
+            call,
+            call.session.id,
+            call.spec.name,
+            input_summary=summarize(call.args),
+            decision="allowed" if not call.review else "review_required",
+            metadata=meta,
+        )
+
+    async def _record(
+        self,
+        kind: str,
+        call: _Call | None,
+        session_id: str,
+        tool: str,
+        *,
+        input_summary: str,
+        output_summary: str | None = None,
+        decision: str | None = None,
+        duration_ms: float | None = None,
+        metadata: dict[str, str],
+    ) -> None:
+        if self.audit is None:
+            return
+        session = call.session if call is not None else None
+        self.audit.record_nowait(
+            Event(
+                kind,
+                caller="ai",
+                session_id=session_id,
+                session_mode=session.mode if session else "strict",
+                state_machine_state=session.state if session else "idle",
+                syscall_type=tool,
+                policy_decision=decision,
+                input_summary=input_summary,
+                output_summary=output_summary,
+                duration_ms=None if duration_ms is None else round(duration_ms, 3),
+                metadata=metadata,
+            )
+        )
+
+
+def _output_file(outcome: PluginOutcome, name: Any) -> bytes | None:
+    """A file the plugin named in its result, read without following links (capped)."""
+    if not isinstance(name, str) or not name:
+        return None
+    data: bytes = read_regular(outcome.call_dir, safe_relpath(name), MAX_REPORT_BYTES)
+    return data

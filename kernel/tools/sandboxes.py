@@ -1,0 +1,119 @@
+"""The kernel's container manager: opened on first use, sibling sandboxes, orphans removed.
+
+In L1 the kernel sees the project, its state and its socket folder at /fluffy/...; the
+engine resolves bind mounts on the *host*, so every path handed to it is translated
+with the FLUFFY_HOST_* variables bootstrap passes in (sandboxes are siblings of L1,
+never nested).  Every sandbox carries the project's label; at start-up the kernel
+removes the sandboxes of its project that an earlier (killed) kernel left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from fluffy.errors import FluffyError
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.runtime import LABEL_MANAGED, LABEL_SESSION
+
+log = logging.getLogger("fluffy.kernel.sandboxes")
+
+INSIDE = Path("/fluffy")
+HOST_VARS = {
+    "project": "FLUFFY_HOST_PROJECT",
+    "state": "FLUFFY_HOST_STATE",
+    "run": "FLUFFY_HOST_RUN",
+}
+
+
+def host_path_mapper(
+    env: Mapping[str, str], project: Path | None, state_dir: Path
+) -> Callable[[Path], Path]:
+    """kernel path -> the host path the engine must see (identity outside L1)."""
+    pairs: list[tuple[Path, Path]] = []
+    kernel_paths = {"project": project, "state": state_dir, "run": None}
+    for name, var in HOST_VARS.items():
+        host = env.get(var)
+        inside = kernel_paths.get(name) or INSIDE / name
+        if host:
+            pairs.append((Path(inside), Path(host)))
+
+    def translate(path: Path) -> Path:
+        for inside, host in pairs:
+            with contextlib.suppress(ValueError):
+                return host / path.relative_to(inside)
+        return path
+
+    return translate
+
+
+def engine_env(env: Mapping[str, str]) -> dict[str, str]:
+    """L1's FLUFFY_ENGINE / FLUFFY_ENGINE_SOCKET as the variables engine.connect reads."""
+    out = dict(env)
+    kind, socket = env.get("FLUFFY_ENGINE"), env.get("FLUFFY_ENGINE_SOCKET")
+    if kind and socket and not env.get("FLUFFY_RUNTIME"):
+        out["FLUFFY_RUNTIME"] = kind
+        out["CONTAINER_HOST" if kind == "podman" else "DOCKER_HOST"] = f"unix://{socket}"
+    return out
+
+
+class KernelSandboxes:
+    """Opens the manager once (engine connection, current images), thread-safe."""
+
+    def __init__(
+        self, state_dir: Path, project: Path | None, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.state_dir = state_dir
+        self.project = project
+        self.env = dict(os.environ if env is None else env)
+        self.instance = uuid.uuid4().hex[:12]
+        self._manager: ContainerManager | None = None
+        self._lock = threading.Lock()
+        self.orphans_removed: list[str] = []
+        self.error: FluffyError | None = None
+
+    @property
+    def project_label(self) -> str:
+        return self.env.get("FLUFFY_PROJECT_ID") or str(self.project or self.state_dir)
+
+    def manager(self) -> ContainerManager:
+        with self._lock:
+            if self._manager is None:
+                from fluffy.kernel.containers.engine import connect
+                from fluffy.kernel.containers.factory import open_manager
+
+                engine = connect(engine_env(self.env), timeout=30)
+                self._manager = open_manager(
+                    engine,
+                    session_id=self.instance,
+                    root=self.state_dir / "sandboxes",
+                    host_path=host_path_mapper(self.env, self.project, self.state_dir),
+                    labels={"org.fluffy.project": self.project_label},
+                )
+            return self._manager
+
+    def remove_orphans(self) -> list[str]:
+        """Remove this project's sandboxes that no running kernel owns (start-up)."""
+        manager = self.manager()
+        removed: list[str] = []
+        wanted = {LABEL_MANAGED: "1", "org.fluffy.project": self.project_label}
+        for state in manager.runtime.list_containers(wanted):
+            if state.labels.get(LABEL_SESSION) == self.instance:
+                continue
+            try:
+                manager.runtime.remove(state.id)
+                removed.append(state.id)
+            except FluffyError as exc:
+                log.warning("cannot remove orphan sandbox %s: %s", state.id[:12], exc)
+        self.orphans_removed = removed
+        return removed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._manager is not None:
+                self._manager.close()

@@ -1,0 +1,109 @@
+"""policy.yaml's ``tools:``, ``merge:`` and ``scheduler:`` sections.
+
+They are security settings (what the AI gets to see, what merges without a human, how
+much runs at once), so they live in the policy file and change only through
+``policy.update`` (design: Configuration Hierarchy).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fluffy.errors import ConfigError
+from fluffy.units import parse_duration_ms, parse_size
+
+Strategy = Literal["head", "tail", "middle"]
+
+
+class ToolSettings(BaseModel):
+    """``tools:`` — output sanitisation and the kernel-native fast path."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_result_tokens: int = Field(default=4000, ge=100, le=200_000)
+    #: Extra secret patterns (Python regular expressions), redacted like the built-ins.
+    redact_patterns: list[str] = Field(default_factory=list)
+    #: Truncation strategy per tool name or ``ns.*`` prefix (head / tail / middle).
+    truncation: dict[str, Strategy] = Field(default_factory=dict)
+    #: Read-only tools run in the kernel (design); false sends them to search-tool / fs-tool.
+    fast_path: bool = True
+    #: Largest file fs.read returns whole (larger: ask for a line range).
+    read_max_size: str = "1MiB"
+    #: Time limit for a plugin tool call (sandbox start excluded).
+    call_timeout: str = "300s"
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("read_max_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        try:
+            parse_size(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.what}: {exc.why}") from None
+        return value
+
+    @field_validator("call_timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        try:
+            parse_duration_ms(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.what}: {exc.why}") from None
+        return value
+
+    @property
+    def read_max_bytes(self) -> int:
+        return parse_size(self.read_max_size)
+
+    @property
+    def call_timeout_s(self) -> float:
+        return parse_duration_ms(self.call_timeout) / 1000
+
+
+class MergeSettings(BaseModel):
+    """``merge:`` — what auto-merges and what no tool may ever change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    auto_merge_max_lines: int = Field(default=500, ge=0)
+    #: Paths whose change always needs a human (gitignore globs); None = fluffy's defaults.
+    sensitive_paths: list[str] | None = None
+    #: Paths no tool output may change (added to .fluffy/** and .git/**).
+    protected_paths: list[str] = Field(default_factory=list)
+
+
+class SchedulerSettings(BaseModel):
+    """``scheduler:`` — the design's concurrency limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    global_max: int = Field(default=4, ge=1, le=64)
+    per_template: dict[str, int] = Field(
+        default_factory=lambda: {"ai-provider": 2, "code-executor": 2, "policy-sandbox": 1}
+    )
+    age_threshold: str = "30s"
+
+    @field_validator("age_threshold")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        try:
+            parse_duration_ms(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.what}: {exc.why}") from None
+        return value
+
+    @property
+    def age_threshold_s(self) -> float:
+        return parse_duration_ms(self.age_threshold) / 1000

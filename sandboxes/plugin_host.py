@@ -1,0 +1,231 @@
+"""The tool plugin host: runs one tool plugin's jobs for the kernel, inside an L2 sandbox.
+
+``python3 -m fluffy.sandboxes.plugin_host fluffy.plugins.fs_tool`` scrubs its own
+environment to the SDK's allow-list (``HOME=/tmp`` if unset), imports the module's
+``PLUGIN``, connects to ``/run/fluffy/kernel.sock`` as the plugin (name, version), then
+loops: ``tool.next`` gives a job (None: exit 0), the plugin's handler runs it in a worker
+thread, ``tool.result`` reports it (see :mod:`fluffy.plugins.sdk.execute`).
+
+While a handler runs, the connection stays served: the kernel's ``tool.pause`` and
+``tool.resume`` events call the plugin's ``on_pause`` / ``on_resume`` hooks (in their
+own thread, in order).  If the connection drops after a pause (the kernel froze the
+container for longer than it waits), the host reconnects, calls ``on_resume`` if no
+resume came, and sends again what it was sending.  A drop without a pause ends the host
+(exit 1): the kernel is gone.  ``--socket``, ``--workspace``, ``--staged`` and
+``--output`` let tests run the host outside a container.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import ConnectionClosed, FluffyError
+from fluffy.ipc.client import AsyncClient
+from fluffy.ipc.protocol import IpcMessage
+from fluffy.plugins.sdk import BoundTool, Roots, ToolPlugin, check_plugin, execute_job
+from fluffy.plugins.sdk.run import scrub_environment
+
+SOCKET = "/run/fluffy/kernel.sock"
+PAUSE, RESUME = "tool.pause", "tool.resume"
+
+
+@dataclass(frozen=True)
+class Options:
+    module: str
+    socket: str
+    roots: Roots
+    reconnect_s: float
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m fluffy.sandboxes.plugin_host",
+        description="Run a fluffy tool plugin's jobs for the kernel.",
+    )
+    parser.add_argument("module", help="the plugin's module, e.g. fluffy.plugins.fs_tool")
+    parser.add_argument("--socket", default=SOCKET)
+    parser.add_argument("--workspace", type=Path, default=Path("/workspace"))
+    parser.add_argument("--staged", type=Path, default=Path("/staged"))
+    parser.add_argument("--output", type=Path, default=Path("/output"))
+    parser.add_argument(
+        "--reconnect-s", type=float, default=60.0, help="how long to retry after a paused drop"
+    )
+    args = parser.parse_args(argv)
+    roots = Roots(workspace=args.workspace, staged=args.staged, output=args.output)
+    return Options(args.module, args.socket, roots, args.reconnect_s)
+
+
+def load_plugin(module: str) -> ToolPlugin:
+    plugin = getattr(importlib.import_module(module), "PLUGIN", None)
+    if not isinstance(plugin, ToolPlugin):
+        raise TypeError(f"{module}.PLUGIN is missing or not a ToolPlugin")
+    return plugin
+
+
+def _log(message: str) -> None:
+    print(f"plugin_host: {message}", file=sys.stderr, flush=True)
+
+
+class _Client(AsyncClient):
+    """The IPC client, telling the host when the connection is lost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_lost: Callable[[], None] | None = None
+
+    def _lost(self) -> None:
+        if self.on_lost is not None:  # first: callers woken below see the host's decision
+            self.on_lost()
+        super()._lost()
+
+
+class Host:
+    def __init__(self, plugin: ToolPlugin, tools: dict[str, BoundTool], options: Options):
+        self.plugin = plugin
+        self.tools = tools
+        self.options = options
+        self.client: _Client | None = None
+        self.paused = False
+        self.pause_seen = False  # a pause on this connection: a drop is worth a reconnect
+        self.closed = False  # the connection is gone for good
+        self.stopping = False
+        self.reconnecting: asyncio.Task[None] | None = None
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="fluffy-tool")
+        self.hooks = ThreadPoolExecutor(1, thread_name_prefix="fluffy-hooks")
+
+    # -- connection ----------------------------------------------------------------
+    async def connect(self) -> None:
+        client = await _Client.connect(
+            self.options.socket,
+            plugin_name=self.plugin.name,
+            plugin_version=str(self.plugin.version),
+        )
+        assert isinstance(client, _Client)
+        client.on_event = self.on_event
+        client.on_lost = self.on_lost
+        while not client.events.empty():  # any that came before on_event was set
+            self.on_event(client.events.get_nowait())
+        self.client = client
+
+    def on_lost(self) -> None:
+        if self.stopping:
+            return
+        if self.pause_seen:
+            _log("the connection dropped after a pause; reconnecting")
+            self.reconnecting = asyncio.ensure_future(self.reconnect())
+        else:
+            self.closed = True
+
+    async def reconnect(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.reconnect_s
+        while True:
+            try:
+                await self.connect()
+            except (OSError, FluffyError) as exc:
+                if loop.time() >= deadline:
+                    _log(f"could not reconnect within {self.options.reconnect_s:g} s: {exc}")
+                    self.closed = True
+                    return
+                await asyncio.sleep(0.2)
+                continue
+            _log("reconnected")
+            self.pause_seen = False
+            if self.paused:  # the resume event went to the old connection, or never came
+                self.paused = False
+                self.hook("on_resume")
+            return
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """``call`` that survives a drop after a pause (waits for the reconnection)."""
+        for _ in range(200):
+            if self.reconnecting is not None and not self.reconnecting.done():
+                await asyncio.shield(self.reconnecting)
+            if self.closed or self.client is None:
+                raise ConnectionClosed("the kernel closed the connection")
+            client = self.client
+            try:
+                return await client.call(method, params)
+            except ConnectionClosed:
+                if self.closed:
+                    raise
+                await asyncio.sleep(0.05)  # the loss is being handled: wait for its outcome
+        raise ConnectionClosed("the connection to the kernel keeps failing")
+
+    # -- events --------------------------------------------------------------------
+    def on_event(self, message: IpcMessage) -> None:
+        if message.method == PAUSE:
+            self.paused = True
+            self.pause_seen = True
+            self.hook("on_pause")
+        elif message.method == RESUME:
+            self.paused = False
+            self.hook("on_resume")
+        else:
+            _log(f"ignoring event {message.method!r}")
+
+    def hook(self, name: str) -> None:
+        self.hooks.submit(self._call_hook, name)
+
+    def _call_hook(self, name: str) -> None:
+        try:
+            getattr(self.plugin, name)()
+        except Exception:
+            _log(f"the plugin's {name} failed:")
+            traceback.print_exc(file=sys.stderr)
+
+    # -- jobs ----------------------------------------------------------------------
+    def run_job(self, job: Any) -> dict[str, Any]:
+        return execute_job(self.tools, self.plugin.name, job, self.options.roots)
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        await self.connect()
+        try:
+            while True:
+                job = await self.request("tool.next")
+                if job is None:
+                    return 0
+                reply = await loop.run_in_executor(self.worker, self.run_job, job)
+                try:
+                    await self.request("tool.result", reply)
+                except ConnectionClosed:
+                    raise
+                except FluffyError as exc:  # the kernel refused this result: next job
+                    _log(f"the kernel refused the result of {reply.get('call_id')!r}: {exc}")
+        finally:
+            self.stopping = True
+            if self.client is not None:
+                await self.client.close()
+            self.worker.shutdown(wait=False, cancel_futures=True)
+            self.hooks.shutdown(wait=False, cancel_futures=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    scrub_environment()  # before anything else: no secret reaches the plugin's code
+    options = parse_args(argv)
+    try:
+        plugin = load_plugin(options.module)
+        tools = check_plugin(plugin)
+    except Exception:
+        _log(f"cannot load the plugin {options.module}:")
+        traceback.print_exc(file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(Host(plugin, tools, options).serve())
+    except (FluffyError, OSError) as exc:
+        _log(f"stopped: {type(exc).__name__}: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

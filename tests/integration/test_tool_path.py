@@ -1,0 +1,149 @@
+"""The design's end-to-end scenario, phases 3-7, over the kernel's IPC with a real engine.
+
+No AI: the test plays the model's tool calls.  Every write runs in an L2 sandbox of
+fs-tool, tests in test-tool, the commit in git-tool; the project changes only through
+the kernel's merge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import connect_engine
+from tests.integration.tool_support import Kernel, call, demo_project, git
+
+NEW_TEST = """import pytest
+
+from democonfig import parse_config
+from democonfig.config import ConfigError
+
+
+def test_line_without_equals_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="line 2"):
+        parse_config("a = 1\\nbroken\\n")
+"""
+
+CODE = '''"""Parse `key = value` configuration text."""
+
+
+class ConfigError(ValueError):
+    """A line of the configuration is not `key = value`."""
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """Return the settings in ``text``; blank lines and `#` comments are skipped."""
+    settings: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise ConfigError(f"line {number}: expected `key = value`, got {line!r}")
+        key, value = line.split("=", 1)
+        settings[key.strip()] = value.strip()
+    return settings
+'''
+
+
+STEPS = (
+    "plan_complete: planning -> test_writing",
+    "tests_red: test_writing -> code_writing",
+    "code_changed: code_writing -> validating",
+    "tests_passed: validating -> reviewing",
+    "merge_approved: reviewing -> committing",
+    "commit_complete: committing -> idle",
+)
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    from fluffy.images.builder import build_images
+
+    with connect_engine(request.param) as connected:
+        build_images(connected)
+    return str(request.param)
+
+
+def _ok(answer: dict[str, Any]) -> dict[str, Any]:
+    assert answer["ok"], answer.get("error")
+    output: dict[str, Any] = answer["output"]
+    return output
+
+
+def _state(answer: dict[str, Any]) -> str:
+    return str(answer["session"]["state"])
+
+
+def test_tdd_flow_through_sandboxes_merge_and_commit(tmp_path: Path, runtime: str) -> None:
+    project = demo_project(tmp_path)
+    head_before = git(project, "rev-parse", "HEAD").strip()
+    original_code = (project / "src/democonfig/config.py").read_text()
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            assert (
+                client.call("session.message", {"session_id": sid, "text": "errors"})["state"]
+                == "planning"
+            )
+            # phase 2: a fast-path read
+            read = call(client, sid, "fs.read", path="/src/democonfig/config.py")
+            assert read["route"] == "fast"
+            assert _ok(read)["content"] == original_code
+            # phase 3: tests first; a source write is refused with ToolUnavailableError
+            assert _state(call(client, sid, "plan.complete")) == "test_writing"
+            refused = call(client, sid, "fs.write", path="src/democonfig/config.py", content=CODE)
+            assert not refused["ok"]
+            error = refused["error"]
+            assert error["error"] == "tool_unavailable"
+            assert error["tool_name"] == "fs.write"
+            assert error["current_state"] == "test_writing"
+            assert "fs.read" in error["available_tools"]
+            assert "tests" in error["reason"]
+            wrote = call(client, sid, "fs.write", path="tests/test_errors.py", content=NEW_TEST)
+            assert wrote["route"] == "plugin"
+            assert _ok(wrote)["staged"] == ["tests/test_errors.py"]
+            assert not (project / "tests/test_errors.py").exists()  # staged, not merged
+            # the view shows the staged file to reads
+            assert _ok(call(client, sid, "fs.read", path="tests/test_errors.py"))["staged"]
+            # run it red: an import error is not red, so the kernel moves on only on red
+            red = call(client, sid, "test.run")
+            out = _ok(red)
+            assert out["counts"]["failed"] + out["counts"]["error"] >= 1, out
+            assert _state(red) == "code_writing", out["workflow"]
+            # phase 4: the code
+            code = call(client, sid, "fs.write", path="src/democonfig/config.py", content=CODE)
+            assert _ok(code)["staged"] == ["src/democonfig/config.py"]
+            assert (project / "src/democonfig/config.py").read_text() == original_code
+            # phase 5-6: green, reviewing, auto-merge (tests pass, small, nothing sensitive)
+            green = call(client, sid, "test.run")
+            out = _ok(green)
+            assert out["counts"]["failed"] == 0 and out["counts"]["passed"] == 4, out
+            assert out["review"]["auto_merged"], out["review"]
+            assert _state(green) == "committing"
+            assert (project / "src/democonfig/config.py").read_text() == CODE
+            assert (project / "tests/test_errors.py").read_text() == NEW_TEST
+            # phase 7: commit with git-tool; the kernel merges the objects and the ref
+            commit = call(client, sid, "git.commit", message="Add error handling to parseConfig")
+            out = _ok(commit)
+            assert _state(commit) == "idle"
+        log = git(project, "log", "--format=%H %P %s", "-n", "2").splitlines()
+        assert log[0].split() == [out["commit"], head_before, "Add", "error", "handling",
+                                  "to", "parseConfig"]  # fmt: skip
+        assert git(project, "status", "--porcelain") == ""
+        subprocess_check = git(project, "fsck", "--no-progress")
+        assert "error" not in subprocess_check
+    finally:
+        kernel.stop()
+    # the audit log shows each step and verifies
+    transitions = [e["input_summary"] for e in kernel.entries("state_transition")]
+    for step in STEPS:
+        assert any(t.startswith(step) for t in transitions), (step, transitions)
+    assert len(kernel.entries("merge_approved")) == 1
+    results = kernel.entries("tool_result")
+    assert {e["syscall_type"] for e in results} >= {"fs.read", "fs.write", "test.run", "git.commit"}
+    verify = kernel.audit("verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -1,0 +1,108 @@
+"""A real `fluffy kernel serve` on a copy of the demo project, with a real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fluffy.ipc.client import SyncClient
+
+FLUFFY = str(Path(sys.executable).parent / "fluffy")
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "dev",
+    "GIT_AUTHOR_EMAIL": "dev@example.com",
+    "GIT_COMMITTER_NAME": "dev",
+    "GIT_COMMITTER_EMAIL": "dev@example.com",
+}
+
+
+def git(project: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(project), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+
+
+def demo_project(tmp_path: Path) -> Path:
+    """The demo project as a git repository with one commit (world-readable)."""
+    project = tmp_path / "project"
+    shutil.copytree(DEMO, project)
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "initial")
+    for path in [project, *project.rglob("*")]:  # the sandbox user reads it
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    tmp_path.chmod(0o755)
+    return project
+
+
+class Kernel:
+    def __init__(self, tmp_path: Path, project: Path, runtime: str, **env: str) -> None:
+        self.sock = tmp_path / "run" / "kernel.sock"
+        self.state = tmp_path / "state"
+        self.project = project
+        self.env = {**os.environ, "FLUFFY_RUNTIME": runtime, **env}
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> Kernel:
+        self.sock.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [FLUFFY, "kernel", "serve", "--socket", str(self.sock), "--state-dir",
+             str(self.state), "--project", str(self.project)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not self.sock.exists():
+            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            assert time.monotonic() < deadline, "the kernel did not create its socket"
+            time.sleep(0.05)
+        return self
+
+    def client(self, timeout: float = 600) -> SyncClient:
+        return SyncClient(str(self.sock), timeout=timeout)
+
+    def stop(self) -> str:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return err
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.communicate(timeout=30)
+
+    def audit(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [FLUFFY, "audit", *args, "--state-dir", str(self.state)],
+            capture_output=True,
+            text=True,
+        )
+
+    def entries(self, event_type: str) -> list[dict[str, Any]]:
+        out = self.audit("log", "--type", event_type, "--json")
+        assert out.returncode == 0, out.stderr
+        return list(json.loads(out.stdout)["entries"])
+
+
+def call(client: SyncClient, session: str, tool: str, **args: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = client.call(
+        "tool.call", {"session_id": session, "tool": tool, "args": args}
+    )
+    return answer

@@ -1,0 +1,450 @@
+"""The four built-in tool plugins, each against temp folders standing in for the mounts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fluffy.plugins.sdk import Roots, ToolPlugin, check_plugin, execute_job, scrubbed
+from fluffy.plugins.search_tool.globs import Glob
+from fluffy.plugins.test_tool.junit import junit_counts
+
+PLUGINS = ("fs_tool", "search_tool", "git_tool", "test_tool")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plugin_of(module: str) -> ToolPlugin:
+    import importlib
+
+    plugin: ToolPlugin = importlib.import_module(f"fluffy.plugins.{module}").PLUGIN
+    return plugin
+
+
+def call(roots: Roots, tool: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
+    module = {"fs": "fs_tool", "search": "search_tool", "git": "git_tool", "test": "test_tool"}
+    plugin = plugin_of(module[tool.split(".")[0]])
+    job = {"call_id": call_id, "tool": tool, "args": args, "session_mode": "strict"}
+    reply: dict[str, Any] = execute_job(
+        check_plugin(plugin), plugin.name, job, roots, env=scrubbed(os.environ)
+    )
+    assert reply["call_id"] == call_id
+    return reply
+
+
+def ok(reply: dict[str, Any]) -> dict[str, Any]:
+    assert reply["ok"] is True, reply
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+def error(reply: dict[str, Any], code: str) -> str:
+    assert reply["ok"] is False and reply["error"]["code"] == code, reply
+    message: str = reply["error"]["message"]
+    return message
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every entry under ``folder`` (``.git`` included): mtime and content hash."""
+    found: dict[str, tuple[int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            info = path.lstat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+            found[str(path.relative_to(folder))] = (info.st_mtime_ns, digest)
+    return found
+
+
+@pytest.fixture()
+def roots(tmp_path: Path) -> Roots:
+    roots = Roots(tmp_path / "workspace", tmp_path / "staged", tmp_path / "output")
+    for folder in (roots.workspace, roots.staged / "tree", roots.output):
+        folder.mkdir(parents=True)
+    return roots
+
+
+def put(root: Path, files: dict[str, str | bytes]) -> None:
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def materialise(roots: Roots, target: Path) -> Path:
+    """The view as a plain folder (workspace + staged tree - deleted), for applying."""
+    subprocess.run(["cp", "-a", f"{roots.workspace}/.", str(target)], check=True)
+    subprocess.run(["cp", "-a", f"{roots.staged / 'tree'}/.", str(target)], check=True)
+    deleted = roots.staged / "deleted.txt"
+    for rel in deleted.read_text().split() if deleted.exists() else []:
+        (target / rel).unlink()
+    return target
+
+
+def apply_changes(result: dict[str, Any], call_dir: Path, view: Path) -> None:
+    """Apply a result's changes the way the kernel would (patches with `git apply`)."""
+    for change in result["changes"]:
+        if change["op"] == "patch":
+            subprocess.run(["git", "apply", str(call_dir / change["file"])], cwd=view, check=True)
+        elif change["op"] == "full":
+            (view / change["path"]).write_bytes((call_dir / change["file"]).read_bytes())
+        else:
+            assert change["op"] == "delete"
+            (view / change["path"]).unlink()
+
+
+# -- manifests ------------------------------------------------------------------------
+@pytest.mark.parametrize("module", PLUGINS)
+def test_manifest_matches_the_plugin(module: str) -> None:
+    folder = ROOT / "plugins" / module
+    manifest = yaml.safe_load((folder / "manifest.yaml").read_text())
+    plugin = plugin_of(module)
+    assert manifest["name"] == plugin.name
+    assert int(manifest["version"].split(".")[0]) == plugin.version
+    assert manifest["runtime"] == "python" and (folder / manifest["entry"]).is_file()
+    assert manifest["entry"] == "plugin.py" and manifest["sandbox_template"] == "code-executor"
+    assert "core_plugin" in manifest["tags"] and manifest["min_api_version"] == 1
+    assert manifest["tools"] == [tool.to_dict() for tool in plugin.tools()]
+    assert set(manifest) >= {"description", "author", "required_capabilities"}
+
+
+# -- fs -------------------------------------------------------------------------------
+def test_fs_write_and_edit_produce_patches_that_apply_to_the_view(
+    roots: Roots, tmp_path: Path
+) -> None:
+    put(roots.workspace, {"a.py": "x = 1\ny = 2\n", "b.py": "old\n", "gone.py": "bye\n"})
+    put(roots.staged / "tree", {"b.py": "staged\nstaged\n"})  # b.py as the session sees it
+    (roots.staged / "deleted.txt").write_text("gone.py\n")
+    before = snapshot(roots.workspace)
+
+    written = ok(call(roots, "fs.write", {"path": "a.py", "content": "x = 10\ny = 2"}, "w"))
+    assert written["path"] == "a.py" and not written["created"] and written["changed"]
+    created = ok(call(roots, "fs.write", {"path": "./pkg//new.py", "content": "n\n"}, "n"))
+    assert created["created"] and created["changes"][0]["path"] == "pkg/new.py"
+    edit = {"path": "b.py", "old_string": "staged", "new_string": "edited", "replace_all": True}
+    edited = ok(call(roots, "fs.edit", edit, "e"))
+    assert edited["replacements"] == 2
+    same = ok(call(roots, "fs.write", {"path": "a.py", "content": "x = 1\ny = 2\n"}, "s"))
+    assert same == {"path": "a.py", "created": False, "changed": False, "changes": []}
+
+    view = materialise(roots, tmp_path / "view")
+    for call_id, result in (("w", written), ("n", created), ("e", edited)):
+        apply_changes(result, roots.output / call_id, view)
+    assert (view / "a.py").read_text() == "x = 10\ny = 2"
+    assert (view / "pkg" / "new.py").read_text() == "n\n"
+    assert (view / "b.py").read_text() == "edited\nedited\n"
+    assert snapshot(roots.workspace) == before  # the project itself is never written
+
+
+def test_fs_edit_needs_a_unique_exact_match(roots: Roots) -> None:
+    put(roots.workspace, {"m.py": "a = 1\na = 1\nb = 2\n"})
+    args = {"path": "m.py", "old_string": "a = 1", "new_string": "a = 3"}
+    assert "occurs 2 times" in error(call(roots, "fs.edit", args), "tool.input_invalid")
+    missing = {**args, "old_string": "zzz"}
+    assert "not found" in error(call(roots, "fs.edit", missing), "tool.input_invalid")
+    same = {**args, "new_string": "a = 1"}
+    assert "nothing would change" in error(call(roots, "fs.edit", same), "tool.input_invalid")
+    nofile = {**args, "path": "nope.py"}
+    assert "does not exist" in error(call(roots, "fs.edit", nofile), "tool.input_invalid")
+    unique = ok(call(roots, "fs.edit", {**args, "old_string": "b = 2", "new_string": "b = 4"}))
+    assert unique["replacements"] == 1 and len(unique["changes"]) == 1
+
+
+def test_fs_delete_and_the_paths_it_refuses(roots: Roots) -> None:
+    put(roots.workspace, {"d.txt": "x\n", "dir/f.txt": "y\n"})
+    assert ok(call(roots, "fs.delete", {"path": "d.txt"}))["changes"] == [
+        {"path": "d.txt", "op": "delete"}
+    ]
+    assert "cannot be deleted" in error(
+        call(roots, "fs.delete", {"path": "none.txt"}), "tool.input_invalid"
+    )
+    for bad in ("/etc/passwd", "../outside", ".git/config", "a/../../b"):
+        reply = call(roots, "fs.write", {"path": bad, "content": "x"})
+        assert "Fix:" in error(reply, "tool.input_invalid")
+    assert "folder" in error(
+        call(roots, "fs.write", {"path": "dir", "content": "x"}), "tool.input_invalid"
+    )
+    assert not (roots.output / "c1" / "0.diff").exists()
+
+
+# -- search ---------------------------------------------------------------------------
+@pytest.fixture()
+def project(roots: Roots, tmp_path: Path) -> Roots:
+    put(
+        roots.workspace,
+        {
+            "src/app.py": "def main():\n    return 'Needle'\n",
+            "src/util.py": "needle = 1\r\nother = 2\n",
+            "src/old.py": "needle in a deleted file\n",
+            "docs/notes.md": "a needle here\nand NEEDLE there\n",
+            "bin.dat": b"needle\x00binary",
+            "big.txt": "needle\n" * 200_000,
+            ".git/config": "needle in git\n",
+        },
+    )
+    put(roots.staged / "tree", {"src/app.py": "def main():\n    return 'changed'\n"})
+    put(roots.staged / "tree", {"src/new.py": "# needle staged\n"})
+    (roots.staged / "deleted.txt").write_text("src/old.py\n")
+    outside = tmp_path / "outside"
+    put(outside, {"secret.py": "needle outside\n"})
+    (roots.workspace / "escape").symlink_to(outside)
+    (roots.workspace / "escape.py").symlink_to(outside / "secret.py")
+    return roots
+
+
+def test_grep_searches_the_view_only(project: Roots) -> None:
+    found = ok(call(project, "search.grep", {"pattern": "needle"}))
+    assert found["truncated"] is False and "changes" not in found
+    assert found["matches"] == [
+        {"path": "docs/notes.md", "line": 1, "text": "a needle here"},
+        {"path": "src/new.py", "line": 1, "text": "# needle staged"},
+        {"path": "src/util.py", "line": 1, "text": "needle = 1"},
+    ]
+    folded = ok(call(project, "search.grep", {"pattern": "needle", "case_insensitive": True}))
+    assert {"path": "docs/notes.md", "line": 2, "text": "and NEEDLE there"} in folded["matches"]
+    assert not any(m["path"] == "src/app.py" for m in folded["matches"])  # staged: 'changed'
+
+
+def test_grep_filters_by_path_and_glob_and_truncates(project: Roots) -> None:
+    by_glob = ok(call(project, "search.grep", {"pattern": "needle", "glob": "*.py"}))
+    assert [m["path"] for m in by_glob["matches"]] == ["src/new.py", "src/util.py"]
+    deep = ok(call(project, "search.grep", {"pattern": "needle", "glob": "docs/**"}))
+    assert [m["path"] for m in deep["matches"]] == ["docs/notes.md"]
+    in_file = ok(call(project, "search.grep", {"pattern": "=", "path": "src/util.py"}))
+    assert [m["line"] for m in in_file["matches"]] == [1, 2]
+    capped = ok(
+        call(project, "search.grep", {"pattern": "e", "max_results": 2, "case_insensitive": True})
+    )
+    assert len(capped["matches"]) == 2 and capped["truncated"] is True
+    bad = call(project, "search.grep", {"pattern": "(unclosed"})
+    assert "regular expression" in error(bad, "tool.input_invalid")
+    nowhere = call(project, "search.grep", {"pattern": "x", "path": "missing"})
+    assert "neither a file nor a folder" in error(nowhere, "tool.input_invalid")
+    escape = call(project, "search.grep", {"pattern": "x", "path": "escape"})
+    error(escape, "tool.input_invalid")
+
+
+def test_glob_lists_view_files(project: Roots) -> None:
+    found = ok(call(project, "search.glob", {"pattern": "**/*.py"}))
+    assert found == {"paths": ["src/app.py", "src/new.py", "src/util.py"], "truncated": False}
+    capped = ok(call(project, "search.glob", {"pattern": "*", "max_results": 1}))
+    assert capped == {"paths": ["big.txt"], "truncated": True}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("**/*.py", "a.py", True),
+        ("**/*.py", "a/b/c.py", True),
+        ("*.py", "a/b/c.py", True),
+        ("src/*.py", "src/a/b.py", False),
+        ("src/**/*.py", "src/a.py", True),
+        ("src/**/*.py", "src/a/b/c.py", True),
+        ("src/**/*.py", "lib/src/a.py", False),
+        ("test_?.py", "t/test_a.py", True),
+        ("test_?.py", "test_ab.py", False),
+        ("[ab].txt", "c.txt", False),
+        ("[!ab].txt", "c.txt", True),
+        ("[a-c]x", "bx", True),
+        ("docs/**", "docs/a/b.md", True),
+        ("./docs/*.md", "docs/a.md", True),
+        ("a+b(c).txt", "a+b(c).txt", True),
+    ],
+)
+def test_globs(pattern: str, path: str, matches: bool) -> None:
+    assert Glob(pattern).matches(path) is matches
+
+
+# -- git ------------------------------------------------------------------------------
+def git(repo: Path, *args: str, **env: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        env={"PATH": os.environ["PATH"], "HOME": str(repo.parent), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.fixture()
+def repo(roots: Roots) -> Roots:
+    put(roots.workspace, {"a.txt": "one\n", "b.txt": "two\n"})
+    git(roots.workspace, "init", "-q", "-b", "main")
+    git(roots.workspace, "add", "-A")
+    git(roots.workspace, "commit", "-q", "-m", "first")
+    put(roots.workspace, {"a.txt": "one changed\n", "new.txt": "new\n"})
+    # Files changed in the same second as git.commit's temporary index are "racily clean":
+    # git hashes them again and, finding the object in the project's store, "freshens" it
+    # (utime).  In the sandbox the store is read-only and that fails harmlessly; here it
+    # would touch the store, so the files are dated back as a real project's are.
+    past = time.time() - 10
+    for name in ("a.txt", "b.txt", "new.txt"):
+        os.utime(roots.workspace / name, (past, past))
+    return roots
+
+
+def test_git_status_and_diff(repo: Roots) -> None:
+    before = snapshot(repo.workspace)
+    status = ok(call(repo, "git.status", {}))
+    assert status["branch"] == "main" and status["clean"] is False
+    assert status["head"] == git(repo.workspace, "rev-parse", "HEAD").strip()
+    assert status["entries"] == [
+        {"path": "a.txt", "status": " M"},
+        {"path": "new.txt", "status": "??"},
+    ]
+    diff = ok(call(repo, "git.diff", {}))["diff"]
+    assert "--- a/a.txt\n+++ b/a.txt" in diff and "+one changed" in diff
+    assert ok(call(repo, "git.diff", {"paths": ["b.txt"]}))["diff"] == ""
+    assert ok(call(repo, "git.diff", {"cached": True}))["diff"] == ""
+    bad = call(repo, "git.diff", {"paths": ["../etc"]})
+    error(bad, "tool.input_invalid")
+    assert snapshot(repo.workspace) == before
+
+
+def test_git_commit_writes_objects_to_the_output_only(repo: Roots) -> None:
+    head = git(repo.workspace, "rev-parse", "HEAD").strip()
+    before = snapshot(repo.workspace)
+    result = ok(call(repo, "git.commit", {"message": "Add new.txt\n\nBody.", "author_name": "Ann"}))
+    assert snapshot(repo.workspace) == before  # nothing written under the project
+    assert result["parent"] == head and result["ref"] == "refs/heads/main"
+    assert result["files"] == ["a.txt", "new.txt"]
+    assert (result["objects"], result["index"]) == ("git-objects", "git-index")
+    objects = repo.output / "c1" / result["objects"]
+    alt = {
+        "GIT_OBJECT_DIRECTORY": str(objects),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo.workspace / ".git" / "objects"),
+    }
+    git(repo.workspace, "cat-file", "-e", result["commit"], **alt)
+    with pytest.raises(subprocess.CalledProcessError):  # not in the project's own objects
+        git(repo.workspace, "cat-file", "-e", result["commit"])
+    shown = git(repo.workspace, "cat-file", "-p", result["commit"], **alt)
+    assert f"parent {head}" in shown and "author Ann <fluffy@localhost>" in shown
+    assert shown.endswith("Add new.txt\n\nBody.\n")
+    listed = git(repo.workspace, "ls-tree", "-r", "--name-only", result["commit"], **alt)
+    assert listed.split() == ["a.txt", "b.txt", "new.txt"]
+    assert git(repo.workspace, "rev-parse", "HEAD").strip() == head  # the ref is the kernel's
+
+
+def test_git_commit_refuses_an_empty_commit_and_a_non_repository(roots: Roots) -> None:
+    put(roots.workspace, {"a.txt": "x\n"})
+    message = error(call(roots, "git.commit", {"message": "m"}), "tool.failed")
+    assert "not a git repository" in message
+    git(roots.workspace, "init", "-q", "-b", "trunk")
+    git(roots.workspace, "add", "-A")
+    git(roots.workspace, "commit", "-q", "-m", "first")
+    again = error(call(roots, "git.commit", {"message": "m"}, "c2"), "tool.failed")
+    assert "nothing to commit" in again and "Fix:" in again
+    bad_name = call(roots, "git.commit", {"message": "m", "author_name": "a <b>"}, "c3")
+    error(bad_name, "tool.input_invalid")
+
+
+def test_git_commit_in_a_repository_without_commits(roots: Roots) -> None:
+    put(roots.workspace, {"a.txt": "x\n", "d/b.txt": "y\n"})
+    git(roots.workspace, "init", "-q", "-b", "main")
+    assert ok(call(roots, "git.status", {}))["head"] is None
+    result = ok(call(roots, "git.commit", {"message": "root"}))
+    assert result["parent"] is None and result["ref"] == "refs/heads/main"
+    assert result["files"] == ["a.txt", "d/b.txt"]
+
+
+# -- test -----------------------------------------------------------------------------
+CALC = "def add(a, b):\n    return a + b\n\n\ndef sign(x):\n    if x < 0:\n        return -1\n    return 1\n"
+TESTS = (
+    "from calc import add, sign\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+    "def test_sign_fails():\n    assert sign(-5) == 1\n"
+)
+
+
+@pytest.fixture()
+def tiny(roots: Roots, tmp_path: Path) -> Roots:
+    put(
+        roots.workspace,
+        {
+            "calc.py": CALC,
+            "tests/test_calc.py": TESTS,
+            "tests/test_old.py": "def test_old():\n    assert False\n",
+            ".venv/lib/test_hidden.py": "def test_hidden():\n    assert False\n",
+            "conftest.py": "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n",
+        },
+    )
+    put(roots.staged / "tree", {"tests/test_more.py": "def test_more():\n    assert True\n"})
+    (roots.staged / "deleted.txt").write_text("tests/test_old.py\n")
+    (roots.workspace / "inside_link.py").symlink_to("calc.py")
+    (roots.workspace / "outside_link").symlink_to(tmp_path)
+    return roots
+
+
+def test_test_run_reports_counts_junit_and_coverage(tiny: Roots) -> None:
+    before = snapshot(tiny.workspace)
+    result = ok(call(tiny, "test.run", {}))
+    assert result["exit_code"] == 1
+    assert result["counts"] == {
+        "found": 3,
+        "run": 3,
+        "passed": 2,
+        "failed": 1,
+        "errors": 0,
+        "skipped": 0,
+    }
+    call_dir = tiny.output / "c1"
+    assert result["junit"] == "junit.xml" and (call_dir / "junit.xml").is_file()
+    assert result["coverage"] == "coverage.json"
+    coverage = json.loads((call_dir / "coverage.json").read_text())
+    assert coverage["files"]["calc.py"]["summary"]["covered_lines"] > 0
+    assert "1 failed, 2 passed" in result["output_tail"]
+    view = call_dir / "view"
+    assert (view / "inside_link.py").is_symlink() and not (view / "outside_link").exists()
+    assert not (view / ".venv").exists() and not (view / "tests" / "test_old.py").exists()
+    assert snapshot(tiny.workspace) == before
+
+
+def test_test_run_with_paths_keyword_and_no_tests(tiny: Roots) -> None:
+    only = ok(call(tiny, "test.run", {"paths": ["tests/test_calc.py"], "keyword": "add"}))
+    assert only["exit_code"] == 0 and only["counts"]["passed"] == 1
+    assert only["counts"]["found"] == 1
+    none = ok(call(tiny, "test.run", {"keyword": "no_such_test"}, "c2"))
+    assert none["exit_code"] == 5 and none["counts"]["run"] == 0
+    bad = call(tiny, "test.run", {"paths": ["../x"]}, "c3")
+    error(bad, "tool.input_invalid")
+
+
+def test_test_run_times_out(roots: Roots) -> None:
+    put(roots.workspace, {"test_slow.py": "import time\n\ndef test_slow():\n    time.sleep(60)\n"})
+    message = error(call(roots, "test.run", {"timeout_s": 1}), "tool.timeout")
+    assert "did not finish within 1 s" in message
+
+
+def test_junit_counts_refuse_declarations_and_count_outcomes() -> None:
+    report = (
+        b'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite tests="4">'
+        b'<testcase name="a"/><testcase name="b"><failure message="x"/></testcase>'
+        b'<testcase name="c"><error message="y"/></testcase>'
+        b'<testcase name="d"><skipped message="z"/></testcase></testsuite></testsuites>'
+    )
+    assert junit_counts(report) == {
+        "found": 4,
+        "run": 3,
+        "passed": 1,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 1,
+    }
+    bomb = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><testsuite>&a;</testsuite>'
+    from fluffy.errors import ToolFailed
+
+    with pytest.raises(ToolFailed, match="document type"):
+        junit_counts(bomb)
+    with pytest.raises(ToolFailed, match="not valid XML"):
+        junit_counts(b"<testsuite>")

@@ -1,0 +1,114 @@
+"""The kernel-native read tools over real files: confinement, caps, binary, the staged view."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fluffy.errors import ToolFailed, ToolInputInvalid
+from fluffy.kernel.merge.staging import Staging
+from fluffy.kernel.tools.fastpath import FastPath
+from fluffy.kernel.tools.workspace import SessionStage
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "src" / "pkg" / "mod.py").write_text("def f():\n    return 1\n# TODO\n")
+    (root / "tests" / "test_mod.py").write_text("from pkg.mod import f\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("TODO in git\n")
+    (tmp_path / "secret.txt").write_text("host secret\n")
+    return root
+
+
+def test_read_whole_file_and_line_range(project: Path) -> None:
+    fast = FastPath(project)
+    whole = fast.run("fs.read", {"path": "/src/pkg/mod.py"}, None)
+    assert whole["content"] == "def f():\n    return 1\n# TODO\n"
+    assert (whole["path"], whole["total_lines"], whole["staged"]) == ("src/pkg/mod.py", 3, False)
+    part = fast.run("fs.read", {"path": "src/pkg/mod.py", "start_line": 2, "max_lines": 1}, None)
+    assert part["content"] == "    return 1\n"
+    assert (part["start_line"], part["end_line"]) == (2, 2)
+
+
+@pytest.mark.parametrize("path", ["../secret.txt", "src/../../secret.txt", "/../secret.txt"])
+def test_paths_outside_the_project_are_refused(project: Path, path: str) -> None:
+    with pytest.raises(ToolInputInvalid, match="not inside the project"):
+        FastPath(project).run("fs.read", {"path": path}, None)
+
+
+def test_symlink_leading_out_is_refused_and_inside_is_resolved(project: Path) -> None:
+    (project / "escape").symlink_to(project.parent / "secret.txt")
+    (project / "alias.py").symlink_to(project / "src" / "pkg" / "mod.py")
+    fast = FastPath(project)
+    with pytest.raises(ToolInputInvalid, match="not inside the project"):
+        fast.run("fs.read", {"path": "escape"}, None)
+    assert fast.run("fs.read", {"path": "alias.py"}, None)["path"] == "src/pkg/mod.py"
+
+
+def test_binary_files_are_described_not_returned(project: Path) -> None:
+    (project / "blob.bin").write_bytes(b"\x00\x01\x02" * 10)
+    out = FastPath(project).run("fs.read", {"path": "blob.bin"}, None)
+    assert out["binary"] is True and out["size"] == 30 and "content" not in out
+
+
+def test_large_files_need_a_line_range(project: Path) -> None:
+    (project / "big.txt").write_text("line\n" * 1000)
+    fast = FastPath(project, read_max_bytes=1000)
+    with pytest.raises(ToolFailed, match="more than fs.read returns") as refused:
+        fast.run("fs.read", {"path": "big.txt"}, None)
+    assert "line range" in refused.value.fix
+    assert fast.run("fs.read", {"path": "big.txt", "max_lines": 10}, None)["end_line"] == 10
+
+
+def test_fifo_and_directories_are_not_read(project: Path) -> None:
+    os.mkfifo(project / "pipe")
+    fast = FastPath(project)
+    with pytest.raises(ToolFailed, match="not a regular file"):
+        fast.run("fs.read", {"path": "pipe"}, None)
+    with pytest.raises(ToolFailed, match="directory"):
+        fast.run("fs.read", {"path": "src"}, None)
+
+
+def test_unknown_arguments_are_refused(project: Path) -> None:
+    with pytest.raises(ToolInputInvalid, match="argument"):
+        FastPath(project).run("fs.read", {"path": "x", "mode": "w"}, None)
+
+
+def test_the_view_overlays_staged_changes(project: Path, tmp_path: Path) -> None:
+    staging = Staging(tmp_path / "staging", project)
+    staging.stage("tests/test_new.py", b"def test_x():\n    assert False  # TODO\n")
+    staging.stage("src/pkg/mod.py", None)
+    stage = SessionStage(staging)
+    fast = FastPath(project)
+    new = fast.run("fs.read", {"path": "tests/test_new.py"}, stage)
+    assert new["staged"] and "assert False" in new["content"]
+    with pytest.raises(ToolFailed, match="does not exist"):
+        fast.run("fs.read", {"path": "src/pkg/mod.py"}, stage)
+    assert fast.run("fs.exists", {"path": "src/pkg/mod.py"}, stage)["exists"] is False
+    assert fast.run("fs.exists", {"path": "tests/test_new.py"}, stage)["exists"] is True
+    names = [e["name"] for e in fast.run("fs.list", {"path": "tests"}, stage)["entries"]]
+    assert names == ["test_mod.py", "test_new.py"]
+    grep = fast.run("search.grep", {"pattern": "TODO"}, stage)["matches"]
+    assert [m["path"] for m in grep] == ["tests/test_new.py"]  # .git skipped, mod.py deleted
+    globbed = fast.run("search.glob", {"pattern": "tests/*.py"}, stage)["paths"]
+    assert globbed == ["tests/test_mod.py", "tests/test_new.py"]
+    # the project itself is untouched by staging
+    assert (project / "src" / "pkg" / "mod.py").exists()
+    assert not (project / "tests" / "test_new.py").exists()
+
+
+def test_grep_limits_and_bad_patterns(project: Path) -> None:
+    (project / "many.txt").write_text("hit\n" * 50)
+    fast = FastPath(project)
+    out = fast.run("search.grep", {"pattern": "hit", "max_results": 5}, None)
+    assert len(out["matches"]) == 5 and out["truncated"]
+    with pytest.raises(ToolInputInvalid, match="regular expression"):
+        fast.run("search.grep", {"pattern": "("}, None)
+    only = fast.run("search.grep", {"pattern": "def", "glob": "src/**"}, None)["matches"]
+    assert [(m["path"], m["line"]) for m in only] == [("src/pkg/mod.py", 1)]
