@@ -174,7 +174,10 @@ class Host:
             _log(f"ignoring event {message.method!r}")
 
     def hook(self, name: str) -> None:
-        self.hooks.submit(self._call_hook, name)
+        try:
+            self.hooks.submit(self._call_hook, name)
+        except RuntimeError:  # shutting down: no more hooks
+            _log(f"not calling {name}: the host is stopping")
 
     def _call_hook(self, name: str) -> None:
         try:

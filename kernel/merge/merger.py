@@ -158,11 +158,16 @@ class Merger:
         diff = staging.diff()
         lines = count_diff_lines(diff)
         sensitive = [c.path for c in changes if self._sensitive.match(c.path)]
-        binary = [
-            c.path
-            for c in changes
-            if is_binary(staging.read(c.path)) or is_binary(self._project_bytes(staging, c))
-        ]
+        binary: list[str] = []
+        unreadable: list[str] = []
+        for change in changes:
+            try:
+                old = read_existing(self.project, change.path, MAX_VIEW_BYTES)
+            except (OSError, MergeRefused):
+                unreadable.append(change.path)
+                old = None
+            if is_binary(old) or is_binary(staging.read(change.path)):
+                binary.append(change.path)
         reasons: list[str] = []
         if not changes:
             reasons.append("nothing is staged")
@@ -172,6 +177,8 @@ class Merger:
             reasons.append(f"sensitive paths change: {', '.join(sensitive)}")
         if binary:
             reasons.append(f"binary files change: {', '.join(binary)}")
+        if unreadable:
+            reasons.append(f"the project's file cannot be read safely: {', '.join(unreadable)}")
         if lines >= self.max_auto_lines:
             reasons.append(
                 f"the diff has {lines} changed lines; auto-merge needs fewer than "
@@ -180,14 +187,6 @@ class Merger:
         return MergePlan(
             staging, changes, diff, lines, sensitive, binary, tests_pass, not reasons, reasons
         )
-
-    def _project_bytes(self, staging: Staging, change: StagedChange) -> bytes | None:
-        if change.base_sha256 is None:
-            return None
-        try:
-            return read_existing(self.project, change.path, MAX_VIEW_BYTES)
-        except (OSError, MergeRefused):
-            return None
 
     # -- merging ---------------------------------------------------------------------
 

@@ -177,6 +177,9 @@ def parent_dir(
 ) -> Iterator[tuple[int, str] | None]:
     """``(fd of the directory holding rel, its last name)``; None when a folder is absent.
 
+    ``base`` (a path or an open directory fd) is trusted and may itself be reached
+    through links; every component of ``rel`` below it is opened without following.
+
     ``create`` makes missing folders (``dir_mode`` explicit, else 0o777 minus the umask).
     """
     parts = rel.split("/")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from fluffy.errors import MergeError
+from fluffy.errors import MergeError, MergeRefused
 from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
 from fluffy.kernel.merge.paths import (
     file_sha256,
@@ -220,8 +220,12 @@ class Staging:
         """A unified diff of every staged change against the project (for review)."""
         parts: list[str] = []
         for change in self.changes():
-            with _os_errors(f"cannot diff {change.path!r}"):
-                old = read_existing(self.project, change.path, MAX_VIEW_BYTES)
+            try:
+                with _os_errors(f"cannot diff {change.path!r}"):
+                    old = read_existing(self.project, change.path, MAX_VIEW_BYTES)
+            except MergeRefused as exc:  # e.g. the project's file became a symlink
+                parts.append(f"Unreadable a/{change.path}: {exc.why}\n")
+                old = None
             new = self.read(change.path)
             parts.append(render_diff(change.path, old, new))
         return "".join(parts)

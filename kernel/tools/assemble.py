@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,19 @@ from fluffy.kernel.workflow.machine import Workflow
 log = logging.getLogger("fluffy.kernel.tools")
 
 
+def _step_delay() -> Callable[[object, str], None] | None:
+    """Test hook: FLUFFY_TEST_MERGE_STEP_DELAY_S slows every merge step (crash tests)."""
+    delay = float(os.environ.get("FLUFFY_TEST_MERGE_STEP_DELAY_S") or 0)
+    if delay <= 0:
+        return None
+
+    def pause(operation: object, phase: str) -> None:
+        if phase.startswith("applied:"):
+            time.sleep(delay)
+
+    return pause
+
+
 def _merger(project: Path, state_dir: Path, policy: PolicyFile) -> Merger:
     return Merger(
         project,
@@ -40,6 +56,7 @@ def _merger(project: Path, state_dir: Path, policy: PolicyFile) -> Merger:
         if policy.merge.sensitive_paths is not None
         else DEFAULT_SENSITIVE,
         max_auto_lines=policy.merge.auto_merge_max_lines,
+        on_step=_step_delay(),
     )
 
 

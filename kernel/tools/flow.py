@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from fluffy.errors import FluffyError, TransitionDenied, WorkflowError
+from fluffy.errors import TransitionDenied, WorkflowError
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.merge.merger import Merger
@@ -158,10 +158,16 @@ class Flow:
         }
         stage = self.workspaces.get(session_id)
         if conflicts or refused:
-            # merged files stay merged (design: no automatic rollback); the rest wait
+            # merged files stay merged (design: no automatic rollback); the others are
+            # reported and dropped: they were written against content that has changed
             stage.changed()
             await self.workflow.annotate(session_id, "merge_incomplete", merge_started=None)
             summary["state"] = "reviewing"
+            summary["fix"] = (
+                "The files listed changed in the project after they were staged. "
+                "review.reject goes back to writing; redo those changes against the "
+                "current content."
+            )
             return summary
         self.workspaces.discard(session_id)
         await self.workflow.annotate(
@@ -213,18 +219,15 @@ class Flow:
         if self.audit is None:
             return
         session = await self.workflow.get(session_id)
-        try:
-            await self.audit.record(
-                Event(
-                    kind,
-                    caller="kernel",
-                    session_id=session_id,
-                    session_mode=session.mode,
-                    state_machine_state=session.state,
-                    input_summary=summary,
-                    output_summary=diff[:DIFF_PREVIEW],
-                    metadata=meta,
-                )
+        await self.audit.record(
+            Event(
+                kind,
+                caller="kernel",
+                session_id=session_id,
+                session_mode=session.mode,
+                state_machine_state=session.state,
+                input_summary=summary,
+                output_summary=diff[:DIFF_PREVIEW],
+                metadata=meta,
             )
-        except FluffyError:
-            raise
+        )

@@ -42,7 +42,7 @@ from fluffy.kernel.merge.paths import read_regular, safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.tools import availability
-from fluffy.kernel.tools.breaker import BreakerBoard
+from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
@@ -313,7 +313,7 @@ class ToolRouter:
                 ),
             )
         except BaseException as exc:
-            if isinstance(exc, FluffyError | OSError):
+            if counts_as_failure(exc):  # the plugin broke (not: the tool said no)
                 self.breakers.failure(ticket, exc)
             else:
                 self.breakers.release(ticket)

@@ -188,6 +188,14 @@ class ToolContext:
             raise ToolInputInvalid(
                 f"{rel} is a folder of the project", fix="Name a file, not a folder."
             )
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if self.view.is_file(parent):
+                raise ToolInputInvalid(
+                    f"{rel} cannot be created: {parent} is a file",
+                    fix="Choose a path whose folders are folders (or delete the file first).",
+                )
         return rel
 
     def emit_patch(self, path: str, new_text: str) -> dict[str, str] | None:

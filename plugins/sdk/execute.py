@@ -6,12 +6,14 @@ A job is ``{"call_id", "tool", "args", "session_mode", "sandbox_id"}``.  The rep
 Errors map so: a fluffy error keeps its code; a ValueError (a refused path, text that
 is not UTF-8) is ``tool.input_invalid``; anything else is ``tool.failed`` with the
 exception's text, its traceback going to stderr only.  A tool that may change files gets
-``"changes"`` (from the context) added to its result.
+``"changes"`` (from the context) added to its result; every reply carries
+``duration_ms``.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -115,7 +117,24 @@ def execute_job(
     env: Mapping[str, str] | None = None,
     log: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Run ``job`` with the matching tool; the ``tool.result`` parameters (never raises)."""
+    """Run ``job`` with the matching tool; the ``tool.result`` parameters (never raises).
+
+    The reply also carries ``duration_ms``, the time the job took in the host.
+    """
+    started = time.perf_counter()
+    reply = _execute(tools, plugin_name, job, roots, env, log)
+    reply["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return reply
+
+
+def _execute(
+    tools: Mapping[str, BoundTool],
+    plugin_name: str,
+    job: Any,
+    roots: Roots,
+    env: Mapping[str, str] | None,
+    log: TextIO | None,
+) -> dict[str, Any]:
     raw_id = job.get("call_id") if isinstance(job, dict) else None
     call_id = raw_id if isinstance(raw_id, str) else ""
     name = job.get("tool") if isinstance(job, dict) else None

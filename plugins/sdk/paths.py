@@ -45,18 +45,6 @@ def normalise_path(path: object, *, allow_root: bool = False, what: str = "path"
     return "/".join(parts)
 
 
-def is_inside(rel: str) -> bool:
-    """Whether a ``/``-separated relative path stays inside its root (no leading ``..``)."""
-    depth = 0
-    for part in rel.split("/"):
-        if part in ("", "."):
-            continue
-        depth = depth - 1 if part == ".." else depth + 1
-        if depth < 0:
-            return False
-    return not rel.startswith("/")
-
-
 def link_stays_inside(rel: str, target: str) -> bool:
     """Whether a symbolic link at ``rel`` with ``target`` resolves inside the root.
 

@@ -28,7 +28,9 @@ SKIP = frozenset(
 
 def copy_view(ctx: ToolContext, target: Path) -> int:
     """Copy the view into ``target`` (created); the number of files and links copied."""
-    target.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
     real_target = os.path.realpath(target)
     copied = 0
     for entry in ctx.walk(".", SKIP):

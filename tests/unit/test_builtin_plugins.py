@@ -360,7 +360,10 @@ def test_git_commit_in_a_repository_without_commits(roots: Roots) -> None:
 
 
 # -- test -----------------------------------------------------------------------------
-CALC = "def add(a, b):\n    return a + b\n\n\ndef sign(x):\n    if x < 0:\n        return -1\n    return 1\n"
+CALC = (
+    "def add(a, b):\n    return a + b\n\n\n"
+    "def sign(x):\n    if x < 0:\n        return -1\n    return 1\n"
+)
 TESTS = (
     "from calc import add, sign\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
     "def test_sign_fails():\n    assert sign(-5) == 1\n"

@@ -123,7 +123,11 @@ def test_target_turned_into_a_symlink_is_refused(
     staging.stage("src/b.py", b"b = 2\n")
     (project / "src/a.py").unlink()
     (project / "src/a.py").symlink_to(outside)
-    result = Merger(project, state).merge(staging)
+    plan = Merger(project, state).plan(staging, tests_pass=True)
+    assert not plan.auto
+    assert plan.reasons == ["the project's file cannot be read safely: src/a.py"]
+    assert "Unreadable a/src/a.py: the target is a symbolic link" in plan.diff
+    result = Merger(project, state).merge(plan)
     assert [r.path for r in result.refused] == ["src/a.py"]
     assert "symbolic link" in result.refused[0].reason
     assert outside.read_text() == "victim\n"

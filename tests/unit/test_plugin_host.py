@@ -84,6 +84,7 @@ PLUGIN_SOURCE = textwrap.dedent(
     """
 )
 SECRETS = {"OPENAI_API_KEY": "sk-test-not-real", "AWS_SECRET_ACCESS_KEY": "aws-not-real"}
+HOST = (sys.executable, "-m", "fluffy.sandboxes.plugin_host")
 WAIT = 60.0  # generous: only a hang reaches it
 
 
@@ -287,7 +288,7 @@ def test_a_drop_without_a_pause_ends_the_host(tmp_path: Path) -> None:
 def test_a_module_without_a_plugin_does_not_start(tmp_path: Path) -> None:
     (tmp_path / "not_a_plugin.py").write_text("PLUGIN = 42\n")
     done = subprocess.run(
-        [sys.executable, "-m", "fluffy.sandboxes.plugin_host", "not_a_plugin", "--socket", "/no"],
+        [*HOST, "not_a_plugin", "--socket", "/no"],
         env={"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)},
         capture_output=True,
         text=True,
@@ -301,8 +302,7 @@ def test_a_module_without_a_plugin_does_not_start(tmp_path: Path) -> None:
 
 def test_the_host_exits_1_when_the_kernel_is_not_there(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fluffy.sandboxes.plugin_host", "fluffy.plugins.fs_tool"]
-        + ["--socket", str(tmp_path / "missing.sock")],
+        [*HOST, "fluffy.plugins.fs_tool", "--socket", str(tmp_path / "missing.sock")],
         env={"PATH": os.environ["PATH"]},
         capture_output=True,
         text=True,

@@ -60,7 +60,7 @@ def test_binary_files_are_described_not_returned(project: Path) -> None:
 def test_large_files_need_a_line_range(project: Path) -> None:
     (project / "big.txt").write_text("line\n" * 1000)
     fast = FastPath(project, read_max_bytes=1000)
-    with pytest.raises(ToolFailed, match="more than fs.read returns") as refused:
+    with pytest.raises(ToolFailed, match=r"more than fs\.read returns") as refused:
         fast.run("fs.read", {"path": "big.txt"}, None)
     assert "line range" in refused.value.fix
     assert fast.run("fs.read", {"path": "big.txt", "max_lines": 10}, None)["end_line"] == 10
