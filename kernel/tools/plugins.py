@@ -137,7 +137,12 @@ class PluginRunner:
     def _socket_dir(self, call_id: str) -> tuple[Path, dict[str, Any]]:
         folder = self.root / "ipc" / f"tool-{call_id}"
         folder.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+        folder.mkdir(mode=0o700)
         root = os.geteuid() == 0
+        if root:  # the sandbox user's own folder (the kernel, root, still enters it)
+            os.chown(folder, SANDBOX_UID, SANDBOX_UID)
+        else:  # traversable inside the kernel's private state; the uid is still checked
+            folder.chmod(0o711)
         options: dict[str, Any] = {
             "allowed_uids": frozenset({SANDBOX_UID}),
             "owner": (SANDBOX_UID, SANDBOX_UID) if root else None,

@@ -230,9 +230,10 @@ class ToolRouter:
         )
         content = call.args.get("content")
         size = len(content.encode()) if isinstance(content, str) else None
-        targets: list[str | None] = (
-            [*sorted(call.writes)] or [*sorted(p for p in call.reads if p)] or [None]
-        )
+        named = [p for p in sorted(call.writes) if p] or [
+            p for p in sorted(call.reads) if p not in ("", ".")
+        ]
+        targets: list[str | None] = [*named] or [None]  # None: the whole project
         for path in targets:
             decision = self.policy.evaluate(
                 Request(
