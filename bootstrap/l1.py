@@ -31,9 +31,14 @@ ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
 INSIDE = "/fluffy"  # where L1 sees the project, its socket folder and its state
 
 
-def kernel_user() -> str:
+def kernel_user(project: str) -> str:
+    """The user the kernel runs as: never root.  Under root, the project's owner (the
+    merge writes the project as that user), or KERNEL_UID for a root-owned project."""
     uid, gid = os.getuid(), os.getgid()
-    return f"{KERNEL_UID}:{KERNEL_UID}" if uid == 0 else f"{uid}:{gid}"
+    if uid != 0:
+        return f"{uid}:{gid}"
+    owner = Path(project).stat()
+    return f"{owner.st_uid}:{owner.st_gid}" if owner.st_uid else f"{KERNEL_UID}:{KERNEL_UID}"
 
 
 def spec(
@@ -61,7 +66,7 @@ def spec(
             "--project",
             f"{INSIDE}/project",
         ],
-        "User": kernel_user(),
+        "User": kernel_user(project),
         "Env": [
             "HOME=/tmp",
             "PYTHONDONTWRITEBYTECODE=1",
@@ -70,6 +75,7 @@ def spec(
             f"FLUFFY_HOST_PROJECT={project}",
             f"FLUFFY_HOST_RUN={run_dir}",
             f"FLUFFY_HOST_STATE={state_dir}",
+            f"FLUFFY_PROJECT_ID={project_id}",
         ],
         "Labels": {
             ROLE_LABEL: "l1-kernel",

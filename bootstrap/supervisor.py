@@ -95,7 +95,7 @@ class Supervisor:
         return fd
 
     def prepare(self) -> None:
-        owner = l1.KERNEL_UID if os.getuid() == 0 else os.getuid()
+        owner = int(l1.kernel_user(self.project).split(":")[0])
         for key in ("base", "run", "state"):
             self.p[key].mkdir(parents=True, exist_ok=True, mode=0o700)
             if os.getuid() == 0:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -215,6 +216,9 @@ class Host:
 
 def main(argv: list[str] | None = None) -> int:
     scrub_environment()  # before anything else: no secret reaches the plugin's code
+    # Output files must stay readable and removable by the kernel, which may run as
+    # another non-root uid (L1); the output folder itself is private to the kernel.
+    os.umask(0)
     options = parse_args(argv)
     try:
         plugin = load_plugin(options.module)

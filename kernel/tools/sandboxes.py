@@ -10,6 +10,7 @@ removes the sandboxes of its project that an earlier (killed) kernel left behind
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -17,7 +18,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from fluffy.errors import FluffyError
+from fluffy.errors import FluffyError, ImageNotFound
+from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import LABEL_MANAGED, LABEL_SESSION
 
@@ -62,6 +64,43 @@ def engine_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def sandbox_images(engine: Engine, env: Mapping[str, str]) -> dict[str, str]:
+    """Sandbox template -> image ref.
+
+    Where fluffy's image sources are at hand (the kernel on a host), the images must be
+    current for them (content hashes recomputed).  In L1 the kernel image carries no
+    Dockerfiles: the bootstrap passes the refs it built (FLUFFY_IMAGES, name -> ref), or
+    the newest image of each name by its fluffy label is used.
+    """
+    from fluffy.images.spec import IMAGES_DIR, LABEL_IMAGE, spec_for_template
+    from fluffy.kernel.containers.config import TEMPLATES
+    from fluffy.kernel.containers.factory import template_images
+    from fluffy.kernel.containers.images import ImageStore
+
+    if (IMAGES_DIR / "python-base" / "Dockerfile").is_file():
+        return template_images(engine)
+    given: dict[str, str] = {}
+    with contextlib.suppress(ValueError, TypeError):
+        given = {str(k): str(v) for k, v in json.loads(env.get("FLUFFY_IMAGES") or "{}").items()}
+    store = ImageStore(engine)
+    images: dict[str, str] = {}
+    for template in TEMPLATES:
+        name = spec_for_template(template).name
+        if name not in given:
+            found = [
+                i for i in store.list_by_label(f"{LABEL_IMAGE}={name}") if i.get("RepoTags")
+            ]
+            if not found:
+                raise ImageNotFound(
+                    f"no {name} image for the {template} sandbox",
+                    fix="Run `fluffy images build` on the host.",
+                )
+            newest = max(found, key=lambda i: int(i.get("Created") or 0))
+            given[name] = str(newest["RepoTags"][0])
+        images[template] = given[name]
+    return images
+
+
 class KernelSandboxes:
     """Opens the manager once (engine connection, current images), thread-safe."""
 
@@ -85,11 +124,12 @@ class KernelSandboxes:
         with self._lock:
             if self._manager is None:
                 from fluffy.kernel.containers.engine import connect
-                from fluffy.kernel.containers.factory import open_manager
+                from fluffy.kernel.containers.factory import open_runtime
 
                 engine = connect(engine_env(self.env), timeout=30)
-                self._manager = open_manager(
-                    engine,
+                self._manager = ContainerManager(
+                    open_runtime(engine),
+                    sandbox_images(engine, self.env),
                     session_id=self.instance,
                     root=self.state_dir / "sandboxes",
                     host_path=host_path_mapper(self.env, self.project, self.state_dir),

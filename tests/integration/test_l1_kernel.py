@@ -227,3 +227,98 @@ def test_the_startup_benchmark_reports_its_keys(images: dict[str, str]) -> None:
     result = json.loads(out.stdout)
     for key in ("start_to_healthy_p50_ms", "restart_to_healthy_p50_ms", "bare_container_p50_ms"):
         assert result[key] > 0
+
+
+SLOW_TEST = "import time\n\n\ndef test_slow() -> None:\n    time.sleep(40)\n    assert False\n"
+
+
+def _kernel_log(kit: dict[str, Any]) -> str:
+    out = subprocess.run(
+        [kit["cli"], "logs", "--tail", "60", json.loads(_fluffy(kit, "status").stdout)["container_id"]],
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout + out.stderr
+
+
+def _sandboxes(cli: str, project_id: str) -> list[dict[str, Any]]:
+    ids = subprocess.run(
+        [cli, "ps", "-aq", "--filter", f"label=org.fluffy.project={project_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    found = []
+    for cid in ids:  # one may be removed between the listing and its inspection
+        out = subprocess.run([cli, "inspect", cid], capture_output=True, text=True)
+        if out.returncode == 0:
+            found.append(json.loads(out.stdout)[0])
+    return found
+
+
+def test_l1_runs_tools_in_sibling_sandboxes_and_removes_orphans(l1: dict[str, Any]) -> None:
+    import threading
+
+    if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
+        for path in [l1["project"], *l1["project"].rglob("*")]:
+            os.lchown(path, 1000, 1000)
+    started = _fluffy(l1, "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    status = json.loads(_fluffy(l1, "status").stdout)
+    kernel = _inspect(l1["cli"], status["container_id"])
+    project_id = kernel["Config"]["Labels"]["fluffy.project"]
+    sock = str(l1["paths"]["run"] / "kernel.sock")
+    with SyncClient(sock, timeout=120) as client:
+        sid = client.call("session.create")["session_id"]
+        client.call("session.message", {"session_id": sid, "text": "slow"})
+        client.call("tool.call", {"session_id": sid, "tool": "plan.complete", "args": {}})
+        wrote = client.call(
+            "tool.call",
+            {
+                "session_id": sid,
+                "tool": "fs.write",
+                "args": {"path": "tests/test_slow.py", "content": SLOW_TEST},
+            },
+        )
+        assert wrote["ok"] and wrote["route"] == "plugin", (wrote, _kernel_log(l1))
+    assert not (l1["project"] / "tests" / "test_slow.py").exists()  # staged, not merged
+
+    def run_tests() -> None:  # the kernel is killed under it: any outcome is fine
+        try:
+            with SyncClient(sock, timeout=120) as runner:
+                runner.call("tool.call", {"session_id": sid, "tool": "test.run", "args": {}})
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=run_tests, daemon=True)
+    thread.start()
+    running: list[dict[str, Any]] = []
+
+    def sandbox_running() -> bool:
+        running[:] = [c for c in _sandboxes(l1["cli"], project_id) if c["State"]["Running"]]
+        return bool(running)
+
+    _wait(sandbox_running, 90, "the kernel started no sandbox for test.run")
+    sandbox = running[0]
+    labels = sandbox["Config"]["Labels"]
+    # a sibling: the host's engine runs it, labelled with the project and the kernel instance
+    assert labels["org.fluffy.managed"] == "1" and labels["org.fluffy.session"]
+    assert labels["org.fluffy.template"] == "code-executor"
+    mounts = {m["Destination"]: m for m in sandbox["Mounts"]}
+    assert mounts["/workspace"]["Source"] == str(l1["project"])  # a host path, not L1's
+    assert mounts["/workspace"]["RW"] is False and mounts["/staged"]["RW"] is False
+    assert sandbox["Id"] != status["container_id"]
+
+    subprocess.run(
+        [l1["cli"], "kill", "--signal", "KILL", status["container_id"]],
+        check=True,
+        capture_output=True,
+    )
+    # the supervisor restarts L1; the new kernel removes the sandbox the old one left
+    _wait(
+        lambda: not any(c["Id"] == sandbox["Id"] for c in _sandboxes(l1["cli"], project_id)),
+        120,
+        "the orphan sandbox was not removed after the restart",
+    )
+    assert (read_json(l1["paths"]["status"]) or {}).get("restarts") == 1
+    thread.join(timeout=60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,11 @@ def test_an_unknown_runtime_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     sock = tmp_path / "engine.sock"
     sock.write_text("")
+    project = tmp_path / "project"
+    project.mkdir()
     body = l1.spec(
         "img",
-        "/p",
+        str(project),
         "id",
         str(tmp_path / "run"),
         str(tmp_path / "state"),
@@ -47,8 +50,20 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
         assert host[key] == value
     assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
     assert not body["User"].startswith("0:")
-    assert "/p:/fluffy/project:rw" in host["Binds"]
-    assert "FLUFFY_HOST_PROJECT=/p" in body["Env"]  # host paths for sibling mounts
+    assert f"{project}:/fluffy/project:rw" in host["Binds"]
+    assert f"FLUFFY_HOST_PROJECT={project}" in body["Env"]  # host paths for sibling mounts
+    assert "FLUFFY_PROJECT_ID=id" in body["Env"]  # the kernel labels its sandboxes with it
+
+
+def test_the_kernel_runs_as_the_projects_owner_never_root(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    if os.getuid() != 0:
+        assert l1.kernel_user(str(project)) == f"{os.getuid()}:{os.getgid()}"
+        return
+    assert l1.kernel_user(str(project)) == f"{l1.KERNEL_UID}:{l1.KERNEL_UID}"  # root-owned
+    os.chown(project, 1234, 1235)
+    assert l1.kernel_user(str(project)) == "1234:1235"  # the merge writes as the owner
 
 
 def test_settings_are_read_without_validation(
