@@ -7,6 +7,8 @@ the kernel's merge.
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,20 @@ def runtime(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _tree(project: Path) -> dict[str, tuple[str, int]]:
+    """Every file of the project (.git included): content hash and mode."""
+    import hashlib
+
+    return {
+        p.relative_to(project).as_posix(): (
+            hashlib.sha256(p.read_bytes()).hexdigest(),
+            p.stat().st_mode,
+        )
+        for p in sorted(project.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
 def _ok(answer: dict[str, Any]) -> dict[str, Any]:
     assert answer["ok"], answer.get("error")
     output: dict[str, Any] = answer["output"]
@@ -80,6 +96,7 @@ def test_tdd_flow_through_sandboxes_merge_and_commit(tmp_path: Path, runtime: st
     project = demo_project(tmp_path)
     head_before = git(project, "rev-parse", "HEAD").strip()
     original_code = (project / "src/democonfig/config.py").read_text()
+    untouched = _tree(project)
     kernel = Kernel(tmp_path, project, runtime).start()
     try:
         with kernel.client() as client:
@@ -118,6 +135,8 @@ def test_tdd_flow_through_sandboxes_merge_and_commit(tmp_path: Path, runtime: st
             code = call(client, sid, "fs.write", path="src/democonfig/config.py", content=CODE)
             assert _ok(code)["staged"] == ["src/democonfig/config.py"]
             assert (project / "src/democonfig/config.py").read_text() == original_code
+            # the invariant: reads, writes and test runs never wrote the project
+            assert _tree(project) == untouched
             # phase 5-6: green, reviewing, auto-merge (tests pass, small, nothing sensitive)
             green = call(client, sid, "test.run")
             out = _ok(green)
@@ -145,5 +164,84 @@ def test_tdd_flow_through_sandboxes_merge_and_commit(tmp_path: Path, runtime: st
     assert len(kernel.entries("merge_approved")) == 1
     results = kernel.entries("tool_result")
     assert {e["syscall_type"] for e in results} >= {"fs.read", "fs.write", "test.run", "git.commit"}
+    verify = kernel.audit("verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+SOURCES = {f"src/democonfig/extra_{i}.py": f"VALUE_{i} = {i}\n" for i in range(4)}
+
+
+@pytest.fixture(scope="module")
+def docker_runtime() -> str:
+    """The merge is the kernel's own work; one engine is enough to stage the files."""
+    from fluffy.images.builder import build_images
+
+    with connect_engine("docker") as connected:
+        build_images(connected)
+    return "docker"
+
+
+def test_kernel_killed_in_the_middle_of_a_merge_completes_it_once(
+    tmp_path: Path, docker_runtime: str
+) -> None:
+    project = demo_project(tmp_path)
+    slow = {"FLUFFY_TEST_MERGE_STEP_DELAY_S": "0.4"}
+    kernel = Kernel(tmp_path, project, docker_runtime, **slow).start()
+    with kernel.client() as client:
+        sid = client.call("session.create")["session_id"]
+        client.call("session.message", {"session_id": sid, "text": "extras"})
+        call(client, sid, "plan.complete")
+        _ok(call(client, sid, "fs.write", path="tests/test_errors.py", content=NEW_TEST))
+        assert _state(call(client, sid, "test.run")) == "code_writing"
+        _ok(call(client, sid, "fs.write", path="src/democonfig/config.py", content=CODE))
+        for path, text in SOURCES.items():
+            _ok(call(client, sid, "fs.write", path=path, content=text))
+
+    def run_green() -> None:  # auto-merges; the kernel dies under it
+        try:
+            with kernel.client() as runner:
+                call(runner, sid, "test.run")
+        except Exception:
+            pass
+
+    import threading
+
+    merges = kernel.state / "merges"
+    worker = threading.Thread(target=run_green, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 180
+
+    def mid_merge() -> bool:
+        for op in merges.glob("*.json") if merges.exists() else []:
+            data = json.loads(op.read_text())
+            if data["status"] == "in_progress" and data["completed_steps"]:
+                return True
+        return False
+
+    while not mid_merge():
+        assert time.monotonic() < deadline, "the merge never started"
+        time.sleep(0.02)
+    kernel.kill()
+    worker.join(timeout=30)
+    intended = {"src/democonfig/config.py": CODE, "tests/test_errors.py": NEW_TEST, **SOURCES}
+    done = [
+        p for p, t in intended.items() if (project / p).is_file() and (project / p).read_text() == t
+    ]
+    assert 0 < len(done) < len(intended), done  # really interrupted in the middle
+    # restart: the operation log completes the merge, the session moves on, once
+    kernel.env.pop("FLUFFY_TEST_MERGE_STEP_DELAY_S")
+    kernel.start()
+    with kernel.client() as client:
+        session = client.call("session.get", {"session_id": sid})
+    kernel.stop()
+    assert session["state"] == "committing"
+    for path, text in intended.items():
+        assert (project / path).read_text() == text
+    operations = [json.loads(p.read_text()) for p in merges.glob("*.json")]
+    assert [op["status"] for op in operations] == ["completed"]
+    steps = operations[0]["completed_steps"]
+    assert len(steps) == len(set(steps))  # no step applied twice
+    assert len(kernel.entries("merge_approved")) == 1
+    assert not list(project.rglob(".*.fluffy-*.tmp"))  # no temp file left behind
     verify = kernel.audit("verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr

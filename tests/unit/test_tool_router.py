@@ -1,0 +1,208 @@
+"""The router on a real database, audit log, policy and project (plugins stubbed here;
+tests/integration/test_tool_path.py runs the real sandboxes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import ToolFailed, ToolTransient
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.query import Filters, entries
+from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.policy.audited import AuditedPolicy
+from fluffy.kernel.policy.builtin import default_builtins
+from fluffy.kernel.policy.engine import PolicyEngine
+from fluffy.kernel.policy.model import load_policy
+from fluffy.kernel.tools.assemble import ToolPath, assemble_tools
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.store import WorkflowStore
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "sk-" + "a1B2" * 10
+
+
+class Harness:
+    def __init__(self, tmp_path: Path) -> None:
+        self.project = tmp_path / "project"
+        (self.project / "src").mkdir(parents=True)
+        (self.project / "tests").mkdir()
+        (self.project / ".fluffy").mkdir()
+        (self.project / "src" / "app.py").write_text(f"KEY = '{SECRET}'\n")
+        policy = (ROOT / "examples" / "policies" / "default.yaml").read_text()
+        (self.project / ".fluffy" / "policy.yaml").write_text(policy)
+        self.state = tmp_path / "state"
+        self.state.mkdir()
+
+    async def open(self) -> tuple[ToolPath, str]:
+        self.audit = await AuditLog.open(self.state)
+        await self.audit.record(Event("kernel_start", input_summary="test kernel"))
+        self.store = await WorkflowStore.open(self.state)
+        policy = load_policy(self.project / ".fluffy" / "policy.yaml")
+        front = AuditedPolicy(
+            PolicyEngine(policy, builtins=default_builtins(self.project), root=self.project),
+            self.audit,
+        )
+        workflow = Workflow(self.store, self.project, audit=self.audit, policy=front)
+        tools = await assemble_tools(
+            self.state, self.project, policy, workflow, front, self.audit, MemoryGuard(),
+            engine=False,
+        )  # fmt: skip
+        session = await workflow.new_session()
+        await workflow.fire(session.id, "user_message")
+        return tools, session.id
+
+    async def close(self, tools: ToolPath) -> None:
+        await tools.close()
+        await self.store.close()
+        await self.audit.close()
+
+    def entries(self, event_type: str) -> list[dict[str, Any]]:
+        return list(entries(self.state, Filters(event_type=event_type)))
+
+
+def run(harness: Harness, body: Any) -> Any:
+    async def main() -> Any:
+        tools, sid = await harness.open()
+        try:
+            return await body(tools, sid)
+        finally:
+            await harness.close(tools)
+
+    return asyncio.run(main())
+
+
+def test_read_is_sanitised_and_both_versions_audited(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> dict[str, Any]:
+        return await tools.router.call(sid, "fs.read", {"path": "src/app.py"})
+
+    answer = run(harness, body)
+    assert answer["ok"] and answer["route"] == "fast"
+    assert SECRET not in json.dumps(answer)
+    assert "[REDACTED" in answer["output"]["content"]
+    (result,) = harness.entries("tool_result")
+    meta = result["metadata"]
+    assert meta["redactions"] == "1" and len(meta["original_sha256"]) == 64
+    assert SECRET not in json.dumps(result)  # the audit log never holds the secret
+    (execute,) = harness.entries("tool_execute")
+    assert execute["policy_decision"] == "allowed" and execute["syscall_type"] == "fs.read"
+
+
+def test_reads_are_retried_once_writes_never(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    attempts: list[str] = []
+
+    async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        real = tools.router.fast.run
+
+        def flaky(tool: str, args: Any, stage: Any) -> dict[str, Any]:
+            attempts.append(tool)
+            if len(attempts) == 1:
+                raise ToolTransient("disk hiccup")
+            return real(tool, args, stage)
+
+        tools.router.fast.run = flaky  # type: ignore[method-assign]
+        read = await tools.router.call(sid, "fs.read", {"path": "src/app.py"})
+        tools.router.fast.run = lambda *a: (_ for _ in ()).throw(ToolFailed("gone"))  # type: ignore[method-assign]
+        failed = await tools.router.call(sid, "fs.read", {"path": "src/app.py"})
+        return read, failed
+
+    read, failed = run(harness, body)
+    assert read["ok"] and read["retries"] == 1 and attempts == ["fs.read", "fs.read"]
+    assert not failed["ok"] and failed["retries"] == 0  # not retryable: no second try
+    retried = [e for e in harness.entries("tool_execute") if e["metadata"]["attempt"] == "2"]
+    assert len(retried) == 1 and retried[0]["metadata"]["retry_after"] == "tool.transient"
+
+
+def test_unavailable_tool_policy_denial_and_bad_paths_are_results(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> list[dict[str, Any]]:
+        router = tools.router
+        await router.call(sid, "plan.complete", {})  # -> test_writing
+        return [
+            await router.call(sid, "fs.write", {"path": "src/app.py", "content": "x"}),
+            await router.call(sid, "fs.write", {"path": ".fluffy/policy.yaml", "content": "x"}),
+            await router.call(sid, "fs.write", {"path": "tests/../../x.py", "content": "x"}),
+            await router.call(sid, "git.commit", {"message": "m"}),
+            await router.call(sid, "nope.tool", {}),
+            await router.call(sid, "fs.read", {"path": "src/app.py", "bogus": 1}),
+        ]
+
+    src, policy_file, escape, commit, unknown, bad_args = run(harness, body)
+    assert src["error"]["error"] == "tool_unavailable"
+    assert src["error"]["current_state"] == "test_writing"
+    assert "fs.read" in src["error"]["available_tools"]
+    assert "test.run" in src["error"]["available_tools"]
+    assert "git.commit" not in src["error"]["available_tools"]
+    assert policy_file["error"]["code"] in ("tool.unavailable", "tool.input_invalid")
+    assert escape["error"]["code"] == "tool.input_invalid"
+    assert commit["error"]["error"] == "tool_unavailable"  # only in committing
+    assert unknown["error"]["code"] == "tool.not_found"
+    assert bad_args["error"]["code"] == "tool.input_invalid"
+    assert (harness.project / ".fluffy" / "policy.yaml").read_text().startswith("#")
+    assert not (tmp_path / "x.py").exists()
+    denied = [e for e in harness.entries("tool_result") if e["policy_decision"] == "denied"]
+    assert len(denied) >= 3
+
+
+def test_writes_without_an_engine_fail_clearly_and_the_breaker_stays_closed(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> dict[str, Any]:
+        await tools.router.call(sid, "plan.complete", {})
+        return await tools.router.call(sid, "fs.write", {"path": "tests/t.py", "content": "x"})
+
+    answer = run(harness, body)
+    assert not answer["ok"] and "container engine" in answer["error"]["what"]
+    assert not (harness.project / "tests" / "t.py").exists()
+
+
+def test_batch_keeps_order_and_serialises_conflicts(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> list[dict[str, Any]]:
+        calls = [{"tool": "fs.read", "args": {"path": "src/app.py"}}] * 3
+        calls += [{"tool": "fs.exists", "args": {"path": "tests"}}]
+        return await tools.router.batch(sid, calls)
+
+    answers = run(harness, body)
+    assert [a["tool"] for a in answers] == ["fs.read"] * 3 + ["fs.exists"]
+    assert all(a["ok"] for a in answers)
+
+
+def test_the_breaker_opens_after_five_consecutive_plugin_failures(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+
+    class Broken:
+        calls = 0
+
+        async def run(self, **kwargs: Any) -> Any:
+            Broken.calls += 1
+            raise ToolTransient("the sandbox exited before asking for work")
+
+        async def release(self, outcome: Any) -> None:
+            raise AssertionError("nothing to release")
+
+    async def body(tools: ToolPath, sid: str) -> list[tuple[str, int]]:
+        tools.router.runner = Broken()  # type: ignore[assignment]
+        seen = []
+        for _ in range(4):  # git.status is a read: each call is tried twice
+            answer = await tools.router.call(sid, "git.status", {})
+            seen.append((answer["error"]["code"], Broken.calls))
+        return seen
+
+    seen = run(harness, body)
+    assert seen == [
+        ("tool.transient", 2),
+        ("tool.transient", 4),
+        ("tool.circuit_open", 5),  # the fifth failure opened it; the retry was refused
+        ("tool.circuit_open", 5),  # open: the broken plugin is not called again
+    ]
