@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
+import time
 from pathlib import Path, PurePosixPath
 
 
@@ -38,16 +40,35 @@ def normalize(path: str, root: Path | None) -> str:
             continue
         parts.append(part)
     relative = posixpath.join(*parts) if parts else "."
-    if root is not None and root.exists():
-        base = root.resolve()
+    if root is not None:
+        base = _real_root(str(root))
+        if base is None:
+            return relative
         try:
-            resolved = (root / relative).resolve()
+            resolved = str((Path(base) / relative).resolve())
         except (OSError, RuntimeError) as exc:  # a symlink loop, among others
             raise PathEscape(f"{path} cannot be resolved: {exc}") from None
-        try:
-            inside = resolved.relative_to(base)
-        except ValueError:
-            raise PathEscape(f"{path} leads outside the project through a symlink") from None
+        if resolved == base:
+            return "."
+        if not resolved.startswith(base + os.sep):
+            raise PathEscape(f"{path} leads outside the project through a symlink")
         # Rules judge what the path really is, not the name of a link to it.
-        return inside.as_posix() if inside.parts else "."
+        return resolved[len(base) + 1 :]
     return relative
+
+
+def _real_root(root: str) -> str | None:
+    """The project root with its own symlinks resolved (None: it does not exist here).
+
+    Cached briefly: the root is resolved once per burst of calls, not per path (a root
+    replaced by a link is seen within a second)."""
+    now = time.monotonic()
+    hit = _ROOTS.get(root)
+    if hit is not None and now - hit[1] < 1.0:
+        return hit[0]
+    real = os.path.realpath(root) if os.path.isdir(root) else None
+    _ROOTS[root] = (real, now)
+    return real
+
+
+_ROOTS: dict[str, tuple[str | None, float]] = {}

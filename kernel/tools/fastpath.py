@@ -195,8 +195,10 @@ class FastPath:
             os.close(fd)
 
     # -- tools ------------------------------------------------------------------------
-    def read(self, args: ReadArgs, stage: StagedView | None) -> dict[str, Any]:
-        rel = self.rel(args.path)
+    def read(
+        self, args: ReadArgs, stage: StagedView | None, *, normalized: bool = False
+    ) -> dict[str, Any]:
+        rel = args.path if normalized else self.rel(args.path)
         found = self.content(rel, stage)
         if found is None:
             raise ToolFailed(
@@ -238,8 +240,10 @@ class FastPath:
             "staged": staged,
         }
 
-    def list(self, args: ListArgs, stage: StagedView | None) -> dict[str, Any]:
-        rel = self.rel(args.path)
+    def list(
+        self, args: ListArgs, stage: StagedView | None, *, normalized: bool = False
+    ) -> dict[str, Any]:
+        rel = args.path if normalized else self.rel(args.path)
         folder = self.project if rel == "." else self.project / rel
         overlay = stage.overlay() if stage is not None else {}
         prefix = "" if rel == "." else rel + "/"
@@ -273,8 +277,10 @@ class FastPath:
                 }
         return {"path": rel, "entries": [entries[k] for k in sorted(entries)]}
 
-    def exists(self, args: ExistsArgs, stage: StagedView | None) -> dict[str, Any]:
-        rel = self.rel(args.path)
+    def exists(
+        self, args: ExistsArgs, stage: StagedView | None, *, normalized: bool = False
+    ) -> dict[str, Any]:
+        rel = args.path if normalized else self.rel(args.path)
         overlay = stage.overlay() if stage is not None else {}
         if rel in overlay:
             return {"path": rel, "exists": overlay[rel] is not None, "type": "file"}
@@ -329,14 +335,17 @@ class FastPath:
                 paths.append(rel)
         return {"paths": sorted(paths), "truncated": truncated}
 
-    def run(self, tool: str, args: Any, stage: StagedView | None) -> dict[str, Any]:
+    def run(
+        self, tool: str, args: Any, stage: StagedView | None, *, normalized: bool = False
+    ) -> dict[str, Any]:
+        """Run ``tool``; ``normalized``: the path is already :meth:`rel`'s (the router's)."""
         parsed = parse_args(tool, args)
         if isinstance(parsed, ReadArgs):
-            return self.read(parsed, stage)
+            return self.read(parsed, stage, normalized=normalized)
         if isinstance(parsed, ListArgs):
-            return self.list(parsed, stage)
+            return self.list(parsed, stage, normalized=normalized)
         if isinstance(parsed, ExistsArgs):
-            return self.exists(parsed, stage)
+            return self.exists(parsed, stage, normalized=normalized)
         if isinstance(parsed, GrepArgs):
             return self.grep(parsed, stage)
         if isinstance(parsed, GlobArgs):

@@ -135,7 +135,8 @@ class ToolRouter:
         call: _Call | None = None
         try:
             call = await self._prepare(session_id, tool, args, call_id)
-            await self._record_execute(call, attempt=1)
+            if call.spec.route == "plugin":  # a long call: its start is on record too
+                await self._record_execute(call, attempt=1)
             while True:
                 try:
                     output = await self._execute(call)
@@ -198,8 +199,9 @@ class ToolRouter:
         spec = self.registry.get(tool)
         args = dict(args) if isinstance(args, dict) else args
         reads, writes = self._paths(spec, args)
-        if spec.kind == "write":
-            args["path"] = next(iter(writes))  # the plugin writes what was authorised
+        if spec.kind == "write" or (spec.kind == "read" and tool.startswith("fs.")):
+            # the tool works on the path that was checked (symlinks resolved once)
+            args["path"] = next(iter(writes or reads))
         if spec.route in ("fast", "kernel"):
             parse_args(tool, args)  # refuse bad arguments before policy sees them
         if spec.kind != "workflow":
@@ -272,7 +274,7 @@ class ToolRouter:
         if spec.route == "fast" and (self.settings.fast_path or spec.module is None):
             if spec.name.startswith("search."):
                 return await asyncio.to_thread(self.fast.run, spec.name, call.args, stage)
-            return self.fast.run(spec.name, call.args, stage)
+            return self.fast.run(spec.name, call.args, stage, normalized=True)
         if spec.name == "test.run":
             return await self._test_run(call)
         outcome = await self._plugin(call)
@@ -451,7 +453,14 @@ class ToolRouter:
             }
             if cleaned.redacted_kinds:
                 meta["redacted_kinds"] = ",".join(cleaned.redacted_kinds)
-        session = await self._session_view(session_id)
+        if call is not None and call.spec.kind == "read":  # a read changes no session
+            session: dict[str, Any] | None = {
+                "session_id": call.session.id,
+                "mode": call.session.mode,
+                "state": call.session.state,
+            }
+        else:
+            session = await self._session_view(session_id)
         answer.update(
             tool=tool,
             call_id=call_id,
@@ -472,10 +481,7 @@ class ToolRouter:
             tool,
             input_summary=summarize(original),
             output_summary=summarize(answer.get("output", answer.get("error"))),
-            decision="denied"
-            if isinstance(output, FluffyError)
-            and output.code.startswith(("policy.", "tool.unavailable"))
-            else None,
+            decision=_decision(call, output),
             duration_ms=duration_ms,
             metadata={
                 "call_id": call_id,
@@ -542,6 +548,16 @@ class ToolRouter:
                 metadata=metadata,
             )
         )
+
+
+def _decision(call: _Call | None, output: Any) -> str | None:
+    """The policy decision a tool_result entry carries."""
+    if isinstance(output, FluffyError):
+        refused = output.code.startswith(("policy.", "tool.unavailable"))
+        return "denied" if refused else ("allowed" if call is not None else None)
+    if call is None:
+        return None
+    return "review_required" if call.review else "allowed"
 
 
 def _output_file(outcome: PluginOutcome, name: Any) -> bytes | None:

@@ -66,6 +66,10 @@ class WorkflowStore:
 
     def __init__(self, db: aiosqlite.Connection) -> None:
         self.db = db
+        #: Sessions as this store last verified or wrote them.  The kernel is the only
+        #: writer, so a tool call does not re-read and re-verify the chain every time;
+        #: changes from outside are found at start-up and by `fluffy audit verify`.
+        self._sessions: dict[str, SessionRow] = {}
 
     @classmethod
     async def open(cls, state_dir: Path) -> WorkflowStore:
@@ -115,6 +119,7 @@ class WorkflowStore:
         self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
     ) -> None:
         """Write the session and its chained transition row in one transaction."""
+        self._sessions.pop(session.id, None)  # a failed write leaves no guess behind
         data = _encode(session.data).decode()
         await self.db.execute(
             "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
@@ -125,6 +130,7 @@ class WorkflowStore:
         chained = {**note, "session": digest([session.mode, session.state, session.data])}
         await self._append(session.id, event, from_state, session.state, session.mode, chained)
         await self.db.commit()
+        self._sessions[session.id] = session
 
     async def add_test_run(
         self,
@@ -162,6 +168,9 @@ class WorkflowStore:
         return [msgspec.json.decode(row[0]) for row in rows]
 
     async def load(self, session_id: str) -> SessionRow | None:
+        cached = self._sessions.get(session_id)
+        if cached is not None:
+            return cached
         rows = list(
             await self.db.execute_fetchall(
                 "SELECT id, created_at, updated_at, mode, state, data FROM sessions WHERE id = ?",
@@ -179,6 +188,7 @@ class WorkflowStore:
                 why="the session row was changed outside the kernel",
                 fix="Run `fluffy audit verify`; start a new session with /reset.",
             )
+        self._sessions[session_id] = session
         return session
 
     async def history(self, session_id: str) -> list[dict[str, Any]]:
