@@ -8,6 +8,9 @@ the kernel's merge.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -245,3 +248,17 @@ def test_kernel_killed_in_the_middle_of_a_merge_completes_it_once(
     assert not list(project.rglob(".*.fluffy-*.tmp"))  # no temp file left behind
     verify = kernel.audit("verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_the_tools_benchmark_measures_plugin_overhead(docker_runtime: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.tools", "--json", "--n", "50", "--plugin-n", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "FLUFFY_RUNTIME": docker_runtime},
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["engine"] == "docker" and result["plugin_n"] == 2
+    assert 0 < result["plugin_call_overhead_p50_ms"] < result["plugin_call_total_p50_ms"]

@@ -61,3 +61,16 @@ def test_the_audit_benchmark_runs_small_and_reports_its_figures(
     for prefix in ("sync", "sync_concurrent", "raw_sqlite_sync"):
         assert result[f"{prefix}_p50_ms"] <= result[f"{prefix}_p99_ms"]
     assert result["verify_entries"] == 400
+
+
+def test_the_tools_benchmark_runs_small_and_reports_its_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import tools
+
+    assert tools.main(["--json", "--n", "60", "--plugin-n", "0"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("fs_read_p50_us", "fs_read_p99_us", "ipc_rtt_p50_us", "round_of_10_reads_p50_ms"):
+        assert result[key] > 0, key
+    assert result["fs_read_p50_us"] <= result["fs_read_p99_us"]
+    assert "plugin_call_overhead_p50_ms" in result  # measured where an engine runs (CI)
