@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fluffy.errors import ToolFailed, ToolTransient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
@@ -206,3 +208,84 @@ def test_the_breaker_opens_after_five_consecutive_plugin_failures(tmp_path: Path
         ("tool.circuit_open", 5),  # the fifth failure opened it; the retry was refused
         ("tool.circuit_open", 5),  # open: the broken plugin is not called again
     ]
+
+
+class FakePlugins:
+    """Stands in for the sandboxes (tests/integration runs the real ones): fs.write
+    answers with a real patch file, test.run with a real junit report."""
+
+    def __init__(self, root: Path, project: Path) -> None:
+        self.root = root
+        self.project = project
+        self.green = False
+        self.count = 0
+
+    async def run(self, *, tool: str, args: dict[str, Any], call_id: str, **_: Any) -> Any:
+        from fluffy.kernel.merge.patch import unified_diff
+        from fluffy.kernel.tools.plugins import PluginOutcome
+
+        self.count += 1
+        call_dir = self.root / call_id
+        call_dir.mkdir(parents=True)
+        if tool == "fs.write":
+            target = self.project / args["path"]
+            old = target.read_text() if target.exists() else None
+            (call_dir / "0.diff").write_text(unified_diff(args["path"], old, args["content"]))
+            result: dict[str, Any] = {
+                "changes": [{"path": args["path"], "op": "patch", "file": "0.diff"}]
+            }
+        else:  # test.run
+            body = "" if self.green else '<failure message="assert 1 == 2">assert</failure>'
+            (call_dir / "junit.xml").write_text(
+                '<testsuite><testcase classname="tests.test_x" name="test_x" '
+                f'file="tests/test_x.py">{body}</testcase></testsuite>'
+            )
+            result = {"exit_code": 0 if self.green else 1, "junit": "junit.xml"}
+        return PluginOutcome(result, call_dir, None, {"ready_ms": 0.0, "tool_ms": 0.0})  # type: ignore[arg-type]
+
+    async def release(self, outcome: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, decision: str) -> None:
+    harness = Harness(tmp_path)
+    (harness.project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+
+    async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+        router = tools.router
+        fake = FakePlugins(tmp_path / "outputs", harness.project)
+        router.runner = fake  # type: ignore[assignment]
+        await router.call(sid, "plan.complete", {})
+        test = "def test_x():\n    assert 1 == 2\n"
+        assert (await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": test}))[
+            "ok"
+        ]
+        red = await router.call(sid, "test.run", {})
+        assert red["session"]["state"] == "code_writing", red
+        await router.call(sid, "fs.write", {"path": "src/app.py", "content": "KEY = 1\n"})
+        await router.call(sid, "fs.write", {"path": "pyproject.toml", "content": "[project]\n"})
+        fake.green = True
+        green = await router.call(sid, "test.run", {})
+        assert green["session"]["state"] == "reviewing", green
+        if decision == "approve":
+            done = await router.flow.approve(sid, by="user")
+        else:
+            done = await router.flow.reject(sid)
+        state = (await router.workflow.get(sid)).state
+        return green["output"]["review"], done, state
+
+    review, done, state = run(harness, body)
+    assert review["auto_merged"] is False
+    assert any("Sensitive" in r or "pyproject" in r for r in review["reasons"]), review
+    assert "pyproject.toml" in review["diff"]
+    if decision == "approve":
+        assert state == "committing" and set(done["merged"]) >= {"pyproject.toml", "src/app.py"}
+        assert (harness.project / "pyproject.toml").read_text() == "[project]\n"
+        assert (harness.project / "tests" / "test_x.py").exists()
+        assert len(harness.entries("merge_approved")) == 1
+    else:
+        assert state == "code_writing" and done["discarded"]
+        assert (harness.project / "pyproject.toml").read_text() == "[project]\nname = 'x'\n"
+        assert not (harness.project / "tests" / "test_x.py").exists()
+        assert len(harness.entries("merge_rejected")) == 1
