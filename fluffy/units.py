@@ -52,3 +52,22 @@ def parse_duration_ms(value: str) -> int:
             fix='Write it like "100ms", "30s", "5m" or "1h".',
         )
     return int(float(match[1]) * _TIME_UNITS_MS[match[2]])
+
+
+def valid_size(value: str) -> str:
+    """A pydantic field validator: ``value`` if it is a size, else ValueError (which
+    pydantic reports with the field's name and place)."""
+    try:
+        parse_size(value)
+    except ConfigError as exc:
+        raise ValueError(f"{exc.what}: {exc.why}") from None
+    return value
+
+
+def valid_duration(value: str) -> str:
+    """A pydantic field validator for durations (see :func:`valid_size`)."""
+    try:
+        parse_duration_ms(value)
+    except ConfigError as exc:
+        raise ValueError(f"{exc.what}: {exc.why}") from None
+    return value

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fluffy.errors import ConfigError
-from fluffy.units import parse_duration_ms, parse_size
+from fluffy.units import parse_duration_ms, parse_size, valid_duration, valid_size
 
 #: Smallest memory limit Docker accepts; 0 would mean "unlimited", so it is refused too.
 MIN_MEMORY = 6 * 1024 * 1024
@@ -47,25 +47,14 @@ class SandboxConfig(BaseModel):
     @field_validator("memory_limit")
     @classmethod
     def _size(cls, value: str) -> str:
-        try:
-            size = parse_size(value)
-        except ConfigError as exc:  # pydantic reports ValueErrors with the field's name
-            raise ValueError(f"{exc.what}: {exc.why}") from None
-        if size < MIN_MEMORY:
+        if parse_size(valid_size(value)) < MIN_MEMORY:
             raise ValueError(
                 f"memory_limit {value!r} is below 6MiB; the engines read 0 as 'no limit' "
                 "and refuse less than 6 MiB"
             )
         return value
 
-    @field_validator("max_duration")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        try:
-            parse_duration_ms(value)
-        except ConfigError as exc:
-            raise ValueError(f"{exc.what}: {exc.why}") from None
-        return value
+    _duration = field_validator("max_duration")(valid_duration)
 
     @property
     def memory_bytes(self) -> int:

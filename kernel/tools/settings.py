@@ -12,8 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fluffy.errors import ConfigError
-from fluffy.units import parse_duration_ms, parse_size
+from fluffy.units import parse_duration_ms, parse_size, valid_duration, valid_size
 
 Strategy = Literal["head", "tail", "middle"]
 
@@ -45,23 +44,8 @@ class ToolSettings(BaseModel):
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
         return value
 
-    @field_validator("read_max_size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        try:
-            parse_size(value)
-        except ConfigError as exc:
-            raise ValueError(f"{exc.what}: {exc.why}") from None
-        return value
-
-    @field_validator("call_timeout")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        try:
-            parse_duration_ms(value)
-        except ConfigError as exc:
-            raise ValueError(f"{exc.what}: {exc.why}") from None
-        return value
+    _size = field_validator("read_max_size")(valid_size)
+    _duration = field_validator("call_timeout")(valid_duration)
 
     @property
     def read_max_bytes(self) -> int:
@@ -95,14 +79,7 @@ class SchedulerSettings(BaseModel):
     )
     age_threshold: str = "30s"
 
-    @field_validator("age_threshold")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        try:
-            parse_duration_ms(value)
-        except ConfigError as exc:
-            raise ValueError(f"{exc.what}: {exc.why}") from None
-        return value
+    _duration = field_validator("age_threshold")(valid_duration)
 
     @property
     def age_threshold_s(self) -> float:
