@@ -66,7 +66,7 @@ def _real_root(root: str) -> str | None:
     hit = _ROOTS.get(root)
     if hit is not None and now - hit[1] < 1.0:
         return hit[0]
-    real = os.path.realpath(root) if os.path.isdir(root) else None
+    real = os.path.realpath(root) if Path(root).is_dir() else None
     _ROOTS[root] = (real, now)
     return real
 

@@ -87,9 +87,7 @@ def sandbox_images(engine: Engine, env: Mapping[str, str]) -> dict[str, str]:
     for template in TEMPLATES:
         name = spec_for_template(template).name
         if name not in given:
-            found = [
-                i for i in store.list_by_label(f"{LABEL_IMAGE}={name}") if i.get("RepoTags")
-            ]
+            found = [i for i in store.list_by_label(f"{LABEL_IMAGE}={name}") if i.get("RepoTags")]
             if not found:
                 raise ImageNotFound(
                     f"no {name} image for the {template} sandbox",

@@ -233,8 +233,9 @@ SLOW_TEST = "import time\n\n\ndef test_slow() -> None:\n    time.sleep(40)\n    
 
 
 def _kernel_log(kit: dict[str, Any]) -> str:
+    container = json.loads(_fluffy(kit, "status").stdout)["container_id"]
     out = subprocess.run(
-        [kit["cli"], "logs", "--tail", "60", json.loads(_fluffy(kit, "status").stdout)["container_id"]],
+        [kit["cli"], "logs", "--tail", "60", container],
         capture_output=True,
         text=True,
     )
