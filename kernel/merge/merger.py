@@ -25,6 +25,7 @@ crash at chosen points).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -104,6 +105,16 @@ class MergePlan:
     auto: bool
     reasons: list[str]  # why it may not merge automatically (empty when auto)
 
+    @property
+    def plan_id(self) -> str:
+        """Names exactly these changes: an approval is for what the user was shown."""
+        digest = hashlib.sha256(b"fluffy-merge-plan-v1\0")
+        for change in sorted(self.changes, key=lambda c: c.path):
+            for part in (change.path, change.op, change.sha256 or "", change.base_sha256 or ""):
+                data = part.encode("utf-8", "surrogateescape")
+                digest.update(len(data).to_bytes(8, "big") + data)
+        return digest.hexdigest()[:32]
+
 
 @dataclass
 class MergeResult:
@@ -145,11 +156,17 @@ class Merger:
         self.project = project
         self.state_dir = state_dir
         self.log = OperationLog(state_dir, clock=clock)
+        self._on_step = on_step
+        self._lock = threading.Lock()
+        self.configure(protected, sensitive, max_auto_lines)
+
+    def configure(
+        self, protected: Sequence[str], sensitive: Sequence[str], max_auto_lines: int
+    ) -> None:
+        """New rules from a policy update (the same merger, the same lock)."""
         self._guard = ProtectedPaths(protected)
         self._sensitive = GlobSet(tuple(sensitive))
         self.max_auto_lines = max_auto_lines
-        self._on_step = on_step
-        self._lock = threading.Lock()
 
     # -- planning --------------------------------------------------------------------
 

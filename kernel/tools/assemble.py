@@ -18,6 +18,7 @@ from fluffy.kernel.memory import MemoryGuard
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard
 from fluffy.kernel.tools.envfilter import sandbox_environment
 from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
@@ -82,8 +83,17 @@ class ToolPath:
         router = self.router
         router.settings = policy.tools
         router.sanitizer = _sanitizer(policy)
-        router.merger = _merger(router.project, router.merger.state_dir, policy)
-        router.flow.merger = router.merger
+        router.merger.configure(
+            list(policy.merge.protected_paths),
+            policy.merge.sensitive_paths
+            if policy.merge.sensitive_paths is not None
+            else DEFAULT_SENSITIVE,
+            policy.merge.auto_merge_max_lines,
+        )
+        router.protected = list(policy.merge.protected_paths)
+        router.scope = availability.WriteScope(
+            router.workflow.test_globs, (*availability.PROTECTED_GLOBS, *router.protected)
+        )
         router.fast.read_max_bytes = policy.tools.read_max_bytes
 
     async def close(self) -> None:
@@ -121,7 +131,7 @@ async def assemble_tools(
 
     if runner is not None:
         guard.evictors.append(runner.evict)  # 90 %: destroy running plugin sandboxes
-    guard.shedders.append(lambda: workspaces.sessions.clear())  # 80 %: drop caches
+    guard.shedders.append(workspaces.drop_caches)  # 80 %: drop caches
     scheduler = SchedulerBridge(
         policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
     )

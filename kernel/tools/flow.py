@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from fluffy.errors import TransitionDenied, WorkflowError
+from fluffy.errors import MergeConflict, TransitionDenied, WorkflowError
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.merge.merger import Merger
@@ -64,6 +64,11 @@ class Flow:
         self.workspaces = workspaces
         self.merger = merger
         self.audit = audit
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, session_id: str) -> asyncio.Lock:
+        """One staging change or merge decision of a session at a time."""
+        return self._locks.setdefault(session_id, asyncio.Lock())
 
     async def _try(self, session_id: str, event: str, **kwargs: Any) -> Step:
         session = await self.workflow.get(session_id)
@@ -110,31 +115,45 @@ class Flow:
     # -- reviewing ------------------------------------------------------------------
     async def review(self, session_id: str, *, tests_pass: bool) -> dict[str, Any]:
         """Plan the merge; auto-merge when the criteria hold, else wait for the user."""
-        stage = self.workspaces.get(session_id)
-        plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=tests_pass)
-        session = await self.workflow.get(session_id)
-        reasons = list(plan.reasons) + list(session.data.get("review_required", []))
-        preview = plan.diff[:DIFF_PREVIEW]
-        if plan.auto and not session.data.get("review_required"):
-            merged = await self.approve(session_id, by="auto-merge")
-            return {"auto_merged": True, **merged}
+        async with self.lock(session_id):
+            stage = self.workspaces.get(session_id)
+            plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=tests_pass)
+            session = await self.workflow.get(session_id)
+            reasons = list(plan.reasons) + list(session.data.get("review_required", []))
+            if plan.auto and not session.data.get("review_required"):
+                merged = await self._approve(session_id, plan, by="auto-merge")  # this plan
+                return {"auto_merged": True, **merged}
         return {
             "auto_merged": False,
-            "waiting_for": "review.approve or review.reject (the user)",
+            "waiting_for": "review.approve (with this plan_id) or review.reject, by the user",
+            "plan_id": plan.plan_id,
             "reasons": reasons,
             "diff_lines": plan.diff_lines,
-            "diff": preview,
+            "diff": plan.diff[:DIFF_PREVIEW],
         }
 
-    async def approve(self, session_id: str, *, by: str) -> dict[str, Any]:
-        session = await self.workflow.get(session_id)
-        if session.state != "reviewing":
-            raise WorkflowError(
-                f"nothing to approve: the session is in {session.state}, not reviewing",
-                fix="Approve when the session waits in reviewing (/status shows it).",
-            )
-        stage = self.workspaces.get(session_id)
-        plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=True)
+    async def approve(
+        self, session_id: str, *, by: str, plan_id: str | None = None
+    ) -> dict[str, Any]:
+        """The user's approval of the plan they were shown (``plan_id``)."""
+        async with self.lock(session_id):
+            session = await self.workflow.get(session_id)
+            if session.state != "reviewing":
+                raise WorkflowError(
+                    f"nothing to approve: the session is in {session.state}, not reviewing",
+                    fix="Approve when the session waits in reviewing (/status shows it).",
+                )
+            stage = self.workspaces.get(session_id)
+            plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=True)
+            if plan_id is not None and plan_id != plan.plan_id:
+                raise MergeConflict(
+                    "the staged changes are not the ones you reviewed",
+                    why=f"you approved plan {plan_id}; what is staged now is {plan.plan_id}",
+                    fix="Look at the changes again (review.show) and approve those.",
+                )
+            return await self._approve(session_id, plan, by=by)
+
+    async def _approve(self, session_id: str, plan: Any, *, by: str) -> dict[str, Any]:
         await self._audit(
             "merge_approved",
             session_id,
@@ -143,7 +162,12 @@ class Flow:
             plan.diff,
         )
         await self.workflow.annotate(session_id, "merge_started", merge_started=by)
-        result = await asyncio.to_thread(self.merger.merge, plan)
+        try:
+            result = await asyncio.to_thread(self.merger.merge, plan)
+        except BaseException:
+            # nothing (or a resumable operation) was written: no approval stays behind
+            await self.workflow.annotate(session_id, "merge_failed", merge_started=None)
+            raise
         return await self._finish_merge(session_id, result)
 
     async def _finish_merge(self, session_id: str, result: Any) -> dict[str, Any]:
@@ -179,6 +203,10 @@ class Flow:
         return summary
 
     async def reject(self, session_id: str) -> dict[str, Any]:
+        async with self.lock(session_id):
+            return await self._reject(session_id)
+
+    async def _reject(self, session_id: str) -> dict[str, Any]:
         state, flow, _ = await self.state(session_id)
         if state != "reviewing":
             raise WorkflowError(
@@ -189,28 +217,31 @@ class Flow:
         diff = await asyncio.to_thread(stage.staging.diff)
         await self._audit("merge_rejected", session_id, "merge rejected by the user", {}, diff)
         self.workspaces.discard(session_id)
-        await self.workflow.annotate(session_id, "merge_discarded", review_required=None)
+        await self.workflow.annotate(
+            session_id, "merge_discarded", review_required=None, merge_started=None
+        )
         event = "merge_rejected" if flow == "strict" else "cancel"
         step = await self._try(session_id, event)
         return {"discarded": True, "workflow": [step.to_dict()], "state": step.target}
 
     async def resume(self) -> list[str]:
-        """After a crash: finish approved merges (the op log completed the files)."""
-        await asyncio.to_thread(self.merger.resume_pending)
+        """After a crash: complete the merge operation a kill interrupted, then move its
+        session on.  Never starts a merge: an approval without an operation is dropped
+        and the session waits in reviewing again."""
+        completed = await asyncio.to_thread(self.merger.resume_pending)
         finished: list[str] = []
         session_id = await self.workflow.store.latest_session()
         for sid in [session_id] if session_id else []:
             session = await self.workflow.get(sid)
-            if session.state == "reviewing" and session.data.get("merge_started"):
-                stage = self.workspaces.get(sid)
-                plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=True)
-                # staged files the resumed operation already wrote match the project now
-                if not plan.changes:
-                    self.workspaces.discard(sid)
-                    await self._finish_merge(sid, None)
-                else:
-                    await self._finish_merge(sid, await asyncio.to_thread(self.merger.merge, plan))
-                finished.append(sid)
+            if session.state != "reviewing" or not session.data.get("merge_started"):
+                continue
+            if not completed:
+                await self.workflow.annotate(sid, "merge_not_started", merge_started=None)
+                continue
+            self.workspaces.get(sid).changed()
+            for result in completed:
+                await self._finish_merge(sid, result)
+            finished.append(sid)
         return finished
 
     async def _audit(

@@ -71,11 +71,12 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
 
     async def review_show(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id",))
-        stage = router.workspaces.get(str(p["session_id"]))
+        session = await router.workflow.get(str(p["session_id"]))  # a real session first
+        stage = router.workspaces.get(session.id)
         plan = await asyncio.to_thread(router.merger.plan, stage.staging, tests_pass=True)
-        session = await router.workflow.get(str(p["session_id"]))
         return {
             "state": session.state,
+            "plan_id": plan.plan_id,
             "files": [c.path for c in plan.changes],
             "diff_lines": plan.diff_lines,
             "sensitive": list(plan.sensitive),
@@ -84,14 +85,15 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
         }
 
     async def approve(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id",))
+        p = _params(params, ("session_id", "plan_id"))  # what the user was shown
         _user_only(context, "approve a merge")
-        return await flow.approve(str(p["session_id"]), by="user")
+        return await flow.approve(str(p["session_id"]), by="user", plan_id=str(p["plan_id"]))
 
     async def reject(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id",))
         _user_only(context, "reject a merge")
-        return await flow.reject(str(p["session_id"]))
+        session = await router.workflow.get(str(p["session_id"]))
+        return await flow.reject(session.id)
 
     return {
         "tool.list": list_tools,

@@ -33,6 +33,7 @@ from typing import Any
 from fluffy.errors import (
     FluffyError,
     InvalidPayload,
+    KernelOverloaded,
     ToolFailed,
     ToolInputInvalid,
     ToolTimeout,
@@ -323,7 +324,7 @@ class PluginRunner:
         for job in list(self.jobs.values()):
             if not job.future.done():
                 job.future.set_exception(
-                    ToolTransient(
+                    KernelOverloaded(
                         f"{job.tool} was stopped: the kernel is short of memory",
                         fix="Call it again when the kernel has recovered.",
                     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,11 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.errors import (
+    EngineUnavailable,
     FluffyError,
     KernelOverloaded,
+    MergeConflict,
     MergeRefused,
     PolicyError,
+    ToolFailed,
     ToolInputInvalid,
+    ToolUnavailable,
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
@@ -55,6 +60,8 @@ from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
 from fluffy.kernel.workflow.evidence import TestRun, parse_junit
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
+
+log = logging.getLogger("fluffy.kernel.tools")
 
 READ_RETRY_DELAY_S = 0.1
 MAX_REPORT_BYTES = 32 * 1024 * 1024
@@ -130,9 +137,11 @@ class ToolRouter:
         self, session_id: str, tool: str, args: Any, *, call_id: str | None = None
     ) -> dict[str, Any]:
         started = time.perf_counter()
-        call_id = call_id or uuid.uuid4().hex[:12]
+        client_call_id = call_id
+        call_id = uuid.uuid4().hex[:12]  # the kernel's own: it names folders and tasks
         retries = 0
         call: _Call | None = None
+        output: dict[str, Any] | FluffyError
         try:
             call = await self._prepare(session_id, tool, args, call_id)
             if call.spec.route == "plugin":  # a long call: its start is on record too
@@ -148,8 +157,18 @@ class ToolRouter:
                     await asyncio.sleep(READ_RETRY_DELAY_S)
                     await self._record_execute(call, attempt=2, after=exc)
         except FluffyError as exc:
-            return await self._finish(call, tool, session_id, call_id, started, retries, exc)
-        return await self._finish(call, tool, session_id, call_id, started, retries, output)
+            output = exc
+        except Exception as exc:  # a bug must still be an answer and an audit entry
+            log.exception("%s failed unexpectedly", tool)
+            output = ToolFailed(
+                f"{tool} failed inside the kernel: {type(exc).__name__}",
+                why=str(exc)[:500],
+                fix="Retry once; if it persists, report it with the kernel's log.",
+            )
+        answer = await self._finish(call, tool, session_id, call_id, started, retries, output)
+        if client_call_id is not None:
+            answer["client_call_id"] = client_call_id
+        return answer
 
     async def batch(self, session_id: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several calls of one AI turn: in parallel unless their paths conflict."""
@@ -165,7 +184,7 @@ class ToolRouter:
         for wave in plan_batches(planned):
             answers = await asyncio.gather(
                 *(
-                    self.call(session_id, str(calls[i].get("tool")), calls[i].get("args"))
+                    self.call(session_id, str(calls[i].get("tool")), calls[i].get("args") or {})
                     for i in wave
                 )
             )
@@ -190,7 +209,8 @@ class ToolRouter:
         if spec.kind == "write":
             rel = self._write_path(args.get("path"))
             return frozenset({rel}), frozenset({rel})
-        if spec.kind == "read" and spec.name.startswith("fs."):
+        if spec.kind == "read" and (spec.name.startswith("fs.") or "path" in args):
+            # the policy sees what is read (search.grep's folder too)
             return frozenset({self.fast.rel(str(args.get("path", ".")))}), frozenset()
         return reads, writes
 
@@ -230,8 +250,7 @@ class ToolRouter:
             if spec.route == "plugin" and spec.plugin
             else Caller("ai", frozenset({"ai"}))
         )
-        content = call.args.get("content")
-        size = len(content.encode()) if isinstance(content, str) else None
+        size = self._size_after(call)
         named = [p for p in sorted(call.writes) if p] or [
             p for p in sorted(call.reads) if p not in ("", ".")
         ]
@@ -264,6 +283,23 @@ class ToolRouter:
                     )
                 call.review = "; ".join(decision.reasons) or f"{spec.name} {path} needs review"
 
+    def _size_after(self, call: _Call) -> int | None:
+        """The size a write leaves its file at (for max_file_size); None: not a write."""
+        args = call.args
+        if call.spec.kind != "write":
+            return None
+        if call.spec.name == "fs.delete":
+            return 0
+        if isinstance(args.get("content"), str):
+            return len(args["content"].encode())
+        found = self.fast.content(next(iter(call.writes)), self.workspaces.get(call.session.id))
+        old, new = args.get("old_string"), args.get("new_string")
+        if found is None or not isinstance(old, str) or not isinstance(new, str):
+            return None
+        text = found[0].decode("utf-8", "replace")
+        edited = text.replace(old, new) if args.get("replace_all") else text.replace(old, new, 1)
+        return len(edited.encode())
+
     # -- executing ----------------------------------------------------------------------
     async def _execute(self, call: _Call) -> dict[str, Any]:
         spec, session = call.spec, call.session
@@ -291,7 +327,7 @@ class ToolRouter:
     async def _plugin(self, call: _Call) -> PluginOutcome:
         spec = call.spec
         if self.runner is None or spec.plugin is None or spec.module is None:
-            raise PolicyError(
+            raise EngineUnavailable(
                 f"{spec.name} needs a sandbox, and this kernel has no container engine",
                 fix="Start Docker or Podman (`scripts/setup`), then restart the kernel.",
             )
@@ -316,7 +352,8 @@ class ToolRouter:
                 ),
             )
         except BaseException as exc:
-            if counts_as_failure(exc):  # the plugin broke (not: the tool said no)
+            if counts_as_failure(exc) and not isinstance(exc, KernelOverloaded):
+                # the plugin broke (not: the tool said no, or the kernel stopped it)
                 self.breakers.failure(ticket, exc)
             else:
                 self.breakers.release(ticket)
@@ -337,11 +374,23 @@ class ToolRouter:
                     f"allowed to write",
                     why=f"the call was authorised for {', '.join(sorted(call.writes))} only",
                 )
-        stage = self.workspaces.get(call.session.id)
-        staged = await asyncio.to_thread(
-            ingest, outcome.call_dir, changes, stage.staging, protected=self.protected
-        )
-        stage.changed()
+        async with self.flow.lock(call.session.id):
+            now = await self.workflow.get(call.session.id)
+            if now.state != call.session.state:
+                raise ToolUnavailable(
+                    f"{call.spec.name} finished after the session moved on to {now.state}",
+                    tool_name=call.spec.name,
+                    current_state=now.state,
+                    reason=f"it was allowed in {call.session.state}; nothing was staged",
+                    available_tools=await self.available(now.id),
+                )
+            stage = self.workspaces.get(call.session.id)
+            try:
+                staged = await asyncio.to_thread(
+                    ingest, outcome.call_dir, changes, stage.staging, protected=self.protected
+                )
+            finally:
+                stage.changed()
         if call.review:
             reasons = list(call.session.data.get("review_required", []))
             await self.workflow.annotate(
@@ -358,6 +407,13 @@ class ToolRouter:
 
     async def _commit(self, call: _Call, outcome: PluginOutcome) -> dict[str, Any]:
         result = await asyncio.to_thread(self.merger.merge_git, outcome.call_dir, outcome.result)
+        problems = [*result.conflicts, *result.refused]
+        if result.status != "completed" or problems:
+            raise MergeConflict(
+                "the commit was prepared but not applied to the repository",
+                why="; ".join(f"{p.path}: {p.reason}" for p in problems) or result.status,
+                fix="Look at `git status` and `git log`, then call git.commit again.",
+            )
         steps = await self.flow.committed(call.session.id)
         return {
             "commit": outcome.result.get("commit"),

@@ -59,6 +59,12 @@ class Workspaces:
             return {}
         return self.get(session_id).overlay()
 
+    def drop_caches(self) -> None:
+        """Memory pressure: forget the cached overlays (the staging objects stay: one per
+        folder, or two would disagree about it)."""
+        for stage in self.sessions.values():
+            stage.changed()
+
     def discard(self, session_id: str) -> None:
         stage = self.sessions.pop(session_id, None)
         if stage is not None:

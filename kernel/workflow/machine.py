@@ -308,6 +308,8 @@ class Workflow:
         data["runs_since"] = await self.store.latest_run_id(session.id)
         if target != "committing":
             data.pop("merge_approved", None)
+        if target == "reviewing":  # an approval is for one review, never a later one
+            data.pop("merge_started", None)
         wants_tests = target in ("test_writing", "retroactive_testing") or (
             event == "exemption_granted"  # the exemption's scope covers tests too
         )

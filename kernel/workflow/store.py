@@ -120,16 +120,27 @@ class WorkflowStore:
     ) -> None:
         """Write the session and its chained transition row in one transaction."""
         self._sessions.pop(session.id, None)  # a failed write leaves no guess behind
-        data = _encode(session.data).decode()
-        await self.db.execute(
-            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-            "updated_at = excluded.updated_at, mode = excluded.mode, state = excluded.state, "
-            "data = excluded.data",
-            (session.id, session.created_at, session.updated_at, session.mode, session.state, data),
-        )
-        chained = {**note, "session": digest([session.mode, session.state, session.data])}
-        await self._append(session.id, event, from_state, session.state, session.mode, chained)
-        await self.db.commit()
+        try:
+            data = _encode(session.data).decode()
+            await self.db.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                "updated_at = excluded.updated_at, mode = excluded.mode, state = excluded.state, "
+                "data = excluded.data",
+                (
+                    session.id,
+                    session.created_at,
+                    session.updated_at,
+                    session.mode,
+                    session.state,
+                    data,
+                ),
+            )
+            chained = {**note, "session": digest([session.mode, session.state, session.data])}
+            await self._append(session.id, event, from_state, session.state, session.mode, chained)
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()  # nothing half-written is read back
+            raise
         self._sessions[session.id] = session
 
     async def add_test_run(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fluffy.errors import ToolFailed, ToolTransient
+from fluffy.errors import MergeConflict, ToolFailed, ToolTransient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
@@ -164,7 +164,32 @@ def test_writes_without_an_engine_fail_clearly_and_the_breaker_stays_closed(
 
     answer = run(harness, body)
     assert not answer["ok"] and "container engine" in answer["error"]["what"]
+    assert answer["error"]["code"] == "engine.unavailable"  # policy allowed it
     assert not (harness.project / "tests" / "t.py").exists()
+
+
+def test_edits_and_deletes_pass_the_size_limit_and_client_ids_name_no_folder(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path)
+    (harness.project / "tests" / "test_a.py").write_text("def test_a():\n    assert 1\n")
+
+    async def body(tools: ToolPath, sid: str) -> list[dict[str, Any]]:
+        router = tools.router
+        await router.call(sid, "plan.complete", {})
+        edit = {"path": "tests/test_a.py", "old_string": "1", "new_string": "0"}
+        return [
+            await router.call(sid, "fs.edit", edit, call_id="../../../escape"),
+            await router.call(sid, "fs.delete", {"path": "tests/test_a.py"}),
+        ]
+
+    edited, deleted = run(harness, body)
+    # both reached the sandbox step (no engine here): the policy's max_file_size held
+    assert edited["error"]["code"] == "engine.unavailable", edited
+    assert deleted["error"]["code"] == "engine.unavailable", deleted
+    assert edited["client_call_id"] == "../../../escape"
+    assert edited["call_id"] != "../../../escape" and "/" not in edited["call_id"]
+    assert not (tmp_path / "escape").exists() and not list(tmp_path.rglob("escape*"))
 
 
 def test_batch_keeps_order_and_serialises_conflicts(tmp_path: Path) -> None:
@@ -268,8 +293,12 @@ def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, deci
         fake.green = True
         green = await router.call(sid, "test.run", {})
         assert green["session"]["state"] == "reviewing", green
+        review = green["output"]["review"]
         if decision == "approve":
-            done = await router.flow.approve(sid, by="user")
+            with pytest.raises(MergeConflict, match="not the ones you reviewed"):
+                await router.flow.approve(sid, by="user", plan_id="0" * 32)
+            assert not (harness.project / "tests" / "test_x.py").exists()
+            done = await router.flow.approve(sid, by="user", plan_id=review["plan_id"])
         else:
             done = await router.flow.reject(sid)
         state = (await router.workflow.get(sid)).state
