@@ -121,8 +121,12 @@ class Flow:
             session = await self.workflow.get(session_id)
             reasons = list(plan.reasons) + list(session.data.get("review_required", []))
             if plan.auto and not session.data.get("review_required"):
-                merged = await self._approve(session_id, plan, by="auto-merge")  # this plan
-                return {"auto_merged": True, **merged}
+                try:
+                    merged = await self._approve(session_id, plan, by="auto-merge")
+                except TransitionDenied as exc:  # the tech-debt budget: nothing merged
+                    reasons.append(f"{exc.what}: {exc.why}")
+                else:
+                    return {"auto_merged": True, **merged}
         return {
             "auto_merged": False,
             "waiting_for": "review.approve (with this plan_id) or review.reject, by the user",
@@ -154,6 +158,7 @@ class Flow:
             return await self._approve(session_id, plan, by=by)
 
     async def _approve(self, session_id: str, plan: Any, *, by: str) -> dict[str, Any]:
+        await self.workflow.check_budget(session_id)  # a locked budget merges nothing
         await self._audit(
             "merge_approved",
             session_id,

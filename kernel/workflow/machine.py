@@ -344,6 +344,16 @@ class Workflow:
                 await self.store.delete_meta(LOCK_KEY)
         await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
 
+    async def check_budget(self, session_id: str) -> list[str]:
+        """The merge_approved guard's budget check, asked *before* a merge writes the
+        project (explore commits: TransitionDenied when the budget locks; else warnings)."""
+        async with self.lock:
+            session = await self.get(session_id)
+            flow = flow_of(cast(Mode, session.mode), bool(session.data.get("exemption")))
+            if flow != "explore" or session.data.get("exemption"):
+                return []
+            return await self._budget(session)
+
     async def annotate(self, session_id: str, note: str, **values: Any) -> SessionRow:
         """Keep ``values`` in the session's data (chained like a transition; no state change).
 

@@ -318,3 +318,48 @@ def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, deci
         assert (harness.project / "pyproject.toml").read_text() == "[project]\nname = 'x'\n"
         assert not (harness.project / "tests" / "test_x.py").exists()
         assert len(harness.entries("merge_rejected")) == 1
+
+
+def test_a_locked_tech_debt_budget_merges_nothing(tmp_path: Path) -> None:
+    from fluffy.errors import TransitionDenied
+    from fluffy.kernel.policy.engine import Caller
+    from fluffy.kernel.workflow.machine import BASELINE_KEY
+
+    harness = Harness(tmp_path)
+    policy = harness.project / ".fluffy" / "policy.yaml"
+    policy.write_text(
+        policy.read_text()
+        + "\n  - name: explore-ok\n    match: {syscall: session.set_mode, session_mode: [explore]}"
+        + "\n    action: allow\n"
+    )
+
+    class Covered(FakePlugins):
+        async def run(self, **kwargs: Any) -> Any:
+            outcome = await super().run(**kwargs)
+            if kwargs["tool"] == "test.run":  # 1 of 10 lines covered: far below the baseline
+                summary = {"covered_lines": 1, "num_statements": 10}
+                report = {"totals": summary, "files": {"src/app.py": {"summary": summary}}}
+                (outcome.call_dir / "coverage.json").write_text(json.dumps(report))
+                outcome.result["coverage"] = "coverage.json"
+            return outcome
+
+    async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], str]:
+        router, workflow = tools.router, tools.router.workflow
+        baseline = {"format": "coverage.py-json", "covered_lines": 9, "total_lines": 10}
+        await workflow.store.set_meta(BASELINE_KEY, json.dumps({**baseline, "files": {}}))
+        await workflow.set_mode(sid, "explore", Caller("user"))
+        fake = Covered(tmp_path / "outputs", harness.project)
+        fake.green = True
+        router.runner = fake  # type: ignore[assignment]
+        await router.call(sid, "plan.complete", {})  # -> exploring
+        await router.call(sid, "fs.write", {"path": "src/app.py", "content": "KEY = 2\n"})
+        green = await router.call(sid, "test.run", {})
+        with pytest.raises(TransitionDenied):
+            await router.flow.approve(sid, by="user")
+        return green, (await workflow.get(sid)).state
+
+    green, state = run(harness, body)
+    review = green["output"]["review"]
+    assert review["auto_merged"] is False and state == "reviewing"
+    assert any("coverage" in r.lower() or "budget" in r.lower() for r in review["reasons"]), review
+    assert (harness.project / "src" / "app.py").read_text() == f"KEY = '{SECRET}'\n"  # unmerged
