@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -94,7 +95,72 @@ def cmd_kernel_serve(args: argparse.Namespace) -> int:
     return serve_main(Path(args.socket).absolute(), Path(args.state_dir).absolute(), project)
 
 
+def cmd_demo_session(args: argparse.Namespace) -> int:
+    """The scripted session through the real kernel (L1 + sandboxes), step by step."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli.lifecycle import start_kernel, stop_kernel
+    from fluffy.demo import demo_project
+    from fluffy.demo_session import (
+        DEFAULT_SCRIPT,
+        StepResult,
+        fresh_project,
+        load_script,
+        play,
+        verify_audit,
+    )
+    from fluffy.paths import fluffy_home
+
+    script = load_script(Path(args.script) if args.script else DEFAULT_SCRIPT)
+    project = fresh_project(demo_project())
+    files = paths(fluffy_home(), str(project))
+    if not args.json:
+        stdout.print(f"[bold]fluffy demo --session[/]: {escape(script.task)}")
+        stdout.print(f"  a fresh copy of the demo project: {project}")
+    status = start_kernel(str(project))
+    if not args.json:
+        stdout.print(
+            f"  kernel healthy in its L1 container ({status.get('runtime')}, "
+            f"{str(status.get('container_id'))[:12]}); strict mode"
+        )
+
+    def show(result: StepResult) -> None:
+        if args.json:
+            return
+        word = "ok" if result.problem is None else "fail"
+        route = result.answer.get("route") or "-"
+        stdout.print(
+            f"  {status_word(word)} {result.step.tool:<14} {route:<7} "
+            f"{result.seconds * 1000:7.0f} ms  [dim]{escape(result.step.say)}[/]"
+        )
+        error = result.answer.get("error")
+        if error and result.problem is None:
+            stdout.print(f"       refused as expected: {escape(str(error.get('what')))}")
+        state = result.state
+        if state:
+            stdout.print(f"       [cyan]state: {state}[/]")
+        if result.problem:
+            stdout.print(f"       [red]{escape(result.problem)}[/]")
+
+    try:
+        demo = play(files["run"] / "kernel.sock", project, script, show)
+    finally:
+        stop_kernel(str(project))
+    demo.audit_ok = verify_audit(files["state"], files["witness"])
+    if args.json:
+        print_json(demo.as_dict())
+        return EXIT_OK if demo.ok else EXIT_FAILED
+    word = "ok" if demo.audit_ok else "fail"
+    stdout.print(f"  {status_word(word)} audit chain verified against the bootstrap's witness")
+    if demo.ok:
+        stdout.print(f"[green]Done: committed {demo.commit[:12]} in {project}[/]")
+        return EXIT_OK
+    stdout.print("[red]The session did not go as scripted.[/]")
+    return EXIT_FAILED
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.session:
+        return cmd_demo_session(args)
     from fluffy.demo import run_demo
     from fluffy.kernel.containers.engine import connect
 
@@ -173,8 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sandbox_parser(sub)
 
-    demo = sub.add_parser("demo", help="run the demo project's tests in a real sandbox")
+    demo = sub.add_parser(
+        "demo",
+        help="the demo project's tests in a real sandbox; --session: a scripted TDD session "
+        "through the kernel (offline, no API key)",
+    )
     demo.add_argument("--json", action="store_true")
+    demo.add_argument(
+        "--session",
+        action="store_true",
+        help="play a scripted session (the design's end-to-end scenario) on a fresh copy",
+    )
+    demo.add_argument("--script", help="the session script (default: add-error-handling)")
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -14,6 +14,7 @@ could expose the engine.
 from __future__ import annotations
 
 import enum
+import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,7 +178,10 @@ def check_mounts(mounts: tuple[Mount, ...]) -> tuple[Mount, ...]:
                 why="the engine resolves bind mounts on the host, from absolute paths",
                 fix="Pass an absolute host path.",
             )
-        resolved = source.resolve()
+        try:
+            resolved = source.resolve()
+        except OSError:  # a host path seen from L1: the manager checked its own path
+            resolved = Path(os.path.normpath(source))
         text = str(resolved)
         if resolved == Path("/") or any(
             text == bad or text.startswith(bad + "/") for bad in _FORBIDDEN_SOURCES
@@ -187,7 +191,11 @@ def check_mounts(mounts: tuple[Mount, ...]) -> tuple[Mount, ...]:
                 why="system folders can expose the container engine's socket or the host",
                 fix="Mount only the project directory and fluffy's output directories.",
             )
-        if resolved.exists() and stat.S_ISSOCK(resolved.stat().st_mode):
+        try:
+            is_socket = resolved.exists() and stat.S_ISSOCK(resolved.stat().st_mode)
+        except OSError:  # not visible from here (see above)
+            is_socket = False
+        if is_socket:
             raise SandboxConfigError(
                 f"refusing to mount the socket {resolved} into a sandbox",
                 why="sandboxes never get an engine socket (or any host socket)",

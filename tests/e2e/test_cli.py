@@ -74,6 +74,42 @@ def test_demo_runs_the_project_tests_in_a_sandbox(engine: object, images: dict[s
     assert result["image"] == images["code-executor"]
 
 
+def test_demo_session_plays_the_scenario_through_the_l1_kernel(
+    engine: object, images: dict[str, str], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    env = _env(FLUFFY_HOME=str(home), FLUFFY_KERNEL_IMAGE=images["kernel"])
+    proc = _fluffy("demo", "--session", "--json", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["audit_verified"] and len(result["commit"]) == 40
+    steps = result["steps"]
+    assert [s["tool"] for s in steps][:3] == ["fs.read", "plan.complete", "fs.write"]
+    assert steps[2]["ok"] is False  # the early source write was refused, as scripted
+    assert {s["route"] for s in steps if s["tool"] in ("fs.write", "test.run")} >= {"plugin"}
+    assert [s["state"] for s in steps][-3:] == ["code_writing", "committing", "idle"]
+    project = Path(result["project"])
+    assert project.is_relative_to(home)  # a fresh copy: the shipped demo is never changed
+    log = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(project), "log", "--format=%H %s"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert log[0] == f"{result['commit']} Add error handling to parseConfig"
+    assert "class ConfigError" in (project / "src" / "democonfig" / "config.py").read_text()
+    shipped = ROOT / "examples" / "demo-project" / "src" / "democonfig" / "config.py"
+    assert "ConfigError" not in shipped.read_text()
+
+
+def test_a_broken_session_script_is_refused_with_its_place(tmp_path: Path) -> None:
+    script = tmp_path / "bad.yaml"
+    script.write_text("task: x\nsteps:\n  - tool: fs.read\n    argz: {}\n")
+    proc = _fluffy(
+        "demo", "--session", "--script", str(script), env=_env(FLUFFY_HOME=str(tmp_path))
+    )
+    assert proc.returncode == 3  # an error (what, why, fix), not a failed demo
+    assert "steps.0.argz" in proc.stdout + proc.stderr and "Fix:" in proc.stderr
+
+
 def test_setup_again_changes_nothing(engine: object, images: dict[str, str]) -> None:
     for _ in range(2):  # the first run may finish an install; the second must do nothing
         proc = subprocess.run(
