@@ -21,6 +21,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.audit.recovery import check_database, take_backup
+from fluffy.kernel.audit.storage import StorageSettings
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
 from fluffy.kernel.memory import MemoryGuard
@@ -44,12 +45,12 @@ def _project_policy(project: Path | None) -> PolicyFile:
     return PolicyFile()
 
 
-async def open_audit(state_dir: Path) -> AuditLog:
+async def open_audit(state_dir: Path, settings: StorageSettings | None = None) -> AuditLog:
     """The start-up sequence's database step: check, recover, open, record what happened."""
     check = await asyncio.to_thread(check_database, state_dir)
     if check.outcome != "ok":
         log.warning("audit database: %s", check.detail)
-    audit = await AuditLog.open(state_dir)
+    audit = await AuditLog.open(state_dir, settings=settings)  # policy.yaml `audit:`
     await audit.record(
         Event(
             "kernel_start",
@@ -74,9 +75,9 @@ async def serve(
             fix="Pass an existing directory with --project.",
         )
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit = await open_audit(state_dir)
+    policy = _project_policy(project)  # a policy that does not load blocks start-up
+    audit = await open_audit(state_dir, policy.audit)  # integrity check, recovery first
     store = await WorkflowStore.open(state_dir)
-    policy = _project_policy(project)
     front = AuditedPolicy(
         PolicyEngine(policy, builtins=default_builtins(project), root=project), audit
     )

@@ -161,8 +161,24 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     state = root / "state"
     seeded = asyncio.run(_seed(state))
     socket_path = root / "run" / "kernel.sock"
+    # The seeded entries are hours old: between 00:00 and 03:00 UTC they would be
+    # yesterday's, and daily rotation would archive them. This kernel's policy keeps one
+    # file (and shows that policy.yaml's `audit:` section reaches the kernel).
+    project = root / "project"
+    (project / ".fluffy").mkdir(parents=True)
+    (project / ".fluffy" / "policy.yaml").write_text("audit: {rotation: none}\n")
     proc = subprocess.Popen(
-        [FLUFFY, "kernel", "serve", "--socket", str(socket_path), "--state-dir", str(state)],
+        [
+            FLUFFY,
+            "kernel",
+            "serve",
+            "--socket",
+            str(socket_path),
+            "--state-dir",
+            str(state),
+            "--project",
+            str(project),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
