@@ -69,9 +69,21 @@ def _last_error(log: Path) -> dict[str, Any] | None:
 
 
 def start_kernel(project: str) -> dict[str, Any]:
+    """`fluffy start`: the bootstrap detached (it outlives this command)."""
     current = _status(project)
     if current is not None and current.get("health") == "healthy":
         return current
+    return launch_supervisor(project, detach=True)[0]
+
+
+def launch_supervisor(
+    project: str, *, detach: bool
+) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
+    """Start the bootstrap as L1's supervisor and wait until the kernel is healthy.
+
+    Detached (`fluffy start`) it gets its own session; in the foreground (`fluffy`) it
+    stays this process's child, and the caller stops it when the user leaves.
+    """
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with p["log"].open("ab") as log:
@@ -80,7 +92,7 @@ def start_kernel(project: str) -> dict[str, Any]:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            start_new_session=True,
+            start_new_session=detach,
         )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -93,7 +105,7 @@ def start_kernel(project: str) -> dict[str, Any]:
             )
         status = read_json(p["status"])
         if status and status.get("pid") == proc.pid and status.get("health") == "healthy":
-            return status
+            return status, proc
         time.sleep(0.05)
     proc.terminate()
     raise KernelStartFailed(

@@ -259,9 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return EXIT_USAGE
+    if func is None:  # `fluffy`: bring the kernel up if needed and connect
+        from fluffy.cli.interactive import run as interactive
+
+        func = lambda _: interactive(str(Path.cwd().resolve()))  # noqa: E731
     try:
         return func(args)
     except FluffyError as error:

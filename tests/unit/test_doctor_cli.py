@@ -75,8 +75,10 @@ def test_engine_commands_with_json_print_the_error_as_json(
     assert data["error"]["code"] == "engine.unavailable" and data["error"]["fix"]
 
 
-def test_no_command_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == EXIT_USAGE
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0 and EXIT_USAGE == 2
     assert "doctor" in capsys.readouterr().out
 
 
