@@ -45,8 +45,7 @@ def describe(status: dict[str, Any], session: dict[str, Any] | None) -> str:
     line = f"kernel {status.get('health')} ({where})"
     if session:
         line += (
-            f"; session {session['session_id']}: mode {session['mode']}, "
-            f"state {session['state']}"
+            f"; session {session['session_id']}: mode {session['mode']}, state {session['state']}"
         )
     return line
 
