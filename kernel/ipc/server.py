@@ -190,11 +190,17 @@ class KernelServer:
             return _Connection(self, binding, binding_uids)
 
         # The folder is 0700 (or the sandbox's own): the socket is unreachable by others
-        # between bind and chmod.  (No umask games: umask is process-wide.)
-        server = await loop.create_unix_server(factory, str(path), backlog=512)
+        # between bind and chmod.  (No umask games: umask is process-wide.)  It is bound
+        # under a short temporary name and renamed into place once it listens, so a
+        # client that sees the path never meets a bound-but-not-listening socket.
+        staging = path.with_name(f".{len(self.listeners)}.s")
+        with contextlib.suppress(FileNotFoundError):
+            staging.unlink()
+        server = await loop.create_unix_server(factory, str(staging), backlog=512)
         if owner is not None:
-            os.chown(path, *owner)
-        path.chmod(mode)
+            os.chown(staging, *owner)
+        staging.chmod(mode)
+        staging.replace(path)
         listener = Listener(path, binding, allowed_uids, server)
         self.listeners.append(listener)
         return listener
