@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._stats import percentile
+from fluffy.demo_session import init_repository
 from fluffy.ipc.client import SyncClient
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo-project"
@@ -76,10 +77,7 @@ def _engine() -> str | None:
 def _project(root: Path) -> Path:
     project = root / "project"
     shutil.copytree(DEMO, project)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}  # fmt: skip
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, env=env)
+    init_repository(project)
     for path in [root, project, *project.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return project

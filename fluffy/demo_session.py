@@ -122,7 +122,8 @@ class SessionDemo:
         }
 
 
-def _git(project: Path, *args: str) -> str:
+def git(project: Path, *args: str) -> str:
+    """Run git in ``project`` with a fixed identity (the demo's, tests', benchmarks')."""
     return subprocess.run(
         ["git", "-C", str(project), *args],
         capture_output=True,
@@ -132,14 +133,19 @@ def _git(project: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def init_repository(project: Path) -> None:
+    """Make ``project`` a git repository on branch main with one commit of everything."""
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "The demo project as shipped")
+
+
 def fresh_project(source: Path) -> Path:
     """A new copy of the demo project under FLUFFY_HOME, as a git repository."""
     root = fluffy_home() / "demo-sessions" / time.strftime("%Y%m%d-%H%M%S")
     project = root / "project"
     shutil.copytree(source, project)
-    _git(project, "init", "-q", "-b", "main")
-    _git(project, "add", "-A")
-    _git(project, "commit", "-q", "-m", "The demo project as shipped")
+    init_repository(project)
     if os.geteuid() == 0:  # a user's project belongs to the user; the kernel runs as it
         from fluffy.bootstrap.l1 import KERNEL_UID
 

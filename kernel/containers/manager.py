@@ -381,6 +381,21 @@ class ContainerManager:
                     report.errors.append(f"{session_dir}: {exc}")
         return report
 
+    def remove_strays(self) -> GarbageReport:
+        """Containers carrying this manager's labels (e.g. its project) but another
+        session's: left by an earlier owner of those labels that died (one kernel per
+        project, so none of them is alive).  Pids cannot tell across L1 restarts."""
+        report = GarbageReport()
+        for state in self.runtime.list_containers({**self.labels, LABEL_MANAGED: "1"}):
+            if state.labels.get(LABEL_SESSION) == self.session_id:
+                continue
+            try:
+                self.runtime.remove(state.id)
+                report.containers.append(state.id)
+            except FluffyError as exc:
+                report.errors.append(f"container {state.id[:12]}: {exc}")
+        return report
+
     def close(self) -> None:
         """Destroy what is still active and end the session."""
         for sandbox in list(self.active.values()):

@@ -131,7 +131,6 @@ async def assemble_tools(
 
     if runner is not None:
         guard.evictors.append(runner.evict)  # 90 %: destroy running plugin sandboxes
-    guard.shedders.append(workspaces.drop_caches)  # 80 %: drop caches
     scheduler = SchedulerBridge(
         policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
     )

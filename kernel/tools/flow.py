@@ -117,7 +117,7 @@ class Flow:
         """Plan the merge; auto-merge when the criteria hold, else wait for the user."""
         async with self.lock(session_id):
             stage = self.workspaces.get(session_id)
-            plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=tests_pass)
+            plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=tests_pass)
             session = await self.workflow.get(session_id)
             reasons = list(plan.reasons) + list(session.data.get("review_required", []))
             if plan.auto and not session.data.get("review_required"):
@@ -148,7 +148,7 @@ class Flow:
                     fix="Approve when the session waits in reviewing (/status shows it).",
                 )
             stage = self.workspaces.get(session_id)
-            plan = await asyncio.to_thread(self.merger.plan, stage.staging, tests_pass=True)
+            plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=True)
             if plan_id is not None and plan_id != plan.plan_id:
                 raise MergeConflict(
                     "the staged changes are not the ones you reviewed",
@@ -185,11 +185,9 @@ class Flow:
             "refused": [str(r) for r in refused],
             "operation": getattr(result, "operation_id", None),
         }
-        stage = self.workspaces.get(session_id)
         if conflicts or refused:
             # merged files stay merged (design: no automatic rollback); the others are
             # reported and dropped: they were written against content that has changed
-            stage.changed()
             await self.workflow.annotate(session_id, "merge_incomplete", merge_started=None)
             summary["state"] = "reviewing"
             summary["fix"] = (
@@ -219,7 +217,7 @@ class Flow:
                 fix="Reject when the session waits in reviewing.",
             )
         stage = self.workspaces.get(session_id)
-        diff = await asyncio.to_thread(stage.staging.diff)
+        diff = await asyncio.to_thread(stage.diff)
         await self._audit("merge_rejected", session_id, "merge rejected by the user", {}, diff)
         self.workspaces.discard(session_id)
         await self.workflow.annotate(
@@ -243,7 +241,6 @@ class Flow:
             if not completed:
                 await self.workflow.annotate(sid, "merge_not_started", merge_started=None)
                 continue
-            self.workspaces.get(sid).changed()
             for result in completed:
                 await self._finish_merge(sid, result)
             finished.append(sid)

@@ -73,7 +73,7 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
         p = _params(params, ("session_id",))
         session = await router.workflow.get(str(p["session_id"]))  # a real session first
         stage = router.workspaces.get(session.id)
-        plan = await asyncio.to_thread(router.merger.plan, stage.staging, tests_pass=True)
+        plan = await asyncio.to_thread(router.merger.plan, stage, tests_pass=True)
         return {
             "state": session.state,
             "plan_id": plan.plan_id,

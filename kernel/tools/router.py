@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from fluffy.errors import (
     EngineUnavailable,
     FluffyError,
@@ -65,6 +67,7 @@ log = logging.getLogger("fluffy.kernel.tools")
 
 READ_RETRY_DELAY_S = 0.1
 MAX_REPORT_BYTES = 32 * 1024 * 1024
+_ENCODE = msgspec.json.Encoder(enc_hook=repr).encode
 #: Runs a plugin call under the scheduler: (template, call id, coroutine factory).
 Schedule = Callable[[str, str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
@@ -385,18 +388,15 @@ class ToolRouter:
                     available_tools=await self.available(now.id),
                 )
             stage = self.workspaces.get(call.session.id)
-            try:
-                staged = await asyncio.to_thread(
-                    ingest, outcome.call_dir, changes, stage.staging, protected=self.protected
-                )
-            finally:
-                stage.changed()
+            staged = await asyncio.to_thread(
+                ingest, outcome.call_dir, changes, stage, protected=self.protected
+            )
         if call.review:
             reasons = list(call.session.data.get("review_required", []))
             await self.workflow.annotate(
                 call.session.id, "review_required", review_required=[*reasons, call.review]
             )
-        diff = await asyncio.to_thread(stage.staging.diff)
+        diff = await asyncio.to_thread(stage.diff)
         return {
             "staged": [c.path for c in staged],
             "note": "staged: tests and reads see it now; the project changes when the "
@@ -527,21 +527,19 @@ class ToolRouter:
         )
         if call is not None and call.timings is not None:
             answer["timings"] = call.timings
-        digest = hashlib.sha256(
-            json.dumps(original, sort_keys=True, default=str).encode()
-        ).hexdigest()
+        encoded = _ENCODE(original)  # once: its hash, and its summary (hot path)
         await self._record(
             "tool_result",
             call,
             session_id,
             tool,
-            input_summary=summarize(original),
+            input_summary=summarize(encoded.decode("utf-8", "replace")),
             output_summary=summarize(answer.get("output", answer.get("error"))),
             decision=_decision(call, output),
             duration_ms=duration_ms,
             metadata={
                 "call_id": call_id,
-                "original_sha256": digest,
+                "original_sha256": hashlib.sha256(encoded).hexdigest(),
                 "retries": str(retries),
                 **meta,
             },

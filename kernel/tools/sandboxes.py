@@ -21,7 +21,6 @@ from pathlib import Path
 from fluffy.errors import FluffyError, ImageNotFound
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.containers.runtime import LABEL_MANAGED, LABEL_SESSION
 
 log = logging.getLogger("fluffy.kernel.sandboxes")
 
@@ -137,19 +136,11 @@ class KernelSandboxes:
 
     def remove_orphans(self) -> list[str]:
         """Remove this project's sandboxes that no running kernel owns (start-up)."""
-        manager = self.manager()
-        removed: list[str] = []
-        wanted = {LABEL_MANAGED: "1", "org.fluffy.project": self.project_label}
-        for state in manager.runtime.list_containers(wanted):
-            if state.labels.get(LABEL_SESSION) == self.instance:
-                continue
-            try:
-                manager.runtime.remove(state.id)
-                removed.append(state.id)
-            except FluffyError as exc:
-                log.warning("cannot remove orphan sandbox %s: %s", state.id[:12], exc)
-        self.orphans_removed = removed
-        return removed
+        report = self.manager().remove_strays()
+        for error in report.errors:
+            log.warning("cannot remove an orphan sandbox: %s", error)
+        self.orphans_removed = report.containers
+        return report.containers
 
     def close(self) -> None:
         with self._lock:

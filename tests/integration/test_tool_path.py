@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from fluffy.demo_session import git
 from tests.conftest import connect_engine
-from tests.integration.tool_support import Kernel, call, demo_project, git
+from tests.integration.tool_support import Kernel, call, demo_project
 
 NEW_TEST = """import pytest
 

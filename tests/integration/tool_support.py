@@ -12,35 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fluffy.demo_session import init_repository
 from fluffy.ipc.client import SyncClient
 
 FLUFFY = str(Path(sys.executable).parent / "fluffy")
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "dev",
-    "GIT_AUTHOR_EMAIL": "dev@example.com",
-    "GIT_COMMITTER_NAME": "dev",
-    "GIT_COMMITTER_EMAIL": "dev@example.com",
-}
-
-
-def git(project: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(project), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **GIT_ENV},
-    ).stdout
 
 
 def demo_project(tmp_path: Path) -> Path:
     """The demo project as a git repository with one commit (world-readable)."""
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
-    git(project, "init", "-q", "-b", "main")
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", "initial")
+    init_repository(project)
     for path in [project, *project.rglob("*")]:  # the sandbox user reads it
         path.chmod(0o755 if path.is_dir() else 0o644)
     tmp_path.chmod(0o755)

@@ -255,6 +255,22 @@ def test_garbage_of_a_dead_session_is_removed_and_live_ones_kept(
     assert runtime.containers == {} and not (root / "sessions" / "live").exists()
 
 
+def test_strays_of_the_same_labels_are_removed_others_kept(
+    runtime: MemoryRuntime, tmp_path: Path
+) -> None:
+    project = {"org.fluffy.project": "p1"}
+    killed = ContainerManager(runtime, IMAGES, session_id="k1", root=tmp_path, labels=project)
+    stray = killed.create(template_config("code-executor"), ["sleep", "1"])
+    other = ContainerManager(
+        runtime, IMAGES, session_id="k9", root=tmp_path, labels={"org.fluffy.project": "p2"}
+    ).create(template_config("code-executor"), ["sleep", "1"])
+    kernel = ContainerManager(runtime, IMAGES, session_id="k2", root=tmp_path, labels=project)
+    mine = kernel.create(template_config("code-executor"), ["sleep", "1"])
+    report = kernel.remove_strays()
+    assert report.containers == [stray.container_id] and not report.errors
+    assert set(runtime.containers) == {mine.container_id, other.container_id}
+
+
 def test_output_dir_belongs_to_the_sandbox_user(manager: ContainerManager) -> None:
     sandbox = manager.create(template_config("code-executor"), ["true"])
     info = sandbox.output_dir.stat()

@@ -10,7 +10,6 @@ import pytest
 from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.kernel.merge.staging import Staging
 from fluffy.kernel.tools.fastpath import FastPath
-from fluffy.kernel.tools.workspace import SessionStage
 
 
 @pytest.fixture()
@@ -84,7 +83,7 @@ def test_the_view_overlays_staged_changes(project: Path, tmp_path: Path) -> None
     staging = Staging(tmp_path / "staging", project)
     staging.stage("tests/test_new.py", b"def test_x():\n    assert False  # TODO\n")
     staging.stage("src/pkg/mod.py", None)
-    stage = SessionStage(staging)
+    stage = staging
     fast = FastPath(project)
     new = fast.run("fs.read", {"path": "tests/test_new.py"}, stage)
     assert new["staged"] and "assert False" in new["content"]
