@@ -24,7 +24,9 @@ SECURITY = {
     "Memory": 1024 * 1024 * 1024,
     "MemorySwap": 1024 * 1024 * 1024,
     "PidsLimit": 256,
-    "NetworkMode": "none",
+    # host: the kernel's CONNECT proxy reaches allow-listed hosts, the host's loopback
+    # (a local model server) included; sandboxes stay --network none (ADR-022)
+    "NetworkMode": "host",
     "Privileged": False,
 }
 ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]

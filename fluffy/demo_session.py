@@ -1,13 +1,16 @@
-"""`fluffy demo --session`: the design's end-to-end scenario through the real kernel.
+"""`fluffy demo --session`: the design's end-to-end scenario as an AI session.
 
 A fresh copy of the demo project (a git repository) gets its kernel in an L1 container
-under the bootstrap; a session then plays the tool calls of a script
-(examples/sessions/*.yaml: what an AI would call, no model needed) through the kernel's
-IPC: fast-path reads, writes in fs-tool sandboxes (staged, never written directly), test
+under the bootstrap; the task goes to the kernel's session loop (``session.message``),
+whose model runs in an ai-provider sandbox: offline, the scripted provider replays
+examples/sessions/add-error-handling.yaml (what an AI would call, no API key); with a
+key or base URL set, a real model gets the task.  Its calls go through the tool path:
+fast-path reads, writes in fs-tool sandboxes (staged, never written directly), test
 runs in test-tool sandboxes driving the TDD state machine, the merge, and a commit
-prepared by git-tool.  Each step's expectation (state reached, or error answered) is
-checked; at the end the audit chain is verified and the kernel stopped.
+prepared by git-tool.  Scripted, each call's expectation (state reached, or error
+answered) is checked; at the end the audit chain is verified and the kernel stopped.
 """
+
 
 from __future__ import annotations
 
@@ -15,17 +18,15 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from fluffy.errors import ConfigError
 from fluffy.ipc.client import SyncClient
+from fluffy.kernel.ai.script import Expect, SessionScript, load_script
 from fluffy.paths import fluffy_home, package_root
+
+__all__ = ["DEFAULT_SCRIPT", "SessionDemo", "fresh_project", "load_script", "play"]
 
 SCRIPTS = package_root().parent / "examples" / "sessions"
 DEFAULT_SCRIPT = SCRIPTS / "add-error-handling.yaml"
@@ -37,87 +38,66 @@ GIT_IDENTITY = {
 }
 
 
-class Expect(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    state: str | None = None
-    error: str | None = None
-
-
-class ScriptStep(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    say: str = ""
-    tool: str = Field(min_length=1)
-    args: dict[str, Any] = Field(default_factory=dict)
-    expect: Expect = Field(default_factory=Expect)
-
-
-class Script(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    task: str = Field(min_length=1)
-    steps: list[ScriptStep] = Field(min_length=1)
-
-
-def load_script(path: Path) -> Script:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return Script.model_validate(data)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the session script {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"{path}: {where}: {first['msg']}", fix="Correct the script (see its comments)."
-        ) from None
-
-
 @dataclass
-class StepResult:
-    step: ScriptStep
-    answer: dict[str, Any]
-    seconds: float
-    problem: str | None = None
+class CallResult:
+    """One tool call of the session, with the expectation the script attached to it."""
 
-    @property
-    def state(self) -> str | None:
-        session = self.answer.get("session") or {}
-        return session.get("state")
+    tool: str
+    ok: bool
+    summary: str
+    duration_ms: float
+    error: dict[str, Any] | None = None
+    state: str | None = None  # the session's state once the call was done
+    expect: Expect | None = None
+    problem: str | None = None
 
 
 @dataclass
 class SessionDemo:
     project: Path
+    provider: str = "scripted"
     session_id: str = ""
-    results: list[StepResult] = field(default_factory=list)
+    calls: list[CallResult] = field(default_factory=list)
     commit: str = ""
+    status: str = ""
+    error: dict[str, Any] | None = None
     audit_ok: bool = False
+    seconds: float = 0.0
+
+    @property
+    def problems(self) -> list[str]:
+        found = [f"{c.tool}: {c.problem}" for c in self.calls if c.problem]
+        if self.status != "done":
+            found.append(f"the turn ended {self.status or 'without an end'}: {self.error}")
+        if not self.commit:
+            found.append("nothing was committed")
+        return found
 
     @property
     def ok(self) -> bool:
-        return self.audit_ok and all(r.problem is None for r in self.results)
+        return self.audit_ok and not self.problems
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "project": str(self.project),
+            "provider": self.provider,
             "session_id": self.session_id,
             "commit": self.commit,
+            "status": self.status,
             "audit_verified": self.audit_ok,
-            "steps": [
+            "seconds": round(self.seconds, 3),
+            "problems": self.problems,
+            "calls": [
                 {
-                    "tool": r.step.tool,
-                    "ok": r.answer.get("ok"),
-                    "route": r.answer.get("route"),
-                    "state": r.state,
-                    "seconds": round(r.seconds, 3),
-                    "problem": r.problem,
+                    "tool": c.tool,
+                    "ok": c.ok,
+                    "summary": c.summary,
+                    "state": c.state,
+                    "duration_ms": c.duration_ms,
+                    "problem": c.problem,
                 }
-                for r in self.results
+                for c in self.calls
             ],
         }
 
@@ -154,45 +134,112 @@ def fresh_project(source: Path) -> Path:
     return project
 
 
-def _problem(step: ScriptStep, answer: dict[str, Any]) -> str | None:
-    error = answer.get("error") or {}
-    if step.expect.error is not None:
-        got = error.get("error") or error.get("code")
-        if answer.get("ok") or got != step.expect.error:
-            return f"expected the error {step.expect.error}, got {got or 'success'}"
-    elif not answer.get("ok"):
+def _check(call: CallResult) -> str | None:
+    expect = call.expect
+    if expect is None:
+        return None
+    error = call.error or {}
+    if expect.error is not None:
+        got = {error.get("error"), error.get("code")}
+        if call.ok or expect.error not in got:
+            return f"expected the error {expect.error}, got {error.get('code') or 'success'}"
+        return None
+    if not call.ok:
         return f"{error.get('code')}: {error.get('what')} ({error.get('why')})"
-    state = (answer.get("session") or {}).get("state")
-    if step.expect.state is not None and state != step.expect.state:
-        notes = (answer.get("output") or {}).get("workflow") or []
-        return f"expected state {step.expect.state}, the session is in {state}: {notes}"
+    if expect.state is not None and call.state != expect.state:
+        return f"expected state {expect.state}, the session is in {call.state}"
     return None
+
+
+def collect(
+    events: list[dict[str, Any]], demo: SessionDemo, expectations: list[Expect] | None
+) -> None:
+    """The calls, their states and the commit, from a turn's events (checked if scripted)."""
+    calls: dict[str, CallResult] = {}
+    last: CallResult | None = None
+    for event in events:
+        kind = event.get("type")
+        if kind == "tool_result":
+            last = CallResult(
+                tool=str(event.get("tool_name")),
+                ok=bool(event.get("ok")),
+                summary=str(event.get("summary") or ""),
+                duration_ms=float(event.get("duration_ms") or 0.0),
+                error=event.get("error"),
+            )
+            calls[str(event.get("call_id"))] = last
+            demo.calls.append(last)
+        elif kind == "state" and last is not None:
+            last.state = str(event.get("to"))
+        elif kind == "tool_executing":
+            last = None
+        elif kind == "commit":
+            demo.commit = str(event.get("sha") or "")
+        elif kind == "turn_end":
+            demo.status = str(event.get("status"))
+            demo.error = event.get("error")
+    state = None
+    for call in demo.calls:  # a call that changed nothing leaves the state as it was
+        state = call.state or state
+        call.state = state
+    if expectations is not None:
+        for call, expect in zip(demo.calls, expectations, strict=False):
+            call.expect = expect
+            call.problem = _check(call)
+        if len(demo.calls) != len(expectations):
+            demo.calls.append(
+                CallResult(
+                    "script",
+                    False,
+                    "",
+                    0.0,
+                    problem=f"{len(expectations)} calls scripted, {len(demo.calls)} made",
+                )
+            )
 
 
 def play(
     socket: Path,
     project: Path,
-    script: Script,
-    on_step: Callable[[StepResult], None] = lambda _: None,
+    script: SessionScript,
+    provider: dict[str, Any],
+    renderer: Any,
 ) -> SessionDemo:
-    demo = SessionDemo(project)
+    """Send the task, let the kernel's session loop run it, and follow its events."""
+    from fluffy.cli.turns import follow
+
+    demo = SessionDemo(project, provider=str(provider.get("name")))
+    started = time.perf_counter()
+    seen: list[dict[str, Any]] = []
+
+    class Recording:
+        def render(self, event: dict[str, Any]) -> None:
+            seen.append(event)
+            renderer.render(event)
+
     with SyncClient(str(socket), timeout=900) as client:
         demo.session_id = client.call("session.create")["session_id"]
-        client.call("session.message", {"session_id": demo.session_id, "text": script.task})
-        for step in script.steps:
-            started = time.perf_counter()
-            answer = client.call(
-                "tool.call",
-                {"session_id": demo.session_id, "tool": step.tool, "args": step.args},
-            )
-            result = StepResult(step, answer, time.perf_counter() - started)
-            result.problem = _problem(step, answer)
-            demo.results.append(result)
-            on_step(result)
-            if result.problem is not None:
-                break
-            if step.tool == "git.commit":
-                demo.commit = str((answer.get("output") or {}).get("commit") or "")
+        turn = client.call(
+            "session.message",
+            {
+                "session_id": demo.session_id,
+                "text": script.task,
+                "provider": provider,
+                "auto_approve": True,
+            },
+        )
+        follow(
+            client,
+            demo.session_id,
+            0,
+            Recording(),
+            on_review=lambda _: "approve",
+            turn_id=turn["turn_id"],
+            kernel_decides=True,
+        )
+    demo.seconds = time.perf_counter() - started
+    scripted = provider.get("name") == "scripted"
+    collect(seen, demo, script.expectations() if scripted else None)
     return demo
 
 

@@ -55,7 +55,11 @@ tree at exactly one boundary per foreign library, e.g.
         ├── ModeDenied                workflow.mode_denied
         ├── SessionNotFound           workflow.session_not_found
     │   ├── EvidenceError             workflow.evidence_invalid
-    │   └── CoverageFormatError       workflow.coverage_invalid
+    │   ├── CoverageFormatError       workflow.coverage_invalid
+    │   ├── TurnRunning               ai.turn_running
+    │   └── Quarantined               ai.quarantined
+    ├── AiError                       ai.error
+    │   └── ProviderFailed            ai.provider_failed
     ├── ToolError                     tool.error
     │   ├── ToolUnavailable           tool.unavailable
     │   ├── ToolNotFound              tool.not_found
@@ -378,6 +382,29 @@ class CoverageFormatError(WorkflowError):
     code = "workflow.coverage_invalid"
     default_why = "the coverage report is not coverage.py JSON, Cobertura XML or lcov"
     default_fix = "Produce coverage with `pytest --cov --cov-report=json` (or xml / lcov)."
+
+
+class TurnRunning(WorkflowError):
+    code = "ai.turn_running"
+    default_why = "a session works on one task at a time"
+    default_fix = "Wait for it to finish (or cancel it with Ctrl-C / session.cancel)."
+
+
+class Quarantined(WorkflowError):
+    code = "ai.quarantined"
+    default_why = "too many of the session's tool calls were refused"
+    default_fix = "Look at what was refused (fluffy audit log), then lift it with /unquarantine."
+
+
+class AiError(FluffyError):
+    code = "ai.error"
+    default_why = "the AI session could not go on"
+
+
+class ProviderFailed(AiError):
+    code = "ai.provider_failed"
+    default_why = "the AI provider's request failed"
+    default_fix = "Check the provider settings (fluffy config show) and try again."
 
 
 class ToolError(FluffyError):

@@ -73,7 +73,7 @@ IMAGES: tuple[ImageSpec, ...] = (
     ),
     ImageSpec(
         name="ai-provider",
-        description="L2 sandbox for AI provider adapters: socat for the kernel's proxy",
+        description="L2 sandbox for the AI provider adapters (httpx through the kernel proxy)",
         parent="python-base",
         lock="ai-provider",
         with_fluffy=True,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fluffy import __version__
 from fluffy.errors import ConfigError
+from fluffy.kernel.ai.assemble import assemble_ai
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
@@ -92,11 +93,13 @@ async def serve(
     )
     guard = MemoryGuard()
     tools = await assemble_tools(state_dir, project, policy, workflow, front, audit, guard)
+    ai = await assemble_ai(state_dir, policy, tools, audit)
 
     def reloaded(new: PolicyFile) -> None:
         workflow.exemptions = new.exemptions
         workflow.tech_debt = new.tech_debt
         tools.reload(new)
+        ai.reload(new)
 
     guard.check()
     watcher = asyncio.create_task(guard.watch(), name="memory-guard")
@@ -105,7 +108,7 @@ async def serve(
         **default_methods(),
         **workflow_methods(workflow, lambda: guard.accepting_work),
         **policy_methods(front, policy_path, state_dir, audit, reloaded),
-        **tools.methods(),
+        **ai.methods(tools.methods()),
     }
     server = KernelServer(methods, limits or Limits())
     server.observer = SyscallAuditor(audit, lambda: workflow.current)
@@ -122,6 +125,7 @@ async def serve(
     finally:
         watcher.cancel()
         await server.close()
+        await ai.close()
         await tools.close()
         await store.close()
         await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))

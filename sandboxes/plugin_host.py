@@ -13,6 +13,12 @@ container for longer than it waits), the host reconnects, calls ``on_resume`` if
 resume came, and sends again what it was sending.  A drop without a pause ends the host
 (exit 1): the kernel is gone.  ``--socket``, ``--workspace``, ``--staged`` and
 ``--output`` let tests run the host outside a container.
+
+A third-party plugin is not a module of the image: ``--plugin-dir DIR --entry FILE``
+loads ``PLUGIN`` from the file (``DIR`` first on ``sys.path``, so the plugin may import
+its own modules), and ``--declared tools.json`` is the manifest's tool list: the host
+refuses to serve (exit 2) a plugin whose tools differ from what its manifest declared,
+because the kernel routes, checks and shows the AI the manifest's tools.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.util
+import json
 import os
 import sys
 import traceback
@@ -41,10 +49,13 @@ PAUSE, RESUME = "tool.pause", "tool.resume"
 
 @dataclass(frozen=True)
 class Options:
-    module: str
+    module: str | None
     socket: str
     roots: Roots
     reconnect_s: float
+    plugin_dir: Path | None = None
+    entry: str | None = None
+    declared: Path | None = None
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
@@ -52,7 +63,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
         prog="python3 -m fluffy.sandboxes.plugin_host",
         description="Run a fluffy tool plugin's jobs for the kernel.",
     )
-    parser.add_argument("module", help="the plugin's module, e.g. fluffy.plugins.fs_tool")
+    parser.add_argument(
+        "module", nargs="?", help="the plugin's module, e.g. fluffy.plugins.fs_tool"
+    )
+    parser.add_argument("--plugin-dir", type=Path, help="a third-party plugin's folder")
+    parser.add_argument("--entry", help="its entry file, relative to --plugin-dir")
+    parser.add_argument("--declared", type=Path, help="the manifest's tools (JSON list)")
     parser.add_argument("--socket", default=SOCKET)
     parser.add_argument("--workspace", type=Path, default=Path("/workspace"))
     parser.add_argument("--staged", type=Path, default=Path("/staged"))
@@ -61,8 +77,20 @@ def parse_args(argv: list[str] | None = None) -> Options:
         "--reconnect-s", type=float, default=60.0, help="how long to retry after a paused drop"
     )
     args = parser.parse_args(argv)
+    if (args.module is None) == (args.plugin_dir is None) or (
+        args.plugin_dir is not None and not args.entry
+    ):
+        parser.error("give a module, or --plugin-dir with --entry")
     roots = Roots(workspace=args.workspace, staged=args.staged, output=args.output)
-    return Options(args.module, args.socket, roots, args.reconnect_s)
+    return Options(
+        args.module,
+        args.socket,
+        roots,
+        args.reconnect_s,
+        plugin_dir=args.plugin_dir,
+        entry=args.entry,
+        declared=args.declared,
+    )
 
 
 def load_plugin(module: str) -> ToolPlugin:
@@ -70,6 +98,40 @@ def load_plugin(module: str) -> ToolPlugin:
     if not isinstance(plugin, ToolPlugin):
         raise TypeError(f"{module}.PLUGIN is missing or not a ToolPlugin")
     return plugin
+
+
+def load_plugin_file(folder: Path, entry: str) -> ToolPlugin:
+    """``PLUGIN`` of a third-party plugin's entry file (its folder first on sys.path)."""
+    path = (folder / entry).resolve()
+    if not path.is_relative_to(folder.resolve()) or not path.is_file():
+        raise TypeError(f"the entry {entry!r} is not a file inside {folder}")
+    sys.path.insert(0, str(folder))
+    name = "fluffy_plugin_" + path.stem.replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TypeError(f"{path} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    plugin = getattr(module, "PLUGIN", None)
+    if not isinstance(plugin, ToolPlugin):
+        raise TypeError(f"{entry}: PLUGIN is missing or not a ToolPlugin")
+    return plugin
+
+
+def check_declared(tools: dict[str, BoundTool], declared: Path) -> None:
+    """The plugin's tools must be exactly the manifest's (names and definitions)."""
+    wanted = {str(t["name"]): t for t in json.loads(declared.read_text(encoding="utf-8"))}
+    actual = {name: bound.definition.to_dict() for name, bound in tools.items()}
+    undeclared = sorted(set(actual) - set(wanted))
+    if undeclared:
+        raise TypeError(f"the plugin defines tools its manifest does not declare: {undeclared}")
+    missing = sorted(set(wanted) - set(actual))
+    if missing:
+        raise TypeError(f"the manifest declares tools the plugin does not define: {missing}")
+    differ = sorted(name for name in wanted if json.loads(json.dumps(actual[name])) != wanted[name])
+    if differ:
+        raise TypeError(f"the plugin's definition of {differ} differs from its manifest")
 
 
 def _log(message: str) -> None:
@@ -221,10 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0)
     options = parse_args(argv)
     try:
-        plugin = load_plugin(options.module)
+        if options.plugin_dir is not None and options.entry is not None:
+            plugin = load_plugin_file(options.plugin_dir, options.entry)
+        else:
+            assert options.module is not None
+            plugin = load_plugin(options.module)
         tools = check_plugin(plugin)
+        if options.declared is not None:
+            check_declared(tools, options.declared)
     except Exception:
-        _log(f"cannot load the plugin {options.module}:")
+        _log(f"cannot load the plugin {options.module or options.entry}:")
         traceback.print_exc(file=sys.stderr)
         return 2
     try:

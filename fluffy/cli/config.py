@@ -1,5 +1,10 @@
-"""`fluffy config policy edit`: change the project's policy through the running kernel.
+"""`fluffy config`: settings files (init / set / get / show) and `config policy edit`.
 
+Settings follow the configuration hierarchy of :mod:`fluffy.settings`; `set` validates
+the value through the same model before it writes, keeps the file's other keys and
+replaces the file atomically.  API keys are refused: they live in the environment.
+
+`config policy edit` changes the project's policy through the running kernel.
 The policy file is never edited in place: the new text goes to the kernel as
 ``policy.update``, which validates it, tries it on the last decisions the audit log
 recorded and answers with the changes ([BREAKING] = allowed before, denied now).  Only
@@ -17,11 +22,154 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, stdout
 from fluffy.errors import ConfigError
 from fluffy.paths import kernel_socket
+from fluffy.settings import (
+    DEFAULT_MODELS,
+    FIELDS,
+    HELP,
+    Settings,
+    api_key_source,
+    load_settings,
+    project_config,
+    read_file,
+    user_config,
+    validate_layer,
+)
+
+HEADER = """\
+# fluffy configuration ({level} level{scope}).
+# Priority: command line > environment (FLUFFY_*) > project .fluffy/config.yaml
+#           > user config ($FLUFFY_HOME/config.yaml) > defaults; see `fluffy config show`.
+# API keys never go here: set OPENAI_API_KEY or ANTHROPIC_API_KEY in the environment.
+# `mode` is a request: the kernel's policy decides (debug mode needs your approval).
+"""
+
+
+def _target(args: argparse.Namespace) -> Path:
+    return project_config(Path.cwd()) if args.project else user_config()
+
+
+def _header(project: bool) -> str:
+    if project:
+        return HEADER.format(level="project", scope=": overrides the user config here")
+    return HEADER.format(level="user", scope=": every project")
+
+
+def _template(project: bool) -> str:
+    defaults = Settings()
+    lines = [_header(project)]
+    for name in FIELDS:
+        value = getattr(defaults, name) if name != "model" else DEFAULT_MODELS["openai"]
+        shown = yaml.safe_dump({name: value}, default_flow_style=False).strip()
+        lines.append(f"# {HELP[name]}\n# {shown}\n")
+    return "\n".join(lines)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(tmp).chmod(0o644)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path = _target(args)
+    if path.exists() and not args.force:
+        raise ConfigError(
+            f"{path} already exists; nothing was changed",
+            fix="Pass --force to replace it with the commented template.",
+        )
+    _write_atomically(path, _template(args.project))
+    stdout.print(f"wrote {escape(str(path))}")
+    return 0
+
+
+def _known(key: str) -> str:
+    name = key.replace("-", "_")
+    if name in ("api_key", "apikey") or name.endswith("_api_key"):
+        raise ConfigError(
+            f"{name} is not a setting: API keys are never written to config files",
+            why="fluffy reads API keys from the environment only",
+            fix=(
+                "Set OPENAI_API_KEY or ANTHROPIC_API_KEY (or FLUFFY_API_KEY) in your shell, "
+                "e.g. `export OPENAI_API_KEY=...` in your shell profile."
+            ),
+        )
+    if name not in FIELDS:
+        raise ConfigError(
+            f"unknown setting {key!r}",
+            fix=f"Use one of: {', '.join(FIELDS)}.",
+        )
+    return name
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    key = _known(args.key)
+    path = _target(args)
+    value = validate_layer(
+        {key: args.value}, f"fluffy config set {key}", fix=f"Give {key} a valid value."
+    )[key]
+    data = {**read_file(path), key: value}
+    validate_layer(data, str(path))
+    text = _header(args.project) + "\n" + yaml.safe_dump(data, sort_keys=False)
+    _write_atomically(path, text)
+    stdout.print(f"{key} = {escape(str(value))} in {escape(str(path))}")
+    if key == "mode":
+        stdout.print("[dim]the mode is a request: the kernel's policy applies it[/]")
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    key = _known(args.key)
+    settings = load_settings(Path.cwd(), {})
+    value = getattr(settings, key)
+    if args.json:
+        print_json({"key": key, "value": value, "source": settings.sources[key]})
+    else:
+        print(value)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    project = Path.cwd()
+    settings = load_settings(project, {})
+    key_var = api_key_source(settings)
+    files = {"user": str(user_config()), "project": str(project_config(project))}
+    if args.json:
+        print_json(
+            {
+                "settings": settings.model_dump(),
+                "sources": settings.sources,
+                "files": files,
+                "api_key_env": key_var,
+            }
+        )
+        return 0
+    for name in FIELDS:
+        value = escape(str(getattr(settings, name)))
+        stdout.print(f"{name:<18} {value:<24} [dim]{escape(settings.sources[name])}[/]")
+    if settings.provider == "scripted":
+        key_text = "not needed (scripted provider)"
+    else:
+        key_text = f"set ({key_var})" if key_var else "[red]not set[/]"
+    stdout.print(f"{'api key':<18} {key_text}")
+    for level, path in files.items():
+        state = "" if Path(path).exists() else " (none)"
+        stdout.print(f"[dim]{level} config: {escape(path)}{state}[/]")
+    return 0
 
 
 def _edit(text: str) -> str:
@@ -89,6 +237,22 @@ def cmd_policy_edit(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     config = sub.add_parser("config", help="change fluffy's configuration")
     config_sub = config.add_subparsers(dest="config_command", metavar="WHAT", required=True)
+    init = config_sub.add_parser("init", help="write a commented config.yaml (user level)")
+    init.add_argument("--project", action="store_true", help="the project's .fluffy/config.yaml")
+    init.add_argument("--force", action="store_true", help="replace an existing file")
+    init.set_defaults(func=cmd_init)
+    setter = config_sub.add_parser("set", help="set one setting in a config file")
+    setter.add_argument("key", metavar="KEY", help=f"one of: {', '.join(FIELDS)}")
+    setter.add_argument("value", metavar="VALUE")
+    setter.add_argument("--project", action="store_true", help="in the project's config")
+    setter.set_defaults(func=cmd_set)
+    getter = config_sub.add_parser("get", help="print one effective setting")
+    getter.add_argument("key", metavar="KEY")
+    getter.add_argument("--json", action="store_true")
+    getter.set_defaults(func=cmd_get)
+    show = config_sub.add_parser("show", help="every effective setting and where it comes from")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_show)
     policy = config_sub.add_parser("policy", help="the project's policy")
     policy_sub = policy.add_subparsers(dest="policy_action", metavar="ACTION", required=True)
     edit = policy_sub.add_parser("edit", help="edit the policy through the kernel (reviewed)")

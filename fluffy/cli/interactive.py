@@ -1,43 +1,57 @@
-"""`fluffy` with no arguments: bring the project's kernel up if needed, connect, and talk.
+"""`fluffy` with no task: bring the project's kernel up if needed, connect, and talk.
 
-If no kernel runs for the current project, the bootstrap starts in the *foreground*, as
-this process's child: it supervises L1 for as long as you stay, and leaving stops the
-kernel cleanly.  A kernel started earlier with `fluffy start` is joined and left running.
-The session shown is the latest one (created if there is none).
+If no kernel runs for the project, its bootstrap is started for as long as you stay, and
+leaving stops the kernel cleanly; a kernel started earlier with `fluffy start` is joined
+and left running.  The session is the latest one (created if there is none), or the one
+`fluffy session resume ID` names.
 
-With a terminal, a prompt (prompt_toolkit: history, completion of slash commands) takes
-/status, /strict, /explore, /debug, /help and /quit.  Tasks for the AI arrive with the
-provider module ([8/9]); until then `fluffy demo --session` plays a scripted one.
+With a terminal, a prompt (prompt_toolkit: history, completion of slash commands) shows
+the session's mode and state (``[strict] [idle] > ``).  Plain text is a task for the AI
+(``session.message``, then the turn's events as they come); slash commands change the
+mode, show the budget, decide reviews, pin context.  A review that needs a person waits
+at the prompt for /approve or /reject.  Ctrl-C during a turn cancels it; Ctrl-D leaves.
 Without a terminal, `fluffy` shows the status line and leaves.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
+from fluffy._version import __version__
+from fluffy.cli import slash
+from fluffy.cli.connect import Confirm, ask
 from fluffy.cli.render import status_word, stdout
-from fluffy.errors import FluffyError
+from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
+from fluffy.cli.turns import OnReview, cursor, follow
+from fluffy.errors import FluffyError, ModeDenied
 
-COMMANDS = {
-    "/status": "kernel health, runtime, container, session, mode and state",
-    "/strict": "switch the session to strict mode (TDD enforced)",
-    "/explore": "switch to explore mode (tests optional; tech-debt budget applies)",
-    "/debug": "switch to debug mode (you approve it by typing it)",
-    "/help": "this list",
-    "/quit": "leave (a kernel this fluffy started is stopped)",
-}
+COMMANDS = slash.COMMANDS
 
 
 @dataclass
 class Reply:
     text: str
     quit: bool = False
+    event: dict[str, Any] | None = None  # the turn_end of a task or a decided review
+
+
+def _leave_waiting(event: dict[str, Any]) -> str | None:
+    return None  # at the prompt, reviews are decided with /approve or /reject
+
+
+@dataclass
+class Context:
+    """What a line needs besides the kernel: output, the provider, questions to the person."""
+
+    renderer: Renderer = field(default_factory=lambda: SessionRenderer(stdout))
+    options: dict[str, Any] | None = None  # session.message's provider, max_rounds (None: none)
+    confirm: Confirm = ask
+    on_review: OnReview = _leave_waiting
+    after: int | None = None  # where this prompt's event stream stands
 
 
 def describe(status: dict[str, Any], session: dict[str, Any] | None) -> str:
@@ -47,85 +61,184 @@ def describe(status: dict[str, Any], session: dict[str, Any] | None) -> str:
         line += (
             f"; session {session['session_id']}: mode {session['mode']}, state {session['state']}"
         )
+        if session.get("quarantined"):
+            line += " (quarantined: read-only)"
     return line
 
 
-def handle(line: str, client: Any, session_id: str, status: dict[str, Any]) -> Reply:
+MODE_FIX = "Switch to a mode policy.yaml allows (`fluffy config policy edit` changes it)."
+
+
+def error_text(exc: FluffyError, fix: str = "") -> str:
+    """The error display standard, as plain lines (``fix`` when the error has none)."""
+    parts = error_fields(exc)
+    lines = [f"ERROR: {parts['what']}"]
+    if parts["why"]:
+        lines.append(f"Reason: {parts['why']}")
+    if parts["fix"] or fix:
+        lines.append(f"Fix: {parts['fix'] or fix}")
+    return "\n".join(lines)
+
+
+def handle(
+    line: str,
+    client: Any,
+    session_id: str,
+    status: dict[str, Any],
+    ctx: Context | None = None,
+) -> Reply:
     """One line typed at the prompt (kept free of the terminal so it can be tested)."""
+    ctx = ctx if ctx is not None else Context()
     text = line.strip()
     if not text:
         return Reply("")
-    if text in ("/quit", "/exit"):
+    try:
+        if text.startswith("/"):
+            return _command(text, client, session_id, status, ctx)
+        return _task(text, client, session_id, ctx)
+    except FluffyError as exc:
+        return Reply(error_text(exc))
+
+
+def _command(
+    text: str, client: Any, session_id: str, status: dict[str, Any], ctx: Context
+) -> Reply:
+    name, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if name in ("/quit", "/exit"):
         return Reply("bye", quit=True)
-    if text == "/help":
-        return Reply("\n".join(f"{name:<9} {what}" for name, what in COMMANDS.items()))
-    if text == "/status":
+    if name == "/status":
         session = client.call("session.get", {"session_id": session_id})
         return Reply(describe(status, session))
-    if text in ("/strict", "/explore", "/debug"):
-        mode = text[1:]
+    if name in ("/approve", "/reject"):
+        return _decide(name[1:], rest, client, session_id, ctx)
+    if name in ("/strict", "/explore", "/debug"):
+        if name == "/debug" and not ctx.confirm("Debug mode needs your approval: allow?"):
+            return Reply("debug mode not approved; the mode is unchanged")
         try:
             session = client.call(
                 "session.set_mode",
-                {"session_id": session_id, "mode": mode, "approved": True},
+                {"session_id": session_id, "mode": name[1:], "approved": True},
             )
-        except FluffyError as exc:
-            return Reply(f"{exc.what} ({exc.why}) Fix: {exc.fix}")
+        except ModeDenied as exc:
+            return Reply(error_text(exc, MODE_FIX))
         return Reply(f"mode {session['mode']}, state {session['state']}")
-    if text.startswith("/"):
-        return Reply(f"unknown command {text.split()[0]}; /help lists them")
-    return Reply(
-        "No AI provider is connected yet (it comes with the provider module, issue [8/9]); "
-        "nothing was sent. `fluffy demo --session` plays a scripted task through this kernel."
+    answer = slash.simple(name, rest, client, session_id)
+    if answer is None:
+        return Reply(f"unknown command {name}; /help lists them")
+    return Reply(answer)
+
+
+def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
+    if ctx.options is None:
+        return Reply(
+            "No AI provider is set up for this prompt; nothing was sent. "
+            "Configure one (--provider, FLUFFY_PROVIDER or .fluffy/config.yaml)."
+        )
+    after = ctx.after if ctx.after is not None else cursor(client, session_id)
+    started = client.call(
+        "session.message",
+        {**ctx.options, "session_id": session_id, "text": text, "auto_approve": False},
+    )
+    end = follow(
+        client, session_id, after, ctx.renderer, on_review=ctx.on_review, turn_id=started["turn_id"]
+    )
+    ctx.after = _position(end, after)
+    return Reply("", event=end)
+
+
+def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Context) -> Reply:
+    review = client.call("review.show", {"session_id": session_id})
+    if not review:
+        return Reply("nothing waits for your review")
+    after = ctx.after if ctx.after is not None else cursor(client, session_id)
+    params: dict[str, Any] = {"session_id": session_id, "plan_id": review["plan_id"]}
+    if decision == "reject" and reason:
+        params["reason"] = reason
+    client.call(f"review.{decision}", params)
+    # the turn goes on: show the rest of it (merge, commit, the AI's answer)
+    end = follow(
+        client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
+    )
+    ctx.after = _position(end, after)
+    word = "approved" if decision == "approve" else "rejected"
+    return Reply(f"{word} plan {review['plan_id']}", event=end)
+
+
+def _position(end: dict[str, Any], after: int) -> int:
+    position = end.get("next")
+    return int(position) if isinstance(position, int) else after
+
+
+def run(
+    project: str,
+    *,
+    interactive: bool | None = None,
+    cli: dict[str, Any] | None = None,
+    script: str | None = None,
+    session_id: str | None = None,
+    yes: bool = False,
+) -> int:
+    import sys
+
+    from fluffy.cli.connect import (
+        apply_mode,
+        approve_mode,
+        attached,
+        get_session,
+        message_options,
+        script_turns,
+        settings_for,
     )
 
-
-def run(project: str, *, interactive: bool | None = None) -> int:
-    from fluffy.bootstrap.supervisor import paths
-    from fluffy.cli.lifecycle import _status, launch_supervisor
-    from fluffy.ipc.client import SyncClient
-    from fluffy.paths import fluffy_home
-
     interactive = sys.stdin.isatty() if interactive is None else interactive
-    owned: subprocess.Popen[bytes] | None = None
-    status = _status(project)
-    if status is None or status.get("health") != "healthy":
-        stdout.print(f"starting the kernel for {escape(project)} ...")
-        status, owned = launch_supervisor(project, detach=False)
-    sock = paths(fluffy_home(), project)["run"] / "kernel.sock"
-    try:
-        with SyncClient(str(sock), timeout=30) as client:
-            session = client.call("session.get") or client.call("session.create")
-            stdout.print(f"{status_word('ok')} {escape(describe(status, session))}")
-            if owned is not None:
-                stdout.print("  (started for this session: leaving stops it)")
-            if interactive:
-                _loop(client, session["session_id"], status)
-    finally:
-        if owned is not None:
-            owned.send_signal(signal.SIGTERM)  # the supervisor stops L1 cleanly
-            owned.wait(timeout=90)
+    cli = cli or {}
+    settings = settings_for(Path(project), cli)
+    if not interactive:
+        approve_mode(cli.get("mode"), yes=yes, confirm=None)  # before starting anything
+    with attached(project, say=lambda text: stdout.print(escape(text))) as kernel:
+        client = kernel.client
+        if session_id is not None:
+            session, mode = get_session(client, session_id), cli.get("mode")
+        else:
+            session = client.call("session.get")
+            mode = cli.get("mode") if session else settings.mode
+            session = session or client.call("session.create")
+        confirm = ask if interactive else None
+        session = apply_mode(client, session, mode, yes=yes, confirm=confirm)
+        stdout.print(f"{status_word('ok')} {escape(describe(kernel.status, session))}")
+        if kernel.owned:
+            stdout.print("  (started for this session: leaving stops it)")
+        if interactive:
+            turns = script_turns(script) if script else None
+            ctx = Context(options=message_options(settings, turns))
+            stdout.rule(f"fluffy v{__version__} -- {session['mode']} mode -- {session['state']}")
+            _loop(client, session["session_id"], kernel.status, ctx)
     return 0
 
 
-def _loop(client: Any, session_id: str, status: dict[str, Any]) -> None:
+def _loop(client: Any, session_id: str, status: dict[str, Any], ctx: Context) -> None:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.completion import WordCompleter
     from prompt_toolkit.history import FileHistory
 
     from fluffy.paths import fluffy_home
 
+    fluffy_home().mkdir(parents=True, exist_ok=True)
     prompt: PromptSession[str] = PromptSession(
         history=FileHistory(str(fluffy_home() / "history")),
         completer=WordCompleter(list(COMMANDS), sentence=True),
     )
-    stdout.print("type /help for the commands, /quit to leave")
+    stdout.print("type a task, /help for the commands, Ctrl-D or /quit to leave")
     while True:
+        session = client.call("session.get", {"session_id": session_id}) or {}
         try:
-            line = prompt.prompt("fluffy> ")
-        except (EOFError, KeyboardInterrupt):
+            line = prompt.prompt(status_line(session.get("mode"), session.get("state")))
+        except KeyboardInterrupt:
+            continue  # clears the line, as in a shell
+        except EOFError:
             return
-        reply = handle(line, client, session_id, status)
+        reply = handle(line, client, session_id, status, ctx)
         if reply.text:
             stdout.print(escape(reply.text))
         if reply.quit:

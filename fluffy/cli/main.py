@@ -1,5 +1,7 @@
 """`fluffy` command line: parse, dispatch, and render errors at the edge.
 
+`fluffy "a task"` runs one task and `fluffy [--mode M]` opens the prompt: when the first
+word is not a subcommand, the task parser (fluffy.cli.task) takes the arguments.
 Every command returns an exit code: 0 success, 1 a check or run failed, 2 usage
 errors, 3 a fluffy error (rendered as ERROR / Reason / Fix, or JSON with --json).
 """
@@ -96,65 +98,66 @@ def cmd_kernel_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_session(args: argparse.Namespace) -> int:
-    """The scripted session through the real kernel (L1 + sandboxes), step by step."""
+    """The design's scenario as an AI session through the real kernel (L1 + sandboxes).
+
+    Offline by default: the scripted provider replays the bundled script in the
+    ai-provider sandbox.  With an API key (or a base URL) in the environment, the same
+    command gives the task to that model instead.
+    """
     from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli.connect import detected_provider, message_options, settings_for
     from fluffy.cli.lifecycle import start_kernel, stop_kernel
+    from fluffy.cli.session_view import JsonRenderer, SessionRenderer
     from fluffy.demo import demo_project
-    from fluffy.demo_session import (
-        DEFAULT_SCRIPT,
-        StepResult,
-        fresh_project,
-        load_script,
-        play,
-        verify_audit,
-    )
+    from fluffy.demo_session import DEFAULT_SCRIPT, fresh_project, load_script, play, verify_audit
     from fluffy.paths import fluffy_home
 
-    script = load_script(Path(args.script) if args.script else DEFAULT_SCRIPT)
+    script_path = Path(args.script) if args.script else DEFAULT_SCRIPT
+    script = load_script(script_path)
     project = fresh_project(demo_project())
+    settings = settings_for(project, {})
+    live = not args.offline and detected_provider(settings) != "scripted"
+    options = message_options(settings, None if live else script.provider_turns())
+    provider = options["provider"]
     files = paths(fluffy_home(), str(project))
     if not args.json:
-        stdout.print(f"[bold]fluffy demo --session[/]: {escape(script.task)}")
+        where = "offline, scripted" if provider["name"] == "scripted" else provider["name"]
+        stdout.print(f"[bold]fluffy demo --session[/] ({where}): {escape(script.task)}")
         stdout.print(f"  a fresh copy of the demo project: {project}")
     status = start_kernel(str(project))
     if not args.json:
         stdout.print(
             f"  kernel healthy in its L1 container ({status.get('runtime')}, "
-            f"{str(status.get('container_id'))[:12]}); strict mode"
+            f"{str(status.get('container_id'))[:12]}); strict mode\n"
         )
-
-    def show(result: StepResult) -> None:
-        if args.json:
-            return
-        word = "ok" if result.problem is None else "fail"
-        route = result.answer.get("route") or "-"
-        stdout.print(
-            f"  {status_word(word)} {result.step.tool:<14} {route:<7} "
-            f"{result.seconds * 1000:7.0f} ms  [dim]{escape(result.step.say)}[/]"
-        )
-        error = result.answer.get("error")
-        if error and result.problem is None:
-            stdout.print(f"       refused as expected: {escape(str(error.get('what')))}")
-        state = result.state
-        if state:
-            stdout.print(f"       [cyan]state: {state}[/]")
-        if result.problem:
-            stdout.print(f"       [red]{escape(result.problem)}[/]")
-
+        stdout.print(f"You: {escape(script.task)}")
+    renderer = JsonRenderer(lambda _: None) if args.json else SessionRenderer(stdout)
     try:
-        demo = play(files["run"] / "kernel.sock", project, script, show)
+        demo = play(files["run"] / "kernel.sock", project, script, provider, renderer)
     finally:
         stop_kernel(str(project))
     demo.audit_ok = verify_audit(files["state"], files["witness"])
     if args.json:
         print_json(demo.as_dict())
         return EXIT_OK if demo.ok else EXIT_FAILED
+    checked = [c for c in demo.calls if c.expect is not None]
+    if checked:
+        good = sum(1 for c in checked if c.problem is None)
+        word = "ok" if good == len(checked) else "fail"
+        stdout.print(
+            f"\n  {status_word(word)} {good}/{len(checked)} tool calls did what the script "
+            "expected (refusals included)"
+        )
     word = "ok" if demo.audit_ok else "fail"
     stdout.print(f"  {status_word(word)} audit chain verified against the bootstrap's witness")
+    for problem in demo.problems:
+        stdout.print(f"  [red]{escape(problem)}[/]")
     if demo.ok:
-        stdout.print(f"[green]Done: committed {demo.commit[:12]} in {project}[/]")
+        stdout.print(
+            f"[green]Done: committed {demo.commit[:12]} in {project} ({demo.seconds:.1f} s)[/]"
+        )
         return EXIT_OK
-    stdout.print("[red]The session did not go as scripted.[/]")
+    stdout.print("[red]The session did not go as expected.[/]")
     return EXIT_FAILED
 
 
@@ -194,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fluffy",
         description="fluffy: a zero-trust AI coding workstation.",
+        epilog='fluffy "TASK" [--yes] [--mode M] [--provider P] ... runs one task '
+        "(fluffy TASK --help lists its options); fluffy alone opens the prompt.",
     )
     parser.add_argument("--version", action="version", version=f"fluffy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -221,8 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fluffy.cli.audit import add_parser as add_audit_parser
     from fluffy.cli.config import add_parser as add_config_parser
     from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
+    from fluffy.cli.plugin import add_parser as add_plugin_parser
     from fluffy.cli.policy import add_parser as add_policy_parser
     from fluffy.cli.sandbox import add_parser as add_sandbox_parser
+    from fluffy.cli.session import add_parser as add_session_parser
 
     add_policy_parser(sub)
     add_audit_parser(sub)
@@ -238,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_kernel_serve)
 
     add_sandbox_parser(sub)
+    add_session_parser(sub)
+    add_plugin_parser(sub)
 
     demo = sub.add_parser(
         "demo",
@@ -251,13 +260,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="play a scripted session (the design's end-to-end scenario) on a fresh copy",
     )
     demo.add_argument("--script", help="the session script (default: add-error-handling)")
+    demo.add_argument(
+        "--offline",
+        action="store_true",
+        help="--session: play the script even when an API key or base URL is set",
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def subcommands(parser: argparse.ArgumentParser) -> set[str]:
+    """The names `fluffy COMMAND` takes (anything else first is a task, or an option)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """`fluffy COMMAND ...`, or `fluffy ["TASK"] [OPTIONS]` when no subcommand is named."""
+    from fluffy.cli import task
+
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    commands = subcommands(parser)
+    if task.is_task(words, commands):
+        return task.parse(words, commands)
+    return parser.parse_args(words)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:  # `fluffy`: bring the kernel up if needed and connect
         from fluffy.cli.interactive import run as interactive

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from fluffy.errors import ConnectionClosed, IpcError, all_error_classes
+from fluffy.errors import ConnectionClosed, FluffyError, IpcError, all_error_classes
 from fluffy.ipc.protocol import (
     CONNECTION_ID,
     CURRENT_API_VERSION,
@@ -35,7 +35,13 @@ _BY_CODE = {cls.code: cls for cls in all_error_classes()}
 
 def raise_error(body: ErrorBody) -> None:
     cls = _BY_CODE.get(body.code)
-    error = cls(body.message) if cls is not None and issubclass(cls, Exception) else None
+    error: FluffyError | None = None
+    if cls is not None and issubclass(cls, Exception):
+        error = (
+            cls(body.what, why=body.why or None, fix=body.fix or None)
+            if body.what
+            else cls(body.message)
+        )
     if error is None:
         error = IpcError(body.message)
     error.wire_code = body.code  # type: ignore[attr-defined]

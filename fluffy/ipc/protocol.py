@@ -41,6 +41,10 @@ class ErrorBody(msgspec.Struct, omit_defaults=True):
     code: str
     message: str
     retryable: bool = False
+    # since API 1, optional (non-breaking): the parts of ``message``, for what/why/fix
+    what: str = ""
+    why: str = ""
+    fix: str = ""
 
 
 class IpcMessage(msgspec.Struct, omit_defaults=True):
@@ -83,7 +87,14 @@ def encode(message: msgspec.Struct | dict[str, Any]) -> bytes:
 def error_body(error: FluffyError) -> ErrorBody:
     why = f" ({error.why})" if error.why else ""
     fix = f" Fix: {error.fix}" if error.fix else ""
-    return ErrorBody(error.code, error.what + why + fix, error.retryable)
+    return ErrorBody(
+        error.code,
+        error.what + why + fix,
+        error.retryable,
+        what=error.what,
+        why=error.why or "",
+        fix=error.fix or "",
+    )
 
 
 def error_response(message_id: str, error: FluffyError) -> bytes:

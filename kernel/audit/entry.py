@@ -52,6 +52,8 @@ EVENT_TYPES: Final = frozenset(
         "policy_rule_failed",
         "exemption_requested",
         "test_run_recorded",
+        "network_request",
+        "session_quarantined",
     }
 )
 
@@ -70,6 +72,7 @@ SYNC_EVENTS: Final = frozenset(
         "audit_chain_break",
         "policy_rule_failed",
         "state_transition",
+        "session_quarantined",
         "exemption_requested",
         "test_run_recorded",
     }

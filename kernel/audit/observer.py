@@ -24,9 +24,37 @@ _encode = msgspec.json.Encoder(enc_hook=repr).encode
 SessionView = Callable[[], tuple[str | None, str, str]]
 
 
+#: Fields whose values are secrets whatever they look like (an API key of any shape).
+SECRET_FIELDS = frozenset({"api_key", "apikey", "token", "secret", "password", "authorization"})
+SECRET_SUFFIXES = ("_api_key", "_token", "_secret", "_password")
+
+
+def _secret_field(key: object) -> bool:
+    if not isinstance(key, str):
+        return False
+    lowered = key.lower()
+    return lowered in SECRET_FIELDS or lowered.endswith(SECRET_SUFFIXES)
+
+
+def mask_secrets(value: Any, depth: int = 0) -> Any:
+    """``value`` with every secret-named field's value replaced (dicts and lists, nested)."""
+    if depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {
+            k: "[REDACTED:field]" if v and _secret_field(k) else mask_secrets(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [mask_secrets(v, depth + 1) for v in value]
+    return value
+
+
 def summarize(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, dict | list):
+        value = mask_secrets(value)
     try:
         text = value if isinstance(value, str) else _encode(value).decode()
     except (TypeError, ValueError, OverflowError):

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fluffy.errors import ConfigError, PolicyError
+from fluffy.errors import ConfigError, FluffyError, PolicyError
 from fluffy.kernel.audit.storage import StorageSettings
 from fluffy.kernel.tools.settings import MergeSettings, SchedulerSettings, ToolSettings
 from fluffy.kernel.workflow.exemptions import (
@@ -106,6 +106,18 @@ class Rule(BaseModel):
     constraints: Constraints | None = None
 
 
+class SessionSettings(BaseModel):
+    """The AI session loop (policy.yaml ``session:``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Refused tool calls (policy denials, tools unavailable in the state) after which the
+    #: session is quarantined to read-only tools until the user lifts it.
+    quarantine_after: int = Field(default=5, ge=1, le=1000)
+    #: Model responses one task may take at most.
+    max_rounds: int = Field(default=50, ge=1, le=1000)
+
+
 class PolicyFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -116,6 +128,21 @@ class PolicyFile(BaseModel):
     tools: ToolSettings = Field(default_factory=ToolSettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    #: Hosts the ai-provider sandbox may reach through the kernel's CONNECT proxy:
+    #: ``host`` (port 443), ``host:port``, ``*.example.com``, ``127.0.0.1:11434``.
+    network_whitelist: list[str] = Field(default_factory=list, max_length=256)
+    session: SessionSettings = Field(default_factory=SessionSettings)
+
+    @field_validator("network_whitelist")
+    @classmethod
+    def _hosts(cls, entries: list[str]) -> list[str]:
+        from fluffy.kernel.net.allowlist import AllowList
+
+        try:
+            AllowList.from_entries(entries)
+        except FluffyError as exc:
+            raise ValueError(f"{exc.what} ({exc.why})" if exc.why else exc.what) from None
+        return entries
 
     @property
     def exemptions(self) -> Mapping[str, ExemptionRule]:

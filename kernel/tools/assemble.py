@@ -1,4 +1,9 @@
-"""Build the tool path for a kernel: router, fast path, plugin runner, merge, scheduler."""
+"""Build the tool path for a kernel: router, fast path, plugin runner, merge, scheduler.
+
+Installed, enabled third-party plugins are activated here (:mod:`fluffy.kernel.plugins.
+activate`): their tools join the registry, their code is handed to the plugin runner,
+and the router's policy front tags their calls ``third_party``.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import Handler
 from fluffy.kernel.memory import MemoryGuard
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
+from fluffy.kernel.plugins.activate import Activated, activate
+from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.tools import availability
@@ -74,6 +81,7 @@ class ToolPath:
     sandboxes: KernelSandboxes | None
     runner: PluginRunner | None
     scheduler: SchedulerBridge
+    plugins: Activated | None = None
 
     def methods(self) -> dict[str, Handler]:
         return tool_methods(self.router)
@@ -102,6 +110,8 @@ class ToolPath:
             await self.runner.close()
         if self.sandboxes is not None:
             await asyncio.to_thread(self.sandboxes.close)
+        if self.plugins is not None:
+            await self.plugins.close()
 
 
 async def assemble_tools(
@@ -121,10 +131,20 @@ async def assemble_tools(
     merger = _merger(root, state_dir, policy)
     sandboxes = KernelSandboxes(state_dir, project) if engine and project is not None else None
     runner = (
-        PluginRunner(sandboxes.manager, state_dir, environment=lambda: sandbox_environment().env)
+        PluginRunner(
+            sandboxes.manager,
+            state_dir,
+            environment=lambda: sandbox_environment().env,
+            audit=audit,
+        )
         if sandboxes is not None
         else None
     )
+    registry = Registry.builtin(kernel_tools())
+    plugins = await activate(state_dir, registry, front.engine.evaluate, audit)
+    registry.add(plugins.specs)
+    if runner is not None:
+        runner.third_party = plugins.code
 
     def accepting_work() -> bool:
         return guard.accepting_work
@@ -137,11 +157,11 @@ async def assemble_tools(
     await scheduler.start()
     router = ToolRouter(
         project=root,
-        registry=Registry.builtin(kernel_tools()),
+        registry=registry,
         fast=FastPath(root, policy.tools.read_max_bytes),
         runner=runner,
         workflow=workflow,
-        policy=front,
+        policy=TaggedPolicy(front, lambda: plugins.names),
         audit=audit,
         sanitizer=_sanitizer(policy),
         breakers=BreakerBoard(),
@@ -160,7 +180,7 @@ async def assemble_tools(
         log.error("could not complete an interrupted merge: %s", exc)
     if sandboxes is not None:
         threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
-    return ToolPath(router, sandboxes, runner, scheduler)
+    return ToolPath(router, sandboxes, runner, scheduler, plugins)
 
 
 def _remove_orphans(sandboxes: KernelSandboxes) -> None:

@@ -126,7 +126,7 @@ class Flow:
                 except TransitionDenied as exc:  # the tech-debt budget: nothing merged
                     reasons.append(f"{exc.what}: {exc.why}")
                 else:
-                    return {"auto_merged": True, **merged}
+                    return {"auto_merged": True, "diff_lines": plan.diff_lines, **merged}
         return {
             "auto_merged": False,
             "waiting_for": "review.approve (with this plan_id) or review.reject, by the user",

@@ -90,7 +90,7 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
         return await flow.approve(str(p["session_id"]), by="user", plan_id=str(p["plan_id"]))
 
     async def reject(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id",))
+        p = _params(params, ("session_id",), ("plan_id", "reason"))
         _user_only(context, "reject a merge")
         session = await router.workflow.get(str(p["session_id"]))
         return await flow.reject(session.id)

@@ -1,4 +1,4 @@
-"""Running a built-in tool plugin's call in a fresh L2 sandbox.
+"""Running a tool plugin's call in a fresh L2 sandbox (built-in or third-party).
 
 One call, one sandbox (design: a new output volume per sandbox, never reused):
 
@@ -15,17 +15,30 @@ One call, one sandbox (design: a new output volume per sandbox, never reused):
 
 PAUSE/RESUME (design: Preemption) reach the host as ``tool.pause`` / ``tool.resume``
 events on its connection, around an engine pause.
+
+A third-party plugin's code is not in the image: its installed files are read from the
+plugin store, each checked against the hash recorded at install, and written into the
+call's own socket folder (``/run/fluffy/plugin``, read-only in the sandbox) with the
+manifest's tool definitions (``/run/fluffy/tools.json``); the host loads the entry file
+from there and refuses code whose tools differ from the manifest.  Copying the verified
+bytes (rather than mounting the store) leaves no window between check and use, and needs
+no extra mount.
+
+A plugin's socket serves ``tool.next`` and ``tool.result`` only.  Anything else a
+plugin calls on it is denied (``policy.*``) and audited as a ``syscall`` entry naming
+the plugin, whether or not the method is among its declared capabilities.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +47,21 @@ from fluffy.errors import (
     FluffyError,
     InvalidPayload,
     KernelOverloaded,
+    PolicyError,
     ToolFailed,
     ToolInputInvalid,
     ToolTimeout,
     ToolTransient,
 )
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
-from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET, ContainerManager
 from fluffy.kernel.containers.runtime import SANDBOX_UID
-from fluffy.kernel.ipc.server import CallContext, KernelServer
+from fluffy.kernel.ipc.server import CallContext, CallRecord, Handler, KernelServer, note_decision
+from fluffy.kernel.plugins.handshake import check_negotiated
+from fluffy.kernel.plugins.store import PluginStore
 
 log = logging.getLogger("fluffy.kernel.tools")
 
@@ -52,12 +70,32 @@ START_TIMEOUT_S = 60.0
 PAUSE_GRACE_S = 1.0
 
 
+@dataclass(frozen=True)
+class ThirdPartyCode:
+    """Where an active third-party plugin's code comes from, and what it declared."""
+
+    store: PluginStore
+    name: str
+    entry: str
+    min_api_version: int
+    #: The manifest's tool entries (``ToolDefinition.to_dict()`` form).
+    tools: list[dict[str, Any]]
+    capabilities: tuple[str, ...] = ()
+
+
+#: Where a third-party plugin's code and declared tools appear in its sandbox.
+PLUGIN_CODE_DIR = "plugin"
+DECLARED_TOOLS = "tools.json"
+
+
 @dataclass
 class _Job:
     call_id: str
     tool: str
     args: dict[str, Any]
     session_mode: str
+    min_api_version: int = 0
+    plugin: str = ""
     sandbox_id: str = ""
     future: asyncio.Future[dict[str, Any]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -91,14 +129,18 @@ class PluginRunner:
         *,
         environment: Callable[[], dict[str, str]],
         start_timeout_s: float = START_TIMEOUT_S,
+        audit: AuditLog | None = None,
     ) -> None:
         self._manager = manager
         self.root = root
         self.environment = environment
         self.start_timeout_s = start_timeout_s
+        self.audit = audit
         self.jobs: dict[str, _Job] = {}
         self.servers: dict[str, KernelServer] = {}
         self._cleanup: set[asyncio.Task[None]] = set()
+        #: Active third-party plugins by name (set by the kernel at start-up).
+        self.third_party: dict[str, ThirdPartyCode] = {}
 
     def manager(self) -> ContainerManager:
         """The container manager (opened on first use: call it off the event loop)."""
@@ -115,6 +157,7 @@ class PluginRunner:
         job = self._job_of(context)
         if job.handed:  # one call per sandbox: the host exits on None
             return None
+        check_negotiated(job.plugin, context.api_version, job.min_api_version)
         job.handed = True
         job.context = context
         job.handed_at = time.perf_counter()
@@ -133,6 +176,74 @@ class PluginRunner:
             raise InvalidPayload("tool.result must name the call it answers (call_id)")
         if not job.future.done():
             job.future.set_result(params)
+
+    # -- the plugin's socket: two methods, everything else denied and audited ------------
+    def _socket_methods(self, plugin: str) -> _SocketMethods:
+        code = self.third_party.get(plugin)
+        declared = code.capabilities if code is not None else ()
+
+        def deny(method: str) -> Handler:
+            def denied(context: CallContext, params: Any) -> None:
+                if method in declared:
+                    reason = (
+                        f"{method} is among {plugin}'s required capabilities, but a plugin's "
+                        "socket serves tool.next and tool.result only"
+                    )
+                else:
+                    reason = (
+                        f"{method} is not among {plugin}'s required capabilities "
+                        f"({', '.join(declared) or 'none declared'})"
+                    )
+                note_decision("denied", "kernel.plugin_socket", reason)
+                raise PolicyError(
+                    f"plugin {plugin} may not call {method}",
+                    why=reason,
+                    fix="A plugin works through its ToolContext (the view, its output "
+                    "folder, commands in its sandbox); its socket has no other syscalls.",
+                )
+
+            return denied
+
+        return _SocketMethods({"tool.next": self._next, "tool.result": self._result}, deny)
+
+    def _observer(self) -> Callable[[CallRecord], None] | None:
+        """Audits what a plugin's socket refused (its two own methods are not entries)."""
+        if self.audit is None:
+            return None
+        auditor = SyscallAuditor(self.audit)
+
+        def observe(record: CallRecord) -> None:
+            if record.decision == "denied":
+                auditor(record)
+
+        return observe
+
+    def _stage_code(self, code: ThirdPartyCode, folder: Path) -> list[str]:
+        """Write the plugin's verified files into the call folder; the host's command."""
+        _, files = code.store.read_verified(code.name)  # PluginTampered: nothing runs
+        target = folder / PLUGIN_CODE_DIR
+        for rel, data in files.items():
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            path.write_bytes(data)
+            path.chmod(0o644)
+        for sub in [target, *(p for p in target.rglob("*") if p.is_dir())]:
+            sub.chmod(0o755)
+        declared = folder / DECLARED_TOOLS
+        declared.write_text(json.dumps(code.tools), encoding="utf-8")
+        declared.chmod(0o644)
+        inside = f"{KERNEL_SOCKET_TARGET}/{PLUGIN_CODE_DIR}"
+        return [
+            "python3",
+            "-m",
+            "fluffy.sandboxes.plugin_host",
+            "--plugin-dir",
+            inside,
+            "--entry",
+            code.entry,
+            "--declared",
+            f"{KERNEL_SOCKET_TARGET}/{DECLARED_TOOLS}",
+        ]
 
     # -- running a call -----------------------------------------------------------------
     def _socket_dir(self, call_id: str) -> tuple[Path, dict[str, Any]]:
@@ -170,12 +281,24 @@ class PluginRunner:
         started = time.perf_counter()
         binding = f"tool:{plugin}:{call_id}"
         folder, options = self._socket_dir(call_id)
-        server = KernelServer({"tool.next": self._next, "tool.result": self._result})
-        job = _Job(call_id, tool, dict(args), session_mode)
+        server = KernelServer(self._socket_methods(plugin))
+        server.observer = self._observer()
+        code = self.third_party.get(plugin)
+        job = _Job(
+            call_id,
+            tool,
+            dict(args),
+            session_mode,
+            min_api_version=code.min_api_version if code is not None else 0,
+            plugin=plugin,
+        )
         self.jobs[binding] = job
         self.servers[binding] = server
         sandbox: Sandbox | None = None
         try:
+            command = ["python3", "-m", "fluffy.sandboxes.plugin_host", module]
+            if code is not None:
+                command = await asyncio.to_thread(self._stage_code, code, folder)
             await server.listen(folder / "kernel.sock", binding=binding, **options)
             config = template_config(
                 template,
@@ -186,7 +309,6 @@ class PluginRunner:
                 environment=self.environment(),
                 max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
             )
-            command = ["python3", "-m", "fluffy.sandboxes.plugin_host", module]
             manager = await asyncio.to_thread(self.manager)
             sandbox = await asyncio.to_thread(manager.create, config, command)
             job.sandbox_id = sandbox.sandbox_id
@@ -340,6 +462,23 @@ class PluginRunner:
             await self._teardown(binding, None)
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
+
+
+class _SocketMethods(Mapping[str, Handler]):
+    """A plugin socket's method table: its own methods, and a denial for any other name."""
+
+    def __init__(self, served: dict[str, Handler], deny: Callable[[str], Handler]) -> None:
+        self.served = served
+        self.deny = deny
+
+    def __getitem__(self, method: str) -> Handler:
+        return self.served.get(method) or self.deny(method)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.served)
+
+    def __len__(self) -> int:
+        return len(self.served)
 
 
 async def _first(awaitable: Any, exited: asyncio.Future[int], *, value: bool = False) -> Any:

@@ -4,14 +4,19 @@ Three routes (design: AI Tools Module, Three-Layer Architecture):
 
 - ``fast``: kernel-native, read-only (fs.read, fs.list, fs.exists, search.grep,
   search.glob) — no second IPC hop, no sandbox;
-- ``plugin``: a built-in tool plugin in an L2 sandbox of its template (fs-tool,
-  git-tool, test-tool, search-tool);
+- ``plugin``: a tool plugin in an L2 sandbox of its template: a built-in (fs-tool,
+  git-tool, test-tool, search-tool; tagged ``core_plugin``) or an installed third-party
+  plugin (tagged ``third_party``; :func:`third_party_specs`);
 - ``kernel``: workflow tools the state machine answers itself (plan.complete).
 
 The plugin tools' descriptions and JSON schemas come from each plugin's
-``manifest.yaml``; the kernel adds what it must know itself and never takes from a
-plugin: the kind (read / write / execute / commit), which paths a call reads and writes
-(for policy, availability and the parallel planner), and the retry rule.
+``manifest.yaml`` (one model for every plugin: :mod:`fluffy.kernel.plugins.manifest`);
+the kernel adds what it must know itself and never takes from a plugin: the kind (read /
+write / execute / commit), which paths a call reads and writes (for policy, availability
+and the parallel planner), and the retry rule.  A third-party tool is ``read`` when its
+manifest says ``read_only`` (its result is returned, nothing is staged) and ``execute``
+otherwise (debug mode only, like ``container.run``); third-party tools never write the
+project in v1.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from fluffy.errors import ToolInputInvalid, ToolNotFound
+from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginRejected
+from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
 
 Route = Literal["fast", "plugin", "kernel"]
 Kind = Literal["read", "write", "execute", "commit", "workflow"]
@@ -40,12 +45,19 @@ class ToolSpec:
     route: Route
     description: str = ""
     input_schema: Mapping[str, Any] = field(default_factory=dict)
-    #: Built-in plugin serving it: (plugin name, python module, sandbox template).
+    #: Plugin serving it: (plugin name, python module, sandbox template).  A third-party
+    #: plugin's module is ``file:<entry>`` (its code comes from the plugin store).
     plugin: str | None = None
     module: str | None = None
     template: str = "code-executor"
     #: Plugin tools with a kernel-native twin (search.*) may run in the kernel instead.
     fast_twin: bool = False
+    #: The serving plugin's capability tags (design: Capability Tag), for policy.
+    tags: frozenset[str] = frozenset({"core_plugin"})
+
+    @property
+    def third_party(self) -> bool:
+        return "third_party" in self.tags
 
     @property
     def read_only(self) -> bool:
@@ -107,18 +119,36 @@ BUILTIN_PLUGINS: dict[str, tuple[str, str, dict[str, Kind]]] = {
 }
 
 
-def _manifest_tools(package: str) -> dict[str, dict[str, Any]]:
+def builtin_manifest(plugin: str) -> PluginManifest:
+    """A built-in plugin's manifest; it must declare exactly the tools listed above."""
+    package, _, tools = BUILTIN_PLUGINS[plugin]
     path = PLUGINS_DIR / package / "manifest.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    tools = data.get("tools") if isinstance(data, dict) else None
-    found: dict[str, dict[str, Any]] = {}
-    for tool in tools if isinstance(tools, list) else []:
-        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-            found[tool["name"]] = tool
-    return found
+    manifest = load_manifest(path)
+    if manifest.name != plugin or sorted(manifest.tool_names) != sorted(tools):
+        raise PluginManifestInvalid(
+            f"{path}: declares {manifest.name} with tools {', '.join(manifest.tool_names)}; "
+            f"the kernel expects {plugin} with {', '.join(tools)}",
+            fix="Keep the built-in manifest and BUILTIN_PLUGINS in step.",
+        )
+    return manifest
+
+
+def third_party_specs(manifest: PluginManifest, tags: frozenset[str]) -> list[ToolSpec]:
+    """The tools of an installed, active third-party plugin."""
+    return [
+        ToolSpec(
+            name=tool.name,
+            kind="read" if tool.read_only else "execute",
+            route="plugin",
+            description=tool.description,
+            input_schema=tool.input_schema,
+            plugin=manifest.name,
+            module=f"file:{manifest.entry}",
+            template=manifest.sandbox_template,
+            tags=frozenset({"third_party", *tags} - {"core_plugin", "trusted_write"}),
+        )
+        for tool in manifest.tools
+    ]
 
 
 class Registry:
@@ -132,16 +162,17 @@ class Registry:
         """Fast-path tools (name -> (description, schema)), kernel tools, built-in plugins."""
         specs: list[ToolSpec] = []
         for plugin, (package, template, tools) in BUILTIN_PLUGINS.items():
-            declared = _manifest_tools(package)
+            manifest = builtin_manifest(plugin)
             for name, kind in tools.items():
-                raw = declared.get(name, {})
+                declared = manifest.tool(name)
+                assert declared is not None  # builtin_manifest checked the names
                 specs.append(
                     ToolSpec(
                         name=name,
                         kind=kind,
                         route="plugin",
-                        description=str(raw.get("description", "")),
-                        input_schema=raw.get("input_schema") or {"type": "object"},
+                        description=declared.description,
+                        input_schema=declared.input_schema,
                         plugin=plugin,
                         module=f"fluffy.plugins.{package}",
                         template=template,
@@ -164,6 +195,21 @@ class Registry:
                 template=twin.template if twin else "code-executor",
             )
         return cls(list(by_name.values()))
+
+    def add(self, specs: list[ToolSpec]) -> None:
+        """Add tools (an installed plugin's); a name already taken is refused."""
+        taken = sorted(spec.name for spec in specs if spec.name in self.specs)
+        if taken:
+            raise PluginRejected(
+                f"tool name(s) {', '.join(taken)} are taken",
+                why="every tool name belongs to one plugin",
+                fix="Remove the plugin that repeats them.",
+            )
+        for spec in specs:
+            self.specs[spec.name] = spec
+
+    def plugins(self) -> set[str]:
+        return {spec.plugin for spec in self.specs.values() if spec.plugin is not None}
 
     def get(self, name: str) -> ToolSpec:
         try:

@@ -9,6 +9,7 @@ session row or a test run that no longer matches its chained digest is refused o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sqlite3
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ class WorkflowStore:
         #: writer, so a tool call does not re-read and re-verify the chain every time;
         #: changes from outside are found at start-up and by `fluffy audit verify`.
         self._sessions: dict[str, SessionRow] = {}
+        self._writing = asyncio.Lock()
 
     @classmethod
     async def open(cls, state_dir: Path) -> WorkflowStore:
@@ -119,6 +121,12 @@ class WorkflowStore:
         self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
     ) -> None:
         """Write the session and its chained transition row in one transaction."""
+        async with self._writing:
+            await self._save(session, event, from_state, note)
+
+    async def _save(
+        self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
+    ) -> None:
         self._sessions.pop(session.id, None)  # a failed write leaves no guess behind
         try:
             data = _encode(session.data).decode()
@@ -144,6 +152,17 @@ class WorkflowStore:
         self._sessions[session.id] = session
 
     async def add_test_run(
+        self,
+        session_id: str,
+        state: str,
+        mode: str,
+        run: dict[str, Any],
+        coverage: dict[str, Any] | None,
+    ) -> int:
+        async with self._writing:
+            return await self._add_test_run(session_id, state, mode, run, coverage)
+
+    async def _add_test_run(
         self,
         session_id: str,
         state: str,
@@ -182,6 +201,15 @@ class WorkflowStore:
         cached = self._sessions.get(session_id)
         if cached is not None:
             return cached
+        # the connection sees its own uncommitted writes: a load between a save's two
+        # statements would find the new row without its chained note
+        async with self._writing:
+            return await self._load(session_id)
+
+    async def _load(self, session_id: str) -> SessionRow | None:
+        cached = self._sessions.get(session_id)
+        if cached is not None:
+            return cached
         rows = list(
             await self.db.execute_fetchall(
                 "SELECT id, created_at, updated_at, mode, state, data FROM sessions WHERE id = ?",
@@ -211,6 +239,14 @@ class WorkflowStore:
         )
         keys = ("seq", "timestamp", "event", "from", "to", "mode")
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    async def recent_sessions(self, limit: int = 20) -> list[SessionRow]:
+        """The most recently updated sessions (each verified against its chain)."""
+        rows = await self.db.execute_fetchall(
+            "SELECT id FROM sessions ORDER BY updated_at DESC, rowid DESC LIMIT ?", (limit,)
+        )
+        found = [await self.load(str(row[0])) for row in rows]
+        return [session for session in found if session is not None]
 
     async def latest_session(self) -> str | None:
         rows = list(

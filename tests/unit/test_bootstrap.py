@@ -48,7 +48,7 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     host = body["HostConfig"]
     for key, value in l1.SECURITY.items():
         assert host[key] == value
-    assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "host"
     assert not body["User"].startswith("0:")
     assert f"{project}:/fluffy/project:rw" in host["Binds"]
     assert f"FLUFFY_HOST_PROJECT={project}" in body["Env"]  # host paths for sibling mounts

@@ -1,0 +1,272 @@
+"""`fluffy plugin install|list|info|remove|enable|disable`: third-party plugins.
+
+Works without a kernel: it writes the plugin store and its install registry in fluffy's
+home (``$FLUFFY_HOME/plugins``); a kernel activates the installed, enabled plugins when
+it starts.  Installing is a reviewed action (design: require_review): the plugin's
+name, version, tools, capabilities and the policy pre-check's warnings are shown and
+the user confirms on a terminal, or with ``--yes`` up front; with neither, nothing is
+installed (exit 1).  Capability warnings come from the current project's
+``.fluffy/policy.yaml`` (``--project``), or the default-deny policy when there is none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.markup import escape
+
+from fluffy.cli.render import print_error, print_json, stdout
+from fluffy.errors import FluffyError
+
+EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 3
+T = TypeVar("T")
+
+
+def _evaluate(project: Path) -> Any:
+    from fluffy.kernel.policy.builtin import default_builtins
+    from fluffy.kernel.policy.engine import PolicyEngine
+    from fluffy.kernel.policy.model import PolicyFile, load_policy
+
+    path = project / ".fluffy" / "policy.yaml"
+    policy = load_policy(path) if path.is_file() else PolicyFile()
+    root = project.resolve()
+    return PolicyEngine(policy, builtins=default_builtins(root), root=root).evaluate
+
+
+async def _with_registry(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T:
+    from fluffy.kernel.plugins.install import open_home
+    from fluffy.kernel.plugins.store import PluginStore
+
+    store = PluginStore.default()
+    registry = await open_home(store, _evaluate(Path(getattr(args, "project", None) or ".")))
+    try:
+        return await work(registry, store)
+    finally:
+        await registry.close()
+
+
+def _show_plan(summary: dict[str, Any]) -> None:
+    stdout.print(
+        f"[bold]{escape(summary['name'])}[/] {escape(summary['version'])} "
+        f"by {escape(summary['author'])}: {escape(summary['description'])}"
+    )
+    stdout.print(f"  from         {escape(summary['source'])}")
+    stdout.print(
+        f"  files        {summary['files']} ({summary['total_bytes']} bytes), "
+        f"sandbox {summary['sandbox_template']}, tags {', '.join(summary['tags'])}"
+    )
+    for tool in summary["tools"]:
+        mode = "read-only" if tool["read_only"] else "runs commands (debug mode only)"
+        stdout.print(
+            f"  tool         {escape(tool['name'])} ({mode}): {escape(tool['description'])}"
+        )
+    capabilities = ", ".join(summary["required_capabilities"]) or "none"
+    stdout.print(f"  capabilities {escape(capabilities)}")
+    for warning in summary["warnings"]:
+        stdout.print(f"  [yellow]warning[/]      {escape(warning)}")
+
+
+def _confirmed(args: argparse.Namespace, name: str) -> bool:
+    from fluffy.kernel.plugins.errors import PluginNotConfirmed
+
+    if args.yes:
+        return True
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise PluginNotConfirmed(
+            f"{name} was not installed: there is no terminal to confirm on and --yes was not given"
+        )
+    answer = input(f"Install {name}? It runs in its own sandbox, tagged third_party. [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from fluffy.kernel.plugins.install import install, plan
+
+    async def run(registry: Any, store: Any) -> int:
+        approved = await plan(registry, Path(args.path))
+        summary = approved.to_dict()
+        if not args.json:
+            _show_plan(summary)
+        if not _confirmed(args, f"{approved.manifest.name} {approved.manifest.version}"):
+            stdout.print("not installed")
+            return EXIT_REFUSED
+        info = await install(registry, store, approved)
+        if args.json:
+            print_json({"ok": True, "installed": info.to_dict(), "plan": summary})
+        else:
+            stdout.print(
+                f"installed {info.name} {info.version} into {escape(info.folder)}; "
+                "a kernel loads it when it starts"
+            )
+        return EXIT_OK
+
+    return asyncio.run(_with_registry(args, run))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    async def run(registry: Any, store: Any) -> list[dict[str, Any]]:
+        return [info.to_dict() for info in registry.list(rejected=args.rejected)]
+
+    found = asyncio.run(_with_registry(args, run))
+    if args.json:
+        print_json({"plugins": found, "rejected": bool(args.rejected)})
+        return EXIT_OK
+    for info in found:
+        if args.rejected:
+            stdout.print(
+                f"{escape(info['name'])}  REJECTED  {escape(info['manifest_path'])}\n"
+                f"    {escape(str(info['reason']))}"
+            )
+            continue
+        why = f" ({escape(str(info['reason']))})" if info["reason"] else ""
+        stdout.print(
+            f"{escape(info['name'])} {escape(info['version'])}  {info['state']}{why}  "
+            f"tools: {escape(', '.join(info['tools']))}"
+        )
+    if not found:
+        stdout.print("no rejected plugins" if args.rejected else "no plugins installed")
+    return EXIT_OK
+
+
+def _info_of(registry: Any, name: str) -> Any:
+    from fluffy.kernel.plugins.errors import PluginNotFound
+
+    info = registry.get(name)
+    if info is None:
+        raise PluginNotFound(f"no plugin named {name!r} is installed")
+    return info
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    async def run(registry: Any, store: Any) -> dict[str, Any]:
+        data: dict[str, Any] = _info_of(registry, args.name).to_dict()
+        data["integrity"] = store.verify(args.name).to_dict()
+        return data
+
+    data = asyncio.run(_with_registry(args, run))
+    if args.json:
+        print_json(data)
+        return EXIT_OK
+    for key in ("name", "version", "state", "reason", "description", "author", "folder"):
+        if data.get(key):
+            stdout.print(f"{key:<22} {escape(str(data[key]))}")
+    stdout.print(f"{'tools':<22} {escape(', '.join(data['tools']))}")
+    stdout.print(
+        f"{'required_capabilities':<22} {escape(', '.join(data['required_capabilities']))}"
+    )
+    stdout.print(f"{'tags':<22} {escape(', '.join(data['tags']))}")
+    integrity = data["integrity"]
+    stdout.print(f"{'files':<22} {'intact' if integrity['ok'] else '[red]CHANGED[/]'}")
+    for warning in data["warnings"]:
+        stdout.print(f"[yellow]warning[/] {escape(warning)}")
+    return EXIT_OK
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from fluffy.kernel.plugins.install import remove
+
+    async def run(registry: Any, store: Any) -> None:
+        await remove(registry, store, args.name)
+
+    asyncio.run(_with_registry(args, run))
+    if args.json:
+        print_json({"ok": True, "removed": args.name})
+    else:
+        stdout.print(f"removed {escape(args.name)}")
+    return EXIT_OK
+
+
+def _switch(args: argparse.Namespace, enable: bool) -> int:
+    async def run(registry: Any, store: Any) -> dict[str, Any]:
+        info = _info_of(registry, args.name)
+        if enable and info.state == "REGISTERED":
+            return dict(info.to_dict())  # already enabled
+        if enable:
+            info = await registry.enable(args.name)
+        else:
+            info = await registry.disable(args.name, args.reason)
+        return dict(info.to_dict())
+
+    data = asyncio.run(_with_registry(args, run))
+    if args.json:
+        print_json(data)
+    else:
+        word = "enabled" if enable else "disabled"
+        stdout.print(f"{word} {escape(args.name)}; a kernel applies it when it starts")
+    return EXIT_OK
+
+
+def cmd_enable(args: argparse.Namespace) -> int:
+    return _switch(args, True)
+
+
+def cmd_disable(args: argparse.Namespace) -> int:
+    return _switch(args, False)
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A refused install exits 1 (nothing installed); other errors exit 3 like `fluffy`."""
+
+    def run(args: argparse.Namespace) -> int:
+        from fluffy.kernel.plugins.errors import PluginError, PluginNotConfirmed
+
+        try:
+            return func(args)
+        except PluginError as error:
+            print_error(error, as_json=getattr(args, "json", False))
+            refused = isinstance(error, PluginNotConfirmed) or args.plugin_command == "install"
+            return EXIT_REFUSED if refused else EXIT_ERROR
+
+    return run
+
+
+def add_parser(sub: Any) -> None:
+    plugin = sub.add_parser("plugin", help="install and manage third-party tool plugins")
+    actions = plugin.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
+
+    def action(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        parser = actions.add_parser(name, help=help)
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument(
+            "--project", help="the project whose policy pre-checks capabilities (default: .)"
+        )
+        parser.set_defaults(func=_guarded(func))
+        return parser
+
+    install = action("install", "install a plugin from a local folder (after review)", cmd_install)
+    install.add_argument("path", help="the plugin's folder (holding manifest.yaml)")
+    install.add_argument("--yes", "-y", action="store_true", help="confirm without asking")
+    listing = action("list", "list installed plugins", cmd_list)
+    listing.add_argument("--rejected", action="store_true", help="list rejected plugins")
+    info = action("info", "show one plugin (and check its files)", cmd_info)
+    info.add_argument("name")
+    remove = action("remove", "uninstall a plugin", cmd_remove)
+    remove.add_argument("name")
+    enable = action("enable", "enable a disabled plugin", cmd_enable)
+    enable.add_argument("name")
+    disable = action("disable", "disable a plugin (kept installed)", cmd_disable)
+    disable.add_argument("name")
+    disable.add_argument("--reason", default="disabled by the user", help="why (kept)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fluffy.cli.plugin ...``: the same commands without the rest of `fluffy`."""
+    parser = argparse.ArgumentParser(prog="fluffy")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except FluffyError as error:
+        print_error(error, as_json=getattr(args, "json", False))
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

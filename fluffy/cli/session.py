@@ -1,0 +1,82 @@
+"""`fluffy session list|resume`: the project's sessions, kept by its kernel (SQLite).
+
+Both go through the kernel (joined if it runs, else started for the command and
+stopped after): the kernel verifies each session against its chained state log, so
+the CLI never reads the database behind its back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from fluffy.cli.render import print_json, stderr, stdout
+
+
+def _project(args: argparse.Namespace) -> str:
+    return str(Path(args.project or ".").resolve())
+
+
+def when(value: Any) -> str:
+    """Milliseconds since the epoch (the kernel's clock) as local time."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = value / 1000 if value > 1e11 else value
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+    return "" if value is None else str(value)
+
+
+def sessions_table(sessions: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("id", "mode", "state", "updated", "title"):
+        table.add_column(column, overflow="fold" if column == "title" else "ellipsis")
+    for item in sessions:
+        table.add_row(
+            escape(str(item.get("session_id"))),
+            escape(str(item.get("mode"))),
+            escape(str(item.get("state"))),
+            when(item.get("updated_at")),
+            escape(str(item.get("title") or "")),
+        )
+    return table
+
+
+def cmd_session_list(args: argparse.Namespace) -> int:
+    from fluffy.cli.connect import attached
+
+    notes = stderr if args.json else stdout
+    with attached(_project(args), say=lambda text: notes.print(escape(text))) as kernel:
+        answer = kernel.client.call("session.list", {"limit": args.limit})
+    sessions: list[dict[str, Any]] = list(answer.get("sessions") or [])
+    if args.json:
+        print_json({"sessions": sessions})
+    elif not sessions:
+        stdout.print('no sessions yet: `fluffy "a task"` or `fluffy` starts one')
+    else:
+        stdout.print(sessions_table(sessions))
+    return 0
+
+
+def cmd_session_resume(args: argparse.Namespace) -> int:
+    from fluffy.cli.interactive import run
+
+    return run(_project(args), session_id=args.session_id, yes=args.yes)
+
+
+def add_parser(sub: Any) -> None:
+    session = sub.add_parser("session", help="the project's sessions: list, resume")
+    actions = session.add_subparsers(dest="session_command", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="the sessions, newest first")
+    listing.add_argument("--project", help="the project folder (default: the current one)")
+    listing.add_argument("--limit", type=int, default=20, help="at most this many (20)")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_session_list)
+    resume = actions.add_parser("resume", help="the prompt on an earlier session")
+    resume.add_argument("session_id", metavar="ID", help="the session (see `fluffy session list`)")
+    resume.add_argument("--project", help="the project folder (default: the current one)")
+    resume.add_argument("--yes", action="store_true", help="approve debug mode if asked")
+    resume.set_defaults(func=cmd_session_resume)

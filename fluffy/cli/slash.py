@@ -1,0 +1,99 @@
+"""The prompt's slash commands that are one kernel call and a line of text.
+
+The commands that run or decide a turn (/approve, /reject, tasks) and those that ask the
+person (/debug) live in :mod:`fluffy.cli.interactive`; these only read or set state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+COMMANDS = {
+    "/status": "kernel health, runtime, container, session, mode and state",
+    "/strict": "switch the session to strict mode (TDD enforced)",
+    "/explore": "switch to explore mode (tests optional; tech-debt budget applies)",
+    "/debug": "switch to debug mode (asks for your approval)",
+    "/budget": "the tech-debt budget (coverage against the baseline)",
+    "/approve": "accept the change that waits for review (merge and commit)",
+    "/reject": "refuse the change that waits for review: /reject [reason]",
+    "/pin": "keep a note in the AI's context for this session: /pin <text>",
+    "/pins": "the pinned notes",
+    "/unpin": "drop a pinned note: /unpin <number from /pins>",
+    "/unquarantine": "lift the session's quarantine (your decision is audited)",
+    "/history": "the session's workflow transitions",
+    "/help": "this list",
+    "/quit": "leave (a kernel this fluffy started is stopped)",
+}
+HISTORY_LINES = 20
+
+
+def simple(name: str, rest: str, client: Any, session_id: str) -> str | None:
+    """The answer to a simple command, or None if ``name`` is not one of them."""
+    sid = {"session_id": session_id}
+    if name == "/help":
+        return "\n".join(f"{command:<14} {what}" for command, what in COMMANDS.items())
+    if name == "/budget":
+        return budget_text(client.call("session.budget", sid))
+    if name == "/pin":
+        if not rest:
+            return "usage: /pin <text>"
+        pins = client.call("session.pin", {**sid, "text": rest}).get("pins") or []
+        return f"pinned; {len(pins)} pin(s)"
+    if name == "/pins":
+        return pins_text(client.call("session.pins", sid) or {})
+    if name == "/unpin":
+        if not rest.isdigit() or int(rest) < 1:
+            return "usage: /unpin <number from /pins>"
+        answer = client.call("session.unpin", {**sid, "index": int(rest) - 1}) or {}
+        return f"unpinned; {len(answer.get('pins') or [])} pin(s) left"
+    if name == "/unquarantine":
+        session = client.call("session.lift_quarantine", sid)
+        return f"quarantine lifted: mode {session['mode']}, state {session['state']}"
+    if name == "/history":
+        return history_text(client.call("session.history", sid) or [])
+    return None
+
+
+def _number(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):.1f}"
+
+
+def budget_text(budget: dict[str, Any]) -> str:
+    line = (
+        f"tech-debt budget ({budget.get('mode')} mode): baseline {_number(budget.get('baseline'))}"
+        f", now {_number(budget.get('current'))}, delta {_number(budget.get('delta'))} "
+        f"(warn at {_number(budget.get('warn_at'))}, lock at {_number(budget.get('lock_at'))})"
+    )
+    if budget.get("locked"):
+        line += "\nLOCKED: write tests to raise coverage, or switch to strict mode"
+    return line
+
+
+def pins_text(session: dict[str, Any]) -> str:
+    pins = session.get("pins")
+    if pins is None:
+        return "this kernel does not report pins"
+    if not pins:
+        return "no pins (/pin <text> adds one)"
+    return "\n".join(f"{number}. {text}" for number, text in enumerate(pins, 1))
+
+
+def _when(value: Any) -> str:
+    if isinstance(value, int | float):
+        seconds = value / 1000 if value > 1e11 else value  # milliseconds since the epoch
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+    return str(value)
+
+
+def history_text(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no transitions yet"
+    shown = rows[-HISTORY_LINES:]
+    lines = [] if len(shown) == len(rows) else [f"(last {len(shown)} of {len(rows)})"]
+    for row in shown:
+        lines.append(
+            f"{_when(row.get('timestamp'))}  {row.get('event')}: "
+            f"{row.get('from')} -> {row.get('to')} ({row.get('mode')})"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""`fluffy "add error handling"`: one task for the AI, start to end, then leave.
+
+The words after `fluffy` are a task unless they name a subcommand (`fluffy status` is
+still the status command); a single word that looks like a mistyped subcommand is a
+usage error rather than a task sent to the AI.  `fluffy --mode explore` with no task
+opens the prompt in that mode.
+
+Exit codes: 0 the turn finished, 1 it failed, was cancelled or rejected, the session was
+quarantined, or a review is left waiting; 3 a fluffy error (ERROR / Reason / Fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from fluffy.cli.connect import (
+    apply_mode,
+    approve_mode,
+    ask,
+    attached,
+    get_session,
+    message_options,
+    script_turns,
+    settings_for,
+)
+from fluffy.cli.render import stderr, stdout
+from fluffy.cli.session_view import JsonRenderer, Renderer, SessionRenderer, status_line
+from fluffy.cli.turns import cursor, follow
+from fluffy.errors import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROVIDERS = ("scripted", "openai", "anthropic")
+MODES = ("strict", "explore", "debug")
+_NOT_TASKS = ("-h", "--help", "--version")
+
+
+def task_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fluffy",
+        description='fluffy "TASK": run one task through the kernel; without TASK, the prompt.',
+    )
+    parser.add_argument("task", nargs="?", help="what the AI should do (quote it)")
+    parser.add_argument("--yes", "-y", action="store_true", help="approve reviews and debug mode")
+    parser.add_argument("--provider", choices=PROVIDERS, help="the AI provider")
+    parser.add_argument("--base-url", help="the provider's API address")
+    parser.add_argument("--model", help="the model name")
+    parser.add_argument("--project", help="the project folder (default: the current one)")
+    parser.add_argument("--mode", choices=MODES, help="the session's mode")
+    parser.add_argument("--session", help="continue this session (default: a new one)")
+    parser.add_argument("--json", action="store_true", help="print the events as JSON lines")
+    parser.add_argument("--script", help="the scripted provider's YAML (offline, no API key)")
+    return parser
+
+
+def is_task(argv: Sequence[str], commands: Collection[str]) -> bool:
+    """Whether argv is `fluffy [TASK] [OPTIONS]` rather than a subcommand (or --help)."""
+    return bool(argv) and argv[0] not in commands and argv[0] not in _NOT_TASKS
+
+
+def parse(argv: Sequence[str], commands: Collection[str]) -> argparse.Namespace:
+    parser = task_parser()
+    args = parser.parse_args(list(argv))
+    task = args.task
+    if task is not None and not task.split():
+        parser.error("the task is empty")
+    if task is not None and len(task.split()) == 1:
+        close = difflib.get_close_matches(task, list(commands), n=1, cutoff=0.75)
+        if close:
+            parser.error(
+                f"{task!r} is not a command (did you mean `fluffy {close[0]}`?); "
+                f'a task for the AI is quoted text, e.g. fluffy "add error handling"'
+            )
+    if task is None and args.json:
+        parser.error("--json needs a task (the prompt is for people)")
+    if args.script and args.provider not in (None, "scripted"):
+        parser.error("--script goes with the scripted provider")
+    args.func = run_task
+    return args
+
+
+def cli_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The CLI layer of the configuration hierarchy: only what was given."""
+    given = {
+        "provider": args.provider or ("scripted" if args.script else None),
+        "model": args.model,
+        "base_url": args.base_url,
+        "mode": args.mode,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def run_task(args: argparse.Namespace) -> int:
+    project = Path(args.project or ".").resolve()
+    if not project.is_dir():
+        raise ConfigError(
+            f"the project folder {project} does not exist",
+            fix="Pass an existing folder with --project, or run fluffy inside the project.",
+        )
+    if args.task is None:
+        from fluffy.cli.interactive import run as interactive
+
+        return interactive(
+            str(project),
+            cli=cli_settings(args),
+            script=args.script,
+            session_id=args.session,
+            yes=args.yes,
+        )
+    settings = settings_for(project, cli_settings(args))
+    turns = script_turns(args.script) if args.script else None
+    options = message_options(settings, turns)
+    notes = stderr if args.json else stdout
+    terminal = sys.stdin.isatty()
+    renderer: Renderer = JsonRenderer() if args.json else SessionRenderer(stdout)
+    rejected: list[str] = []
+
+    def on_review(event: dict[str, Any]) -> str | None:
+        if not terminal:
+            return None
+        decision = "approve" if ask("Approve?") else "reject"
+        if decision == "reject":
+            rejected.append(str(event.get("plan_id")))
+        return decision
+
+    # a resumed session changes mode only when asked; a new one starts in the configured mode
+    mode = args.mode if args.session else settings.mode
+    if not terminal:
+        approve_mode(mode, yes=args.yes, confirm=None)  # refused before starting anything
+    with attached(str(project), say=lambda text: notes.print(escape(text))) as kernel:
+        client = kernel.client
+        session = get_session(client, args.session) if args.session else None
+        session = session or client.call("session.create")
+        session = apply_mode(client, session, mode, yes=args.yes, confirm=ask if terminal else None)
+        sid = str(session["session_id"])
+        after = cursor(client, sid)
+        started = client.call(
+            "session.message",
+            {**options, "session_id": sid, "text": args.task, "auto_approve": args.yes},
+        )
+        end = follow(
+            client,
+            sid,
+            after,
+            renderer,
+            on_review=on_review,
+            turn_id=started["turn_id"],
+            kernel_decides=args.yes,  # auto_approve: the kernel approves where policy allows
+        )
+        state = client.call("session.get", {"session_id": sid}) or session
+    if end.get("status") == "waiting_review":
+        where = f" --project {project}" if Path.cwd().resolve() != project else ""
+        notes.print(
+            f"The change waits for your review (session {sid}). To decide, run "
+            f"`fluffy session resume {sid}{where}` (or `fluffy` in the project), "
+            "then /approve or /reject."
+        )
+    if not args.json:
+        notes.print(f"[dim]{escape(status_line(state.get('mode'), state.get('state')))}[/]")
+    return EXIT_OK if end.get("status") == "done" and not rejected else EXIT_FAILED

@@ -1,0 +1,1 @@
+"""The kernel's side of the AI conversation: token estimates, context windows, persistence."""

@@ -1,0 +1,144 @@
+"""Build the AI session layer of a kernel: proxy, provider runner, memory, loop, methods."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from fluffy.kernel.ai.conversation import ConversationStore
+from fluffy.kernel.ai.loop import SessionLoop
+from fluffy.kernel.ai.memory import Memory
+from fluffy.kernel.ai.methods import ai_methods, with_review_hooks
+from fluffy.kernel.ai.provider import ProviderRunner
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.observer import SyscallAuditor
+from fluffy.kernel.ipc.server import Handler
+from fluffy.kernel.net.allowlist import AllowList
+from fluffy.kernel.net.proxy import ConnectProxy, ProxyRecord
+from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.tools.assemble import ToolPath
+
+log = logging.getLogger("fluffy.kernel.ai")
+
+
+@dataclass
+class AiLayer:
+    loop: SessionLoop
+    proxy: ConnectProxy
+    runner: ProviderRunner
+    store: ConversationStore
+
+    def methods(self, tool_methods: dict[str, Handler]) -> dict[str, Handler]:
+        """The session methods, and the review methods hooked to wake waiting turns."""
+        hooked = with_review_hooks(tool_methods, self.loop)
+        return {**hooked, **ai_methods(self.loop, max_rounds=self._max_rounds)}
+
+    _max_rounds: int = 50
+
+    def reload(self, policy: PolicyFile) -> None:
+        self.proxy.reload(AllowList.from_entries(policy.network_whitelist))
+        self.loop.quarantine_after = policy.session.quarantine_after
+        self._max_rounds = policy.session.max_rounds
+
+    async def close(self) -> None:
+        await self.loop.close()
+        await self.runner.close()
+        await self.proxy.close()
+        await self.store.close()
+
+
+def proxy_auditor(audit: AuditLog | None) -> Callable[[ProxyRecord], Awaitable[None]]:
+    async def record(item: ProxyRecord) -> None:
+        if audit is None:
+            return
+        decision = {"allow": "allowed", "deny": "denied"}.get(item.decision)
+        await audit.record(
+            Event(
+                "network_request",
+                caller="sandbox:ai-provider",
+                session_id=item.session or item.tag or None,
+                syscall_type="net.connect",
+                policy_decision=decision if item.phase == "decision" else None,
+                policy_rule_name=item.rule,
+                deny_reason=item.reason if item.decision == "deny" else None,
+                input_summary=f"CONNECT {item.host}:{item.port}",
+                output_summary=f"{item.status} {item.reason}".strip(),
+                duration_ms=item.duration_ms or None,
+                metadata={
+                    "phase": item.phase,
+                    "decision": item.decision,
+                    "bytes_up": str(item.bytes_up),
+                    "bytes_down": str(item.bytes_down),
+                },
+            )
+        )
+
+    return record
+
+
+async def assemble_ai(
+    state_dir: Path,
+    policy: PolicyFile,
+    tools: ToolPath,
+    audit: AuditLog | None,
+    *,
+    launcher: Literal["sandbox", "process"] | None = None,
+    context_window: int = 128_000,
+) -> AiLayer:
+    proxy = ConnectProxy(
+        AllowList.from_entries(policy.network_whitelist),
+        proxy_auditor(audit),
+        session_of=lambda tag: tag or None,
+    )
+
+    async def start_proxy(
+        path: Path, tag: str, mode: int, owner: tuple[int, int] | None
+    ) -> Callable[[], Awaitable[None]]:
+        await proxy.start(path, tag=tag, mode=mode, owner=owner)
+
+        async def stop() -> None:
+            await proxy.stop(path)
+
+        return stop
+
+    sandboxes = tools.sandboxes
+    runner = ProviderRunner(
+        state_dir,
+        manager=sandboxes.manager if sandboxes is not None else None,
+        start_proxy=start_proxy,
+        launcher=launcher or ("sandbox" if sandboxes is not None else "process"),
+        observer=SyscallAuditor(audit, lambda: tools.router.workflow.current)
+        if audit is not None
+        else None,
+    )
+    store = await ConversationStore.open(state_dir)
+    memory = Memory(
+        store, context_window=context_window, test_globs=tools.router.workflow.test_globs
+    )
+
+    async def audit_quarantine(session_id: str, summary: str, metadata: dict[str, str]) -> None:
+        if audit is not None:
+            await audit.record(
+                Event(
+                    "session_quarantined",
+                    caller="kernel",
+                    session_id=session_id,
+                    input_summary=summary,
+                    metadata=metadata,
+                )
+            )
+
+    loop = SessionLoop(
+        tools.router,
+        runner,
+        memory,
+        audit=audit_quarantine,
+        quarantine_after=policy.session.quarantine_after,
+    )
+    layer = AiLayer(loop, proxy, runner, store)
+    layer._max_rounds = policy.session.max_rounds
+    return layer

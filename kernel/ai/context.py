@@ -1,0 +1,256 @@
+"""What one model request carries (design: Context Management, ConversationContext).
+
+A request is: one system message (role text, workflow line, tool summaries, pinned
+context, summary of earlier conversation -- :mod:`fluffy.kernel.ai.prompt`), then the
+newest messages that fit the budget (the sliding window).  The window is counted in
+*rounds*: an assistant message that calls tools travels with all of its results, and a
+window never starts with a tool result whose call it dropped (providers reject both).
+
+When the messages not yet summarised take more than 70 % of their budget, the window
+shrinks to half of it and the older messages are handed back to be summarised
+(:mod:`fluffy.kernel.ai.summary`): by the model in a lightweight request, or
+extractively when that is not possible.  Pins are never summarised; they are paid for
+out of the recent-messages budget.  Tool results older than the last few rounds are
+shortened (head and tail) before they are sent again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from fluffy.errors import ConfigError
+from fluffy.kernel.ai.prompt import (
+    base_prompt,
+    context_cost,
+    one_line,
+    system_prompt,
+    tool_summaries,
+    with_context,
+    workflow_line,
+)
+from fluffy.kernel.ai.summary import fallback_summary, summary_request, transcript
+from fluffy.kernel.ai.tokens import estimate_tokens, message_tokens, messages_tokens
+from fluffy.kernel.tools.sanitizer import cut
+from fluffy.sandboxes.ai.types import Message
+
+__all__ = [
+    "ContextWindow",
+    "TokenBudget",
+    "base_prompt",
+    "build_messages",
+    "context_cost",
+    "fallback_summary",
+    "one_line",
+    "rounds",
+    "shorten_old_results",
+    "summary_request",
+    "system_prompt",
+    "tool_summaries",
+    "transcript",
+    "with_context",
+    "workflow_line",
+]
+
+SUMMARY_TRIGGER: Final = 0.7  # summarise when pending messages exceed 70 % of the budget
+KEEP_AFTER_SUMMARY: Final = 0.5  # ... and keep the newest half of the budget verbatim
+MIN_RECENT: Final = 2000  # a budget that leaves less for messages is refused
+FULL_ROUNDS: Final = 3  # tool results of the last rounds are sent in full
+OLD_RESULT_CHARS: Final = 2000  # older results: head and tail, about 500 tokens
+CONTINUE: Final = "(The earlier conversation is summarised in the system prompt. Continue.)"
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """The design's TokenBudget: what each part of a request may take (tokens).
+
+    ``recent_messages`` is what remains of ``total`` after the response reserve, the
+    summary, the tool summaries, the role and workflow text (``prompt``) and the pins.
+    """
+
+    total: int
+    reserved: int = 4000
+    summary: int = 2000
+    tools: int = 3000
+    prompt: int = 500
+    pins: int = 2000
+
+    def __post_init__(self) -> None:
+        parts = {
+            "reserved": self.reserved,
+            "summary": self.summary,
+            "tools": self.tools,
+            "prompt": self.prompt,
+            "pins": self.pins,
+        }
+        for name, value in {"total": self.total, **parts}.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    f"token budget {name} must be a whole number >= 0, not {value!r}",
+                    fix="Set context_window to the model's context window in tokens.",
+                )
+        if self.recent_messages < MIN_RECENT:
+            fixed = " + ".join(f"{name} {value}" for name, value in parts.items())
+            raise ConfigError(
+                f"a context window of {self.total} tokens is too small",
+                why=(
+                    f"{fixed} leave {self.recent_messages} tokens for the conversation; "
+                    f"fluffy needs at least {MIN_RECENT}"
+                ),
+                fix=(
+                    f"Set context_window to at least {self.minimum_total()} "
+                    "(`fluffy config set context_window N`), or use a model with a larger one."
+                ),
+            )
+
+    def fixed(self) -> int:
+        return self.reserved + self.summary + self.tools + self.prompt + self.pins
+
+    def minimum_total(self) -> int:
+        return self.fixed() + MIN_RECENT
+
+    @property
+    def system_prompt(self) -> int:
+        """The design's system_prompt part: tool summaries + role and workflow text."""
+        return self.tools + self.prompt
+
+    @property
+    def recent_messages(self) -> int:
+        """The sliding window's budget when the pins take their whole allowance."""
+        return self.total - self.fixed()
+
+    def recent_for(self, pins_tokens: int) -> int:
+        """The window's budget given the pins' actual size (never more than allowed)."""
+        return self.recent_messages + self.pins - min(max(pins_tokens, 0), self.pins)
+
+
+def rounds(messages: Sequence[Message]) -> list[list[Message]]:
+    """``messages`` grouped so that no group must be split: an assistant message with
+    tool calls together with the results of those calls that follow it; any other
+    message alone.  A tool result whose call is not right before it is a group of its
+    own (an orphan)."""
+    groups: list[list[Message]] = []
+    for message in messages:
+        if message.role == "tool" and groups and _answers(groups[-1], message):
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+    return groups
+
+
+def _answers(group: list[Message], result: Message) -> bool:
+    """Whether ``result`` answers a call of the round ``group`` opened."""
+    head = group[0]
+    return head.role == "assistant" and any(c.id == result.tool_call_id for c in head.tool_calls)
+
+
+def shorten_old_results(
+    messages: Sequence[Message], *, full_rounds: int = FULL_ROUNDS, keep: int = OLD_RESULT_CHARS
+) -> list[Message]:
+    """``messages`` with the tool results of all but the last ``full_rounds`` tool rounds
+    cut to ``keep`` characters (head and tail, marked)."""
+    groups = rounds(messages)
+    tool_rounds = [i for i, g in enumerate(groups) if any(m.role == "tool" for m in g)]
+    old = set(tool_rounds[: max(len(tool_rounds) - full_rounds, 0)])
+    shortened: list[Message] = []
+    for index, group in enumerate(groups):
+        for message in group:
+            if index in old and message.role == "tool" and len(message.content) > keep:
+                content = cut(message.content, keep, "middle")
+                message = Message(
+                    role="tool",
+                    content=content,
+                    tool_call_id=message.tool_call_id,
+                    name=message.name,
+                )
+            shortened.append(message)
+    return shortened
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    """The sliding window over one session's history.
+
+    ``history`` is the whole conversation; ``start`` the index of the first message the
+    current summary does not cover (``summarised_upto``).  ``recent`` is what is sent;
+    ``old`` is what must be summarised next (the messages older than the window), and
+    ``upto`` the new ``summarised_upto`` once it is.  ``triggered``: the pending
+    messages took more than 70 % of the budget, so the window shrank to make room.
+    """
+
+    recent: list[Message]
+    old: list[Message] = field(default_factory=list)
+    upto: int = 0
+    budget: int = 0
+    pending_tokens: int = 0
+    triggered: bool = False
+
+    @classmethod
+    def fit(
+        cls,
+        history: Sequence[Message],
+        budget: TokenBudget,
+        *,
+        start: int = 0,
+        pins_tokens: int = 0,
+        trigger: float = SUMMARY_TRIGGER,
+        keep: float = KEEP_AFTER_SUMMARY,
+    ) -> ContextWindow:
+        start = min(max(start, 0), len(history))
+        limit = budget.recent_for(pins_tokens)
+        pending = shorten_old_results(history[start:])
+        pending_tokens = messages_tokens(pending)
+        triggered = pending_tokens > trigger * limit
+        target = int(keep * limit) if triggered else limit
+        groups = rounds(pending)
+        kept, used = 0, 0
+        for group in reversed(groups):
+            cost = sum(message_tokens(m) for m in group)
+            if kept and used + cost > target:
+                break
+            kept, used = kept + 1, used + cost  # the newest round always goes
+        first = len(groups) - kept
+        while first < len(groups) - 1 and groups[first][0].role == "tool":
+            first += 1  # never start with an orphan result
+        if groups and groups[first][0].role == "tool":
+            first += 1  # nothing but an orphan: send nothing of it
+        cut_at = sum(len(g) for g in groups[:first])
+        return cls(
+            recent=pending[cut_at:],
+            old=pending[:cut_at],
+            upto=start + cut_at,
+            budget=limit,
+            pending_tokens=pending_tokens,
+            triggered=triggered,
+        )
+
+    @property
+    def needs_summary(self) -> bool:
+        """Messages fell out of the window: summarise ``old`` and store ``upto``."""
+        return bool(self.old)
+
+    @property
+    def tokens(self) -> int:
+        return messages_tokens(self.recent)
+
+
+def build_messages(
+    system: str, summary: str, pins: Sequence[str], window: ContextWindow | Sequence[Message]
+) -> list[Message]:
+    """The request's messages: the system message (``system`` is :func:`base_prompt`'s
+    text; pins and summary are added here), then the window's messages.
+
+    A window that does not start with a user message gets a short user message first:
+    providers (Anthropic) require the conversation to open with one.
+    """
+    recent = list(window.recent if isinstance(window, ContextWindow) else window)
+    messages = [Message(role="system", content=with_context(system, pins, summary))]
+    if recent and recent[0].role != "user":
+        messages.append(Message(role="user", content=CONTINUE))
+    return messages + recent
+
+
+def pins_tokens(pins: Sequence[str]) -> int:
+    """What the pinned context costs in the system prompt."""
+    return estimate_tokens("\n".join(pins)) + 2 * len(pins)

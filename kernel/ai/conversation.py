@@ -1,0 +1,347 @@
+"""Conversation history on the state database (design: Session Management).
+
+Same SQLite file as the audit log and the workflow (``db_path(state_dir)``), its own
+connection and tables:
+
+- ``conversation``: one row per message, ``(session_id, seq)`` ordered, the message as
+  msgspec JSON of the shared :class:`~fluffy.sandboxes.ai.types.Message`;
+- ``conversation_meta``: per session the title (the first user message, 60
+  characters), the running summary and how many messages it covers
+  (``summarised_upto``), the user's pins, the number of user turns;
+- ``conversation_archive``: messages of sessions idle for more than 30 days, moved
+  there by :meth:`ConversationStore.prune` (their meta row stays, marked archived).
+
+Only messages are stored.  The store never sees provider credentials: it accepts
+:class:`Message` values only, and known secret shapes in message text are redacted
+(:func:`fluffy.kernel.sanitize.redact`) before they are written, as everything else the
+kernel records is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import aiosqlite
+import msgspec
+
+from fluffy.errors import ConfigError, SessionNotFound
+from fluffy.kernel.ai.tokens import estimate_tokens
+from fluffy.kernel.audit.entry import now_ms
+from fluffy.kernel.audit.store import PRAGMAS, db_path
+from fluffy.kernel.sanitize import redact
+from fluffy.sandboxes.ai.types import Message, ToolCall
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS conversation (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL,
+    message TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS conversation_archive (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL,
+    message TEXT NOT NULL, created_at INTEGER NOT NULL, archived_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS conversation_meta (
+    session_id TEXT PRIMARY KEY, title TEXT NOT NULL DEFAULT '',
+    summary TEXT NOT NULL DEFAULT '', summarised_upto INTEGER NOT NULL DEFAULT 0,
+    pins TEXT NOT NULL DEFAULT '[]', turns INTEGER NOT NULL DEFAULT 0,
+    messages INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, archived_at INTEGER,
+    touched INTEGER NOT NULL DEFAULT 0  -- a counter over all sessions: orders same-ms updates
+);
+"""
+_SELECT_META: Final = (
+    "SELECT session_id, title, summary, summarised_upto, pins, turns, messages, created_at, "
+    "updated_at, archived_at FROM conversation_meta "
+)
+TITLE_CHARS: Final = 60
+ARCHIVE_AFTER_DAYS: Final = 30
+DAY_MS: Final = 86_400_000
+#: All pins together may take this many tokens (the context budget's ``pins`` part).
+PINS_TOKENS: Final = 2000
+
+_message_json = msgspec.json.Encoder().encode
+_decode_message = msgspec.json.Decoder(Message).decode
+
+
+class Pin(msgspec.Struct, frozen=True):
+    id: int
+    text: str
+    created_at: int
+
+
+_encode_pins = msgspec.json.Encoder().encode
+_decode_pins = msgspec.json.Decoder(list[Pin]).decode
+
+
+@dataclass(frozen=True)
+class ConversationMeta:
+    session_id: str
+    title: str
+    summary: str
+    summarised_upto: int
+    pins: list[Pin]
+    turns: int
+    messages: int
+    created_at: int
+    updated_at: int
+    archived_at: int | None
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None
+
+
+def title_of(text: str) -> str:
+    """A session's title: its first user message on one line, at most 60 characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 3].rstrip() + "..."
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` (JSON-like) with every string redacted, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_redacted(key): _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
+
+
+def _clean(message: Message) -> Message:
+    """``message`` with known secret shapes redacted from its text and arguments."""
+    calls = [
+        ToolCall(
+            id=call.id,
+            name=call.name,
+            arguments=_redacted(call.arguments),
+            invalid_arguments=(
+                None if call.invalid_arguments is None else redact(call.invalid_arguments)
+            ),
+        )
+        for call in message.tool_calls
+    ]
+    return msgspec.structs.replace(message, content=redact(message.content), tool_calls=calls)
+
+
+class ConversationStore:
+    """Async access to the conversation tables (its own connection; WAL shares the file)."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db = db
+
+    @classmethod
+    async def open(cls, state_dir: Path) -> ConversationStore:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = await aiosqlite.connect(db_path(state_dir))
+        for pragma in PRAGMAS:
+            await db.execute(pragma)
+        await db.executescript(SCHEMA)
+        await db.commit()
+        return cls(db)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    # -- messages -------------------------------------------------------------------------
+    async def append(self, session_id: str, messages: Sequence[Message]) -> int:
+        """Store ``messages`` after the session's last one; returns the message count."""
+        for message in messages:
+            if not isinstance(message, Message):
+                raise TypeError(
+                    f"the conversation stores Message values only, not {type(message).__name__}"
+                )
+        now = now_ms()
+        meta = await self.meta(session_id)
+        try:
+            if meta is not None and meta.archived:
+                await self._unarchive(session_id)
+            count = meta.messages if meta else 0
+            title = meta.title if meta else ""
+            turns = meta.turns if meta else 0
+            rows = []
+            for offset, message in enumerate(messages):
+                clean = _clean(message)
+                rows.append(
+                    (session_id, count + offset, clean.role, _message_json(clean).decode(), now)
+                )
+                if clean.role == "user":
+                    turns += 1
+                    title = title or title_of(clean.content)
+            await self.db.executemany("INSERT INTO conversation VALUES (?, ?, ?, ?, ?)", rows)
+            await self.db.execute(
+                "INSERT INTO conversation_meta (session_id, title, turns, messages, created_at, "
+                "updated_at, touched) VALUES (?, ?, ?, ?, ?, ?, "
+                "(SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta)) "
+                "ON CONFLICT(session_id) DO UPDATE SET title = excluded.title, "
+                "turns = excluded.turns, messages = excluded.messages, "
+                "updated_at = excluded.updated_at, touched = excluded.touched",
+                (session_id, title, turns, count + len(rows), now, now),
+            )
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()
+            raise
+        return count + len(rows)
+
+    async def load(self, session_id: str) -> list[Message]:
+        """The session's messages, oldest first (archived ones too)."""
+        rows = await self.db.execute_fetchall(
+            "SELECT seq, message FROM conversation WHERE session_id = ? UNION ALL "
+            "SELECT seq, message FROM conversation_archive WHERE session_id = ? ORDER BY seq",
+            (session_id, session_id),
+        )
+        return [_decode_message(row[1]) for row in rows]
+
+    # -- meta -----------------------------------------------------------------------------
+    async def meta(self, session_id: str) -> ConversationMeta | None:
+        rows = list(
+            await self.db.execute_fetchall(
+                _SELECT_META + "WHERE session_id = ?",
+                (session_id,),
+            )
+        )
+        return _meta(rows[0]) if rows else None
+
+    async def _require(self, session_id: str) -> ConversationMeta:
+        meta = await self.meta(session_id)
+        if meta is None:
+            raise SessionNotFound(f"session {session_id} has no conversation")
+        return meta
+
+    async def list_sessions(
+        self, limit: int = 20, *, include_archived: bool = False
+    ) -> list[ConversationMeta]:
+        """The most recently updated sessions first."""
+        rows = await self.db.execute_fetchall(
+            _SELECT_META + "WHERE (? OR archived_at IS NULL) "
+            "ORDER BY updated_at DESC, touched DESC LIMIT ?",
+            (include_archived, limit),
+        )
+        return [_meta(row) for row in rows]
+
+    async def turns(self, session_id: str) -> int:
+        meta = await self.meta(session_id)
+        return meta.turns if meta else 0
+
+    async def set_summary(self, session_id: str, summary: str, upto: int) -> None:
+        """Store the summary that now covers the session's first ``upto`` messages."""
+        meta = await self._require(session_id)
+        if not meta.summarised_upto <= upto <= meta.messages:
+            raise ValueError(
+                f"summarised_upto {upto} is outside {meta.summarised_upto}..{meta.messages}"
+            )
+        await self.db.execute(
+            "UPDATE conversation_meta SET summary = ?, summarised_upto = ?, updated_at = ?, "
+            "touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta) "
+            "WHERE session_id = ?",
+            (redact(summary), upto, now_ms(), session_id),
+        )
+        await self.db.commit()
+
+    # -- pins -----------------------------------------------------------------------------
+    async def pins(self, session_id: str) -> list[Pin]:
+        meta = await self.meta(session_id)
+        return meta.pins if meta else []
+
+    async def add_pin(self, session_id: str, text: str) -> Pin:
+        """Pin ``text`` (never summarised away); all pins share a 2,000-token budget."""
+        text = redact(text.strip())
+        if not text:
+            raise ConfigError("an empty pin was not added", fix="Pin some text: /pin TEXT.")
+        meta = await self._require(session_id)
+        used = sum(estimate_tokens(pin.text) for pin in meta.pins)
+        if used + estimate_tokens(text) > PINS_TOKENS:
+            raise ConfigError(
+                "the pin does not fit in the pinned context",
+                why=(
+                    f"pins share a {PINS_TOKENS}-token budget; {used} are used and this one "
+                    f"needs {estimate_tokens(text)}"
+                ),
+                fix="Unpin something (/unpin ID) or pin a shorter excerpt.",
+            )
+        pin = Pin(id=max((p.id for p in meta.pins), default=0) + 1, text=text, created_at=now_ms())
+        await self._set_pins(session_id, [*meta.pins, pin])
+        return pin
+
+    async def remove_pin(self, session_id: str, pin_id: int) -> bool:
+        meta = await self._require(session_id)
+        kept = [pin for pin in meta.pins if pin.id != pin_id]
+        if len(kept) == len(meta.pins):
+            return False
+        await self._set_pins(session_id, kept)
+        return True
+
+    async def _set_pins(self, session_id: str, pins: list[Pin]) -> None:
+        await self.db.execute(
+            "UPDATE conversation_meta SET pins = ?, updated_at = ?, "
+            "touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta) "
+            "WHERE session_id = ?",
+            (_encode_pins(pins).decode(), now_ms(), session_id),
+        )
+        await self.db.commit()
+
+    # -- retention ------------------------------------------------------------------------
+    async def prune(self, now: int | None = None, *, days: int = ARCHIVE_AFTER_DAYS) -> list[str]:
+        """Archive the sessions not updated for ``days`` (default 30); their ids."""
+        now = now_ms() if now is None else now
+        cutoff = now - days * DAY_MS
+        rows = await self.db.execute_fetchall(
+            "SELECT session_id FROM conversation_meta WHERE archived_at IS NULL "
+            "AND updated_at < ? ORDER BY session_id",
+            (cutoff,),
+        )
+        ids = [str(row[0]) for row in rows]
+        try:
+            for session_id in ids:
+                await self.db.execute(
+                    "INSERT INTO conversation_archive SELECT session_id, seq, role, message, "
+                    "created_at, ? FROM conversation WHERE session_id = ?",
+                    (now, session_id),
+                )
+                await self.db.execute(
+                    "DELETE FROM conversation WHERE session_id = ?", (session_id,)
+                )
+                await self.db.execute(
+                    "UPDATE conversation_meta SET archived_at = ? WHERE session_id = ?",
+                    (now, session_id),
+                )
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()
+            raise
+        return ids
+
+    async def _unarchive(self, session_id: str) -> None:
+        """Bring an archived session back (it is being continued); part of the caller's
+        transaction."""
+        await self.db.execute(
+            "INSERT INTO conversation SELECT session_id, seq, role, message, created_at "
+            "FROM conversation_archive WHERE session_id = ?",
+            (session_id,),
+        )
+        await self.db.execute(
+            "DELETE FROM conversation_archive WHERE session_id = ?", (session_id,)
+        )
+        await self.db.execute(
+            "UPDATE conversation_meta SET archived_at = NULL WHERE session_id = ?", (session_id,)
+        )
+
+
+def _meta(row: Any) -> ConversationMeta:
+    return ConversationMeta(
+        session_id=str(row[0]),
+        title=str(row[1]),
+        summary=str(row[2]),
+        summarised_upto=int(row[3]),
+        pins=_decode_pins(row[4]),
+        turns=int(row[5]),
+        messages=int(row[6]),
+        created_at=int(row[7]),
+        updated_at=int(row[8]),
+        archived_at=None if row[9] is None else int(row[9]),
+    )

@@ -1,0 +1,41 @@
+"""Each session's event stream for the CLI (``session.events`` long-polls it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+#: Events kept per session (older ones are dropped; a CLI that fell behind sees a gap).
+KEEP = 5000
+
+
+class EventStream:
+    def __init__(self) -> None:
+        self.events: deque[dict[str, Any]] = deque(maxlen=KEEP)
+        self.seq = 0
+        self.changed = asyncio.Condition()
+
+    async def emit(self, event: dict[str, Any]) -> dict[str, Any]:
+        self.seq += 1
+        stamped = {"seq": self.seq, **event}
+        self.events.append(stamped)
+        async with self.changed:
+            self.changed.notify_all()
+        return stamped
+
+    def after(self, seq: int, limit: int = 500) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["seq"] > seq][:limit]
+
+    async def wait(self, seq: int, timeout_s: float) -> list[dict[str, Any]]:
+        found = self.after(seq)
+        if found or timeout_s <= 0:
+            return found
+        async with self.changed:
+            try:
+                await asyncio.wait_for(
+                    self.changed.wait_for(lambda: self.seq > seq), timeout=timeout_s
+                )
+            except TimeoutError:
+                return []
+        return self.after(seq)

@@ -1,0 +1,526 @@
+"""The session loop: a user's message becomes model requests and tool calls, in the kernel.
+
+A turn (``session.message``) runs in the background:
+
+1. idle -> planning (the user's message); the message joins the conversation;
+2. each round: the context (system prompt with the workflow state line, tool summaries,
+   pins, summary of older turns, the recent window) goes to the ai-provider sandbox;
+   its streamed text reaches the CLI as ``text_delta`` events;
+3. the model's tool calls go through the tool router (policy, TDD availability, sandbox,
+   sanitiser, audit) — in parallel where their paths allow; each is shown as
+   ``tool_executing`` / ``tool_result`` with its end-to-end time;
+4. real test results drive the guards (the router's test.run); in reviewing the turn
+   either auto-merges, or waits for the user's ``review.approve`` / ``review.reject``
+   (or approves at once when the user said ``--yes``); committing -> idle by git.commit;
+5. a response without tool calls ends the turn.
+
+Repeated refusals (policy denials and tools unavailable in the state, 5 by default)
+quarantine the session: the turn ends, only read-only tools are offered and accepted
+until the user lifts it; both are recorded in the audit log (a run-level quarantine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluffy.errors import FluffyError, Quarantined, TurnRunning, WorkflowError
+from fluffy.kernel.ai.events import EventStream
+from fluffy.kernel.ai.memory import Memory
+from fluffy.kernel.ai.narrate import describe_call, summarize_result
+from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
+from fluffy.kernel.ai.summary import summary_request
+from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
+from fluffy.kernel.tools.router import ToolRouter
+from fluffy.sandboxes.ai.types import (
+    Message,
+    ProviderConfig,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolDefinition,
+)
+
+log = logging.getLogger("fluffy.kernel.ai")
+
+QUARANTINE_AFTER = 5
+MAX_ROUNDS = 50
+DENIAL_CODES = frozenset({"tool.unavailable", "policy.invalid", "ai.quarantined"})
+#: A tool result in the conversation is at most this long (the router already truncated
+#: it to its token budget; this bounds the JSON wrapping).
+RESULT_CHARS = 40_000
+
+Audit = Callable[..., Awaitable[None]]
+
+
+@dataclass
+class Turn:
+    turn_id: str
+    session_id: str
+    text: str
+    provider: ProviderConfig
+    auto_approve: bool
+    max_rounds: int
+    task: asyncio.Task[None] | None = None
+    status: str = "running"
+    review: asyncio.Future[dict[str, Any]] | None = None
+    final_text: str = ""
+    provider_session: ProviderSession | None = None
+    ended: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class SessionLoop:
+    def __init__(
+        self,
+        router: ToolRouter,
+        runner: ProviderRunner,
+        memory: Memory,
+        *,
+        audit: Audit | None = None,
+        quarantine_after: int = QUARANTINE_AFTER,
+    ) -> None:
+        self.router = router
+        self.runner = runner
+        self.memory = memory
+        self.audit = audit
+        self.quarantine_after = quarantine_after
+        self.streams: dict[str, EventStream] = {}
+        self.turns: dict[str, Turn] = {}
+        self.denials: dict[str, int] = {}
+        #: per round, what the ai-provider sandbox waited for the kernel (benchmarks)
+        self.round_gaps: deque[float] = deque(maxlen=10_000)
+
+    # -- the CLI's side ---------------------------------------------------------------
+    def stream(self, session_id: str) -> EventStream:
+        return self.streams.setdefault(session_id, EventStream())
+
+    def running(self, session_id: str) -> Turn | None:
+        turn = self.turns.get(session_id)
+        return turn if turn is not None and turn.task is not None and not turn.task.done() else None
+
+    async def start(
+        self,
+        session_id: str,
+        text: str,
+        provider: ProviderConfig,
+        *,
+        auto_approve: bool = False,
+        max_rounds: int = MAX_ROUNDS,
+    ) -> Turn:
+        session = await self.router.workflow.get(session_id)
+        busy = self.running(session_id)
+        if busy is not None:
+            raise TurnRunning(
+                f"session {session_id} is still working on a task",
+                why=f"turn {busy.turn_id} is {busy.status}",
+            )
+        if session.data.get("quarantined"):
+            raise Quarantined(f"session {session_id} is quarantined")
+        turn = Turn(uuid.uuid4().hex[:12], session_id, text, provider, auto_approve, max_rounds)
+        self.turns[session_id] = turn
+        await self._emit(turn, {"type": "turn_start", "turn_id": turn.turn_id, "text": turn.text})
+        if session.state == "idle":  # before answering: the caller sees planning
+            await self.router.workflow.fire(session_id, "user_message")
+            await self._state(turn, "idle")
+        turn.task = asyncio.create_task(self._run(turn), name=f"turn-{turn.turn_id}")
+        return turn
+
+    async def cancel(self, session_id: str) -> bool:
+        turn = self.running(session_id)
+        if turn is None or turn.task is None:
+            return False
+        turn.status = "cancelled"
+        turn.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await turn.task
+        if not turn.ended:  # cancelled before it ever ran
+            await self._end(turn, None)
+        return True
+
+    async def resolve_review(self, session_id: str, decision: str, result: Any) -> None:
+        """The user approved or rejected (through review.*): a waiting turn goes on."""
+        turn = self.turns.get(session_id)
+        if turn is not None and turn.review is not None and not turn.review.done():
+            turn.review.set_result({"decision": decision, "result": result})
+
+    async def lift_quarantine(self, session_id: str) -> None:
+        await self.router.workflow.annotate(session_id, "quarantine_lifted", quarantined=None)
+        self.denials[session_id] = 0
+        await self._audit(session_id, "quarantine lifted by the user", {"by": "user"})
+        await self.stream(session_id).emit(
+            {"type": "notice", "level": "info", "what": "quarantine lifted", "why": "", "fix": ""}
+        )
+
+    async def close(self) -> None:
+        for turn in list(self.turns.values()):
+            if turn.task is not None and not turn.task.done():
+                turn.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await turn.task
+
+    # -- a turn -----------------------------------------------------------------------
+    async def _emit(self, turn: Turn, event: dict[str, Any]) -> None:
+        await self.stream(turn.session_id).emit(event)
+
+    async def _state(self, turn: Turn, before: str) -> str:
+        session = await self.router.workflow.get(turn.session_id)
+        if session.state != before:
+            await self._emit(
+                turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
+            )
+        return str(session.state)
+
+    async def _steps(self, turn: Turn, before: str, answer: dict[str, Any]) -> None:
+        """Every state the call passed through (a test run may pass several), in order."""
+        output = answer.get("output") if answer.get("ok") else None
+        steps: list[Any] = []
+        if isinstance(output, dict):
+            steps += list(output.get("workflow") or [])
+            review = output.get("review")
+            if isinstance(review, dict):
+                steps += list(review.get("workflow") or [])
+        session = await self.router.workflow.get(turn.session_id)
+        current = before
+        for step in steps:
+            if isinstance(step, dict) and step.get("to") and step.get("from") == current:
+                await self._emit(
+                    turn,
+                    {"type": "state", "from": current, "to": step["to"], "mode": session.mode},
+                )
+                current = str(step["to"])
+        if session.state != current:
+            await self._emit(
+                turn, {"type": "state", "from": current, "to": session.state, "mode": session.mode}
+            )
+
+    async def _run(self, turn: Turn) -> None:
+        sid = turn.session_id
+        error: dict[str, Any] | None = None
+        try:
+            await self.memory.append(sid, [Message(role="user", content=turn.text)])
+            await self._rounds(turn)
+        except asyncio.CancelledError:
+            turn.status = "cancelled"
+        except FluffyError as exc:
+            turn.status = "failed"
+            error = {"what": exc.what, "why": exc.why, "fix": exc.fix, "code": exc.code}
+        except Exception as exc:  # a bug: still an end the CLI can show
+            log.exception("turn %s failed", turn.turn_id)
+            turn.status = "failed"
+            error = {
+                "what": f"the session loop failed: {type(exc).__name__}",
+                "why": str(exc)[:500],
+                "fix": "Retry; if it persists, report it with the kernel's log.",
+                "code": "ai.loop_failed",
+            }
+        finally:
+            if turn.provider_session is not None:
+                self.round_gaps.extend(turn.provider_session.gaps)
+                await asyncio.shield(turn.provider_session.close())
+                turn.provider_session = None
+        await self._end(turn, error)
+
+    async def _end(self, turn: Turn, error: dict[str, Any] | None) -> None:
+        turn.ended = True
+        if turn.status == "running":
+            turn.status = "done"
+        await self._emit(
+            turn,
+            {
+                "type": "turn_end",
+                "turn_id": turn.turn_id,
+                "status": turn.status,
+                "text": turn.final_text,
+                "error": error,
+            },
+        )
+
+    async def _provider(self, turn: Turn) -> ProviderSession:
+        current = turn.provider_session
+        if current is not None and not current.closed:
+            exited = current.exited
+            if exited is None or not exited.done():
+                return current
+            await current.close()  # it reached its time limit: a fresh one
+        turn.provider_session = await self.runner.open(
+            turn.session_id, f"{turn.turn_id}-{uuid.uuid4().hex[:4]}"
+        )
+        return turn.provider_session
+
+    async def _summarise(self, turn: Turn, old: list[Message], previous: str) -> str:
+        """The design's summary fallback: a small, tool-less request to the same model."""
+
+        async def ignore(event: StreamEvent) -> None:
+            return None
+
+        provider = await self._provider(turn)
+        response = await provider.request(turn.provider, summary_request(old, previous), [], ignore)
+        return response.text
+
+    async def _tools(self, session_id: str, quarantined: bool) -> list[ToolDefinition]:
+        available = set(await self.router.available(session_id))
+        specs = [
+            s
+            for s in self.router.tools()
+            if s.name in available and (not quarantined or s.kind == "read")
+        ]
+        return [
+            ToolDefinition(s.name, s.description, dict(s.input_schema))
+            for s in sorted(specs, key=lambda s: s.name)
+        ]
+
+    async def _rounds(self, turn: Turn) -> None:
+        sid = turn.session_id
+        for _ in range(turn.max_rounds):
+            session = await self.router.workflow.get(sid)
+            quarantined = bool(session.data.get("quarantined"))
+            tools = await self._tools(sid, quarantined)
+            messages = await self.memory.context(
+                sid,
+                state=session.state,
+                mode=session.mode,
+                tools=tools,
+                # a script cannot summarise (it would replay its turns): extractive then
+                summarise=None
+                if turn.provider.name == "scripted"
+                else lambda old, prev: self._summarise(turn, old, prev),
+            )
+            provider = await self._provider(turn)
+            text: list[str] = []
+
+            async def on_event(event: StreamEvent, text: list[str] = text) -> None:
+                if isinstance(event, TextDelta):
+                    text.append(event.content)
+                    await self._emit(turn, {"type": "text_delta", "content": event.content})
+
+            response = await provider.request(turn.provider, messages, tools, on_event)
+            turn.final_text = response.text or "".join(text)
+            calls = list(response.tool_calls)
+            await self.memory.append(
+                sid, [Message(role="assistant", content=turn.final_text, tool_calls=calls)]
+            )
+            if not calls:
+                return
+            stop = await self._calls(turn, calls)
+            if stop:
+                return
+        turn.status = "failed"
+        raise WorkflowError(
+            f"the task did not finish within {turn.max_rounds} model rounds",
+            why="the model kept calling tools",
+            fix="Give a narrower task, or raise max_rounds (fluffy config set max_rounds N).",
+        )
+
+    async def _calls(self, turn: Turn, calls: list[ToolCall]) -> bool:
+        """Run one response's calls; True when the turn must stop (quarantine)."""
+        sid = turn.session_id
+        planned: list[PlannedCall] = []
+        for index, call in enumerate(calls):
+            try:
+                spec = self.router.registry.get(call.name)
+                reads, writes = spec.paths(call.arguments)
+            except (FluffyError, Exception):
+                reads, writes = frozenset(), frozenset()
+            planned.append(PlannedCall(index, reads, writes))
+        answers: list[dict[str, Any]] = [{} for _ in calls]
+        for wave in plan_batches(planned):
+            results = await asyncio.gather(*(self._one(turn, calls[i]) for i in wave))
+            for i, answer in zip(wave, results, strict=True):
+                answers[i] = answer
+        await self.memory.append(
+            sid,
+            [
+                Message(
+                    role="tool",
+                    content=_tool_content(answer),
+                    tool_call_id=call.id,
+                    name=call.name,
+                )
+                for call, answer in zip(calls, answers, strict=True)
+            ],
+        )
+        session = await self.router.workflow.get(sid)
+        if session.data.get("quarantined"):
+            turn.status = "quarantined"
+            return True
+        for call, answer in zip(calls, answers, strict=True):
+            await self._after(turn, call, answer)
+        return False
+
+    async def _one(self, turn: Turn, call: ToolCall) -> dict[str, Any]:
+        sid = turn.session_id
+        before = (await self.router.workflow.get(sid)).state
+        await self._emit(
+            turn,
+            {
+                "type": "tool_executing",
+                "call_id": call.id,
+                "tool_name": call.name,
+                "description": describe_call(call.name, call.arguments),
+            },
+        )
+        started = time.perf_counter()
+        answer = await self._execute(turn, call)
+        duration = (time.perf_counter() - started) * 1000
+        error = answer.get("error") if not answer.get("ok") else None
+        await self._emit(
+            turn,
+            {
+                "type": "tool_result",
+                "call_id": call.id,
+                "tool_name": call.name,
+                "ok": bool(answer.get("ok")),
+                "summary": summarize_result(call.name, call.arguments, answer),
+                "duration_ms": round(duration, 2),
+                "error": _short_error(error) if error else None,
+            },
+        )
+        await self._steps(turn, str(before), answer)
+        if error and str(error.get("code")) in DENIAL_CODES:
+            await self._denied(turn)
+        return answer
+
+    async def _execute(self, turn: Turn, call: ToolCall) -> dict[str, Any]:
+        sid = turn.session_id
+        if call.invalid_arguments is not None:
+            error = {
+                "code": "tool.input_invalid",
+                "what": f"{call.name}: the arguments are not a JSON object",
+                "why": call.invalid_arguments[:200],
+                "fix": "Call the tool again with a JSON object of its parameters.",
+            }
+            return {"ok": False, "error": error, "tool": call.name}
+        session = await self.router.workflow.get(sid)
+        if session.data.get("quarantined"):
+            spec = None
+            try:
+                spec = self.router.registry.get(call.name)
+            except FluffyError:
+                spec = None
+            if spec is None or spec.kind != "read":
+                exc = Quarantined(f"{call.name} refused: the session is quarantined (read-only)")
+                return {"ok": False, "error": exc.to_dict(), "tool": call.name}
+        return await self.router.call(sid, call.name, call.arguments, call_id=call.id)
+
+    async def _denied(self, turn: Turn) -> None:
+        sid = turn.session_id
+        count = self.denials.get(sid, 0) + 1
+        self.denials[sid] = count
+        session = await self.router.workflow.get(sid)
+        if count < self.quarantine_after or session.data.get("quarantined"):
+            return
+        reason = f"{count} tool calls were refused in this session"
+        await self.router.workflow.annotate(sid, "quarantined", quarantined=reason)
+        await self._audit(sid, f"session quarantined: {reason}", {"denials": str(count)})
+        await self._emit(turn, {"type": "quarantine", "denials": count, "reason": reason})
+
+    async def _after(self, turn: Turn, call: ToolCall, answer: dict[str, Any]) -> None:
+        """Reviews and commits that a call brought about."""
+        if not answer.get("ok"):
+            return
+        output = answer.get("output")
+        if not isinstance(output, dict):
+            return
+        if call.name == "git.commit":
+            message = call.arguments.get("message") if isinstance(call.arguments, dict) else ""
+            await self._emit(
+                turn, {"type": "commit", "sha": output.get("commit"), "message": message}
+            )
+        review = output.get("review")
+        if call.name == "test.run" and isinstance(review, dict):
+            await self._review(turn, review)
+
+    async def _review(self, turn: Turn, review: dict[str, Any]) -> None:
+        sid = turn.session_id
+        if review.get("auto_merged"):
+            merged = list(review.get("merged") or [])
+            await self._emit(
+                turn,
+                {
+                    "type": "merged",
+                    "files": len(merged),
+                    "paths": merged,
+                    "auto": True,
+                    "reason": "tests pass, no sensitive files, "
+                    f"{review.get('diff_lines', '?')} lines changed",
+                },
+            )
+            return
+        shown = await self._show(sid)
+        await self._emit(turn, {"type": "review", "auto": False, **shown})
+        if turn.auto_approve:
+            outcome = await self.router.flow.approve(
+                sid, by="user (--yes)", plan_id=shown["plan_id"]
+            )
+            decision: dict[str, Any] = {"decision": "approve", "result": outcome}
+        else:
+            turn.status = "waiting_review"
+            if turn.provider_session is not None:  # the wait may be long: no idle sandbox
+                await turn.provider_session.close()
+                turn.provider_session = None
+            turn.review = asyncio.get_running_loop().create_future()
+            decision = await turn.review
+            turn.review = None
+            turn.status = "running"
+        result = decision.get("result") or {}
+        if decision["decision"] == "approve":
+            await self._emit(
+                turn,
+                {
+                    "type": "merged",
+                    "files": len(result.get("merged") or []),
+                    "paths": list(result.get("merged") or []),
+                    "auto": False,
+                    "reason": "approved by the user",
+                },
+            )
+            note = (
+                "[fluffy] The user approved the merge; the changes are in the project. "
+                f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
+            )
+        else:
+            note = (
+                "[fluffy] The user rejected the merge; the staged changes were discarded. "
+                f"Workflow state: {result.get('state')}. Ask the user what to change."
+            )
+        await self.memory.append(sid, [Message(role="user", content=note)])
+
+    async def _show(self, session_id: str) -> dict[str, Any]:
+        stage = self.router.workspaces.get(session_id)
+        plan = await asyncio.to_thread(self.router.merger.plan, stage, tests_pass=True)
+        session = await self.router.workflow.get(session_id)
+        return {
+            "plan_id": plan.plan_id,
+            "files": [c.path for c in plan.changes],
+            "lines": plan.diff_lines,
+            "diff": plan.diff[:20_000],
+            "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
+        }
+
+    async def _audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:
+        if self.audit is not None:
+            await self.audit(session_id, summary, metadata)
+
+
+def _short_error(error: Any) -> dict[str, Any]:
+    if not isinstance(error, dict):
+        return {"what": str(error), "why": "", "fix": ""}
+    # "error" is the design's ToolUnavailableError tag ("tool_unavailable") where there is one
+    return {k: error.get(k, "") for k in ("code", "error", "what", "why", "fix")}
+
+
+def _tool_content(answer: dict[str, Any]) -> str:
+    body = {k: answer[k] for k in ("ok", "output", "error", "session") if answer.get(k)}
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    if len(text) > RESULT_CHARS:
+        text = text[: RESULT_CHARS // 2] + " ...[cut]... " + text[-RESULT_CHARS // 2 :]
+    return text

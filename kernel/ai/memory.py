@@ -1,0 +1,128 @@
+"""What the model is sent each round: the conversation store and the context rules joined.
+
+``context`` loads the session's history, fits the sliding window (design: summary when
+the pending messages pass 70 % of their budget), summarises what fell out of it — by the
+model when the loop gives a summariser (a lightweight request in the ai-provider
+sandbox), else extractively — and builds the system prompt: role, workflow state line
+with the writable paths, tool summaries, pinned context and the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from fluffy.errors import FluffyError, SessionNotFound
+from fluffy.kernel.ai.context import ContextWindow, TokenBudget, build_messages, pins_tokens
+from fluffy.kernel.ai.conversation import ConversationStore
+from fluffy.kernel.ai.prompt import base_prompt
+from fluffy.kernel.ai.summary import fallback_summary
+from fluffy.kernel.tools.availability import WRITES
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.sandboxes.ai.types import Message, ToolDefinition
+
+log = logging.getLogger("fluffy.kernel.ai")
+
+Summariser = Callable[[list[Message], str], Awaitable[str]]
+
+
+class Memory:
+    def __init__(
+        self,
+        store: ConversationStore,
+        *,
+        context_window: int = 128_000,
+        test_globs: Sequence[str] = ("tests/**",),
+    ) -> None:
+        self.store = store
+        self.budget = TokenBudget(total=context_window)
+        self.test_globs = tuple(test_globs)
+
+    def writable(self, state: str) -> list[str] | None:
+        rule = WRITES.get(state, "none")
+        if rule == "tests":
+            return list(self.test_globs)
+        if rule == "sources":
+            return ["anything but " + ", ".join(self.test_globs)]
+        if rule == "anywhere":
+            return ["**"]
+        return None
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
+        await self.store.append(session_id, messages)
+
+    async def context(
+        self,
+        session_id: str,
+        *,
+        state: str,
+        mode: str,
+        tools: Sequence[ToolDefinition],
+        summarise: Summariser | None = None,
+    ) -> list[Message]:
+        history = await self.store.load(session_id)
+        meta = await self.store.meta(session_id)
+        pins = [p.text for p in meta.pins] if meta else []
+        summary = meta.summary if meta else ""
+        start = meta.summarised_upto if meta else 0
+        window = ContextWindow.fit(history, self.budget, start=start, pins_tokens=pins_tokens(pins))
+        if window.needs_summary:
+            summary = await self._summarise(window.old, summary, summarise)
+            await self.store.set_summary(session_id, summary, window.upto)
+        system = base_prompt(state, mode, self.writable(state), tools)
+        return build_messages(system, summary, pins, window)
+
+    async def _summarise(
+        self, old: list[Message], previous: str, summarise: Summariser | None
+    ) -> str:
+        if summarise is not None:
+            try:
+                text = (await summarise(old, previous)).strip()
+                if text:
+                    return text
+            except FluffyError as exc:  # the model could not: the extractive one
+                log.warning("AI summary failed, using the extractive one: %s", exc.what)
+        return fallback_summary(old, previous)
+
+    async def pin(self, session_id: str, text: str) -> list[str]:
+        if await self.store.meta(session_id) is None:  # pinned before the first task
+            await self.store.append(session_id, [])
+        await self.store.add_pin(session_id, text)
+        return [p.text for p in await self.store.pins(session_id)]
+
+    async def pins(self, session_id: str) -> list[str]:
+        if await self.store.meta(session_id) is None:
+            return []
+        return [p.text for p in await self.store.pins(session_id)]
+
+    async def unpin(self, session_id: str, index: int) -> list[str]:
+        pins = await self.store.pins(session_id)
+        if not 0 <= index < len(pins):
+            raise SessionNotFound(
+                f"no pin number {index}",
+                why=f"the session has {len(pins)} pin(s)",
+                fix="/pins lists them with their numbers.",
+            )
+        await self.store.remove_pin(session_id, pins[index].id)
+        return [p.text for p in await self.store.pins(session_id)]
+
+    async def sessions(self, workflow: Workflow, limit: int) -> list[dict[str, Any]]:
+        """Sessions newest first, with the conversation's title and turn count."""
+        rows = await workflow.store.recent_sessions(limit)
+        out: list[dict[str, Any]] = []
+        for row in rows:
+            meta = await self.store.meta(row.id)
+            out.append(
+                {
+                    "session_id": row.id,
+                    "mode": row.mode,
+                    "state": row.state,
+                    "created_at": row.created_at,
+                    "updated_at": max(row.updated_at, meta.updated_at if meta else 0),
+                    "title": meta.title if meta else "",
+                    "turns": meta.turns if meta else 0,
+                    "quarantined": bool(row.data.get("quarantined")),
+                }
+            )
+        return out

@@ -1,0 +1,188 @@
+"""The AI session's syscalls on the CLI's socket (see docs/ipc.md).
+
+``session.message`` starts a turn and returns at once; ``session.events`` long-polls its
+events.  Only the user (the CLI's socket) starts tasks, pins context or lifts a
+quarantine; the provider's settings (and its API key) arrive here and stay in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from fluffy.errors import InvalidPayload
+from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
+from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.tools.methods import _user_only
+from fluffy.kernel.workflow.machine import BASELINE_KEY, LOCK_KEY
+from fluffy.kernel.workflow.methods import _params, _view
+from fluffy.sandboxes.ai.types import ProviderConfig
+
+MAX_TEXT = 100_000
+MAX_WAIT_MS = 30_000
+
+
+def _provider(raw: Any) -> ProviderConfig:
+    try:
+        return msgspec.convert(raw or {}, ProviderConfig)
+    except msgspec.ValidationError as exc:
+        raise InvalidPayload(
+            f"provider: {exc}",
+            fix="name is scripted, openai or anthropic; model/base_url/api_key are strings.",
+        ) from None
+
+
+def _percent(raw: str | None) -> float | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw).get("percent")
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def ai_methods(loop: SessionLoop, *, max_rounds: int = MAX_ROUNDS) -> dict[str, Handler]:
+    workflow = loop.router.workflow
+    memory = loop.memory
+
+    async def message(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id", "text"), ("provider", "auto_approve", "max_rounds"))
+        _user_only(context, "start a task")
+        text = p["text"]
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
+            raise InvalidPayload(f"text must be a non-empty string of at most {MAX_TEXT} chars")
+        rounds = p.get("max_rounds") or max_rounds
+        if not isinstance(rounds, int) or not 1 <= rounds <= 1000:
+            raise InvalidPayload("max_rounds must be an integer from 1 to 1000")
+        turn = await loop.start(
+            str(p["session_id"]),
+            text,
+            _provider(p.get("provider")),
+            auto_approve=bool(p.get("auto_approve")),
+            max_rounds=rounds,
+        )
+        session = await workflow.get(turn.session_id)
+        return {"turn_id": turn.turn_id, **_view(session)}
+
+    async def events(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",), ("after", "wait_ms"))
+        _user_only(context, "follow a session")
+        sid = str(p["session_id"])
+        session = await workflow.get(sid)
+        after, wait_ms = p.get("after") or 0, p.get("wait_ms") or 0
+        if not isinstance(after, int) or not isinstance(wait_ms, int):
+            raise InvalidPayload("after and wait_ms must be integers")
+        stream = loop.stream(sid)
+        if after < 0:  # where the stream stands now (a CLI joining mid-way)
+            return {
+                "events": [],
+                "next": stream.seq,
+                "running": loop.running(sid) is not None,
+                "mode": session.mode,
+                "state": session.state,
+                "quarantined": bool(session.data.get("quarantined")),
+            }
+        found = await stream.wait(after, min(max(wait_ms, 0), MAX_WAIT_MS) / 1000)
+        session = await workflow.get(sid)
+        return {
+            "events": found,
+            "next": found[-1]["seq"] if found else max(after, 0),
+            "running": loop.running(sid) is not None,
+            "mode": session.mode,
+            "state": session.state,
+            "quarantined": bool(session.data.get("quarantined")),
+        }
+
+    async def cancel(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        sid = str(p["session_id"])
+        stopped = await loop.cancel(sid)
+        outcome = await workflow.cancel(sid)
+        return {**_view(outcome.session), "turn_cancelled": stopped}
+
+    async def session_list(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, (), ("limit",))
+        limit = p.get("limit") or 20
+        if not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise InvalidPayload("limit must be an integer from 1 to 500")
+        return {"sessions": await memory.sessions(workflow, limit)}
+
+    async def pin(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id", "text"))
+        _user_only(context, "pin context")
+        await workflow.get(str(p["session_id"]))
+        if not isinstance(p["text"], str) or not p["text"].strip():
+            raise InvalidPayload("text must be a non-empty string")
+        return {"pins": await memory.pin(str(p["session_id"]), p["text"].strip())}
+
+    async def pins(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        await workflow.get(str(p["session_id"]))
+        return {"pins": await memory.pins(str(p["session_id"]))}
+
+    async def unpin(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id", "index"))
+        _user_only(context, "unpin context")
+        if not isinstance(p["index"], int):
+            raise InvalidPayload("index must be an integer")
+        return {"pins": await memory.unpin(str(p["session_id"]), p["index"])}
+
+    async def lift(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        _user_only(context, "lift a quarantine")
+        await loop.lift_quarantine(str(p["session_id"]))
+        return _view(await workflow.get(str(p["session_id"])))
+
+    async def budget(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        session = await workflow.get(str(p["session_id"]))
+        baseline = _percent(await workflow.store.get_meta(BASELINE_KEY))
+        locked = await workflow.store.get_meta(LOCK_KEY) is not None
+        latest = await workflow._latest(session)
+        current = latest[2].percent if latest is not None and latest[2] is not None else None
+        delta = None if baseline is None or current is None else round(current - baseline, 2)
+        return {
+            "session_id": session.id,
+            "mode": session.mode,
+            "baseline": baseline,
+            "current": current,
+            "delta": delta,
+            "locked": locked,
+            "warn_at": workflow.tech_debt.warning_threshold,
+            "lock_at": workflow.tech_debt.lockout_threshold,
+        }
+
+    return {
+        "session.message": message,
+        "session.events": events,
+        "session.cancel": cancel,
+        "session.list": session_list,
+        "session.pin": pin,
+        "session.unpin": unpin,
+        "session.pins": pins,
+        "session.lift_quarantine": lift,
+        "session.budget": budget,
+    }
+
+
+def with_review_hooks(methods: dict[str, Handler], loop: SessionLoop) -> dict[str, Handler]:
+    """review.approve / review.reject also wake a turn that waits for the decision."""
+    out = dict(methods)
+    approve, reject = methods["review.approve"], methods["review.reject"]
+
+    async def approved(context: CallContext, params: Any) -> Any:
+        result = await approve(context, params)
+        await loop.resolve_review(str(params["session_id"]), "approve", result)
+        return result
+
+    async def rejected(context: CallContext, params: Any) -> Any:
+        result = await reject(context, params)
+        await loop.resolve_review(str(params["session_id"]), "reject", result)
+        return result
+
+    out["review.approve"] = approved
+    out["review.reject"] = rejected
+    return out

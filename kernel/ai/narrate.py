@@ -1,0 +1,92 @@
+"""One-line descriptions of tool calls and their results, for the CLI's rendering.
+
+``tool_executing`` says what starts ("Reading /src/app.py"), ``tool_result`` what came
+of it ("Read 85 lines", "1 failed (tests/test_x.py::test_y)", or the refusal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VERBS = {
+    "fs.read": "Reading",
+    "fs.list": "Listing",
+    "fs.exists": "Checking",
+    "fs.write": "Writing",
+    "fs.edit": "Editing",
+    "fs.delete": "Deleting",
+    "search.grep": "Searching",
+    "search.glob": "Finding",
+    "test.run": "Running tests",
+    "git.status": "Git status",
+    "git.diff": "Git diff",
+    "git.commit": "Committing",
+    "plan.complete": "Completing the plan",
+}
+
+
+def _where(args: Any) -> str:
+    if not isinstance(args, dict):
+        return ""
+    for key in ("path", "pattern", "message", "summary"):
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            text = value if key != "path" or value.startswith("/") else "/" + value
+            return text if len(text) <= 80 else text[:77] + "..."
+    return ""
+
+
+def describe_call(tool: str, args: Any) -> str:
+    verb = VERBS.get(tool, f"Calling {tool}")
+    where = _where(args)
+    if tool == "git.commit" and where:
+        return f'Committing: "{where}"'
+    if tool == "plan.complete":
+        return "Completing the plan"
+    if tool == "test.run":
+        paths = args.get("paths") if isinstance(args, dict) else None
+        return "Running " + (" ".join(paths) if isinstance(paths, list) and paths else "tests")
+    return f"{verb} {where}".rstrip()
+
+
+def _lines(text: Any) -> int:
+    return text.count("\n") + (0 if text.endswith("\n") else 1) if isinstance(text, str) else 0
+
+
+def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
+    if not answer.get("ok"):
+        error = answer.get("error") or {}
+        return str(error.get("what") or error.get("message") or "refused")
+    out = answer.get("output")
+    if not isinstance(out, dict):
+        return "done"
+    if tool == "fs.read":
+        if out.get("binary"):
+            return f"Binary file, {out.get('size')} bytes"
+        return f"Read {out.get('end_line', 0) - out.get('start_line', 1) + 1} lines"
+    if tool in ("fs.write", "fs.edit", "fs.delete"):
+        content = args.get("content") if isinstance(args, dict) else None
+        staged = ", ".join(out.get("staged") or []) or "nothing"
+        if tool == "fs.write" and isinstance(content, str):
+            return f"Wrote {_lines(content)} lines (staged: {staged})"
+        return f"Staged {staged}"
+    if tool == "test.run":
+        counts = out.get("counts") or {}
+        failed = out.get("failed") or []
+        parts = [f"{v} {k}" for k, v in counts.items() if v and k in ("passed", "failed", "errors")]
+        text = ", ".join(parts) or f"exit code {out.get('exit_code')}"
+        if failed:
+            first = failed[0]
+            text += f" ({first.get('id')})"
+        return text
+    if tool == "git.commit":
+        return f"Committed {str(out.get('commit') or '')[:12]}"
+    if tool == "fs.list":
+        return f"{len(out.get('entries') or [])} entries"
+    if tool in ("search.grep", "search.glob"):
+        found = out.get("matches") or out.get("paths") or []
+        return f"{len(found)} found" + (" (truncated)" if out.get("truncated") else "")
+    if tool == "plan.complete":
+        steps = [s for s in out.get("workflow") or [] if isinstance(s, dict) and s.get("to")]
+        return f"Plan accepted; now {steps[-1]['to']}" if steps else "Plan noted"
+    return "done"

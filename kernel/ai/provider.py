@@ -1,0 +1,331 @@
+"""The kernel's side of the ai-provider sandbox: one sandbox per session turn.
+
+For a turn the kernel makes a private socket folder holding two sockets, mounted
+read-only at /run/fluffy in the sandbox:
+
+* ``kernel.sock`` — a server offering only ``ai.next`` / ``ai.event`` / ``ai.result``
+  (the binding names the turn: identity comes from the socket, not from the sandbox);
+* ``proxy.sock`` — the CONNECT proxy (:mod:`fluffy.kernel.net.proxy`), the sandbox's
+  only way out, tagged with the session so every request is audited against it.
+
+The sandbox (template ai-provider: strict seccomp, no network, 256 MiB) runs
+``fluffy.sandboxes.ai_host``, which asks for requests until it gets None.  Each model
+request of the turn is one job; its stream events come back through ``on_event``.
+
+``launcher="process"`` runs the same host as a plain child process (tests and hosts
+without a container engine; never the default in a kernel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from fluffy.errors import InvalidPayload, ProviderFailed, ToolTransient
+from fluffy.kernel.containers.config import template_config
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.ipc.server import CallContext, KernelServer
+from fluffy.sandboxes.ai.types import (
+    AIResponse,
+    Message,
+    ProviderConfig,
+    StreamEvent,
+    ToolDefinition,
+)
+
+log = logging.getLogger("fluffy.kernel.ai")
+
+START_TIMEOUT_S = 60.0
+EventSink = Callable[[StreamEvent], Awaitable[None]]
+#: (socket path, tag, mode, owner) -> a function that stops that socket
+ProxyStarter = Callable[
+    [Path, str, int, "tuple[int, int] | None"], Awaitable[Callable[[], Awaitable[None]]]
+]
+_EVENTS = msgspec.json.Decoder(list[StreamEvent])
+
+
+@dataclass
+class _Job:
+    job_id: str
+    body: dict[str, Any]
+    on_event: EventSink
+    future: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class ProviderSession:
+    """One turn's sandbox: ``request`` as often as the turn needs, then ``close``."""
+
+    def __init__(self, runner: ProviderRunner, binding: str, folder: Path) -> None:
+        self.runner = runner
+        self.binding = binding
+        self.folder = folder
+        self.queue: asyncio.Queue[_Job | None] = asyncio.Queue()
+        self.current: _Job | None = None
+        self.connected = asyncio.Event()
+        self.sandbox: Sandbox | None = None
+        self.process: asyncio.subprocess.Process | None = None
+        self.exited: asyncio.Future[Any] | None = None
+        self.stop_proxy: Callable[[], Awaitable[None]] | None = None
+        self.server: KernelServer | None = None
+        self.closed = False
+        #: what the sandbox waited, per round, between sending a response (ai.result)
+        #: and getting the next request: the kernel's tool calls and context (seconds)
+        self.gaps: list[float] = []
+        self._answered_at: float | None = None
+
+    # -- the sandbox's methods --------------------------------------------------------
+    async def _next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
+        self.connected.set()
+        job = await self.queue.get()
+        self.current = job
+        if job is not None and self._answered_at is not None:
+            self.gaps.append(time.perf_counter() - self._answered_at)
+            self._answered_at = None
+        return None if job is None else job.body
+
+    def _job(self, params: Any) -> _Job:
+        job = self.current
+        if job is None or not isinstance(params, dict) or params.get("job_id") != job.job_id:
+            raise InvalidPayload("ai.event / ai.result must name the current job (job_id)")
+        return job
+
+    async def _event(self, context: CallContext, params: Any) -> None:
+        job = self._job(params)
+        try:
+            events = _EVENTS.decode(msgspec.json.encode(params.get("events") or []))
+        except msgspec.ValidationError as exc:
+            raise InvalidPayload(f"ai.event: malformed events: {exc}") from None
+        for event in events:
+            await job.on_event(event)
+
+    async def _result(self, context: CallContext, params: Any) -> None:
+        job = self._job(params)
+        self._answered_at = time.perf_counter()
+        if not job.future.done():
+            job.future.set_result(dict(params))
+
+    # -- the kernel's side ------------------------------------------------------------
+    async def request(
+        self,
+        provider: ProviderConfig,
+        messages: list[Message],
+        tools: list[ToolDefinition],
+        on_event: EventSink,
+        *,
+        timeout_s: float | None = None,
+    ) -> AIResponse:
+        job_id = uuid.uuid4().hex[:12]
+        body = {
+            "job_id": job_id,
+            "provider": msgspec.to_builtins(provider),
+            "messages": msgspec.to_builtins(messages),
+            "tools": msgspec.to_builtins(tools),
+        }
+        job = _Job(job_id, body, on_event)
+        await self.queue.put(job)
+        waits: list[asyncio.Future[Any]] = [job.future]
+        if self.exited is not None:
+            waits.append(self.exited)
+        limit = timeout_s if timeout_s is not None else provider.timeout_s + 30
+        done, _ = await asyncio.wait(waits, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        if job.future not in done:
+            raise ProviderFailed(
+                "the AI provider did not answer in time"
+                if not done
+                else "the ai-provider sandbox stopped during a request",
+                why=f"no answer within {limit:.0f}s" if not done else await self.runner.tail(self),
+                fix="Check that the model server is up and allow-listed; then retry.",
+            )
+        reply = job.future.result()
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise ProviderFailed(
+                str(error.get("what") or "the AI provider's request failed"),
+                why=str(error.get("why") or "") or None,
+                fix=str(error.get("fix") or "") or None,
+            )
+        try:
+            return msgspec.convert(reply.get("response"), AIResponse)
+        except msgspec.ValidationError as exc:
+            raise ProviderFailed(
+                f"the ai-provider sandbox sent a malformed response: {exc}"
+            ) from None
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        await self.queue.put(None)  # the host exits on None
+        await self.runner.teardown(self)
+
+
+class ProviderRunner:
+    """Starts a turn's ai-provider sandbox (or child process) with its two sockets."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        manager: Callable[[], ContainerManager] | None,
+        start_proxy: ProxyStarter,
+        launcher: Literal["sandbox", "process"] = "sandbox",
+        start_timeout_s: float = START_TIMEOUT_S,
+        observer: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.observer = observer  # every syscall of the sandbox is audited too
+        self.root = root
+        self._manager = manager
+        self.start_proxy = start_proxy
+        self.launcher = launcher
+        self.start_timeout_s = start_timeout_s
+        self.sessions: set[ProviderSession] = set()
+
+    def _folder(self, turn_id: str) -> tuple[Path, dict[str, Any]]:
+        folder = self.root / "ipc" / f"ai-{turn_id}"
+        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+        folder.mkdir(mode=0o700)
+        root = os.geteuid() == 0 and self.launcher == "sandbox"
+        if root:
+            os.chown(folder, SANDBOX_UID, SANDBOX_UID)
+        else:
+            folder.chmod(0o711)
+        options: dict[str, Any] = {
+            "allowed_uids": frozenset({SANDBOX_UID} if self.launcher == "sandbox" else set()),
+            "owner": (SANDBOX_UID, SANDBOX_UID) if root else None,
+            "mode": 0o600 if root else 0o666,
+            "folder_mode": 0o700 if root else 0o711,
+        }
+        if self.launcher == "process":
+            options["allowed_uids"] = frozenset({os.geteuid()})
+        return folder, options
+
+    async def open(self, session_id: str, turn_id: str) -> ProviderSession:
+        binding = f"ai:{session_id}:{turn_id}"
+        folder, options = self._folder(turn_id)
+        session = ProviderSession(self, binding, folder)
+        self.sessions.add(session)
+        server = KernelServer(
+            {"ai.next": session._next, "ai.event": session._event, "ai.result": session._result}
+        )
+        session.server = server
+        if self.observer is not None:
+            server.observer = self.observer
+        try:
+            await server.listen(folder / "kernel.sock", binding=binding, **options)
+            session.stop_proxy = await self.start_proxy(
+                folder / "proxy.sock", session_id, options["mode"], options["owner"]
+            )
+            if self.launcher == "sandbox":
+                await self._start_sandbox(session, folder)
+            else:
+                await self._start_process(session, folder)
+            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(session.connected.wait())]
+            assert session.exited is not None
+            waits.append(session.exited)
+            done, _ = await asyncio.wait(
+                waits, timeout=self.start_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            waits[0].cancel()
+            if not session.connected.is_set():
+                raise ToolTransient(
+                    "the ai-provider sandbox did not start"
+                    if not done
+                    else "the ai-provider sandbox exited before asking for work",
+                    why=await self.tail(session),
+                    fix="Run `fluffy doctor`; `fluffy images build` rebuilds the images.",
+                )
+        except BaseException:
+            await self.teardown(session)
+            raise
+        return session
+
+    async def _start_sandbox(self, session: ProviderSession, folder: Path) -> None:
+        assert self._manager is not None
+        config = template_config(
+            "ai-provider", plugin_name="ai-provider", kernel_socket_dir=folder, project_dir=None
+        )
+        manager = await asyncio.to_thread(self._manager)
+        command = ["python3", "-m", "fluffy.sandboxes.ai_host"]
+        sandbox = await asyncio.to_thread(manager.create, config, command)
+        session.sandbox = sandbox
+        assert sandbox.container_id is not None
+        session.exited = asyncio.ensure_future(
+            asyncio.to_thread(
+                manager.runtime.wait, sandbox.container_id, config.max_duration_ms / 1000 + 30
+            )
+        )
+
+    async def _start_process(self, session: ProviderSession, folder: Path) -> None:
+        session.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "fluffy.sandboxes.ai_host",
+            "--socket",
+            str(folder / "kernel.sock"),
+            "--proxy",
+            str(folder / "proxy.sock"),
+            "--no-tighten",
+            stderr=asyncio.subprocess.PIPE,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder)},
+        )
+        session.exited = asyncio.ensure_future(session.process.wait())
+
+    async def tail(self, session: ProviderSession) -> str:
+        try:
+            if session.process is not None and session.process.stderr is not None:
+                if session.process.returncode is None:
+                    return "it is still running"
+                data = await asyncio.wait_for(session.process.stderr.read(), 2)
+                return data.decode(errors="replace")[-800:] or "no output"
+            if session.sandbox is not None and self._manager is not None:
+                manager = await asyncio.to_thread(self._manager)
+                cid = str(session.sandbox.container_id)
+                text = await asyncio.to_thread(lambda: "".join(manager.runtime.logs(cid)))
+                return text.strip()[-800:] or "no output"
+        except Exception as exc:
+            return f"its output is unavailable ({type(exc).__name__})"
+        return "no output"
+
+    async def teardown(self, session: ProviderSession) -> None:
+        self.sessions.discard(session)
+        if session.process is not None and session.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                try:
+                    await asyncio.wait_for(session.process.wait(), 5)
+                except TimeoutError:
+                    session.process.kill()
+                    await session.process.wait()
+        if session.sandbox is not None and self._manager is not None:
+            manager = await asyncio.to_thread(self._manager)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(manager.destroy, session.sandbox)
+        if session.exited is not None:
+            session.exited.cancel()
+        if session.stop_proxy is not None:
+            with contextlib.suppress(Exception):
+                await session.stop_proxy()
+        if session.server is not None:
+            with contextlib.suppress(Exception):
+                await session.server.close()
+        shutil.rmtree(session.folder, ignore_errors=True)
+
+    async def close(self) -> None:
+        for session in list(self.sessions):
+            with contextlib.suppress(Exception):
+                await session.close()

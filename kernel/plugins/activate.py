@@ -1,0 +1,148 @@
+"""Kernel start-up: the user's installed, enabled plugins become tools.
+
+``fluffy plugin install`` writes the plugin store and its install registry in fluffy's
+home (``$FLUFFY_HOME/plugins``: ``<name>/<version>/``, ``<name>/install.json``,
+``registry.db``); the kernel only *reads* them (in L1 the folder is mounted read-only,
+``FLUFFY_PLUGIN_STORE``), at start.  It trusts nothing there but the user's choice of
+plugins: each enabled plugin is registered again in the kernel's own registry (the state
+database), so its installed manifest is validated again, its names checked against the
+built-ins, its capabilities pre-checked against *this* project's policy; then it is
+loaded (every file hash recomputed: a changed plugin is DISABLED and the refusal
+audited) and enabled.  ACTIVE plugins' tools join the tool registry, tagged
+``third_party``.  Nothing here stops the kernel: a plugin that fails stays out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from fluffy.errors import FluffyError
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.store import db_path
+from fluffy.kernel.plugins.precheck import Evaluate, precheck
+from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry, Reserved
+from fluffy.kernel.plugins.scan import discover
+from fluffy.kernel.plugins.store import PluginStore
+from fluffy.kernel.tools.plugins import ThirdPartyCode
+from fluffy.kernel.tools.registry import Registry, ToolSpec, third_party_specs
+
+log = logging.getLogger("fluffy.kernel.plugins")
+
+HOME_REGISTRY: Final = "registry.db"
+
+
+def home_registry(store: PluginStore) -> Path:
+    """The install registry's file, in the store (so one mount shows the kernel both)."""
+    return store.root / HOME_REGISTRY
+
+
+def reserved_names(tools: Registry) -> Reserved:
+    """What the built-ins own: plugin names, tool names (and so their namespaces)."""
+    return Reserved(plugins=set(tools.plugins()), tools=set(tools.specs))
+
+
+def read_home(store: PluginStore) -> dict[str, tuple[str, str | None]]:
+    """name -> (state, reason) of the install registry, read-only (missing: no plugins)."""
+    path = home_registry(store)
+    if not path.is_file():
+        return {}
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5)) as db:
+        rows = db.execute("SELECT name, state, reason FROM plugins").fetchall()
+    return {str(name): (str(state), reason) for name, state, reason in rows}
+
+
+@dataclass
+class Activated:
+    """What start-up made of the installed plugins."""
+
+    registry: PluginRegistry | None = None
+    specs: list[ToolSpec] = field(default_factory=list)
+    code: dict[str, ThirdPartyCode] = field(default_factory=dict)
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.code)
+
+    async def close(self) -> None:
+        if self.registry is not None:
+            await self.registry.close()
+
+
+async def _bring_up(registry: PluginRegistry, store: PluginStore, name: str) -> PluginInfo | None:
+    installed = store.get(name)
+    if installed is None:
+        log.warning("plugin %s is registered but not in the store %s; skipped", name, store.root)
+        return None
+    info = await registry.register(discover(installed.path), folder=installed.path)
+    if info.state == "REJECTED":
+        log.warning("plugin %s was rejected: %s", name, info.reason)
+        return None
+    await registry.load(name)  # PluginTampered: DISABLED and audited
+    return await registry.enable(name)
+
+
+async def activate(
+    state_dir: Path,
+    tools: Registry,
+    evaluate: Evaluate,
+    audit: AuditLog | None,
+    store: PluginStore | None = None,
+    *,
+    on_error: Callable[[str, FluffyError], None] | None = None,
+) -> Activated:
+    """Register, load and enable every enabled installed plugin; never raises."""
+    store = store or PluginStore.default()
+    activated = Activated()
+    try:
+        home = read_home(store)
+        registry = await PluginRegistry.open(
+            db_path(state_dir),
+            store=store,
+            reserved=reserved_names(tools),
+            precheck=lambda manifest: precheck(evaluate, manifest),
+            audit=audit,
+        )
+    except (sqlite3.Error, OSError, FluffyError) as exc:
+        log.error("installed plugins not loaded: %s", exc)
+        return activated
+    activated.registry = registry
+    await registry.settle()
+    for stale in registry.list():  # rebuilt from the install registry at every start
+        await registry.unregister(stale.name)
+    for name, (state, reason) in sorted(home.items()):
+        try:
+            if state == "DISABLED":
+                installed = store.get(name)
+                if installed is not None:
+                    found = discover(installed.path)
+                    if (await registry.register(found, folder=installed.path)).state != "REJECTED":
+                        await registry.disable(name, reason or "disabled by the user")
+                continue
+            info = await _bring_up(registry, store, name)
+        except FluffyError as exc:
+            log.error("plugin %s not activated: %s", name, exc.what)
+            if on_error is not None:
+                on_error(name, exc)
+            continue
+        if info is None or info.manifest is None:
+            continue
+        manifest = info.manifest
+        activated.specs.extend(third_party_specs(manifest, frozenset(info.tags)))
+        activated.code[name] = ThirdPartyCode(
+            store=store,
+            name=name,
+            entry=manifest.entry,
+            min_api_version=manifest.min_api_version,
+            tools=[tool.definition() for tool in manifest.tools],
+            capabilities=tuple(manifest.required_capabilities),
+        )
+        for warning in info.warnings:
+            log.warning("plugin %s: %s", name, warning)
+    return activated

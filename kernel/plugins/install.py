@@ -1,0 +1,123 @@
+"""``fluffy plugin install``'s steps, for the CLI (no kernel needed).
+
+1. :func:`plan`: read the folder (files, manifest, entry, imports), check it can be
+   registered (API version, names, tags) and pre-check its capabilities: a hostile or
+   broken plugin is REJECTED here (reason and manifest path recorded), nothing copied;
+2. the CLI shows the plan and asks the user (design: require_review);
+3. :func:`install`: copy into the store (hashes recorded), read the *copy* again and
+   register it; any failure removes the copy.
+
+The install registry lives in the store (``registry.db``, rollback journal so the kernel
+can read it from a read-only mount); the kernel activates what it lists at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fluffy.kernel.plugins.activate import home_registry, reserved_names
+from fluffy.kernel.plugins.errors import PluginNotFound, PluginRejected
+from fluffy.kernel.plugins.manifest import PluginManifest
+from fluffy.kernel.plugins.precheck import Evaluate, precheck
+from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry
+from fluffy.kernel.plugins.scan import discover
+from fluffy.kernel.plugins.store import PluginStore, inspect_tree
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """What the user is asked to approve."""
+
+    source: Path
+    manifest: PluginManifest
+    files: int
+    total_bytes: int
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        manifest = self.manifest
+        return {
+            "source": str(self.source),
+            "name": manifest.name,
+            "version": manifest.version,
+            "description": manifest.description,
+            "author": manifest.author,
+            "sandbox_template": manifest.sandbox_template,
+            "required_capabilities": list(manifest.required_capabilities),
+            "tags": sorted({"third_party", *manifest.tags}),
+            "tools": [
+                {"name": t.name, "description": t.description, "read_only": t.read_only}
+                for t in manifest.tools
+            ],
+            "min_api_version": manifest.min_api_version,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
+            "warnings": list(self.warnings),
+        }
+
+
+async def open_home(store: PluginStore, evaluate: Evaluate) -> PluginRegistry:
+    """The install registry of ``store``, pre-checking against ``evaluate``'s policy."""
+    from fluffy.kernel.tools.fastpath import kernel_tools
+    from fluffy.kernel.tools.registry import Registry
+
+    return await PluginRegistry.open(
+        home_registry(store),
+        rollback_journal=True,
+        store=store,
+        reserved=reserved_names(Registry.builtin(kernel_tools())),
+        precheck=lambda manifest: precheck(evaluate, manifest),
+    )
+
+
+async def plan(registry: PluginRegistry, source: Path) -> InstallPlan:
+    """Everything checked before the user is asked; a refusal is recorded and raised."""
+    source = source.expanduser().absolute()
+    found = await asyncio.to_thread(discover, source)
+    if found.manifest is None:
+        await registry.register(found)  # records REJECTED with the reason
+        assert found.error is not None
+        raise found.error
+    manifest = found.manifest
+    problem = registry.refusal(manifest)
+    if problem is not None:
+        await registry.reject(found.manifest_path, manifest.name, problem)
+        raise PluginRejected(f"{manifest.name} {manifest.version} cannot be installed: {problem}")
+    files = await asyncio.to_thread(inspect_tree, source)
+    warnings = registry.precheck(manifest) if registry.precheck is not None else []
+    return InstallPlan(source, manifest, len(files), sum(f.size for f in files), warnings)
+
+
+async def install(
+    registry: PluginRegistry, store: PluginStore, approved: InstallPlan
+) -> PluginInfo:
+    """Copy the approved plugin into the store and register the copy."""
+    manifest = approved.manifest
+    installed = await asyncio.to_thread(
+        store.install, approved.source, manifest.name, manifest.version
+    )
+    try:
+        found = await asyncio.to_thread(discover, installed.path)
+        if found.manifest != manifest:
+            raise PluginRejected(
+                f"{manifest.name} changed while it was being installed",
+                why="what is installed must be exactly what was shown for approval",
+                fix="Install again once the plugin folder no longer changes.",
+            )
+        return registry.require_registered(await registry.register(found, folder=installed.path))
+    except BaseException:
+        await asyncio.to_thread(store.remove, manifest.name)
+        raise
+
+
+async def remove(registry: PluginRegistry, store: PluginStore, name: str) -> None:
+    known = registry.get(name) is not None
+    if known:
+        await registry.unregister(name)
+    if store.get(name) is not None:
+        await asyncio.to_thread(store.remove, name)
+    elif not known:
+        raise PluginNotFound(f"no plugin named {name!r} is installed")

@@ -1,0 +1,236 @@
+"""HTTP for the adapters: one POST (JSON or SSE) and the mapping of failures to ProviderError.
+
+Every failure leaves here as a :class:`ProviderError` whose text was built from the
+status, the host and the provider's own message, with the API key redacted; request
+headers are never rendered and the httpx exception is not chained (its request carries
+the key in a header).  ``retryable`` is set for what a later attempt may fix: rate
+limits, 5xx, timeouts, refused connections and streams that drop mid-way.
+
+The kernel's egress proxy refuses a host outside ``policy.yaml`` ``network_whitelist``
+by answering the CONNECT with 403; httpx's proxy support and the sandbox's tunnelling
+transport (:mod:`fluffy.sandboxes.ai.transport`) both raise an ``httpx.ProxyError``
+whose text starts with the status ("403 ...").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+
+from fluffy.sandboxes.ai.sse import SSEEvent, iter_lines, iter_sse
+from fluffy.sandboxes.ai.types import ProviderError
+
+T = TypeVar("T")
+
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+#: How much of a provider's error message is quoted.
+MESSAGE_CHARS = 300
+# key-shaped tokens a provider may echo back ("Incorrect API key provided: sk-...")
+_KEYLIKE = re.compile(r"\b(?:sk|pk|key|ak)-[A-Za-z0-9_*.\-]{6,}")
+
+
+def redact(text: str, secret: str) -> str:
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+def safe_url(url: str) -> str:
+    """The URL without user info or query (which could hold credentials)."""
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "(invalid URL)"
+    port = f":{u.port}" if u.port else ""
+    return f"{u.scheme}://{u.host}{port}{u.path}"
+
+
+def _host(url: str) -> str:
+    try:
+        return httpx.URL(url).host or url
+    except (httpx.InvalidURL, TypeError):
+        return "(invalid URL)"
+
+
+def provider_message(body: bytes) -> str:
+    """The human part of an error body: ``{"error": {"message": ...}}`` or ``{"error": "..."}``."""
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body.decode("utf-8", "replace").strip()[:MESSAGE_CHARS]
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("type") or ""
+            return str(message)[:MESSAGE_CHARS]
+        if isinstance(error, str):
+            return error[:MESSAGE_CHARS]
+    return ""
+
+
+def status_error(provider: str, response: httpx.Response, url: str, api_key: str) -> ProviderError:
+    """A non-2xx answer as a ProviderError (the body must have been read)."""
+    status = response.status_code
+    host = _host(url)
+    message = redact(provider_message(response.content), api_key)
+    said = f"{host} answered {status}" + (f": {message}" if message else "")
+    env = KEY_ENV.get(provider, "the provider's API key variable")
+    if status in (401, 403):
+        return ProviderError(
+            "the provider refused the API key",
+            why=said,
+            fix=f"Set {env} to a valid key for {host} (and check that the key may use "
+            "this model), then retry.",
+        )
+    if status == 404:
+        return ProviderError(
+            "the provider has no such model or endpoint",
+            why=f"{safe_url(url)} answered 404" + (f": {message}" if message else ""),
+            fix="Check the provider's model name and base_url in the fluffy configuration.",
+        )
+    if status == 429:
+        wait = response.headers.get("retry-after", "")
+        return ProviderError(
+            "the provider is rate limiting requests",
+            why=said + (f" (retry after {wait}s)" if wait else ""),
+            fix="Wait and retry, or lower the request rate / raise the account's limits.",
+            retryable=True,
+        )
+    if status >= 500:
+        return ProviderError(
+            "the provider failed to answer",
+            why=said,
+            fix="This is on the provider's side; retry in a moment.",
+            retryable=True,
+        )
+    return ProviderError(
+        "the provider rejected the request",
+        why=said,
+        fix="Check the model name, max_tokens and the tools' schemas for this provider.",
+    )
+
+
+def proxy_denied(host: str) -> ProviderError:
+    return ProviderError(
+        f"the network proxy refused the connection to {host}",
+        why=f"{host} is not in policy.yaml network_whitelist",
+        fix=f"Add {host} to network_whitelist in policy.yaml if this provider is intended.",
+    )
+
+
+def transport_error(exc: httpx.HTTPError, url: str, api_key: str) -> ProviderError:
+    """A failure below HTTP (proxy, connect, timeout, dropped stream) as a ProviderError."""
+    host = _host(url)
+    detail = redact(f"{type(exc).__name__}: {exc}", api_key)[:MESSAGE_CHARS]
+    if isinstance(exc, httpx.ProxyError):
+        if str(exc).startswith("403"):
+            return proxy_denied(host)
+        return ProviderError(
+            f"the network proxy could not connect to {host}",
+            why=detail,
+            fix="Check that the kernel's proxy is running and the host is reachable.",
+            retryable=True,
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return ProviderError(
+            f"the request to {host} timed out",
+            why=detail,
+            fix="Retry; raise the provider's timeout if the model is slow.",
+            retryable=True,
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return ProviderError(
+            f"cannot connect to {host}",
+            why=detail,
+            fix="Check the provider's base_url and that the server is running.",
+            retryable=True,
+        )
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return ProviderError(
+            f"the connection to {host} dropped",
+            why=detail,
+            fix="Retry the request.",
+            retryable=True,
+        )
+    return ProviderError(
+        f"the request to {host} failed",
+        why=detail,
+        fix="Check the provider's base_url and the network path to it.",
+    )
+
+
+class Endpoint:
+    """One provider URL with its headers: POST a JSON body, get JSON or SSE events back."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        *,
+        provider: str,
+        url: str,
+        headers: dict[str, str],
+        api_key: str,
+        timeout_s: float,
+    ) -> None:
+        self._client = client
+        self.provider = provider
+        self.url = url
+        self._headers = {"content-type": "application/json", **headers}
+        self._api_key = api_key
+        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 15.0))
+
+    def __repr__(self) -> str:  # the headers hold the key: never shown
+        return f"Endpoint(provider={self.provider!r}, url={safe_url(self.url)!r})"
+
+    def post(self, body: dict[str, Any]) -> bytes:
+        """The body of a successful answer (any failure: a ProviderError)."""
+        try:
+            response = self._client.post(
+                self.url,
+                content=msgspec.json.encode(body),
+                headers=self._headers,
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self.url, self._api_key) from None
+        if response.status_code >= 300:
+            raise status_error(self.provider, response, self.url, self._api_key)
+        return response.content
+
+    def stream(self, body: dict[str, Any]) -> Generator[SSEEvent, None, None]:
+        """The answer's SSE events; the response is closed when the iterator is."""
+        try:
+            with self._client.stream(
+                "POST",
+                self.url,
+                content=msgspec.json.encode(body),
+                headers=self._headers,
+                timeout=self._timeout,
+            ) as response:
+                if response.status_code >= 300:
+                    response.read()
+                    raise status_error(self.provider, response, self.url, self._api_key)
+                yield from iter_sse(iter_lines(response.iter_bytes()))
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self.url, self._api_key) from None
+
+    def malformed(self, why: str) -> ProviderError:
+        return ProviderError(
+            f"the provider sent a malformed answer ({_host(self.url)})",
+            why=why,
+            fix="Check that base_url points at a server speaking this provider's API.",
+            retryable=False,
+        )
+
+    def decode(self, data: str | bytes, into: type[T]) -> T:
+        """A JSON answer or stream event as ``into``, or a ProviderError (never a crash)."""
+        try:
+            return msgspec.json.decode(data, type=into)
+        except msgspec.DecodeError as exc:
+            text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+            shown = redact(text[:80], self._api_key)
+            raise self.malformed(f"{exc} in {shown!r}") from None

@@ -1,0 +1,188 @@
+"""Provider-neutral messages, tool calls and stream events (the design's Provider Adapter).
+
+The kernel and the ai-provider sandbox exchange these as msgspec structs over IPC; each
+adapter converts them to and from its provider's wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolDefinition(msgspec.Struct, frozen=True):
+    """A tool as the model sees it: the full JSON Schema goes through function calling."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """NormalizedToolCall: one call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    # the arguments as the model sent them when they were not a JSON object
+    invalid_arguments: str | None = None
+
+
+class Message(msgspec.Struct, frozen=True):
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    tool_call_id: str = ""  # role "tool": the call this answers
+    name: str = ""  # role "tool": the tool's name
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    """What the kernel answered to a call (already sanitised)."""
+
+    call_id: str
+    ok: bool
+    content: str
+
+
+class Usage(msgspec.Struct, frozen=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class AIResponse(msgspec.Struct, frozen=True):
+    text: str = ""
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    stop_reason: str = "stop"  # stop | tool_calls | length | error
+    usage: Usage = msgspec.field(default_factory=Usage)
+    model: str = ""
+
+
+# -- stream events (the design's StreamEvent; tag = "type") ------------------------------
+class TextDelta(msgspec.Struct, frozen=True, tag="text_delta", tag_field="type"):
+    content: str
+
+
+class ToolCallStart(msgspec.Struct, frozen=True, tag="tool_call_start", tag_field="type"):
+    call_id: str
+    tool_name: str
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, tag="tool_call_delta", tag_field="type"):
+    call_id: str
+    arguments_delta: str
+
+
+class ToolCallEnd(msgspec.Struct, frozen=True, tag="tool_call_end", tag_field="type"):
+    call_id: str
+
+
+class ToolExecuting(msgspec.Struct, frozen=True, tag="tool_executing", tag_field="type"):
+    """Kernel-emitted: a tool call started."""
+
+    call_id: str
+    tool_name: str
+    description: str
+
+
+class ToolResultEvent(msgspec.Struct, frozen=True, tag="tool_result", tag_field="type"):
+    """Kernel-emitted: a tool call finished (end-to-end time, IPC and policy included)."""
+
+    call_id: str
+    summary: str
+    duration_ms: float
+    ok: bool = True
+
+
+class Done(msgspec.Struct, frozen=True, tag="done", tag_field="type"):
+    """The end of one model response; carries the whole response."""
+
+    response: AIResponse | None = None
+
+
+StreamEvent = (
+    TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | ToolExecuting | ToolResultEvent | Done
+)
+
+
+class ProviderError(Exception):
+    """A provider request failed; ``retryable`` for rate limits, 5xx and dropped streams."""
+
+    def __init__(self, what: str, *, why: str = "", fix: str = "", retryable: bool = False):
+        super().__init__(what)
+        self.what, self.why, self.fix, self.retryable = what, why, fix, retryable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "why": self.why, "fix": self.fix, "retryable": self.retryable}
+
+
+class AIProviderAdapter(Protocol):
+    """The design's AIProviderAdapter (synchronous: it runs in the sandbox's own thread)."""
+
+    name: str
+
+    def format_tools(self, tools: list[ToolDefinition]) -> list[dict[str, Any]]: ...
+
+    def chat(self, messages: list[Message], tools: list[ToolDefinition]) -> AIResponse: ...
+
+    def chat_stream(
+        self, messages: list[Message], tools: list[ToolDefinition]
+    ) -> Iterator[StreamEvent]:
+        """Yields events; the last one is :class:`Done` with the whole response."""
+        ...
+
+    def parse_tool_calls(self, response: AIResponse) -> list[ToolCall]: ...
+
+    def format_tool_result(self, call: ToolCall, result: ToolResult) -> dict[str, Any]: ...
+
+
+def encode(value: Any) -> bytes:
+    return msgspec.json.encode(value)
+
+
+def decode_messages(data: Any) -> list[Message]:
+    return msgspec.convert(data, list[Message])
+
+
+def decode_tools(data: Any) -> list[ToolDefinition]:
+    return msgspec.convert(data, list[ToolDefinition])
+
+
+ProviderName = Literal["scripted", "openai", "anthropic"]
+
+
+class ScriptedCall(msgspec.Struct, frozen=True):
+    tool: str
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ScriptedTurn(msgspec.Struct, frozen=True):
+    """One scripted model response: text, then tool calls (none: the task is done)."""
+
+    say: str = ""
+    calls: list[ScriptedCall] = msgspec.field(default_factory=list)
+
+
+class ProviderConfig(msgspec.Struct, frozen=True):
+    """What the kernel hands the ai-provider sandbox for one request (never persisted).
+
+    ``api_key`` reaches only the sandbox: the kernel keeps it in memory and every audit
+    summary redacts it.
+    """
+
+    name: ProviderName = "scripted"
+    model: str = ""
+    base_url: str = ""  # default: the provider's public endpoint
+    api_key: str = ""
+    max_tokens: int = 4096
+    temperature: float | None = None
+    timeout_s: float = 120.0
+    turns: list[ScriptedTurn] = msgspec.field(default_factory=list)  # scripted only
+
+    def __repr__(self) -> str:  # never show the key
+        return (
+            f"ProviderConfig(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+        )

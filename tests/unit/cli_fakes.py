@@ -1,0 +1,168 @@
+"""A kernel stand-in for the CLI's session tests: the session API contract, in memory.
+
+``FakeKernel.call(method, params)`` answers like the kernel's CLI socket: sessions,
+modes (debug needs ``approved``), and a turn whose events are scripted as pages.  A
+page holding a review that needs a person holds back the later pages until
+``review.approve`` / ``review.reject`` arrives, as the kernel's waiting turn does.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fluffy.errors import ModeDenied, SessionNotFound, UnknownMethod
+
+
+def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[str, Any]]:
+    """A whole turn as one page: turn_start, ``events``, turn_end."""
+    return [
+        {"type": "turn_start", "turn_id": "t1", "text": text},
+        *events,
+        {"type": "turn_end", "turn_id": "t1", "status": status, "text": "", "error": None},
+    ]
+
+
+REVIEW = {
+    "type": "review",
+    "plan_id": "plan-1",
+    "files": [{"path": "src/app.py", "added": 2, "removed": 1, "diff": "-a\n+b\n+c"}],
+    "lines": 3,
+    "reasons": ["src/app.py is a sensitive path"],
+    "auto": False,
+}
+
+
+class FakeKernel:
+    def __init__(self, pages: list[list[dict[str, Any]]] | None = None) -> None:
+        self.pages = [list(page) for page in pages or []]
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.log: list[dict[str, Any]] = []  # every event delivered, with its seq
+        self.seq = 0
+        self.blocked = False  # a review waits for a decision
+        self.interrupt_on_poll: int | None = None  # raise KeyboardInterrupt on that poll
+        self.polls = 0
+        self.pins: list[str] = []
+        self.approve_error: Exception | None = None
+
+    # -- the socket ---------------------------------------------------------------------
+    def call(self, method: str, params: Any = None) -> Any:
+        params = dict(params or {})
+        self.calls.append((method, params))
+        handler = getattr(self, "m_" + method.replace(".", "_"), None)
+        if handler is None:
+            raise UnknownMethod(f"unknown method {method}")
+        return handler(params)
+
+    def methods(self, name: str) -> list[dict[str, Any]]:
+        return [params for method, params in self.calls if method == name]
+
+    # -- sessions -----------------------------------------------------------------------
+    def _session(self, sid: str) -> dict[str, Any]:
+        if sid not in self.sessions:
+            raise SessionNotFound(f"no session {sid}")
+        return self.sessions[sid]
+
+    def m_session_create(self, params: dict[str, Any]) -> dict[str, Any]:
+        sid = f"s{len(self.sessions) + 1}"
+        self.sessions[sid] = {"session_id": sid, "mode": "strict", "state": "idle"}
+        return dict(self.sessions[sid])
+
+    def m_session_pins(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"pins": list(self.pins)}
+
+    def m_session_get(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        sid = params.get("session_id") or next(reversed(self.sessions), None)
+        if sid is None or sid not in self.sessions:
+            return None
+        return {**self.sessions[sid], "pins": list(self.pins)}
+
+    def m_session_set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(params["session_id"])
+        if params["mode"] == "debug" and not params.get("approved"):
+            raise ModeDenied("debug mode needs approval")
+        session["mode"] = params["mode"]
+        return dict(session)
+
+    def m_session_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "sessions": [
+                {**s, "updated_at": 1_700_000_000_000, "title": f"task of {sid}", "turns": 1}
+                for sid, s in reversed(self.sessions.items())
+            ][: params.get("limit", 20)]
+        }
+
+    def m_session_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._session(params["session_id"])
+        return {"turn_id": "t1", "session_id": params["session_id"]}
+
+    def m_session_events(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.polls += 1
+        if self.interrupt_on_poll == self.polls:
+            raise KeyboardInterrupt
+        after = int(params.get("after", 0))
+        if after < 0:  # the kernel's "where does the stream stand"
+            return {"events": [], "next": self.seq, "running": bool(self.pages)}
+        if params.get("wait_ms") and self.pages and not self.blocked:
+            for event in self.pages.pop(0):
+                self.seq += 1
+                self.log.append({"seq": self.seq, **copy.deepcopy(event)})
+                if event["type"] == "review" and not event.get("auto"):
+                    self.blocked = True
+        found = [e for e in self.log if e["seq"] > after]
+        running = bool(self.pages) or self.blocked
+        return {
+            "events": found,
+            "next": found[-1]["seq"] if found else after,
+            "running": running,
+            "mode": "strict",
+            "state": "idle",
+            "quarantined": False,
+        }
+
+    def m_session_cancel(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.pages.clear()
+        return dict(self._session(params["session_id"]))
+
+    def m_session_pin(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.pins.append(params["text"])
+        return {"pins": list(self.pins)}
+
+    def m_session_unpin(self, params: dict[str, Any]) -> dict[str, Any]:
+        del self.pins[params["index"]]
+        return {"pins": list(self.pins)}
+
+    def m_session_budget(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "mode": "explore",
+            "baseline": 80.0,
+            "current": 77.5,
+            "delta": -2.5,
+            "locked": False,
+            "warn_at": -2.0,
+            "lock_at": -5.0,
+        }
+
+    def m_session_lift_quarantine(self, params: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._session(params["session_id"]))
+
+    def m_session_history(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"seq": 1, "timestamp": 1_700_000_000_000, "event": "user_message",
+             "from": "idle", "to": "planning", "mode": "strict"},
+        ]  # fmt: skip
+
+    # -- reviews ------------------------------------------------------------------------
+    def m_review_show(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        return {"plan_id": "plan-1", "files": [], "lines": 3} if self.blocked else None
+
+    def m_review_approve(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.approve_error is not None:
+            raise self.approve_error
+        self.blocked = False
+        return {"merged": ["src/app.py"]}
+
+    def m_review_reject(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.blocked = False
+        return {"rejected": True}

@@ -1,0 +1,144 @@
+"""The session loop on a real kernel stack (database, audit log, policy, router, IPC) with
+the scripted provider in a real ai_host child process (the container runs are in
+tests/integration/test_ai_session.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fluffy.kernel.ai.assemble import AiLayer, assemble_ai
+from fluffy.kernel.policy.model import load_policy
+from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.sandboxes.ai.types import ProviderConfig, ScriptedCall, ScriptedTurn
+from tests.unit.test_tool_router import SECRET, Harness
+
+pytestmark = pytest.mark.unit
+
+
+async def _events(ai: AiLayer, sid: str, timeout_s: float = 30) -> list[dict[str, Any]]:
+    """Every event of the session until the turn ends."""
+    seen: list[dict[str, Any]] = []
+    after = 0
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        found = await ai.loop.stream(sid).wait(after, 1.0)
+        seen += found
+        after = found[-1]["seq"] if found else after
+        if any(e["type"] == "turn_end" for e in found):
+            return seen
+    raise AssertionError(f"the turn did not end: {seen[-5:]}")
+
+
+def _script(*turns: tuple[str, list[tuple[str, dict[str, Any]]]]) -> ProviderConfig:
+    return ProviderConfig(
+        name="scripted",
+        turns=[
+            ScriptedTurn(say=say, calls=[ScriptedCall(tool=t, args=a) for t, a in calls])
+            for say, calls in turns
+        ],
+    )
+
+
+def run(harness: Harness, body: Any) -> Any:
+    async def main() -> Any:
+        tools, sid = await harness.open()
+        await tools.router.workflow.cancel(sid)  # the loop starts from idle itself
+        policy = load_policy(harness.project / ".fluffy" / "policy.yaml")
+        ai = await assemble_ai(harness.state, policy, tools, harness.audit, launcher="process")
+        try:
+            return await body(tools, ai, sid)
+        finally:
+            await ai.close()
+            await harness.close(tools)
+
+    return asyncio.run(main())
+
+
+def test_a_turn_reads_plans_and_streams_its_events(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    provider = _script(
+        ("Reading the code first.", [("fs.read", {"path": "/src/app.py"})]),
+        ("The plan is ready.", [("plan.complete", {"summary": "test first"})]),
+        ("Tests come next.", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> tuple[list[dict[str, Any]], Any]:
+        await ai.loop.start(sid, "Add error handling", provider)
+        events = await _events(ai, sid)
+        return events, await ai.store.load(sid)
+
+    events, history = run(harness, body)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "turn_start" and kinds[-1] == "turn_end"
+    assert events[-1]["status"] == "done" and events[-1]["text"] == "Tests come next."
+    states = [(e["from"], e["to"]) for e in events if e["type"] == "state"]
+    assert states == [("idle", "planning"), ("planning", "test_writing")]
+    (read,) = [e for e in events if e["type"] == "tool_result" and e["tool_name"] == "fs.read"]
+    assert read["ok"] and read["summary"] == "Read 1 lines" and read["duration_ms"] > 0
+    executing = [e["description"] for e in events if e["type"] == "tool_executing"]
+    assert executing[0] == "Reading /src/app.py"
+    text = "".join(e["content"] for e in events if e["type"] == "text_delta")
+    assert "Reading the code first." in text
+    # the conversation is persisted; the secret the AI read reached it redacted only
+    roles = [m.role for m in history]
+    assert roles[:4] == ["user", "assistant", "tool", "assistant"]
+    assert SECRET not in json.dumps([m.content for m in history])
+    assert "[REDACTED" in history[2].content
+
+
+def test_repeated_refusals_quarantine_the_session(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    write = ("fs.write", {"path": "src/app.py", "content": "x = 1\n"})
+    provider = _script(
+        ("Plan.", [("plan.complete", {"summary": "s"})]),
+        *[("Writing the code.", [write]) for _ in range(6)],
+        ("never reached", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        await ai.loop.start(sid, "change src now", provider)
+        events = await _events(ai, sid)
+        session = await tools.router.workflow.get(sid)
+        refused = None
+        try:
+            await ai.loop.start(sid, "again", provider)
+        except Exception as exc:
+            refused = exc
+        await ai.loop.lift_quarantine(sid)
+        lifted = await tools.router.workflow.get(sid)
+        return events, session, refused, lifted
+
+    events, session, refused, lifted = run(harness, body)
+    results = [e for e in events if e["type"] == "tool_result" and e["tool_name"] == "fs.write"]
+    assert len(results) == 5 and not any(r["ok"] for r in results)
+    assert results[0]["error"]["code"] == "tool.unavailable"  # src/ in test_writing
+    (quarantine,) = [e for e in events if e["type"] == "quarantine"]
+    assert quarantine["denials"] == 5
+    assert events[-1]["status"] == "quarantined"
+    assert session.data.get("quarantined") and session.state == "test_writing"
+    assert refused is not None and getattr(refused, "code", "") == "ai.quarantined"
+    assert not lifted.data.get("quarantined")
+    recorded = harness.entries("session_quarantined")
+    assert len(recorded) == 2 and "5 tool calls were refused" in recorded[0]["input_summary"]
+
+
+def test_a_second_message_while_a_turn_runs_is_refused(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    provider = _script(*[("Reading.", [("fs.read", {"path": "/src/app.py"})]) for _ in range(3)])
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        await ai.loop.start(sid, "first", provider)
+        with pytest.raises(Exception, match="still working") as info:
+            await ai.loop.start(sid, "second", provider)
+        await ai.loop.cancel(sid)
+        events = await _events(ai, sid)
+        return info.value, events
+
+    error, events = run(harness, body)
+    assert getattr(error, "code", "") == "ai.turn_running"
+    assert events[-1]["type"] == "turn_end" and events[-1]["status"] == "cancelled"

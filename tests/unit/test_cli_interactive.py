@@ -1,0 +1,139 @@
+"""The prompt's lines (`handle`): tasks through follow(), slash commands, reviews, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fluffy.cli.interactive import Context, handle
+from fluffy.cli.session import sessions_table, when
+from fluffy.cli.slash import COMMANDS
+from fluffy.errors import ModeDenied
+
+from .cli_fakes import REVIEW, FakeKernel, turn
+
+pytestmark = pytest.mark.unit
+
+STATUS = {"health": "healthy", "runtime": "docker", "container_id": "c" * 20}
+OPTIONS = {"provider": {"name": "scripted", "model": "script"}, "max_rounds": 5}
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def render(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+def setup(
+    pages: list[list[dict[str, Any]]] | None = None, confirm: bool = False
+) -> tuple[FakeKernel, str, Context, Seen]:
+    kernel = FakeKernel(pages)
+    sid = kernel.call("session.create")["session_id"]
+    seen = Seen()
+    ctx = Context(renderer=seen, options=OPTIONS, confirm=lambda q: confirm)
+    return kernel, sid, ctx, seen
+
+
+def test_plain_text_is_a_task_followed_to_its_end() -> None:
+    kernel, sid, ctx, seen = setup([turn("add a feature", {"type": "text_delta", "content": "k"})])
+    reply = handle("add a feature", kernel, sid, STATUS, ctx)
+    assert reply.event is not None and reply.event["status"] == "done" and not reply.quit
+    assert kernel.methods("session.message") == [
+        {**OPTIONS, "session_id": sid, "text": "add a feature", "auto_approve": False}
+    ]
+    assert [e["type"] for e in seen.events] == ["turn_start", "text_delta", "turn_end"]
+    assert ctx.after == 3  # the next task starts after this one
+
+
+def test_without_a_provider_nothing_is_sent() -> None:
+    kernel, sid, ctx, _ = setup()
+    ctx.options = None
+    assert "nothing was sent" in handle("add a feature", kernel, sid, STATUS, ctx).text
+    assert not kernel.methods("session.message")
+
+
+def test_a_review_waits_at_the_prompt_for_approve() -> None:
+    merged = {"type": "merged", "files": 1, "auto": False, "reason": "approved by the user"}
+    kernel, sid, ctx, seen = setup([[*turn("x")[:1], REVIEW], [merged, turn("x")[-1]]])
+    first = handle("x", kernel, sid, STATUS, ctx)
+    assert first.event is not None and first.event["status"] == "waiting_review"
+    assert kernel.blocked
+    reply = handle("/approve", kernel, sid, STATUS, ctx)
+    assert reply.text == "approved plan plan-1"
+    assert kernel.methods("review.approve") == [{"session_id": sid, "plan_id": "plan-1"}]
+    assert reply.event is not None and reply.event["status"] == "done"
+    assert [e["type"] for e in seen.events][-2:] == ["merged", "turn_end"]
+    assert handle("/approve", kernel, sid, STATUS, ctx).text == "nothing waits for your review"
+
+
+def test_reject_passes_the_reason() -> None:
+    kernel, sid, ctx, _ = setup([[*turn("x")[:1], REVIEW], turn("x")[-1:]])
+    handle("x", kernel, sid, STATUS, ctx)
+    assert handle("/reject too big", kernel, sid, STATUS, ctx).text == "rejected plan plan-1"
+    assert kernel.methods("review.reject") == [
+        {"session_id": sid, "plan_id": "plan-1", "reason": "too big"}
+    ]
+
+
+@pytest.mark.parametrize(("confirm", "mode"), [(True, "debug"), (False, "strict")])
+def test_debug_asks_first(confirm: bool, mode: str) -> None:
+    kernel, sid, ctx, _ = setup(confirm=confirm)
+    asked: list[str] = []
+
+    def ask(question: str) -> bool:
+        asked.append(question)
+        return confirm
+
+    ctx.confirm = ask
+    reply = handle("/debug", kernel, sid, STATUS, ctx)
+    assert asked == ["Debug mode needs your approval: allow?"]
+    assert kernel.sessions[sid]["mode"] == mode
+    assert ("mode debug" in reply.text) is confirm
+
+
+def test_mode_refusals_use_the_error_standard(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel, sid, ctx, _ = setup()
+
+    def refuse(params: dict[str, Any]) -> None:
+        raise ModeDenied("explore mode is not allowed", fix="Ask for it in policy.yaml.")
+
+    monkeypatch.setattr(kernel, "m_session_set_mode", refuse)
+    assert handle("/explore", kernel, sid, STATUS, ctx).text == (
+        "ERROR: explore mode is not allowed\n"
+        "Reason: the policy engine did not allow the mode change\n"
+        "Fix: Ask for it in policy.yaml."
+    )
+    assert kernel.sessions[sid]["mode"] == "strict"
+
+
+def test_status_budget_pins_history_and_others() -> None:
+    kernel, sid, ctx, _ = setup()
+    assert f"session {sid}: mode strict, state idle" in handle("/status", kernel, sid, STATUS).text
+    budget = handle("/budget", kernel, sid, STATUS, ctx).text
+    assert "baseline 80.0, now 77.5, delta -2.5 (warn at -2.0, lock at -5.0)" in budget
+    assert handle("/pin use pathlib", kernel, sid, STATUS, ctx).text == "pinned; 1 pin(s)"
+    handle("/pin no prints", kernel, sid, STATUS, ctx)
+    assert handle("/pins", kernel, sid, STATUS, ctx).text == "1. use pathlib\n2. no prints"
+    assert handle("/unpin 1", kernel, sid, STATUS, ctx).text == "unpinned; 1 pin(s) left"
+    assert kernel.pins == ["no prints"]
+    assert handle("/unpin x", kernel, sid, STATUS, ctx).text.startswith("usage:")
+    assert "user_message: idle -> planning (strict)" in handle("/history", kernel, sid, STATUS).text
+    assert "quarantine lifted" in handle("/unquarantine", kernel, sid, STATUS, ctx).text
+    help_text = handle("/help", kernel, sid, STATUS, ctx).text
+    assert all(name in help_text for name in COMMANDS)
+    assert "unknown command /nope" in handle("/nope x", kernel, sid, STATUS, ctx).text
+    assert handle("/quit", kernel, sid, STATUS, ctx).quit
+    assert handle("   ", kernel, sid, STATUS, ctx).text == ""
+
+
+def test_session_table_and_times() -> None:
+    kernel = FakeKernel()
+    kernel.call("session.create")
+    rows = kernel.call("session.list", {"limit": 5})["sessions"]
+    table = sessions_table(rows)
+    assert [c.header for c in table.columns] == ["id", "mode", "state", "updated", "title"]
+    assert table.row_count == 1
+    assert when(1_700_000_000_000)[:4] == "2023" and when(None) == ""
