@@ -73,9 +73,7 @@ async def _rounds(rounds: int) -> dict[str, Any]:
                 calls=[ScriptedCall(tool="fs.read", args={"path": p}) for p in reads],
             )
             provider = ProviderConfig(name="scripted", turns=[turn] * (rounds + 1))
-            started = await ai.loop.start(
-                session.id, "benchmark", provider, max_rounds=rounds + 5
-            )
+            started = await ai.loop.start(session.id, "benchmark", provider, max_rounds=rounds + 5)
             assert started.task is not None
             await started.task
             gaps = [g * 1000 for g in list(ai.loop.round_gaps)[1:]]  # the first warms up

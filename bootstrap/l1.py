@@ -44,7 +44,13 @@ def kernel_user(project: str) -> str:
 
 
 def spec(
-    image: str, project: str, project_id: str, run_dir: str, state_dir: str, engine: Engine
+    image: str,
+    project: str,
+    project_id: str,
+    run_dir: str,
+    state_dir: str,
+    engine: Engine,
+    plugins: str | None = None,
 ) -> dict[str, Any]:
     """The create body.  Mounts sit at fixed paths inside L1 (a host path under /root would
     be unreachable for the non-root kernel); the host paths are passed on for the sibling
@@ -55,6 +61,11 @@ def spec(
         f"{state_dir}:{INSIDE}/state:rw",
         f"{engine.socket_path}:{engine.socket_path}:rw",
     ]
+    env = []
+    if plugins is not None:  # the plugin store, read-only: the kernel re-checks its hashes
+        Path(plugins).mkdir(mode=0o755, parents=True, exist_ok=True)
+        binds.append(f"{plugins}:{INSIDE}/plugins:ro")
+        env.append(f"FLUFFY_PLUGIN_STORE={INSIDE}/plugins")
     host = dict(SECURITY, Binds=binds, GroupAdd=[str(Path(engine.socket_path).stat().st_gid)])
     return {
         "Image": image,
@@ -77,6 +88,7 @@ def spec(
             f"FLUFFY_HOST_PROJECT={project}",
             f"FLUFFY_HOST_RUN={run_dir}",
             f"FLUFFY_HOST_STATE={state_dir}",
+            *env,
             f"FLUFFY_PROJECT_ID={project_id}",
         ],
         "Labels": {

@@ -66,6 +66,7 @@ class Supervisor:
     def __init__(self, engine: Engine, project: str, home: Path, image: str) -> None:
         self.engine, self.project, self.image = engine, project, image
         self.p = paths(home, project)
+        self.plugins = home / "plugins"  # installed third-party plugins, read-only in L1
         self.name = f"fluffy-kernel-{project_id(project)}"
         self.restarts: list[float] = []
         self.stopping = False
@@ -132,6 +133,7 @@ class Supervisor:
             str(self.p["run"]),
             str(self.p["state"]),
             self.engine,
+            str(self.plugins),
         )
         container = l1.start(self.engine, body, self.name)
         self.save(container_id=container, health="starting", started_at=time.time())

@@ -11,7 +11,6 @@ prepared by git-tool.  Scripted, each call's expectation (state reached, or erro
 answered) is checked; at the end the audit chain is verified and the kernel stopped.
 """
 
-
 from __future__ import annotations
 
 import os

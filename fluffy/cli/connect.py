@@ -74,7 +74,7 @@ def message_options(
     name = detected_provider(settings) if detect and turns is None else settings.provider
     model = settings.model
     if name != settings.provider:
-        if settings.sources.get("model", "default") == "default":
+        if settings.sources.get("model", "default").startswith("default"):
             model = DEFAULT_MODELS.get(name, "")
         settings = settings.model_copy(update={"provider": name})
     if name == "scripted" and turns is None:
@@ -90,6 +90,7 @@ def message_options(
         "model": model,
         "base_url": settings.base_url,
         "api_key": api_key(settings) or "",
+        "context_window": settings.context_window,
     }
     if turns is not None:
         provider["turns"] = turns

@@ -119,7 +119,7 @@ class AsyncClient:
                 if not pending.done():
                     try:
                         raise_error(message.error)
-                    except IpcError as exc:
+                    except FluffyError as exc:
                         pending.set_exception(exc)
             self.pending.clear()
             return
@@ -129,7 +129,7 @@ class AsyncClient:
         if message.error is not None:
             try:
                 raise_error(message.error)
-            except IpcError as exc:
+            except FluffyError as exc:
                 future.set_exception(exc)
         else:
             future.set_result(message.result)

@@ -58,7 +58,7 @@ KEEP_AFTER_SUMMARY: Final = 0.5  # ... and keep the newest half of the budget ve
 MIN_RECENT: Final = 2000  # a budget that leaves less for messages is refused
 FULL_ROUNDS: Final = 3  # tool results of the last rounds are sent in full
 OLD_RESULT_CHARS: Final = 2000  # older results: head and tail, about 500 tokens
-CONTINUE: Final = "(The earlier conversation is summarised in the system prompt. Continue.)"
+CONTINUE: Final = "[fluffy] The earlier conversation is summarised in the system prompt. Continue."
 
 
 @dataclass(frozen=True)

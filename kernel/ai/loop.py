@@ -289,6 +289,7 @@ class SessionLoop:
                 state=session.state,
                 mode=session.mode,
                 tools=tools,
+                window_tokens=turn.provider.context_window,
                 # a script cannot summarise (it would replay its turns): extractive then
                 summarise=None
                 if turn.provider.name == "scripted"
@@ -456,6 +457,9 @@ class SessionLoop:
             )
             return
         shown = await self._show(sid)
+        if not turn.auto_approve:  # ready before anyone is told: an approval can come at once
+            turn.review = asyncio.get_running_loop().create_future()
+            turn.status = "waiting_review"
         await self._emit(turn, {"type": "review", "auto": False, **shown})
         if turn.auto_approve:
             outcome = await self.router.flow.approve(
@@ -463,11 +467,11 @@ class SessionLoop:
             )
             decision: dict[str, Any] = {"decision": "approve", "result": outcome}
         else:
-            turn.status = "waiting_review"
+            assert turn.review is not None
             if turn.provider_session is not None:  # the wait may be long: no idle sandbox
+                self.round_gaps.extend(turn.provider_session.gaps)
                 await turn.provider_session.close()
                 turn.provider_session = None
-            turn.review = asyncio.get_running_loop().create_future()
             decision = await turn.review
             turn.review = None
             turn.status = "running"

@@ -60,6 +60,7 @@ class Memory:
         mode: str,
         tools: Sequence[ToolDefinition],
         summarise: Summariser | None = None,
+        window_tokens: int = 0,
     ) -> list[Message]:
         history = await self.store.load(session_id)
         meta = await self.store.meta(session_id)

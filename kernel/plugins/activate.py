@@ -17,10 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
@@ -34,22 +32,10 @@ from fluffy.kernel.tools.registry import Registry, ToolSpec, third_party_specs
 
 log = logging.getLogger("fluffy.kernel.plugins")
 
-HOME_REGISTRY: Final = "registry.db"
-
-
-def home_registry(store: PluginStore) -> Path:
-    """The install registry's file, in the store (so one mount shows the kernel both)."""
-    return store.root / HOME_REGISTRY
-
-
-def reserved_names(tools: Registry) -> Reserved:
-    """What the built-ins own: plugin names, tool names (and so their namespaces)."""
-    return Reserved(plugins=set(tools.plugins()), tools=set(tools.specs))
-
 
 def read_home(store: PluginStore) -> dict[str, tuple[str, str | None]]:
     """name -> (state, reason) of the install registry, read-only (missing: no plugins)."""
-    path = home_registry(store)
+    path = store.registry_file
     if not path.is_file():
         return {}
     uri = f"{path.resolve().as_uri()}?mode=ro"
@@ -80,7 +66,17 @@ async def _bring_up(registry: PluginRegistry, store: PluginStore, name: str) -> 
     if installed is None:
         log.warning("plugin %s is registered but not in the store %s; skipped", name, store.root)
         return None
-    info = await registry.register(discover(installed.path), folder=installed.path)
+    found = discover(installed.path)
+    if found.manifest is None:  # a copy that no longer reads: tampered, or broken?
+        report = store.verify(name)
+        if not report.ok:
+            problem = f"files changed since install: {report.describe()}"
+            await registry.reject(found.manifest_path, name, problem)
+            folder = str(installed.path)
+            await registry.audit_refusal(name, installed.version, folder, problem, report.to_dict())
+            log.error("plugin %s refused: %s", name, problem)
+            return None
+    info = await registry.register(found, folder=installed.path)
     if info.state == "REJECTED":
         log.warning("plugin %s was rejected: %s", name, info.reason)
         return None
@@ -94,8 +90,6 @@ async def activate(
     evaluate: Evaluate,
     audit: AuditLog | None,
     store: PluginStore | None = None,
-    *,
-    on_error: Callable[[str, FluffyError], None] | None = None,
 ) -> Activated:
     """Register, load and enable every enabled installed plugin; never raises."""
     store = store or PluginStore.default()
@@ -105,7 +99,7 @@ async def activate(
         registry = await PluginRegistry.open(
             db_path(state_dir),
             store=store,
-            reserved=reserved_names(tools),
+            reserved=Reserved.of(tools),
             precheck=lambda manifest: precheck(evaluate, manifest),
             audit=audit,
         )
@@ -113,9 +107,13 @@ async def activate(
         log.error("installed plugins not loaded: %s", exc)
         return activated
     activated.registry = registry
-    await registry.settle()
-    for stale in registry.list():  # rebuilt from the install registry at every start
-        await registry.unregister(stale.name)
+    try:
+        await registry.settle()
+        for stale in registry.list():  # rebuilt from the install registry at every start
+            await registry.unregister(stale.name)
+    except (sqlite3.Error, FluffyError) as exc:
+        log.error("installed plugins not loaded: %s", exc)
+        return activated
     for name, (state, reason) in sorted(home.items()):
         try:
             if state == "DISABLED":
@@ -126,10 +124,8 @@ async def activate(
                         await registry.disable(name, reason or "disabled by the user")
                 continue
             info = await _bring_up(registry, store, name)
-        except FluffyError as exc:
-            log.error("plugin %s not activated: %s", name, exc.what)
-            if on_error is not None:
-                on_error(name, exc)
+        except (FluffyError, OSError, sqlite3.Error) as exc:
+            log.error("plugin %s not activated: %s", name, exc)
             continue
         if info is None or info.manifest is None:
             continue

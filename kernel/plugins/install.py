@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fluffy.kernel.plugins.activate import home_registry, reserved_names
 from fluffy.kernel.plugins.errors import PluginNotFound, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest
 from fluffy.kernel.plugins.precheck import Evaluate, precheck
-from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry
+from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry, Reserved
 from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import PluginStore, inspect_tree
 
@@ -65,10 +64,10 @@ async def open_home(store: PluginStore, evaluate: Evaluate) -> PluginRegistry:
     from fluffy.kernel.tools.registry import Registry
 
     return await PluginRegistry.open(
-        home_registry(store),
+        store.registry_file,
         rollback_journal=True,
         store=store,
-        reserved=reserved_names(Registry.builtin(kernel_tools())),
+        reserved=Reserved.of(Registry.builtin(kernel_tools())),
         precheck=lambda manifest: precheck(evaluate, manifest),
     )
 

@@ -28,12 +28,11 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import aiosqlite
 
 from fluffy.kernel.audit.entry import Event, now_ms
-from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.store import PRAGMAS
 from fluffy.kernel.plugins.errors import (
     PluginError,
@@ -46,6 +45,10 @@ from fluffy.kernel.plugins.handshake import check_min_api_version
 from fluffy.kernel.plugins.manifest import PluginManifest, parse_manifest
 from fluffy.kernel.plugins.scan import Discovered, scan
 from fluffy.kernel.plugins.store import PluginStore
+
+if TYPE_CHECKING:  # the CLI uses the registry without the audit log's machinery
+    from fluffy.kernel.audit.log import AuditLog
+    from fluffy.kernel.tools.registry import Registry
 
 State = Literal["DISCOVERED", "REGISTERED", "REJECTED", "LOADED", "ACTIVE", "UNLOADED", "DISABLED"]
 THIRD_PARTY: Final = "third_party"
@@ -123,6 +126,11 @@ class Reserved:
     def namespaces(self) -> set[str]:
         return {tool.split(".", 1)[0] for tool in self.tools}
 
+    @classmethod
+    def of(cls, tools: Registry) -> Reserved:
+        """What the built-in tool registry owns: plugin names, tool names (namespaces)."""
+        return cls(plugins=set(tools.plugins()), tools=set(tools.specs))
+
 
 def _row_info(row: sqlite3.Row | tuple[Any, ...]) -> PluginInfo:
     name, version, state, reason, manifest_path, manifest, tags, warnings, folder, at = row
@@ -179,6 +187,8 @@ class PluginRegistry:
                 await db.execute(pragma)
             await db.executescript(SCHEMA)
             await db.commit()
+            if rollback_journal:  # the kernel may run as another user (a root host)
+                db_file.chmod(0o644)
             registry = cls(db, **options)
             await registry._reload()
         except BaseException:
@@ -369,7 +379,7 @@ class PluginRegistry:
                 problem, details = exc.what, {}
             if problem is not None:
                 await self._set(info, "DISABLED", problem)
-                await self._audit_refusal(info, problem, details)
+                await self.audit_refusal(info.name, info.version, info.folder, problem, details)
                 raise PluginTampered(f"plugin {name} refused to load: {problem}")
         return await self._set(info, "LOADED", None)
 
@@ -393,10 +403,13 @@ class PluginRegistry:
             await self._set(self._plugins[name], "UNLOADED", "the previous kernel stopped")
         return moved
 
-    async def _audit_refusal(self, info: PluginInfo, problem: str, details: dict[str, Any]) -> None:
+    async def audit_refusal(
+        self, name: str, version: str, folder: str, problem: str, details: dict[str, Any]
+    ) -> None:
+        """Record (durably) that a plugin was refused to load, and why."""
         if self.audit is None:
             return
-        metadata = {"plugin": info.name, "version": info.version, "folder": info.folder}
+        metadata = {"plugin": name, "version": version, "folder": folder}
         for key in ("changed", "missing", "added"):
             if details.get(key):
                 metadata[key] = ",".join(details[key])[:1000]
@@ -408,7 +421,7 @@ class PluginRegistry:
                 policy_decision="denied",
                 policy_rule_name="kernel.plugin_integrity",
                 deny_reason=problem[:500],
-                input_summary=f"load plugin {info.name} {info.version}",
+                input_summary=f"load plugin {name} {version}",
                 metadata=metadata,
             )
         )

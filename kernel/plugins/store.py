@@ -45,6 +45,7 @@ MAX_DEPTH: Final = 16
 SKIPPED_DIRS: Final = frozenset({"__pycache__"})
 SKIPPED_SUFFIXES: Final = (".pyc",)
 RECORD: Final = "install.json"
+REGISTRY: Final = "registry.db"
 STORE_ENV: Final = "FLUFFY_PLUGIN_STORE"
 
 
@@ -209,6 +210,11 @@ class PluginStore:
     @classmethod
     def default(cls) -> PluginStore:
         return cls(default_root())
+
+    @property
+    def registry_file(self) -> Path:
+        """The install registry, in the store (one read-only mount shows the kernel both)."""
+        return self.root / REGISTRY
 
     def folder(self, name: str) -> Path:
         return self.root / name

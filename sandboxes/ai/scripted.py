@@ -1,10 +1,11 @@
 """The scripted provider: replays ``config.turns`` with no network (demos, tests, benchmarks).
 
 The turn to play is derived from the conversation itself (the number of assistant
-messages since the last user message), so the adapter keeps no state and a replayed or
-resumed session plays the same turn again.  Past the end of the script the model says
-"Done." and calls nothing, which ends the task.  It streams like a real provider: the
-text in a few word chunks, each call as start / arguments / end.
+messages since the user's last message; the kernel's own notes do not count), so the
+adapter keeps no state and a replayed or resumed session plays the same turn again.
+Past the end of the script the model says "Done." and calls nothing, which ends the
+task.  It streams like a real provider: the text in a few word chunks, each call as
+start / arguments / end.
 """
 
 from __future__ import annotations
@@ -38,11 +39,16 @@ WORDS_PER_CHUNK = 3
 _WORDS = re.compile(r"\S+\s*|\s+")
 
 
+#: User messages the kernel adds itself (a review's outcome, a window's opening) start so;
+#: they are not the user's task, so the script goes on rather than starting again.
+KERNEL_NOTE = "[fluffy]"
+
+
 def turn_index(messages: list[Message]) -> int:
     """Assistant messages after the last user message (all of them if there is none)."""
     count = 0
     for message in reversed(messages):
-        if message.role == "user":
+        if message.role == "user" and not message.content.startswith(KERNEL_NOTE):
             break
         if message.role == "assistant":
             count += 1

@@ -180,6 +180,8 @@ class ProviderConfig(msgspec.Struct, frozen=True):
     max_tokens: int = 4096
     temperature: float | None = None
     timeout_s: float = 120.0
+    #: the model's context window in tokens (0: the kernel's default)
+    context_window: int = 0
     turns: list[ScriptedTurn] = msgspec.field(default_factory=list)  # scripted only
 
     def __repr__(self) -> str:  # never show the key

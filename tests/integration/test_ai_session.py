@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from fluffy.demo_session import git, init_repository
+from fluffy.errors import ModeDenied
 from fluffy.ipc.client import SyncClient
 from fluffy.kernel.ai.script import load_script
 from fluffy.sandboxes.ai.calls import wire_name
@@ -166,3 +167,67 @@ def test_a_host_not_allow_listed_gets_403_and_an_audit_entry(
     assert "network_whitelist" in json.dumps(end["error"])
     (denied,) = [e for e in kernel.entries("network_request") if e["policy_decision"] == "denied"]
     assert denied["input_summary"].startswith("CONNECT 127.0.0.1:")
+
+
+def test_adversarial_turns_against_the_real_adapter(tmp_path: Path, docker_runtime: str) -> None:
+    """A model that pushes: a 2 MB output, source before a red test, a secret; and debug."""
+    read_big = (wire_name("fs.read"), {"path": "data/big.txt"})  # whole: 2 MB
+    replies = [
+        Reply("Planning.", [(wire_name("plan.complete"), {"summary": "try things"})]),
+        Reply("A big read.", [read_big]),
+        Reply("Tests pass already: code now?", [(wire_name("test.run"), {})]),
+        Reply("Code anyway.", [(wire_name("fs.write"), {"path": "src/x.py", "content": "x"})]),
+        Reply("And a secret.", [(wire_name("fs.read"), {"path": "src/democonfig/local.py"})]),
+        Reply("I stop here."),
+    ]  # fmt: skip
+    with FakeOpenAIServer(replies) as server:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        project = tmp_path / "project"
+        shutil.copytree(DEMO, project)
+        (project / "data").mkdir()
+        lines = (f"line {i:07d} " + "x" * 40 + "\n" for i in range(40000))
+        (project / "data" / "big.txt").write_text("".join(lines))  # 2 MB
+        policy = project / ".fluffy" / "policy.yaml"
+        policy.write_text(
+            policy.read_text()
+            + "\n  - name: debug-needs-review\n"
+            + "    match: {syscall: session.set_mode, session_mode: [debug]}\n"
+            + "    action: require_review\n"
+            + f"\nnetwork_whitelist: ['127.0.0.1:{port}']\n"
+            + "tools: {read_max_size: 4MiB}\n"  # the 2 MB file may be read whole
+        )
+        (project / "src" / "democonfig" / "local.py").write_text(f'TOKEN = "{SECRET}"\n')
+        init_repository(project)
+        for path in [project, *project.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        tmp_path.chmod(0o755)
+        kernel = Kernel(tmp_path, project, docker_runtime).start()
+        try:
+            provider = {"name": "openai", "model": "m", "base_url": server.base_url}
+            sid, events = run_task(kernel, provider)
+            with kernel.client() as client:
+                client.call("session.cancel", {"session_id": sid})  # modes change in idle
+                with pytest.raises(ModeDenied) as refused:
+                    client.call("session.set_mode", {"session_id": sid, "mode": "debug"})
+                debug = client.call(
+                    "session.set_mode", {"session_id": sid, "mode": "debug", "approved": True}
+                )
+                mode_after = client.call("session.get", {"session_id": sid})["mode"]
+        finally:
+            kernel.stop()
+        tool_messages = [m for m in server.requests[-1].body["messages"] if m.get("role") == "tool"]
+    assert events[-1]["status"] == "done"
+    big = tool_messages[1]["content"]  # 2 MB read: cut to the token budget, marked
+    assert len(big) < 40_000 and "characters truncated" in big
+    test_run = [e for e in events if e["type"] == "tool_result" and e["tool_name"] == "test.run"]
+    assert test_run[0]["ok"]  # it ran, and passed: not red, so no move to code_writing
+    states = [e["to"] for e in events if e["type"] == "state"]
+    assert "code_writing" not in states and states[-1] == "test_writing"
+    write = [e for e in events if e["type"] == "tool_result" and e["tool_name"] == "fs.write"]
+    assert (
+        write[0]["error"]["code"] == "tool.unavailable"
+        and "test_writing" in write[0]["error"]["what"]
+    )
+    assert SECRET not in json.dumps(tool_messages) and "[REDACTED" in tool_messages[-1]["content"]
+    assert "requires review and was not approved" in (refused.value.why or "")
+    assert debug["mode"] == "debug" == mode_after  # approved by the user: allowed

@@ -144,3 +144,17 @@ def test_no_repr_shows_the_key() -> None:
             adapter = make_adapter(config, client)
             assert key not in repr(adapter)
             assert key not in repr(vars(adapter).get("_endpoint"))
+
+
+def test_the_kernels_own_notes_do_not_restart_the_script() -> None:
+    from fluffy.sandboxes.ai.scripted import turn_index
+    from fluffy.sandboxes.ai.types import Message
+
+    history = [
+        Message(role="user", content="Add error handling"),
+        Message(role="assistant", content="one"),
+        Message(role="assistant", content="two"),
+        Message(role="user", content="[fluffy] The user approved the merge."),
+    ]
+    assert turn_index(history) == 2  # the script goes on with its third turn
+    assert turn_index([*history, Message(role="user", content="next task")]) == 0

@@ -82,7 +82,35 @@ def kernel(monkeypatch: pytest.MonkeyPatch, fluffy_home: Path) -> FakeKernel:
 
 
 def _run(tmp_path: Path, *argv: str) -> int:
-    return main([*argv, "--project", str(tmp_path)])
+    extra: list[str] = []
+    if "--script" not in argv and "--provider" not in argv:  # offline needs a script
+        script = tmp_path / "default-script.yaml"
+        script.write_text("task: t\nturns:\n  - say: hi\n    calls: []\n")
+        extra = ["--script", str(script)]
+    return main([*argv, *extra, "--project", str(tmp_path)])
+
+
+def test_the_scripted_provider_without_a_script_is_refused_with_a_fix(
+    kernel: FakeKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FLUFFY_API_KEY", "FLUFFY_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["add x", "--project", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert "no AI provider is set up" in err and "OPENAI_API_KEY" in err
+    assert not kernel.methods("session.message")  # nothing was sent
+
+
+def test_an_api_key_in_the_environment_picks_its_provider(
+    kernel: FakeKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-" + "k" * 20)
+    kernel.pages = [turn("add x")]
+    assert main(["add x", "--project", str(tmp_path)]) == EXIT_OK
+    (sent,) = kernel.methods("session.message")
+    assert sent["provider"]["name"] == "openai" and sent["provider"]["model"] == "gpt-4o-mini"
+    assert sent["provider"]["api_key"].startswith("sk-test-")  # only to the kernel's socket
 
 
 def test_a_task_runs_to_done(

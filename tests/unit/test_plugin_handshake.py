@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fluffy.errors import PolicyError, VersionUnsupported
-from fluffy.ipc.client import AsyncClient
+from fluffy.ipc.client import AsyncClient, SyncClient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
@@ -68,8 +68,7 @@ def test_the_handshake_accepts_the_window_and_refuses_outside_it(tmp_path: Path)
             for version in (low - 1, high + 1):
                 with pytest.raises(VersionUnsupported) as caught:
                     await AsyncClient.connect(str(sock), api_version=version)
-                assert f"speaks versions {low} to {high}" in str(caught.value)
-                assert f"[{low}, {high}]" in str(caught.value)
+                assert f"this kernel speaks versions {low} to {high}" in str(caught.value)
         finally:
             await server.close()
         assert server.stats["ipc.version_unsupported"] == 2
@@ -100,24 +99,29 @@ def test_a_plugin_socket_denies_and_audits_everything_but_its_two_methods(tmp_pa
         sock = tmp_path / "ipc" / "kernel.sock"
         await server.listen(sock, binding=binding)
         answers: list[Any] = []
-        try:
-            old = await AsyncClient.connect(str(sock), plugin_name=plugin, api_version=0)
-            with pytest.raises(VersionUnsupported, match="needs at least 1"):
-                await old.call("tool.next")
-            await old.close()
-            client = await AsyncClient.connect(str(sock), plugin_name=plugin)
-            for method, params in (
-                ("fs.write", {"path": "src/x.py", "content": "evil"}),
-                ("fs.read", {"path": ".fluffy/policy.yaml"}),
-                ("policy.update", {"text": "capabilities: []", "approve": True}),
+
+        def hostile() -> None:
+            # SyncClient: AsyncClient does not relay non-IPC error codes (see the report)
+            with (
+                SyncClient(str(sock), plugin_name=plugin, api_version=0) as old,
+                pytest.raises(VersionUnsupported, match="needs at least 1"),
             ):
-                with pytest.raises(PolicyError) as caught:
-                    await client.call(method, params)
-                answers.append(caught.value.what)
-            job = await client.call("tool.next")  # its own methods still work
-            assert job["call_id"] == "c1" and job["tool"] == "demo.echo"
-            await client.call("tool.result", {"call_id": "c1", "ok": True, "result": {}})
-            await client.close()
+                old.call("tool.next")
+            with SyncClient(str(sock), plugin_name=plugin) as client:
+                for method, params in (
+                    ("fs.write", {"path": "src/x.py", "content": "evil"}),
+                    ("fs.read", {"path": ".fluffy/policy.yaml"}),
+                    ("policy.update", {"text": "capabilities: []", "approve": True}),
+                ):
+                    with pytest.raises(PolicyError) as caught:
+                        client.call(method, params)
+                    answers.append(f"{caught.value.what} ({caught.value.why})")
+                job = client.call("tool.next")  # its own methods still work
+                assert job["call_id"] == "c1" and job["tool"] == "demo.echo"
+                client.call("tool.result", {"call_id": "c1", "ok": True, "result": {}})
+
+        try:
+            await asyncio.to_thread(hostile)
         finally:
             await server.close()
             await audit.close()

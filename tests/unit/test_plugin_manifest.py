@@ -164,3 +164,37 @@ def test_the_manifest_round_trips_through_yaml() -> None:
     loaded = parse_manifest(manifest())
     again = read_manifest_text(yaml.safe_dump(loaded.to_dict()))
     assert again == loaded and again.tool("demo.echo") is not None
+
+
+@pytest.mark.parametrize(
+    ("source", "module"),
+    [
+        ("import fluffy.kernel.audit.log\n", "fluffy.kernel.audit.log"),
+        ("from fluffy import kernel\n", "fluffy.kernel"),
+        ("from fluffy.cli import main\n", "fluffy.cli"),
+        (
+            "import importlib\nimportlib.import_module('fluffy.kernel.tools')\n",
+            "fluffy.kernel.tools",
+        ),
+        ("__import__('fluffy.bootstrap')\n", "fluffy.bootstrap"),
+    ],
+)
+def test_plugins_may_not_import_fluffys_internals(tmp_path: Path, source: str, module: str) -> None:
+    folder = make_plugin(tmp_path / "p")
+    (folder / "helper.py").write_text(source)
+    with pytest.raises(PluginManifestInvalid) as caught:
+        read_plugin(folder)
+    assert f"imports {module}, which is fluffy's internals" in caught.value.what
+    assert caught.value.what.startswith("helper.py:")
+
+
+def test_the_sdk_and_errors_are_what_plugins_may_import(tmp_path: Path) -> None:
+    folder = make_plugin(tmp_path / "p")
+    (folder / "helper.py").write_text(
+        "import fluffy\nfrom fluffy.errors import ToolFailed\n"
+        "from fluffy.plugins.sdk import ToolContext\nimport json, os\n"
+    )
+    assert read_plugin(folder).name == "demo-tool"
+    (folder / "broken.py").write_text("def (:\n")
+    with pytest.raises(PluginManifestInvalid, match=r"broken\.py:1: not valid Python"):
+        read_plugin(folder)

@@ -163,7 +163,7 @@ def test_read_verified_ships_recorded_files_only_and_refuses_changes(
     _, files = store.read_verified("demo-tool")
     assert set(files) == {"manifest.yaml", "plugin.py"}
     (installed.path / "plugin.py").write_text("EVIL = 2\n")
-    with pytest.raises(PluginTampered, match="plugin.py no longer matches its recorded hash"):
+    with pytest.raises(PluginTampered, match=r"plugin\.py no longer matches its recorded hash"):
         store.read_verified("demo-tool")
 
 
