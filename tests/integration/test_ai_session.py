@@ -109,11 +109,20 @@ def check_scenario(project: Path, events: list[dict[str, Any]]) -> None:
     assert timed and all(e["duration_ms"] > 0 for e in timed)
 
 
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def any_runtime(request: pytest.FixtureRequest) -> str:
+    from fluffy.images.builder import build_images
+
+    with connect_engine(request.param) as connected:
+        build_images(connected)
+    return str(request.param)
+
+
 def test_scripted_provider_plays_the_scenario_in_a_sandbox(
-    tmp_path: Path, docker_runtime: str
+    tmp_path: Path, any_runtime: str
 ) -> None:
     project = project_with(tmp_path, [])
-    kernel = Kernel(tmp_path, project, docker_runtime).start()
+    kernel = Kernel(tmp_path, project, any_runtime).start()
     try:
         _, events = run_task(kernel, {"name": "scripted", "turns": SCRIPT.provider_turns()})
     finally:

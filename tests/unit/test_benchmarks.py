@@ -74,3 +74,19 @@ def test_the_tools_benchmark_runs_small_and_reports_its_figures(
         assert result[key] > 0, key
     assert result["fs_read_p50_us"] <= result["fs_read_p99_us"]
     assert "plugin_call_overhead_p50_ms" in result  # measured where an engine runs (CI)
+
+
+def test_the_session_benchmark_runs_small_and_reports_its_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import session
+
+    assert session.main(["--json", "--rounds", "5", "--proxy-n", "5"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["rounds"] == 5  # one gap per round after the first (a warm-up)
+    for key in ("round_of_10_calls_overhead_p50_ms", "proxy_overhead_p50_ms", "direct_p50_ms"):
+        assert key in result, key
+    assert 0 < result["round_of_10_calls_overhead_p50_ms"] <= result[
+        "round_of_10_calls_overhead_p99_ms"
+    ]
+    assert result["via_proxy_p50_ms"] > 0 and result["tunnels_audited"] >= 5
