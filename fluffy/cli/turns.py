@@ -82,7 +82,9 @@ def follow(
                 if kind == "turn_end" and event.get("status") == "waiting_review" and decided:
                     continue
                 renderer.render(event)
-                if kind == "review" and not event.get("auto") and not kernel_decides:
+                # the kernel says whether it decides (--yes, no policy review); else ask
+                kernel_takes = event.get("kernel_decides", kernel_decides)
+                if kind == "review" and not event.get("auto") and not kernel_takes:
                     decided = False
                     outcome = _decide(client, session_id, event, renderer, on_review, position)
                     if outcome is not None:

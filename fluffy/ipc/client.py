@@ -37,11 +37,14 @@ def raise_error(body: ErrorBody) -> None:
     cls = _BY_CODE.get(body.code)
     error: FluffyError | None = None
     if cls is not None and issubclass(cls, Exception):
-        error = (
-            cls(body.what, why=body.why or None, fix=body.fix or None)
-            if body.what
-            else cls(body.message)
-        )
+        try:
+            error = (
+                cls(body.what, why=body.why or None, fix=body.fix or None)
+                if body.what
+                else cls(body.message)
+            )
+        except TypeError:  # a class that needs more than what/why/fix (ToolUnavailable)
+            error = None
     if error is None:
         error = IpcError(body.message)
     error.wire_code = body.code  # type: ignore[attr-defined]

@@ -35,7 +35,7 @@ class AiLayer:
     def methods(self, tool_methods: dict[str, Handler]) -> dict[str, Handler]:
         """The session methods, and the review methods hooked to wake waiting turns."""
         hooked = with_review_hooks(tool_methods, self.loop)
-        return {**hooked, **ai_methods(self.loop, max_rounds=self._max_rounds)}
+        return {**hooked, **ai_methods(self.loop, max_rounds=lambda: self._max_rounds)}
 
     _max_rounds: int = 50
 

@@ -32,6 +32,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from fluffy.errors import FluffyError, Quarantined, TurnRunning, WorkflowError
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.memory import Memory
@@ -52,6 +54,9 @@ from fluffy.sandboxes.ai.types import (
 log = logging.getLogger("fluffy.kernel.ai")
 
 QUARANTINE_AFTER = 5
+#: An ai-provider sandbox older than this gets no new request (its template ends it at
+#: 120 s): a fresh one takes over, so a request never runs into the limit.
+RENEW_AFTER_S = 60.0
 MAX_ROUNDS = 50
 DENIAL_CODES = frozenset({"tool.unavailable", "policy.invalid", "ai.quarantined"})
 #: A tool result in the conversation is at most this long (the router already truncated
@@ -104,8 +109,9 @@ class SessionLoop:
         return self.streams.setdefault(session_id, EventStream())
 
     def running(self, session_id: str) -> Turn | None:
+        """The session's turn until it has ended (reserved before its task exists)."""
         turn = self.turns.get(session_id)
-        return turn if turn is not None and turn.task is not None and not turn.task.done() else None
+        return turn if turn is not None and not turn.ended else None
 
     async def start(
         self,
@@ -126,17 +132,25 @@ class SessionLoop:
         if session.data.get("quarantined"):
             raise Quarantined(f"session {session_id} is quarantined")
         turn = Turn(uuid.uuid4().hex[:12], session_id, text, provider, auto_approve, max_rounds)
-        self.turns[session_id] = turn
-        await self._emit(turn, {"type": "turn_start", "turn_id": turn.turn_id, "text": turn.text})
-        if session.state == "idle":  # before answering: the caller sees planning
-            await self.router.workflow.fire(session_id, "user_message")
-            await self._state(turn, "idle")
+        self.turns[session_id] = turn  # reserved before any await: one turn per session
+        try:
+            await self._emit(
+                turn, {"type": "turn_start", "turn_id": turn.turn_id, "text": turn.text}
+            )
+            if session.state == "idle":  # before answering: the caller sees planning
+                await self.router.workflow.fire(session_id, "user_message")
+                await self._state(turn, "idle")
+        except BaseException as exc:
+            turn.status = "failed"
+            what = exc.what if isinstance(exc, FluffyError) else type(exc).__name__
+            await self._end(turn, {"what": what, "why": "", "fix": "", "code": "ai.start"})
+            raise
         turn.task = asyncio.create_task(self._run(turn), name=f"turn-{turn.turn_id}")
         return turn
 
     async def cancel(self, session_id: str) -> bool:
         turn = self.running(session_id)
-        if turn is None or turn.task is None:
+        if turn is None or turn.task is None or turn.task.done():
             return False
         turn.status = "cancelled"
         turn.task.cancel()
@@ -146,11 +160,13 @@ class SessionLoop:
             await self._end(turn, None)
         return True
 
-    async def resolve_review(self, session_id: str, decision: str, result: Any) -> None:
+    async def resolve_review(
+        self, session_id: str, decision: str, result: Any, reason: str = ""
+    ) -> None:
         """The user approved or rejected (through review.*): a waiting turn goes on."""
         turn = self.turns.get(session_id)
         if turn is not None and turn.review is not None and not turn.review.done():
-            turn.review.set_result({"decision": decision, "result": result})
+            turn.review.set_result({"decision": decision, "result": result, "reason": reason})
 
     async def lift_quarantine(self, session_id: str) -> None:
         await self.router.workflow.annotate(session_id, "quarantine_lifted", quarantined=None)
@@ -231,6 +247,8 @@ class SessionLoop:
 
     async def _end(self, turn: Turn, error: dict[str, Any] | None) -> None:
         turn.ended = True
+        # the API key stays in memory only while a turn needs it
+        turn.provider = msgspec.structs.replace(turn.provider, api_key="")
         if turn.status == "running":
             turn.status = "done"
         await self._emit(
@@ -248,9 +266,12 @@ class SessionLoop:
         current = turn.provider_session
         if current is not None and not current.closed:
             exited = current.exited
-            if exited is None or not exited.done():
+            young = time.monotonic() - current.started_at < RENEW_AFTER_S
+            if young and (exited is None or not exited.done()):
                 return current
-            await current.close()  # it reached its time limit: a fresh one
+            # near its time limit (the template's 120 s), or gone: a fresh one
+            self.round_gaps.extend(current.gaps)
+            await current.close()
         turn.provider_session = await self.runner.open(
             turn.session_id, f"{turn.turn_id}-{uuid.uuid4().hex[:4]}"
         )
@@ -333,13 +354,19 @@ class SessionLoop:
                 reads, writes = frozenset(), frozenset()
             planned.append(PlannedCall(index, reads, writes))
         answers: list[dict[str, Any]] = [{} for _ in calls]
-        for wave in plan_batches(planned):
-            results = await asyncio.gather(*(self._one(turn, calls[i]) for i in wave))
-            for i, answer in zip(wave, results, strict=True):
-                answers[i] = answer
-        await self.memory.append(
-            sid,
-            [
+        try:
+            for wave in plan_batches(planned):
+                results = await asyncio.gather(*(self._one(turn, calls[i]) for i in wave))
+                for i, answer in zip(wave, results, strict=True):
+                    answers[i] = answer
+        finally:
+            # every call gets its result, even a cancelled turn's: providers refuse a
+            # conversation with a tool call left unanswered
+            for i, answer in enumerate(answers):
+                if not answer:
+                    answers[i] = {"ok": False, "error": {"code": "ai.cancelled",
+                                  "what": "the call was cancelled before it finished"}}  # fmt: skip
+            results_messages = [
                 Message(
                     role="tool",
                     content=_tool_content(answer),
@@ -347,8 +374,8 @@ class SessionLoop:
                     name=call.name,
                 )
                 for call, answer in zip(calls, answers, strict=True)
-            ],
-        )
+            ]
+            await asyncio.shield(self.memory.append(sid, results_messages))
         session = await self.router.workflow.get(sid)
         if session.data.get("quarantined"):
             turn.status = "quarantined"
@@ -386,7 +413,7 @@ class SessionLoop:
             },
         )
         await self._steps(turn, str(before), answer)
-        if error and str(error.get("code")) in DENIAL_CODES:
+        if error and _is_denial(error):
             await self._denied(turn)
         return answer
 
@@ -457,13 +484,18 @@ class SessionLoop:
             )
             return
         shown = await self._show(sid)
-        if not turn.auto_approve:  # ready before anyone is told: an approval can come at once
+        session = await self.router.workflow.get(sid)
+        # --yes stands for the user on size and sensitive files; a policy require_review
+        # rule asks for a person, so that review waits like any other
+        auto = turn.auto_approve and not session.data.get("review_required")
+        if not auto:  # ready before anyone is told: an approval can come at once
             turn.review = asyncio.get_running_loop().create_future()
             turn.status = "waiting_review"
-        await self._emit(turn, {"type": "review", "auto": False, **shown})
-        if turn.auto_approve:
-            outcome = await self.router.flow.approve(
-                sid, by="user (--yes)", plan_id=shown["plan_id"]
+        await self._emit(turn, {"type": "review", "auto": False, "kernel_decides": auto, **shown})
+        if auto:
+            # shielded: a cancelled turn must not leave a merge half-recorded
+            outcome = await asyncio.shield(
+                self.router.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
             )
             decision: dict[str, Any] = {"decision": "approve", "result": outcome}
         else:
@@ -492,9 +524,11 @@ class SessionLoop:
                 f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
             )
         else:
+            reason = str(decision.get("reason") or "").strip()
+            said = f' They said: "{reason}".' if reason else " Ask the user what to change."
             note = (
                 "[fluffy] The user rejected the merge; the staged changes were discarded. "
-                f"Workflow state: {result.get('state')}. Ask the user what to change."
+                f"Workflow state: {result.get('state')}.{said}"
             )
         await self.memory.append(sid, [Message(role="user", content=note)])
 
@@ -513,6 +547,15 @@ class SessionLoop:
     async def _audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:
         if self.audit is not None:
             await self.audit(session_id, summary, metadata)
+
+
+def _is_denial(error: dict[str, Any]) -> bool:
+    """Refusals that count toward quarantine: policy, state, and paths out of bounds."""
+    code = str(error.get("code"))
+    if code in DENIAL_CODES:
+        return True
+    text = f"{error.get('what', '')} {error.get('why', '')}"
+    return code == "tool.input_invalid" and ("outside the project" in text or ".." in text)
 
 
 def _short_error(error: Any) -> dict[str, Any]:

@@ -27,6 +27,36 @@ log = logging.getLogger("fluffy.kernel.ai")
 Summariser = Callable[[list[Message], str], Awaitable[str]]
 
 
+UNANSWERED = (
+    '{"ok": false, "error": {"code": "ai.cancelled", '
+    '"what": "no result: the call was interrupted"}}'
+)
+
+
+def answered(history: list[Message]) -> list[Message]:
+    """``history`` with a result for every tool call (a kernel killed in mid-call leaves
+    calls unanswered, and providers refuse such a conversation)."""
+    out: list[Message] = []
+    i = 0
+    while i < len(history):
+        message = history[i]
+        out.append(message)
+        i += 1
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        seen: set[str] = set()
+        while i < len(history) and history[i].role == "tool":
+            seen.add(history[i].tool_call_id)
+            out.append(history[i])
+            i += 1
+        out += [
+            Message(role="tool", content=UNANSWERED, tool_call_id=call.id, name=call.name)
+            for call in message.tool_calls
+            if call.id not in seen
+        ]
+    return out
+
+
 class Memory:
     def __init__(
         self,
@@ -62,7 +92,7 @@ class Memory:
         summarise: Summariser | None = None,
         window_tokens: int = 0,
     ) -> list[Message]:
-        history = await self.store.load(session_id)
+        history = answered(await self.store.load(session_id))
         meta = await self.store.meta(session_id)
         pins = [p.text for p in meta.pins] if meta else []
         summary = meta.summary if meta else ""

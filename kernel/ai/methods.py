@@ -8,6 +8,7 @@ quarantine; the provider's settings (and its API key) arrive here and stay in me
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -44,7 +45,9 @@ def _percent(raw: str | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def ai_methods(loop: SessionLoop, *, max_rounds: int = MAX_ROUNDS) -> dict[str, Handler]:
+def ai_methods(
+    loop: SessionLoop, *, max_rounds: Callable[[], int] = lambda: MAX_ROUNDS
+) -> dict[str, Handler]:
     workflow = loop.router.workflow
     memory = loop.memory
 
@@ -54,9 +57,10 @@ def ai_methods(loop: SessionLoop, *, max_rounds: int = MAX_ROUNDS) -> dict[str, 
         text = p["text"]
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
             raise InvalidPayload(f"text must be a non-empty string of at most {MAX_TEXT} chars")
-        rounds = p.get("max_rounds") or max_rounds
+        rounds = p.get("max_rounds") or max_rounds()
         if not isinstance(rounds, int) or not 1 <= rounds <= 1000:
             raise InvalidPayload("max_rounds must be an integer from 1 to 1000")
+        rounds = min(rounds, max_rounds())  # policy.yaml session.max_rounds is the ceiling
         turn = await loop.start(
             str(p["session_id"]),
             text,
@@ -180,7 +184,8 @@ def with_review_hooks(methods: dict[str, Handler], loop: SessionLoop) -> dict[st
 
     async def rejected(context: CallContext, params: Any) -> Any:
         result = await reject(context, params)
-        await loop.resolve_review(str(params["session_id"]), "reject", result)
+        reason = params.get("reason") if isinstance(params.get("reason"), str) else ""
+        await loop.resolve_review(str(params["session_id"]), "reject", result, reason[:2000])
         return result
 
     out["review.approve"] = approved

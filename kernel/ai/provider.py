@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from fluffy.errors import InvalidPayload, ProviderFailed, ToolTransient
+from fluffy.errors import EngineTimeout, InvalidPayload, ProviderFailed, ToolTransient
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
@@ -63,6 +63,7 @@ class _Job:
     job_id: str
     body: dict[str, Any]
     on_event: EventSink
+    active_at: float = field(default_factory=time.monotonic)  # the last sign of progress
     future: asyncio.Future[dict[str, Any]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -84,6 +85,7 @@ class ProviderSession:
         self.stop_proxy: Callable[[], Awaitable[None]] | None = None
         self.server: KernelServer | None = None
         self.closed = False
+        self.started_at = time.monotonic()
         #: what the sandbox waited, per round, between sending a response (ai.result)
         #: and getting the next request: the kernel's tool calls and context (seconds)
         self.gaps: list[float] = []
@@ -111,6 +113,7 @@ class ProviderSession:
             events = _EVENTS.decode(msgspec.json.encode(params.get("events") or []))
         except msgspec.ValidationError as exc:
             raise InvalidPayload(f"ai.event: malformed events: {exc}") from None
+        job.active_at = time.monotonic()
         for event in events:
             await job.on_event(event)
 
@@ -142,14 +145,24 @@ class ProviderSession:
         waits: list[asyncio.Future[Any]] = [job.future]
         if self.exited is not None:
             waits.append(self.exited)
+        # a deadline on silence, not on the whole answer: a long stream that keeps
+        # sending is fine; a model (or a sandbox) that says nothing for this long is not
         limit = timeout_s if timeout_s is not None else provider.timeout_s + 30
-        done, _ = await asyncio.wait(waits, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            idle = time.monotonic() - job.active_at
+            done, _ = await asyncio.wait(
+                waits,
+                timeout=max(0.05, min(5.0, limit - idle)),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if done or time.monotonic() - job.active_at >= limit:
+                break
         if job.future not in done:
             raise ProviderFailed(
                 "the AI provider did not answer in time"
                 if not done
                 else "the ai-provider sandbox stopped during a request",
-                why=f"no answer within {limit:.0f}s" if not done else await self.runner.tail(self),
+                why=f"nothing came for {limit:.0f}s" if not done else await self.runner.tail(self),
                 fix="Check that the model server is up and allow-listed; then retry.",
             )
         reply = job.future.result()
@@ -173,6 +186,16 @@ class ProviderSession:
         self.closed = True
         await self.queue.put(None)  # the host exits on None
         await self.runner.teardown(self)
+
+
+async def _exit_of(manager: ContainerManager, container_id: str) -> int:
+    """The container's exit code, once it really exits (an engine wait that times out is
+    not an exit: the sandbox may still be answering)."""
+    while True:
+        try:
+            return int(await asyncio.to_thread(manager.runtime.wait, container_id, 60))
+        except EngineTimeout:
+            continue
 
 
 class ProviderRunner:
@@ -265,11 +288,7 @@ class ProviderRunner:
         sandbox = await asyncio.to_thread(manager.create, config, command)
         session.sandbox = sandbox
         assert sandbox.container_id is not None
-        session.exited = asyncio.ensure_future(
-            asyncio.to_thread(
-                manager.runtime.wait, sandbox.container_id, config.max_duration_ms / 1000 + 30
-            )
-        )
+        session.exited = asyncio.ensure_future(_exit_of(manager, sandbox.container_id))
 
     async def _start_process(self, session: ProviderSession, folder: Path) -> None:
         session.process = await asyncio.create_subprocess_exec(

@@ -259,6 +259,12 @@ class WorkflowStore:
     async def latest_run(
         self, session_id: str
     ) -> tuple[int, dict[str, Any], dict[str, Any] | None] | None:
+        async with self._writing:  # never between a run's row and its chained note
+            return await self._latest_run(session_id)
+
+    async def _latest_run(
+        self, session_id: str
+    ) -> tuple[int, dict[str, Any], dict[str, Any] | None] | None:
         rows = list(
             await self.db.execute_fetchall(
                 "SELECT id, run, coverage FROM test_runs WHERE session_id = ? "
@@ -292,8 +298,9 @@ class WorkflowStore:
         return int(rows[0][0] or 0) if rows else 0
 
     async def delete_meta(self, key: str) -> None:
-        await self.db.execute("DELETE FROM workflow_meta WHERE key = ?", (key,))
-        await self.db.commit()
+        async with self._writing:  # a commit here must not commit half of a save
+            await self.db.execute("DELETE FROM workflow_meta WHERE key = ?", (key,))
+            await self.db.commit()
 
     async def get_meta(self, key: str) -> str | None:
         rows = list(
@@ -302,8 +309,11 @@ class WorkflowStore:
         return str(rows[0][0]) if rows else None
 
     async def set_meta(self, key: str, value: str) -> None:
-        await self.db.execute("INSERT OR REPLACE INTO workflow_meta VALUES (?, ?)", (key, value))
-        await self.db.commit()
+        async with self._writing:  # a commit here must not commit half of a save
+            await self.db.execute(
+                "INSERT OR REPLACE INTO workflow_meta VALUES (?, ?)", (key, value)
+            )
+            await self.db.commit()
 
 
 def verify_state_log(path: Path) -> tuple[bool, int, str]:

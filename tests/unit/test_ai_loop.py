@@ -142,3 +142,51 @@ def test_a_second_message_while_a_turn_runs_is_refused(tmp_path: Path) -> None:
     error, events = run(harness, body)
     assert getattr(error, "code", "") == "ai.turn_running"
     assert events[-1]["type"] == "turn_end" and events[-1]["status"] == "cancelled"
+
+
+def test_a_call_left_unanswered_gets_a_result_before_the_model_sees_it() -> None:
+    from fluffy.kernel.ai.memory import answered
+    from fluffy.sandboxes.ai.types import Message, ToolCall
+
+    calls = [ToolCall("c1", "fs.read", {"path": "a"}), ToolCall("c2", "test.run", {})]
+    history = [
+        Message(role="user", content="task"),
+        Message(role="assistant", content="", tool_calls=calls),
+        Message(role="tool", content="{}", tool_call_id="c1", name="fs.read"),
+        Message(role="user", content="next"),
+    ]
+    fixed = answered(history)
+    assert [m.tool_call_id for m in fixed if m.role == "tool"] == ["c1", "c2"]
+    assert fixed[3].name == "test.run" and "interrupted" in fixed[3].content
+    assert fixed[4].content == "next"
+    assert answered(fixed) == fixed  # nothing more to add
+
+
+def test_cancelling_mid_call_still_records_a_result_for_every_call(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    provider = _script(
+        ("Reading twice.", [("fs.read", {"path": "/src/app.py"}), ("fs.read", {"path": "x"})]),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        real = tools.router.call
+        started = asyncio.Event()
+
+        async def slow(*args: Any, **kwargs: Any) -> Any:
+            started.set()
+            await asyncio.sleep(30)
+            return await real(*args, **kwargs)
+
+        tools.router.call = slow  # type: ignore[method-assign]
+        await ai.loop.start(sid, "read", provider)
+        await asyncio.wait_for(started.wait(), 30)
+        assert await ai.loop.cancel(sid)
+        events = await _events(ai, sid)
+        return events, await ai.store.load(sid)
+
+    events, history = run(harness, body)
+    assert events[-1]["status"] == "cancelled"
+    assistant = [m for m in history if m.role == "assistant"][-1]
+    results = [m for m in history if m.role == "tool"]
+    assert {m.tool_call_id for m in results} == {c.id for c in assistant.tool_calls}
+    assert all("cancelled" in m.content for m in results)

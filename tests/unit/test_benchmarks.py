@@ -86,7 +86,9 @@ def test_the_session_benchmark_runs_small_and_reports_its_figures(
     assert result["rounds"] == 5  # one gap per round after the first (a warm-up)
     for key in ("round_of_10_calls_overhead_p50_ms", "proxy_overhead_p50_ms", "direct_p50_ms"):
         assert key in result, key
-    assert 0 < result["round_of_10_calls_overhead_p50_ms"] <= result[
-        "round_of_10_calls_overhead_p99_ms"
-    ]
+    assert (
+        0
+        < result["round_of_10_calls_overhead_p50_ms"]
+        <= result["round_of_10_calls_overhead_p99_ms"]
+    )
     assert result["via_proxy_p50_ms"] > 0 and result["tunnels_audited"] >= 5
