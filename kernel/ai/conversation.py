@@ -30,8 +30,8 @@ import msgspec
 from fluffy.errors import ConfigError, SessionNotFound
 from fluffy.kernel.ai.tokens import estimate_tokens
 from fluffy.kernel.audit.entry import now_ms
-from fluffy.kernel.audit.store import PRAGMAS, db_path
 from fluffy.kernel.sanitize import redact
+from fluffy.kernel.workflow.store import open_state_db
 from fluffy.sandboxes.ai.types import Message, ToolCall
 
 SCHEMA: Final = """
@@ -136,13 +136,7 @@ class ConversationStore:
 
     @classmethod
     async def open(cls, state_dir: Path) -> ConversationStore:
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db = await aiosqlite.connect(db_path(state_dir))
-        for pragma in PRAGMAS:
-            await db.execute(pragma)
-        await db.executescript(SCHEMA)
-        await db.commit()
-        return cls(db)
+        return cls(await open_state_db(state_dir, SCHEMA))
 
     async def close(self) -> None:
         await self.db.close()

@@ -44,6 +44,17 @@ GENESIS: Final = hashlib.sha256(b"genesis:state").hexdigest()
 _encode = msgspec.json.Encoder(order="sorted").encode
 
 
+async def open_state_db(state_dir: Path, schema: str) -> aiosqlite.Connection:
+    """A connection of its own to the state database (WAL shares the file), ``schema`` made."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    db = await aiosqlite.connect(db_path(state_dir))
+    for pragma in PRAGMAS:
+        await db.execute(pragma)
+    await db.executescript(schema)
+    await db.commit()
+    return db
+
+
 def digest(value: Any) -> str:
     return hashlib.sha256(_encode(value)).hexdigest()
 
@@ -75,13 +86,7 @@ class WorkflowStore:
 
     @classmethod
     async def open(cls, state_dir: Path) -> WorkflowStore:
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db = await aiosqlite.connect(db_path(state_dir))
-        for pragma in PRAGMAS:
-            await db.execute(pragma)
-        await db.executescript(SCHEMA)
-        await db.commit()
-        return cls(db)
+        return cls(await open_state_db(state_dir, SCHEMA))
 
     async def close(self) -> None:
         await self.db.close()

@@ -17,11 +17,16 @@ from typing import Any
 import httpx
 import msgspec
 
-from fluffy.sandboxes.ai.calls import CallAssembler, ToolNames, make_call
+from fluffy.sandboxes.ai.calls import (
+    CallAssembler,
+    ToolNames,
+    finish_stream,
+    make_call,
+    stream_cut,
+)
 from fluffy.sandboxes.ai.httpio import Endpoint, redact
 from fluffy.sandboxes.ai.types import (
     AIResponse,
-    Done,
     Message,
     ProviderConfig,
     ProviderError,
@@ -275,22 +280,13 @@ class AnthropicAdapter:
                     raise self._stream_error(event.error or _Error())
                 # ping and unknown events: nothing to do
         if not finished:
-            raise ProviderError(
-                "the provider's stream ended before the answer did",
-                why="the connection closed before message_stop",
-                fix="Retry the request.",
-                retryable=True,
-            )
-        yield from assembler.end_all()
-        calls = assembler.calls()
-        yield Done(
-            response=AIResponse(
-                text="".join(text),
-                tool_calls=calls,
-                stop_reason=normalise_stop(stop, bool(calls)),
-                usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
-                model=model or self.config.model,
-            )
+            raise stream_cut("the connection closed before message_stop")
+        yield from finish_stream(
+            assembler,
+            text,
+            lambda has_calls: normalise_stop(stop, has_calls),
+            Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+            model or self.config.model,
         )
 
     def _stream_error(self, error: _Error) -> ProviderError:

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import msgspec
 
 from fluffy.sandboxes.ai.types import (
+    AIResponse,
+    Done,
+    ProviderError,
     StreamEvent,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    Usage,
 )
 
 WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -185,3 +189,35 @@ class CallAssembler:
             for p in (self._calls[k] for k in self._order)
             if p.name
         ]
+
+
+def stream_cut(why: str) -> ProviderError:
+    """The error of a stream that ended before the answer did (worth a retry)."""
+    return ProviderError(
+        "the provider's stream ended before the answer did",
+        why=why,
+        fix="Retry the request.",
+        retryable=True,
+    )
+
+
+def finish_stream(
+    assembler: CallAssembler,
+    text: list[str],
+    stop_of: Callable[[bool], str],
+    usage: Usage,
+    model: str,
+) -> Iterator[StreamEvent]:
+    """The stream's last events: the open calls' ends, then Done with the whole response
+    (``stop_of(has_calls)`` is the provider's normalised stop reason)."""
+    yield from assembler.end_all()
+    calls = assembler.calls()
+    yield Done(
+        response=AIResponse(
+            text="".join(text),
+            tool_calls=calls,
+            stop_reason=stop_of(bool(calls)),
+            usage=usage,
+            model=model,
+        )
+    )

@@ -16,11 +16,16 @@ from typing import Any
 import httpx
 import msgspec
 
-from fluffy.sandboxes.ai.calls import CallAssembler, ToolNames, make_call
+from fluffy.sandboxes.ai.calls import (
+    CallAssembler,
+    ToolNames,
+    finish_stream,
+    make_call,
+    stream_cut,
+)
 from fluffy.sandboxes.ai.httpio import Endpoint, provider_message, redact
 from fluffy.sandboxes.ai.types import (
     AIResponse,
-    Done,
     Message,
     ProviderConfig,
     ProviderError,
@@ -255,22 +260,13 @@ class OpenAIAdapter:
                     if choice.finish_reason:
                         finish = choice.finish_reason
         if not finished and finish is None:
-            raise ProviderError(
-                "the provider's stream ended before the answer did",
-                why="no finish_reason and no [DONE] before the connection closed",
-                fix="Retry the request.",
-                retryable=True,
-            )
-        yield from assembler.end_all()
-        calls = assembler.calls()
-        yield Done(
-            response=AIResponse(
-                text="".join(text),
-                tool_calls=calls,
-                stop_reason=normalise_stop(finish, bool(calls)),
-                usage=usage,
-                model=model or self.config.model,
-            )
+            raise stream_cut("no finish_reason and no [DONE] before the connection closed")
+        yield from finish_stream(
+            assembler,
+            text,
+            lambda has_calls: normalise_stop(finish, has_calls),
+            usage,
+            model or self.config.model,
         )
 
     def _stream_error(self, error: Any) -> ProviderError:

@@ -296,7 +296,13 @@ def test_l1_runs_tools_in_sibling_sandboxes_and_removes_orphans(l1: dict[str, An
     running: list[dict[str, Any]] = []
 
     def sandbox_running() -> bool:
-        running[:] = [c for c in _sandboxes(l1["cli"], project_id) if c["State"]["Running"]]
+        running[:] = [
+            c
+            for c in _sandboxes(l1["cli"], project_id)
+            if c["State"]["Running"]
+            # the message's turn has its ai-provider sandbox too; test.run's is wanted here
+            and c["Config"]["Labels"].get("org.fluffy.template") == "code-executor"
+        ]
         return bool(running)
 
     _wait(sandbox_running, 90, "the kernel started no sandbox for test.run")
