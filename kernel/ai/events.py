@@ -24,6 +24,12 @@ class EventStream:
             self.changed.notify_all()
         return stamped
 
+    def trim(self, keep: int = 200) -> None:
+        """Keep only the newest ``keep`` events (a finished turn's stream need not stay
+        whole; sequence numbers go on, so a CLI's cursor stays valid)."""
+        while len(self.events) > keep:
+            self.events.popleft()
+
     def after(self, seq: int, limit: int = 500) -> list[dict[str, Any]]:
         return [e for e in self.events if e["seq"] > seq][:limit]
 

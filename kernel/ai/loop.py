@@ -54,6 +54,8 @@ from fluffy.sandboxes.ai.types import (
 log = logging.getLogger("fluffy.kernel.ai")
 
 QUARANTINE_AFTER = 5
+#: A finished turn's events stay whole this long, then only the newest are kept.
+STREAM_KEEP_S = 600.0
 #: An ai-provider sandbox older than this gets no new request (its template ends it at
 #: 120 s): a fresh one takes over, so a request never runs into the limit.
 RENEW_AFTER_S = 60.0
@@ -249,6 +251,8 @@ class SessionLoop:
         turn.ended = True
         # the API key stays in memory only while a turn needs it
         turn.provider = msgspec.structs.replace(turn.provider, api_key="")
+        stream = self.stream(turn.session_id)
+        asyncio.get_running_loop().call_later(STREAM_KEEP_S, stream.trim)
         if turn.status == "running":
             turn.status = "done"
         await self._emit(

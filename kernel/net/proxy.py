@@ -28,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import logging
 import os
 import secrets
+import socket
 import stat
 import time
 from collections import Counter
@@ -324,7 +326,21 @@ class ConnectProxy:
         record.phase = "close"
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                up_reader, up_writer = await asyncio.open_connection(target.host, target.port)
+                address = await self._address(target)
+                if address is None:
+                    refused = f"{target.host} resolves to a private or loopback address"
+                    record.decision, record.status, record.reason = "deny", 403, refused
+                    record.duration_ms = round((time.monotonic() - started) * 1000, 3)
+                    self.stats["denied"] += 1
+                    await self._record(record)
+                    await respond(
+                        writer,
+                        403,
+                        f"fluffy: {refused}; only an IP entry in policy.yaml "
+                        "network_whitelist admits such an address",
+                    )
+                    return
+                up_reader, up_writer = await asyncio.open_connection(address, target.port)
         except (OSError, TimeoutError) as exc:
             reason = "connect timed out" if isinstance(exc, TimeoutError) else str(exc)
             record.decision, record.status, record.reason = "error", 502, clip(reason)
@@ -344,6 +360,25 @@ class ConnectProxy:
             record.duration_ms = round((time.monotonic() - started) * 1000, 3)
             # shielded: a tunnel cut by stop()/close() still gets its close record
             await asyncio.shield(self._record(record))
+
+    async def _address(self, target: Target) -> str | None:
+        """The address to dial, resolved once (the connection goes to the address that was
+        checked: no second lookup to rebind).  A name that resolves to a loopback, private,
+        link-local or otherwise non-public address is refused (None) unless an IP entry of
+        the allow-list names that address: a hostname rule never opens the host's or the
+        LAN's services by way of DNS."""
+        if target.ip is not None:
+            return str(target.ip)
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            target.host, target.port, type=socket.SOCK_STREAM
+        )
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if address.is_global or self._allow.allows(str(address), target.port) is not None:
+                return str(address)
+        if not infos:
+            raise OSError(f"{target.host} has no address")
+        return None
 
     async def _splice(
         self,

@@ -370,3 +370,24 @@ def test_start_refuses_a_path_that_is_not_a_socket(tmp_path: Path) -> None:
             await proxy.start(tmp_path / "proxy.sock")
 
     asyncio.run(main())
+
+
+def test_a_name_resolving_to_loopback_needs_an_ip_entry(tmp_path: Path) -> None:
+    """A hostname rule never reaches the host's own services by way of DNS."""
+
+    async def main(port: int) -> None:
+        async with running(tmp_path, [f"localhost:{port}"]) as (_, path, recorder):
+            answer = await ask(path, f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403")
+            assert b"resolves to a private or loopback address" in answer
+            decision, close = await recorder.wait_for(2)
+            assert decision.decision == "allow" and close.decision == "deny"
+            assert close.status == 403
+        both = [f"localhost:{port}", f"127.0.0.1:{port}"]
+        async with running(tmp_path, both) as (_, path, _recorder):
+            head, _reader, writer = await connect(path, f"localhost:{port}")
+            assert head == b"HTTP/1.1 200 Connection established\r\n\r\n"
+            writer.close()
+
+    with loopback_server() as port:
+        asyncio.run(main(port))
