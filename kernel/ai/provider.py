@@ -38,6 +38,7 @@ from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.sandboxes.ai.types import (
     AIResponse,
@@ -219,28 +220,11 @@ class ProviderRunner:
         self.start_timeout_s = start_timeout_s
         self.sessions: set[ProviderSession] = set()
 
-    def _folder(self, turn_id: str) -> tuple[Path, dict[str, Any]]:
-        folder = self.root / "ipc" / f"ai-{turn_id}"
-        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
-        folder.mkdir(mode=0o700)
-        root = os.geteuid() == 0 and self.launcher == "sandbox"
-        if root:
-            os.chown(folder, SANDBOX_UID, SANDBOX_UID)
-        else:
-            folder.chmod(0o711)
-        options: dict[str, Any] = {
-            "allowed_uids": frozenset({SANDBOX_UID} if self.launcher == "sandbox" else set()),
-            "owner": (SANDBOX_UID, SANDBOX_UID) if root else None,
-            "mode": 0o600 if root else 0o666,
-            "folder_mode": 0o700 if root else 0o711,
-        }
-        if self.launcher == "process":
-            options["allowed_uids"] = frozenset({os.geteuid()})
-        return folder, options
-
     async def open(self, session_id: str, turn_id: str) -> ProviderSession:
         binding = f"ai:{session_id}:{turn_id}"
-        folder, options = self._folder(turn_id)
+        # the sandbox user, or this process's own uid for a child process (tests)
+        uid = SANDBOX_UID if self.launcher == "sandbox" else os.geteuid()
+        folder, options = socket_dir(self.root, f"ai-{turn_id}", uid)
         session = ProviderSession(self, binding, folder)
         self.sessions.add(session)
         server = KernelServer(
@@ -315,8 +299,7 @@ class ProviderRunner:
             if session.sandbox is not None and self._manager is not None:
                 manager = await asyncio.to_thread(self._manager)
                 cid = str(session.sandbox.container_id)
-                text = await asyncio.to_thread(lambda: "".join(manager.runtime.logs(cid)))
-                return text.strip()[-800:] or "no output"
+                return await asyncio.to_thread(output_tail, manager.runtime, cid, 800)
         except Exception as exc:
             return f"its output is unavailable ({type(exc).__name__})"
         return "no output"

@@ -22,13 +22,13 @@ import re
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fluffy.errors import ConfigError
 from fluffy.kernel.containers.config import TEMPLATES
 from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginManifestYaml
 from fluffy.kernel.policy.engine import READ_ONLY
+from fluffy.kernel.yamltext import YamlSyntax, load_yaml
 from fluffy.plugins.sdk.definition import PLUGIN_NAME, TOOL_NAME
 from fluffy.plugins.sdk.schema import check_schema
 
@@ -226,18 +226,6 @@ def check_entry(value: str) -> str:
 
 
 # -- reading -------------------------------------------------------------------------
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without aliases (the vehicle of "billion laughs" bombs)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases are not allowed in manifests", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
 def _problem(error: Any) -> str:
     loc = ".".join(str(part) for part in error["loc"]) or "(manifest)"
     kind, message = error["type"], str(error["msg"])
@@ -279,16 +267,10 @@ def _too_big(source: str) -> PluginManifestYaml:
 def read_manifest_text(text: str, source: str = "manifest.yaml") -> PluginManifest:
     if len(text.encode("utf-8", "replace")) > MAX_MANIFEST_BYTES:
         raise _too_big(source)
-    loader = _NoAliasLoader(text)
     try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PluginManifestYaml(f"{where}: not valid YAML: {problem}") from None
-    finally:
-        loader.dispose()
+        data = load_yaml(text, source, "manifests")
+    except YamlSyntax as exc:
+        raise PluginManifestYaml(str(exc)) from None
     return parse_manifest(data, source)
 
 

@@ -24,6 +24,7 @@ from fluffy.kernel.workflow.exemptions import (
     ExemptionRule,
     TechDebtSettings,
 )
+from fluffy.kernel.yamltext import YamlSyntax, load_yaml_node
 from fluffy.units import parse_size
 
 #: Largest policy file fluffy reads (a policy is a few KiB; this stops YAML bombs early).
@@ -162,18 +163,6 @@ class PolicyFile(BaseModel):
         return rules
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without aliases: they are the vehicle of "billion laughs" bombs."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases are not allowed in policy files", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
 def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
     """The 1-based line of the YAML node at pydantic's error location."""
     line = node.start_mark.line + 1 if node is not None else None
@@ -207,18 +196,10 @@ def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
     if len(text.encode("utf-8", "replace")) > MAX_POLICY_BYTES:
         raise _too_big(source)
     try:
-        loader = _NoAliasLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
+        data, node = load_yaml_node(text, source, "policy files")
+    except YamlSyntax as exc:
         raise PolicyError(
-            f"{where}: not valid YAML: {problem}",
+            str(exc),
             fix="Fix the YAML syntax at that line (anchors and aliases are not allowed).",
         ) from None
     if data is None:

@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -58,7 +57,7 @@ from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET, ContainerManager
-from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, CallRecord, Handler, KernelServer, note_decision
 from fluffy.kernel.plugins.handshake import check_negotiated
 from fluffy.kernel.plugins.store import PluginStore
@@ -246,23 +245,6 @@ class PluginRunner:
         ]
 
     # -- running a call -----------------------------------------------------------------
-    def _socket_dir(self, call_id: str) -> tuple[Path, dict[str, Any]]:
-        folder = self.root / "ipc" / f"tool-{call_id}"
-        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
-        folder.mkdir(mode=0o700)
-        root = os.geteuid() == 0
-        if root:  # the sandbox user's own folder (the kernel, root, still enters it)
-            os.chown(folder, SANDBOX_UID, SANDBOX_UID)
-        else:  # traversable inside the kernel's private state; the uid is still checked
-            folder.chmod(0o711)
-        options: dict[str, Any] = {
-            "allowed_uids": frozenset({SANDBOX_UID}),
-            "owner": (SANDBOX_UID, SANDBOX_UID) if root else None,
-            "mode": 0o600 if root else 0o666,
-            "folder_mode": 0o700 if root else 0o711,
-        }
-        return folder, options
-
     async def run(
         self,
         *,
@@ -280,7 +262,7 @@ class PluginRunner:
         """Run one call; the sandbox stays until :meth:`release` (its output is needed)."""
         started = time.perf_counter()
         binding = f"tool:{plugin}:{call_id}"
-        folder, options = self._socket_dir(call_id)
+        folder, options = socket_dir(self.root, f"tool-{call_id}")
         server = KernelServer(self._socket_methods(plugin))
         server.observer = self._observer()
         code = self.third_party.get(plugin)
@@ -359,7 +341,7 @@ class PluginRunner:
             if not job.connected.is_set():
                 raise ToolTransient(
                     f"the plugin sandbox for {job.tool} exited before asking for work",
-                    why=_tail(runtime, container_id),
+                    why=output_tail(runtime, container_id),
                 )
             try:
                 return await asyncio.wait_for(_first(job.future, exited, value=True), timeout_s)
@@ -494,12 +476,6 @@ async def _first(awaitable: Any, exited: asyncio.Future[int], *, value: bool = F
     if value:
         raise ToolTransient("the plugin sandbox exited without answering")
     return None
-
-
-def _tail(runtime: Any, container_id: str) -> str:
-    with contextlib.suppress(Exception):
-        return "".join(runtime.logs(container_id)).strip()[-1500:] or "no output"
-    return "its logs could not be read"
 
 
 def _plugin_error(plugin: str, tool: str, error: dict[str, Any]) -> FluffyError:
