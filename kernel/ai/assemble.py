@@ -32,17 +32,18 @@ class AiLayer:
     runner: ProviderRunner
     store: ConversationStore
 
+    #: policy.yaml session.max_rounds: the ceiling of a turn's model rounds
+    max_rounds: int = 50
+
     def methods(self, tool_methods: dict[str, Handler]) -> dict[str, Handler]:
         """The session methods, and the review methods hooked to wake waiting turns."""
         hooked = with_review_hooks(tool_methods, self.loop)
-        return {**hooked, **ai_methods(self.loop, max_rounds=lambda: self._max_rounds)}
-
-    _max_rounds: int = 50
+        return {**hooked, **ai_methods(self.loop, max_rounds=lambda: self.max_rounds)}
 
     def reload(self, policy: PolicyFile) -> None:
         self.proxy.reload(AllowList.from_entries(policy.network_whitelist))
         self.loop.quarantine_after = policy.session.quarantine_after
-        self._max_rounds = policy.session.max_rounds
+        self.max_rounds = policy.session.max_rounds
 
     async def close(self) -> None:
         await self.loop.close()
@@ -139,6 +140,4 @@ async def assemble_ai(
         audit=audit_quarantine,
         quarantine_after=policy.session.quarantine_after,
     )
-    layer = AiLayer(loop, proxy, runner, store)
-    layer._max_rounds = policy.session.max_rounds
-    return layer
+    return AiLayer(loop, proxy, runner, store, policy.session.max_rounds)

@@ -33,7 +33,7 @@ from fluffy.kernel.ai.prompt import (
 from fluffy.kernel.ai.summary import fallback_summary, summary_request, transcript
 from fluffy.kernel.ai.tokens import estimate_tokens, message_tokens, messages_tokens
 from fluffy.kernel.tools.sanitizer import cut
-from fluffy.sandboxes.ai.types import Message
+from fluffy.sandboxes.ai.types import Message, kernel_note
 
 __all__ = [
     "ContextWindow",
@@ -58,7 +58,9 @@ KEEP_AFTER_SUMMARY: Final = 0.5  # ... and keep the newest half of the budget ve
 MIN_RECENT: Final = 2000  # a budget that leaves less for messages is refused
 FULL_ROUNDS: Final = 3  # tool results of the last rounds are sent in full
 OLD_RESULT_CHARS: Final = 2000  # older results: head and tail, about 500 tokens
-CONTINUE: Final = "[fluffy] The earlier conversation is summarised in the system prompt. Continue."
+CONTINUE: Final = kernel_note(
+    "The earlier conversation is summarised in the system prompt. Continue."
+)
 
 
 @dataclass(frozen=True)

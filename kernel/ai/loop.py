@@ -49,6 +49,7 @@ from fluffy.sandboxes.ai.types import (
     TextDelta,
     ToolCall,
     ToolDefinition,
+    kernel_note,
 )
 
 log = logging.getLogger("fluffy.kernel.ai")
@@ -141,7 +142,7 @@ class SessionLoop:
             )
             if session.state == "idle":  # before answering: the caller sees planning
                 await self.router.workflow.fire(session_id, "user_message")
-                await self._state(turn, "idle")
+                await self._steps(turn, "idle", {})
         except BaseException as exc:
             turn.status = "failed"
             what = exc.what if isinstance(exc, FluffyError) else type(exc).__name__
@@ -188,14 +189,6 @@ class SessionLoop:
     # -- a turn -----------------------------------------------------------------------
     async def _emit(self, turn: Turn, event: dict[str, Any]) -> None:
         await self.stream(turn.session_id).emit(event)
-
-    async def _state(self, turn: Turn, before: str) -> str:
-        session = await self.router.workflow.get(turn.session_id)
-        if session.state != before:
-            await self._emit(
-                turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
-            )
-        return str(session.state)
 
     async def _steps(self, turn: Turn, before: str, answer: dict[str, Any]) -> None:
         """Every state the call passed through (a test run may pass several), in order."""
@@ -524,17 +517,17 @@ class SessionLoop:
                 },
             )
             note = (
-                "[fluffy] The user approved the merge; the changes are in the project. "
+                "The user approved the merge; the changes are in the project. "
                 f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
             )
         else:
             reason = str(decision.get("reason") or "").strip()
             said = f' They said: "{reason}".' if reason else " Ask the user what to change."
             note = (
-                "[fluffy] The user rejected the merge; the staged changes were discarded. "
+                "The user rejected the merge; the staged changes were discarded. "
                 f"Workflow state: {result.get('state')}.{said}"
             )
-        await self.memory.append(sid, [Message(role="user", content=note)])
+        await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
 
     async def _show(self, session_id: str) -> dict[str, Any]:
         stage = self.router.workspaces.get(session_id)

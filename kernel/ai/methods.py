@@ -75,25 +75,21 @@ def ai_methods(
         p = _params(params, ("session_id",), ("after", "wait_ms"))
         _user_only(context, "follow a session")
         sid = str(p["session_id"])
-        session = await workflow.get(sid)
+        await workflow.get(sid)  # an unknown session fails before any wait
         after, wait_ms = p.get("after") or 0, p.get("wait_ms") or 0
         if not isinstance(after, int) or not isinstance(wait_ms, int):
             raise InvalidPayload("after and wait_ms must be integers")
         stream = loop.stream(sid)
+        found: list[dict[str, Any]] = []
         if after < 0:  # where the stream stands now (a CLI joining mid-way)
-            return {
-                "events": [],
-                "next": stream.seq,
-                "running": loop.running(sid) is not None,
-                "mode": session.mode,
-                "state": session.state,
-                "quarantined": bool(session.data.get("quarantined")),
-            }
-        found = await stream.wait(after, min(max(wait_ms, 0), MAX_WAIT_MS) / 1000)
+            position = stream.seq
+        else:
+            found = await stream.wait(after, min(max(wait_ms, 0), MAX_WAIT_MS) / 1000)
+            position = found[-1]["seq"] if found else after
         session = await workflow.get(sid)
         return {
             "events": found,
-            "next": found[-1]["seq"] if found else max(after, 0),
+            "next": position,
             "running": loop.running(sid) is not None,
             "mode": session.mode,
             "state": session.state,

@@ -122,40 +122,40 @@ def proxy_denied(host: str) -> ProviderError:
     )
 
 
+#: Failures below HTTP, first match wins: (types, what (with {host}), fix); all retryable.
+TRANSPORT_FAILURES: tuple[tuple[tuple[type[httpx.HTTPError], ...], str, str], ...] = (
+    (
+        (httpx.ProxyError,),
+        "the network proxy could not connect to {host}",
+        "Check that the kernel's proxy is running and the host is reachable.",
+    ),
+    (
+        (httpx.TimeoutException,),
+        "the request to {host} timed out",
+        "Retry; raise the provider's timeout if the model is slow.",
+    ),
+    (
+        (httpx.ConnectError,),
+        "cannot connect to {host}",
+        "Check the provider's base_url and that the server is running.",
+    ),
+    (
+        (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError),
+        "the connection to {host} dropped",
+        "Retry the request.",
+    ),
+)
+
+
 def transport_error(exc: httpx.HTTPError, url: str, api_key: str) -> ProviderError:
     """A failure below HTTP (proxy, connect, timeout, dropped stream) as a ProviderError."""
     host = _host(url)
     detail = redact(f"{type(exc).__name__}: {exc}", api_key)[:MESSAGE_CHARS]
-    if isinstance(exc, httpx.ProxyError):
-        if str(exc).startswith("403"):
-            return proxy_denied(host)
-        return ProviderError(
-            f"the network proxy could not connect to {host}",
-            why=detail,
-            fix="Check that the kernel's proxy is running and the host is reachable.",
-            retryable=True,
-        )
-    if isinstance(exc, httpx.TimeoutException):
-        return ProviderError(
-            f"the request to {host} timed out",
-            why=detail,
-            fix="Retry; raise the provider's timeout if the model is slow.",
-            retryable=True,
-        )
-    if isinstance(exc, httpx.ConnectError):
-        return ProviderError(
-            f"cannot connect to {host}",
-            why=detail,
-            fix="Check the provider's base_url and that the server is running.",
-            retryable=True,
-        )
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return ProviderError(
-            f"the connection to {host} dropped",
-            why=detail,
-            fix="Retry the request.",
-            retryable=True,
-        )
+    if isinstance(exc, httpx.ProxyError) and str(exc).startswith("403"):
+        return proxy_denied(host)
+    for types, what, fix in TRANSPORT_FAILURES:
+        if isinstance(exc, types):
+            return ProviderError(what.format(host=host), why=detail, fix=fix, retryable=True)
     return ProviderError(
         f"the request to {host} failed",
         why=detail,

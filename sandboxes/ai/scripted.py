@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from fluffy.sandboxes.ai.types import (
+    KERNEL_NOTE,
     AIResponse,
     Done,
     Message,
@@ -37,11 +38,6 @@ FINAL_TURN = ScriptedTurn(say="Done.")
 #: Words per streamed text chunk.
 WORDS_PER_CHUNK = 3
 _WORDS = re.compile(r"\S+\s*|\s+")
-
-
-#: User messages the kernel adds itself (a review's outcome, a window's opening) start so;
-#: they are not the user's task, so the script goes on rather than starting again.
-KERNEL_NOTE = "[fluffy]"
 
 
 def turn_index(messages: list[Message]) -> int:

@@ -14,6 +14,15 @@ import msgspec
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+#: User-role messages the kernel writes itself (a review's outcome, a window's opening)
+#: start so: not the user's words (the scripted provider does not restart on them).
+KERNEL_NOTE = "[fluffy]"
+
+
+def kernel_note(text: str) -> str:
+    return f"{KERNEL_NOTE} {text}"
+
+
 class ToolDefinition(msgspec.Struct, frozen=True):
     """A tool as the model sees it: the full JSON Schema goes through function calling."""
 

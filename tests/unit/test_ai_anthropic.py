@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,11 +12,9 @@ from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
 from fluffy.sandboxes.ai.calls import ToolNames
 from fluffy.sandboxes.ai.types import (
     AIResponse,
-    Done,
     Message,
     ProviderConfig,
     ProviderError,
-    StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -28,6 +25,7 @@ from fluffy.sandboxes.ai.types import (
 )
 from tests.fakes import FakeAnthropicServer, RefusingProxy, Reply
 from tests.fakes.llm_wire import sse
+from tests.unit.ai_support import done
 
 pytestmark = pytest.mark.unit
 
@@ -42,20 +40,9 @@ TOOLS = [
 ASK = [Message("system", "You are fluffy."), Message("user", "fix it")]
 
 
-@pytest.fixture
-def client() -> Iterator[httpx.Client]:
-    with httpx.Client() as c:
-        yield c
-
-
 def adapter(server: FakeAnthropicServer, client: httpx.Client, **config: Any) -> AnthropicAdapter:
     values = {"name": "anthropic", "model": "claude-test", "base_url": server.base_url, **config}
     return AnthropicAdapter(ProviderConfig(**values), client)
-
-
-def done(events: list[StreamEvent]) -> AIResponse:
-    assert isinstance(events[-1], Done) and events[-1].response is not None
-    return events[-1].response
 
 
 def test_stream_text_then_tool_calls(client: httpx.Client) -> None:

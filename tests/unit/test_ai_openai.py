@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -31,6 +30,7 @@ from fluffy.sandboxes.ai.types import (
 )
 from tests.fakes import Fail, FakeOpenAIServer, RefusingProxy, Reply
 from tests.fakes.llm_wire import sse
+from tests.unit.ai_support import done
 
 pytestmark = pytest.mark.unit
 
@@ -45,22 +45,9 @@ TOOLS = [
 ASK = [Message("system", "You are fluffy."), Message("user", "read a.py")]
 
 
-@pytest.fixture
-def client() -> Iterator[httpx.Client]:
-    with httpx.Client() as c:
-        yield c
-
-
 def adapter(server: FakeOpenAIServer, client: httpx.Client, **config: Any) -> OpenAIAdapter:
     settings_ = {"name": "openai", "model": "gpt-test", "base_url": server.base_url, **config}
     return OpenAIAdapter(ProviderConfig(**settings_), client)
-
-
-def done(events: list[StreamEvent]) -> AIResponse:
-    assert isinstance(events[-1], Done)
-    assert events[-1].response is not None
-    assert not any(isinstance(e, Done) for e in events[:-1])
-    return events[-1].response
 
 
 # -- round trips ---------------------------------------------------------------------
