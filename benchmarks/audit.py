@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._stats import percentile
+from fluffy.kernel import runtime
 from fluffy.kernel.audit.entry import _BASE, Event, _encode, entry_hash, genesis_hash
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.ranges import workers
@@ -323,6 +324,7 @@ def _ms(samples: list[float], prefix: str, result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    runtime.tune()  # the kernel process's interpreter settings (its switch interval)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.audit")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--entries", type=int, default=50_000, help="buffered events")

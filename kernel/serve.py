@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fluffy import __version__
 from fluffy.errors import ConfigError
+from fluffy.kernel import runtime
 from fluffy.kernel.ai.assemble import assemble_ai
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
@@ -139,4 +140,5 @@ async def serve(
 
 def main(socket_path: Path, state_dir: Path, project: Path | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    runtime.tune()
     return asyncio.run(serve(socket_path, state_dir, project))

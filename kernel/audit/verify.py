@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from fluffy.kernel.audit import ranges
 from fluffy.kernel.audit.entry import _BASE, _encode, genesis_hash
-from fluffy.kernel.audit.ranges import PARALLEL_MIN_ROWS, parallel_intact
 from fluffy.kernel.audit.storage import archives
 from fluffy.kernel.audit.store import (
     SELECT_ROWS,
@@ -265,8 +265,8 @@ def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: 
 
 def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     """Large intact files: check in parallel, then only the edges sequentially."""
-    lo, hi, count = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM audit_log").fetchone()
-    if count < PARALLEL_MIN_ROWS or hi - lo + 1 != count:
+    lo, hi = conn.execute("SELECT MIN(seq), MAX(seq) FROM audit_log").fetchone()
+    if lo is None or hi - lo + 1 < ranges.PARALLEL_MIN_ROWS:  # (no COUNT(*): a scan of its own)
         return False
     first = conn.execute(
         "SELECT timestamp, event_type FROM audit_log WHERE seq = ?", (lo,)
@@ -278,8 +278,13 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
         expected_seq = 1
     else:
         expected, expected_seq = chain.prev_hash, chain.prev_seq + 1
-    whole = parallel_intact(path, lo, hi)
-    if whole is None or whole.first_prev != expected or whole.first_seq != expected_seq:
+    whole = ranges.parallel_intact(path, lo, hi)
+    if (
+        whole is None
+        or whole.first_prev != expected
+        or whole.first_seq != expected_seq
+        or whole.count != hi - lo + 1  # implied by the links of contiguous seqs; stated
+    ):
         return False
     for seq, event_type, raw in conn.execute(
         "SELECT seq, event_type, metadata FROM audit_log WHERE event_type IN "
@@ -289,7 +294,7 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     if report.first_seq is None:
         report.first_seq = lo
     chain.prev_hash, chain.prev_seq, chain.prev_row = whole.last_hash, hi, (hi,)
-    report.entries += count
+    report.entries += whole.count
     return True
 
 

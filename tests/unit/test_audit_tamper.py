@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -27,6 +29,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from fluffy.kernel.audit import ranges
 from fluffy.kernel.audit.entry import COLUMNS, DECISIONS, Event, entry_hash, genesis_hash
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.store import HEAD_NAME, Head, db_path, head_path, read_head
@@ -161,8 +164,27 @@ def _copy(template: Template, target: Path) -> Case:
     return Case(target, template.head, template.n, template.target)
 
 
+def parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every verify() take its parallel fast path (``ranges``): the whole file in
+    ranges of 64 entries over a pool of processes, not the sequential scan alone."""
+    monkeypatch.setattr(ranges, "PARALLEL_MIN_ROWS", 1)
+    monkeypatch.setattr(ranges, "CHUNK_ROWS", 64)
+
+
+@pytest.fixture(params=["scan", "parallel", "columns"])
+def verifier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every case runs three times: through the sequential scan; through the parallel
+    fast check that large logs take, which must never call a changed file intact; and
+    through that check's fallback for an SQLite whose JSON differs (every column)."""
+    if request.param != "scan":
+        parallel(monkeypatch)
+    if request.param == "columns":
+        monkeypatch.setattr(ranges, "sqlite_json_is_canonical", lambda: False)
+    return str(request.param)
+
+
 @pytest.fixture()
-def case(template: Template, tmp_path: Path) -> Case:
+def case(template: Template, tmp_path: Path, verifier: str) -> Case:
     return _copy(template, tmp_path / "state")
 
 
@@ -212,8 +234,22 @@ def _forged(case: Case, like: int, seq: int, prev_hash: str) -> list[Any]:
 # -- an intact log ---------------------------------------------------------------------
 
 
-def test_an_intact_log_verifies_with_the_writers_head(case: Case) -> None:
+def test_an_intact_log_verifies_with_the_writers_head(
+    case: Case, verifier: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[Any] = []
+    real = ranges.parallel_intact
+
+    def spy(*args: Any) -> Any:
+        checked.append(real(*args))
+        return checked[-1]
+
+    monkeypatch.setattr(ranges, "parallel_intact", spy)
     report = verify(case.state)
+    if verifier != "scan":  # the fast path found it intact, and that was the answer
+        assert [(r.first_seq, r.last_seq, r.count) for r in checked] == [(1, case.n, case.n)]
+    else:
+        assert checked == []
     assert report.ok, report.problem
     assert report.head == case.head
     assert report.checkpoint == case.head
@@ -287,15 +323,18 @@ def test_a_one_byte_change_anywhere_in_a_value_is_modified(case: Case, column: s
         assert verify(case.state).ok
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["scan", "parallel"])
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_every_single_byte_change_of_a_stored_value_is_detected(
-    template: Template, data: st.DataObject
+    template: Template, fast: bool, data: st.DataObject
 ) -> None:
     """Hypothesis over entry, column and byte position: one byte of the value's stored text
     (numbers: of their decimal text, stored back through the column's affinity) becomes
     another letter or digit.  Always ``modified`` at that entry."""
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        if fast:
+            parallel(patch)
         case = _copy(template, Path(folder))
         seq = data.draw(st.integers(1, case.n), label="seq")
         row = case.row(seq)
@@ -601,6 +640,54 @@ def test_a_blob_standing_in_for_base64_looking_text_is_detected(case: Case) -> N
         assert conn.execute(
             "SELECT typeof(sandbox_id) FROM audit_log WHERE seq = ?", (case.target,)
         ).fetchone() == ("blob",)
+    _broken(case.state, "modified", case.target)
+
+
+def _plant(case: Case, seq: int, column: str, value: Any) -> None:
+    """Store ``value`` as it is, past the column's affinity, as someone editing the file
+    can: declare the column BLOB (no affinity) for one UPDATE, then restore the schema."""
+    with closing(case.db()) as conn:
+        (schema,) = conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE name = 'audit_log'"
+        ).fetchone()
+        bare = re.sub(rf"\b{column} [A-Z]+", f"{column} BLOB", schema, count=1)
+        assert bare != schema
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_schema SET sql = ? WHERE name = 'audit_log'", (bare,))
+    with closing(case.db()) as conn:  # a new connection reads the bare schema
+        conn.execute(f"UPDATE audit_log SET {column} = ? WHERE seq = ?", (value, seq))
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_schema SET sql = ? WHERE name = 'audit_log'", (schema,))
+    with closing(case.db()) as conn:
+        (kind,) = conn.execute(
+            f"SELECT typeof({column}) FROM audit_log WHERE seq = ?", (seq,)
+        ).fetchone()
+    assert kind == {float: "real", int: "integer", str: "text"}[type(value)]
+
+
+@pytest.mark.parametrize("column", ["deny_reason", "capability_id", "sandbox_id", "metadata"])
+def test_an_infinite_real_in_place_of_a_null_text_is_detected(case: Case, column: str) -> None:
+    """The canonical JSON writes an infinity as null, like the NULL it replaced."""
+    index = ALL_COLUMNS.index(column)
+    seq = next(s for s in range(case.target, case.n) if case.row(s)[index] is None)
+    _plant(case, seq, column, float("inf"))
+    _broken(case.state, "modified", seq)
+
+
+@pytest.mark.parametrize("column", ["timestamp", "duration_ms"])
+def test_a_number_changed_in_its_last_digit_is_detected(case: Case, column: str) -> None:
+    """1 ulp away: SQLite prints a REAL with 15 digits, which would hide it."""
+    index = ALL_COLUMNS.index(column)
+    seq = next(s for s in range(case.target, case.n) if case.row(s)[index] is not None)
+    value = case.row(seq)[index]
+    near = math.nextafter(float(value), math.inf)
+    assert near != value and f"{near:.15g}" == f"{float(value):.15g}"
+    _plant(case, seq, column, near)
+    _broken(case.state, "modified", seq)
+
+
+def test_a_number_stored_as_text_is_detected(case: Case) -> None:
+    _plant(case, case.target, "timestamp", str(case.row(case.target)[1]))
     _broken(case.state, "modified", case.target)
 
 
