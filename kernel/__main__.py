@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import platform
+import sqlite3
 import sys
 
 from fluffy._version import __version__
@@ -39,9 +40,18 @@ def self_check() -> dict[str, object]:
             missing.append(f"{name}: {exc}")
             continue
         versions[name] = str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
+    try:  # the audit verifier's fast path needs SQLite's JSON to match the canonical one
+        from fluffy.kernel.audit.ranges import sqlite_json_is_canonical
+
+        fast_verify = sqlite_json_is_canonical()
+    except ImportError as exc:
+        missing.append(f"fluffy.kernel.audit: {exc}")
+        fast_verify = False
     return {
         "fluffy": __version__,
         "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "audit_fast_verify": fast_verify,
         "uid": os.getuid(),
         "gid": os.getgid(),
         "imports": versions,

@@ -94,12 +94,19 @@ def _spliced(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
     copy = _BASE.copy
     encode = _encode
     finite = math.isfinite
-    first: tuple[int, str] | None = None
-    prev_hash, prev_seq, count = "", 0, 0
-    while batch := fetch(FETCH_ROWS):
+    batch = fetch(FETCH_ROWS)
+    if not batch:
+        return None
+    first_seq, first_prev = batch[0][0], batch[0][-1]
+    prev_hash, next_seq, count = first_prev, first_seq, 0
+    while batch:
+        # seq is the rowid and comes in order: the batch is contiguous iff its ends are
+        if batch[0][0] != next_seq or batch[-1][0] - next_seq != len(batch) - 1:
+            return _broken(lo)
         for seq, timestamp, texts, duration, tail, stored, prev in batch:
             if (
-                type(timestamp) is not int
+                prev != prev_hash
+                or type(timestamp) is not int
                 or type(duration) is bytes
                 or (type(duration) is float and not finite(duration))
             ):
@@ -108,18 +115,13 @@ def _spliced(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
             digest.update(
                 b"[%d,%d,%b,%b,%b" % (seq, timestamp, texts[1:-1], encode(duration), tail[1:])
             )
-            computed = digest.hexdigest()
-            if first is None:
-                first = (seq, prev)
-            elif prev != prev_hash or seq != prev_seq + 1:
+            prev_hash = digest.hexdigest()
+            if prev_hash != stored:
                 return _broken(lo)
-            if computed != stored:
-                return _broken(lo)
-            prev_hash, prev_seq = computed, seq
-            count += 1
-    if first is None:
-        return None
-    return Range(first[0], first[1], prev_seq, prev_hash, count, True)
+        count += len(batch)
+        next_seq += len(batch)
+        batch = fetch(FETCH_ROWS)
+    return Range(first_seq, first_prev, next_seq - 1, prev_hash, count, True)
 
 
 def _columns(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:

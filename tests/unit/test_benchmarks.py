@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,10 +44,17 @@ def test_the_audit_benchmark_runs_small_and_reports_its_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from benchmarks import audit
+    from fluffy.kernel import runtime
 
-    small = ["--entries", "300", "--sync-entries", "16", "--callers", "4"]
-    assert audit.main(["--json", *small, "--sync-warmup", "5", "--verify-entries", "400"]) == 0
+    small = ["--entries", "300", "--sync-entries", "16", "--callers", "4", "--repeat", "2"]
+    before = sys.getswitchinterval()
+    try:
+        assert audit.main(["--json", *small, "--sync-warmup", "5", "--verify-entries", "400"]) == 0
+        assert sys.getswitchinterval() == pytest.approx(runtime.SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(before)  # the rest of the suite keeps the default
     result = json.loads(capsys.readouterr().out)
+    assert len(result["buffered_runs_per_s"]) == len(result["verify_runs_per_s"]) == 2
     for key in (
         "buffered_per_s",
         "sync_per_s",
