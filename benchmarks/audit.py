@@ -5,8 +5,9 @@
                                       [--repeat 3]
 
 Figures (each beside its baseline, measured in the same run on the same disk).  Every
-figure is measured ``--repeat`` times (fresh databases each time, after an ``os.sync()``
-so no earlier write-back competes with the fsyncs) and the median is reported, with the
+figure is measured ``--repeat`` times (the write figures on fresh databases each time,
+after an ``os.sync()`` so no earlier write-back competes with their fsyncs; verify on one
+database, built and synced once) and the median is reported, with the
 single runs beside it (``*_runs_per_s``); latency percentiles pool the runs' samples.
 The process first takes the kernel's interpreter settings (``kernel/runtime.py``).
 

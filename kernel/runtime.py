@@ -6,11 +6,11 @@ calls).  Such a thread releases the GIL around every SQLite step or system call 
 must win it back to go on; while the loop is busy it waits for the switch interval,
 5 ms by default, at every one of those points.  During a burst of audited calls the
 audit writer then made almost no progress until the burst ended (measured: one
-100-row commit in 0.4 s of a 50,000-event burst), so its work added to the burst
-instead of overlapping it.  A 0.25 ms interval lets it overlap: ``python -m
-benchmarks.audit`` buffered throughput went from ~55-62k to ~70-75k events/s on the
-benchmark machine.  Forced switches happen only while two threads want the GIL, so
-an idle kernel pays nothing.
+100-row commit, taking 109 ms, during a 0.33 s burst of 50,000 events), so its work
+added to the burst instead of overlapping it.  A 0.25 ms interval lets it overlap
+(9-16 commits during the burst): ``python -m benchmarks.audit`` buffered throughput
+went from ~52-62k to ~62-74k events/s on the benchmark machine.  Forced switches
+happen only while two threads want the GIL, so an idle kernel pays nothing.
 """
 
 from __future__ import annotations

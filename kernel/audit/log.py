@@ -13,8 +13,8 @@ that one writer task commits:
 Every commit also moves the head in ``audit_meta`` (one statement in the same
 transaction) and rewrites the ``audit.head`` checkpoint after the commit (so it never
 runs ahead of the database; it is fsynced with every WAL checkpoint and at shutdown).
-WAL checkpoints run every 1,000 writes or 60 s; storage rules (rotation, retention,
-size) run between commits (:mod:`fluffy.kernel.audit.storage`).
+WAL checkpoints run every 1,000 writes, 400 commits or 60 s; storage rules (rotation,
+retention, size) run between commits (:mod:`fluffy.kernel.audit.storage`).
 
 Speed (``python -m benchmarks.audit``, docs/benchmarks.md): a commit is ONE call of
 :func:`_write_batch` (multi-row inserts, head, commit, then the checkpoint file), the
@@ -23,13 +23,15 @@ row), and WAL checkpoints RESTART the WAL instead of truncating it (see
 :data:`CHECKPOINT_MODE`).  Where the call runs (ADR-026):
 
 * a batch somebody waits for (a security event, :meth:`flush`) of at most
-  :data:`INLINE_ROWS` rows is committed on the event loop's own thread while commits
-  stay fast (:data:`INLINE_BUDGET_S`, a moving average of the measured commit time):
+  :data:`INLINE_ROWS` rows is committed on the event loop's own thread while small
+  commits have lately been fast (:data:`INLINE_BUDGET_S`, a moving average of their
+  measured time), and only if the write lock is free at once (:func:`_write_now`):
   handing it to the connection's thread and back costs two thread wake-ups, ~110 µs
-  on the benchmark machine, which is a third of a durable one-row commit;
-* anything else (the buffered operational rows, slow commits, WAL checkpoints, storage
-  work) runs on aiosqlite's thread, so a slow disk never stalls the kernel's loop for
-  more than the budget.
+  on the benchmark machine, a third of a durable one-row commit;
+* anything else (the buffered operational rows, slow commits, a lock another of the
+  kernel's connections holds, WAL checkpoints, storage work) runs on aiosqlite's
+  thread.  SQLite's automatic checkpoints are off on this connection: the writer runs
+  its own, on the thread.
 
 Durability is the same on both paths: a security event's caller resumes only after
 ``commit`` returned with ``synchronous=FULL`` and ``audit.head`` was rewritten.
@@ -65,6 +67,7 @@ from fluffy.kernel.audit.entry import (
 from fluffy.kernel.audit.storage import Storage, StorageSettings
 from fluffy.kernel.audit.store import (
     AUDIT_SCHEMA,
+    BUSY_TIMEOUT_MS,
     INSERT_SQL,
     PRAGMAS,
     Head,
@@ -77,6 +80,13 @@ from fluffy.kernel.audit.store import (
 log = logging.getLogger("fluffy.kernel.audit")
 
 WAL_CHECKPOINT_WRITES = 1000
+# ... or every WAL_CHECKPOINT_COMMITS commits: a one-row commit appends 3-4 pages to the
+# WAL, and SQLite's own automatic checkpoint (off on this connection: it would run inside
+# a commit, maybe on the loop's thread) kept the WAL near 1,000 pages.  Past
+# journal_size_limit the WAL would be cut after every checkpoint and grow again, and a
+# durable commit into a growing file costs more than into one it overwrites (measured:
+# one caller 1,700-1,800 events/s without this, 2,200-2,900 with it; WAL ~1,600 pages).
+WAL_CHECKPOINT_COMMITS = 400
 WAL_CHECKPOINT_S = 60.0
 # RESTART (not TRUNCATE) keeps the WAL file, so the next commits overwrite it in place
 # and their fdatasync need not grow the file (ext4 journals every size change: on the
@@ -86,9 +96,12 @@ WAL_CHECKPOINT_S = 60.0
 CHECKPOINT_MODE = "RESTART"
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
 # A waited-for batch is committed on the event loop's thread (no thread hand-off) when
-# it holds at most INLINE_ROWS rows and commits have lately taken at most INLINE_BUDGET_S
-# (an exponential moving average over every commit, with weight COMMIT_EWMA): the
-# longest the loop may stall on the disk.  2 ms is 4 % of a tool call's 50 ms budget.
+# it holds at most INLINE_ROWS rows and such small commits have lately taken at most
+# INLINE_BUDGET_S (an exponential moving average, weight COMMIT_EWMA, of every small
+# commit, failed ones included).  It is a budget, not a limit: a commit that has begun
+# cannot be interrupted, so one stalled fsync still holds the loop for its length; the
+# average then sends the next small commits to the thread until commits are fast again.
+# 2 ms is 4 % of a tool call's 50 ms budget.
 INLINE_ROWS = 64
 INLINE_BUDGET_S = 0.002
 COMMIT_EWMA = 0.2
@@ -149,11 +162,32 @@ def _write_batch(
     return None
 
 
-def _timed_write(*args: Any) -> tuple[OSError | None, float]:
-    """:func:`_write_batch` and how long it took (seconds)."""
-    started = time.perf_counter()
-    failed = _write_batch(*args)
-    return failed, time.perf_counter() - started
+def _write_now(conn: sqlite3.Connection, *args: Any) -> tuple[bool, OSError | None]:
+    """:func:`_write_batch` on the event loop's thread, never waiting for a lock.
+
+    The kernel's other connections to the file (workflow store, conversations) can hold
+    the write lock across an ``await``; waiting here (``busy_timeout``) would block the
+    very loop that must run for them to commit.  So the transaction is taken at once
+    (``BEGIN IMMEDIATE`` with no busy timeout) or not at all: ``(False, None)`` then,
+    and the caller hands the batch to the connection's thread, which may wait.
+    """
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return False, None
+            raise
+        try:
+            return True, _write_batch(conn, *args)
+        except BaseException:
+            if conn.in_transaction:  # _write_batch rolls back; never leave one open
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+            raise
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _wal_checkpoint(conn: sqlite3.Connection, headfile: HeadFile) -> str:
@@ -218,6 +252,7 @@ class AuditLog:
         self._headfile = HeadFile(head_path(state_dir))
         self._task: asyncio.Task[None] | None = None
         self._since_checkpoint = 0
+        self._commits_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
 
     # -- opening and closing ----------------------------------------------------------
@@ -232,6 +267,9 @@ class AuditLog:
                 await db.execute(pragma)
             await db.executescript(AUDIT_SCHEMA)
             await db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            # checkpoints are the writer's own (_maintain, on the connection's thread):
+            # SQLite's automatic one would run inside a commit, maybe on the loop's thread
+            await db.execute("PRAGMA wal_autocheckpoint=0")
             await db.commit()
         except Exception as exc:
             raise AuditUnavailable(f"cannot open the audit database in {state_dir}: {exc}") from exc
@@ -382,7 +420,7 @@ class AuditLog:
 
     def _inline(self, batch: _Batch) -> bool:
         """Commit ``batch`` on the loop's thread?  Only a small one somebody waits for,
-        while commits are fast (a slow disk sends everything back to the thread)."""
+        while small commits have lately been fast (a slow disk sends them to the thread)."""
         return (
             bool(batch.waiters)
             and len(batch.rows) <= INLINE_ROWS
@@ -395,12 +433,18 @@ class AuditLog:
         try:
             if rows or batch.new_chain:
                 args = (rows, batch.new_chain, self._headfile, head)
-                if self._inline(batch):
-                    failed, seconds = _timed_write(self.db._conn, *args)
-                    self.stats.inline_commits += 1
-                else:
-                    failed, seconds = await self._run(_timed_write, *args)
-                self.stats.commit_ms += COMMIT_EWMA * (seconds * 1000 - self.stats.commit_ms)
+                started = time.perf_counter()
+                try:
+                    done, failed = False, None
+                    if self._inline(batch):
+                        done, failed = _write_now(self.db._conn, *args)
+                        self.stats.inline_commits += done
+                    if not done:
+                        failed = await self._run(_write_batch, *args)
+                finally:  # failed commits count too; big batches say nothing of small ones
+                    if len(rows) <= INLINE_ROWS:
+                        spent = (time.perf_counter() - started) * 1000
+                        self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
                 if failed is not None:
                     self.stats.last_error = str(failed)
                     log.error("audit checkpoint file not written: %s", failed)
@@ -425,6 +469,7 @@ class AuditLog:
             self.stats.committed += len(rows)
             self.stats.commits += 1
             self._since_checkpoint += len(rows)
+            self._commits_since_checkpoint += 1
         if batch.durable and self._closing:
             try:
                 await asyncio.to_thread(self._headfile.sync)
@@ -435,7 +480,10 @@ class AuditLog:
                 waiter.set_result(None)
 
     async def _maintain(self) -> None:
-        due = self._since_checkpoint >= WAL_CHECKPOINT_WRITES or (
+        due = (
+            self._since_checkpoint >= WAL_CHECKPOINT_WRITES
+            or self._commits_since_checkpoint >= WAL_CHECKPOINT_COMMITS
+        ) or (
             self._since_checkpoint and time.monotonic() - self._last_checkpoint >= WAL_CHECKPOINT_S
         )
         if due:
@@ -444,7 +492,7 @@ class AuditLog:
                 log.warning("WAL checkpoint failed: %s", error)
             else:
                 self.stats.wal_checkpoints += 1
-            self._since_checkpoint = 0
+            self._since_checkpoint = self._commits_since_checkpoint = 0
             self._last_checkpoint = time.monotonic()
             for event in self.storage.check_size():  # also at close: internal events
                 self._append(event, internal=True)

@@ -13,9 +13,13 @@ prints a REAL with 15 digits, the canonical JSON with as many as it takes to rou
 so a duration SQLite printed could hide a changed last digit.  This path is used only
 when SQLite escapes text exactly like the canonical encoder (a probe, once per process:
 :func:`sqlite_json_is_canonical`); otherwise every column is fetched and encoded in
-Python.  Either way a value the canonical JSON cannot tell apart from another makes the
-range not intact (a BLOB; an infinite number, which it writes as ``null``; a REAL where
-the log writes text or an integer); the sequential scan then names the entry.
+Python.  Either way a stored value whose canonical JSON is also that of another value
+cannot pass: a BLOB (base64 text in the canonical JSON) or an infinite duration
+(``null``) makes the range not intact; a REAL or INTEGER in a text column is a bare
+number in SQLite's JSON, never a string or ``null``.  So an entry passes only when it is
+what was hashed.  Values of the wrong type in entries hashed *after* the change (appended
+past the checkpoint) are :mod:`~fluffy.kernel.audit.verify`'s type pass to find.  The
+caller must have checked that ``seq`` is the table's row id (distinct integers).
 Rows are fetched in small batches that stay in the CPU cache and the garbage collector
 is paused while they stream past (only tuples of strings and numbers: nothing to
 collect, yet every 700 tuples it would scan them).  The file is cut into many more
@@ -106,6 +110,7 @@ def _spliced(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
         for seq, timestamp, texts, duration, tail, stored, prev in batch:
             if (
                 prev != prev_hash
+                or type(seq) is not int
                 or type(timestamp) is not int
                 or type(duration) is bytes
                 or (type(duration) is float and not finite(duration))

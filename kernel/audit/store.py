@@ -62,10 +62,11 @@ INSERT_SQL: Final = (
     f"VALUES ({', '.join('?' for _ in COLUMNS)}, ?)"
 )
 SELECT_ROWS: Final = f"SELECT {', '.join(COLUMNS)}, hash FROM audit_log"  # noqa: S608
+BUSY_TIMEOUT_MS: Final = 5000
 PRAGMAS: Final = (
     "PRAGMA journal_mode=WAL",
     "PRAGMA synchronous=FULL",
-    "PRAGMA busy_timeout=5000",
+    f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
     "PRAGMA foreign_keys=ON",
 )
 

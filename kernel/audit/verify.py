@@ -265,8 +265,10 @@ def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: 
 
 def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     """Large intact files: check in parallel, then only the edges sequentially."""
-    lo, hi = conn.execute("SELECT MIN(seq), MAX(seq) FROM audit_log").fetchone()
-    if lo is None or hi - lo + 1 < ranges.PARALLEL_MIN_ROWS:  # (no COUNT(*): a scan of its own)
+    lo, hi, count = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM audit_log").fetchone()
+    # seq is the row id (_scan checked): distinct integers, so no gap iff count == span;
+    # with a gap the scan names it (and one far-off seq cannot make millions of ranges)
+    if count < ranges.PARALLEL_MIN_ROWS or hi - lo + 1 != count:
         return False
     first = conn.execute(
         "SELECT timestamp, event_type FROM audit_log WHERE seq = ?", (lo,)
@@ -288,7 +290,8 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
         return False
     for seq, event_type, raw in conn.execute(
         "SELECT seq, event_type, metadata FROM audit_log WHERE event_type IN "
-        "('audit_archive_deleted', 'audit_chain_break') ORDER BY seq"
+        "('audit_archive_deleted', 'audit_chain_break') AND seq BETWEEN ? AND ? ORDER BY seq",
+        (lo, hi),
     ):
         _special(seq, event_type, raw, chain, report)
     if report.first_seq is None:
@@ -322,17 +325,22 @@ _OPTIONAL_TEXT = (
 # The canonical JSON cannot tell a BLOB from its base64 text, nor an infinite number from
 # NULL; the log never stores either, so a row holding one was changed (one SQL pass).
 _WRONG_TYPE = (
-    "SELECT MIN(seq) FROM audit_log WHERE typeof(seq) != 'integer' "  # noqa: S608
+    "SELECT MIN(seq) FROM audit_log WHERE (typeof(seq) != 'integer' "  # noqa: S608
     "OR typeof(timestamp) != 'integer' "
     + "".join(f"OR typeof({c}) != 'text' " for c in _REQUIRED_TEXT)
     + "".join(f"OR typeof({c}) NOT IN ('text', 'null') " for c in _OPTIONAL_TEXT)
     + "OR typeof(duration_ms) NOT IN ('real', 'null') "
-    + "OR abs(duration_ms) > 1.7976931348623157e308"
+    + "OR abs(duration_ms) > 1.7976931348623157e308)"
 )
 
 
-def _wrong_type(conn: sqlite3.Connection, name: str) -> Problem | None:
-    row = conn.execute(_WRONG_TYPE).fetchone()
+def _wrong_type(conn: sqlite3.Connection, name: str, after: int | None = None) -> Problem | None:
+    """The first entry (after ``after``, if given) holding a type the log never writes."""
+    if after is None:
+        row = conn.execute(_WRONG_TYPE).fetchone()
+    else:  # a separate statement: the row-id range is then a search, not a scan
+        row = conn.execute(_WRONG_TYPE.replace("WHERE (", "WHERE seq > ? AND (", 1), (after,))
+        row = row.fetchone()
     if row is None or row[0] is None:
         return None
     seq = int(row[0])
@@ -344,13 +352,47 @@ def _wrong_type(conn: sqlite3.Connection, name: str) -> Problem | None:
     )
 
 
+def _rebuilt(conn: sqlite3.Connection) -> bool:
+    """Is ``seq`` no longer the table's row id (the log creates ``INTEGER PRIMARY KEY``)?
+
+    As the row id every entry has a distinct integer seq.  A table rebuilt otherwise can
+    hold NULL, REAL or repeated numbers, which the checks (and ``seq BETWEEN``) do not
+    see.  SQLite reads a row-id alias with its ``Rowid`` opcode, any other column with
+    ``Column``.  (No table at all is left to the scan, which reports it.)
+    """
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'audit_log'"
+    ).fetchone():
+        return False
+    try:
+        plan = conn.execute("EXPLAIN SELECT seq FROM audit_log NOT INDEXED")  # the table itself
+        opcodes = {row[1] for row in plan}
+    except sqlite3.Error:
+        return True
+    return "Rowid" not in opcodes or "Column" in opcodes
+
+
 def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     name = path.name
     chain.fast = False
+    if _rebuilt(conn):
+        report.fail(
+            Problem(
+                "modified",
+                None,
+                name,
+                "the audit_log table was rebuilt: seq is no longer its row id, so entries "
+                "can lack a number or share one (the log never creates such a table)",
+            )
+        )
+        return False
     ok = _scan_chain(conn, path, chain, report)
-    if ok and chain.fast:  # the parallel check already refused BLOBs and infinities
-        return True
-    typed = _wrong_type(conn, name)
+    # The parallel check refuses every value the canonical JSON cannot tell apart inside
+    # the chain the checkpoint witnessed; entries after it, hashed by whoever appended
+    # them, still get the type pass (a few rows: the index on seq finds them).
+    witnessed = [h.seq for h in (report.checkpoint, report.witness) if h is not None]
+    after = min(witnessed) if ok and chain.fast and witnessed else None
+    typed = _wrong_type(conn, name, after)
     if typed is not None:
         problem = report.problem
         if ok or problem is None or problem.seq is None or problem.seq > (typed.seq or 0):

@@ -19,6 +19,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,9 +167,11 @@ def _copy(template: Template, target: Path) -> Case:
 
 def parallel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every verify() take its parallel fast path (``ranges``): the whole file in
-    ranges of 64 entries over a pool of processes, not the sequential scan alone."""
+    ranges of 64 entries over a pool of processes (two CPUs' worth, even on one), not the
+    sequential scan alone."""
     monkeypatch.setattr(ranges, "PARALLEL_MIN_ROWS", 1)
     monkeypatch.setattr(ranges, "CHUNK_ROWS", 64)
+    monkeypatch.setattr(ranges, "workers", lambda: 2)
 
 
 @pytest.fixture(params=["scan", "parallel", "columns"])
@@ -689,6 +692,57 @@ def test_a_number_changed_in_its_last_digit_is_detected(case: Case, column: str)
 def test_a_number_stored_as_text_is_detected(case: Case) -> None:
     _plant(case, case.target, "timestamp", str(case.row(case.target)[1]))
     _broken(case.state, "modified", case.target)
+
+
+# -- a table rebuilt so that seq is no longer its row id -------------------------------
+
+
+@pytest.mark.parametrize("change", ["none", "null", "real", "twice"])
+def test_a_table_whose_seq_is_not_the_row_id_is_modified(case: Case, change: str) -> None:
+    """Rebuilt without ``INTEGER PRIMARY KEY``, a table can hold entries without a number
+    (which ``seq BETWEEN`` never sees), with a fractional one, or two with the same one.
+    The log never creates such a table: refused as it is, whatever it holds."""
+    with closing(case.db()) as conn:
+        conn.executescript(
+            "ALTER TABLE audit_log RENAME TO old; "
+            "CREATE TABLE audit_log AS SELECT * FROM old; DROP TABLE old;"
+        )
+        if change == "null":  # a forged entry no range holds
+            forged = _forged(case, case.target, 0, "0" * 64)
+            forged[0] = None
+            conn.execute(INSERT, forged)
+        elif change == "real":
+            conn.execute("UPDATE audit_log SET seq = seq + 0.75 WHERE seq = ?", (case.target,))
+        elif change == "twice":
+            conn.execute(INSERT, _forged(case, case.target, case.target, "0" * 64))
+    report = _broken(case.state, "modified", None)
+    assert report.problem is not None and "seq is no longer its row id" in report.problem.detail
+
+
+def test_a_far_off_seq_is_found_at_once(case: Case) -> None:
+    """One entry moved to seq 40,000,000,000: the span is no reason to cut the file into a
+    million ranges."""
+    with closing(case.db()) as conn:
+        conn.execute("UPDATE audit_log SET seq = 40000000000 WHERE seq = ?", (case.n,))
+    started = time.perf_counter()
+    report = verify(case.state)
+    assert time.perf_counter() - started < 10
+    assert not report.ok and report.problem is not None
+    assert report.problem.seq in (case.n, 40_000_000_000), report.problem
+
+
+def test_an_appended_self_hashed_entry_of_a_wrong_type_is_modified(case: Case) -> None:
+    """Past the checkpoint, whoever appends also computes the hash: a REAL where the log
+    writes text then passes every hash, and only the type pass finds it (also after the
+    parallel check, which only vouches for the chain the checkpoint witnessed)."""
+    seq = case.n + 1
+    forged = _forged(case, case.target, seq, case.row(case.n)[-1])
+    forged[COLUMNS.index("tool_name")] = 1.5
+    forged[-1] = entry_hash(tuple(forged[:-1]))  # what the canonical JSON of 1.5 hashes to
+    with closing(case.db()) as conn:
+        conn.execute(INSERT, [*forged[:5], "placeholder", *forged[6:]])
+    _plant(case, seq, "tool_name", 1.5)
+    _broken(case.state, "modified", seq)
 
 
 def test_a_negative_zero_duration_verifies(tmp_path: Path) -> None:

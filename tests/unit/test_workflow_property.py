@@ -22,7 +22,7 @@ from .workflow_support import fake_run, make_project, open_kit, run
 ACTIONS = [f"fire:{e}" for e in EVENTS] + [
     "red_run",  # a new test file failing on an assertion, recorded
     "import_error_run",  # a new test file that cannot be imported, recorded
-    "old_test_fails_run",  # an unchanged test failing on an assertion, recorded
+    "old_test_fails_run",  # tests/test_calc.py failing on an assertion, recorded
     "passing_run",
     "touch_source",
     "touch_test",
@@ -80,7 +80,8 @@ def test_strict_mode_never_reaches_code_writing_without_a_red_run(actions: list[
                             sid,
                             fake_run(project, [("tests/test_calc.py::test_add", "failed", True)]),
                         )
-                        red_evidence = False
+                        # red only if this stint changed its file: then it is a changed test
+                        red_evidence = touched_tests and state == "test_writing"
                     elif action == "passing_run":
                         await wf.record_test_run(
                             sid,
