@@ -337,6 +337,12 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+def _figure(result: dict[str, Any], name: str, runs: list[float]) -> None:
+    """``<name>_per_s``: the median of the runs; ``<name>_runs_per_s``: each run."""
+    result[f"{name}_per_s"] = round(_median(runs))
+    result[f"{name}_runs_per_s"] = [round(v) for v in runs]
+
+
 def _writes(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> None:
     """Buffered and sync figures, each run ``--repeat`` times beside its baseline."""
     buffered, raw, record_us, commits = [], [], [], []
@@ -366,23 +372,18 @@ def _writes(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> Non
         raw_sync_rates.append(per_s)
         raw_sync_ms += samples
         shutil.rmtree(here)
-    result["buffered_per_s"] = round(_median(buffered))
-    result["buffered_runs_per_s"] = [round(v) for v in buffered]
+    _figure(result, "buffered", buffered)
     result["buffered_record_us"] = round(_median(record_us), 2)
     result["buffered_commits"] = commits
-    result["raw_sqlite_per_s"] = round(_median(raw))
-    result["raw_sqlite_runs_per_s"] = [round(v) for v in raw]
+    _figure(result, "raw_sqlite", raw)
     result["ratio_buffered_vs_raw"] = round(
         result["buffered_per_s"] / result["raw_sqlite_per_s"], 3
     )
-    result["sync_per_s"] = round(_median(sync))
-    result["sync_runs_per_s"] = [round(v) for v in sync]
+    _figure(result, "sync", sync)
     _ms(sync_ms, "sync", result)
-    result["sync_concurrent_per_s"] = round(_median(concurrent))
-    result["sync_concurrent_runs_per_s"] = [round(v) for v in concurrent]
+    _figure(result, "sync_concurrent", concurrent)
     _ms(concurrent_ms, "sync_concurrent", result)
-    result["raw_sqlite_sync_per_s"] = round(_median(raw_sync_rates))
-    result["raw_sqlite_sync_runs_per_s"] = [round(v) for v in raw_sync_rates]
+    _figure(result, "raw_sqlite_sync", raw_sync_rates)
     _ms(raw_sync_ms, "raw_sqlite_sync", result)
     result["ratio_sync_vs_raw"] = round(result["sync_per_s"] / result["raw_sqlite_sync_per_s"], 3)
 
@@ -403,10 +404,8 @@ def _verify(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> Non
         assert report["fast_check_intact"], report
         verifies.append(args.verify_entries / report["seconds"])
         fast.append(args.verify_entries / report["fast_check_seconds"])
-    result["raw_scan_per_s"] = round(_median(scans))
-    result["raw_scan_runs_per_s"] = [round(v) for v in scans]
-    result["verify_per_s"] = round(_median(verifies))
-    result["verify_runs_per_s"] = [round(v) for v in verifies]
+    _figure(result, "raw_scan", scans)
+    _figure(result, "verify", verifies)
     result["verify_s"] = round(args.verify_entries / result["verify_per_s"], 3)
     result["verify_fast_check_per_s"] = round(_median(fast))
     result["ratio_verify_vs_raw_scan"] = round(result["verify_per_s"] / result["raw_scan_per_s"], 3)

@@ -281,12 +281,7 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     else:
         expected, expected_seq = chain.prev_hash, chain.prev_seq + 1
     whole = ranges.parallel_intact(path, lo, hi)
-    if (
-        whole is None
-        or whole.first_prev != expected
-        or whole.first_seq != expected_seq
-        or whole.count != hi - lo + 1  # implied by the links of contiguous seqs; stated
-    ):
+    if whole is None or whole.first_prev != expected or whole.first_seq != expected_seq:
         return False
     for seq, event_type, raw in conn.execute(
         "SELECT seq, event_type, metadata FROM audit_log WHERE event_type IN "
@@ -325,7 +320,7 @@ _OPTIONAL_TEXT = (
 # The canonical JSON cannot tell a BLOB from its base64 text, nor an infinite number from
 # NULL; the log never stores either, so a row holding one was changed (one SQL pass).
 _WRONG_TYPE = (
-    "SELECT MIN(seq) FROM audit_log WHERE (typeof(seq) != 'integer' "  # noqa: S608
+    "SELECT MIN(seq) FROM audit_log WHERE {after} (typeof(seq) != 'integer' "  # noqa: S608
     "OR typeof(timestamp) != 'integer' "
     + "".join(f"OR typeof({c}) != 'text' " for c in _REQUIRED_TEXT)
     + "".join(f"OR typeof({c}) NOT IN ('text', 'null') " for c in _OPTIONAL_TEXT)
@@ -337,10 +332,9 @@ _WRONG_TYPE = (
 def _wrong_type(conn: sqlite3.Connection, name: str, after: int | None = None) -> Problem | None:
     """The first entry (after ``after``, if given) holding a type the log never writes."""
     if after is None:
-        row = conn.execute(_WRONG_TYPE).fetchone()
+        row = conn.execute(_WRONG_TYPE.format(after="")).fetchone()
     else:  # a separate statement: the row-id range is then a search, not a scan
-        row = conn.execute(_WRONG_TYPE.replace("WHERE (", "WHERE seq > ? AND (", 1), (after,))
-        row = row.fetchone()
+        row = conn.execute(_WRONG_TYPE.format(after="seq > ? AND"), (after,)).fetchone()
     if row is None or row[0] is None:
         return None
     seq = int(row[0])
