@@ -6,9 +6,9 @@
 
 Figures (each beside its baseline, measured in the same run on the same disk).  Every
 figure is measured ``--repeat`` times (the write figures on fresh databases each time,
-after an ``os.sync()`` so no earlier write-back competes with their fsyncs; verify on one
-database, built and synced once) and the median is reported, with the
-single runs beside it (``*_runs_per_s``); latency percentiles pool the runs' samples.
+each after an ``os.sync()`` so no earlier write-back competes with their fsyncs; verify
+on one database, built and synced once) and the median is reported, with the single
+runs beside it (``*_runs_per_s``); latency percentiles pool the runs' samples.
 The process first takes the kernel's interpreter settings (``kernel/runtime.py``).
 
 - ``buffered_per_s``: operational ``syscall`` events (summaries, rule name, duration,
@@ -32,12 +32,13 @@ The process first takes the kernel's interpreter settings (``kernel/runtime.py``
   commit), with latency percentiles.
 - ``verify_per_s``: :func:`fluffy.kernel.audit.verify.verify` (the real one, its own
   ``seconds``) over a database of ``--verify-entries`` chained entries, built directly
-  with ``Event.row`` / ``entry_hash`` and bulk inserted (not timed; synced to disk
+  with ``Event.row`` / ``entry.stored`` and bulk inserted (not timed; synced to disk
   before the first run).  It runs in a fresh
   interpreter with a small ``__main__``: verify's worker processes import ``__main__``,
   and this module's imports would add ~0.25 s to their start (the ``fluffy`` command's
   add ~0.06 s).  Baseline ``raw_scan_per_s``: one process reading every
-  row with ``sqlite3`` and recomputing its SHA-256 (a plain sequential verifier).
+  row's stored entry and hash with ``sqlite3`` and recomputing the SHA-256 (a plain
+  sequential verifier, without the link, copy and type checks).
   ``verify_fast_check_per_s``: the part of verify that hashes and links every entry
   (:func:`fluffy.kernel.audit.ranges.parallel_intact` over the whole file), alone.
 """
@@ -61,7 +62,7 @@ from typing import Any
 
 from benchmarks._stats import percentile
 from fluffy.kernel import runtime
-from fluffy.kernel.audit.entry import _BASE, Event, _encode, entry_hash, genesis_hash
+from fluffy.kernel.audit.entry import _BASE, Event, genesis_hash, stored
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.ranges import workers
 from fluffy.kernel.audit.store import (
@@ -267,9 +268,9 @@ def build_chain(state_dir: Path, entries: int) -> None:
         for _ in range(min(50_000, entries - seq)):
             seq += 1
             event = first if seq == 1 else events[seq % width]
-            row = event.row(seq, ts + seq // 20, prev)
-            prev = entry_hash(row)
-            chunk.append((*row, prev))
+            row = stored(event.row(seq, ts + seq // 20, prev))
+            prev = row[-1]
+            chunk.append(row)
         conn.executemany(INSERT_SQL, chunk)
     conn.executemany(
         "INSERT OR REPLACE INTO audit_meta VALUES (?, ?)",
@@ -289,12 +290,12 @@ def raw_scan(path: Path) -> float:
     count, bad = 0, 0
     try:
         started = time.perf_counter()
-        cursor = conn.execute(SELECT_ROWS + " ORDER BY seq")
+        cursor = conn.execute("SELECT entry, hash FROM audit_log ORDER BY seq")
         while batch := cursor.fetchmany(4096):
-            for row in batch:
+            for entry, hash_ in batch:
                 digest = _BASE.copy()
-                digest.update(_encode(row[:-1]))
-                bad += digest.hexdigest() != row[-1]
+                digest.update(entry)
+                bad += digest.hexdigest() != hash_
                 count += 1
         elapsed = time.perf_counter() - started
     finally:
@@ -359,15 +360,18 @@ def _writes(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> Non
         commits.append(stats["commits"])
         raw.append(raw_batched(here / "raw.db", _all_rows(db_path(here / "buffered"))))
 
+        os.sync()  # the buffered runs' files are still being written back: not during fsyncs
         per_s, samples = asyncio.run(_sync(here / "sync", args.sync_entries, 1, args.sync_warmup))
         sync.append(per_s)
         sync_ms += samples
+        os.sync()
         per_s, samples = asyncio.run(
             _sync(here / "group", args.sync_entries * 4, args.callers, args.sync_warmup)
         )
         concurrent.append(per_s)
         concurrent_ms += samples
         rows = _all_rows(db_path(here / "sync"))
+        os.sync()
         per_s, samples = raw_sync(here / "raw-sync.db", rows, 1 + args.sync_warmup)
         raw_sync_rates.append(per_s)
         raw_sync_ms += samples

@@ -40,18 +40,15 @@ def self_check() -> dict[str, object]:
             missing.append(f"{name}: {exc}")
             continue
         versions[name] = str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
-    try:  # the audit verifier's fast path needs SQLite's JSON to match the canonical one
-        from fluffy.kernel.audit.ranges import sqlite_json_is_canonical
-
-        fast_verify = sqlite_json_is_canonical()
-    except ImportError as exc:
-        missing.append(f"fluffy.kernel.audit: {exc}")
-        fast_verify = False
+    try:  # `fluffy audit log --session/--decision` filter with SQLite's JSON functions
+        sqlite_json = sqlite3.connect(":memory:").execute("SELECT json_valid('[1]')").fetchone()
+    except sqlite3.Error:
+        sqlite_json = None
     return {
         "fluffy": __version__,
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
-        "audit_fast_verify": fast_verify,
+        "sqlite_json": sqlite_json == (1,),
         "uid": os.getuid(),
         "gid": os.getgid(),
         "imports": versions,

@@ -1,14 +1,16 @@
 """Audit entries and their hash (the design's Record Format and Storage).
 
-Every column of an entry is covered by its hash.  The canonical encoding is the JSON
-array of the stored column values in a fixed order (msgspec: strings escaped one way,
-ints and floats told apart, ``null`` for absent), prefixed by a domain-separation tag::
+Every field of an entry is covered by its hash.  The canonical encoding is the JSON
+array of the field values in a fixed order (msgspec: strings escaped one way, ints and
+floats told apart, ``null`` for absent), prefixed by a domain-separation tag::
 
     hash = SHA-256(b"fluffy.audit.v1\\0" + json([seq, timestamp, prev_hash, event_type, ...]))
 
-A JSON array of typed scalars is injective, so no two different entries encode alike,
-and changing any byte of any column (or its SQLite type: ``'5'`` is not ``5``) changes
-the hash.  Verification recomputes the hash from the row as stored.
+A JSON array of typed scalars is injective, so no two different entries encode alike.
+The table stores exactly those bytes (``entry``) beside the hash, plus copies of
+``seq``, ``timestamp`` and ``event_type`` for its indexes (:mod:`.store`): changing any
+byte of any stored value changes the hash or breaks the match between a copy and the
+entry.  Verification recomputes every hash from what is stored.
 
 The genesis entry (the first ``kernel_start`` of a chain) has
 ``prev_hash = SHA-256("genesis:" + its timestamp)``.
@@ -104,15 +106,35 @@ COLUMNS: Final = (
     "metadata",
 )
 
+# the fields that are never null (the others may be; duration_ms is a number or null)
+REQUIRED: Final = (
+    "seq",
+    "timestamp",
+    "prev_hash",
+    "event_type",
+    "caller",
+    "session_mode",
+    "state_machine_state",
+    "input_summary",
+)
+
 _encode = msgspec.json.Encoder().encode
 _BASE = hashlib.sha256(DOMAIN)
 
 
 def entry_hash(row: tuple[Any, ...]) -> str:
-    """Hash of one stored row (the values of :data:`COLUMNS`, in order)."""
+    """Hash of one entry (the values of :data:`COLUMNS`, in order)."""
     digest = _BASE.copy()
     digest.update(_encode(row))
     return digest.hexdigest()
+
+
+def stored(row: tuple[Any, ...]) -> tuple[int, int, str, bytes, str]:
+    """The table row of an entry: seq, timestamp, event_type, the entry's bytes, hash."""
+    entry = _encode(row)
+    digest = _BASE.copy()
+    digest.update(entry)
+    return (row[0], row[1], row[3], entry, digest.hexdigest())
 
 
 def genesis_hash(timestamp: int) -> str:
@@ -255,7 +277,10 @@ def row_to_dict(row: tuple[Any, ...], hash_: str | None = None) -> dict[str, Any
     data = dict(zip(COLUMNS, row, strict=True))
     data["id"] = data.pop("seq")
     raw = data.get("metadata")
-    data["metadata"] = msgspec.json.decode(raw) if isinstance(raw, str) and raw else {}
+    try:
+        data["metadata"] = msgspec.json.decode(raw) if isinstance(raw, str) and raw else {}
+    except msgspec.DecodeError:  # not what the log writes: show it as stored
+        data["metadata"] = raw
     if hash_ is not None:
         data["hash"] = hash_
     return {"id": data.pop("id"), **data}

@@ -57,7 +57,6 @@ import aiosqlite
 from fluffy.errors import AuditUnavailable
 from fluffy.kernel.audit.entry import (
     _BASE,
-    COLUMNS,
     SYNC_EVENTS,
     Event,
     _encode,
@@ -70,6 +69,7 @@ from fluffy.kernel.audit.store import (
     BUSY_TIMEOUT_MS,
     INSERT_SQL,
     PRAGMAS,
+    STORED,
     Head,
     HeadFile,
     db_path,
@@ -117,7 +117,7 @@ INSERT_ROWS = 100
 
 @functools.lru_cache(maxsize=INSERT_ROWS)
 def _insert_sql(count: int) -> str:
-    one = "(" + ", ".join("?" * (len(COLUMNS) + 1)) + ")"
+    one = "(" + ", ".join("?" * len(STORED)) + ")"
     return INSERT_SQL + (", " + one) * (count - 1)
 
 
@@ -334,13 +334,13 @@ class AuditLog:
         else:
             prev = self._hash
         seq = self._seq + 1
-        row = event.row(seq, timestamp, prev)
-        digest = _BASE.copy()  # entry_hash(row), inlined: this is the hot path
-        digest.update(_encode(row))
+        entry = _encode(event.row(seq, timestamp, prev))
+        digest = _BASE.copy()  # entry.stored(row), inlined: this is the hot path
+        digest.update(entry)
         hash_ = digest.hexdigest()
         batch = self._batch
         rows = batch.rows
-        rows.append((*row, hash_))
+        rows.append((seq, timestamp, event.event_type, entry, hash_))
         self._seq, self._hash = seq, hash_
         self.storage.saw(timestamp)
         sync = event.event_type in SYNC_EVENTS

@@ -18,7 +18,7 @@ import msgspec
 from fluffy.errors import AuditQueryError
 from fluffy.kernel.audit.entry import DECISIONS, EVENT_TYPES, now_ms, row_to_dict
 from fluffy.kernel.audit.storage import archives
-from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro, db_path
+from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro, db_path, field_sql, unpack
 
 _RELATIVE = re.compile(r"(\d+)(s|m|h|d)")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -67,8 +67,8 @@ class Filters:
         for column, value in (
             ("timestamp >= ?", self.since_ms),
             ("event_type = ?", self.event_type),
-            ("session_id = ?", self.session),
-            ("policy_decision = ?", self.decision),
+            (field_sql("session_id") + " = ?", self.session),
+            (field_sql("policy_decision") + " = ?", self.decision),
         ):
             if value is not None:
                 clauses.append(column)
@@ -89,9 +89,10 @@ def entries(state_dir: Path, filters: Filters = Filters()) -> Iterator[dict[str,
     for file in files:
         conn = connect_ro(file)
         try:
-            for row in conn.execute(SELECT_ROWS + where + " ORDER BY seq", params):
-                if last is None or row[0] > last:
-                    last = row[0]
+            for stored in conn.execute(SELECT_ROWS + where + " ORDER BY seq", params):
+                if last is None or stored[0] > last:
+                    last = stored[0]
+                    row = unpack(stored)
                     yield row_to_dict(row[:-1], row[-1])
         finally:
             conn.close()
@@ -108,8 +109,10 @@ def _newest(
             rows = conn.execute(query, [*params, limit]).fetchall()
         finally:
             conn.close()
-        for row in rows:  # an interrupted rotation leaves archived rows in two files
-            found.setdefault(row[0], row_to_dict(row[:-1], row[-1]))
+        for stored in rows:  # an interrupted rotation leaves archived rows in two files
+            if stored[0] not in found:
+                row = unpack(stored)
+                found[stored[0]] = row_to_dict(row[:-1], row[-1])
         if len(found) >= limit:
             break
     yield from (found[seq] for seq in sorted(found)[-limit:])

@@ -5,21 +5,18 @@ the caller stitches the ranges (first prev_hash = the previous range's last hash
 Only a yes/no: when anything is off, :mod:`~fluffy.kernel.audit.verify` runs its
 sequential scan, which locates and classifies the problem.
 
-Speed (``python -m benchmarks.audit``): fetching a row costs more than hashing it.
-SQLite builds most of the canonical JSON itself: ``json_array()`` of the text columns
-(:data:`SPLICED_ROWS`), so Python handles seven values a row instead of twenty.  Only
-the numbers are spliced in by Python (``seq``, ``timestamp``, ``duration_ms``): SQLite
-prints a REAL with 15 digits, the canonical JSON with as many as it takes to round-trip,
-so a duration SQLite printed could hide a changed last digit.  This path is used only
-when SQLite escapes text exactly like the canonical encoder (a probe, once per process:
-:func:`sqlite_json_is_canonical`); otherwise every column is fetched and encoded in
-Python.  Either way a stored value whose canonical JSON is also that of another value
-cannot pass: a BLOB (base64 text in the canonical JSON) or an infinite duration
-(``null``) makes the range not intact; a REAL or INTEGER in a text column is a bare
-number in SQLite's JSON, never a string or ``null``.  So an entry passes only when it is
-what was hashed.  Values of the wrong type in entries hashed *after* the change (appended
-past the checkpoint) are :mod:`~fluffy.kernel.audit.verify`'s type pass to find.  The
-caller must have checked that ``seq`` is the table's row id (distinct integers).
+Speed (``python -m benchmarks.audit``): the table stores each entry as the bytes its
+hash covers (:mod:`.store`), so a row is four values and one SHA-256 of the stored
+bytes, with no encoding in SQL or Python.  What the hash does not cover is checked
+against the entry with one ``startswith``: the entry must begin
+``[seq,timestamp,"prev_hash","event_type",`` with ``seq`` the row id, ``timestamp`` and
+``event_type`` the table's copies (indexed) and ``prev_hash`` the hash just computed
+for the entry before.  Entries the log wrote pass; anything else (a copy that differs,
+a value of another type, an entry that is not canonical JSON) makes the range not
+intact and the sequential scan, which decodes every entry, says what and where.  Past
+the witnessed head, entries hashed by whoever appended them are decoded by the scan's
+own pass (:mod:`~fluffy.kernel.audit.verify`).  The caller must have checked that
+``seq`` is the table's row id (distinct integers).
 Rows are fetched in small batches that stay in the CPU cache and the garbage collector
 is paused while they stream past (only tuples of strings and numbers: nothing to
 collect, yet every 700 tuples it would scan them).  The file is cut into many more
@@ -31,51 +28,22 @@ nobody waits for the pool to start and the last ranges end together.
 
 from __future__ import annotations
 
-import functools
 import gc
-import math
 import multiprocessing
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fluffy.kernel.audit.entry import _BASE, COLUMNS, _encode
+from fluffy.kernel.audit.entry import _BASE
 from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro
 
 PARALLEL_MIN_ROWS = 200_000
-CHUNK_ROWS = 40_000  # one unit of work: ~0.2 s
+CHUNK_ROWS = 10_000  # one unit of work: ~25 ms (small: the last ones end together)
 FETCH_ROWS = 256  # rows per fetchmany: a batch that stays in the CPU cache
-
-_DURATION = COLUMNS.index("duration_ms")
-assert COLUMNS[:2] == ("seq", "timestamp") and COLUMNS[2] == "prev_hash"
-# seq, timestamp, the JSON of prev_hash..output_summary, duration_ms, the JSON of
-# sandbox_id and metadata, hash, prev_hash (again, as text: the link to check)
-SPLICED_ROWS = (
-    "SELECT seq, timestamp, "  # noqa: S608 (constant column names)
-    f"CAST(json_array({', '.join(COLUMNS[2:_DURATION])}) AS BLOB), duration_ms, "
-    f"CAST(json_array({', '.join(COLUMNS[_DURATION + 1 :])}) AS BLOB), hash, prev_hash "
-    "FROM audit_log"
-)
-# text that exercises every escaping rule: all of ASCII, a NUL, non-ASCII, separators
-_PROBE = ("".join(map(chr, range(128))), "é 中 😀 \u2028 \u2029 \ufeff \uffff", "", None, "x")
-
-
-@functools.cache
-def sqlite_json_is_canonical() -> bool:
-    """Does this SQLite's ``json_array()`` write text exactly as the canonical encoder?"""
-    conn = sqlite3.connect(":memory:")
-    try:
-        marks = ", ".join("?" * len(_PROBE))
-        (made,) = conn.execute(f"SELECT CAST(json_array({marks}) AS BLOB)", _PROBE).fetchone()
-    except sqlite3.Error:  # no JSON functions in this build
-        return False
-    finally:
-        conn.close()
-    return bool(made == _encode(list(_PROBE)))
+MAX_RANGES = 4096  # a span of numbers with few rows in it (a forged head) costs little
 
 
 @dataclass(frozen=True)
@@ -92,89 +60,50 @@ def _broken(lo: int) -> Range:
     return Range(lo, "", lo - 1, "", 0, False)
 
 
-def _spliced(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
-    cursor = conn.execute(SPLICED_ROWS + " WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
+def _walk(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
+    cursor = conn.execute(SELECT_ROWS + " WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
     fetch = cursor.fetchmany
     copy = _BASE.copy
-    encode = _encode
-    finite = math.isfinite
     batch = fetch(FETCH_ROWS)
     if not batch:
         return None
-    first_seq, first_prev = batch[0][0], batch[0][-1]
-    prev_hash, next_seq, count = first_prev, first_seq, 0
+    first_seq, entry = batch[0][0], batch[0][3]
+    if type(entry) is not bytes:
+        return _broken(lo)
+    quote = entry.find(b'"')  # the first entry names the previous range's last hash
+    prev = entry[quote + 1 : quote + 65]
+    first_prev, next_seq, count = prev.decode("ascii", "replace"), first_seq, 0
     while batch:
         # seq is the rowid and comes in order: the batch is contiguous iff its ends are
         if batch[0][0] != next_seq or batch[-1][0] - next_seq != len(batch) - 1:
             return _broken(lo)
-        for seq, timestamp, texts, duration, tail, stored, prev in batch:
-            if (
-                prev != prev_hash
-                or type(seq) is not int
-                or type(timestamp) is not int
-                or type(duration) is bytes
-                or (type(duration) is float and not finite(duration))
-            ):
-                return _broken(lo)
-            digest = copy()  # the canonical JSON: "[seq,timestamp,texts...,duration,tail...]"
-            digest.update(
-                b"[%d,%d,%b,%b,%b" % (seq, timestamp, texts[1:-1], encode(duration), tail[1:])
-            )
-            prev_hash = digest.hexdigest()
-            if prev_hash != stored:
-                return _broken(lo)
-        count += len(batch)
-        next_seq += len(batch)
-        batch = fetch(FETCH_ROWS)
-    return Range(first_seq, first_prev, next_seq - 1, prev_hash, count, True)
-
-
-def _columns(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
-    cursor = conn.execute(SELECT_ROWS + " WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
-    fetch = cursor.fetchmany
-    copy = _BASE.copy
-    encode = _encode
-    finite = math.isfinite
-    first: tuple[int, str] | None = None
-    prev_hash, prev_seq, count = "", 0, 0
-    while batch := fetch(FETCH_ROWS):
-        for row in batch:
-            duration = row[_DURATION]
-            if (
-                bytes in map(type, row)
-                or float in map(type, row[:_DURATION])
-                or float in map(type, row[_DURATION + 1 :])
-                or (type(duration) is float and not finite(duration))
+        for seq, timestamp, event_type, entry, stored in batch:
+            # event_type.encode() and entry.startswith() raise for other types than str
+            # and bytes; %d would take a float, so the timestamp's type is checked here
+            if type(timestamp) is not int or not entry.startswith(
+                b'[%d,%d,"%b","%b",' % (seq, timestamp, prev, event_type.encode())
             ):
                 return _broken(lo)
             digest = copy()
-            digest.update(encode(row[:-1]))
+            digest.update(entry)
             computed = digest.hexdigest()
-            seq = row[0]
-            if first is None:
-                first = (seq, row[2])
-            elif row[2] != prev_hash or seq != prev_seq + 1:
+            if computed != stored:
                 return _broken(lo)
-            if computed != row[-1]:
-                return _broken(lo)
-            prev_hash, prev_seq = computed, seq
-            count += 1
-    if first is None:
-        return None
-    return Range(first[0], first[1], prev_seq, prev_hash, count, True)
+            prev = computed.encode()
+        count += len(batch)
+        next_seq += len(batch)
+        batch = fetch(FETCH_ROWS)
+    return Range(first_seq, first_prev, next_seq - 1, prev.decode(), count, True)
 
 
 def check_range(path: str, lo: int, hi: int) -> Range | None:
     """Hashes and links of the entries ``lo..hi`` (None when there are none)."""
-    walk: Callable[[sqlite3.Connection, int, int], Range | None] = (
-        _spliced if sqlite_json_is_canonical() else _columns
-    )
     conn = connect_ro(Path(path))
     collecting = gc.isenabled()
     gc.disable()  # see the module's docstring
     try:
-        return walk(conn, lo, hi)
-    except sqlite3.Error:  # json_array() refuses a BLOB; a read error: let the scan tell
+        return _walk(conn, lo, hi)
+    except (sqlite3.Error, AttributeError, TypeError):  # a read error, a wrong type
         return _broken(lo)
     finally:
         if collecting:
@@ -236,7 +165,7 @@ def parallel_intact(path: Path, lo: int, hi: int) -> Range | None:
     if cpus < 2 or rows < PARALLEL_MIN_ROWS:
         result = check_range(str(path), lo, hi)
         return result if result is not None and result.intact else None
-    bounds = _bounds(lo, hi, max(cpus * 2, -(-rows // CHUNK_ROWS)))
+    bounds = _bounds(lo, hi, min(MAX_RANGES, max(cpus * 2, -(-rows // CHUNK_ROWS))))
     parts = _check_all(path, bounds, cpus)
     previous: Range | None = None
     total = 0

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.kernel.audit.entry import Event
-from fluffy.kernel.audit.store import BACKUP_DIR, connect_ro, db_path
+from fluffy.kernel.audit.storage import archives
+from fluffy.kernel.audit.store import BACKUP_DIR, connect_ro, db_path, migrate_layout
 from fluffy.kernel.audit.verify import Report, verify
 
 KEEP_BACKUPS = 5
@@ -136,8 +137,27 @@ def _chain_break(outcome: str, detail: str, report: Report | None) -> Event:
     return Event("audit_chain_break", input_summary=detail, metadata=metadata)
 
 
+def convert_layout(state_dir: Path) -> int:
+    """Files of the earlier layout (database, archives, backups) converted; how many."""
+    files = [db_path(state_dir), *(a.path for a in archives(state_dir)), *backups(state_dir)]
+    converted = 0
+    for file in files:
+        if file.exists():
+            with contextlib.suppress(sqlite3.Error):  # a corrupt file: the checks handle it
+                converted += migrate_layout(file) is not None
+    return converted
+
+
 def check_database(state_dir: Path) -> StartupCheck:
     """Make ``state_dir``'s database usable; say what was found and done."""
+    converted = convert_layout(state_dir)
+    check = _check(state_dir)
+    if converted:
+        check.detail += f" ({converted} file(s) converted from the earlier audit layout)"
+    return check
+
+
+def _check(state_dir: Path) -> StartupCheck:
     path = db_path(state_dir)
     if path.exists():
         healthy, why = integrity_ok(path)

@@ -180,7 +180,8 @@ class Storage:
         try:
             await db.executescript(audit_schema("arc."))
             await db.execute(
-                "INSERT INTO arc.audit_log SELECT * FROM main.audit_log WHERE seq <= ?",
+                "INSERT INTO arc.audit_log SELECT seq, timestamp, event_type, entry, hash "
+                "FROM main.audit_log WHERE seq <= ?",
                 (last_seq,),
             )
             carried = {"chain_id": chain_id, "head_seq": str(last_seq), "head_hash": last_hash}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import urllib.parse
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from fluffy.kernel.audit.entry import COLUMNS
+import msgspec
+
+from fluffy.kernel.audit.entry import _BASE, COLUMNS, REQUIRED, _encode
 
 DB_NAME: Final = "fluffy.db"
 HEAD_NAME: Final = "audit.head"
@@ -27,27 +30,16 @@ ARCHIVE_DIR: Final = "audit-archive"
 BACKUP_DIR: Final = "backups"
 HEAD_SIZE: Final = 512  # the checkpoint is one fixed-size record, rewritten in place
 
+# One row per entry.  ``entry`` is the entry itself: the canonical JSON array of its
+# fields (entry.COLUMNS order), exactly the bytes its hash covers.  ``seq`` (the row id),
+# ``timestamp`` and ``event_type`` repeat fields of it for the indexes; the verifier
+# checks that every one of them matches the entry (see entry.py and ranges.py).
 AUDIT_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS audit_log (
     seq INTEGER PRIMARY KEY,
     timestamp INTEGER NOT NULL,
-    prev_hash TEXT NOT NULL,
     event_type TEXT NOT NULL,
-    syscall_type TEXT,
-    tool_name TEXT,
-    caller TEXT NOT NULL,
-    session_id TEXT,
-    session_mode TEXT NOT NULL,
-    state_machine_state TEXT NOT NULL,
-    policy_decision TEXT,
-    policy_rule_name TEXT,
-    capability_id TEXT,
-    deny_reason TEXT,
-    input_summary TEXT NOT NULL,
-    output_summary TEXT,
-    duration_ms REAL,
-    sandbox_id TEXT,
-    metadata TEXT,
+    entry BLOB NOT NULL,
     hash TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_log_time ON audit_log (timestamp);
@@ -56,12 +48,84 @@ CREATE TABLE IF NOT EXISTS audit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL
 CREATE INDEX IF NOT EXISTS audit_log_special ON audit_log (seq)
     WHERE event_type IN ('audit_archive_deleted', 'audit_chain_break');
 """
-
+STORED: Final = ("seq", "timestamp", "event_type", "entry", "hash")
 INSERT_SQL: Final = (
-    f"INSERT INTO audit_log ({', '.join(COLUMNS)}, hash) "  # noqa: S608 (constant column names)
-    f"VALUES ({', '.join('?' for _ in COLUMNS)}, ?)"
+    "INSERT INTO audit_log (seq, timestamp, event_type, entry, hash) VALUES (?, ?, ?, ?, ?)"
 )
-SELECT_ROWS: Final = f"SELECT {', '.join(COLUMNS)}, hash FROM audit_log"  # noqa: S608
+SELECT_ROWS: Final = "SELECT seq, timestamp, event_type, entry, hash FROM audit_log"
+
+
+def field_sql(name: str) -> str:
+    """SQL for one field of the stored entry (NULL when the entry is not JSON)."""
+    text = "CAST(entry AS TEXT)"
+    return (
+        f"(CASE WHEN json_valid({text}) THEN json_extract({text}, '$[{COLUMNS.index(name)}]') END)"
+    )
+
+
+def unpack(stored: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A stored row as (the values of entry.COLUMNS..., hash): what the verifier hashes.
+
+    ``seq`` is the row id and ``timestamp`` and ``event_type`` the table's copies; every
+    other value comes from ``entry``.  The row is *poisoned* (every field from the entry
+    None, so no hash of the log matches it) when the stored bytes are not exactly the
+    canonical encoding of what the row shows: an entry that is not a JSON array of
+    values of the right types, not canonical JSON, or whose timestamp or event type
+    differs from the copy.  Only the seq may differ from the entry's own, when the entry
+    still has its hash (the row then names the new number, whose hash does not match:
+    how the verifier tells a renumbered entry).  So a row whose canonical JSON hashes to
+    the stored hash has exactly the stored entry as its bytes (barring SHA-256
+    collisions), and the fast check (hashing the bytes as stored) can agree with it.
+    """
+    seq, timestamp, event_type, entry, hash_ = stored
+    values = _decoded(entry)
+    if (
+        values is None
+        or values[1] != timestamp
+        or type(timestamp) is not int
+        or values[3] != event_type
+        or type(event_type) is not str
+        or _encode(values) != entry
+        or (values[0] != seq and _hashed(entry) != hash_)
+    ):
+        values = [None] * len(COLUMNS)
+    values[0], values[1], values[3] = seq, timestamp, event_type
+    return (*values, hash_)
+
+
+def _hashed(entry: bytes) -> str:
+    digest = _BASE.copy()
+    digest.update(entry)
+    return digest.hexdigest()
+
+
+_TYPES: Final = tuple(
+    (int,)
+    if name in ("seq", "timestamp")
+    else (float, type(None))
+    if name == "duration_ms"
+    else (str,)
+    if name in REQUIRED
+    else (str, type(None))
+    for name in COLUMNS
+)
+
+
+def _decoded(entry: Any) -> list[Any] | None:
+    if type(entry) is not bytes:
+        return None
+    try:
+        values = msgspec.json.decode(entry)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    if type(values) is not list or len(values) != len(COLUMNS):
+        return None
+    for value, types in zip(values, _TYPES, strict=True):
+        if type(value) not in types:
+            return None
+    return values
+
+
 BUSY_TIMEOUT_MS: Final = 5000
 PRAGMAS: Final = (
     "PRAGMA journal_mode=WAL",
@@ -156,3 +220,67 @@ def read_head(path: Path) -> Head | None:
         return Head.from_dict(json.loads(raw.decode()))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"the checkpoint {path} is garbled: {exc}") from exc
+
+
+def _representable(value: Any, column: str) -> Any:
+    """``value`` if the canonical JSON holds it faithfully, else a text that cannot match.
+
+    The earlier layout stored every field in its own column; a type the log never
+    writes there (a BLOB, a REAL where text belongs, an infinite number) must not turn,
+    once encoded, into a value the hash accepts.
+    """
+    kind = type(value)
+    if kind is bytes or (kind is float and (column != "duration_ms" or not math.isfinite(value))):
+        return f"<unrepresentable {kind.__name__} {value!r}>"
+    return value
+
+
+def migrate_layout(path: Path) -> int | None:
+    """Convert a database of the earlier layout (one column per field) in place.
+
+    The hashes do not change (the canonical encoding is the same), so the chain still
+    verifies, and a value changed before the conversion still fails.  Returns the number
+    of entries converted, None when the file has this layout already (or no log).
+    """
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(audit_log)")]
+        if not columns or "entry" in columns:
+            return None
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("ALTER TABLE audit_log RENAME TO audit_log_v1")
+            conn.execute("DROP INDEX IF EXISTS audit_log_time")
+            conn.execute("DROP INDEX IF EXISTS audit_log_special")
+            for statement in AUDIT_SCHEMA.split(";"):
+                conn.execute(statement)
+            old = conn.execute(
+                f"SELECT {', '.join(COLUMNS)}, hash FROM audit_log_v1 ORDER BY seq"  # noqa: S608
+            )
+            count = 0
+            while batch := old.fetchmany(4096):
+                conn.executemany(
+                    INSERT_SQL,
+                    [
+                        (
+                            row[0],
+                            row[1],
+                            row[3],
+                            msgspec.json.encode(
+                                [_representable(v, c) for v, c in zip(row, COLUMNS, strict=False)]
+                            ),
+                            row[-1],
+                        )
+                        for row in batch
+                    ],
+                )
+                count += len(batch)
+            conn.execute("DROP TABLE audit_log_v1")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return count
+    finally:
+        conn.close()

@@ -32,12 +32,14 @@ from fluffy.kernel.audit.entry import _BASE, _encode, genesis_hash
 from fluffy.kernel.audit.storage import archives
 from fluffy.kernel.audit.store import (
     SELECT_ROWS,
+    STORED,
     Head,
     connect_ro,
     db_path,
     head_path,
     read_head,
     read_meta,
+    unpack,
 )
 
 Kind = Literal[
@@ -105,7 +107,12 @@ def _rows(conn: sqlite3.Connection, after: int | None = None) -> Iterator[tuple[
     else:
         cursor = conn.execute(SELECT_ROWS + " WHERE seq > ? ORDER BY seq", (after,))
     while batch := cursor.fetchmany(4096):
-        yield from batch
+        yield from map(unpack, batch)
+
+
+def _row(conn: sqlite3.Connection, seq: int) -> tuple[Any, ...] | None:
+    stored = conn.execute(SELECT_ROWS + " WHERE seq = ?", (seq,)).fetchone()
+    return None if stored is None else unpack(stored)
 
 
 def _overlap(conn: sqlite3.Connection, chain: _Chain) -> int | None:
@@ -118,7 +125,8 @@ def _overlap(conn: sqlite3.Connection, chain: _Chain) -> int | None:
     if chain.prev_row is None or not chain.prev_seq:
         return None
     prev: tuple[int, str] | None = None
-    for row in conn.execute(SELECT_ROWS + " WHERE seq <= ? ORDER BY seq", (chain.prev_seq,)):
+    query = SELECT_ROWS + " WHERE seq <= ? ORDER BY seq"
+    for row in map(unpack, conn.execute(query, (chain.prev_seq,))):
         if _hash(row[:-1]) != row[-1] or (
             prev is not None and (row[0] != prev[0] + 1 or row[2] != prev[1])
         ):
@@ -155,7 +163,7 @@ def _classify(
 ) -> Problem:
     seq = int(row[0])
     stored = row[-1]
-    links = {prev: s for s, prev in conn.execute("SELECT seq, prev_hash FROM audit_log")}
+    links = {other[2]: other[0] for other in _rows(conn)}
     if not hash_ok:
         before = conn.execute("SELECT seq FROM audit_log WHERE hash = ?", (row[2],)).fetchone()
         home = before[0] + 1 if before is not None else 1
@@ -193,8 +201,8 @@ def _classify(
         return Problem("modified", seq, name, f"entry {seq}'s content does not match its hash")
     if chain.prev_row is not None and seq != chain.prev_seq + 1:
         first, last = chain.prev_seq + 1, seq - 1
-        for moved in conn.execute(SELECT_ROWS + " WHERE prev_hash = ?", (chain.prev_hash,)):
-            if _renumbered(conn, moved, first):
+        for moved in _rows(conn):
+            if moved[2] == chain.prev_hash and _renumbered(conn, moved, first):
                 return Problem(
                     "modified",
                     first,
@@ -229,10 +237,8 @@ def _classify(
         "SELECT seq FROM audit_log WHERE hash = ? AND seq != ?", (row[2], prev_seq)
     ).fetchone()
     if later is not None:
-        twin = conn.execute(
-            "SELECT seq FROM audit_log WHERE seq = ? AND prev_hash = ?", (later[0] + 1, row[2])
-        ).fetchone()
-        if twin is not None:  # a fork: entry later+1 is the real successor
+        twin = _row(conn, later[0] + 1)
+        if twin is not None and twin[2] == row[2]:  # a fork: entry later+1 is the real successor
             return Problem(
                 "inserted",
                 seq,
@@ -265,11 +271,16 @@ def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: 
 
 def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     """Large intact files: check in parallel, then only the edges sequentially."""
-    lo, hi, count = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM audit_log").fetchone()
-    # seq is the row id (_scan checked): distinct integers, so no gap iff count == span;
-    # with a gap the scan names it (and one far-off seq cannot make millions of ranges)
-    if count < ranges.PARALLEL_MIN_ROWS or hi - lo + 1 != count:
+    lo, hi = conn.execute("SELECT MIN(seq), MAX(seq) FROM audit_log").fetchone()
+    # The writer sets the file's own head with its rows: an intact file ends there (a
+    # far-off seq goes to the scan at once).  seq is the row id (_scan checked), and
+    # parallel_intact requires every part contiguous and linked to the next: no gap.
+    if lo is None or hi - lo + 1 < ranges.PARALLEL_MIN_ROWS:
         return False
+    if str(hi) != read_meta(conn).get("head_seq"):
+        return False
+    if report.checkpoint is None and report.witness is None:
+        return False  # every entry may have been hashed by whoever wrote it: decode all
     first = conn.execute(
         "SELECT timestamp, event_type FROM audit_log WHERE seq = ?", (lo,)
     ).fetchone()
@@ -281,14 +292,18 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     else:
         expected, expected_seq = chain.prev_hash, chain.prev_seq + 1
     whole = ranges.parallel_intact(path, lo, hi)
-    if whole is None or whole.first_prev != expected or whole.first_seq != expected_seq:
-        return False
-    for seq, event_type, raw in conn.execute(
-        "SELECT seq, event_type, metadata FROM audit_log WHERE event_type IN "
-        "('audit_archive_deleted', 'audit_chain_break') AND seq BETWEEN ? AND ? ORDER BY seq",
-        (lo, hi),
+    if (
+        whole is None
+        or whole.first_prev != expected
+        or (whole.first_seq, whole.last_seq, whole.count) != (expected_seq, hi, hi - lo + 1)
     ):
-        _special(seq, event_type, raw, chain, report)
+        return False
+    special = SELECT_ROWS + (
+        " WHERE event_type IN ('audit_archive_deleted', 'audit_chain_break') "
+        "AND seq BETWEEN ? AND ? ORDER BY seq"
+    )
+    for row in map(unpack, conn.execute(special, (lo, hi))):
+        _special(row[0], row[3], row[-2], chain, report)
     if report.first_seq is None:
         report.first_seq = lo
     chain.prev_hash, chain.prev_seq, chain.prev_row = whole.last_hash, hi, (hi,)
@@ -296,54 +311,24 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     return True
 
 
-_REQUIRED_TEXT = (
-    "prev_hash",
-    "event_type",
-    "caller",
-    "session_mode",
-    "state_machine_state",
-    "input_summary",
-    "hash",
-)
-_OPTIONAL_TEXT = (
-    "syscall_type",
-    "tool_name",
-    "session_id",
-    "policy_decision",
-    "policy_rule_name",
-    "capability_id",
-    "deny_reason",
-    "output_summary",
-    "sandbox_id",
-    "metadata",
-)
-# The canonical JSON cannot tell a BLOB from its base64 text, nor an infinite number from
-# NULL; the log never stores either, so a row holding one was changed (one SQL pass).
-_WRONG_TYPE = (
-    "SELECT MIN(seq) FROM audit_log WHERE {after} (typeof(seq) != 'integer' "  # noqa: S608
-    "OR typeof(timestamp) != 'integer' "
-    + "".join(f"OR typeof({c}) != 'text' " for c in _REQUIRED_TEXT)
-    + "".join(f"OR typeof({c}) NOT IN ('text', 'null') " for c in _OPTIONAL_TEXT)
-    + "OR typeof(duration_ms) NOT IN ('real', 'null') "
-    + "OR abs(duration_ms) > 1.7976931348623157e308)"
-)
+def _appended(conn: sqlite3.Connection, name: str, after: int) -> Problem | None:
+    """The first entry after ``after`` whose stored bytes are not its canonical encoding.
 
-
-def _wrong_type(conn: sqlite3.Connection, name: str, after: int | None = None) -> Problem | None:
-    """The first entry (after ``after``, if given) holding a type the log never writes."""
-    if after is None:
-        row = conn.execute(_WRONG_TYPE.format(after="")).fetchone()
-    else:  # a separate statement: the row-id range is then a search, not a scan
-        row = conn.execute(_WRONG_TYPE.format(after="seq > ? AND"), (after,)).fetchone()
-    if row is None or row[0] is None:
-        return None
-    seq = int(row[0])
-    return Problem(
-        "modified",
-        seq,
-        name,
-        f"entry {seq} holds a value of a type the log never writes (a BLOB, or an infinite number)",
-    )
+    The fast check hashes the stored bytes; up to the witnessed head they are what the
+    log wrote.  Entries after it were hashed by whoever appended them: decoded and
+    encoded again, each must give the same hash (as the sequential scan requires).
+    """
+    for row in _rows(conn, after):
+        if _hash(row[:-1]) != row[-1]:
+            seq = int(row[0])
+            return Problem(
+                "modified",
+                seq,
+                name,
+                f"entry {seq} is not an entry the log writes (its stored bytes are not the "
+                "canonical encoding of its fields, or a copy in the table differs from it)",
+            )
+    return None
 
 
 def _rebuilt(conn: sqlite3.Connection) -> bool:
@@ -369,6 +354,22 @@ def _rebuilt(conn: sqlite3.Connection) -> bool:
 def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     name = path.name
     chain.fast = False
+    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)"))
+    if columns and columns != STORED:
+        earlier = "entry" not in columns and "input_summary" in columns
+        report.fail(
+            Problem(
+                "modified",
+                None,
+                name,
+                "the file has the audit layout of an earlier fluffy: start fluffy once (the "
+                "kernel converts the database, its archives and backups), then verify again"
+                if earlier
+                else f"the audit_log table has the columns {', '.join(columns)}, not "
+                f"{', '.join(STORED)} (the log never creates such a table)",
+            )
+        )
+        return False
     if _rebuilt(conn):
         report.fail(
             Problem(
@@ -381,18 +382,15 @@ def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
         )
         return False
     ok = _scan_chain(conn, path, chain, report)
-    # The parallel check refuses every value the canonical JSON cannot tell apart inside
-    # the chain the checkpoint witnessed; entries after it, hashed by whoever appended
-    # them, still get the type pass (a few rows: the index on seq finds them).
+    # The fast check hashed stored bytes; past the witnessed head (a few rows: the index
+    # on seq finds them) they must also be the canonical encoding the scan rebuilds.
     witnessed = [h.seq for h in (report.checkpoint, report.witness) if h is not None]
-    after = min(witnessed) if ok and chain.fast and witnessed else None
-    typed = _wrong_type(conn, name, after)
-    if typed is not None:
-        problem = report.problem
-        if ok or problem is None or problem.seq is None or problem.seq > (typed.seq or 0):
+    if ok and chain.fast and witnessed:
+        appended = _appended(conn, name, min(witnessed))
+        if appended is not None:
             report.problem = None
-            report.fail(typed)
-        return False
+            report.fail(appended)
+            return False
     return ok
 
 

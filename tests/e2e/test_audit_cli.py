@@ -34,6 +34,7 @@ from fluffy.ipc.protocol import HEADER
 from fluffy.kernel.audit.entry import COLUMNS, Event, entry_hash, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.store import db_path
+from tests.audit_support import change_entry
 
 FLUFFY = str(Path(sys.executable).parent / "fluffy")
 SECRET = "sk-" + "abcdefghijklmnopqrstuvwxyzabcd"
@@ -231,11 +232,8 @@ def test_verify_passes_after_a_clean_kernel_run(served: Served) -> None:
 def test_verify_names_a_tampered_entry_and_its_kind(served: Served, copy: Path) -> None:
     target = next(e for e in kernel_entries(served) if e["syscall_type"] == "fs.delete")
     with closing(sqlite3.connect(db_path(copy))) as conn:
-        changed = conn.execute(
-            "UPDATE audit_log SET policy_decision = 'allowed' WHERE seq = ?", (target["id"],)
-        ).rowcount
+        change_entry(conn, target["id"], policy_decision="allowed")
         conn.commit()
-    assert changed == 1
 
     proc = audit("verify", state=copy)
     assert proc.returncode == 1, proc.stdout

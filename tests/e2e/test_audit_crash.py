@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from fluffy.kernel.audit.store import db_path, head_path, read_head
+from fluffy.kernel.audit.entry import COLUMNS
+from fluffy.kernel.audit.store import SELECT_ROWS, db_path, head_path, read_head, unpack
 from fluffy.kernel.audit.verify import verify
 
 KILLS = 50
@@ -137,10 +138,8 @@ def run_and_kill(script: Path, state: Path, run: int, rng: random.Random) -> Run
 
 def stored(state: Path, since: int) -> dict[int, tuple[str, str]]:
     with closing(sqlite3.connect(f"file:{db_path(state)}?mode=ro", uri=True)) as conn:
-        rows = conn.execute(
-            "SELECT seq, event_type, input_summary FROM audit_log WHERE seq >= ?", (since,)
-        ).fetchall()
-    return {seq: (event_type, tag) for seq, event_type, tag in rows}
+        rows = map(unpack, conn.execute(SELECT_ROWS + " WHERE seq >= ?", (since,)))
+        return {row[0]: (row[3], row[COLUMNS.index("input_summary")]) for row in rows}
 
 
 def test_sigkill_loses_no_acknowledged_entry_and_at_most_a_buffer(tmp_path: Path) -> None:

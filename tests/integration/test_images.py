@@ -114,7 +114,7 @@ def test_kernel_image_self_check(engine: Engine, images: dict[str, str]) -> None
     assert report["ok"] is True and report["missing"] == []
     assert report["uid"] == 10001
     assert {"pydantic", "msgspec", "aiosqlite", "docker", "podman"} <= set(report["imports"])
-    assert report["audit_fast_verify"] is True, report["sqlite"]  # its SQLite writes canonical JSON
+    assert report["sqlite_json"] is True, report["sqlite"]  # audit log filters use it
 
 
 @pytest.fixture()

@@ -1,10 +1,11 @@
 """The parallel fast check of large audit files (``kernel/audit/ranges.py``).
 
-Its spliced walk hashes JSON that SQLite built; on an intact file it must reach exactly
-the hashes the log wrote, for any text a caller can put in an entry (else every large
-log would fall back to the slow scan), and it must agree with the every-column walk.
-What it must refuse on a changed file is in ``test_audit_tamper.py``, which runs its
-whole matrix through this path too.
+It hashes the stored bytes of each entry and checks the table's copies of seq,
+timestamp and event_type and the link with one prefix comparison: on an intact file it
+must reach exactly the hashes the log wrote, for any text a caller can put in an entry
+(else every large log would fall back to the slow scan), and agree with the scan, which
+decodes every entry.  What it must refuse on a changed file is in
+``test_audit_tamper.py``, which runs its whole matrix through this path too.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluffy.kernel.audit import ranges
-from fluffy.kernel.audit.entry import Event, entry_hash, genesis_hash
-from fluffy.kernel.audit.store import AUDIT_SCHEMA, INSERT_SQL
+from fluffy.kernel.audit.entry import Event, entry_hash, genesis_hash, stored
+from fluffy.kernel.audit.store import AUDIT_SCHEMA, INSERT_SQL, SELECT_ROWS, unpack
 
 # any text a caller could send: every code point but the surrogates (not UTF-8)
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -51,17 +52,17 @@ def events(draw: st.DrawFn) -> Event:
 
 
 def _write(path: Path, chained: list[Event]) -> None:
-    """A chain as the log writes it (Event.row, entry_hash), after a kernel_start."""
+    """A chain as the log writes it (Event.row, entry.stored), after a kernel_start."""
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.executescript(AUDIT_SCHEMA)
         conn.execute("DELETE FROM audit_log")
         timestamp = 1_790_000_000_000
-        prev = genesis_hash(timestamp)
+        prev = genesis_hash(timestamp + 1)  # the kernel_start's own timestamp
         rows = []
         for seq, event in enumerate([Event("kernel_start"), *chained], start=1):
-            row = event.row(seq, timestamp + seq, prev)
-            prev = entry_hash(row)
-            rows.append((*row, prev))
+            row = stored(event.row(seq, timestamp + seq, prev))
+            prev = row[-1]
+            rows.append(row)
         conn.executemany(INSERT_SQL, rows)
 
 
@@ -70,26 +71,22 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("fast-check") / "fluffy.db"
 
 
-def test_this_sqlite_writes_text_like_the_canonical_encoder() -> None:
-    """Else every check takes the slower every-column walk (still correct)."""
-    assert ranges.sqlite_json_is_canonical(), sqlite3.sqlite_version
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chained=st.lists(events(), min_size=1, max_size=8))
-def test_both_walks_find_any_honest_chain_intact_with_the_same_hashes(
+def test_the_fast_check_and_the_scan_find_any_honest_chain_intact_alike(
     db: Path, chained: list[Event]
 ) -> None:
     _write(db, chained)
     count = len(chained) + 1
     with closing(ranges.connect_ro(db)) as conn:
-        spliced = ranges._spliced(conn, 1, count)
-        columns = ranges._columns(conn, 1, count)
-        (last,) = conn.execute("SELECT hash FROM audit_log WHERE seq = ?", (count,)).fetchone()
-    assert spliced is not None and spliced.intact, chained
-    assert spliced == columns
-    assert (spliced.first_seq, spliced.last_seq, spliced.count) == (1, count, count)
-    assert spliced.last_hash == last
+        fast = ranges._walk(conn, 1, count)
+        rows = [unpack(row) for row in conn.execute(SELECT_ROWS + " ORDER BY seq")]
+    assert fast is not None and fast.intact, chained
+    assert (fast.first_seq, fast.last_seq, fast.count) == (1, count, count)
+    assert fast.last_hash == rows[-1][-1]
+    assert fast.first_prev == rows[0][2] == genesis_hash(rows[0][1])
+    assert all(entry_hash(row[:-1]) == row[-1] for row in rows)  # what the scan checks
+    assert [row[2] for row in rows[1:]] == [row[-1] for row in rows[:-1]]
 
 
 def test_a_range_ends_where_the_chain_does_and_parts_link(db: Path) -> None:
@@ -101,10 +98,26 @@ def test_a_range_ends_where_the_chain_does_and_parts_link(db: Path) -> None:
     assert ranges.check_range(str(db), 101, 200) is None  # nothing there
 
 
-def test_a_blob_anywhere_makes_the_range_not_intact(db: Path) -> None:
-    """SQLite's json_array() refuses a BLOB; the check says "not intact", never raises."""
+@pytest.mark.parametrize(
+    "change",
+    [
+        "entry = CAST(entry AS TEXT)",  # the same bytes, another type
+        "timestamp = timestamp + 0.5",  # a REAL (a whole one would be stored as INTEGER)
+        "timestamp = 't' || timestamp",  # text (numeric text would be stored as INTEGER)
+        "timestamp = timestamp + 1",
+        "event_type = CAST(event_type AS BLOB)",
+        "event_type = 'tool_result'",
+        "seq = seq + 100",
+    ],
+)
+def test_a_copy_that_differs_or_a_type_the_log_never_writes_is_not_intact(
+    db: Path, change: str
+) -> None:
+    """The check says "not intact", never raises (the scan then says what and where)."""
     _write(db, [Event("syscall", input_summary=f"call {n}") for n in range(9)])
+    with closing(ranges.connect_ro(db)) as conn:
+        assert ranges.check_range(str(db), 1, 10) == ranges._walk(conn, 1, 10)
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        conn.execute("UPDATE audit_log SET caller = CAST(caller AS BLOB) WHERE seq = 5")
-    part = ranges.check_range(str(db), 1, 10)
+        conn.execute(f"UPDATE audit_log SET {change} WHERE seq = 5")
+    part = ranges.check_range(str(db), 1, 200)
     assert part is not None and not part.intact

@@ -35,6 +35,7 @@ from fluffy.kernel.audit.recovery import (
 from fluffy.kernel.audit.store import Head, db_path, head_path, read_head
 from fluffy.kernel.audit.verify import verify
 from fluffy.kernel.serve import open_audit
+from tests.audit_support import change_entry, rewrite_in_earlier_layout
 
 T = TypeVar("T")
 COUNT = 1200  # enough rows for a multi-page table and index
@@ -156,6 +157,28 @@ def test_a_healthy_database_is_ok_and_untouched(state: Path) -> None:
     assert not (state / "corrupt").exists()
 
 
+def test_files_of_the_earlier_layout_are_converted_at_start_up_and_verify(state: Path) -> None:
+    """The database and a backup written by an earlier fluffy (a column per field)."""
+    backup = take_backup(state)
+    assert backup is not None
+    for path in (db_path(state), backup):
+        with closing(sqlite3.connect(path)) as conn:
+            rewrite_in_earlier_layout(conn)
+    assert not verify(state).ok  # named, not misread
+    check = check_database(state)
+    assert check.outcome == "ok", check.detail
+    assert (
+        check.detail
+        == f"{COUNT + 2} entries verified (2 file(s) converted from the earlier audit layout)"
+    )
+    assert verify(state).ok
+    copy = state.parent / "copy"
+    copy.mkdir()
+    shutil.copyfile(backup, db_path(copy))
+    assert verify(copy, checkpoint=False).ok
+    assert check_database(state).detail == f"{COUNT + 2} entries verified"  # once
+
+
 def test_no_database_and_no_checkpoint_is_a_fresh_start(tmp_path: Path) -> None:
     state = tmp_path / "new" / "state"
     check = check_database(state)
@@ -180,7 +203,7 @@ def test_a_missing_database_with_a_checkpoint_is_a_new_database_and_a_break(
 def test_a_tampered_database_is_reported_and_left_as_it_is(state: Path) -> None:
     path = db_path(state)
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("UPDATE audit_log SET input_summary = 'nothing to see' WHERE seq = 500")
+        change_entry(conn, 500, input_summary="nothing to see")
         conn.commit()
     before = digest(path)
     check = check_database(state)
@@ -243,7 +266,7 @@ def test_a_backup_that_does_not_verify_is_skipped(state: Path) -> None:
     newest = take_backup(state)
     assert newest is not None
     with closing(sqlite3.connect(newest)) as conn:  # a healthy file, but tampered
-        conn.execute("UPDATE audit_log SET input_summary = 'x' WHERE seq = 3")
+        change_entry(conn, 3, input_summary="x")
         conn.commit()
     corrupt_table(state)
     check = check_database(state)

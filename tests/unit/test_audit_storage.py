@@ -27,6 +27,7 @@ from fluffy.kernel.audit.recovery import check_database
 from fluffy.kernel.audit.storage import DAY_MS, Storage, StorageSettings, archives, day_start
 from fluffy.kernel.audit.store import ARCHIVE_DIR, Head, db_path
 from fluffy.kernel.audit.verify import verify
+from tests.audit_support import change_entry, entry_fields
 
 T = TypeVar("T")
 DAY1 = 20_000 * DAY_MS + DAY_MS // 2  # 2024-10-04 12:00 UTC
@@ -205,9 +206,7 @@ def test_retention_deletes_old_archives_and_records_what_they_held(
     assert "older than 1 days" in record["reason"]
     # the recorded hash is the hash of the last deleted entry: what the next archive names
     with closing(sqlite3.connect(found[0].path)) as conn:
-        (prev,) = conn.execute(
-            "SELECT prev_hash FROM audit_log WHERE seq = ?", (day1 + 1,)
-        ).fetchone()
+        prev = entry_fields(conn, day1 + 1)[2]
     assert record["last_hash"] == prev
 
     report = verify(tmp_path)
@@ -386,7 +385,7 @@ def test_a_tampered_copy_left_by_an_interrupted_rotation_is_not_accepted(tmp_pat
     _interrupt_last_rotation(tmp_path)
     first = archives(tmp_path)[-1].first_seq
     with closing(sqlite3.connect(db_path(tmp_path))) as conn:
-        conn.execute("UPDATE audit_log SET input_summary = 'edited' WHERE seq = ?", (first,))
+        change_entry(conn, first, input_summary="edited")
         conn.commit()
     assert not verify(tmp_path).ok
 

@@ -135,7 +135,7 @@ def test_a_failed_commit_fails_its_caller_and_the_row_is_kept_for_the_next(
         else:
             await log.db.execute(
                 "CREATE TEMP TRIGGER boom BEFORE INSERT ON main.audit_log "
-                "WHEN NEW.input_summary = 'revision 1' "
+                "WHEN instr(NEW.entry, CAST('\"revision 1\"' AS BLOB)) "
                 "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
             )
         with pytest.raises(AuditUnavailable, match="could not commit: disk I/O error"):
