@@ -279,7 +279,7 @@ def row_to_dict(row: tuple[Any, ...], hash_: str | None = None) -> dict[str, Any
     raw = data.get("metadata")
     try:
         data["metadata"] = msgspec.json.decode(raw) if isinstance(raw, str) and raw else {}
-    except msgspec.DecodeError:  # not what the log writes: show it as stored
+    except (msgspec.DecodeError, RecursionError):  # not what the log writes: as stored
         data["metadata"] = raw
     if hash_ is not None:
         data["hash"] = hash_

@@ -10,8 +10,9 @@ hash covers (:mod:`.store`), so a row is four values and one SHA-256 of the stor
 bytes, with no encoding in SQL or Python.  What the hash does not cover is checked
 against the entry with one ``startswith``: the entry must begin
 ``[seq,timestamp,"prev_hash","event_type",`` with ``seq`` the row id, ``timestamp`` and
-``event_type`` the table's copies (indexed) and ``prev_hash`` the hash just computed
-for the entry before.  Entries the log wrote pass; anything else (a copy that differs,
+``event_type`` the table's copies (indexed; the event type one the log writes, so the
+copy cannot reach past its quote) and ``prev_hash`` the hash just computed for the
+entry before.  Entries the log wrote pass; anything else (a copy that differs,
 a value of another type, an entry that is not canonical JSON) makes the range not
 intact and the sequential scan, which decodes every entry, says what and where.  Past
 the witnessed head, entries hashed by whoever appended them are decoded by the scan's
@@ -37,7 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fluffy.kernel.audit.entry import _BASE
+from fluffy.kernel.audit.entry import _BASE, EVENT_TYPES
 from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro
 
 PARALLEL_MIN_ROWS = 200_000
@@ -64,6 +65,7 @@ def _walk(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
     cursor = conn.execute(SELECT_ROWS + " WHERE seq BETWEEN ? AND ? ORDER BY seq", (lo, hi))
     fetch = cursor.fetchmany
     copy = _BASE.copy
+    types = EVENT_TYPES
     batch = fetch(FETCH_ROWS)
     if not batch:
         return None
@@ -78,10 +80,16 @@ def _walk(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
         if batch[0][0] != next_seq or batch[-1][0] - next_seq != len(batch) - 1:
             return _broken(lo)
         for seq, timestamp, event_type, entry, stored in batch:
-            # event_type.encode() and entry.startswith() raise for other types than str
-            # and bytes; %d would take a float, so the timestamp's type is checked here
-            if type(timestamp) is not int or not entry.startswith(
-                b'[%d,%d,"%b","%b",' % (seq, timestamp, prev, event_type.encode())
+            # %d would take a float: seq's and timestamp's types are checked; an event type
+            # is one the log writes (a copy holding '",' could match a longer prefix);
+            # entry.startswith() raises unless the entry is bytes (caught by the caller)
+            if (
+                type(seq) is not int
+                or type(timestamp) is not int
+                or event_type not in types
+                or not entry.startswith(
+                    b'[%d,%d,"%b","%b",' % (seq, timestamp, prev, event_type.encode())
+                )
             ):
                 return _broken(lo)
             digest = copy()

@@ -138,29 +138,51 @@ def _chain_break(outcome: str, detail: str, report: Report | None) -> Event:
 
 
 def convert_layout(state_dir: Path) -> int:
-    """Files of the earlier layout (database, archives, backups) converted; how many."""
-    files = [db_path(state_dir), *(a.path for a in archives(state_dir)), *backups(state_dir)]
+    """Archives and backups of the earlier layout converted; how many.
+
+    One that cannot be converted stays as it is: verify then names it (the active
+    database: :func:`_usable`).
+    """
     converted = 0
-    for file in files:
-        if file.exists():
-            with contextlib.suppress(sqlite3.Error):  # a corrupt file: the checks handle it
-                converted += migrate_layout(file) is not None
+    for path in [*(a.path for a in archives(state_dir)), *backups(state_dir)]:
+        with contextlib.suppress(sqlite3.Error):
+            converted += migrate_layout(path) is not None
     return converted
+
+
+def _usable(path: Path, converted: list[Path]) -> tuple[bool, str]:
+    """Healthy (``PRAGMA integrity_check``), and in this layout, converting it if need be.
+
+    The check comes first, so a corrupt file is moved aside as it was found.  A file
+    that cannot be converted is not usable either: it is then treated like a corrupt one
+    (moved aside, salvaged or replaced), and the kernel still comes up.
+    """
+    healthy, why = integrity_ok(path)
+    if not healthy:
+        return False, why
+    try:
+        if migrate_layout(path) is not None:
+            converted.append(path)
+    except sqlite3.Error as exc:
+        return False, f"cannot convert it from the earlier audit layout: {exc}"
+    return True, ""
 
 
 def check_database(state_dir: Path) -> StartupCheck:
     """Make ``state_dir``'s database usable; say what was found and done."""
-    converted = convert_layout(state_dir)
-    check = _check(state_dir)
-    if converted:
-        check.detail += f" ({converted} file(s) converted from the earlier audit layout)"
+    converted: list[Path] = []
+    archived = convert_layout(state_dir)
+    check = _check(state_dir, converted)
+    if archived or converted:
+        count = archived + len(converted)
+        check.detail += f" ({count} file(s) converted from the earlier audit layout)"
     return check
 
 
-def _check(state_dir: Path) -> StartupCheck:
+def _check(state_dir: Path, converted: list[Path]) -> StartupCheck:
     path = db_path(state_dir)
     if path.exists():
-        healthy, why = integrity_ok(path)
+        healthy, why = _usable(path, converted)
         if healthy:
             report = verify(state_dir)
             if report.ok:
@@ -176,7 +198,7 @@ def _check(state_dir: Path) -> StartupCheck:
         how = _salvage(corrupt, path)
         if (
             how is not None
-            and integrity_ok(path)[0]
+            and _usable(path, converted)[0]
             and (report := verify(state_dir, checkpoint=False)).ok
         ):
             detail += f"; {how}: {report.entries} entries"
@@ -187,7 +209,7 @@ def _check(state_dir: Path) -> StartupCheck:
             file.unlink(missing_ok=True)
         for backup in backups(state_dir):
             shutil.copyfile(backup, path)
-            if integrity_ok(path)[0] and (report := verify(state_dir, checkpoint=False)).ok:
+            if _usable(path, converted)[0] and (report := verify(state_dir, checkpoint=False)).ok:
                 detail += f"; restored backup {backup.name} ({report.entries} entries)"
                 return StartupCheck(
                     "restored_backup",

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
-from fluffy.kernel.audit.entry import _BASE, COLUMNS, REQUIRED, _encode
+from fluffy.kernel.audit.entry import _BASE, COLUMNS, EVENT_TYPES, REQUIRED, _encode
 
 DB_NAME: Final = "fluffy.db"
 HEAD_NAME: Final = "audit.head"
@@ -71,11 +71,12 @@ def unpack(stored: tuple[Any, ...]) -> tuple[Any, ...]:
     None, so no hash of the log matches it) when the stored bytes are not exactly the
     canonical encoding of what the row shows: an entry that is not a JSON array of
     values of the right types, not canonical JSON, or whose timestamp or event type
-    differs from the copy.  Only the seq may differ from the entry's own, when the entry
-    still has its hash (the row then names the new number, whose hash does not match:
-    how the verifier tells a renumbered entry).  So a row whose canonical JSON hashes to
-    the stored hash has exactly the stored entry as its bytes (barring SHA-256
-    collisions), and the fast check (hashing the bytes as stored) can agree with it.
+    differs from the copy (or is no event type the log writes).  Only the seq may
+    differ from the entry's own, when the entry still has its hash (the row then names
+    the new number, whose hash does not match: how the verifier tells a renumbered
+    entry).  So a row whose canonical JSON hashes to the stored hash has exactly the
+    stored entry as its bytes (barring SHA-256 collisions), and the fast check (hashing
+    the bytes as stored) can agree with it.
     """
     seq, timestamp, event_type, entry, hash_ = stored
     values = _decoded(entry)
@@ -84,7 +85,7 @@ def unpack(stored: tuple[Any, ...]) -> tuple[Any, ...]:
         or values[1] != timestamp
         or type(timestamp) is not int
         or values[3] != event_type
-        or type(event_type) is not str
+        or event_type not in EVENT_TYPES
         or _encode(values) != entry
         or (values[0] != seq and _hashed(entry) != hash_)
     ):
@@ -116,7 +117,7 @@ def _decoded(entry: Any) -> list[Any] | None:
         return None
     try:
         values = msgspec.json.decode(entry)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     if type(values) is not list or len(values) != len(COLUMNS):
         return None
@@ -235,6 +236,15 @@ def _representable(value: Any, column: str) -> Any:
     return value
 
 
+def _text(raw: bytes) -> str:
+    """TEXT as str; bytes that are not UTF-8 (the log never stores them) as a text that
+    cannot match the hash, so the conversion goes through and verify finds the change."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return f"<unrepresentable text {raw!r}>"
+
+
 def migrate_layout(path: Path) -> int | None:
     """Convert a database of the earlier layout (one column per field) in place.
 
@@ -243,6 +253,7 @@ def migrate_layout(path: Path) -> int | None:
     of entries converted, None when the file has this layout already (or no log).
     """
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.text_factory = _text
     try:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(audit_log)")]
         if not columns or "entry" in columns:

@@ -262,11 +262,17 @@ def _classify(
 
 
 def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: Report) -> None:
-    data = msgspec.json.decode(raw) if raw else {}
+    try:
+        data = msgspec.json.decode(raw) if raw else {}
+    except (msgspec.DecodeError, RecursionError):
+        data = None
+    if not isinstance(data, dict):  # not what the log writes: shown as it is, never obeyed
+        data = {"metadata": raw}
     if event_type == "audit_chain_break":
-        report.breaks.append({"id": seq, **data})
-    elif "last_seq" in data:
-        chain.deletions[(int(data["last_seq"]), data.get("last_hash", ""))] = "recorded"
+        report.breaks.append({**data, "id": seq})
+    elif isinstance(data.get("last_seq"), str) and data["last_seq"].isdigit():
+        last_hash = data.get("last_hash")
+        chain.deletions[(int(data["last_seq"]), str(last_hash or ""))] = "recorded"
 
 
 def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
@@ -277,7 +283,7 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     # parallel_intact requires every part contiguous and linked to the next: no gap.
     if lo is None or hi - lo + 1 < ranges.PARALLEL_MIN_ROWS:
         return False
-    if str(hi) != read_meta(conn).get("head_seq"):
+    if type(lo) is not int or str(hi) != read_meta(conn).get("head_seq"):
         return False
     if report.checkpoint is None and report.witness is None:
         return False  # every entry may have been hashed by whoever wrote it: decode all
@@ -337,12 +343,11 @@ def _rebuilt(conn: sqlite3.Connection) -> bool:
     As the row id every entry has a distinct integer seq.  A table rebuilt otherwise can
     hold NULL, REAL or repeated numbers, which the checks (and ``seq BETWEEN``) do not
     see.  SQLite reads a row-id alias with its ``Rowid`` opcode, any other column with
-    ``Column``.  (No table at all is left to the scan, which reports it.)
+    ``Column``.  A view of that name is not the table either.
     """
-    if not conn.execute(
-        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'audit_log'"
-    ).fetchone():
-        return False
+    kind = conn.execute("SELECT type FROM sqlite_schema WHERE name = 'audit_log'").fetchone()
+    if kind != ("table",):  # a view (or nothing: _scan says so first)
+        return True
     try:
         plan = conn.execute("EXPLAIN SELECT seq FROM audit_log NOT INDEXED")  # the table itself
         opcodes = {row[1] for row in plan}
@@ -354,6 +359,16 @@ def _rebuilt(conn: sqlite3.Connection) -> bool:
 def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     name = path.name
     chain.fast = False
+    if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'audit_log'").fetchone() is None:
+        report.fail(
+            Problem(
+                "truncated",
+                chain.prev_seq + 1,
+                name,
+                "the file has no audit_log table (the log creates it before it writes anything)",
+            )
+        )
+        return False
     columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)"))
     if columns and columns != STORED:
         earlier = "entry" not in columns and "input_summary" in columns
@@ -399,7 +414,7 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Rep
     meta = read_meta(conn)
     if chain.prev_row is None and chain.prev_hash is None and "anchor_seq" in meta:
         # the first file starts after archived entries: the deletion must be on record
-        chain.prev_seq = int(meta["anchor_seq"])
+        chain.prev_seq = _number(meta, "anchor_seq")
         chain.prev_hash = meta["anchor_hash"]
         report.warnings.append(
             f"the chain starts after entry {chain.prev_seq} (older archives deleted)"
@@ -445,8 +460,20 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Rep
     return _head_ok(meta, prev_seq, name, report)
 
 
+def _number(meta: dict[str, str], key: str) -> int:
+    """A number ``audit_meta`` holds (0 when absent; garbled: the file is not usable)."""
+    value = meta.get(key, "0")
+    if not value.isdigit():
+        raise _Unreadable(f"audit_meta.{key} is {value[:40]!r}, not a number")
+    return int(value)
+
+
+class _Unreadable(Exception):
+    """The file holds something the log never writes where verify must read a value."""
+
+
 def _head_ok(meta: dict[str, str], prev_seq: int, name: str, report: Report) -> bool:
-    head_seq = int(meta.get("head_seq", "0"))
+    head_seq = _number(meta, "head_seq")
     if head_seq > prev_seq:
         report.fail(
             Problem(
@@ -519,30 +546,49 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
         report.files.append(file.name)
         conn = connect_ro(file)
         try:
-            meta = read_meta(conn)
-            chain_id = meta.get("chain_id", chain_id)
-            meta_head = int(meta.get("head_seq", "0"))
-            if not _scan(conn, file, chain, report):
+            try:
+                conn.execute("BEGIN")  # one snapshot of the file (the kernel may be writing)
+                meta = read_meta(conn)
+                chain_id = meta.get("chain_id", chain_id)
+                meta_head = _number(meta, "head_seq")
+                if not _scan(conn, file, chain, report):
+                    intact = False
+                    break
+                if file == path:
+                    report.last_seq = chain.prev_seq or None
+                    if chain.prev_seq:
+                        report.head = Head(chain_id, chain.prev_seq, chain.prev_hash or "")
+                    for what, head in (("checkpoint", report.checkpoint), ("witness", witness)):
+                        if head is not None:
+                            problem = _against(
+                                head, chain_id, conn, chain.prev_seq, file.name, what, meta_head
+                            )
+                            if problem is not None:
+                                report.fail(problem)
+                                break
+                            if head.seq < chain.prev_seq:  # a crash between commit and checkpoint
+                                report.warnings.append(
+                                    f"entries {head.seq + 1}..{chain.prev_seq} are newer than the "
+                                    f"{what} (normal after a crash; otherwise they were appended "
+                                    "by someone else)"
+                                )
+            except (sqlite3.Error, _Unreadable, ValueError, TypeError, RecursionError) as exc:
+                # what the log never writes, where a value must be read: reported, not
+                # raised; a damaged file (corrupt pages, I/O) is the caller's error to give
+                if isinstance(exc, sqlite3.Error) and getattr(
+                    exc, "sqlite_errorcode", None
+                ) not in (
+                    None,
+                    sqlite3.SQLITE_ERROR,
+                ):
+                    raise
+                report.fail(
+                    Problem(
+                        "modified", None, file.name, f"the file is not a readable audit log: {exc}"
+                    )
+                )
                 intact = False
                 break
-            if file == path:
-                report.last_seq = chain.prev_seq or None
-                if chain.prev_seq:
-                    report.head = Head(chain_id, chain.prev_seq, chain.prev_hash or "")
-                for what, head in (("checkpoint", report.checkpoint), ("witness", witness)):
-                    if head is not None:
-                        problem = _against(
-                            head, chain_id, conn, chain.prev_seq, file.name, what, meta_head
-                        )
-                        if problem is not None:
-                            report.fail(problem)
-                            break
-                        if head.seq < chain.prev_seq:  # a crash between commit and checkpoint
-                            report.warnings.append(
-                                f"entries {head.seq + 1}..{chain.prev_seq} are newer than the "
-                                f"{what} (normal after a crash; otherwise they were appended "
-                                "by someone else)"
-                            )
         finally:
             conn.close()
     if intact:
@@ -561,7 +607,9 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
                         f"records them (anchor {hash_[:12]})",
                     )
                 )
-    if not files and report.checkpoint is not None:
-        report.fail(Problem("truncated", 1, path.name, "the audit database is missing"))
+    if intact and not path.exists() and report.checkpoint is not None:
+        report.fail(
+            Problem("truncated", chain.prev_seq + 1, path.name, "the audit database is missing")
+        )
     report.seconds = time.perf_counter() - started
     return report

@@ -179,6 +179,39 @@ def test_files_of_the_earlier_layout_are_converted_at_start_up_and_verify(state:
     assert check_database(state).detail == f"{COUNT + 2} entries verified"  # once
 
 
+def test_an_earlier_layout_file_changed_before_conversion_is_tampered(state: Path) -> None:
+    """A text that is not UTF-8 (the log never stores one) converts to a text that cannot
+    match its hash: the kernel comes up and reports the entry."""
+    with closing(sqlite3.connect(db_path(state))) as conn:
+        rewrite_in_earlier_layout(conn)
+        conn.execute("UPDATE audit_log SET input_summary = CAST(x'c328' AS TEXT) WHERE seq = 7")
+        conn.commit()
+    check = check_database(state)
+    assert check.outcome == "tampered", check.detail
+    assert "modified at entry 7" in check.detail
+
+
+def test_an_earlier_layout_file_that_cannot_be_converted_does_not_stop_the_kernel(
+    state: Path,
+) -> None:
+    """Here a leftover table holds the name the conversion needs: the file is moved aside
+    as found, and a backup (converted too) takes its place."""
+    backup = take_backup(state)
+    assert backup is not None
+    with closing(sqlite3.connect(backup)) as conn:
+        rewrite_in_earlier_layout(conn)
+    with closing(sqlite3.connect(db_path(state))) as conn:
+        rewrite_in_earlier_layout(conn)
+        conn.execute("CREATE TABLE audit_log_v1 (x)")
+        conn.commit()
+    before = digest(db_path(state))
+    check = check_database(state)
+    assert check.outcome in ("recovered", "restored_backup"), check.detail
+    assert "cannot convert it from the earlier audit layout" in check.detail
+    assert digest(moved_aside(state)) == before  # kept for forensics, untouched
+    assert verify(state, checkpoint=False).ok
+
+
 def test_no_database_and_no_checkpoint_is_a_fresh_start(tmp_path: Path) -> None:
     state = tmp_path / "new" / "state"
     check = check_database(state)

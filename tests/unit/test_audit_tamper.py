@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import shutil
 import sqlite3
@@ -373,6 +374,21 @@ def test_a_copy_that_no_longer_matches_its_entry_is_modified(case: Case, column:
     _broken(case.state, "modified", case.target)
 
 
+def test_an_event_type_copy_reaching_past_its_quote_is_modified(case: Case) -> None:
+    """A copy such as ``tool_execute",null,null,"kernel`` still spells a prefix of the
+    unchanged entry; the fast check must not take it for the entry's event type (it
+    would hide an entry from ``--type`` and a recorded chain break from verify)."""
+    _, _, event_type, entry, _ = case.stored(case.target)
+    start = entry.index(b'"' + event_type.encode() + b'"') + 1
+    end = entry.index(b'",', start + len(event_type) + 2)  # the end of a later string
+    longer = entry[start:end].decode()
+    assert longer.startswith(event_type + '",') and entry.startswith(
+        b'"%b",' % longer.encode(), start - 1
+    )
+    _set(case, case.target, "event_type", longer)
+    _broken(case.state, "modified", case.target)
+
+
 @pytest.mark.parametrize("column", ["input_summary", "metadata", "prev_hash", "hash"])
 def test_a_one_byte_change_anywhere_in_a_value_is_modified(case: Case, column: str) -> None:
     value = case.row(case.target)[ALL_COLUMNS.index(column)]
@@ -701,14 +717,14 @@ def test_a_number_changed_in_its_last_digit_is_detected(case: Case, column: str)
     _broken(case.state, "modified", seq)
 
 
-def _append(case: Case, entry: bytes) -> int:
+def _append(case: Case, entry: bytes, event_type: str = "syscall") -> int:
     """Append ``entry`` (bytes) after the head with its own hash: what anyone can do."""
     seq = case.n + 1
     digest = hashlib.sha256(DOMAIN)
     digest.update(entry)
     with closing(case.db()) as conn:
         conn.execute(
-            INSERT_SQL, (seq, case.row(case.target)[1], "syscall", entry, digest.hexdigest())
+            INSERT_SQL, (seq, case.row(case.target)[1], event_type, entry, digest.hexdigest())
         )
     return seq
 
@@ -793,6 +809,63 @@ def test_a_table_whose_seq_is_not_the_row_id_is_modified(case: Case, change: str
             _insert(conn, _forged(case, case.target, case.target, "0" * 64))
     report = _broken(case.state, "modified", None)
     assert report.problem is not None and "seq is no longer its row id" in report.problem.detail
+
+
+def test_a_view_in_place_of_the_table_is_modified(case: Case) -> None:
+    """A view can show what the table cannot hold: here a fractional seq."""
+    with closing(case.db()) as conn:
+        conn.executescript(
+            "ALTER TABLE audit_log RENAME TO real_log; "
+            "CREATE VIEW audit_log AS SELECT CASE WHEN seq = 100 THEN 100.25 ELSE seq END "
+            "AS seq, timestamp, event_type, entry, hash FROM real_log;"
+        )
+    _broken(case.state, "modified", None)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE audit_log SET entry = CAST(? AS BLOB) WHERE seq = 100",  # nested 100,000 deep
+        "UPDATE audit_log SET event_type = CAST(x'c328' AS TEXT) WHERE seq = 100",  # not UTF-8
+        "UPDATE audit_meta SET value = 'x' WHERE key = 'head_seq'",
+        "DROP TABLE audit_log",
+    ],
+    ids=["deep-json", "bad-utf8-copy", "garbled-head", "no-table"],
+)
+def test_damage_anywhere_gives_a_report_not_a_traceback(case: Case, damage: str) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with closing(case.db()) as conn:
+        conn.execute(damage, (deep,) if "?" in damage else ())
+    report = verify(case.state)
+    assert not report.ok and report.problem is not None, report
+    assert report.problem.kind in ("modified", "truncated"), report.problem
+
+
+@pytest.mark.parametrize("metadata", ["x", "[1]", '{"last_seq": "abc"}', "5", None])
+@pytest.mark.parametrize("event_type", ["audit_chain_break", "audit_archive_deleted"])
+def test_a_special_entry_with_metadata_the_log_never_writes_is_reported_not_raised(
+    case: Case, event_type: str, metadata: str | None
+) -> None:
+    """Appended after the head with its own hash: hash-valid, canonical, attacker-made."""
+    fields = _appendable(case, event_type=event_type, metadata=metadata)
+    _append(case, _encode(fields), event_type)
+    report = verify(case.state)
+    assert report.ok, report.problem  # shown as it is, never obeyed
+    if event_type == "audit_chain_break":
+        shown = json.loads(metadata) if metadata and metadata.startswith("{") else {}
+        if metadata and not shown:
+            shown = {"metadata": metadata}
+        assert report.breaks == [{**shown, "id": case.n + 1}]
+
+
+def test_archives_without_the_active_database_are_truncated(case: Case, tmp_path: Path) -> None:
+    """The checkpoint says entries were written; only older files are left."""
+    archive_dir = case.state / "audit-archive"
+    archive_dir.mkdir()
+    db_path(case.state).rename(archive_dir / f"audit-20241004-{1:012d}-{case.n:012d}.db")
+    fake_head = Head(case.head.chain_id, case.n + 100, "ab" * 32)
+    (case.state / HEAD_NAME).write_text(json.dumps(fake_head.to_dict()).ljust(512))
+    _broken(case.state, "truncated", case.n + 1)
 
 
 def test_a_far_off_seq_is_found_at_once(case: Case) -> None:
