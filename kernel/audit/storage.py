@@ -151,11 +151,19 @@ class Storage:
         )
         await db.commit()
 
-    async def maybe_rotate(self, db: aiosqlite.Connection, chain_id: str) -> list[Event]:
+    def rotation_due(self) -> int | None:
+        """Today's midnight when the file holds entries of an earlier day (no SQL)."""
         if self.settings.rotation != "daily" or self._oldest is None:
-            return []
+            return None
         midnight = day_start(self.clock())
-        if self._oldest >= midnight:
+        return midnight if self._oldest < midnight else None
+
+    async def maybe_rotate(
+        self, db: aiosqlite.Connection, chain_id: str, midnight: int | None = None
+    ) -> list[Event]:
+        """Archive the entries before ``midnight`` (default: :meth:`rotation_due`)."""
+        midnight = midnight if midnight is not None else self.rotation_due()
+        if midnight is None:
             return []
         rows = list(
             await db.execute_fetchall(

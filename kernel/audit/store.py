@@ -188,6 +188,12 @@ class Head:
         return cls(chain, seq, hash_)
 
 
+def _json_text(value: str) -> bytes:
+    if value.isascii() and value.isalnum():  # hex digits: nothing to escape
+        return b'"%b"' % value.encode()
+    return json.dumps(value).encode()
+
+
 class HeadFile:
     """``audit.head``: one padded JSON record rewritten in place (pwrite + fdatasync)."""
 
@@ -196,7 +202,13 @@ class HeadFile:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def write(self, head: Head, *, durable: bool) -> None:
-        data = json.dumps(head.to_dict(), sort_keys=True).encode()
+        # the JSON of head.to_dict() with sorted keys, formatted directly: this runs after
+        # every commit of a security event (json.dumps took ~10 µs of its ~0.37 ms)
+        data = b'{"chain_id": %b, "hash": %b, "seq": %d}' % (
+            _json_text(head.chain_id),
+            _json_text(head.hash),
+            head.seq,
+        )
         os.pwrite(self._fd, data.ljust(HEAD_SIZE, b" ")[:HEAD_SIZE], 0)
         if durable:
             os.fdatasync(self._fd)

@@ -8,6 +8,7 @@ Either way the caller of a security event resumes only once its row is committed
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
@@ -23,7 +24,7 @@ from fluffy.errors import AuditUnavailable
 from fluffy.kernel.audit import log as log_module
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import INLINE_BUDGET_S, INLINE_ROWS, AuditLog
-from fluffy.kernel.audit.store import db_path
+from fluffy.kernel.audit.store import HEAD_SIZE, Head, HeadFile, db_path, read_head
 from fluffy.kernel.audit.verify import verify
 
 
@@ -214,3 +215,22 @@ def test_a_batch_nobody_waits_for_commits_off_the_loop_thread(
 
     asyncio.run(scenario())
     assert threads[:2] == [(LOOP, 1), (threads[1][0], 3)] and threads[1][0] != LOOP
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        Head("0f" * 16, 12345, "ab" * 32),  # what the log writes
+        Head('a "quoted" \\ chain', 0, "é"),  # anything else still round-trips
+    ],
+)
+def test_the_checkpoint_record_is_sorted_json_and_reads_back(tmp_path: Path, head: Head) -> None:
+    headfile = HeadFile(tmp_path / "audit.head")
+    headfile.write(head, durable=True)
+    headfile.close()
+    raw = (tmp_path / "audit.head").read_bytes()
+    assert len(raw) == HEAD_SIZE
+    assert json.loads(raw) == head.to_dict()
+    if head.chain_id.isalnum():
+        assert raw.rstrip() == json.dumps(head.to_dict(), sort_keys=True).encode()
+    assert read_head(tmp_path / "audit.head") == head
