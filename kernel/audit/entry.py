@@ -80,6 +80,9 @@ SYNC_EVENTS: Final = frozenset(
     }
 )
 
+# Entries whose metadata the verifier reads (recorded deletions and chain breaks)
+SPECIAL_EVENTS: Final = frozenset({"audit_archive_deleted", "audit_chain_break"})
+
 Decision = Literal["allowed", "denied", "review_required", "allowed_by_token"]
 DECISIONS: Final = ("allowed", "denied", "review_required", "allowed_by_token")
 

@@ -38,7 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fluffy.kernel.audit.entry import _BASE, EVENT_TYPES
+from fluffy.kernel.audit.entry import _BASE, EVENT_TYPES, SPECIAL_EVENTS
 from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro
 
 PARALLEL_MIN_ROWS = 200_000
@@ -55,6 +55,7 @@ class Range:
     last_hash: str
     count: int
     intact: bool
+    specials: tuple[int, ...] = ()  # the seqs of audit_archive_deleted / audit_chain_break
 
 
 def _broken(lo: int) -> Range:
@@ -66,6 +67,8 @@ def _walk(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
     fetch = cursor.fetchmany
     copy = _BASE.copy
     types = EVENT_TYPES
+    special = SPECIAL_EVENTS
+    specials: list[int] = []
     batch = fetch(FETCH_ROWS)
     if not batch:
         return None
@@ -98,10 +101,12 @@ def _walk(conn: sqlite3.Connection, lo: int, hi: int) -> Range | None:
             if computed != stored:
                 return _broken(lo)
             prev = computed.encode()
+            if event_type in special:
+                specials.append(seq)
         count += len(batch)
         next_seq += len(batch)
         batch = fetch(FETCH_ROWS)
-    return Range(first_seq, first_prev, next_seq - 1, prev.decode(), count, True)
+    return Range(first_seq, first_prev, next_seq - 1, prev.decode(), count, True, tuple(specials))
 
 
 def check_range(path: str, lo: int, hi: int) -> Range | None:
@@ -177,6 +182,7 @@ def parallel_intact(path: Path, lo: int, hi: int) -> Range | None:
     parts = _check_all(path, bounds, cpus)
     previous: Range | None = None
     total = 0
+    specials: list[int] = []
     for part in parts:
         if part is None or not part.intact:
             return None
@@ -185,9 +191,16 @@ def parallel_intact(path: Path, lo: int, hi: int) -> Range | None:
         ):
             return None
         total += part.count
+        specials += part.specials
         previous = part
     first = parts[0]
     assert first is not None and previous is not None
     return Range(
-        first.first_seq, first.first_prev, previous.last_seq, previous.last_hash, total, True
+        first.first_seq,
+        first.first_prev,
+        previous.last_seq,
+        previous.last_hash,
+        total,
+        True,
+        tuple(specials),
     )

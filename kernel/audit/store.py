@@ -183,8 +183,10 @@ class Head:
         if not isinstance(data, dict):
             raise ValueError("the checkpoint is not a JSON object")
         chain, seq, hash_ = data.get("chain_id"), data.get("seq"), data.get("hash")
-        if not isinstance(chain, str) or not isinstance(seq, int) or not isinstance(hash_, str):
+        if not isinstance(chain, str) or type(seq) is not int or not isinstance(hash_, str):
             raise ValueError("the checkpoint lacks chain_id, seq or hash")
+        if not 0 <= seq < 2**63:
+            raise ValueError(f"the checkpoint's seq {seq} is not an entry number")
         return cls(chain, seq, hash_)
 
 
@@ -231,7 +233,7 @@ def read_head(path: Path) -> Head | None:
         return None
     try:
         return Head.from_dict(json.loads(raw.decode()))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"the checkpoint {path} is garbled: {exc}") from exc
 
 
@@ -268,7 +270,7 @@ def migrate_layout(path: Path) -> int | None:
     conn.text_factory = _text
     try:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(audit_log)")]
-        if not columns or "entry" in columns:
+        if "entry" in columns or "input_summary" not in columns:  # not that layout
             return None
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         conn.execute("BEGIN IMMEDIATE")
