@@ -25,24 +25,29 @@ def entry_fields(conn: sqlite3.Connection, seq: int) -> list[Any]:
 
 
 def change_entry(conn: sqlite3.Connection, seq: int, /, **values: Any) -> None:
-    """Set fields of entry ``seq`` (``hash`` sets the stored hash)."""
+    """Set fields of entry ``seq`` as a reader would see them: a field in the stored entry
+    (and in the table's copy, if it has one); ``seq`` and ``hash`` in their columns only
+    (the entry keeps the number it was hashed with)."""
     _, timestamp, event_type, entry, hash_ = conn.execute(
         SELECT_ROWS + " WHERE seq = ?", (seq,)
     ).fetchone()
     fields = msgspec.json.decode(entry)
     for name, value in values.items():
-        if name != "hash":
+        if name not in ("seq", "hash"):
             fields[COLUMNS.index(name)] = value
-    conn.execute(
-        "UPDATE audit_log SET timestamp = ?, event_type = ?, entry = ?, hash = ? WHERE seq = ?",
+    changed = conn.execute(
+        "UPDATE audit_log SET seq = ?, timestamp = ?, event_type = ?, entry = ?, hash = ? "
+        "WHERE seq = ?",
         (
+            values.get("seq", seq),
             values.get("timestamp", timestamp),
             values.get("event_type", event_type),
             _encode(fields),
             values.get("hash", hash_),
             seq,
         ),
-    )
+    ).rowcount
+    assert changed == 1, seq
 
 
 def rewrite_in_earlier_layout(conn: sqlite3.Connection) -> None:

@@ -125,19 +125,22 @@ _encode = msgspec.json.Encoder().encode
 _BASE = hashlib.sha256(DOMAIN)
 
 
+def digest(entry: bytes) -> str:
+    """Hash of an entry's canonical encoding."""
+    hashed = _BASE.copy()
+    hashed.update(entry)
+    return hashed.hexdigest()
+
+
 def entry_hash(row: tuple[Any, ...]) -> str:
     """Hash of one entry (the values of :data:`COLUMNS`, in order)."""
-    digest = _BASE.copy()
-    digest.update(_encode(row))
-    return digest.hexdigest()
+    return digest(_encode(row))
 
 
 def stored(row: tuple[Any, ...]) -> tuple[int, int, str, bytes, str]:
     """The table row of an entry: seq, timestamp, event_type, the entry's bytes, hash."""
     entry = _encode(row)
-    digest = _BASE.copy()
-    digest.update(entry)
-    return (row[0], row[1], row[3], entry, digest.hexdigest())
+    return (row[0], row[1], row[3], entry, digest(entry))
 
 
 def genesis_hash(timestamp: int) -> str:

@@ -159,12 +159,9 @@ class Storage:
         return midnight if self._oldest < midnight else None
 
     async def maybe_rotate(
-        self, db: aiosqlite.Connection, chain_id: str, midnight: int | None = None
+        self, db: aiosqlite.Connection, chain_id: str, midnight: int
     ) -> list[Event]:
-        """Archive the entries before ``midnight`` (default: :meth:`rotation_due`)."""
-        midnight = midnight if midnight is not None else self.rotation_due()
-        if midnight is None:
-            return []
+        """Archive the entries before ``midnight`` (from :meth:`rotation_due`)."""
         rows = list(
             await db.execute_fetchall(
                 "SELECT seq, hash, timestamp FROM audit_log WHERE seq = "

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
-from fluffy.kernel.audit.entry import _BASE, COLUMNS, EVENT_TYPES, REQUIRED, _encode
+from fluffy.kernel.audit.entry import COLUMNS, EVENT_TYPES, REQUIRED, _encode, digest
 
 DB_NAME: Final = "fluffy.db"
 HEAD_NAME: Final = "audit.head"
@@ -87,17 +87,11 @@ def unpack(stored: tuple[Any, ...]) -> tuple[Any, ...]:
         or values[3] != event_type
         or event_type not in EVENT_TYPES
         or _encode(values) != entry
-        or (values[0] != seq and _hashed(entry) != hash_)
+        or (values[0] != seq and digest(entry) != hash_)
     ):
         values = [None] * len(COLUMNS)
     values[0], values[1], values[3] = seq, timestamp, event_type
     return (*values, hash_)
-
-
-def _hashed(entry: bytes) -> str:
-    digest = _BASE.copy()
-    digest.update(entry)
-    return digest.hexdigest()
 
 
 _TYPES: Final = tuple(
@@ -292,7 +286,7 @@ def migrate_layout(path: Path) -> int | None:
                             row[0],
                             row[1],
                             row[3],
-                            msgspec.json.encode(
+                            _encode(
                                 [_representable(v, c) for v, c in zip(row, COLUMNS, strict=False)]
                             ),
                             row[-1],

@@ -163,7 +163,12 @@ def _classify(
 ) -> Problem:
     seq = int(row[0])
     stored = row[-1]
-    links = {other[2]: other[0] for other in _rows(conn)}
+    links: dict[Any, int] = {}
+    followers = []  # entries naming the hash the chain stopped at (renumbered ones?)
+    for other in _rows(conn):  # one decoding pass over the file
+        links[other[2]] = other[0]
+        if other[2] == chain.prev_hash:
+            followers.append(other)
     if not hash_ok:
         before = conn.execute("SELECT seq FROM audit_log WHERE hash = ?", (row[2],)).fetchone()
         home = before[0] + 1 if before is not None else 1
@@ -201,8 +206,8 @@ def _classify(
         return Problem("modified", seq, name, f"entry {seq}'s content does not match its hash")
     if chain.prev_row is not None and seq != chain.prev_seq + 1:
         first, last = chain.prev_seq + 1, seq - 1
-        for moved in _rows(conn):
-            if moved[2] == chain.prev_hash and _renumbered(conn, moved, first):
+        for moved in followers:
+            if _renumbered(conn, moved, first):
                 return Problem(
                     "modified",
                     first,
@@ -337,64 +342,62 @@ def _appended(conn: sqlite3.Connection, name: str, after: int) -> Problem | None
     return None
 
 
-def _rebuilt(conn: sqlite3.Connection) -> bool:
-    """Is ``seq`` no longer the table's row id (the log creates ``INTEGER PRIMARY KEY``)?
+def _layout(conn: sqlite3.Connection, name: str, after: int) -> Problem | None:
+    """What is wrong with the file's ``audit_log`` as a table the log writes, if anything.
 
-    As the row id every entry has a distinct integer seq.  A table rebuilt otherwise can
-    hold NULL, REAL or repeated numbers, which the checks (and ``seq BETWEEN``) do not
-    see.  SQLite reads a row-id alias with its ``Rowid`` opcode, any other column with
-    ``Column``.  A view of that name is not the table either.
+    It must exist, have the columns of :data:`STORED`, and be a table whose ``seq`` is
+    the row id.  As the row id every entry has a distinct integer seq; a table rebuilt
+    otherwise (or a view) can hold NULL, REAL or repeated numbers, which the checks (and
+    ``seq BETWEEN``) do not see.  SQLite reads a row-id alias with its ``Rowid`` opcode,
+    any other column with ``Column``.
     """
     kind = conn.execute("SELECT type FROM sqlite_schema WHERE name = 'audit_log'").fetchone()
-    if kind != ("table",):  # a view (or nothing: _scan says so first)
-        return True
+    if kind is None:
+        return Problem(
+            "truncated",
+            after + 1,
+            name,
+            "the file has no audit_log table (the log creates it before it writes anything)",
+        )
+    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)"))
+    if columns != STORED:
+        if "entry" not in columns and "input_summary" in columns:
+            return Problem(
+                "modified",
+                None,
+                name,
+                "the file has the audit layout of an earlier fluffy: start fluffy once (the "
+                "kernel converts the database, its archives and backups), then verify again",
+            )
+        return Problem(
+            "modified",
+            None,
+            name,
+            f"the audit_log table has the columns {', '.join(columns)}, not "
+            f"{', '.join(STORED)} (the log never creates such a table)",
+        )
     try:
         plan = conn.execute("EXPLAIN SELECT seq FROM audit_log NOT INDEXED")  # the table itself
         opcodes = {row[1] for row in plan}
     except sqlite3.Error:
-        return True
-    return "Rowid" not in opcodes or "Column" in opcodes
+        opcodes = set()
+    if kind != ("table",) or "Rowid" not in opcodes or "Column" in opcodes:
+        return Problem(
+            "modified",
+            None,
+            name,
+            "the audit_log table was rebuilt: seq is no longer its row id, so entries "
+            "can lack a number or share one (the log never creates such a table)",
+        )
+    return None
 
 
 def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
     name = path.name
     chain.fast = False
-    if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'audit_log'").fetchone() is None:
-        report.fail(
-            Problem(
-                "truncated",
-                chain.prev_seq + 1,
-                name,
-                "the file has no audit_log table (the log creates it before it writes anything)",
-            )
-        )
-        return False
-    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)"))
-    if columns and columns != STORED:
-        earlier = "entry" not in columns and "input_summary" in columns
-        report.fail(
-            Problem(
-                "modified",
-                None,
-                name,
-                "the file has the audit layout of an earlier fluffy: start fluffy once (the "
-                "kernel converts the database, its archives and backups), then verify again"
-                if earlier
-                else f"the audit_log table has the columns {', '.join(columns)}, not "
-                f"{', '.join(STORED)} (the log never creates such a table)",
-            )
-        )
-        return False
-    if _rebuilt(conn):
-        report.fail(
-            Problem(
-                "modified",
-                None,
-                name,
-                "the audit_log table was rebuilt: seq is no longer its row id, so entries "
-                "can lack a number or share one (the log never creates such a table)",
-            )
-        )
+    problem = _layout(conn, name, chain.prev_seq)
+    if problem is not None:
+        report.fail(problem)
         return False
     ok = _scan_chain(conn, path, chain, report)
     # The fast check hashed stored bytes; past the witnessed head (a few rows: the index

@@ -57,7 +57,7 @@ from fluffy.kernel.audit.store import (
     unpack,
 )
 from fluffy.kernel.audit.verify import Report, verify
-from tests.audit_support import rewrite_in_earlier_layout
+from tests.audit_support import change_entry, entry_fields, rewrite_in_earlier_layout
 
 DAY_MS = 86_400_000
 NOON = 20_000 * DAY_MS + DAY_MS // 2  # 2024-10-04 12:00 UTC: far from midnight (no rotation)
@@ -165,7 +165,8 @@ class Case:
 
     def row(self, seq: int) -> list[Any]:
         """The entry's fields and hash, as the verifier reads them."""
-        return list(unpack(self.stored(seq)))
+        with closing(self.db()) as conn:
+            return entry_fields(conn, seq)
 
 
 def _insert(conn: sqlite3.Connection, row: list[Any]) -> None:
@@ -237,28 +238,8 @@ def _one_byte(value: Any) -> Any:
 
 
 def _update(case: Case, seq: int, /, **values: Any) -> None:
-    """Change fields of entry ``seq`` as a reader would see them: a field in the stored
-    entry (and in the table's copy, if it has one); ``seq`` and ``hash`` in their columns
-    only (the entry keeps the number it was hashed with)."""
-    _, timestamp, event_type, entry, hash_ = case.stored(seq)
-    fields = msgspec.json.decode(entry)
-    for name, value in values.items():
-        if name not in ("seq", "hash"):
-            fields[COLUMNS.index(name)] = value
     with closing(case.db()) as conn:
-        changed = conn.execute(
-            "UPDATE audit_log SET seq = ?, timestamp = ?, event_type = ?, entry = ?, hash = ? "
-            "WHERE seq = ?",
-            (
-                values.get("seq", seq),
-                values.get("timestamp", timestamp),
-                values.get("event_type", event_type),
-                _encode(fields),
-                values.get("hash", hash_),
-                seq,
-            ),
-        ).rowcount
-    assert changed == 1
+        change_entry(conn, seq, **values)
 
 
 def _set(case: Case, seq: int, column: str, value: Any) -> None:
