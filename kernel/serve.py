@@ -31,8 +31,12 @@ from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.methods import policy_methods
-from fluffy.kernel.policy.model import PolicyFile, load_policy
+from fluffy.kernel.policy.model import PolicyFile, load_policy, parse_policy
+from fluffy.kernel.project.defaults import default_policy_text
+from fluffy.kernel.project.layout import detect_layout
+from fluffy.kernel.project.methods import project_methods
 from fluffy.kernel.tools.assemble import assemble_tools
+from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.methods import workflow_methods
 from fluffy.kernel.workflow.store import WorkflowStore
@@ -40,11 +44,16 @@ from fluffy.kernel.workflow.store import WorkflowStore
 log = logging.getLogger("fluffy.kernel")
 
 
-def _project_policy(project: Path | None) -> PolicyFile:
-    """The project's ``.fluffy/policy.yaml`` (errors block start-up); none = default deny."""
-    if project is not None and (project / ".fluffy" / "policy.yaml").is_file():
-        return load_policy(project / ".fluffy" / "policy.yaml")
-    return PolicyFile()
+def _project_policy(project: Path | None) -> tuple[PolicyFile, str | None]:
+    """The project's ``.fluffy/policy.yaml`` (errors block start-up), or while it does not
+    exist fluffy's default policy fitted to the project's layout (and its text).  Without
+    a project: no rules (default deny)."""
+    if project is None:
+        return PolicyFile(), None
+    if (project / ".fluffy" / "policy.yaml").is_file():
+        return load_policy(project / ".fluffy" / "policy.yaml"), None
+    text = default_policy_text(project)
+    return parse_policy(text, "<fluffy's default policy>"), text
 
 
 async def open_audit(state_dir: Path, settings: StorageSettings | None = None) -> AuditLog:
@@ -77,7 +86,8 @@ async def serve(
             fix="Pass an existing directory with --project.",
         )
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    policy = _project_policy(project)  # a policy that does not load blocks start-up
+    policy, default_text = _project_policy(project)  # a bad policy file blocks start-up
+    layout = detect_layout(project) if project is not None else None
     audit = await open_audit(state_dir, policy.audit)  # integrity check, recovery first
     store = await WorkflowStore.open(state_dir)
     front = AuditedPolicy(
@@ -90,6 +100,7 @@ async def serve(
         policy=front,
         exemptions=policy.exemptions,
         tech_debt=policy.tech_debt,
+        test_globs=layout.test_globs if layout is not None else DEFAULT_TEST_GLOBS,
         on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
     )
     guard = MemoryGuard()
@@ -108,7 +119,8 @@ async def serve(
     methods = {
         **default_methods(),
         **workflow_methods(workflow, lambda: guard.accepting_work),
-        **policy_methods(front, policy_path, state_dir, audit, reloaded),
+        **policy_methods(front, policy_path, state_dir, audit, reloaded, default_text),
+        **project_methods(project, layout, default_text is not None),
         **ai.methods(tools.methods()),
     }
     server = KernelServer(methods, limits or Limits())

@@ -24,6 +24,7 @@ from rich.markup import escape
 from fluffy._version import __version__
 from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
+from fluffy.cli.project import first_run_block, init_project, show_project
 from fluffy.cli.render import status_word, stdout
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
 from fluffy.cli.turns import OnReview, cursor, follow
@@ -198,6 +199,9 @@ def run(
         approve_mode(cli.get("mode"), yes=yes, confirm=None)  # before starting anything
     with attached(project, say=lambda text: stdout.print(escape(text))) as kernel:
         client = kernel.client
+        info = show_project(client, Path(project), stdout)
+        if interactive and first_run_block(info) and not info.get("initialised"):
+            _offer_init(Path(project))
         if session_id is not None:
             session, mode = get_session(client, session_id), cli.get("mode")
         else:
@@ -215,6 +219,15 @@ def run(
             stdout.rule(f"fluffy v{__version__} -- {session['mode']} mode -- {session['state']}")
             _loop(client, session["session_id"], kernel.status, ctx)
     return 0
+
+
+def _offer_init(project: Path, confirm: Confirm = ask) -> None:
+    """The first interactive run on a project without .fluffy/ offers `fluffy init`."""
+    if not confirm("Write these defaults to .fluffy/ so you can edit them?"):
+        stdout.print("[dim]not written; `fluffy init` does it any time[/]")
+        return
+    for name, what in init_project(project).items():
+        stdout.print(f"{status_word('ok')} .fluffy/{name}: {what}")
 
 
 def _loop(client: Any, session_id: str, status: dict[str, Any], ctx: Context) -> None:

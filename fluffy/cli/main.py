@@ -228,9 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
     from fluffy.cli.plugin import add_parser as add_plugin_parser
     from fluffy.cli.policy import add_parser as add_policy_parser
+    from fluffy.cli.project import add_parser as add_project_parser
     from fluffy.cli.sandbox import add_parser as add_sandbox_parser
     from fluffy.cli.session import add_parser as add_session_parser
 
+    add_project_parser(sub)
     add_policy_parser(sub)
     add_audit_parser(sub)
     add_config_parser(sub)

@@ -30,6 +30,7 @@ from fluffy.cli.connect import (
     script_turns,
     settings_for,
 )
+from fluffy.cli.project import show_project
 from fluffy.cli.render import stderr, stdout
 from fluffy.cli.session_view import JsonRenderer, Renderer, SessionRenderer, status_line
 from fluffy.cli.turns import cursor, follow
@@ -135,6 +136,7 @@ def run_task(args: argparse.Namespace) -> int:
         approve_mode(mode, yes=args.yes, confirm=None)  # refused before starting anything
     with attached(str(project), say=lambda text: notes.print(escape(text))) as kernel:
         client = kernel.client
+        show_project(client, project, notes)
         session = get_session(client, args.session) if args.session else None
         session = session or client.call("session.create")
         session = apply_mode(client, session, mode, yes=args.yes, confirm=ask if terminal else None)

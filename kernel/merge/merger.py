@@ -53,34 +53,25 @@ from fluffy.kernel.policy.globs import GlobSet
 #: keys; CI definitions; files that run code at install/build time or pin dependencies;
 #: git's own configuration files kept in the tree.
 DEFAULT_SENSITIVE: tuple[str, ...] = (
-    ".env",
-    ".env.*",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "id_rsa*",
-    "id_ed25519*",
-    "**/secrets/**",
-    "**/.ssh/**",
-    ".github/**",
-    ".gitlab-ci.yml",
-    ".gitignore",
-    ".gitattributes",
-    ".gitmodules",
-    "pyproject.toml",
-    "setup.py",
-    "setup.cfg",
-    "requirements*.txt",
-    "Pipfile",
-    "Pipfile.lock",
-    "poetry.lock",
-    "uv.lock",
-    "package.json",
-    "package-lock.json",
-    "Makefile",
-    "Dockerfile",
-    "docker-compose*.yml",
+    # secrets and keys
+    *(".env", ".env.*", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*"),
+    *("id_ed25519*", "**/secrets/**", "**/.ssh/**", ".pypirc", ".npmrc", ".yarnrc*"),
+    # CI definitions
+    *(".github/**", ".gitlab-ci.yml", ".gitlab/**", ".circleci/**", ".travis.yml"),
+    *("azure-pipelines.yml", "Jenkinsfile", "bitbucket-pipelines.yml", "appveyor.yml"),
+    *(".readthedocs.y*ml",),
+    # git's own files kept in the tree, and hooks the host runs
+    *(".gitignore", ".gitattributes", ".gitmodules", ".githooks/**", ".husky/**"),
+    *(".pre-commit-config.yaml", ".pre-commit-hooks.yaml"),
+    # editor and container settings the host acts on
+    *(".vscode/**", ".idea/**", ".devcontainer/**", "Dockerfile", "Containerfile"),
+    *("docker-compose*.y*ml", "compose*.y*ml"),
+    # what runs at install or build time, or pins dependencies
+    *("pyproject.toml", "setup.py", "setup.cfg", "*requirements*.txt", "requirements/**"),
+    *("constraints*.txt", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock", "pdm.lock"),
+    *("tox.ini", "noxfile.py", "docs/conf.py", "Makefile", "justfile", "Taskfile.y*ml"),
+    *("package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.toml"),
+    *("Cargo.lock", "build.rs", ".cargo/**", "go.mod", "go.sum"),
 )
 MAX_AUTO_LINES = 500
 

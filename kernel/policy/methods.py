@@ -37,16 +37,24 @@ def policy_methods(
     state_dir: Path,
     audit: AuditLog,
     on_reload: Reloaded | None = None,
+    default_text: str | None = None,
 ) -> dict[str, Handler]:
+    """``default_text``: the defaults the kernel applies while the file does not exist."""
+
     def current_text() -> str:
         if policy_path is not None and policy_path.is_file():
             return policy_path.read_text(encoding="utf-8")
-        return ""
+        return default_text or ""
 
     async def get(context: CallContext, params: Any) -> dict[str, Any]:
         if params not in (None, {}):
             raise InvalidPayload("policy.get takes no parameters")
-        return {"path": str(policy_path) if policy_path else None, "text": current_text()}
+        is_file = policy_path is not None and policy_path.is_file()
+        return {
+            "path": str(policy_path) if policy_path else None,
+            "text": current_text(),
+            "default": not is_file and default_text is not None,
+        }
 
     async def update(context: CallContext, params: Any) -> dict[str, Any]:
         if not isinstance(params, dict) or not isinstance(params.get("text"), str):

@@ -69,6 +69,9 @@ class FakeKernel:
         self.sessions[sid] = {"session_id": sid, "mode": "strict", "state": "idle"}
         return dict(self.sessions[sid])
 
+    def m_project_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"policy": {"default": False}, "layout": None, "environment": None}
+
     def m_session_pins(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"pins": list(self.pins)}
 
