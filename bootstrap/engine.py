@@ -58,14 +58,16 @@ class Engine:
     def __init__(self, kind: str, socket_path: str) -> None:
         self.kind, self.socket_path = kind, socket_path
 
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 60.0) -> Any:
+    def call(
+        self, method: str, path: str, body: Any = None, timeout: float = 60.0, raw: bool = False
+    ) -> Any:
         conn = _UnixConnection(self.socket_path, timeout)
         try:
             payload = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if payload else {}
             conn.request(method, API + path, body=payload, headers=headers)
             response = conn.getresponse()
-            raw = response.read()
+            raw_data = response.read()
         except OSError as exc:
             raise BootstrapError(
                 "engine.unavailable",
@@ -74,7 +76,10 @@ class Engine:
             ) from None
         finally:
             conn.close()
-        data = json.loads(raw) if raw and raw[:1] in (b"{", b"[") else raw.decode(errors="replace")
+        if raw and response.status < 400:
+            return raw_data
+        as_json = raw_data[:1] in (b"{", b"[")
+        data = json.loads(raw_data) if as_json else raw_data.decode(errors="replace")
         if response.status >= 400:
             message = data.get("message", data) if isinstance(data, dict) else data
             raise BootstrapError(

@@ -12,6 +12,9 @@ from typing import Any
 from fluffy.bootstrap.engine import BootstrapError, Engine
 
 KERNEL_UID = 10000  # used when the host user is root: the kernel never runs as root
+# A root-owned project: the kernel (uid 10000) holds these and nothing else, to read it,
+# write it and keep its owner; setpriv drops to 10000 before python starts.
+FILE_CAPS = ("dac_override", "fowner", "chown")
 ROLE_LABEL = "fluffy.role"
 PROJECT_LABEL = "fluffy.project"
 
@@ -55,49 +58,32 @@ def spec(
     """The create body.  Mounts sit at fixed paths inside L1 (a host path under /root would
     be unreachable for the non-root kernel); the host paths are passed on for the sibling
     sandboxes' bind mounts, which the engine resolves on the host."""
-    binds = [
-        f"{project}:{INSIDE}/project:rw",
-        f"{run_dir}:{INSIDE}/run:rw",
-        f"{state_dir}:{INSIDE}/state:rw",
-        f"{engine.socket_path}:{engine.socket_path}:rw",
-    ]
+    I = INSIDE  # noqa: E741
+    binds = [f"{project}:{I}/project:rw", f"{run_dir}:{I}/run:rw", f"{state_dir}:{I}/state:rw",
+             f"{engine.socket_path}:{engine.socket_path}:rw"]  # fmt: skip
     env = []
     if plugins is not None:  # the plugin store, read-only: the kernel re-checks its hashes
         Path(plugins).mkdir(mode=0o755, parents=True, exist_ok=True)
         binds.append(f"{plugins}:{INSIDE}/plugins:ro")
         env.append(f"FLUFFY_PLUGIN_STORE={INSIDE}/plugins")
-    host = dict(SECURITY, Binds=binds, GroupAdd=[str(Path(engine.socket_path).stat().st_gid)])
-    return {
-        "Image": image,
-        "Entrypoint": ENTRYPOINT,
-        "Cmd": [
-            "serve",
-            "--socket",
-            f"{INSIDE}/run/kernel.sock",
-            "--state-dir",
-            f"{INSIDE}/state",
-            "--project",
-            f"{INSIDE}/project",
-        ],
-        "User": kernel_user(project),
-        "Env": [
-            "HOME=/tmp",
-            "PYTHONDONTWRITEBYTECODE=1",
-            f"FLUFFY_ENGINE={engine.kind}",
-            f"FLUFFY_ENGINE_SOCKET={engine.socket_path}",
-            f"FLUFFY_HOST_PROJECT={project}",
-            f"FLUFFY_HOST_RUN={run_dir}",
-            f"FLUFFY_HOST_STATE={state_dir}",
-            *env,
-            f"FLUFFY_PROJECT_ID={project_id}",
-        ],
-        "Labels": {
-            ROLE_LABEL: "l1-kernel",
-            PROJECT_LABEL: project_id,
-            "fluffy.project_path": project,
-        },
-        "HostConfig": host,
-    }
+    group = str(Path(engine.socket_path).stat().st_gid)
+    host = dict(SECURITY, Binds=binds, GroupAdd=[group])
+    user, entry = kernel_user(project), ENTRYPOINT
+    if user == f"{KERNEL_UID}:{KERNEL_UID}" and os.getuid() == 0:  # a root-owned project
+        caps = ",".join(["-all", *(f"+{c}" for c in FILE_CAPS)])
+        entry = ["setpriv", f"--reuid={KERNEL_UID}", f"--regid={KERNEL_UID}", f"--groups={group}",
+                 f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--",
+                 *ENTRYPOINT]  # fmt: skip
+        host["CapAdd"] = [c.upper() for c in (*FILE_CAPS, "setuid", "setgid", "setpcap")]
+        user = "0:0"  # only setpriv runs as 0, for the moment it takes to drop to 10000
+    cmd = f"serve --socket {I}/run/kernel.sock --state-dir {I}/state --project {I}/project"
+    env += ["HOME=/tmp", "PYTHONDONTWRITEBYTECODE=1", f"FLUFFY_ENGINE={engine.kind}",
+            f"FLUFFY_ENGINE_SOCKET={engine.socket_path}", f"FLUFFY_HOST_PROJECT={project}",
+            f"FLUFFY_HOST_RUN={run_dir}", f"FLUFFY_HOST_STATE={state_dir}",
+            f"FLUFFY_PROJECT_ID={project_id}"]  # fmt: skip
+    labels = {ROLE_LABEL: "l1-kernel", PROJECT_LABEL: project_id, "fluffy.project_path": project}
+    return {"Image": image, "Entrypoint": entry, "Cmd": cmd.split(), "User": user, "Env": env,
+            "Labels": labels, "HostConfig": host}  # fmt: skip
 
 
 def start(engine: Engine, body: dict[str, Any], name: str) -> str:
@@ -123,6 +109,21 @@ def running(engine: Engine, name: str) -> bool:
     return bool(state.get("Running"))
 
 
+def logs(engine: Engine, name: str, tail: int = 15) -> str:
+    """The end of L1's output ("" if it cannot be read): frames demultiplexed."""
+    try:
+        data = engine.call("GET", f"/containers/{name}/logs?stdout=1&stderr=1&tail={tail}",
+                           timeout=10, raw=True)  # fmt: skip
+    except BootstrapError:
+        return ""
+    out, i = [], 0
+    while i + 8 <= len(data) and data[i] in (0, 1, 2) and data[i + 1 : i + 4] == b"\0\0\0":
+        size = int.from_bytes(data[i + 4 : i + 8], "big")
+        out.append(data[i + 8 : i + 8 + size])
+        i += 8 + size
+    return (b"".join(out) if out else data).decode(errors="replace").strip()
+
+
 def stop(engine: Engine, name: str, timeout: int = 15) -> None:
     try:
         engine.call("POST", f"/containers/{name}/stop?t={timeout}", timeout=timeout + 15)
@@ -140,14 +141,12 @@ def _read(sock: socket.socket) -> Any:
     def exactly(n: int) -> bytes:
         chunks = b""
         while len(chunks) < n:
-            chunk = sock.recv(n - len(chunks))
-            if not chunk:
+            if not (chunk := sock.recv(n - len(chunks))):
                 raise OSError("the kernel closed the connection")
             chunks += chunk
         return chunks
 
-    (length,) = struct.unpack(">I", exactly(4))
-    return json.loads(exactly(length))
+    return json.loads(exactly(struct.unpack(">I", exactly(4))[0]))
 
 
 def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
@@ -155,15 +154,8 @@ def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
-        _frame(
-            sock,
-            {
-                "type": "handshake",
-                "plugin_name": "bootstrap",
-                "plugin_version": "1",
-                "syscall_api_version": 1,
-            },
-        )
+        _frame(sock, {"type": "handshake", "plugin_name": "bootstrap", "plugin_version": "1",
+                      "syscall_api_version": 1})  # fmt: skip
         if _read(sock).get("type") != "handshake_ack":
             raise ValueError("the kernel refused the handshake")
         _frame(sock, {"id": "ping", "type": "request", "method": "kernel.ping"})

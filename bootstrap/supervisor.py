@@ -148,17 +148,21 @@ class Supervisor:
                     break
                 time.sleep(0.05)
         if not self.stop_requested():
-            raise BootstrapError("kernel.unhealthy", "the kernel did not answer its health check")
+            output = l1.logs(self.engine, self.name)
+            self.save(last_output=output[-3000:])
+            why = "its last output: " + (output[-1500:] or "(none)")
+            raise BootstrapError("kernel.unhealthy", "the kernel did not answer", why=why)
 
     def restart(self, why: str) -> None:
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < WINDOW_S] + [now]
         if len(self.restarts) > MAX_RESTARTS:
+            output = self.status.get("last_output") or l1.logs(self.engine, self.name)
             error = BootstrapError(
                 "kernel.crash_loop",
                 f"the kernel failed {len(self.restarts)} times within 5 minutes",
-                why=f"last failure: {why}",
-                fix=f"See `docker logs {self.name}` and the log {self.p['log']}.",
+                why=f"last failure: {why}\nthe kernel's last output:\n{output[-1500:]}",
+                fix=f"Read the kernel's output above (also in {self.p['log']}) and fix its cause.",
             )
             self.save(health="failed", error=error.to_dict())
             l1.remove(self.engine, self.name)

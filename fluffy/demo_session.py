@@ -120,16 +120,12 @@ def init_repository(project: Path) -> None:
 
 
 def fresh_project(source: Path) -> Path:
-    """A new copy of the demo project under FLUFFY_HOME, as a git repository."""
+    """A new copy of the demo project under FLUFFY_HOME, as a git repository -- made the
+    way a user makes one (owned by whoever runs fluffy, modes as the umask gives them)."""
     root = fluffy_home() / "demo-sessions" / time.strftime("%Y%m%d-%H%M%S")
     project = root / "project"
     shutil.copytree(source, project)
     init_repository(project)
-    if os.geteuid() == 0:  # a user's project belongs to the user; the kernel runs as it
-        from fluffy.bootstrap.l1 import KERNEL_UID
-
-        for path in [project, *project.rglob("*")]:
-            os.lchown(path, KERNEL_UID, KERNEL_UID)
     return project
 
 

@@ -20,12 +20,14 @@ def _flags(container: str, runtime: str) -> Check:
             "L1 flags", "fail", exc.what, "Restart the kernel: `fluffy stop && fluffy start`."
         )
     host: dict[str, object] = info.get("HostConfig", {})
+    user = str(info.get("Config", {}).get("User", ""))
+    dropped = _drops_to_kernel_user(info, host) if user in ("0", "0:0", "root") else None
     wrong: list[str] = []
     for key, value in l1.SECURITY.items():
         actual = host.get(key)
         if key == "CapDrop":  # docker keeps ["ALL"]; podman lists every dropped capability
-            same = actual == value or (isinstance(actual, list) and len(actual) >= 10)
-            same = same and not host.get("CapAdd")
+            listed = isinstance(actual, list) and len(actual) >= (5 if dropped else 10)
+            same = (actual == value or listed) and (not host.get("CapAdd") or dropped is True)
         elif key == "SecurityOpt":  # podman reports "no-new-privileges" without ":true"
             have = {str(opt).removesuffix(":true") for opt in actual or []}  # type: ignore[attr-defined]
             same = {opt.removesuffix(":true") for opt in value} <= have  # type: ignore[attr-defined]
@@ -35,8 +37,7 @@ def _flags(container: str, runtime: str) -> Check:
             same = actual == value
         if not same:
             wrong.append(key)
-    user = str(info.get("Config", {}).get("User", ""))
-    if not user or user.split(":")[0] in ("", "0", "root"):
+    if not user or (user.split(":")[0] in ("", "0", "root") and not dropped):
         wrong.append("User")
     if wrong:
         return Check(
@@ -46,6 +47,20 @@ def _flags(container: str, runtime: str) -> Check:
             "Something changed the kernel container; stop it and start fluffy again.",
         )
     return Check("L1 flags", "ok", f"{len(l1.SECURITY) + 1} hard-coded flags as expected ({user})")
+
+
+def _drops_to_kernel_user(info: dict[str, object], host: dict[str, object]) -> bool:
+    """A root-owned project's L1: setpriv drops to uid 10000 keeping only the file
+    capabilities, and the container adds exactly those (plus what setpriv needs)."""
+    config = info.get("Config") or {}
+    raw = config.get("Entrypoint") if isinstance(config, dict) else None
+    entry = raw.split() if isinstance(raw, str) else list(raw or [])  # podman: one string
+    caps = ",".join(["-all", *(f"+{c}" for c in l1.FILE_CAPS)])
+    wanted = {f"--reuid={l1.KERNEL_UID}", f"--regid={l1.KERNEL_UID}", f"--inh-caps={caps}",
+              f"--ambient-caps={caps}", f"--bounding-set={caps}"}  # fmt: skip
+    added = {str(c).upper().removeprefix("CAP_") for c in host.get("CapAdd") or []}  # type: ignore[attr-defined]
+    allowed = {c.upper() for c in (*l1.FILE_CAPS, "setuid", "setgid", "setpcap")}
+    return bool(entry) and entry[0] == "setpriv" and wanted <= set(entry) and added <= allowed
 
 
 def _socket(run_dir: Path) -> Check:

@@ -76,6 +76,22 @@ def start_kernel(project: str) -> dict[str, Any]:
     return launch_supervisor(project, detach=True)[0]
 
 
+def access_problem(project: str) -> str | None:
+    """Why the kernel's user could not read the project folder (None: it can).
+
+    The kernel is the project's owner, or for a root-owned project uid 10000 holding the
+    file capabilities (bootstrap/l1.py); only another user's folder can be closed to it."""
+    from fluffy.bootstrap.l1 import KERNEL_UID, kernel_user
+
+    info = Path(project).stat()
+    uid, gid = (int(x) for x in kernel_user(project).split(":"))
+    shift = 6 if info.st_uid == uid else 3 if info.st_gid == gid else 0
+    if (uid == KERNEL_UID and info.st_uid == 0) or (info.st_mode >> shift) & 5 == 5:
+        return None
+    owner = "root" if info.st_uid == 0 else f"uid {info.st_uid}"
+    return f"uid {uid} cannot read {project} (mode {info.st_mode & 0o777:o}, owner {owner})"
+
+
 def launch_supervisor(
     project: str, *, detach: bool
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
@@ -84,6 +100,14 @@ def launch_supervisor(
     Detached (`fluffy start`) it gets its own session; in the foreground (`fluffy`) it
     stays this process's child, and the caller stops it when the user leaves.
     """
+    problem = access_problem(project)
+    if problem is not None:
+        raise KernelStartFailed(
+            f"the kernel cannot use the project {project}",
+            why=problem,
+            fix=f"Let the kernel's user read it (e.g. `chmod u+rx {project}` as its owner), or "
+            "run fluffy as the project's owner.",
+        )
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with p["log"].open("ab") as log:

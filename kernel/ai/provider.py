@@ -37,7 +37,7 @@ from fluffy.errors import EngineTimeout, InvalidPayload, ProviderFailed, ToolTra
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.sandboxes.ai.types import (
@@ -223,7 +223,7 @@ class ProviderRunner:
     async def open(self, session_id: str, turn_id: str) -> ProviderSession:
         binding = f"ai:{session_id}:{turn_id}"
         # the sandbox user, or this process's own uid for a child process (tests)
-        uid = SANDBOX_UID if self.launcher == "sandbox" else os.geteuid()
+        uid = sandbox_identity()[0] if self.launcher == "sandbox" else os.geteuid()
         folder, options = socket_dir(self.root, f"ai-{turn_id}", uid)
         session = ProviderSession(self, binding, folder)
         self.sessions.add(session)

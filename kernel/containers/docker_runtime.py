@@ -16,6 +16,7 @@ from fluffy.kernel.containers.runtime import (
     ContainerStatus,
     ExecResult,
     check_mounts,
+    check_user,
     missing_profile,
 )
 
@@ -87,7 +88,7 @@ class DockerRuntime:
                 spec.image,
                 command=spec.command,
                 name=spec.name,
-                user=HARDENED.user,
+                user=check_user(spec.user),
                 working_dir=spec.workdir,
                 environment=spec.environment,
                 labels=spec.labels,
@@ -144,7 +145,7 @@ class DockerRuntime:
 
     def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult:
         with engine_call(f"exec in container {container_id[:12]}"):
-            exec_id = self._api.exec_create(container_id, command, user=HARDENED.user)["Id"]
+            exec_id = self._api.exec_create(container_id, command)["Id"]  # as the container's user
             out = self._api.exec_start(exec_id, demux=True)
             code = self._api.exec_inspect(exec_id).get("ExitCode")
         stdout, stderr = out if isinstance(out, tuple) else (out, b"")

@@ -35,12 +35,12 @@ from fluffy.kernel.containers.runtime import (
     LABEL_SANDBOX,
     LABEL_SESSION,
     LABEL_TEMPLATE,
-    SANDBOX_UID,
     ContainerRuntime,
     ContainerSpec,
     ContainerStatus,
     Mount,
     check_mounts,
+    sandbox_user,
 )
 from fluffy.paths import state_dir
 from fluffy.process import pid_alive
@@ -91,8 +91,11 @@ class ContainerManager:
         root: Path | None = None,
         host_path: Callable[[Path], Path] = lambda path: path,
         labels: Mapping[str, str] | None = None,
+        user: str | None = None,
     ) -> None:
         self.runtime = runtime
+        #: "uid:gid" of every sandbox (None: :func:`sandbox_identity`); never root.
+        self.user = user
         #: Extra labels on every sandbox (the kernel adds its project's).
         self.labels = dict(labels or {})
         self.images = dict(images)
@@ -102,7 +105,7 @@ class ContainerManager:
         self.active: dict[str, Sandbox] = {}
         for private in (self.root, self.root / "sessions", self.root / "outputs"):
             private.mkdir(parents=True, exist_ok=True, mode=0o700)
-            private.chmod(0o700)  # output folders below may be 0777 for uid 10001
+            private.chmod(0o700)
         self._session_file = self.root / "sessions" / self.session_id
         self._session_file.write_text(str(os.getpid()))
         self._seccomp_paths: dict[str, Path] = {}
@@ -111,11 +114,10 @@ class ContainerManager:
     def _output_dir(self, sandbox_id: str) -> Path:
         path = self.root / "outputs" / self.session_id / sandbox_id
         path.mkdir(parents=True)
+        uid, gid = (int(x) for x in (self.user or sandbox_user()).split(":"))
         if os.geteuid() == 0:
-            os.chown(path, SANDBOX_UID, SANDBOX_UID)
-            path.chmod(0o700)
-        else:  # cannot give it to uid 10001; the parent folder is private to this user
-            path.chmod(0o777)
+            os.chown(path, uid, gid)
+        path.chmod(0o700)  # the sandbox's own (its uid is the kernel's, or given to it)
         return path
 
     def _seccomp_file(self, profile: str) -> Path:
@@ -181,6 +183,7 @@ class ContainerManager:
             if podman
             else None,
             tmpfs=dict(TMPFS),
+            user=self.user or sandbox_user(),
         )
 
     # -- lifecycle ------------------------------------------------------------------

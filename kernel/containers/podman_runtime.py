@@ -18,6 +18,7 @@ from fluffy.kernel.containers.runtime import (
     ContainerStatus,
     ExecResult,
     check_mounts,
+    check_user,
     missing_profile,
 )
 
@@ -89,7 +90,7 @@ class PodmanRuntime:
                 spec.image,
                 command=spec.command,
                 name=spec.name,
-                user=HARDENED.user,
+                user=check_user(spec.user),
                 working_dir=spec.workdir,
                 environment=spec.environment,
                 labels=spec.labels,
@@ -165,7 +166,7 @@ class PodmanRuntime:
     def run(self, container_id: str, command: list[str], timeout: float) -> ExecResult:
         container = self._get(container_id)
         with engine_call(f"exec in container {container_id[:12]}"):
-            code, output = container.exec_run(command, user=HARDENED.user, demux=True)
+            code, output = container.exec_run(command, demux=True)  # as the container's user
         stdout, stderr = output if isinstance(output, tuple) else (output, b"")
         return ExecResult(
             exit_code=int(code if code is not None else -1),

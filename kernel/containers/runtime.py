@@ -30,8 +30,38 @@ LABEL_SANDBOX = "org.fluffy.sandbox"
 LABEL_TEMPLATE = "org.fluffy.template"
 LABEL_PURPOSE = "org.fluffy.purpose"
 
+#: The sandbox user of a kernel that runs as root (on a host, in development and tests).
 SANDBOX_UID = 10001
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
+
+
+def sandbox_identity() -> tuple[int, int]:
+    """(uid, gid) every sandbox of this kernel runs as: the kernel's own when it is not
+    root -- in L1 that is the project owner's (or, for a root-owned project, uid 10000),
+    so a sandbox reads exactly what the user's project lets its owner read -- else
+    :data:`SANDBOX_UID`.  Never root.  Each sandbox is still told apart from the others
+    by its own socket, never by its uid."""
+    uid, gid = os.geteuid(), os.getegid()
+    if uid != 0:
+        return uid, gid if gid != 0 else uid
+    return SANDBOX_UID, SANDBOX_UID
+
+
+def sandbox_user() -> str:
+    uid, gid = sandbox_identity()
+    return f"{uid}:{gid}"
+
+
+def check_user(user: str) -> str:
+    """Refuse a sandbox user that is root (by name or uid)."""
+    name = user.split(":")[0]
+    if name in ("", "0", "root") or not name.isdigit():
+        raise SandboxConfigError(
+            f"refusing to run a sandbox as {user!r}",
+            why="sandboxes never run as root, and their user is a numeric uid",
+            fix="Run the kernel as a user other than root.",
+        )
+    return user
 
 
 @dataclass(frozen=True)
@@ -41,7 +71,6 @@ class Hardening:
     read_only_rootfs: bool = True
     no_new_privileges: bool = True
     cap_drop_all: bool = True
-    user: str = SANDBOX_USER
     network_mode: str = "none"
 
 
@@ -82,6 +111,8 @@ class ContainerSpec:
     seccomp_json: str = ""
     seccomp_path: Path | None = None
     tmpfs: dict[str, str] = field(default_factory=dict)
+    #: Numeric "uid:gid", never root (:func:`check_user`); the manager sets it.
+    user: str = SANDBOX_USER
 
 
 @dataclass(frozen=True)
@@ -166,8 +197,8 @@ def check_mounts(mounts: tuple[Mount, ...]) -> tuple[Mount, ...]:
     must be handed to the engine: checking one path and mounting another is a TOCTOU.
     The check sees this process's file system; the manager runs it on its own paths
     before translating them for sibling containers.  It cannot see sockets *inside* a
-    mounted project folder: sandboxes run as uid 10001, which cannot use a socket it has
-    no write permission on, and the escape probe looks for engine sockets.
+    mounted project folder: a sandbox cannot use a socket it has no write permission on,
+    and the escape probe looks for engine sockets.
     """
     checked: list[Mount] = []
     for mount in mounts:

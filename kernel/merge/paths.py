@@ -135,6 +135,17 @@ def _kind(mode: int) -> str:
     return "an unknown kind of file"
 
 
+def _match_owner(fd: int, like: os.stat_result) -> None:
+    """Give a file or folder the kernel just made the owner of ``like`` (the file it
+    replaces, or the folder it is made in): a merge never changes who owns the user's
+    project.  Possible when the kernel runs as that owner (nothing to do) or holds
+    CAP_CHOWN (a root-owned project); otherwise the kernel's own uid stays."""
+    made = os.fstat(fd)
+    if (made.st_uid, made.st_gid) != (like.st_uid, like.st_gid):
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, like.st_uid, like.st_gid)
+
+
 def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -157,6 +168,7 @@ def _descend(fd: int, part: str, shown: str, *, create: bool, dir_mode: int | No
             made = os.open(part, _DIR_FLAGS, dir_fd=fd)
             if dir_mode is not None:
                 os.fchmod(made, dir_mode)
+            _match_owner(made, os.fstat(fd))
             os.fsync(fd)
             return made
         except OSError as exc:
@@ -289,8 +301,9 @@ def write_atomic(
 ) -> None:
     """Replace (or create) regular file ``rel`` with ``data``, atomically and durably.
 
-    The existing target must be a regular file (its permission bits are kept unless
-    ``mode`` is given; a new file gets ``mode`` or 0o666 minus the umask).  The data goes
+    The existing target must be a regular file (its permission bits and owner are kept
+    unless ``mode`` is given; a new file gets ``mode`` or 0o666 minus the umask, and the
+    folder's owner -- see :func:`_match_owner`).  The data goes
     to ``temp_name`` next to it first (default: a random ``.<name>.fluffy-<hex>.tmp``); a
     stale file of an explicit ``temp_name``, left by an interrupted write, is removed.
     """
@@ -312,8 +325,9 @@ def write_atomic(
         try:
             try:
                 _write_all(fd, data)
+                _match_owner(fd, current or os.fstat(dir_fd))
                 if final_mode is not None:
-                    os.fchmod(fd, final_mode)
+                    os.fchmod(fd, final_mode)  # after chown: it may clear setuid-like bits
                 os.fsync(fd)
             finally:
                 os.close(fd)

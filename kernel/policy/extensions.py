@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import shutil
 import threading
 import time
@@ -29,7 +28,7 @@ from fluffy.errors import FluffyError, SandboxRunFailed
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.containers.runtime import SANDBOX_UID
+from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.kernel.policy.engine import Request, Verdict
 
@@ -88,23 +87,12 @@ class ExtensionHost:
         self._connected = asyncio.Event()
 
     def _launch(self) -> None:
-        socket_dir = self.manager.root / "ipc" / f"policy-{uuid.uuid4().hex[:12]}"
-        socket_dir.mkdir(parents=True, mode=0o700)
+        socket_dir, options = sandbox_socket_dir(
+            self.manager.root, f"policy-{uuid.uuid4().hex[:12]}"
+        )
         self._folders.append(socket_dir)
-        root = os.geteuid() == 0
-        if root:
-            os.chown(socket_dir, SANDBOX_UID, SANDBOX_UID)
-        else:  # traversable, inside the kernel's private state folder; uid still checked
-            socket_dir.chmod(0o711)
         self._call(
-            self.server.listen(
-                socket_dir / "kernel.sock",
-                binding="policy-sandbox",
-                allowed_uids=frozenset({SANDBOX_UID}),
-                owner=(SANDBOX_UID, SANDBOX_UID) if root else None,
-                mode=0o600 if root else 0o666,
-                folder_mode=0o700 if root else 0o711,
-            )
+            self.server.listen(socket_dir / "kernel.sock", binding="policy-sandbox", **options)
         )
         config = template_config(
             "policy-sandbox",

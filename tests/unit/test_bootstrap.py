@@ -49,7 +49,19 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     for key, value in l1.SECURITY.items():
         assert host[key] == value
     assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "host"
-    assert not body["User"].startswith("0:")
+    if os.getuid() == 0:  # a root-owned project: setpriv drops to 10000 with 3 file caps
+        assert body["User"] == "0:0" and body["Entrypoint"][0] == "setpriv"
+        assert "--reuid=10000" in body["Entrypoint"] and "--regid=10000" in body["Entrypoint"]
+        caps = "-all,+dac_override,+fowner,+chown"
+        for flag in ("--inh-caps", "--ambient-caps", "--bounding-set"):
+            assert f"{flag}={caps}" in body["Entrypoint"]
+        assert body["Entrypoint"][-4:] == ["--", *l1.ENTRYPOINT]
+        assert sorted(host["CapAdd"]) == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETPCAP",
+                                          "SETUID"]  # fmt: skip
+        os.chown(project, 1234, 1235)  # owned by a user: the kernel is that user, no caps
+        body = l1.spec("img", str(project), "id", "r", "s", Engine("docker", str(sock)))
+    assert not body["User"].startswith("0:") and body["Entrypoint"] == l1.ENTRYPOINT
+    assert "CapAdd" not in body["HostConfig"]
     assert f"{project}:/fluffy/project:rw" in host["Binds"]
     assert f"FLUFFY_HOST_PROJECT={project}" in body["Env"]  # host paths for sibling mounts
     assert "FLUFFY_PROJECT_ID=id" in body["Env"]  # the kernel labels its sandboxes with it

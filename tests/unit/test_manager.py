@@ -22,6 +22,8 @@ from fluffy.kernel.containers.runtime import (
     ContainerSpec,
     Mount,
     check_mounts,
+    check_user,
+    sandbox_identity,
 )
 
 IMAGES = {t: f"fluffy/test:{t}" for t in TEMPLATES}
@@ -184,7 +186,25 @@ def test_the_spec_carries_limits_labels_mounts_and_the_profile(
 
 def test_hardening_is_constant() -> None:
     assert HARDENED.read_only_rootfs and HARDENED.no_new_privileges and HARDENED.cap_drop_all
-    assert HARDENED.user == "10001:10001" and HARDENED.network_mode == "none"
+    assert HARDENED.network_mode == "none"
+
+
+def test_sandboxes_run_as_the_kernel_user_never_root(
+    manager: ContainerManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-root kernel's sandboxes share its uid (they read what the project's owner
+    can); a root kernel's run as 10001; uid 0 is refused by every runtime."""
+    sandbox = manager.create(template_config("code-executor"), ["true"])
+    spec = manager.runtime.containers[sandbox.container_id].spec  # type: ignore[attr-defined]
+    expected = "10001:10001" if os.geteuid() == 0 else f"{os.geteuid()}:{os.getegid()}"
+    assert spec.user == expected
+    manager.destroy(sandbox)
+    monkeypatch.setattr(os, "geteuid", lambda: 1234)
+    monkeypatch.setattr(os, "getegid", lambda: 1234)
+    assert sandbox_identity() == (1234, 1234)
+    for bad in ("0", "0:0", "root", "", "fluffy"):
+        with pytest.raises(SandboxConfigError, match="refusing to run a sandbox as"):
+            check_user(bad)
 
 
 @pytest.mark.parametrize("source", ["/var/run/docker.sock", "/run/podman", "/", "/etc", "/proc/1"])
@@ -274,10 +294,7 @@ def test_strays_of_the_same_labels_are_removed_others_kept(
 def test_output_dir_belongs_to_the_sandbox_user(manager: ContainerManager) -> None:
     sandbox = manager.create(template_config("code-executor"), ["true"])
     info = sandbox.output_dir.stat()
-    if os.geteuid() == 0:
-        assert (info.st_uid, info.st_mode & 0o777) == (10001, 0o700)
-    else:
-        assert info.st_mode & 0o777 == 0o777
+    assert (info.st_uid, info.st_mode & 0o777) == (sandbox_identity()[0], 0o700)
     manager.destroy(sandbox)
 
 

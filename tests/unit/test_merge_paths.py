@@ -143,6 +143,25 @@ def test_write_atomic_creates_replaces_and_keeps_mode(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.rglob("*") if "fluffy" in p.name]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another owner needs CAP_CHOWN")
+def test_write_atomic_keeps_the_owner_of_the_project(tmp_path: Path) -> None:
+    """A merge never changes who owns the user's files: a replaced file keeps its owner
+    and group, a new file or folder takes the owner of the folder it is made in."""
+    project = tmp_path / "project"
+    project.mkdir()
+    os.chown(project, 1234, 1235)
+    old = project / "kept.py"
+    old.write_text("old")
+    os.chown(old, 2000, 2001)
+    old.chmod(0o640)
+    write_atomic(project, "kept.py", b"new")
+    assert (old.stat().st_uid, old.stat().st_gid, stat.S_IMODE(old.stat().st_mode)) == (
+        2000, 2001, 0o640)  # fmt: skip
+    write_atomic(project, "deep/new.py", b"x")
+    for made in (project / "deep", project / "deep" / "new.py"):
+        assert (made.stat().st_uid, made.stat().st_gid) == (1234, 1235), made
+
+
 def test_write_atomic_removes_a_stale_temp_of_its_name(tmp_path: Path) -> None:
     (tmp_path / ".stale.tmp").write_text("half-written")
     write_atomic(tmp_path, "f", b"data", temp_name=".stale.tmp")

@@ -164,6 +164,22 @@ def test_the_first_run_block_says_what_was_applied_once_there_is_no_fluffy() -> 
     assert first_run_block({**info, "policy": {"default": False}}) == []
 
 
+def test_a_project_the_kernels_user_cannot_read_is_named_before_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fluffy.bootstrap.l1 as l1
+    from fluffy.cli.lifecycle import access_problem
+
+    project = tmp_path / "closed"
+    project.mkdir(mode=0o700)
+    monkeypatch.setattr(l1, "kernel_user", lambda _project: "1234:1234")
+    problem = access_problem(str(project))
+    owner = "root" if project.stat().st_uid == 0 else f"uid {project.stat().st_uid}"
+    assert problem == f"uid 1234 cannot read {project} (mode 700, owner {owner})"
+    project.chmod(0o755)
+    assert access_problem(str(project)) is None
+
+
 @pytest.mark.parametrize("answer", [True, False])
 def test_the_first_prompt_offers_to_write_the_defaults(tmp_path: Path, answer: bool) -> None:
     from fluffy.cli.interactive import _offer_init
