@@ -22,7 +22,9 @@ tree at exactly one boundary per foreign library, e.g.
     ├── ImageError                    image.error
     │   ├── BaseImageUnavailable      image.base_unavailable
     │   ├── WheelhouseError           image.wheelhouse_failed
-    │   └── ImageBuildFailed          image.build_failed
+    │   ├── ImageBuildFailed          image.build_failed
+    │   └── EnvironmentFailed         env.build_failed
+    │       └── PackageUnavailable    env.package_unavailable
     ├── PolicyError                   policy.invalid
     ├── IpcError                      ipc.error
     │   ├── FrameEmpty                ipc.frame_empty
@@ -197,6 +199,23 @@ class ImageBuildFailed(ImageError):
     code = "image.build_failed"
     default_why = "a step of the image's Dockerfile failed in the engine's build"
     default_fix = "Run `fluffy images build --verbose` to see every step's output."
+
+
+class EnvironmentFailed(ImageError):
+    """A project's test environment could not be built (``fluffy env build``)."""
+
+    code = "env.build_failed"
+    default_why = (
+        "the project's dependencies are downloaded on this host and installed offline into "
+        "an image FROM fluffy's code-executor image"
+    )
+    default_fix = "Run `fluffy env build --verbose` to see each step's output."
+
+
+class PackageUnavailable(EnvironmentFailed):
+    """A requirement has no wheel fluffy can install offline (e.g. an sdist only)."""
+
+    code = "env.package_unavailable"
 
 
 class SandboxError(FluffyError):

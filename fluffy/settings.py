@@ -211,6 +211,28 @@ def read_file(path: Path) -> dict[str, Any]:
     return data
 
 
+#: Settings of the project's config file that the kernel reads (not the CLI's hierarchy).
+PROJECT_ONLY: Final = ("tests",)
+
+
+def _project_only(data: dict[str, Any], path: Path, is_project: bool) -> None:
+    """Take the kernel's project settings out of ``data`` (checked; user files refuse)."""
+    for key in PROJECT_ONLY:
+        if key not in data:
+            continue
+        if not is_project:
+            raise ConfigError(
+                f"{path}: `{key}` is a project setting",
+                fix=f"Move `{key}:` to the project's .fluffy/config.yaml.",
+            )
+        from fluffy.kernel.project.testcmd import TestCommand
+
+        try:
+            TestCommand.model_validate(data.pop(key))
+        except ValidationError as error:
+            raise _invalid(f"{path} (tests)", error, "See `fluffy init` for the form.") from None
+
+
 def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -231,7 +253,9 @@ def load_settings(
     env = os.environ if env is None else env
     layers: list[tuple[dict[str, Any], dict[str, str]]] = []
     for path in (user_config(), project_config(project)):
-        values = validate_layer(read_file(path), str(path))
+        data = read_file(path)
+        _project_only(data, path, path == project_config(project))
+        values = validate_layer(data, str(path))
         layers.append((values, dict.fromkeys(values, str(path))))
     layers.append(_env_layer(env))
     given = {k: v for k, v in (cli or {}).items() if v is not None}

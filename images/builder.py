@@ -197,7 +197,10 @@ def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list
     current = {status.ref for status in plan_images(engine, specs=specs)}
     store = ImageStore(engine)
     removed: list[str] = []
+    ours = {spec.name for spec in specs}  # projects' environments are `fluffy env clear`'s
     for image in store.list_by_label(LABEL_IMAGE):
+        if (image.get("Labels") or {}).get(LABEL_IMAGE) not in ours:
+            continue
         for ref in image.get("RepoTags") or []:
             if ref.startswith(f"{REPOSITORY_PREFIX}/") and ref not in current:
                 store.remove(ref)

@@ -104,7 +104,9 @@ async def serve(
         on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
     )
     guard = MemoryGuard()
-    tools = await assemble_tools(state_dir, project, policy, workflow, front, audit, guard)
+    tools = await assemble_tools(
+        state_dir, project, policy, workflow, front, audit, guard, layout=layout
+    )
     ai = await assemble_ai(state_dir, policy, tools, audit)
 
     def reloaded(new: PolicyFile) -> None:
@@ -120,7 +122,7 @@ async def serve(
         **default_methods(),
         **workflow_methods(workflow, lambda: guard.accepting_work),
         **policy_methods(front, policy_path, state_dir, audit, reloaded, default_text),
-        **project_methods(project, layout, default_text is not None),
+        **project_methods(project, layout, default_text is not None, tools.environment),
         **ai.methods(tools.methods()),
     }
     server = KernelServer(methods, limits or Limits())

@@ -15,6 +15,7 @@ Without a terminal, `fluffy` shows the status line and leaves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from rich.markup import escape
 from fluffy._version import __version__
 from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
-from fluffy.cli.project import first_run_block, init_project, show_project
+from fluffy.cli.project import env_for_task, first_run_block, init_project, show_project
 from fluffy.cli.render import status_word, stdout
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
 from fluffy.cli.turns import OnReview, cursor, follow
@@ -53,6 +54,8 @@ class Context:
     confirm: Confirm = ask
     on_review: OnReview = _leave_waiting
     after: int | None = None  # where this prompt's event stream stands
+    #: Before each task: the project's test environment, rebuilt if its files changed.
+    prepare: Callable[[], None] | None = None
 
 
 def describe(status: dict[str, Any], session: dict[str, Any] | None) -> str:
@@ -136,6 +139,8 @@ def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
             "No AI provider is set up for this prompt; nothing was sent. "
             "Configure one (--provider, FLUFFY_PROVIDER or .fluffy/config.yaml)."
         )
+    if ctx.prepare is not None:
+        ctx.prepare()
     after = ctx.after if ctx.after is not None else cursor(client, session_id)
     started = client.call(
         "session.message",
@@ -197,6 +202,8 @@ def run(
     settings = settings_for(Path(project), cli)
     if not interactive:
         approve_mode(cli.get("mode"), yes=yes, confirm=None)  # before starting anything
+    if interactive:
+        env_for_task(Path(project), stdout)  # the project's dependencies, if missing
     with attached(project, say=lambda text: stdout.print(escape(text))) as kernel:
         client = kernel.client
         info = show_project(client, Path(project), stdout)
@@ -215,7 +222,10 @@ def run(
             stdout.print("  (started for this session: leaving stops it)")
         if interactive:
             turns = script_turns(script) if script else None
-            ctx = Context(options=message_options(settings, turns))
+            ctx = Context(
+                options=message_options(settings, turns),
+                prepare=lambda: env_for_task(Path(project), stdout),
+            )
             stdout.rule(f"fluffy v{__version__} -- {session['mode']} mode -- {session['state']}")
             _loop(client, session["session_id"], kernel.status, ctx)
     return 0

@@ -1,8 +1,11 @@
-"""`fluffy init`: a user's project as fluffy sees it, on the first try.
+"""`fluffy init` and `fluffy env`: a user's project as fluffy sees it, on the first try.
 
 * ``fluffy init`` writes the defaults fluffy applies to a project without ``.fluffy/``
   as commented files to edit: ``.fluffy/policy.yaml`` (fitted to the detected layout)
   and ``.fluffy/config.yaml``.  Existing files are kept unless ``--force``.
+* ``fluffy env build|status|clear`` shows, prepares or removes the project's test
+  environment (its dependencies installed offline into an image); ``fluffy "task"``
+  and the prompt build it when it is missing, with progress.
 * :func:`first_run_block` is the short block a session on a project without
   ``.fluffy/`` starts with: what fluffy applied, and how to change it.
 """
@@ -11,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, status_word, stdout
-from fluffy.errors import ConfigError
+from fluffy.errors import ConfigError, FluffyError
 
 CONFIG_TEMPLATE = """\
 # fluffy's settings for this project (written by `fluffy init`).
@@ -31,6 +36,13 @@ CONFIG_TEMPLATE = """\
 # model: gpt-4o-mini
 # base_url: http://127.0.0.1:11434/v1   # an OpenAI-compatible server (allow it in policy.yaml)
 # mode: strict                # the mode to ask for; the policy decides
+
+# test.run uses pytest in the project's environment.  Another test runner: its command
+# (run in the test sandbox, the project read-only at /workspace, no network) and where
+# it writes its JUnit XML ({junit}); {paths} are the paths the model asks for.
+# tests:
+#   command: ["npx", "vitest", "run", "--reporter=junit", "--outputFile={junit}", "{paths}"]
+#   env: {}
 """
 
 
@@ -90,6 +102,146 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- environments -----------------------------------------------------------------------
+def _state(project: Path) -> Path:
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.paths import fluffy_home
+
+    return paths(fluffy_home(), str(project))["state"]
+
+
+def _owner(project: Path) -> tuple[int, int] | None:
+    from fluffy.bootstrap.l1 import kernel_user
+
+    uid, gid = (int(x) for x in kernel_user(str(project)).split(":"))
+    return (uid, gid) if os.geteuid() == 0 else None
+
+
+def ensure_env(
+    project: Path,
+    console: Console,
+    *,
+    force: bool = False,
+    verbose: bool = False,
+    state: Path | None = None,
+) -> tuple[Any, bool]:
+    """The project's environment, built with progress when missing: (record, built)."""
+    from fluffy.images.environment import ensure_environment
+    from fluffy.kernel.containers.engine import connect
+    from fluffy.kernel.containers.factory import template_images
+
+    state = state or _state(project)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    started = time.monotonic()
+    with connect() as engine:
+        base = template_images(engine)["code-executor"]
+        status = console.status("test environment: checking") if console.is_terminal else None
+        say: Callable[[str], None]
+        if status is not None:
+            status.start()
+            say = lambda text: status.update(f"test environment: {escape(text)}")  # noqa: E731
+        else:
+            say = lambda text: console.print(f"  [dim]·[/] test environment: {escape(text)}")  # noqa: E731
+        on_line = (
+            (lambda line: console.print(f"    [dim]{escape(line)}[/]"))
+            if verbose
+            else (lambda _line: None)
+        )
+        try:
+            record, built = ensure_environment(
+                engine, project, state, base, force=force, say=say, on_line=on_line,
+                owner=_owner(project),
+            )  # fmt: skip
+        finally:
+            if status is not None:
+                status.stop()
+    if built and record is not None:
+        console.print(
+            f"{status_word('ok')} test environment built in {time.monotonic() - started:.1f} s: "
+            f"{len(record.packages)} packages ({escape(', '.join(record.sources) or 'none')})"
+        )
+        for warning in record.warnings:
+            console.print(f"     [yellow]note:[/] {escape(warning[:300])}")
+    return record, built
+
+
+def env_for_task(project: Path, console: Console) -> None:
+    """Before a task: the environment, built if missing; a failure is shown, not fatal
+    (the tests then run without the project's dependencies and say so).  A project that
+    declares nothing needs no engine work here; an engine that does not answer is left
+    to the kernel's start to report."""
+    from fluffy.errors import EngineError
+    from fluffy.kernel.project.deps import collect_requirements
+
+    if not collect_requirements(project).wanted():
+        return
+    try:
+        ensure_env(project, console)
+    except EngineError:
+        return
+    except FluffyError as exc:
+        console.print(f"[yellow]WARNING: the test environment was not built: {escape(exc.what)}[/]")
+        if exc.why:
+            console.print(f"Reason: {escape(exc.why[:1200])}")
+        if exc.fix:
+            console.print(f"Fix: {escape(exc.fix)}")
+
+
+def cmd_env_build(args: argparse.Namespace) -> int:
+    project = _project(args)
+    record, built = ensure_env(project, stdout, force=args.rebuild, verbose=args.verbose)
+    if args.json:
+        print_json({"built": built, "environment": None if record is None else vars(record)})
+    elif record is None:
+        stdout.print("The project declares no dependencies: tests run in fluffy's own image.")
+    elif not built:
+        stdout.print(f"{status_word('ok')} test environment is current: {escape(record.image)}")
+    return 0
+
+
+def cmd_env_status(args: argparse.Namespace) -> int:
+    from fluffy.kernel.containers.engine import connect
+    from fluffy.kernel.containers.factory import template_images
+    from fluffy.kernel.project.envstate import choose
+
+    project = _project(args)
+    with connect() as engine:
+        base = template_images(engine)["code-executor"]
+    choice = choose(project, _state(project), base)
+    data = choice.to_dict()
+    if args.json:
+        print_json(data)
+        return 0 if choice.current else 1
+    if not data["needed"]:
+        stdout.print("The project declares no dependencies: tests run in fluffy's own image.")
+        return 0
+    word = "ok" if choice.current else "warn"
+    where = data["image"] or "none built"
+    stdout.print(f"{status_word(word)} test environment {escape(where)}")
+    if choice.record is not None:
+        stdout.print(
+            f"     {data['packages']} packages from {escape(', '.join(data['sources']) or '-')}; "
+            f"project installed: {'yes' if data['project_installed'] else 'no (import roots)'}"
+        )
+    if choice.note:
+        stdout.print(f"     {escape(choice.note)}")
+    return 0 if choice.current else 1
+
+
+def cmd_env_clear(args: argparse.Namespace) -> int:
+    from fluffy.images.environment import clear_environments
+    from fluffy.kernel.containers.engine import connect
+
+    project = _project(args)
+    with connect() as engine:
+        removed = clear_environments(engine, _state(project))
+    if args.json:
+        print_json({"removed": removed})
+    else:
+        stdout.print(f"removed {len(removed)} environment(s)")
+    return 0
+
+
 def first_run_block(info: dict[str, Any]) -> list[str]:
     """What fluffy applied to a project without ``.fluffy/`` (empty once it has one)."""
     policy = info.get("policy") or {}
@@ -120,6 +272,17 @@ def add_parser(sub: Any) -> None:
     init.add_argument("--force", action="store_true", help="replace existing files")
     init.add_argument("--json", action="store_true")
     init.set_defaults(func=cmd_init)
+    env = sub.add_parser("env", help="the project's test environment (its dependencies)")
+    env_sub = env.add_subparsers(dest="env_command", metavar="ACTION", required=True)
+    build = env_sub.add_parser("build", help="build it if missing or outdated")
+    build.add_argument("--rebuild", action="store_true", help="build even if current")
+    build.add_argument("--verbose", "-v", action="store_true", help="show the build output")
+    status = env_sub.add_parser("status", help="is it current for the dependency files?")
+    clear = env_sub.add_parser("clear", help="remove its images and records")
+    for parser, func in ((build, cmd_env_build), (status, cmd_env_status), (clear, cmd_env_clear)):
+        parser.add_argument("--project", help="the project folder (default: the current one)")
+        parser.add_argument("--json", action="store_true")
+        parser.set_defaults(func=func)
 
 
 def _intro_marker(project: Path) -> Path:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from rich.markup import escape
@@ -29,21 +32,33 @@ def cmd_sandbox_run(args: argparse.Namespace) -> int:
             fix="Put the command after `--`: fluffy sandbox run --template code-executor -- "
             "python3 -m pytest -q",
         )
-    overrides: dict[str, object] = {"project_dir": Path(args.project).resolve()}
+    project = Path(args.project).resolve()
+    user, scratch = _user_for(project)
+    overrides: dict[str, object] = {"project_dir": project}
     if args.timeout is not None:
         overrides["max_duration"] = f"{args.timeout}s"
-    config = template_config(args.template, **overrides)
 
     def echo(chunk: str) -> None:
         sys.stdout.write(chunk)
         sys.stdout.flush()
 
-    with connect() as engine:
-        manager = open_manager(engine)
-        try:
-            outcome = manager.run(config, command, on_output=echo)
-        finally:
-            manager.close()
+    try:
+        if scratch is not None:  # root's project closed to others: a readable copy
+            from fluffy.kernel.containers.runtime import sandbox_identity
+            from fluffy.kernel.tools.testview import TestViews
+
+            views = TestViews(scratch, project, sandbox_identity()[0])
+            overrides["project_dir"] = views.sync("run", {}, None).folder
+        config = template_config(args.template, **overrides)
+        with connect() as engine:
+            manager = open_manager(engine, user=user)
+            try:
+                outcome = manager.run(config, command, on_output=echo)
+            finally:
+                manager.close()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     sandbox = outcome.sandbox
     if outcome.failure is FailureReason.TIMEOUT:
         stderr.print(
@@ -58,6 +73,22 @@ def cmd_sandbox_run(args: argparse.Namespace) -> int:
         )
         return EXIT_OOM
     return outcome.exit_code if outcome.exit_code is not None else 1
+
+
+def _user_for(project: Path) -> tuple[str | None, Path | None]:
+    """The sandbox user for ``project``, and a scratch folder when it needs a copy.
+
+    As the project's owner when that is not root (it reads what the owner can); a
+    root-owned project closed to others is copied for the sandbox user (who is never
+    root).  Not root ourselves: our own uid (the manager's default)."""
+    if os.geteuid() != 0:
+        return None, None
+    info = project.stat()
+    if info.st_uid != 0:
+        return f"{info.st_uid}:{info.st_gid}", None
+    if info.st_mode & 0o005 == 0o005:
+        return None, None
+    return None, Path(tempfile.mkdtemp(prefix="fluffy-sandbox-run-"))
 
 
 def cmd_sandbox_gc(args: argparse.Namespace) -> int:

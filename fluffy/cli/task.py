@@ -30,7 +30,7 @@ from fluffy.cli.connect import (
     script_turns,
     settings_for,
 )
-from fluffy.cli.project import show_project
+from fluffy.cli.project import env_for_task, show_project
 from fluffy.cli.render import stderr, stdout
 from fluffy.cli.session_view import JsonRenderer, Renderer, SessionRenderer, status_line
 from fluffy.cli.turns import cursor, follow
@@ -134,6 +134,7 @@ def run_task(args: argparse.Namespace) -> int:
     mode = args.mode if args.session else settings.mode
     if not terminal:
         approve_mode(mode, yes=args.yes, confirm=None)  # refused before starting anything
+    env_for_task(project, notes)  # the project's dependencies, built offline if missing
     with attached(str(project), say=lambda text: notes.print(escape(text))) as kernel:
         client = kernel.client
         show_project(client, project, notes)

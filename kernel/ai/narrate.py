@@ -73,11 +73,15 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
     if tool == "test.run":
         counts = out.get("counts") or {}
         failed = out.get("failed") or []
-        parts = [f"{v} {k}" for k, v in counts.items() if v and k in ("passed", "failed", "errors")]
+        shown = {"passed": "passed", "failed": "failed", "error": "error", "errors": "error"}
+        parts = [f"{v} {shown[k]}" for k, v in counts.items() if v and k in shown]
         text = ", ".join(parts) or f"exit code {out.get('exit_code')}"
         if failed:
             first = failed[0]
             text += f" ({first.get('id')})"
+        for note in (out.get("environment"), out.get("limits")):
+            if isinstance(note, str) and note:
+                text += f"\n  {note}"  # a stale environment; a sandbox limit the tests hit
         return text
     if tool == "git.commit":
         return f"Committed {str(out.get('commit') or '')[:12]}"

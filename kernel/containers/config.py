@@ -43,6 +43,9 @@ class SandboxConfig(BaseModel):
     kernel_socket_dir: Path | None = None
     #: The session's staged changes (layout of kernel.merge.staging), read-only at /staged.
     staged_dir: Path | None = None
+    #: A fluffy image to use instead of the template's (a project's test environment,
+    #: built FROM the template's image); None: the template's own.
+    image: str | None = Field(default=None, pattern=r"^fluffy/[a-z0-9-]+:[0-9a-f]{12,64}$")
 
     @field_validator("memory_limit")
     @classmethod

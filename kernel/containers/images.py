@@ -70,8 +70,12 @@ class ImageStore:
         labels: dict[str, str],
         on_line: Callable[[str], None],
         on_step: Callable[[int, int, str], None],
+        network_mode: str | None = None,
     ) -> str:
-        """Build ``context`` as ``tag``; stream output; return the image ID."""
+        """Build ``context`` as ``tag``; stream output; return the image ID.
+
+        ``network_mode="none"``: the build's steps have no network (a project's
+        environment installs only what the host downloaded)."""
         last_lines: list[str] = []
         image_id: str | None = None
         error: str | None = None
@@ -85,6 +89,7 @@ class ImageStore:
                 forcerm=True,
                 pull=False,
                 decode=True,
+                network_mode=network_mode,
             )
             for chunk in stream:  # read to the end even after an error: frees the connection
                 if "error" in chunk:

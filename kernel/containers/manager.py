@@ -136,7 +136,7 @@ class ContainerManager:
 
     def _spec(self, sandbox: Sandbox, config: SandboxConfig, command: list[str]) -> ContainerSpec:
         try:
-            image = self.images[config.template]
+            image = config.image or self.images[config.template]
         except KeyError:
             raise SandboxConfigError(
                 f"no image for the sandbox template {config.template}",

@@ -15,9 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.ipc.server import Handler
 from fluffy.kernel.memory import MemoryGuard
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
@@ -25,6 +27,7 @@ from fluffy.kernel.plugins.activate import Activated, activate
 from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard
 from fluffy.kernel.tools.envfilter import sandbox_environment
@@ -36,6 +39,8 @@ from fluffy.kernel.tools.router import ToolRouter
 from fluffy.kernel.tools.sandboxes import KernelSandboxes
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import SchedulerBridge
+from fluffy.kernel.tools.testprep import TestPreparer
+from fluffy.kernel.tools.testview import TestViews
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.machine import Workflow
 
@@ -86,6 +91,12 @@ class ToolPath:
     def methods(self) -> dict[str, Handler]:
         return tool_methods(self.router)
 
+    def environment(self) -> dict[str, Any] | None:
+        """The test environment test.run would use now (call off the event loop)."""
+        tests = self.router.tests
+        choice = tests.environment() if tests is not None else None
+        return choice.to_dict() if choice is not None else None
+
     def reload(self, policy: PolicyFile) -> None:
         """A policy update: new sanitiser, merge rules and tool settings."""
         router = self.router
@@ -124,8 +135,10 @@ async def assemble_tools(
     guard: MemoryGuard,
     *,
     engine: bool = True,
+    layout: Layout | None = None,
 ) -> ToolPath:
     root = project or state_dir
+    layout = layout or detect_layout(root)
     workspaces = Workspaces(state_dir, root)
     workflow.overlay = workspaces.overlay
     merger = _merger(root, state_dir, policy)
@@ -155,10 +168,18 @@ async def assemble_tools(
         policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
     )
     await scheduler.start()
+    fast = FastPath(root, policy.tools.read_max_bytes)
+    tests = TestPreparer(
+        root,
+        state_dir,
+        layout,
+        TestViews(state_dir, root, sandbox_identity()[0]),
+        base_image=lambda: _base_image(sandboxes) if sandboxes is not None else None,
+    )
     router = ToolRouter(
         project=root,
         registry=registry,
-        fast=FastPath(root, policy.tools.read_max_bytes),
+        fast=fast,
         runner=runner,
         workflow=workflow,
         policy=TaggedPolicy(front, lambda: plugins.names),
@@ -171,6 +192,7 @@ async def assemble_tools(
         protected=list(policy.merge.protected_paths),
         schedule=scheduler.schedule,
         accepting_work=accepting_work,
+        tests=tests,
     )
     try:
         finished = await router.flow.resume()  # merges a crash interrupted complete now
@@ -181,6 +203,14 @@ async def assemble_tools(
     if sandboxes is not None:
         threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
     return ToolPath(router, sandboxes, runner, scheduler, plugins)
+
+
+def _base_image(sandboxes: KernelSandboxes) -> str | None:
+    """The code-executor image project environments are built FROM (None: no engine)."""
+    try:
+        return sandboxes.manager().images.get("code-executor")
+    except FluffyError:
+        return None
 
 
 def _remove_orphans(sandboxes: KernelSandboxes) -> None:

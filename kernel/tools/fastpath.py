@@ -28,13 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.kernel.policy.paths import PathEscape, normalize
-from fluffy.kernel.workflow.evidence import IGNORED
+from fluffy.kernel.project.viewfiles import ignored_dir, ignored_file
 
 BINARY_PROBE = 8192
 #: Files search.grep skips (and fs.read refuses whole above read_max_size).
 GREP_MAX_FILE = 1024 * 1024
 GREP_MAX_LINE = 500
-_IGNORE = GitIgnoreSpec.from_lines(IGNORED)
 
 
 class StagedView(Protocol):
@@ -154,9 +153,9 @@ class FastPath:
             for entry in found:
                 rel = Path(entry.path).relative_to(self.project).as_posix()
                 if entry.is_dir(follow_symlinks=False):
-                    if not _IGNORE.match_file(rel + "/"):
+                    if not ignored_dir(entry.name):
                         stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False) and not _IGNORE.match_file(rel):
+                elif entry.is_file(follow_symlinks=False) and not ignored_file(entry.name):
                     seen.add(rel)
                     if overlay.get(rel, "") is not None:  # not staged for deletion
                         yield rel

@@ -104,6 +104,7 @@ class _Job:
     context: CallContext | None = None
     handed: bool = False
     sandbox: Sandbox | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,13 +162,16 @@ class PluginRunner:
         job.context = context
         job.handed_at = time.perf_counter()
         job.connected.set()
-        return {
+        work: dict[str, Any] = {
             "call_id": job.call_id,
             "tool": job.tool,
             "args": job.args,
             "session_mode": job.session_mode,
             "sandbox_id": job.sandbox_id,
         }
+        if job.settings:
+            work["settings"] = job.settings
+        return work
 
     async def _result(self, context: CallContext, params: Any) -> None:
         job = self._job_of(context)
@@ -258,8 +262,13 @@ class PluginRunner:
         project: Path,
         staged_dir: Path | None,
         timeout_s: float,
+        image: str | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> PluginOutcome:
-        """Run one call; the sandbox stays until :meth:`release` (its output is needed)."""
+        """Run one call; the sandbox stays until :meth:`release` (its output is needed).
+
+        ``image``: a fluffy image other than the template's (a project's test
+        environment); ``settings``: the kernel's settings the call's job carries."""
         started = time.perf_counter()
         binding = f"tool:{plugin}:{call_id}"
         folder, options = socket_dir(self.root, f"tool-{call_id}")
@@ -273,6 +282,7 @@ class PluginRunner:
             session_mode,
             min_api_version=code.min_api_version if code is not None else 0,
             plugin=plugin,
+            settings=dict(settings or {}),
         )
         self.jobs[binding] = job
         self.servers[binding] = server
@@ -290,6 +300,7 @@ class PluginRunner:
                 staged_dir=staged_dir,
                 environment=self.environment(),
                 max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
+                image=image,
             )
             manager = await asyncio.to_thread(self.manager)
             sandbox = await asyncio.to_thread(manager.create, config, command)

@@ -57,6 +57,7 @@ from fluffy.kernel.tools.plugins import PluginOutcome, PluginRunner
 from fluffy.kernel.tools.registry import Registry, ToolSpec
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.settings import ToolSettings
+from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
 from fluffy.kernel.workflow.evidence import TestRun, parse_junit
@@ -107,6 +108,7 @@ class ToolRouter:
         protected: list[str],
         schedule: Schedule = _direct,
         accepting_work: Callable[[], bool] = lambda: True,
+        tests: TestPreparer | None = None,
     ) -> None:
         self.project = project
         self.registry = registry
@@ -123,6 +125,8 @@ class ToolRouter:
         self.protected = protected
         self.schedule = schedule
         self.accepting_work = accepting_work
+        #: test.run's environment and per-session view (None: no engine, no test runs)
+        self.tests = tests
         self.flow = Flow(workflow, workspaces, merger, audit)
         self.scope = availability.WriteScope(
             workflow.test_globs, (*availability.PROTECTED_GLOBS, *protected)
@@ -327,7 +331,8 @@ class ToolRouter:
             assert self.runner is not None
             await self.runner.release(outcome)
 
-    async def _plugin(self, call: _Call) -> PluginOutcome:
+    async def _plugin(self, call: _Call, test: TestPlan | None = None) -> PluginOutcome:
+        """Run the call in its plugin's sandbox (a test run: in its view and environment)."""
         spec = call.spec
         if self.runner is None or spec.plugin is None or spec.module is None:
             raise EngineUnavailable(
@@ -336,6 +341,11 @@ class ToolRouter:
             )
         runner, plugin, module = self.runner, spec.plugin, spec.module
         stage = self.workspaces.get(call.session.id)
+        project, staged = self.project, stage.root if stage.root.exists() else None
+        if test is not None:  # the session's view, one folder (testview)
+            project, staged = test.synced.folder, None
+        elif self.tests is not None and self.tests.mirror_needed():
+            project, staged = await asyncio.to_thread(self._mirror, call, stage), None
         ticket = self.breakers.before(plugin)
         try:
             outcome: PluginOutcome = await self.schedule(
@@ -349,9 +359,11 @@ class ToolRouter:
                     tool=spec.name,
                     args=call.args,
                     session_mode=call.session.mode,
-                    project=self.project,
-                    staged_dir=stage.root if stage.root.exists() else None,
+                    project=project,
+                    staged_dir=staged,
                     timeout_s=self.settings.call_timeout_s,
+                    image=test.image if test is not None else None,
+                    settings=test.settings if test is not None else None,
                 ),
             )
         except BaseException as exc:
@@ -364,6 +376,17 @@ class ToolRouter:
         self.breakers.success(ticket)
         call.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
         return outcome
+
+    def _mirror(self, call: _Call, stage: Any) -> Path:
+        """The kernel's copy of the view for a sandbox that cannot read the project."""
+        assert self.tests is not None
+        git = call.spec.name.startswith("git.") or (
+            call.spec.route == "plugin"
+            and (call.spec.plugin not in ("fs-tool", "search-tool", "test-tool"))
+        )
+        return self.tests.mirror(
+            call.session.id, stage.overlay(), stage.tree, self.workflow.test_globs, git=git
+        )
 
     async def _stage(self, call: _Call, outcome: PluginOutcome) -> dict[str, Any]:
         changes = outcome.result.get("changes")
@@ -426,15 +449,34 @@ class ToolRouter:
     async def _test_run(self, call: _Call) -> dict[str, Any]:
         session_id = call.session.id
         before = await self.flow.before_test_run(session_id)
-        # the evidence's tree hashes are the kernel's, taken before the run starts
-        tests, sources = await asyncio.to_thread(self.workflow.snapshot, session_id)
+        if self.tests is None:
+            raise EngineUnavailable(
+                "test.run needs a sandbox, and this kernel has no container engine",
+                fix="Start Docker or Podman (`scripts/setup`), then restart the kernel.",
+            )
+        stage = self.workspaces.get(session_id)
+        # the evidence's tree hashes are the kernel's: of the view it lays down for the run
+        state = (await self.workflow.get(session_id)).state
+        plan = await asyncio.to_thread(
+            self.tests.prepare,
+            session_id,
+            stage.overlay(),
+            stage.tree,
+            self.workflow.test_globs,
+            coverage=state != "test_writing",  # the tech-debt budget reads green runs only
+        )
+        tests, sources = plan.synced.tests, plan.synced.sources
         started = time.time()
         clock = time.monotonic()
-        outcome = await self._plugin(call)
+        outcome = await self._plugin(call, plan)
         try:
             result = outcome.result
             junit = _output_file(outcome, result.get("junit"))
-            cases = parse_junit(junit, name="the test run's junit report") if junit else []
+            cases = (
+                parse_junit(junit, name="the test run's junit report", any_failure=plan.custom)
+                if junit
+                else []
+            )
             coverage: CoverageReport | None = None
             raw_coverage = _output_file(outcome, result.get("coverage"))
             if raw_coverage:
@@ -476,6 +518,12 @@ class ToolRouter:
             "output_tail": str(result.get("output_tail", ""))[-4000:],
             "workflow": [s.to_dict() for s in (*before, *after)],
         }
+        if plan.choice is not None and plan.choice.note:
+            answer["environment"] = plan.choice.note
+        said = " ".join([str(result.get("output_tail", "")), *(c.message for c in cases)])
+        limit = _limit_hit(said, call.spec.template)
+        if limit:
+            answer["limits"] = limit
         if review is not None:
             answer["review"] = review
         return answer
@@ -612,6 +660,23 @@ def _decision(call: _Call | None, output: Any) -> str | None:
     if call is None:
         return None
     return "review_required" if call.review else "allowed"
+
+
+#: What a test's output says when the sandbox's pid limit stopped it.
+_PID_LIMIT = ("can't start new thread", "Resource temporarily unavailable", "[Errno 11]")
+
+
+def _limit_hit(output: str, template: str) -> str | None:
+    """A note when the tests ran into the sandbox's process limit (not the code's bug)."""
+    if not any(sign in output for sign in _PID_LIMIT):
+        return None
+    from fluffy.kernel.containers.config import TEMPLATES
+
+    pids = TEMPLATES[template].max_pids if template in TEMPLATES else "a few"
+    return (
+        f"the test sandbox allows {pids} processes and threads in all (the {template} "
+        "template's limit); a test that starts more fails there, not in the code"
+    )
 
 
 def _output_file(outcome: PluginOutcome, name: Any) -> bytes | None:

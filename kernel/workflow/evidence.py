@@ -36,17 +36,13 @@ from xml.parsers import expat
 from pathspec import GitIgnoreSpec
 
 from fluffy.errors import EvidenceError
+from fluffy.kernel.project.viewfiles import ignored, ignored_dir, ignored_file
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 STREAM_ABOVE_BYTES = 8 * 1024 * 1024
 DEFAULT_TEST_GLOBS = ("tests/**", "test/**", "**/test_*.py", "**/*_test.py", "**/conftest.py")
-# fmt: off
-IGNORED = (".git/", ".fluffy/", "__pycache__/", "*.pyc", ".venv/", "venv/", "node_modules/",
-           ".pytest_cache/", "*.egg-info/")
-# fmt: on
-_IGNORE_SPEC = GitIgnoreSpec.from_lines(IGNORED)
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 # pytest's crash message for an assertion: "assert x == y" (rewritten) or "AssertionError[: ..]".
 _ASSERTION = re.compile(r"(assert\b|AssertionError\b)")
@@ -107,7 +103,9 @@ def _crash_line(text: str) -> str:
     return ""
 
 
-def parse_junit(xml: bytes, *, name: str = "junit report") -> list[TestCase]:
+def parse_junit(
+    xml: bytes, *, name: str = "junit report", any_failure: bool = False
+) -> list[TestCase]:
     """Parse pytest's ``--junitxml`` output into one :class:`TestCase` per node id.
 
     A ``<failure>`` child means the test body failed (``outcome="failed"``); it counts as
@@ -116,7 +114,9 @@ def parse_junit(xml: bytes, *, name: str = "junit report") -> list[TestCase]:
     ``"error"``; ``<skipped>`` (skip and xfail) is ``"skipped"``.  pytest reports a test
     that fails *and* errors in teardown twice; the worse outcome wins.  DOCTYPEs (and so
     entity declarations), reports over 32 MiB and malformed XML raise
-    :class:`EvidenceError` -- never any other exception.
+    :class:`EvidenceError` -- never any other exception.  ``any_failure``: a report of
+    another test runner (a project's own command), where every ``<failure>`` is a failed
+    assertion (JUnit's own meaning) and ``<error>`` an unexpected exception.
     """
     if len(xml) > MAX_REPORT_BYTES:
         raise EvidenceError(f"{name} is too large", why=f"{len(xml)} bytes > {MAX_REPORT_BYTES}")
@@ -153,7 +153,7 @@ def parse_junit(xml: bytes, *, name: str = "junit report") -> list[TestCase]:
         if tag in ("failure", "error", "skipped") and current is not None and capture is not None:
             current["text"], capture = "".join(capture), None
         elif tag == "testcase" and current is not None:
-            _add_case(cases, current)
+            _add_case(cases, current, any_failure)
             current = None
 
     parser = expat.ParserCreate()
@@ -172,7 +172,7 @@ def parse_junit(xml: bytes, *, name: str = "junit report") -> list[TestCase]:
     return list(cases.values())
 
 
-def _add_case(cases: dict[str, TestCase], raw: dict[str, Any]) -> None:
+def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], any_failure: bool) -> None:
     attrs: dict[str, str] = raw["attrs"]
     if "name" not in attrs:
         raise _Refused("a <testcase> has no name attribute")
@@ -183,7 +183,7 @@ def _add_case(cases: dict[str, TestCase], raw: dict[str, Any]) -> None:
     crash = _crash_line(raw["text"])
     if message in ("", "collection failure") and crash:
         message = f"{message}: {crash}" if message else crash
-    assertion = outcome == "failed" and bool(_ASSERTION.match(message))
+    assertion = outcome == "failed" and (any_failure or bool(_ASSERTION.match(message)))
     old = cases.get(node)
     if old is None or _RANK[outcome] > _RANK[old.outcome]:
         cases[node] = TestCase(node, file, outcome, assertion, message[:200])
@@ -244,10 +244,11 @@ def snapshot_trees(
     """Hash the project as ``(tests, sources)``.
 
     Symlinks are never followed: one is recorded as sha256 of ``"symlink:" + target``.
-    Paths matching :data:`IGNORED` (gitignore syntax) are skipped, as is anything that is
-    not a regular file or symlink.  A file matching ``test_globs`` is a test; every other
-    file is a source.  ``overlay`` (the session's staged, not yet merged changes) replaces
-    or removes the hashes of the paths it names: the snapshot is of what the tools see.
+    Paths :mod:`~fluffy.kernel.project.viewfiles` leaves out (tool state, caches) are
+    skipped, as is anything that is not a regular file or symlink.  A file matching
+    ``test_globs`` is a test; every other file is a source.  ``overlay`` (the session's
+    staged, not yet merged changes) replaces or removes the hashes of the paths it names:
+    the snapshot is of what the tools see.
     """
     tests_spec = GitIgnoreSpec.from_lines(test_globs)
     tests: dict[str, str] = {}
@@ -268,23 +269,23 @@ def snapshot_trees(
                     target = os.fsencode(path.readlink())
                 except OSError:  # vanished while walking
                     continue
-                if _IGNORE_SPEC.match_file(rel + "/"):  # a symlinked .venv/ etc.
+                if ignored_dir(entry.name):  # a symlinked .venv/ etc.
                     continue
                 value = hashlib.sha256(b"symlink:" + target).hexdigest()
             elif entry.is_dir(follow_symlinks=False):
-                if not _IGNORE_SPEC.match_file(rel + "/"):
+                if not ignored_dir(entry.name):
                     stack.append(path)
                 continue
             elif entry.is_file(follow_symlinks=False):
                 value = _hash_file(path)
             else:
                 continue
-            if not _IGNORE_SPEC.match_file(rel):
+            if not ignored_file(entry.name):
                 (tests if tests_spec.match_file(rel) else sources)[rel] = value
     for rel, staged in (overlay or {}).items():
         tests.pop(rel, None)
         sources.pop(rel, None)
-        if staged is not None and not _IGNORE_SPEC.match_file(rel):
+        if staged is not None and not ignored(rel):
             (tests if tests_spec.match_file(rel) else sources)[rel] = staged
     return TreeSnapshot(tests), TreeSnapshot(sources)
 

@@ -51,6 +51,7 @@ class ToolContext:
         tool_name: str = "",
         timeout_s: float = 60.0,
         read_only: bool = False,
+        settings: Mapping[str, object] | None = None,
     ) -> None:
         if session_mode not in SESSION_MODES:
             raise ValueError(f"session_mode {session_mode!r} is not one of {SESSION_MODES}")
@@ -67,6 +68,8 @@ class ToolContext:
         self._env: Mapping[str, str] = MappingProxyType(
             scrubbed(os.environ) if env is None else dict(env)
         )
+        #: The kernel's settings for this call (not the model's arguments).
+        self.settings: Mapping[str, object] = MappingProxyType(dict(settings or {}))
         self._changes: list[dict[str, str]] = []
         self._next_file = 0
 

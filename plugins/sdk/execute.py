@@ -1,6 +1,8 @@
 """One job of the kernel's ``tool.next``, run to the parameters of its ``tool.result``.
 
-A job is ``{"call_id", "tool", "args", "session_mode", "sandbox_id"}``.  The reply is
+A job is ``{"call_id", "tool", "args", "session_mode", "sandbox_id"}`` and, for some
+tools, the kernel's ``settings`` for the call (never the model's: e.g. test.run's
+interpreter and test command).  The reply is
 ``{"call_id", "ok": true, "result": {...}}`` or ``{"call_id", "ok": false, "error":
 {"code", "message", "retryable"}}``, where ``message`` reads "what (why) Fix: ...".
 Errors map so: a fluffy error keeps its code; a ValueError (a refused path, text that
@@ -92,6 +94,9 @@ def _prepare(
     if not isinstance(sandbox_id, str):
         raise ToolInputInvalid("sandbox_id must be a string")
     args = bound.definition.validate({} if job.get("args") is None else job["args"])
+    settings = job.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise ToolInputInvalid("settings must be an object")
     definition = bound.definition
     context = ToolContext(
         call_id=call_id,
@@ -104,6 +109,7 @@ def _prepare(
         tool_name=definition.name,
         timeout_s=definition.timeout_s,
         read_only=definition.read_only,
+        settings=settings,
     )
     return context, bound, args
 

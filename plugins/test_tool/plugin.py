@@ -1,25 +1,60 @@
-"""The test tool plugin: ``test.run`` runs the project's pytest suite under coverage.
+"""The test tool plugin: ``test.run`` runs the project's tests on the view the AI sees.
 
-The view (project + staged changes) is copied to ``/output/<call>/view`` and the tests
-run there: ``coverage run --branch --source=. -m pytest`` writing ``junit.xml`` and
-``.coverage`` into the call's output, then ``coverage json`` writing ``coverage.json``.
-The result names those files (the kernel re-reads them as evidence for the TDD
-workflow) and carries counts and the end of pytest's output for display.
+The kernel mounts the session's view (the project plus its staged changes, kept in
+step per session: :mod:`fluffy.kernel.tools.testview`) read-only at ``/workspace`` and
+runs the call in the project's test environment (its dependencies and the project
+itself installed offline: :mod:`fluffy.images.environment`) when there is one.  Its
+``settings`` say how (never the model's arguments):
+
+* ``python``: the environment's interpreter (absent: the sandbox's own, with the
+  project's ``import_roots`` on ``PYTHONPATH``);
+* ``no_cov``: pytest-cov is installed (its ``--cov`` options would measure twice);
+* ``command`` / ``env``: a project's own test command from ``.fluffy/config.yaml``
+  (``{junit}``, ``{coverage}`` and ``{paths}`` are replaced), instead of pytest.
+
+pytest runs under ``coverage run --branch --source=.`` with its JUnit XML, coverage data
+and cache written outside the read-only project (the call's output folder and /tmp), so
+the project's own pytest settings apply unchanged and no cache warning is raised.  The
+result names the report files (the kernel re-reads them as evidence) and carries counts
+and the end of the output for display.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
-from fluffy.errors import ToolTimeout
+from fluffy.errors import ToolFailed, ToolTimeout
 from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin, normalise_path
 from fluffy.plugins.test_tool.junit import EMPTY, junit_counts
-from fluffy.plugins.test_tool.viewcopy import copy_view
 
 OUTPUT_TAIL = 4000
 COVERAGE_TIMEOUT_S = 300
-JUNIT, COVERAGE, DATA, VIEW = "junit.xml", "coverage.json", ".coverage", "view"
+JUNIT, COVERAGE, DATA = "junit.xml", "coverage.json", ".coverage"
+#: pytest's cache goes where the sandbox may write (the project is read-only).
+CACHE_DIR = "/tmp/.fluffy-pytest-cache"  # noqa: S108 - the sandbox's private tmpfs
+
+#: Per-file line counts in coverage.py's JSON shape (totals, files.*.summary) without
+#: the line lists ``coverage json`` writes: the same analysis, a fraction of the output.
+SUMMARY = """
+import json, os, sys, coverage
+root = os.getcwd() + os.sep
+cov = coverage.Coverage(data_file=sys.argv[1])
+cov.load()
+files, covered, total = {}, 0, 0
+for path in sorted(cov.get_data().measured_files()):
+    try:
+        _, statements, _, missing, _ = cov.analysis2(path)
+    except Exception:
+        continue  # a file that no longer parses (or vanished): not counted
+    rel = path[len(root):] if path.startswith(root) else path
+    n, hit = len(statements), len(statements) - len(missing)
+    files[rel] = {"summary": {"covered_lines": hit, "num_statements": n}}
+    covered, total = covered + hit, total + n
+with open(sys.argv[2], "w") as out:
+    json.dump({"totals": {"covered_lines": covered, "num_statements": total}, "files": files}, out)
+"""
 
 RUN = ToolDefinition(
     name="test.run",
@@ -47,28 +82,79 @@ RUN = ToolDefinition(
 )
 
 
-def _python() -> str:
-    return sys.executable or "python3"
-
-
 def _test_arg(path: str) -> str:
-    rel = normalise_path(path, what="paths[]")
+    rel = normalise_path(path)
     return "./" + rel if rel.startswith("-") else rel  # never read as a pytest option
 
 
-def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    targets = [_test_arg(path) for path in args.get("paths", [])]
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _environment(ctx: ToolContext) -> tuple[str, dict[str, str]]:
+    """The interpreter and the variables the tests run with."""
+    python = ctx.settings.get("python")
+    env = {"HOME": "/tmp", "TMPDIR": "/tmp"}  # noqa: S108 - the sandbox's tmpfs
+    if isinstance(python, str) and python:
+        bin_dir = str(Path(python).parent)
+        env["PATH"] = f"{bin_dir}:{ctx.env.get('PATH', '/usr/bin:/bin')}"
+        env["VIRTUAL_ENV"] = str(Path(bin_dir).parent)
+        return python, env
+    roots = [str(ctx.workspace / r) if r not in ("", ".") else str(ctx.workspace)
+             for r in _strings(ctx.settings.get("import_roots"))]  # fmt: skip
+    if roots:
+        env["PYTHONPATH"] = ":".join(roots)
+    return sys.executable or "python3", env
+
+
+def _pytest(ctx: ToolContext, args: dict[str, Any], python: str) -> list[str]:
     call = ctx.call_dir
-    view = call / VIEW
-    copy_view(ctx, view)
-    for name in (JUNIT, COVERAGE, DATA):
-        (call / name).unlink(missing_ok=True)
-    command = [_python(), "-m", "coverage", "run", f"--data-file={call / DATA}", "--branch"]
-    command += ["--source=.", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    command += ["-o", "junit_family=xunit1", f"--junitxml={call / JUNIT}", *targets]
+    command = [python]
+    if ctx.settings.get("coverage", True):
+        command += ["-m", "coverage", "run", f"--data-file={call / DATA}", "--branch"]
+        command += ["--source=."]
+    command += ["-m", "pytest", "-q", "-o", f"cache_dir={CACHE_DIR}"]
+    command += ["-o", "junit_family=xunit1", f"--junitxml={call / JUNIT}"]
+    if ctx.settings.get("no_cov"):
+        command.append("--no-cov")
+    command += [_test_arg(path) for path in args.get("paths", [])]
     if "keyword" in args:
         command.append(f"-k{args['keyword']}")
-    tests = ctx.run(command, cwd=view, timeout_s=args["timeout_s"])
+    return command
+
+
+def _custom(ctx: ToolContext, args: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """The project's own test command, its placeholders filled in."""
+    call = ctx.call_dir
+    paths = [_test_arg(path) for path in args.get("paths", [])]
+    values = {"junit": str(call / JUNIT), "coverage": str(call / "coverage.out")}
+    command: list[str] = []
+    for part in _strings(ctx.settings.get("command")):
+        if part == "{paths}":
+            command += paths
+            paths = []
+        else:
+            command.append(part.format_map(values))
+    command += paths
+    raw_env = ctx.settings.get("env")
+    extra = {
+        str(k): str(v).format_map(values) for k, v in (raw_env or {}).items()
+    } if isinstance(raw_env, dict) else {}  # fmt: skip
+    return command, extra
+
+
+def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    call = ctx.call_dir
+    for name in (JUNIT, COVERAGE, DATA):
+        (call / name).unlink(missing_ok=True)
+    python, env = _environment(ctx)
+    custom = bool(ctx.settings.get("command"))
+    if custom:
+        command, extra = _custom(ctx, args)
+        env.update(extra)
+    else:
+        command = _pytest(ctx, args, python)
+    tests = ctx.run(command, cwd=ctx.workspace, timeout_s=args["timeout_s"], env=env)
     output = tests.stdout + (("\n" + tests.stderr) if tests.stderr else "")
     if tests.timed_out:
         raise ToolTimeout(
@@ -78,15 +164,20 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     junit = call / JUNIT
     counts = junit_counts(junit.read_bytes()) if junit.is_file() else dict(EMPTY)
     coverage: str | None = None
-    if (call / DATA).is_file():
-        report = [_python(), "-m", "coverage", "json", "-q", f"--data-file={call / DATA}"]
-        ctx.run(
-            [*report, "-o", str(call / COVERAGE)],
-            cwd=view,
-            timeout_s=COVERAGE_TIMEOUT_S,
-        )
-        if (call / COVERAGE).is_file():  # written even when a fail_under is not met
+    if not custom and tests.exit_code == 0 and (call / DATA).is_file():
+        # only a green run's coverage is ever used (the tech-debt budget and baseline)
+        ctx.run([python, "-c", SUMMARY, str(call / DATA), str(call / COVERAGE)],
+                cwd=ctx.workspace, timeout_s=COVERAGE_TIMEOUT_S, env=env)  # fmt: skip
+        if (call / COVERAGE).is_file():
             coverage = COVERAGE
+    elif custom and (call / "coverage.out").is_file():
+        coverage = "coverage.out"
+    if custom and not junit.is_file() and tests.exit_code not in (0, 5):
+        raise ToolFailed(
+            f"the project's test command exited {tests.exit_code} and wrote no JUnit report",
+            why=output[-1500:],
+            fix="Make the command in .fluffy/config.yaml write its JUnit XML to {junit}.",
+        )
     return {
         "exit_code": tests.exit_code,
         "junit": JUNIT if junit.is_file() else None,

@@ -307,8 +307,10 @@ def test_l1_runs_tools_in_sibling_sandboxes_and_removes_orphans(l1: dict[str, An
             c
             for c in _sandboxes(l1["cli"], project_id)
             if c["State"]["Running"]
-            # the message's turn has its ai-provider sandbox too; test.run's is wanted here
+            # the message's turn has its ai-provider sandbox too, and fs.write's may not be
+            # gone yet: test.run's is wanted here (it mounts the session's view)
             and c["Config"]["Labels"].get("org.fluffy.template") == "code-executor"
+            and any("/views/" in m["Source"] for m in c["Mounts"])
         ]
         return bool(running)
 
@@ -319,8 +321,10 @@ def test_l1_runs_tools_in_sibling_sandboxes_and_removes_orphans(l1: dict[str, An
     assert labels["org.fluffy.managed"] == "1" and labels["org.fluffy.session"]
     assert labels["org.fluffy.template"] == "code-executor"
     mounts = {m["Destination"]: m for m in sandbox["Mounts"]}
-    assert mounts["/workspace"]["Source"] == str(l1["project"])  # a host path, not L1's
-    assert mounts["/workspace"]["RW"] is False and mounts["/staged"]["RW"] is False
+    # test.run's view: the session's folder in L1's state, by its host path (not L1's)
+    views = l1["paths"]["state"] / "views"
+    assert Path(mounts["/workspace"]["Source"]).parent.parent == views
+    assert mounts["/workspace"]["RW"] is False and "/staged" not in mounts
     assert sandbox["Id"] != status["container_id"]
 
     subprocess.run(

@@ -372,24 +372,25 @@ TESTS = (
 
 @pytest.fixture()
 def tiny(roots: Roots, tmp_path: Path) -> Roots:
+    """A view as the kernel lays it out (project + staged changes, one folder)."""
     put(
         roots.workspace,
         {
             "calc.py": CALC,
             "tests/test_calc.py": TESTS,
-            "tests/test_old.py": "def test_old():\n    assert False\n",
+            "tests/test_more.py": "def test_more():\n    assert True\n",
             ".venv/lib/test_hidden.py": "def test_hidden():\n    assert False\n",
             "conftest.py": "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n",
+            "pyproject.toml": '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n',
         },
     )
-    put(roots.staged / "tree", {"tests/test_more.py": "def test_more():\n    assert True\n"})
-    (roots.staged / "deleted.txt").write_text("tests/test_old.py\n")
     (roots.workspace / "inside_link.py").symlink_to("calc.py")
-    (roots.workspace / "outside_link").symlink_to(tmp_path)
     return roots
 
 
 def test_test_run_reports_counts_junit_and_coverage(tiny: Roots) -> None:
+    """The view is run where it is: nothing is copied, nothing written into it (pytest's
+    cache goes to /tmp), the project's own pytest settings apply."""
     before = snapshot(tiny.workspace)
     result = ok(call(tiny, "test.run", {}))
     assert result["exit_code"] == 1
@@ -403,18 +404,89 @@ def test_test_run_reports_counts_junit_and_coverage(tiny: Roots) -> None:
     }
     call_dir = tiny.output / "c1"
     assert result["junit"] == "junit.xml" and (call_dir / "junit.xml").is_file()
-    assert result["coverage"] == "coverage.json"
-    coverage = json.loads((call_dir / "coverage.json").read_text())
-    assert coverage["files"]["calc.py"]["summary"]["covered_lines"] > 0
+    assert result["coverage"] is None  # a failing run's coverage is never used: not reported
     assert "1 failed, 2 passed" in result["output_tail"]
-    view = call_dir / "view"
-    assert (view / "inside_link.py").is_symlink() and not (view / "outside_link").exists()
-    assert not (view / ".venv").exists() and not (view / "tests" / "test_old.py").exists()
+    green = ok(call(tiny, "test.run", {"paths": ["tests/test_more.py", "tests/test_calc.py"],
+                                       "keyword": "not fails"}, "c2"))  # fmt: skip
+    assert green["exit_code"] == 0 and green["coverage"] == "coverage.json"
+    coverage = json.loads((tiny.output / "c2" / "coverage.json").read_text())
+    calc = coverage["files"]["calc.py"]["summary"]
+    assert 0 < calc["covered_lines"] < calc["num_statements"]  # sign() is half covered
+    from fluffy.kernel.workflow.coverage import parse_coverage
+
+    report = parse_coverage((tiny.output / "c2" / "coverage.json").read_bytes())
+    assert report.files["calc.py"] == (calc["covered_lines"], calc["num_statements"])
+    bare = _run_with(tiny, {"coverage": False}, "c3")  # test_writing: no coverage at all
+    assert bare["coverage"] is None and not (tiny.output / "c3" / ".coverage").exists()
+    assert not (call_dir / "view").exists()  # no copy of the project per call
     assert snapshot(tiny.workspace) == before
+
+
+def test_test_run_uses_the_environment_the_kernel_names(roots: Roots, tmp_path: Path) -> None:
+    """settings.python runs the tests (its bin first on PATH); without it the import roots
+    go on PYTHONPATH, so a src layout imports without being installed."""
+    put(
+        roots.workspace,
+        {
+            "src/pkg/__init__.py": "VALUE = 3\n",
+            "tests/test_env.py": (
+                "import os, sys\nfrom pkg import VALUE\n\ndef test_env():\n"
+                "    assert VALUE == 3\n    print('PYEXE', sys.executable)\n"
+                "    print('VENV', os.environ.get('VIRTUAL_ENV'))\n"
+            ),
+        },
+    )
+    plain = _run_with(roots, {"import_roots": ["src"]}, "e1")
+    assert plain["exit_code"] == 0, plain["output_tail"]
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to(os.path.realpath(os.sys.executable))
+    chosen = _run_with(roots, {"python": str(venv / "bin" / "python"), "import_roots": ["src"]},
+                       "e2")  # fmt: skip
+    # the named interpreter ran (this bare one has no coverage: an environment would)
+    assert chosen["exit_code"] != 0
+    assert f"{venv / 'bin' / 'python'}: No module named coverage" in chosen["output_tail"]
+
+
+def _run_with(roots: Roots, settings: dict[str, Any], call_id: str) -> dict[str, Any]:
+    plugin = plugin_of("test_tool")
+    job = {
+        "call_id": call_id,
+        "tool": "test.run",
+        "args": {},
+        "session_mode": "strict",
+        "settings": settings,
+    }
+    reply = execute_job(check_plugin(plugin), plugin.name, job, roots, env=scrubbed(os.environ))
+    return ok(reply)
+
+
+def test_test_run_runs_a_projects_own_command(roots: Roots) -> None:
+    """A test command from .fluffy/config.yaml: placeholders filled, its JUnit XML read."""
+    runner = (
+        "import sys\nopen(sys.argv[1], 'w').write('<testsuites><testsuite>"
+        '<testcase classname="spec" name="adds" file="spec/add.js"/>'
+        '<testcase classname="spec" name="subtracts" file="spec/add.js">'
+        '<failure message="expected 2 to be 3"/></testcase>'
+        "</testsuite></testsuites>')\nprint('ran', sys.argv[2:])\nsys.exit(1)\n"
+    )
+    put(roots.workspace, {"run_specs.py": runner})
+    settings = {"command": ["python3", "run_specs.py", "{junit}", "{paths}", "--ci"]}
+    plugin = plugin_of("test_tool")
+    job = {"call_id": "k1", "tool": "test.run", "args": {"paths": ["spec/add.js"]},
+           "session_mode": "strict", "settings": settings}  # fmt: skip
+    reply = execute_job(check_plugin(plugin), plugin.name, job, roots, env=scrubbed(os.environ))
+    result = ok(reply)
+    assert result["exit_code"] == 1 and result["junit"] == "junit.xml"
+    assert result["counts"]["failed"] == 1 and result["counts"]["passed"] == 1
+    assert "ran ['spec/add.js', '--ci']" in result["output_tail"]
+    assert result["coverage"] is None
 
 
 def test_test_run_with_paths_keyword_and_no_tests(tiny: Roots) -> None:
     only = ok(call(tiny, "test.run", {"paths": ["tests/test_calc.py"], "keyword": "add"}))
+    assert only["counts"]["found"] == 1
     assert only["exit_code"] == 0 and only["counts"]["passed"] == 1
     assert only["counts"]["found"] == 1
     none = ok(call(tiny, "test.run", {"keyword": "no_such_test"}, "c2"))

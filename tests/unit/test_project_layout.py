@@ -164,6 +164,38 @@ def test_the_first_run_block_says_what_was_applied_once_there_is_no_fluffy() -> 
     assert first_run_block({**info, "policy": {"default": False}}) == []
 
 
+def test_a_projects_own_test_command_is_read_from_its_config(tmp_path: Path) -> None:
+    from fluffy.errors import ConfigError
+    from fluffy.kernel.project.testcmd import load_test_command
+    from fluffy.settings import load_settings
+
+    assert load_test_command(tmp_path) is None  # no config: pytest
+    make(tmp_path, {".fluffy/config.yaml": "provider: scripted\ntests:\n  command: [npx, "
+                    "vitest, run, '--outputFile={junit}']\n  env: {CI: '1'}\n"})  # fmt: skip
+    command = load_test_command(tmp_path)
+    assert command is not None
+    assert command.settings() == {"command": ["npx", "vitest", "run", "--outputFile={junit}"],
+                                  "env": {"CI": "1"}, "junit": "{junit}"}  # fmt: skip
+    load_settings(tmp_path, {}, env={})  # the CLI's hierarchy accepts the project setting
+    make(tmp_path, {".fluffy/config.yaml": "tests:\n  command: [x]\n  junit: reports/j.xml\n"})
+    with pytest.raises(ConfigError, match="read-only in the test sandbox"):
+        load_test_command(tmp_path)
+    make(tmp_path, {".fluffy/config.yaml": "tests: {command: []}\n"})
+    with pytest.raises(ConfigError, match=r"tests\.command"):
+        load_test_command(tmp_path)
+
+
+def test_tests_is_a_project_setting_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fluffy.errors import ConfigError
+    from fluffy.settings import load_settings
+
+    home = tmp_path / "home"
+    make(home, {"config.yaml": "tests:\n  command: [make, test]\n"})
+    monkeypatch.setenv("FLUFFY_HOME", str(home))
+    with pytest.raises(ConfigError, match="`tests` is a project setting"):
+        load_settings(tmp_path / "project", {}, env={})
+
+
 def test_a_project_the_kernels_user_cannot_read_is_named_before_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

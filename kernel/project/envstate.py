@@ -1,0 +1,137 @@
+"""Which test environment a project's ``test.run`` uses (the kernel's side).
+
+The host builds environments (``fluffy env build``, :mod:`fluffy.images.environment`)
+and records each one as ``<state>/envs/<key>/env.json``.  The kernel never builds: for a
+test run it computes the key of the project's dependency files *as they are now* and
+uses that record's image.  Missing that, it uses the project's newest environment and
+says it is out of date (the tests still run; the CLI rebuilds at the next task), or,
+with none at all, fluffy's code-executor image with the project's import roots on
+``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from fluffy.kernel.project.deps import collect_requirements, env_inputs, env_key
+
+#: Bump when the environment's layout changes (every project rebuilds once).
+ENV_SCHEME = 1
+#: The interpreter of fluffy's images (images/spec.py IMAGE_PYTHON).
+ENV_PYTHON = "3.11"
+ENV_ROOT = "/opt/fluffy/env"
+
+
+@dataclass(frozen=True)
+class EnvRecord:
+    key: str
+    image: str
+    created_at: float
+    inputs: dict[str, str]
+    requirements: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    packages: dict[str, str] = field(default_factory=dict)
+    modules: list[str] = field(default_factory=list)
+    generated: list[str] = field(default_factory=list)
+    project_installed: bool = False
+    warnings: list[str] = field(default_factory=list)
+    python: str = ""
+    build_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EnvRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def record_path(state: Path, key: str) -> Path:
+    return state / "envs" / key / "env.json"
+
+
+def load_record(state: Path, key: str) -> EnvRecord | None:
+    try:
+        return EnvRecord.from_dict(json.loads(record_path(state, key).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def all_records(state: Path) -> list[EnvRecord]:
+    """Every environment recorded for the project, newest first."""
+    found = []
+    folder = state / "envs"
+    for child in folder.iterdir() if folder.is_dir() else []:
+        record = load_record(state, child.name)
+        if record is not None:
+            found.append(record)
+    return sorted(found, key=lambda r: r.created_at, reverse=True)
+
+
+@dataclass(frozen=True)
+class EnvChoice:
+    """The environment a test run gets, and what the user and the model are told."""
+
+    record: EnvRecord | None
+    key: str | None  # the key the project's files ask for (None: no environment needed)
+    current: bool
+    note: str = ""
+
+    @property
+    def generated_dir(self) -> str | None:
+        return None if self.record is None else f"envs/{self.record.key}/generated"
+
+    def to_dict(self) -> dict[str, Any]:
+        record = self.record
+        return {
+            "needed": self.key is not None,
+            "key": self.key,
+            "current": self.current,
+            "image": record.image if record else None,
+            "packages": len(record.packages) if record else 0,
+            "project_installed": record.project_installed if record else False,
+            "sources": record.sources if record else [],
+            "warnings": record.warnings if record else [],
+            "note": self.note,
+        }
+
+
+def choose(project: Path, state: Path, base_image: str) -> EnvChoice:
+    """The environment for the project's dependency files as they are now."""
+    requirements = collect_requirements(project)
+    if not requirements.wanted():
+        return EnvChoice(None, None, True)
+    key = env_key(env_inputs(project), base_image, ENV_PYTHON, ENV_SCHEME)
+    record = load_record(state, key)
+    if record is not None:
+        return EnvChoice(record, key, True)
+    older = all_records(state)
+    if older:
+        changed = sorted(set(older[0].inputs.items()) ^ set(env_inputs(project).items()))
+        files = sorted({rel for rel, _ in changed}) or ["fluffy's images"]
+        return EnvChoice(
+            older[0],
+            key,
+            False,
+            note="the test environment predates the change to "
+            f"{', '.join(files[:4])}; it is rebuilt at the next task "
+            "(or run `fluffy env build`)",
+        )
+    return EnvChoice(
+        None,
+        key,
+        False,
+        note="the project's test environment is not built yet, so its dependencies are "
+        "missing in the test sandbox; run `fluffy env build` (fluffy builds it before "
+        "each task)",
+    )
+
+
+def third_party_modules(choice: EnvChoice, project: Path) -> set[str]:
+    """Top-level modules that belong to installed or declared distributions."""
+    names = set(choice.record.modules) if choice.record else set()
+    for name in collect_requirements(project).names:
+        names.add(name.replace("-", "_"))
+    return names

@@ -1,0 +1,86 @@
+"""A project's own test command (``.fluffy/config.yaml``, ``tests:``) instead of pytest.
+
+::
+
+    tests:
+      # vitest / jest-junit / go test + go-junit-report / cargo nextest ...
+      command: ["npx", "vitest", "run", "--reporter=junit", "--outputFile={junit}"]
+      env: {JEST_JUNIT_OUTPUT_FILE: "{junit}"}   # optional
+      junit: "{junit}"                           # where the command writes its JUnit XML
+
+The command runs in the test sandbox with the project's view read-only at /workspace
+(its working directory), no network, and these placeholders filled in: ``{junit}`` (a
+writable path fluffy reads the report from), ``{coverage}`` (one for a coverage file),
+``{paths}`` (the paths the model asked for; appended at the end when absent).  The TDD
+evidence is read from the JUnit XML: a ``<failure>`` counts as a failing assertion, an
+``<error>`` does not.  ``.fluffy/`` is protected: the model can never change this.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fluffy.errors import ConfigError
+from fluffy.kernel.project.files import read_text
+from fluffy.kernel.yamltext import YamlSyntax, load_yaml_node
+
+JUNIT = "{junit}"
+
+
+class TestCommand(BaseModel):
+    """``tests:`` in ``.fluffy/config.yaml``."""
+
+    __test__ = False  # not a pytest test class
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: list[str] = Field(min_length=1, max_length=200)
+    env: dict[str, str] = Field(default_factory=dict, max_length=100)
+    junit: str = JUNIT
+
+    @field_validator("command")
+    @classmethod
+    def _plain(cls, value: list[str]) -> list[str]:
+        for part in value:
+            if "\x00" in part or len(part) > 4096:
+                raise ValueError("each argument is a plain string of at most 4096 characters")
+        return value
+
+    @field_validator("junit")
+    @classmethod
+    def _report(cls, value: str) -> str:
+        if value != JUNIT and not value.startswith("/tmp/"):  # noqa: S108 - in the sandbox
+            raise ValueError(
+                "the project is read-only in the test sandbox: write the report to {junit} "
+                "(or a path under /tmp/)"
+            )
+        return value
+
+    def settings(self) -> dict[str, Any]:
+        """The test tool's settings for this command."""
+        return {"command": list(self.command), "env": dict(self.env), "junit": self.junit}
+
+
+def load_test_command(project: Path) -> TestCommand | None:
+    """The project's ``tests:`` setting, or None (pytest); ConfigError if malformed."""
+    text = read_text(project, ".fluffy/config.yaml", 256 * 1024)
+    if text is None:
+        return None
+    try:
+        data, _ = load_yaml_node(text, ".fluffy/config.yaml", "configuration files")
+    except YamlSyntax as exc:
+        raise ConfigError(str(exc), fix="Fix the YAML syntax of .fluffy/config.yaml.") from None
+    raw = data.get("tests") if isinstance(data, dict) else None
+    if raw is None:
+        return None
+    try:
+        return TestCommand.model_validate(raw)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        raise ConfigError(
+            f".fluffy/config.yaml: tests.{where}: {problem['msg']}",
+            fix="See docs/architecture.md (test runners) for the `tests:` setting.",
+        ) from None

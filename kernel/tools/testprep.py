@@ -1,0 +1,124 @@
+"""Everything a ``test.run`` needs before its sandbox starts (the kernel's side).
+
+1. the environment (:func:`fluffy.kernel.project.envstate.choose`): the image the
+   project's dependency files ask for, an older one with a note, or none;
+2. the session's test view brought in step (:mod:`fluffy.kernel.tools.testview`),
+   with the files the environment's install generated laid in;
+3. the test tool's settings: the interpreter, the import roots, ``--no-cov`` when
+   pytest-cov is installed, or the project's own test command (``.fluffy/config.yaml``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from fluffy.kernel.containers.runtime import sandbox_identity
+from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_party_modules
+from fluffy.kernel.project.layout import Layout
+from fluffy.kernel.project.testcmd import load_test_command
+from fluffy.kernel.tools.testview import Synced, TestViews
+
+
+@dataclass
+class TestPlan:
+    __test__ = False  # not a pytest test class
+
+    synced: Synced
+    choice: EnvChoice | None
+    settings: dict[str, Any] = field(default_factory=dict)
+    custom: bool = False
+
+    @property
+    def image(self) -> str | None:
+        record = self.choice.record if self.choice is not None else None
+        return record.image if record is not None else None
+
+
+class TestPreparer:
+    """Prepares test runs of one project (call :meth:`prepare` off the event loop)."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        project: Path,
+        state_dir: Path,
+        layout: Layout,
+        views: TestViews,
+        base_image: Callable[[], str | None],
+    ) -> None:
+        self.project = project
+        self.state_dir = state_dir
+        self.layout = layout
+        self.views = views
+        self.base_image = base_image
+
+    def mirror_needed(self) -> bool:
+        """Whether sandboxes cannot read the project folder themselves: a root-owned
+        project closed to others (``mktemp -d`` as root, ``umask 077``), which only the
+        kernel reads (it holds the file capabilities, bootstrap/l1.py).  Then every
+        sandbox works on the kernel's copy of the view instead."""
+        uid, gid = sandbox_identity()
+        info = self.project.stat()
+        shift = 6 if info.st_uid == uid else 3 if info.st_gid == gid else 0
+        return (info.st_mode >> shift) & 0o5 != 0o5
+
+    def mirror(
+        self, session_id: str, overlay: Mapping[str, str | None], staged_tree: Path | None,
+        test_globs: Sequence[str], *, git: bool,
+    ) -> Path:  # fmt: skip
+        """The session's view (with git's metadata when ``git``) for a sandbox."""
+        return self.views.sync(
+            session_id, overlay, staged_tree, test_globs=test_globs, git=git
+        ).folder
+
+    def environment(self) -> EnvChoice | None:
+        base = self.base_image()
+        return None if base is None else choose(self.project, self.state_dir, base)
+
+    def third_party(self) -> Callable[[str], bool]:
+        """Top-level modules of declared or installed distributions (natural red)."""
+        choice = self.environment()
+        names = third_party_modules(choice, self.project) if choice is not None else set()
+        return lambda top: top in names
+
+    def prepare(
+        self,
+        session_id: str,
+        overlay: Mapping[str, str | None],
+        staged_tree: Path | None,
+        test_globs: Sequence[str],
+        *,
+        coverage: bool = True,
+    ) -> TestPlan:
+        """``coverage``: measure it (a run whose coverage the workflow may use: not a
+        test_writing run, whose red or not needs none)."""
+        choice = self.environment()
+        record = choice.record if choice is not None else None
+        generated = self.state_dir / "envs" / record.key / "generated" if record else None
+        synced = self.views.sync(
+            session_id,
+            overlay,
+            staged_tree,
+            generated=generated,
+            generated_files=record.generated if record else (),
+            test_globs=test_globs,
+            git=self.mirror_needed(),  # keep git's copy if sandboxes need it anyway
+        )
+        settings: dict[str, Any] = {
+            "import_roots": list(self.layout.import_roots()),
+            "coverage": coverage,
+        }
+        if record is not None:
+            settings["python"] = f"{ENV_ROOT}/bin/python"
+            installed = {canonicalize_name(name) for name in record.packages}
+            settings["no_cov"] = "pytest-cov" in installed
+        command = load_test_command(self.project)
+        if command is not None:
+            settings.update(command.settings())
+        return TestPlan(synced, choice, settings, custom=command is not None)
