@@ -79,9 +79,9 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
         if failed:
             first = failed[0]
             text += f" ({first.get('id')})"
-        for note in (out.get("environment"), out.get("limits")):
+        for note in (out.get("red_reason"), out.get("environment"), out.get("limits")):
             if isinstance(note, str) and note:
-                text += f"\n  {note}"  # a stale environment; a sandbox limit the tests hit
+                text += f"\n  {note}"  # test_writing: red or not and why; a stale environment
         return text
     if tool == "git.commit":
         return f"Committed {str(out.get('commit') or '')[:12]}"

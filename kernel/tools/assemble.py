@@ -41,8 +41,11 @@ from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import SchedulerBridge
 from fluffy.kernel.tools.testprep import TestPreparer
 from fluffy.kernel.tools.testview import TestViews
+from fluffy.kernel.tools.treereader import SessionTree
 from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.workflow.evidence import MissingProof
 from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.missing import MissingCode
 
 log = logging.getLogger("fluffy.kernel.tools")
 
@@ -176,6 +179,15 @@ async def assemble_tools(
         TestViews(state_dir, root, sandbox_identity()[0]),
         base_image=lambda: _base_image(sandboxes) if sandboxes is not None else None,
     )
+    roots = (*layout.import_roots(), ".", *layout.test_roots)
+
+    def missing_code(session_id: str) -> MissingProof:
+        judge = MissingCode(
+            SessionTree(fast, workspaces.get(session_id)), roots, third_party=tests.third_party()
+        )
+        return judge.proves
+
+    workflow.missing_code = missing_code
     router = ToolRouter(
         project=root,
         registry=registry,

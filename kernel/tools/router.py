@@ -504,6 +504,9 @@ class ToolRouter:
             duration_s=time.monotonic() - clock,
         )
         await self.workflow.record_test_run(session_id, run, coverage)
+        verdict = (
+            await self.workflow.red_verdict(session_id, run) if state == "test_writing" else None
+        )
         after, review = await self.flow.after_test_run(session_id, run)
         failed = [
             {"id": c.id, "message": c.message[:500]}
@@ -518,6 +521,8 @@ class ToolRouter:
             "output_tail": str(result.get("output_tail", ""))[-4000:],
             "workflow": [s.to_dict() for s in (*before, *after)],
         }
+        if verdict is not None:  # test_writing: red or not, and why (what the user sees)
+            answer["red"], answer["red_reason"] = verdict
         if plan.choice is not None and plan.choice.note:
             answer["environment"] = plan.choice.note
         said = " ".join([str(result.get("output_tail", "")), *(c.message for c in cases)])

@@ -7,9 +7,13 @@ pytest's JUnit XML, and a hash of the test tree and the source tree taken *befor
 run.  The rules:
 
 * **Red** means at least one test whose file was added or changed since ``test_writing``
-  began fails *on an assertion*.  A collection error (import error, syntax error), a
-  fixture setup/teardown error, or a test body dying of ``ZeroDivisionError`` is not red:
-  it proves the test is broken, not that the behaviour is missing.
+  began fails *on an assertion*, or fails (or fails to import) because the code it tests
+  does not exist yet: an ImportError / ModuleNotFoundError / AttributeError / NameError
+  naming a module or symbol the project's tree really lacks (checked against the tree by
+  :mod:`fluffy.kernel.workflow.missing`, never believed from the message alone).  A syntax
+  error, a fixture setup/teardown error, a missing third-party module or a test body dying
+  of ``ZeroDivisionError`` is not red: it proves the test is broken, not that the
+  behaviour is missing.
 * **Green** means exit code 0, at least one test passed, none failed or errored.
 * **Stale** means the files hashed for the run have changed since; stale evidence proves
   nothing about the current tree.
@@ -26,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -61,6 +65,14 @@ class TestCase:
     outcome: Outcome
     assertion: bool
     message: str
+    #: The file of the innermost traceback frame (where the failure was raised), as the
+    #: report prints it; "" when the report has no traceback.
+    origin: str = ""
+
+    def raised_in_test(self) -> bool:
+        """The failure was raised by the test's own file (not by code it called)."""
+        origin = self.origin.removeprefix("/workspace/")
+        return bool(origin) and (origin == self.file or origin.endswith("/" + self.file))
 
 
 class _Refused(Exception):
@@ -92,6 +104,21 @@ def _node_id(classname: str, name: str, file: str) -> tuple[str, str]:
         classes.insert(0, parts.pop())
     path = "/".join(parts) + ".py"
     return "::".join([path, *classes, name]), path
+
+
+#: A traceback frame's location: ``path:line: ...`` (pytest's long, short and line
+#: styles) or ``File "path", line N`` (native).
+_FRAME = re.compile(r'^(?:(?P<a>[^\s:"][^:]*):\d+: |\s*File "(?P<b>[^"]+)", line \d+)')
+
+
+def _innermost(text: str) -> str:
+    """The file of the last (innermost) frame of a traceback text, or ""."""
+    found = ""
+    for line in text.splitlines():
+        match = _FRAME.match(line)
+        if match:
+            found = match.group("a") or match.group("b") or found
+    return found
 
 
 def _crash_line(text: str) -> str:
@@ -186,7 +213,8 @@ def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], any_failure: bool
     assertion = outcome == "failed" and (any_failure or bool(_ASSERTION.match(message)))
     old = cases.get(node)
     if old is None or _RANK[outcome] > _RANK[old.outcome]:
-        cases[node] = TestCase(node, file, outcome, assertion, message[:200])
+        origin = _innermost(raw["text"])
+        cases[node] = TestCase(node, file, outcome, assertion, message[:200], origin[:500])
 
 
 def _hash_file(path: Path) -> str:
@@ -343,29 +371,41 @@ class TestRun:
             counts[case.outcome] += 1
         return counts
 
-    def _red_cases(self, baseline_tests: TreeSnapshot) -> list[TestCase]:
+    def _red_cases(
+        self, baseline_tests: TreeSnapshot, proves: MissingProof | None = None
+    ) -> list[TestCase]:
         changed = self.tests.changed_since(baseline_tests)
-        return [c for c in self.cases if c.assertion and c.file in changed]
+        red: list[TestCase] = []
+        for case in self.cases:
+            if case.file not in changed:
+                continue
+            if case.assertion or (
+                proves is not None and _names_missing_code(case) and proves(case.message)
+            ):
+                red.append(case)
+        return red
 
-    def is_red(self, baseline_tests: TreeSnapshot) -> bool:
+    def is_red(self, baseline_tests: TreeSnapshot, proves: MissingProof | None = None) -> bool:
         """A test file (per ``test_globs``) added or changed since ``baseline_tests`` has a
-        test failing on an assertion."""
-        return bool(self._red_cases(baseline_tests))
+        test failing on an assertion, or (with ``proves``, the tree check) failing because
+        the code it tests is missing."""
+        return bool(self._red_cases(baseline_tests, proves))
 
-    def red_reason(self, baseline_tests: TreeSnapshot) -> str:
-        """Why this run is or is not red, as one sentence for the user."""
-        red = self._red_cases(baseline_tests)
+    def red_reason(self, baseline_tests: TreeSnapshot, proves: MissingProof | None = None) -> str:
+        """Whether this run is red, why, and if not what would be: one sentence for the
+        user and the model alike."""
+        red = self._red_cases(baseline_tests, proves)
         if red:
             first = red[0]
+            how = "fail on an assertion" if first.assertion else "fail on missing code"
             return (
-                f"red: {len(red)} new or changed test(s) fail on an assertion, "
-                f"e.g. {first.id} ({first.message})"
+                f"red: {len(red)} new or changed test(s) {how}, e.g. {first.id} ({first.message})"
             )
         if not self.cases:
             detail = f"pytest ran no tests (exit code {self.exit_code})"
         else:
             detail = _not_red_detail(self.cases)
-        return f"no test failed on an assertion: {detail}"
+        return f"not red: {detail}; {WHAT_IS_RED}"
 
     def is_green(self) -> bool:
         """Exit code 0, at least one test passed, none failed or errored."""
@@ -384,11 +424,29 @@ class TestRun:
         return (tests.digest, sources.digest) != (self.tests.digest, self.sources.digest)
 
 
+#: The tree check of :mod:`fluffy.kernel.workflow.missing` (message -> code is missing).
+MissingProof = Callable[[str], bool]
+WHAT_IS_RED = (
+    "red needs a new or changed test that fails on an assertion or on code the project "
+    "does not have yet (an import, attribute or name)"
+)
+
+
+def _names_missing_code(case: TestCase) -> bool:
+    """A test body's failure or a module's import (collection) error, raised by the test's
+    own code: the places where a missing module or symbol shows.  Fixture errors do not
+    count, nor does a failure raised inside the project's code (a broken import there is
+    the project's problem, not the missing code of a new test)."""
+    where = case.outcome == "failed" or (case.outcome == "error" and "::" not in case.id)
+    return where and case.raised_in_test()
+
+
 def _case_from_dict(raw: Mapping[str, Any]) -> TestCase:
     texts = [raw[key] for key in ("id", "file", "message")]
-    if not all(isinstance(text, str) for text in texts) or raw["outcome"] not in OUTCOMES:
+    origin = raw.get("origin", "")  # runs recorded before origins were kept have none
+    if not all(isinstance(t, str) for t in (*texts, origin)) or raw["outcome"] not in OUTCOMES:
         raise ValueError(f"malformed case {raw!r:.200}")
-    return TestCase(texts[0], texts[1], raw["outcome"], bool(raw["assertion"]), texts[2])
+    return TestCase(texts[0], texts[1], raw["outcome"], bool(raw["assertion"]), texts[2], origin)
 
 
 def _exc_name(message: str) -> str:
@@ -397,18 +455,26 @@ def _exc_name(message: str) -> str:
     return found.group(1) if found else message
 
 
+def _detail(case: TestCase) -> str:
+    """The message after the exception's name, short."""
+    text = case.message.removeprefix("collection failure: ")
+    name = _exc_name(text)
+    rest = text.split(name, 1)[1].lstrip(": ") if name and name in text else text
+    return (rest or text)[:140]
+
+
 def _not_red_detail(cases: Sequence[TestCase]) -> str:
     """The most basic problem first: collection, then fixtures, then other failures."""
     for case in cases:
         if case.outcome == "error" and "::" not in case.id:
-            return f"{case.id} failed to import ({_exc_name(case.message)})"
+            return f"{case.id} failed to import ({_exc_name(case.message)}: {_detail(case)})"
     for case in cases:
         if case.outcome == "error":
             phase = "teardown" if "teardown" in case.message else "setup"
             return f"{case.id} errored in fixture {phase} ({_exc_name(case.message)})"
     for case in cases:
         if case.outcome == "failed" and not case.assertion:
-            return f"{case.id} failed with {_exc_name(case.message)}, not an assertion"
+            return f"{case.id} failed with {_exc_name(case.message)} ({_detail(case)})"
     for case in cases:
         if case.assertion:
             return (

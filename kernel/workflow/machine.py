@@ -28,6 +28,7 @@ from fluffy.kernel.policy.engine import Caller, Decision, Request
 from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
 from fluffy.kernel.workflow.evidence import (
     DEFAULT_TEST_GLOBS,
+    MissingProof,
     Overlay,
     TestRun,
     TreeSnapshot,
@@ -84,6 +85,7 @@ class Workflow:
         test_globs: Sequence[str] = DEFAULT_TEST_GLOBS,
         on_session_end: Callable[[], Awaitable[object]] | None = None,
         overlay: Callable[[str], Overlay] | None = None,
+        missing_code: Callable[[str], MissingProof] | None = None,
     ) -> None:
         self.store = store
         self.project = project
@@ -94,6 +96,8 @@ class Workflow:
         self.test_globs = tuple(test_globs)
         #: session id -> its staged changes: guards judge the tree the tools see
         self.overlay = overlay
+        #: session id -> the tree check of natural red (:mod:`.missing`); None: asserts only
+        self.missing_code = missing_code
         self.on_session_end = on_session_end  # e.g. a database backup (design: SQLite Corruption)
         # one operation at a time: each reads a session, awaits, and writes it back chained
         self.lock = asyncio.Lock()
@@ -166,6 +170,18 @@ class Workflow:
     def overlay_of(self, session_id: str) -> Overlay | None:
         return self.overlay(session_id) if self.overlay is not None else None
 
+    def proof(self, session_id: str) -> MissingProof | None:
+        """The natural-red tree check for the session's view (None: not configured)."""
+        return self.missing_code(session_id) if self.missing_code is not None else None
+
+    async def red_verdict(self, session_id: str, run: TestRun) -> tuple[bool, str]:
+        """Whether ``run`` is red for the session's test_writing, and the one sentence
+        saying why (or what would be) -- the guard's own judgement."""
+        session = await self.get(session_id)
+        base = TreeSnapshot(session.data.get("tests_base", {}))
+        proves = self.proof(session_id)
+        return run.is_red(base, proves), run.red_reason(base, proves)
+
     def snapshot(self, session_id: str) -> tuple[TreeSnapshot, TreeSnapshot]:
         """(tests, sources) of the project as the session's tools see it."""
         return snapshot_trees(self.project, self.test_globs, self.overlay_of(session_id))
@@ -232,11 +248,13 @@ class Workflow:
             )
         if name == "red":
             base = TreeSnapshot(data.get("tests_base", {}))
-            if not run.is_red(base):
+            proves = self.proof(session.id)
+            if not run.is_red(base, proves):
                 raise TransitionDenied(
                     what,
-                    why=run.red_reason(base),
-                    fix="Write a test for the new behaviour and see it fail on an assertion.",
+                    why=run.red_reason(base, proves),
+                    fix="Write a test for the new behaviour and see it fail on an assertion "
+                    "or on the code it needs.",
                 )
         elif name == "green" and not run.is_green():
             raise TransitionDenied(

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from fluffy.errors import EvidenceError
 from fluffy.kernel.workflow.evidence import (
     MAX_REPORT_BYTES,
+    WHAT_IS_RED,
     TestCase,
     TestRun,
     TreeSnapshot,
@@ -72,6 +73,7 @@ def test_a_new_test_failing_on_an_assertion_is_red(tmp_path: Path) -> None:
             outcome="failed",
             assertion=True,
             message="assert -1 == 3",
+            origin="tests/test_calc.py",  # raised in the test's own file
         ),
     )
     assert run.is_red(base)
@@ -122,7 +124,8 @@ def test_a_collection_import_error_is_not_red(tmp_path: Path) -> None:
     assert "No module named 'no_such_module_xyz'" in case.message
     assert not run.is_red(base)
     assert run.red_reason(base) == (
-        "no test failed on an assertion: tests/test_calc.py failed to import (ModuleNotFoundError)"
+        "not red: tests/test_calc.py failed to import (ModuleNotFoundError: No module named "
+        f"'no_such_module_xyz'); {WHAT_IS_RED}"
     )
 
 
@@ -132,7 +135,7 @@ def test_a_syntax_error_is_not_red(tmp_path: Path) -> None:
     write(root, {"tests/test_s.py": "def test_x(:\n    assert 0\n"})
     run = run_pytest(root)
     assert not run.is_red(base)
-    assert "failed to import (SyntaxError)" in run.red_reason(base)
+    assert "failed to import (SyntaxError: invalid syntax)" in run.red_reason(base)
 
 
 @pytest.mark.parametrize(
@@ -199,10 +202,8 @@ def test_a_test_body_failing_by_another_exception_is_not_red(
     assert (case.outcome, case.assertion) == ("failed", False)
     assert case.message.startswith(exc)
     assert not run.is_red(base)
-    assert run.red_reason(base) == (
-        f"no test failed on an assertion: tests/test_z.py::test_z failed with {exc}, "
-        "not an assertion"
-    )
+    assert run.red_reason(base).startswith(f"not red: tests/test_z.py::test_z failed with {exc} (")
+    assert run.red_reason(base).endswith(WHAT_IS_RED)
 
 
 def test_an_assert_failure_in_an_unchanged_file_is_not_red(tmp_path: Path) -> None:
@@ -244,7 +245,9 @@ def test_all_passing_is_green_and_skips_and_xfails_are_counted(tmp_path: Path) -
     assert run.counts == {"found": 3, "passed": 1, "failed": 0, "error": 0, "skipped": 2}
     assert run.is_green()
     assert not run.is_red(TreeSnapshot({}))
-    assert run.red_reason(TreeSnapshot({})).endswith("all 3 test(s) passed or were skipped")
+    assert run.red_reason(TreeSnapshot({})).startswith(
+        "not red: all 3 test(s) passed or were skipped;"
+    )
 
 
 def test_no_tests_is_not_green(tmp_path: Path) -> None:
@@ -254,7 +257,9 @@ def test_no_tests_is_not_green(tmp_path: Path) -> None:
     assert run.cases == ()
     assert run.counts["found"] == 0
     assert not run.is_green()
-    assert run.red_reason(TreeSnapshot({})).endswith("pytest ran no tests (exit code 5)")
+    assert run.red_reason(TreeSnapshot({})).startswith(
+        "not red: pytest ran no tests (exit code 5);"
+    )
 
 
 def test_a_failing_run_is_not_green(tmp_path: Path) -> None:

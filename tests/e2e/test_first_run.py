@@ -1,0 +1,150 @@
+"""`fluffy "task"` on a user's repository, first try: no .fluffy/, the project's own
+permissions, the real bootstrap and L1 kernel, a scripted model that writes tests the way
+models do -- from task to commit, on Docker and Podman.
+
+Permissions as users have them: a 0700 folder owned by root (``mktemp -d`` as root), a
+0700 folder owned by a user, a root-owned repository merged into as root.  fluffy never
+changes their owner or modes, and the kernel never runs as root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import connect_engine
+from tests.project_support import fixture_wheels, local_index, pip_env, session_steps, shape
+
+FLUFFY = str(Path(sys.executable).parent / "fluffy")
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from fluffy.images.spec import REQUIREMENTS_DIR
+    from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
+    from fluffy.kernel.containers.engine import connect
+
+    with connect() as engine:
+        arch = linux_arch(engine.info.arch)
+    folder = tmp_path_factory.mktemp("index")
+    fixture_wheels(folder, ensure_wheelhouse(REQUIREMENTS_DIR / "code-executor.lock", arch))
+    with local_index(folder) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def kernel_image(request: pytest.FixtureRequest) -> tuple[str, str]:
+    from fluffy.images.builder import build_images
+
+    with connect_engine(request.param) as connected:
+        refs = {status.name: status.ref for status in build_images(connected)}
+    return str(request.param), refs["kernel"]
+
+
+def stats(project: Path) -> dict[str, tuple[int, int, int]]:
+    """(uid, gid, mode) of every file and folder (.git included)."""
+    found = {".": project.stat()}
+    for path in project.rglob("*"):
+        found[path.relative_to(project).as_posix()] = path.lstat()
+    return {rel: (s.st_uid, s.st_gid, s.st_mode) for rel, s in found.items()}
+
+
+CASES = {
+    # mktemp -d as root: a 0700 folder owned by root, the repository cloned inside
+    "root-owned 0700": {"owner": 0, "mode": 0o700, "kind": "src"},
+    # a user's own project, closed to everyone else
+    "user-owned 0700": {"owner": 1234, "mode": 0o700, "kind": "flat"},
+    # a root-owned repository (root on a cloud machine or CI), merged into as root
+    "root-owned repository": {"owner": 0, "mode": 0o755, "kind": "requirements"},
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the permission cases need root to set them up")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_task_on_a_users_repository_goes_from_task_to_commit(
+    tmp_path: Path, index: str, kernel_image: tuple[str, str], case: str
+) -> None:
+    runtime, image = kernel_image
+    setup = CASES[case]
+    holder = tmp_path / "holder"  # the folder mktemp -d would make
+    holder.mkdir()
+    project = holder / "repo"
+    where = shape(project, str(setup["kind"]))
+    owner = int(setup["owner"])
+    if owner:
+        for path in [holder, project, *project.rglob("*")]:
+            os.lchown(path, owner, owner)
+        for path in [project, *project.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(0o700 if path.is_dir() else 0o600)  # umask 077
+    holder.chmod(int(setup["mode"]))
+    project.chmod(int(setup["mode"]))
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"task": "add triple", "steps": session_steps(where)}))
+    before = stats(project)
+    env = pip_env(index, dict(os.environ))
+    env.update(FLUFFY_HOME=str(tmp_path / "home"), FLUFFY_KERNEL_IMAGE=image,
+               FLUFFY_RUNTIME=runtime)  # fmt: skip
+    done = subprocess.run(
+        [FLUFFY, "add triple", "--script", str(script), "--yes", "--project", str(project)],
+        env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    out = done.stdout
+    assert "No .fluffy/ here: fluffy applies its defaults" in out
+    assert "red: 1 new or changed test(s) fail on missing code" in out
+    assert "Committed " in out, out[-3000:]
+    log = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(project), "log", "--format=%s", "-2"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    assert log[:2] == ["Add triple", "initial"]
+    after = stats(project)
+    for rel, (uid, gid, mode) in before.items():
+        if rel in after and not rel.startswith(".git/") and rel != ".git":
+            assert after[rel][:2] == (uid, gid), rel  # nobody's files changed owner
+            if rel not in (where["code"],):
+                assert after[rel][2] == mode, rel  # nor mode
+    new = [rel for rel in after if rel not in before and not rel.startswith(".git/")]
+    assert where["code"] in new and not any(rel.startswith(".fluffy") for rel in new)
+    for rel in new:
+        assert after[rel][:2] == (owner, owner), rel  # new files: the project owner's
+    status = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(project), "status", "--porcelain"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert status == ""
+    shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the permission cases need root to set them up")
+@pytest.mark.parametrize("owner", [0, 1234])
+def test_sandbox_run_reads_a_project_closed_to_others(
+    tmp_path: Path, kernel_image: tuple[str, str], owner: int
+) -> None:
+    """`fluffy sandbox run` on a 0700 project: as its owner when that is a user; as the
+    sandbox user on a readable copy when it is root's.  Never as root."""
+    runtime, _ = kernel_image
+    project = tmp_path / "closed"
+    project.mkdir(mode=0o700)
+    (project / "secret.txt").write_text("only the owner reads this\n")
+    (project / "secret.txt").chmod(0o600)
+    os.chown(project, owner, owner)
+    os.chown(project / "secret.txt", owner, owner)
+    done = subprocess.run(
+        [FLUFFY, "sandbox", "run", "--template", "code-executor", "--project", str(project),
+         "--", "sh", "-c", "id -u; cat /workspace/secret.txt"],
+        env={**os.environ, "FLUFFY_RUNTIME": runtime, "FLUFFY_HOME": str(tmp_path / "home")},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    uid, text = done.stdout.split("\n", 1)
+    assert int(uid) == (owner or 10001) and text == "only the owner reads this\n"
+    assert oct(project.stat().st_mode & 0o777) == "0o700"  # never opened up
