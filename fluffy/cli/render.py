@@ -6,13 +6,15 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
+from fluffy.cli.safetext import SafeConsole
 from fluffy.errors import FluffyError
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+#: Every line fluffy prints goes through these: no raw control character reaches the
+#: terminal, whatever text a model or a sandbox produced (fluffy.cli.safetext).
+stdout = SafeConsole(highlight=False, soft_wrap=True)
+stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 

@@ -13,15 +13,21 @@ import json
 from typing import Any, Protocol
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.padding import Padding
 from rich.status import Status
 from rich.syntax import Syntax
 
 from fluffy.cli.diffview import review_files
+from fluffy.cli.safetext import visible
 from fluffy.errors import FluffyError
 
 DIFF_LINES = 60  # per file; longer diffs are cut with a note (review.show has them whole)
+
+
+def escape(text: str) -> str:
+    """Untrusted text for Rich markup: control characters made visible, markup escaped."""
+    return _markup_escape(visible(text))
 
 
 class Renderer(Protocol):
@@ -142,7 +148,7 @@ class SessionRenderer:
             self.console.print("[bold cyan]AI:[/] ", end="", highlight=False)
             self.in_text = True
             self.streamed = ""
-        self.console.print(content, end="", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(visible(content), end="", markup=False, highlight=False, soft_wrap=True)
         self.streamed += content
 
     def _on_tool_executing(self, event: dict[str, Any]) -> None:
@@ -195,7 +201,7 @@ class SessionRenderer:
         lines = diff.splitlines()
         if not lines:
             return
-        shown = "\n".join(lines[: self.diff_lines])
+        shown = visible("\n".join(lines[: self.diff_lines]))
         self._close_text()
         syntax = Syntax(shown, "diff", theme="ansi_dark", word_wrap=True)
         self.console.print(Padding(syntax, (0, 0, 0, 4)))
