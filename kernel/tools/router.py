@@ -303,9 +303,13 @@ class ToolRouter:
         old, new = args.get("old_string"), args.get("new_string")
         if found is None or not isinstance(old, str) or not isinstance(new, str):
             return None
+        # arithmetic, never the edited text: 20 KB of matches times a 100 KB replacement
+        # would build gigabytes in the kernel before the policy could refuse the size
         text = found[0].decode("utf-8", "replace")
-        edited = text.replace(old, new) if args.get("replace_all") else text.replace(old, new, 1)
-        return len(edited.encode())
+        matches = text.count(old) if old else len(text) + 1
+        if not args.get("replace_all"):
+            matches = min(matches, 1)
+        return len(found[0]) + matches * (len(new.encode()) - len(old.encode()))
 
     # -- executing ----------------------------------------------------------------------
     async def _execute(self, call: _Call) -> dict[str, Any]:

@@ -363,3 +363,25 @@ def test_a_locked_tech_debt_budget_merges_nothing(tmp_path: Path) -> None:
     assert review["auto_merged"] is False and state == "reviewing"
     assert any("coverage" in r.lower() or "budget" in r.lower() for r in review["reasons"]), review
     assert (harness.project / "src" / "app.py").read_text() == f"KEY = '{SECRET}'\n"  # unmerged
+
+
+def test_a_huge_replace_all_is_refused_by_its_size_without_building_it(tmp_path: Path) -> None:
+    """20 KB of matches, each replaced by 100 KB: the kernel counts (it would need ~2 GB to
+    build the result) and the policy's max_file_size refuses it; memory stays flat."""
+    import resource
+
+    harness = Harness(tmp_path)
+    (harness.project / "tests" / "test_big.py").write_text("a" * 20_000)
+
+    async def body(tools: ToolPath, sid: str) -> dict[str, Any]:
+        await tools.router.call(sid, "plan.complete", {})
+        edit = {"path": "tests/test_big.py", "old_string": "a", "new_string": "b" * 100_000,
+                "replace_all": True}  # fmt: skip
+        return await tools.router.call(sid, "fs.edit", edit)
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    answer = run(harness, body)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert not answer["ok"] and answer["error"]["code"].startswith("policy."), answer
+    assert "max_file_size" in answer["error"]["why"] or "100KiB" in answer["error"]["why"]
+    assert grown_kib < 200 * 1024  # far below the 2 GB the edited text would take
