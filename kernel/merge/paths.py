@@ -102,7 +102,8 @@ class ProtectedPaths:
         self._globs = GlobSet(self.globs)
 
     def matches(self, rel: str) -> bool:
-        return self._globs.match(rel)
+        # case-insensitively too: on macOS or Windows `.FLUFFY/policy.yaml` *is* the policy
+        return self._globs.match(rel) or self._globs.match(rel.lower())
 
     def check(self, rel: str) -> None:
         if self.matches(rel):

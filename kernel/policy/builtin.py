@@ -21,14 +21,15 @@ STATE_GLOBS = (".fluffy/state.db", ".fluffy/state.db-*", ".fluffy/fluffy.db", ".
 def _protect(name: str, globs: Sequence[str], why: str) -> BuiltinRule:
     spec = GlobSet(globs)
     roots = literal_roots(globs)  # a cheap first test: most paths are nowhere near these
+    roots = None if roots is None else frozenset(root.lower() for root in roots)
 
     def rule(request: Request, ctx: EvalContext) -> Verdict | None:
-        path = ctx.path
-        if path is None or request.syscall in READ_ONLY:
+        if ctx.path is None or request.syscall in READ_ONLY:
             return None
+        path = ctx.path.lower()  # case-insensitive file systems: `.FLUFFY` is `.fluffy`
         if roots is not None and path.split("/", 1)[0] not in roots:
             return None
-        if spec.match(path):
+        if spec.match(path) or spec.match(ctx.path):
             return Verdict(f"builtin:{name}", "builtin", "deny", why)
         return None
 

@@ -149,7 +149,8 @@ class WriteScope:
         return bool(self._tests.match_file(path))
 
     def is_protected(self, path: str) -> bool:
-        return bool(self._protected.match_file(path))
+        # case-insensitively too: on macOS or Windows `.FLUFFY/policy.yaml` *is* the policy
+        return bool(self._protected.match_file(path) or self._protected.match_file(path.lower()))
 
     def refusal(self, state: str, path: str) -> str | None:
         """Why ``state`` refuses a write to ``path`` (None: allowed)."""

@@ -209,3 +209,23 @@ def test_unknown_states_or_modes_are_a_bug_not_a_refusal() -> None:
         available("dreaming", "strict", TOOLS)
     with pytest.raises(WorkflowError):
         check("fs.read", "read", "idle", "yolo", [], TOOLS)
+
+
+@pytest.mark.parametrize(
+    "path", [".FLUFFY/policy.yaml", ".Fluffy/config.yaml", ".fluffY/rules/x.py", ".GIT/config"]
+)
+def test_fluffys_own_folder_is_protected_in_any_case(path: str) -> None:
+    """A case-insensitive file system (macOS, Windows) opens `.FLUFFY/policy.yaml` as
+    `.fluffy/policy.yaml`: every check refuses it whatever its case."""
+    from fluffy.kernel.merge.paths import ProtectedPaths
+    from fluffy.kernel.policy.builtin import default_builtins
+    from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
+    from fluffy.kernel.policy.model import PolicyFile
+    from fluffy.kernel.tools.availability import WriteScope
+
+    assert WriteScope().is_protected(path)
+    assert ProtectedPaths().matches(path)
+    if "policy" in path:
+        engine = PolicyEngine(PolicyFile(), builtins=default_builtins())
+        decision = engine.evaluate(Request("fs.write", Caller("ai"), path=path))
+        assert decision.result == "deny" and "builtin:policy-files" in decision.decided_by
