@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import platform
-import socket
 from pathlib import Path
 from typing import Any
+
+from fluffy.gate import wire
 
 API = "/v1.41"
 SOCKETS = {
@@ -42,18 +42,6 @@ def install_guide() -> str:
     return "Install Docker Engine or Podman and start it (https://docs.docker.com/engine/install/)."
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.unix_path)
-        self.sock = sock
-
-
 class Engine:
     def __init__(self, kind: str, socket_path: str) -> None:
         self.kind, self.socket_path = kind, socket_path
@@ -61,30 +49,24 @@ class Engine:
     def call(
         self, method: str, path: str, body: Any = None, timeout: float = 60.0, raw: bool = False
     ) -> Any:
-        conn = _UnixConnection(self.socket_path, timeout)
+        payload = b"" if body is None else json.dumps(body).encode()
         try:
-            payload = None if body is None else json.dumps(body).encode()
-            headers = {"Content-Type": "application/json"} if payload else {}
-            conn.request(method, API + path, body=payload, headers=headers)
-            response = conn.getresponse()
-            raw_data = response.read()
+            _, status, raw_data = wire.request(
+                self.socket_path, method, API + path, payload, timeout
+            )
         except OSError as exc:
             raise BootstrapError(
                 "engine.unavailable",
                 f"the {self.kind} engine at {self.socket_path} failed: {exc}",
                 fix="Check that the engine is running.",
             ) from None
-        finally:
-            conn.close()
-        if raw and response.status < 400:
+        if raw and status < 400:
             return raw_data
         as_json = raw_data[:1] in (b"{", b"[")
         data = json.loads(raw_data) if as_json else raw_data.decode(errors="replace")
-        if response.status >= 400:
+        if status >= 400:
             message = data.get("message", data) if isinstance(data, dict) else data
-            raise BootstrapError(
-                "engine.operation_failed", f"{method} {path}: {response.status} {message}"
-            )
+            raise BootstrapError("engine.operation_failed", f"{method} {path}: {status} {message}")
         return data
 
 

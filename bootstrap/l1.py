@@ -59,26 +59,28 @@ def spec(
     be unreachable for the non-root kernel); the host paths are passed on for the sibling
     sandboxes' bind mounts, which the engine resolves on the host."""
     I = INSIDE  # noqa: E741
+    # no engine socket: the engine only through the gate (fluffy.gate), read-only
+    gate = str(Path(run_dir).parent / "gate")
     binds = [f"{project}:{I}/project:rw", f"{run_dir}:{I}/run:rw", f"{state_dir}:{I}/state:rw",
-             f"{engine.socket_path}:{engine.socket_path}:rw"]  # fmt: skip
+             f"{gate}:{I}/gate:ro"]  # fmt: skip
     env = []
     if plugins is not None:  # the plugin store, read-only: the kernel re-checks its hashes
         Path(plugins).mkdir(mode=0o755, parents=True, exist_ok=True)
         binds.append(f"{plugins}:{INSIDE}/plugins:ro")
         env.append(f"FLUFFY_PLUGIN_STORE={INSIDE}/plugins")
-    group = str(Path(engine.socket_path).stat().st_gid)
-    host = dict(SECURITY, Binds=binds, GroupAdd=[group])
+    host = dict(SECURITY, Binds=binds)
     user, entry = kernel_user(project), ENTRYPOINT
     if user == f"{KERNEL_UID}:{KERNEL_UID}" and os.getuid() == 0:  # a root-owned project
         caps = ",".join(["-all", *(f"+{c}" for c in FILE_CAPS)])
-        entry = ["setpriv", f"--reuid={KERNEL_UID}", f"--regid={KERNEL_UID}", f"--groups={group}",
+        entry = ["setpriv", f"--reuid={KERNEL_UID}", f"--regid={KERNEL_UID}", "--clear-groups",
                  f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--",
                  *ENTRYPOINT]  # fmt: skip
         host["CapAdd"] = [c.upper() for c in (*FILE_CAPS, "setuid", "setgid", "setpcap")]
         user = "0:0"  # only setpriv runs as 0, for the moment it takes to drop to 10000
     cmd = f"serve --socket {I}/run/kernel.sock --state-dir {I}/state --project {I}/project"
     env += ["HOME=/tmp", "PYTHONDONTWRITEBYTECODE=1", f"FLUFFY_ENGINE={engine.kind}",
-            f"FLUFFY_ENGINE_SOCKET={engine.socket_path}", f"FLUFFY_HOST_PROJECT={project}",
+            f"FLUFFY_ENGINE_SOCKET={I}/gate/engine.sock", "FLUFFY_ENGINE_GATE=1",
+            f"FLUFFY_HOST_PROJECT={project}",
             f"FLUFFY_HOST_RUN={run_dir}", f"FLUFFY_HOST_STATE={state_dir}",
             f"FLUFFY_PROJECT_ID={project_id}"]  # fmt: skip
     labels = {ROLE_LABEL: "l1-kernel", PROJECT_LABEL: project_id, "fluffy.project_path": project}

@@ -3,6 +3,8 @@
 One per project (a lock file).  Layout under ``$FLUFFY_HOME/projects/``::
 
     <id>/run/       the kernel's socket folder   (mounted into L1)
+    <id>/gate/      the engine gate's socket      (read-only in L1; fluffy.gate)
+    <id>.gate.log   what the gate refused L1
     <id>/state/     the kernel's databases        (mounted into L1)
     <id>.json       status: pid, container, health (L1 cannot write it)
     <id>.witness    the newest audit head seen in a pong (L1 cannot write it)
@@ -22,6 +24,7 @@ from typing import Any
 
 from fluffy.bootstrap import l1
 from fluffy.bootstrap.engine import BootstrapError, Engine
+from fluffy.gate.server import start_for
 
 MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (0.2, 1.0, 3.0)
 PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 0.25, 3, 60.0
@@ -33,15 +36,9 @@ def project_id(project: str) -> str:
 
 def paths(home: Path, project: str) -> dict[str, Path]:
     base = home / "projects" / project_id(project)
-    return {
-        "base": base,
-        "run": base / "run",
-        "state": base / "state",
-        "status": base.with_suffix(".json"),
-        "witness": base.with_suffix(".witness"),
-        "lock": base.with_suffix(".lock"),
-        "log": base.with_suffix(".log"),
-    }
+    files = {"status": ".json", "witness": ".witness", "lock": ".lock", "log": ".log"}
+    return {"base": base, "run": base / "run", "gate": base / "gate", "state": base / "state",
+            **{key: base.with_suffix(suffix) for key, suffix in files.items()}}  # fmt: skip
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -97,7 +94,7 @@ class Supervisor:
 
     def prepare(self) -> None:
         owner = int(l1.kernel_user(self.project).split(":")[0])
-        for key in ("base", "run", "state"):
+        for key in ("base", "run", "state", "gate"):
             self.p[key].mkdir(parents=True, exist_ok=True, mode=0o700)
             if os.getuid() == 0:
                 os.chown(self.p[key], owner, owner)
@@ -188,6 +185,10 @@ class Supervisor:
         stopped = False
         try:
             self.prepare()
+            root = int(l1.kernel_user(self.project).split(":")[0]) if os.getuid() == 0 else None
+            gate = start_for(self.p["gate"], self.project, project_id(self.project),
+                             self.engine.kind, self.engine.socket_path,
+                             (self.p["run"], self.p["state"]), root)  # fmt: skip
             try:
                 self.launch()
             except BootstrapError as exc:
@@ -214,4 +215,5 @@ class Supervisor:
                 with contextlib.suppress(BootstrapError):
                     l1.stop(self.engine, self.name)
             l1.remove(self.engine, self.name)
+            gate.shutdown() if "gate" in locals() else None
             os.close(lock)

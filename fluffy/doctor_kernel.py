@@ -107,6 +107,31 @@ def _witness(state: Path, witness: Path) -> Check:
     )
 
 
+def _gate(p: dict[str, Path]) -> Check:
+    """The engine gate: its socket, and what it refused L1 (each one worth a look)."""
+    import json
+
+    if not (p["gate"] / "engine.sock").exists():
+        return Check("engine gate", "fail", "no gate socket", "`fluffy stop && fluffy start`")
+    try:
+        lines = p["base"].with_suffix(".gate.log").read_text().splitlines()
+    except OSError:
+        lines = []
+    refused = [json.loads(line) for line in lines if line.strip()]
+    if not refused:
+        return Check("engine gate", "ok", "L1 reaches the engine only through it; 0 refused")
+    newest = refused[-3:]
+    shown = "; ".join(f"{r.get('method')} {r.get('path')}: {r.get('why')}" for r in newest)
+    return Check(
+        "engine gate",
+        "warn",
+        f"refused {len(refused)} request(s) from L1; newest: {shown}",
+        "The kernel never asks these: treat them as an attack on the kernel (read the "
+        f"session's audit log) or report a bug. All of them: {p['base'].with_suffix('.gate.log')}",
+        data={"refused": len(refused), "newest": newest},
+    )
+
+
 def kernel_checks(project: Path) -> list[Check]:
     from fluffy.ipc.client import SyncClient
 
@@ -131,5 +156,6 @@ def kernel_checks(project: Path) -> list[Check]:
         )
     )
     checks.append(_socket(p["run"]))
+    checks.append(_gate(p))
     checks.append(_witness(p["state"], p["witness"]))
     return checks

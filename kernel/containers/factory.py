@@ -11,8 +11,13 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import ContainerRuntime
 
 
-def open_runtime(engine: Engine) -> ContainerRuntime:
-    """Docker through its SDK; Podman through its own API (podman SDK)."""
+def open_runtime(engine: Engine, *, compat: bool = False) -> ContainerRuntime:
+    """Docker through its SDK; Podman through its own API (podman SDK), or, ``compat``,
+    through its Docker-compatible API (in L1: the engine gate serves only that one)."""
+    if compat:
+        runtime = DockerRuntime(engine.client, engine.info.url)
+        runtime.reports_oom = engine.name != "podman"
+        return runtime
     if engine.name == "podman":
         from fluffy.kernel.containers.podman_runtime import PodmanRuntime
 

@@ -125,7 +125,7 @@ class KernelSandboxes:
 
                 engine = connect(engine_env(self.env), timeout=30)
                 self._manager = ContainerManager(
-                    open_runtime(engine),
+                    open_runtime(engine, compat=bool(self.env.get("FLUFFY_ENGINE_GATE"))),
                     sandbox_images(engine, self.env),
                     session_id=self.instance,
                     root=self.state_dir / "sandboxes",

@@ -63,6 +63,10 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     assert not body["User"].startswith("0:") and body["Entrypoint"] == l1.ENTRYPOINT
     assert "CapAdd" not in body["HostConfig"]
     assert f"{project}:/fluffy/project:rw" in host["Binds"]
+    # no engine socket in L1: only the gate's folder, read-only, and no engine group
+    assert not any(str(sock) in bind for bind in host["Binds"]) and "GroupAdd" not in host
+    assert f"{tmp_path / 'gate'}:/fluffy/gate:ro" in host["Binds"]
+    assert "FLUFFY_ENGINE_SOCKET=/fluffy/gate/engine.sock" in body["Env"]
     assert f"FLUFFY_HOST_PROJECT={project}" in body["Env"]  # host paths for sibling mounts
     assert "FLUFFY_PROJECT_ID=id" in body["Env"]  # the kernel labels its sandboxes with it
 

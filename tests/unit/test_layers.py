@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "fluffy"
-LAYER_DIRS = ("bootstrap", "kernel", "sandboxes", "seccomp", "plugins", "images")
+LAYER_DIRS = ("bootstrap", "gate", "kernel", "sandboxes", "seccomp", "plugins", "images")
 ENGINE_CLIENTS = {"docker", "podman", "requests", "urllib3"}
 
 
@@ -91,7 +91,27 @@ def test_bootstrap_imports_the_standard_library_only() -> None:
         if _in(module, "fluffy.bootstrap"):
             for imp in _imports(path, module):
                 top = imp.split(".")[0]
-                assert top in sys.stdlib_module_names or _in(imp, "fluffy.bootstrap"), (module, imp)
+                # the trusted base: itself and the engine gate (also standard library only)
+                trusted = _in(imp, "fluffy.bootstrap") or _in(imp, "fluffy.gate")
+                assert top in sys.stdlib_module_names or trusted, (module, imp)
+
+
+def test_the_engine_gate_imports_the_standard_library_only() -> None:
+    for module, path in MODULES.items():
+        if _in(module, "fluffy.gate"):
+            for imp in _imports(path, module):
+                top = imp.split(".")[0]
+                assert top in sys.stdlib_module_names or _in(imp, "fluffy.gate"), (module, imp)
+
+
+def test_the_engine_gate_stays_under_its_400_line_budget() -> None:
+    code = sum(
+        1
+        for path in (ROOT / "gate").rglob("*.py")
+        for line in path.read_text().splitlines()
+        if not re.match(r"^\s*(#.*)?$", line)
+    )
+    assert code < 400, f"the engine gate has {code} lines of code; its budget is < 400"
 
 
 def test_bootstrap_stays_under_its_500_line_budget() -> None:

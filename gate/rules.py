@@ -1,0 +1,188 @@
+"""What the engine gate lets L1 ask of the engine (stdlib only, pure functions).
+
+A request is matched against :data:`ROUTES` on its path without the API version prefix;
+anything else is refused.  A container create body must be fluffy's hardened sandbox
+template exactly: :func:`check_create` refuses every deviation and returns the body to
+forward (the project's label forced, the seccomp profile replaced by the gate's copy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+PROJECT_LABEL = "org.fluffy.project"
+IMAGE = re.compile(r"^((docker\.io|localhost)/)?fluffy/[a-z0-9-]+:[0-9a-f]{12,64}$")
+VERSION = re.compile(r"^/v\d+(\.\d+)*(?=/)")
+ID = r"(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
+#: (method, path pattern, kind): "open" needs nothing more, "list" gets the project's
+#: label filter forced, "own" must name one of the project's containers.
+ROUTES = [
+    ("GET", r"/_ping", "open"), ("HEAD", r"/_ping", "open"), ("GET", r"/version", "open"),
+    ("GET", r"/images/json", "open"), ("GET", r"/images/[A-Za-z0-9/_.:-]+/json", "open"),
+    ("GET", r"/containers/json", "list"), ("GET", r"/volumes", "list"),
+    ("POST", r"/containers/create", "create"),
+    ("POST", rf"/containers/{ID}/(start|stop|kill|wait|pause|unpause)", "own"),
+    ("GET", rf"/containers/{ID}/(json|logs)", "own"), ("DELETE", rf"/containers/{ID}", "own"),
+]  # fmt: skip
+#: Keys of a create body and of its HostConfig that may carry a value, and how it is
+#: checked; any other key must be absent or null (an empty MaskedPaths unmasks /proc).
+FREE = ("Cmd", "Env", "WorkingDir", "Labels", "Image", "User", "HostConfig", "NetworkDisabled",
+        "AttachStdout", "AttachStderr")  # fmt: skip
+HOST_KEYS = {"Binds", "Tmpfs", "Memory", "MemorySwap", "NanoCpus", "PidsLimit", "NetworkMode",
+             "ReadonlyRootfs", "CapDrop", "SecurityOpt", "IpcMode", "Init", "Privileged",
+             "CapAdd"}  # fmt: skip
+TMPFS_OPTIONS = {"rw", "noexec", "nosuid", "nodev"}
+TMP = "/tmp"  # noqa: S108 (the sandbox's own tmpfs)
+
+
+class Refused(Exception):
+    """The gate says no: what was asked, why not (shown to L1 and logged)."""
+
+
+@dataclass
+class Scope:
+    """One project's gate: its label, the host folders sandboxes may mount, the seccomp
+    profiles it trusts (text -> host path), and the engine kind."""
+
+    project_id: str
+    project: Path
+    writable: tuple[Path, ...]  # the kernel's state and socket folders (host paths)
+    profiles: dict[str, Path]
+    engine: str = "docker"
+    owned: set[str] = field(default_factory=set)
+
+
+def load_profiles(folder: Path) -> dict[str, Path]:
+    """The generated seccomp profiles fluffy ships: canonical JSON -> file."""
+    return {_canonical(path.read_text()): path for path in sorted(folder.glob("*.json"))}
+
+
+def _canonical(text: str) -> str:
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+
+def route(method: str, path: str) -> tuple[str, str | None]:
+    """(kind, container reference) for an allowed request; :class:`Refused` otherwise."""
+    bare = VERSION.sub("", path.split("?", 1)[0], count=1)
+    for want, pattern, kind in ROUTES:
+        found = re.fullmatch(pattern, bare)
+        if method == want and found:
+            return kind, found.groupdict().get("id")
+    raise Refused(f"{method} {bare} is not an operation fluffy's kernel uses")
+
+
+def force_label(path: str, project_id: str) -> str:
+    """A list request limited to the project's resources (its label filter added)."""
+    base, _, query = path.partition("?")
+    params = dict(parse_qsl(query))
+    try:
+        filters = json.loads(params.get("filters") or "{}")
+        labels = filters.get("label") or []
+        labels = list(labels) if isinstance(labels, list) else [k for k, v in labels.items() if v]
+    except (ValueError, AttributeError, TypeError):
+        raise Refused("the list filter is not JSON of the engine's form") from None
+    filters["label"] = [*labels, f"{PROJECT_LABEL}={project_id}"]
+    params["filters"] = json.dumps(filters)
+    return f"{base}?{urlencode(params)}"
+
+
+def check_create(body: Any, scope: Scope) -> dict[str, Any]:
+    """The body to forward, or :class:`Refused` naming the first deviation."""
+    if not isinstance(body, dict):
+        raise Refused("the create body is not a JSON object")
+    _extra(body, FREE, "the container", falsy=True)
+    image = body.get("Image")
+    if not isinstance(image, str) or not IMAGE.match(image):
+        raise Refused(f"image {image!r} is not one of fluffy's content-hash images")
+    user = str(body.get("User") or "")
+    if not re.fullmatch(r"[1-9]\d*:\d+", user):
+        raise Refused(f"user {user!r} is not a numeric non-root uid:gid")
+    if body.get("NetworkDisabled") is not True:
+        raise Refused("the container's network is not disabled")
+    env, cmd = body.get("Env") or [], body.get("Cmd") or []
+    if not all(isinstance(x, str) for x in [*env, *cmd]):
+        raise Refused("Env and Cmd must be lists of strings")
+    labels = body.get("Labels") or {}
+    if not isinstance(labels, dict):
+        raise Refused("Labels must be an object")
+    host = body.get("HostConfig")
+    if not isinstance(host, dict):
+        raise Refused("the create body has no HostConfig")
+    out = dict(body, Labels={**labels, PROJECT_LABEL: scope.project_id})
+    out["HostConfig"] = _check_host(host, scope)
+    return out
+
+
+def _extra(data: dict[str, Any], allowed: Any, where: str, *, falsy: bool = False) -> None:
+    """No other key carries a value (``falsy``: false, 0 and empty count as none)."""
+    for key, value in data.items():
+        if key not in allowed and (value if falsy else value is not None):
+            raise Refused(f"{where} sets {key}, which fluffy's sandboxes never set")
+
+
+def _check_host(host: dict[str, Any], scope: Scope) -> dict[str, Any]:
+    _extra(host, HOST_KEYS, "HostConfig")
+    fixed = {"NetworkMode": "none", "ReadonlyRootfs": True, "CapDrop": ["ALL"]}
+    for key, want in fixed.items():
+        if host.get(key) != want:
+            raise Refused(f"HostConfig.{key} is {host.get(key)!r}, not {want!r}")
+    for key in ("Privileged", "Init", "CapAdd"):
+        if host.get(key):
+            raise Refused(f"HostConfig.{key} is set: sandboxes get no privilege")
+    if host.get("IpcMode") not in (None, "private"):
+        raise Refused(f"HostConfig.IpcMode {host.get('IpcMode')!r} is not private")
+    memory, cpus, pids = host.get("Memory"), host.get("NanoCpus"), host.get("PidsLimit")
+    for name, value in (("Memory", memory), ("NanoCpus", cpus), ("PidsLimit", pids)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise Refused(f"HostConfig.{name} must be a positive limit, not {value!r}")
+    if host.get("MemorySwap") != memory:
+        raise Refused("HostConfig.MemorySwap must equal Memory (no swap beyond the limit)")
+    if (pids or 0) > 4096 or (cpus or 0) > 64 * 10**9:
+        raise Refused("HostConfig limits exceed the sandbox maximums (4096 pids, 64 CPUs)")
+    tmpfs = host.get("Tmpfs") or {}
+    for target, options in tmpfs.items() if isinstance(tmpfs, dict) else [(None, None)]:
+        opts = set(str(options).split(","))
+        sized = {o for o in opts if re.fullmatch(r"size=\d+[kmg]?", o)}
+        safe = {"noexec", "nosuid", "nodev"} <= opts and len(sized) == 1
+        if target != TMP or not safe or opts - TMPFS_OPTIONS - sized:
+            raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized noexec /tmp")
+    return dict(host, Binds=[_check_bind(b, scope) for b in host.get("Binds") or []],
+                SecurityOpt=_check_security(host.get("SecurityOpt"), scope))  # fmt: skip
+
+
+def _check_bind(bind: Any, scope: Scope) -> str:
+    parts = bind.split(":") if isinstance(bind, str) else []
+    if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[1].startswith("/"):
+        raise Refused(f"bind {bind!r} is not source:target:ro|rw")
+    # resolved here, and the resolved path is what the engine gets: a link planted by L1
+    # in its own folders cannot lead the mount out of them
+    source, real = parts[0], Path(os.path.realpath(parts[0]))
+    if not real.is_dir() and not real.is_file():
+        raise Refused(f"bind source {source} does not exist")
+    if real == scope.project or scope.project in real.parents:
+        if parts[2] != "ro":
+            raise Refused(f"the project ({source}) is mounted read-only only")
+    elif not any(real == root or root in real.parents for root in scope.writable):
+        raise Refused(f"bind source {source} is outside the project and fluffy's folders")
+    return f"{real}:{parts[1]}:{parts[2]}"
+
+
+def _check_security(options: Any, scope: Scope) -> list[str]:
+    options = options if isinstance(options, list) else []
+    profile = [o for o in options if isinstance(o, str) and o.startswith("seccomp=")]
+    rest = sorted(o for o in options if o not in profile)
+    if rest != ["no-new-privileges:true"] or len(profile) != 1:
+        raise Refused("SecurityOpt must be no-new-privileges:true and one seccomp profile")
+    try:
+        path = scope.profiles[_canonical(profile[0].removeprefix("seccomp="))]
+    except (ValueError, KeyError):
+        raise Refused("the seccomp profile is not one of fluffy's generated profiles") from None
+    # Podman reads a profile from a file only: the gate's own copy, never the kernel's
+    chosen = f"seccomp={path}" if scope.engine == "podman" else profile[0]
+    return ["no-new-privileges:true", chosen]

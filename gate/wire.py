@@ -1,0 +1,68 @@
+"""HTTP/1.1 to an engine's Unix socket, one request per connection (stdlib only).
+
+Shared by the bootstrap (its own engine calls) and the gate (checks and relays)."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import socket
+from typing import Any
+
+
+def send(
+    path: str,
+    method: str,
+    target: str,
+    body: bytes = b"",
+    *,
+    content_type: str = "application/json",
+    timeout: float | None = None,
+) -> socket.socket:
+    """A connection to the socket at ``path`` with the request sent, its answer unread."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        head = f"{method} {target} HTTP/1.1\r\nHost: engine\r\nConnection: close\r\n"
+        if body or method in ("POST", "PUT"):
+            head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        sock.sendall(head.encode("latin-1") + b"\r\n" + body)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _Bytes:
+    """What http.client.HTTPResponse needs to parse a response already read."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def makefile(self, *_args: object) -> io.BytesIO:
+        return io.BytesIO(self.data)
+
+
+def parse(data: bytes) -> tuple[int, bytes]:
+    """(status, body) of a whole HTTP response (chunked bodies joined)."""
+    response = http.client.HTTPResponse(_Bytes(data))  # type: ignore[arg-type]
+    response.begin()
+    return response.status, response.read()
+
+
+def request(
+    path: str, method: str, target: str, body: bytes = b"", timeout: float | None = None
+) -> tuple[bytes, int, bytes]:
+    """(the raw response, its status, its body)."""
+    with send(path, method, target, body, timeout=timeout) as sock:
+        data = b"".join(iter(lambda: sock.recv(65536), b""))
+    return (data, *parse(data))
+
+
+def as_json(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body[:1] in (b"{", b"[") else None
+    except ValueError:
+        return None

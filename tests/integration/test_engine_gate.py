@@ -1,0 +1,149 @@
+"""Code inside L1, as the kernel's own user, goes for the engine and is refused.
+
+L1 has no engine socket; the gate's socket answers only what the kernel uses, only on
+this project's sandboxes, and a create only in the hardened template.  Each attempt is
+made from inside the running L1 container (``<engine> exec``), on Docker and Podman,
+and must come back 403 with the refusal in the gate's log.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from typing import Any
+
+from tests.integration.test_l1_kernel import FLUFFY, _fluffy, _inspect, l1  # noqa: F401 (fixture)
+
+#: Run inside L1: one HTTP request to the gate; prints {"status": ..., "body": ...}.
+PROBE = textwrap.dedent(
+    """
+    import http.client, json, socket, sys
+    class Unix(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect("/fluffy/gate/engine.sock")
+    conn = Unix("localhost", timeout=30)
+    conn.request(sys.argv[1], sys.argv[2], body=sys.argv[3].encode() or None,
+                 headers={"Content-Type": "application/json"})
+    answer = conn.getresponse()
+    body = answer.read().decode(errors="replace")
+    print(json.dumps({"status": answer.status, "body": body}))
+    """
+)
+
+
+def _in_l1(kit: dict[str, Any], container: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kit["cli"], "exec", container, *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+def _ask(kit: dict[str, Any], container: str, method: str, path: str, body: Any = "") -> Any:
+    payload = body if isinstance(body, str) else json.dumps(body)
+    done = _in_l1(kit, container, "python3", "-c", PROBE, method, path, payload)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _template(kit: dict[str, Any], image: str, **host: Any) -> dict[str, Any]:
+    """The hardened sandbox body the kernel sends (what the gate accepts), plus ``host``."""
+    from fluffy.seccomp.compile import oci_json
+
+    state = str(kit["paths"]["state"])
+    config = {
+        "Binds": [f"{kit['project']}:/workspace:ro", f"{state}:/output:rw"],
+        "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},
+        "Memory": 64 * 2**20, "MemorySwap": 64 * 2**20, "NanoCpus": 10**9, "PidsLimit": 10,
+        "NetworkMode": "none", "ReadonlyRootfs": True, "CapDrop": ["ALL"], "IpcMode": "private",
+        "SecurityOpt": ["no-new-privileges:true", f"seccomp={oci_json('strict')}"],
+    }  # fmt: skip
+    config.update(host)
+    return {"Image": image, "User": "10001:10001", "Cmd": ["true"], "NetworkDisabled": True,
+            "Labels": {}, "HostConfig": config}  # fmt: skip
+
+
+def test_code_in_l1_cannot_reach_past_the_gate(l1: dict[str, Any]) -> None:  # noqa: F811
+    started = _fluffy(l1, "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    container = json.loads(_fluffy(l1, "status").stdout)["container_id"]
+    kernel = _inspect(l1["cli"], container)
+    assert not any("docker.sock" in b or "podman.sock" in b for b in kernel["HostConfig"]["Binds"])
+    # no engine socket anywhere L1 can see
+    found = _in_l1(l1, container, "sh", "-c", "ls /var/run/docker.sock /run/podman 2>&1; true")
+    assert "No such file" in found.stdout, found.stdout
+    listed = _ask(l1, container, "GET", "/v1.41/images/json")
+    assert listed["status"] == 200
+    tags = [t for i in json.loads(listed["body"]) for t in i.get("RepoTags") or []]
+    image = next(t.removeprefix("docker.io/") for t in tags if "fluffy/code-executor:" in t)
+    # a foreign container, made on the host: L1 may neither see nor touch it
+    foreign = subprocess.run(
+        [l1["cli"], "create", "--label", "owner=someone-else", image, "true"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        host = str(l1["home"].parent)
+        attempts = {
+            "privileged": _template(l1, image, Privileged=True),
+            "host root": _template(l1, image, Binds=["/:/host:rw"]),
+            "project rw": _template(l1, image, Binds=[f"{l1['project']}:/workspace:rw"]),
+            "outside": _template(l1, image, Binds=[f"{host}:/x:ro"]),
+            "cap add": _template(l1, image, CapAdd=["SYS_ADMIN"]),
+            "host pid": _template(l1, image, PidMode="host"),
+            "host network": _template(l1, image, NetworkMode="host"),
+            "userns host": _template(l1, image, UsernsMode="host"),
+            "device": _template(l1, image, Devices=[{"PathOnHost": "/dev/sda"}]),
+            "no seccomp": _template(l1, image, SecurityOpt=["no-new-privileges:true"]),
+            "unconfined": _template(
+                l1, image, SecurityOpt=["no-new-privileges:true", "seccomp=unconfined"]
+            ),
+            "unmasked proc": _template(l1, image, MaskedPaths=[]),
+            "no limits": _template(l1, image, Memory=0),
+            "writable root": _template(l1, image, ReadonlyRootfs=False),
+            "foreign image": dict(_template(l1, image), Image="debian:bookworm-slim"),
+            "root user": dict(_template(l1, image), User="0:0"),
+        }
+        for what, body in attempts.items():
+            answer = _ask(l1, container, "POST", "/v1.41/containers/create", body)
+            assert answer["status"] == 403, (what, answer)
+            assert "fluffy's engine gate refused" in answer["body"], (what, answer)
+        operations = [
+            ("POST", f"/v1.41/containers/{foreign}/start"),
+            ("DELETE", f"/v1.41/containers/{foreign}?force=1"),
+            ("GET", f"/v1.41/containers/{foreign}/json"),
+            ("POST", f"/v1.41/containers/{foreign}/exec"),
+            ("POST", f"/v1.41/containers/{container}/exec"),  # L1 itself: not a sandbox
+            ("POST", f"/v1.41/containers/{container}/kill"),
+            ("POST", "/v1.41/images/create?fromImage=alpine&tag=latest"),
+            ("POST", "/v1.41/build?t=evil"),
+            ("POST", f"/v1.41/commit?container={foreign}&repo=fluffy/kernel&tag=0"),
+            ("GET", f"/v1.41/containers/{foreign}/archive?path=/"),
+            ("POST", "/v4.0.0/libpod/containers/create"),
+            ("POST", "/v1.41/volumes/create"),
+        ]
+        for method, path in operations:
+            answer = _ask(l1, container, method, path, "{}")
+            assert answer["status"] == 403, (method, path, answer)
+        # listing shows this project's sandboxes only (the foreign one is filtered out)
+        listed = _ask(l1, container, "GET", "/v1.41/containers/json?all=1")
+        assert foreign not in listed["body"]
+        # the template itself is accepted: the gate refuses deviations, not the work
+        accepted = _ask(l1, container, "POST", "/v1.41/containers/create", _template(l1, image))
+        assert accepted["status"] == 201, accepted
+        made = json.loads(accepted["body"])["Id"]
+        labels = _inspect(l1["cli"], made)["Config"]["Labels"]
+        assert labels["org.fluffy.project"] == kernel["Config"]["Labels"]["fluffy.project"]
+        assert _ask(l1, container, "DELETE", f"/v1.41/containers/{made}?force=1")["status"] == 204
+        assert _inspect(l1["cli"], foreign)["State"]["Status"] in ("created", "configured")
+    finally:
+        subprocess.run([l1["cli"], "rm", "-f", foreign], capture_output=True, check=False)
+    gate_log = l1["paths"]["base"].with_suffix(".gate.log").read_text().splitlines()
+    log = [json.loads(line) for line in gate_log]
+    assert len(log) >= len(attempts) + len(operations)
+    assert any("Privileged" in entry["why"] for entry in log)
+    doctor = subprocess.run(
+        [FLUFFY, "doctor", "--json"], cwd=l1["project"], env=l1["env"], capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    gate = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "engine gate")
+    assert gate["status"] == "warn" and gate["data"]["refused"] == len(log), gate

@@ -1,0 +1,179 @@
+"""The engine gate's rules: the hardened template passes, every deviation is refused.
+
+(tests/integration/test_engine_gate.py makes the same attempts from inside a real L1.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from fluffy.gate import rules
+from fluffy.seccomp.compile import oci_json
+
+GENERATED = Path(rules.__file__).resolve().parent.parent / "seccomp" / "generated"
+
+
+@pytest.fixture
+def scope(tmp_path: Path) -> rules.Scope:
+    for name in ("project", "state/outputs", "run"):
+        (tmp_path / name).mkdir(parents=True)
+    return rules.Scope(
+        "abc123",
+        tmp_path / "project",
+        (tmp_path / "state", tmp_path / "run"),
+        rules.load_profiles(GENERATED),
+    )
+
+
+def body(scope: rules.Scope, **host: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "Binds": [f"{scope.project}:/workspace:ro", f"{scope.writable[0]}/outputs:/output:rw"],
+        "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},
+        "Memory": 2**26, "MemorySwap": 2**26, "NanoCpus": 10**9, "PidsLimit": 10,
+        "NetworkMode": "none", "ReadonlyRootfs": True, "CapDrop": ["ALL"], "IpcMode": "private",
+        "SecurityOpt": ["no-new-privileges:true", f"seccomp={oci_json('standard')}"],
+    }  # fmt: skip
+    config.update(host)
+    return {"Image": "fluffy/code-executor:" + "a" * 16, "User": "1000:1000", "Cmd": ["true"],
+            "NetworkDisabled": True, "Tty": False, "AttachStdout": True, "Labels": {"x": "1"},
+            "HostConfig": config}  # fmt: skip
+
+
+def test_the_hardened_template_passes_with_the_project_label_forced(scope: rules.Scope) -> None:
+    sent = body(scope)
+    sent["Labels"][rules.PROJECT_LABEL] = "another-project"
+    out = rules.check_create(sent, scope)
+    assert out["Labels"] == {"x": "1", rules.PROJECT_LABEL: "abc123"}
+    assert out["HostConfig"]["SecurityOpt"] == sent["HostConfig"]["SecurityOpt"]
+
+
+def test_podman_gets_the_gates_own_profile_file(scope: rules.Scope) -> None:
+    scope.engine = "podman"
+    out = rules.check_create(body(scope), scope)
+    assert out["HostConfig"]["SecurityOpt"] == [
+        "no-new-privileges:true",
+        f"seccomp={GENERATED / 'standard.json'}",
+    ]
+
+
+WEAK_PROFILE = json.dumps({**json.loads(oci_json("standard")), "defaultAction": "SCMP_ACT_ALLOW"})
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"Privileged": True}, "Privileged"),
+        ({"CapAdd": ["SYS_ADMIN"]}, "CapAdd"),
+        ({"CapDrop": []}, "CapDrop"),
+        ({"NetworkMode": "host"}, "NetworkMode"),
+        ({"PidMode": "host"}, "PidMode"),
+        ({"UsernsMode": "host"}, "UsernsMode"),
+        ({"UTSMode": "host"}, "UTSMode"),
+        ({"IpcMode": "host"}, "IpcMode"),
+        ({"Devices": [{"PathOnHost": "/dev/sda"}]}, "Devices"),
+        ({"MaskedPaths": []}, "MaskedPaths"),
+        ({"Mounts": [{"Type": "bind", "Source": "/"}]}, "Mounts"),
+        ({"ReadonlyRootfs": False}, "ReadonlyRootfs"),
+        ({"Memory": 0}, "Memory"),
+        ({"PidsLimit": None}, "PidsLimit"),
+        ({"MemorySwap": -1}, "MemorySwap"),
+        ({"SecurityOpt": ["no-new-privileges:true"]}, "seccomp"),
+        ({"SecurityOpt": ["no-new-privileges:true", "seccomp=unconfined"]}, "generated"),
+        ({"SecurityOpt": ["no-new-privileges:true", f"seccomp={WEAK_PROFILE}"]}, "generated"),
+        ({"SecurityOpt": ["seccomp=" + oci_json("strict")]}, "no-new-privileges"),
+        ({"Tmpfs": {"/tmp": "rw,size=64m"}}, "noexec"),
+        ({"Tmpfs": {"/etc": "rw,noexec,nosuid,nodev,size=1m"}}, "/etc"),
+        ({"Binds": ["/:/host:rw"]}, "outside"),
+        ({"Binds": ["/etc:/etc:ro"]}, "outside"),
+    ],
+)
+def test_every_deviation_is_refused(scope: rules.Scope, change: dict[str, Any], said: str) -> None:
+    with pytest.raises(rules.Refused, match=said):
+        rules.check_create(body(scope, **change), scope)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"Image": "debian:bookworm-slim"}, "image"),
+        ({"Image": "fluffy/kernel@sha256:" + "a" * 64}, "image"),
+        ({"User": "0:0"}, "user"),
+        ({"User": "root"}, "user"),
+        ({"User": ""}, "user"),
+        ({"NetworkDisabled": False}, "network"),
+        ({"Entrypoint": ["sh"]}, "Entrypoint"),
+        ({"HostConfig": None}, "HostConfig"),
+    ],
+)
+def test_the_container_config_is_checked_too(
+    scope: rules.Scope, change: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(rules.Refused, match=said):
+        rules.check_create({**body(scope), **change}, scope)
+
+
+def test_the_project_is_mounted_read_only_only(scope: rules.Scope) -> None:
+    with pytest.raises(rules.Refused, match="read-only"):
+        rules.check_create(body(scope, Binds=[f"{scope.project}:/workspace:rw"]), scope)
+
+
+def test_a_link_planted_in_fluffys_folders_does_not_lead_the_mount_out(
+    scope: rules.Scope, tmp_path: Path
+) -> None:
+    (scope.writable[0] / "escape").symlink_to("/")
+    with pytest.raises(rules.Refused, match="outside"):
+        rules.check_create(body(scope, Binds=[f"{scope.writable[0]}/escape:/x:rw"]), scope)
+    inside = scope.writable[0] / "in"
+    inside.symlink_to(scope.writable[0] / "outputs")
+    out = rules.check_create(body(scope, Binds=[f"{inside}:/output:rw"]), scope)
+    assert out["HostConfig"]["Binds"] == [f"{scope.writable[0] / 'outputs'}:/output:rw"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1.41/containers/abc/exec"),
+        ("POST", "/v1.41/exec/abc/start"),
+        ("POST", "/v1.41/images/create?fromImage=alpine"),
+        ("POST", "/v1.41/build"),
+        ("POST", "/v1.41/commit?container=abc"),
+        ("GET", "/v1.41/containers/abc/archive?path=/"),
+        ("PUT", "/v1.41/containers/abc/archive?path=/"),
+        ("POST", "/v1.41/containers/abc/attach"),
+        ("POST", "/v1.41/containers/abc/update"),
+        ("POST", "/v1.41/containers/abc/rename?name=x"),
+        ("POST", "/v1.41/volumes/create"),
+        ("DELETE", "/v1.41/images/fluffy/kernel:abc"),
+        ("POST", "/v1.41/networks/create"),
+        ("POST", "/v1.41/plugins/pull"),
+        ("POST", "/v4.0.0/libpod/containers/create"),
+        ("GET", "/v1.41/containers/../../_ping"),
+    ],
+)
+def test_operations_the_kernel_never_uses_are_refused(method: str, path: str) -> None:
+    with pytest.raises(rules.Refused, match="not an operation"):
+        rules.route(method, path)
+
+
+def test_the_kernels_operations_are_routed() -> None:
+    assert rules.route("GET", "/v1.41/containers/json?all=1") == ("list", None)
+    assert rules.route("POST", "/v1.43/containers/abc123/kill") == ("own", "abc123")
+    assert rules.route("DELETE", "/containers/abc123?force=True&v=True") == ("own", "abc123")
+    assert rules.route("GET", "/v1.41/images/fluffy/kernel:abc/json") == ("open", None)
+    assert rules.route("POST", "/v1.41/containers/create?name=fluffy-x") == ("create", None)
+
+
+def test_lists_are_limited_to_the_project() -> None:
+    path = rules.force_label('/v1.41/containers/json?all=1&filters={"label":["a=1"]}', "abc")
+    query = parse_qs(path.split("?", 1)[1])
+    assert json.loads(query["filters"][0]) == {"label": ["a=1", f"{rules.PROJECT_LABEL}=abc"]}
+    assert query["all"] == ["1"]
+    bare = parse_qs(rules.force_label("/v1.41/volumes", "abc").split("?", 1)[1])
+    assert json.loads(bare["filters"][0]) == {"label": [f"{rules.PROJECT_LABEL}=abc"]}
+    with pytest.raises(rules.Refused):
+        rules.force_label("/containers/json?filters=notjson", "abc")
