@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -117,6 +118,34 @@ class PluginOutcome:
     #: create_ms (sandbox made and started), ready_ms (host asked for work),
     #: exchange_ms (job handed -> result back), total_ms.
     timings: dict[str, float]
+    #: the call's folder, open (``call_dir`` names it through /proc/self/fd)
+    call_fd: int = -1
+
+    def close(self) -> None:
+        if self.call_fd >= 0:
+            os.close(self.call_fd)
+            self.call_fd = -1
+
+
+def open_call_dir(output_dir: Path, call_id: str) -> int:
+    """The call's output folder, opened beneath the sandbox's output mount without
+    following a link: the sandbox may rename ``/output/<call_id>`` and plant a link to
+    the kernel's own files in its place; what the kernel reads is then refused, or the
+    real folder.  (The mount point itself cannot be renamed from inside.)"""
+    root = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(call_id, 0o700, dir_fd=root)  # a call that wrote nothing
+        return os.open(call_id, flags, dir_fd=root)
+    except OSError as exc:
+        raise ToolFailed(
+            f"the output folder of call {call_id} is not a folder",
+            why=f"{exc.strerror}: the sandbox replaced it (with a link?)",
+            fix="Nothing was read from it; the call's result is discarded.",
+        ) from None
+    finally:
+        os.close(root)
 
 
 class PluginRunner:
@@ -175,10 +204,17 @@ class PluginRunner:
 
     async def _result(self, context: CallContext, params: Any) -> None:
         job = self._job_of(context)
+        # single use, and only from the connection that took the job: code the call runs
+        # (a test) can reach the same socket, but cannot answer in the plugin's name
+        if job.context is None or context.connection is not job.context.connection:
+            raise InvalidPayload(
+                "tool.result must come from the connection that took the call (tool.next)"
+            )
         if not isinstance(params, dict) or params.get("call_id") != job.call_id:
             raise InvalidPayload("tool.result must name the call it answers (call_id)")
-        if not job.future.done():
-            job.future.set_result(params)
+        if job.future.done():
+            raise InvalidPayload("this call was answered already")
+        job.future.set_result(params)
 
     # -- the plugin's socket: two methods, everything else denied and audited ------------
     def _socket_methods(self, plugin: str) -> _SocketMethods:
@@ -329,7 +365,12 @@ class PluginRunner:
         if not isinstance(result, dict):
             await self._teardown(binding, sandbox)
             raise ToolFailed(f"{plugin} answered {tool} without a result object")
-        return PluginOutcome(result, sandbox.output_dir / call_id, sandbox, timings)
+        try:
+            fd = await asyncio.to_thread(open_call_dir, sandbox.output_dir, call_id)
+        except ToolFailed:
+            await self._teardown(binding, sandbox)
+            raise
+        return PluginOutcome(result, Path(f"/proc/self/fd/{fd}"), sandbox, timings, fd)
 
     async def _await_reply(
         self, job: _Job, sandbox: Sandbox, timeout_s: float, manager: ContainerManager
@@ -366,6 +407,7 @@ class PluginRunner:
 
     async def release(self, outcome: PluginOutcome) -> None:
         """Destroy the call's sandbox (and its output folder) in the background."""
+        outcome.close()
         binding = next(
             (b for b, j in self.jobs.items() if j.sandbox_id == outcome.sandbox.sandbox_id), None
         )
