@@ -31,6 +31,7 @@ SECURITY = {
     # (a local model server) included; sandboxes stay --network none (ADR-022)
     "NetworkMode": "host",
     "Privileged": False,
+    "NanoCpus": min(4, os.cpu_count() or 1) * 10**9,  # a runaway kernel leaves the host CPU
 }
 ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
 INSIDE = "/fluffy"  # where L1 sees the project, its socket folder and its state

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import re2
 from pathspec import GitIgnoreSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,6 +34,8 @@ BINARY_PROBE = 8192
 #: Files search.grep skips (and fs.read refuses whole above read_max_size).
 GREP_MAX_FILE = 1024 * 1024
 GREP_MAX_LINE = 500
+#: RE2 compiles a pattern within this much memory, or refuses it.
+GREP_MAX_REGEX_MEMORY = 8 * 1024 * 1024
 
 
 class StagedView(Protocol):
@@ -110,6 +112,24 @@ def parse_args(tool: str, args: Any) -> Any:
         raise ToolInputInvalid(
             f"{tool}: argument {where}: {first['msg']}",
             why=f"{len(exc.errors())} problem(s) with the arguments",
+        ) from None
+
+
+def _linear_regex(pattern: str, ignore_case: bool) -> Any:
+    """The model's pattern in RE2: time linear in the text, memory capped, so no pattern
+    (``([\\w ]+)+!`` and the like) can stall the kernel's event loop."""
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    options.max_mem = GREP_MAX_REGEX_MEMORY
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ToolInputInvalid(
+            f"search.grep: {pattern!r} is not an RE2 regular expression: {why}",
+            fix="search.grep uses RE2 syntax (as ripgrep does): no backreferences or "
+            "lookaround; search for a simpler pattern and filter the matches.",
         ) from None
 
 
@@ -291,12 +311,7 @@ class FastPath:
         return {"path": rel, "exists": True, "type": kind}
 
     def grep(self, args: GrepArgs, stage: StagedView | None) -> dict[str, Any]:
-        try:
-            regex = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
-        except re.error as exc:
-            raise ToolInputInvalid(
-                f"search.grep: {args.pattern!r} is not a regular expression: {exc}"
-            ) from None
+        regex = _linear_regex(args.pattern, args.case_insensitive)
         only = GitIgnoreSpec.from_lines([args.glob]) if args.glob else None
         under = self.rel(args.path)
         single = under != "." and (self.project / under).is_file()

@@ -67,6 +67,7 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     assert not any(str(sock) in bind for bind in host["Binds"]) and "GroupAdd" not in host
     assert f"{tmp_path / 'gate'}:/fluffy/gate:ro" in host["Binds"]
     assert "FLUFFY_ENGINE_SOCKET=/fluffy/gate/engine.sock" in body["Env"]
+    assert host["NanoCpus"] >= 10**9  # a CPU limit on L1
     assert f"FLUFFY_HOST_PROJECT={project}" in body["Env"]  # host paths for sibling mounts
     assert "FLUFFY_PROJECT_ID=id" in body["Env"]  # the kernel labels its sandboxes with it
 

@@ -111,3 +111,22 @@ def test_grep_limits_and_bad_patterns(project: Path) -> None:
         fast.run("search.grep", {"pattern": "("}, None)
     only = fast.run("search.grep", {"pattern": "def", "glob": "src/**"}, None)["matches"]
     assert [(m["path"], m["line"]) for m in only] == [("src/pkg/mod.py", 1)]
+
+
+def test_grep_runs_in_linear_time_whatever_the_pattern(project: Path) -> None:
+    """The red team's ``([\\w ]+)+!`` over a long line stalled L1 under Python's re
+    (exponential backtracking); RE2 answers at once.  A backreference, which needs
+    backtracking, is refused with RE2's reason instead of being run."""
+    import time
+
+    (project / "long.txt").write_text("a" * 40 + "\n" + "word " * 20_000 + "\n")
+    fast = FastPath(project)
+    started = time.process_time()
+    out = fast.run("search.grep", {"pattern": r"([\w ]+)+!"}, None)
+    assert out["matches"] == []
+    # python's re takes over an hour on the first line alone; RE2 a few milliseconds
+    assert time.process_time() - started < 5
+    assert fast.run("search.grep", {"pattern": "(?i)WORD"}, None)["matches"]
+    with pytest.raises(ToolInputInvalid, match="RE2") as caught:
+        fast.run("search.grep", {"pattern": r"(a)\1"}, None)
+    assert "backreferences" in (caught.value.fix or "")
