@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,19 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def stored_hashes(state: Path, seq: int) -> set[str]:
+    """The hashes stored for entry ``seq`` in the audit log and its archives (read-only)."""
+    found: set[str] = set()
+    for db in [state / "fluffy.db", *sorted((state / "audit-archive").glob("audit-*.db"))]:
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(
+            sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
+        ) as conn:  # fmt: skip
+            found.update(
+                r[0] for r in conn.execute("SELECT hash FROM audit_log WHERE seq=?", (seq,))
+            )
+    return found
 
 
 class Supervisor:
@@ -107,20 +121,23 @@ class Supervisor:
         write_json(self.p["status"], self.status)
 
     def witness(self, pong: dict[str, Any]) -> None:
-        """Keep the newest audit head; a head behind the witness is a rollback, kept out."""
-        head = pong.get("audit_head")
-        if not isinstance(head, dict):
-            return
-        seen = read_json(self.p["witness"])
-        if (
-            seen
-            and seen.get("chain_id") == head.get("chain_id")
-            and head.get("seq", 0) < seen.get("seq", 0)
-        ):
-            behind = f"{head.get('seq')} < witnessed {seen.get('seq')}"
-            self.save(warning=f"the kernel's audit head went back: {behind}")
-            return
-        write_json(self.p["witness"], head)
+        """Keep the newest audit head if it extends the witnessed one (same chain, the
+        witnessed entry unchanged); anything else is reported and never adopted."""
+        head, seen = pong.get("audit_head"), read_json(self.p["witness"]) or {}
+        if not isinstance(head, dict) or head == seen:
+            return None
+        seq, problem = seen.get("seq", 0), ""
+        if seen and seen.get("chain_id") != head.get("chain_id"):
+            problem = f"a new chain {head.get('chain_id')} replaced {seen.get('chain_id')}"
+        elif seen and head.get("seq", 0) < seq:
+            problem = f"the head went back: {head.get('seq')} < witnessed {seq}"
+        elif seen and seen.get("hash") not in stored_hashes(self.p["state"], seq):
+            problem = f"entry {seq} changed (or vanished) after it was witnessed"
+        if problem:
+            return self.save(
+                warning=f"the kernel's audit log does not extend the witness: {problem}"
+            )
+        return write_json(self.p["witness"], head)
 
     def launch(self) -> None:
         body = l1.spec(

@@ -158,4 +158,7 @@ def kernel_checks(project: Path) -> list[Check]:
     checks.append(_socket(p["run"]))
     checks.append(_gate(p))
     checks.append(_witness(p["state"], p["witness"]))
+    if status.get("warning"):  # the bootstrap saw the log not extend its witness
+        fix = "Run `fluffy audit verify` and investigate before trusting the log."
+        checks.append(Check("audit head", "warn", str(status["warning"]), fix))
     return checks

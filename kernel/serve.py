@@ -127,7 +127,7 @@ async def serve(
     }
     server = KernelServer(methods, limits or Limits())
     server.observer = SyscallAuditor(audit, lambda: workflow.current)
-    server.audit_head = lambda: audit.head.to_dict()
+    server.audit_head = lambda: audit.durable_head.to_dict() if audit.durable_head.seq else None
     server.memory = guard.as_dict
     await server.listen(socket_path)
     stop = asyncio.Event()

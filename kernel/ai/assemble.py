@@ -138,6 +138,7 @@ async def assemble_ai(
         runner,
         memory,
         audit=audit_quarantine,
+        durable=audit.flush if audit is not None else None,
         quarantine_after=policy.session.quarantine_after,
     )
     return AiLayer(loop, proxy, runner, store, policy.session.max_rounds)

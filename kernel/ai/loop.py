@@ -94,12 +94,16 @@ class SessionLoop:
         memory: Memory,
         *,
         audit: Audit | None = None,
+        durable: Callable[[], Awaitable[None]] | None = None,
         quarantine_after: int = QUARANTINE_AFTER,
     ) -> None:
         self.router = router
         self.runner = runner
         self.memory = memory
         self.audit = audit
+        #: commits the buffered audit entries: awaited before every model request, so
+        #: what the model is told (its tool results) is never lost from the log by a crash
+        self.durable = durable
         self.quarantine_after = quarantine_after
         self.streams: dict[str, EventStream] = {}
         self.turns: dict[str, Turn] = {}
@@ -321,6 +325,8 @@ class SessionLoop:
                     text.append(event.content)
                     await self._emit(turn, {"type": "text_delta", "content": event.content})
 
+            if self.durable is not None:
+                await self.durable()
             response = await provider.request(turn.provider, messages, tools, on_event)
             turn.final_text = response.text or "".join(text)
             calls = list(response.tool_calls)

@@ -245,6 +245,7 @@ class AuditLog:
         self._closing = False
         self._chain_id = ""
         self._seq = 0
+        self._durable = Head("", 0, "")
         self._hash = ""
         self._headfile = HeadFile(head_path(state_dir))
         self._task: asyncio.Task[None] | None = None
@@ -289,11 +290,18 @@ class AuditLog:
             self._seq, self._hash = int(rows[0][0]), str(rows[0][1])
         elif "anchor_seq" in meta:  # everything was archived: continue from the anchor
             self._seq, self._hash = int(meta["anchor_seq"]), meta["anchor_hash"]
+        self._durable = self.head
 
     @property
     def head(self) -> Head:
         """The newest recorded entry (seq, hash): what an outside witness keeps."""
         return Head(self._chain_id, self._seq, self._hash)
+
+    @property
+    def durable_head(self) -> Head:
+        """The newest *committed* entry: what the bootstrap's witness may keep (a head
+        still in the buffer could be lost by a crash, and would then read as a rollback)."""
+        return self._durable
 
     @property
     def empty(self) -> bool:
@@ -478,6 +486,8 @@ class AuditLog:
             else:  # give up at shutdown rather than loop forever; nobody is left waiting
                 self._fail_pending(error)
             return
+        if head is not None:
+            self._durable = head
         if rows:
             self.stats.committed += len(rows)
             self.stats.commits += 1

@@ -161,7 +161,7 @@ class KernelServer:
     connections: set[_Connection] = field(default_factory=set)
     credentials: PeerCredentials = peer_identity
     observer: Observer | None = None
-    audit_head: Callable[[], dict[str, Any]] | None = None
+    audit_head: Callable[[], dict[str, Any] | None] | None = None
     memory: Callable[[], dict[str, Any]] | None = None
 
     async def listen(

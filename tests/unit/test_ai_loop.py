@@ -190,3 +190,33 @@ def test_cancelling_mid_call_still_records_a_result_for_every_call(tmp_path: Pat
     results = [m for m in history if m.role == "tool"]
     assert {m.tool_call_id for m in results} == {c.id for c in assistant.tool_calls}
     assert all("cancelled" in m.content for m in results)
+
+
+def test_the_audit_is_committed_before_every_model_request(tmp_path: Path) -> None:
+    """What the model is told (its tool results) is in the committed log first: a crash
+    after the answer cannot lose the entries the answer was about."""
+    harness = Harness(tmp_path)
+    provider = _script(
+        ("Reading.", [("fs.read", {"path": "/src/app.py"})]),
+        ("Planned.", [("plan.complete", {"summary": "test first"})]),
+        ("Done.", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> list[tuple[int, int]]:
+        audit = harness.audit
+        assert audit is not None and ai.loop.durable is not None
+        flush, seen = ai.loop.durable, []
+
+        async def watched() -> None:
+            await flush()
+            seen.append((audit.durable_head.seq, audit.head.seq))
+
+        ai.loop.durable = watched
+        await ai.loop.start(sid, "Add error handling", provider)
+        await _events(ai, sid)
+        return seen
+
+    seen = run(harness, body)
+    assert len(seen) == 3  # one per model request
+    assert all(durable == recorded for durable, recorded in seen), seen
+    assert seen[-1][0] > seen[0][0]  # the tool calls' entries were among them

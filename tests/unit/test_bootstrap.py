@@ -106,3 +106,56 @@ def test_a_missing_project_is_a_structured_error(
     assert boot_main.main(["run", "--project", str(tmp_path / "nope")]) == 3
     error = json.loads(capsys.readouterr().err)["error"]
     assert error["code"] == "config.invalid"
+
+
+def _log_with(state: Path, entries: dict[int, str]) -> None:
+    import sqlite3
+
+    state.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(state / "fluffy.db") as db:
+        db.execute("CREATE TABLE IF NOT EXISTS audit_log (seq INTEGER PRIMARY KEY, hash TEXT)")
+        db.execute("DELETE FROM audit_log")
+        db.executemany("INSERT INTO audit_log VALUES (?, ?)", entries.items())
+
+
+def test_the_witness_adopts_only_heads_that_extend_it(tmp_path: Path) -> None:
+    from fluffy.bootstrap.supervisor import Supervisor, read_json
+
+    sup = Supervisor(Engine("docker", str(tmp_path / "none.sock")), str(tmp_path), tmp_path, "i")
+    sup.p["base"].mkdir(parents=True)
+    state = sup.p["state"]
+    _log_with(state, {1: "h1", 2: "h2", 3: "h3"})
+
+    def pong(seq: int, hash_: str, chain: str = "c1") -> dict[str, object]:
+        return {"audit_head": {"chain_id": chain, "seq": seq, "hash": hash_}}
+
+    sup.witness(pong(2, "h2"))
+    assert read_json(sup.p["witness"]) == pong(2, "h2")["audit_head"]
+    sup.witness(pong(3, "h3"))  # extends: entry 2 still has the witnessed hash
+    assert read_json(sup.p["witness"])["seq"] == 3  # type: ignore[index]
+    # the tail was rewritten (entry 3 changed) and a few entries added: not adopted
+    _log_with(state, {1: "h1", 2: "h2", 3: "forged", 4: "h4", 5: "h5"})
+    sup.witness(pong(5, "h5"))
+    assert read_json(sup.p["witness"])["seq"] == 3  # type: ignore[index]
+    assert "entry 3 changed" in sup.status["warning"]
+    # the witnessed entry vanished (a lost tail replaced by new entries): not adopted
+    _log_with(state, {1: "h1", 2: "h2", 4: "h4"})
+    sup.witness(pong(4, "h4"))
+    assert read_json(sup.p["witness"])["seq"] == 3  # type: ignore[index]
+    # a fresh chain replacing the witnessed one is reported, never adopted
+    sup.witness(pong(9, "x", chain="c2"))
+    assert read_json(sup.p["witness"])["chain_id"] == "c1"  # type: ignore[index]
+    assert "new chain c2" in sup.status["warning"]
+    sup.witness(pong(1, "h1"))  # a rollback
+    assert "went back" in sup.status["warning"]
+    # an archived witnessed entry still counts (rotation moved it)
+    _log_with(state / "audit-archive" / "x", {})
+    archive = state / "audit-archive" / "audit-20260101-000000000001-000000000003.db"
+    (state / "audit-archive" / "x" / "fluffy.db").rename(archive)
+    _log_with(state, {4: "h4", 5: "h5"})
+    import sqlite3
+
+    with sqlite3.connect(archive) as db:
+        db.executemany("INSERT INTO audit_log VALUES (?, ?)", [(1, "h1"), (2, "h2"), (3, "h3")])
+    sup.witness(pong(5, "h5"))
+    assert read_json(sup.p["witness"])["seq"] == 5  # type: ignore[index]
