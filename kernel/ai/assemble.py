@@ -111,7 +111,9 @@ async def assemble_ai(
         state_dir,
         manager=sandboxes.manager if sandboxes is not None else None,
         start_proxy=start_proxy,
-        launcher=launcher or ("sandbox" if sandboxes is not None else "process"),
+        # never a silent fallback to an unsandboxed child: without sandboxes a turn fails
+        # closed (ProviderRunner.open says why); "process" is for tests that ask for it
+        launcher=launcher or "sandbox",
         observer=SyscallAuditor(audit, lambda: tools.router.workflow.current)
         if audit is not None
         else None,

@@ -12,8 +12,8 @@ The sandbox (template ai-provider: strict seccomp, no network, 256 MiB) runs
 ``fluffy.sandboxes.ai_host``, which asks for requests until it gets None.  Each model
 request of the turn is one job; its stream events come back through ``on_event``.
 
-``launcher="process"`` runs the same host as a plain child process (tests and hosts
-without a container engine; never the default in a kernel).
+``launcher="process"`` runs the same host as a plain child process, for tests that ask
+for it by name; a kernel never falls back to it (no sandbox: the turn fails closed).
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from fluffy.errors import EngineTimeout, InvalidPayload, ProviderFailed, ToolTransient
+from fluffy.errors import (
+    EngineTimeout,
+    InvalidPayload,
+    ProviderFailed,
+    SandboxConfigError,
+    ToolTransient,
+)
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
@@ -221,6 +227,14 @@ class ProviderRunner:
         self.sessions: set[ProviderSession] = set()
 
     async def open(self, session_id: str, turn_id: str) -> ProviderSession:
+        if self.launcher == "sandbox" and self._manager is None:
+            raise SandboxConfigError(
+                "the AI adapter has no sandbox to run in",
+                why="this kernel was started without a project (--project), so it has no "
+                "container manager; the adapter never runs outside its ai-provider sandbox",
+                fix="Start the kernel through fluffy (`fluffy` or `fluffy start` in the "
+                "project), or `fluffy kernel serve --project DIR`.",
+            )
         binding = f"ai:{session_id}:{turn_id}"
         # the sandbox user, or this process's own uid for a child process (tests)
         uid = sandbox_identity()[0] if self.launcher == "sandbox" else os.geteuid()

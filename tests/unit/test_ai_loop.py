@@ -192,6 +192,22 @@ def test_cancelling_mid_call_still_records_a_result_for_every_call(tmp_path: Pat
     assert all("cancelled" in m.content for m in results)
 
 
+def test_without_sandboxes_a_turn_fails_closed_not_in_a_child(tmp_path: Path) -> None:
+    """No container manager (a kernel without --project): the adapter does not fall
+    back to running as an unsandboxed child process; the error says how to fix it."""
+    from fluffy.errors import SandboxConfigError
+    from fluffy.kernel.ai.provider import ProviderRunner
+
+    async def no_proxy(*_args: Any) -> Any:
+        raise AssertionError("nothing may start")
+
+    runner = ProviderRunner(tmp_path, manager=None, start_proxy=no_proxy)
+    with pytest.raises(SandboxConfigError, match="no sandbox") as caught:
+        asyncio.run(runner.open("s", "t"))
+    assert "--project" in (caught.value.why or "") and caught.value.fix
+    assert not runner.sessions and not any(tmp_path.iterdir())
+
+
 def test_the_audit_is_committed_before_every_model_request(tmp_path: Path) -> None:
     """What the model is told (its tool results) is in the committed log first: a crash
     after the answer cannot lose the entries the answer was about."""
