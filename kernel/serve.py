@@ -31,8 +31,8 @@ from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.methods import policy_methods
-from fluffy.kernel.policy.model import PolicyFile, load_policy, parse_policy
-from fluffy.kernel.project.defaults import default_policy_text
+from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.project.defaults import project_policy
 from fluffy.kernel.project.layout import detect_layout
 from fluffy.kernel.project.methods import project_methods
 from fluffy.kernel.tools.assemble import assemble_tools
@@ -42,18 +42,6 @@ from fluffy.kernel.workflow.methods import workflow_methods
 from fluffy.kernel.workflow.store import WorkflowStore
 
 log = logging.getLogger("fluffy.kernel")
-
-
-def _project_policy(project: Path | None) -> tuple[PolicyFile, str | None]:
-    """The project's ``.fluffy/policy.yaml`` (errors block start-up), or while it does not
-    exist fluffy's default policy fitted to the project's layout (and its text).  Without
-    a project: no rules (default deny)."""
-    if project is None:
-        return PolicyFile(), None
-    if (project / ".fluffy" / "policy.yaml").is_file():
-        return load_policy(project / ".fluffy" / "policy.yaml"), None
-    text = default_policy_text(project)
-    return parse_policy(text, "<fluffy's default policy>"), text
 
 
 async def open_audit(state_dir: Path, settings: StorageSettings | None = None) -> AuditLog:
@@ -86,7 +74,7 @@ async def serve(
             fix="Pass an existing directory with --project.",
         )
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    policy, default_text = _project_policy(project)  # a bad policy file blocks start-up
+    policy, default_text = project_policy(project)  # a bad policy file blocks start-up
     layout = detect_layout(project) if project is not None else None
     audit = await open_audit(state_dir, policy.audit)  # integrity check, recovery first
     store = await WorkflowStore.open(state_dir)

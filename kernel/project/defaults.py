@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE
+from fluffy.kernel.policy.model import PolicyFile, load_policy, parse_policy
 from fluffy.kernel.project.layout import Layout, detect_layout
 
 READS = (
@@ -139,3 +140,15 @@ def default_policy_text(project: Path) -> str:
         header="# fluffy applies these defaults while the file does not exist; "
         "`fluffy init` writes it.\n",
     )
+
+
+def project_policy(project: Path | None) -> tuple[PolicyFile, str | None]:
+    """The project's ``.fluffy/policy.yaml`` (errors block start-up), or while it does not
+    exist fluffy's default policy fitted to the project's layout (and its text).  Without
+    a project: no rules (default deny)."""
+    if project is None:
+        return PolicyFile(), None
+    if (project / ".fluffy" / "policy.yaml").is_file():
+        return load_policy(project / ".fluffy" / "policy.yaml"), None
+    text = default_policy_text(project)
+    return parse_policy(text, "<fluffy's default policy>"), text
