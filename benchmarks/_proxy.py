@@ -19,6 +19,7 @@ tests/unit/test_ai_transport.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import socket
 import ssl
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -177,19 +178,46 @@ def _summary(prefix: str, samples: list[float], total_s: float) -> dict[str, flo
     }
 
 
+@contextmanager
+def gate_dialler(folder: Path, allow: list[str]) -> Iterator[Path]:
+    """The engine gate's dialler (fluffy.gate.net) on a real Unix socket, in a thread."""
+    from fluffy.gate.net import Dialler
+
+    rules = [[r.host, r.port, r.wildcard] for r in AllowList.from_entries(allow).rules]
+    (folder / "net.json").write_text(json.dumps({"rules": rules}))
+    server = Dialler(folder / "net.sock", folder / "net.json", lambda *_: None)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield folder / "net.sock"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def measure_proxy_overhead(n: int = 200, warmup: int = 10) -> dict[str, Any]:
-    """Fresh HTTPS connections, direct vs through forwarder + kernel proxy (see above)."""
-    with tempfile.TemporaryDirectory(prefix="fluffy-proxy-") as folder:
+    """Fresh HTTPS connections, direct vs through forwarder + kernel proxy (see above),
+    and through the proxy as it runs in L1: its upstream dialled by the gate's dialler."""
+    from fluffy.kernel.net.dial import gate_dial
+
+    with ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fluffy-proxy-"))
         cert, key = make_cert(Path(folder))
         context = ssl.create_default_context(cafile=str(cert))
         with loopback_server((cert, key)) as port:
-            proxy = ProxyThread([f"127.0.0.1:{port}"])
+            allow = [f"127.0.0.1:{port}"]
+            net = stack.enter_context(gate_dialler(Path(folder), allow))
+            proxy = ProxyThread(allow)
+            gated = ProxyThread(allow, dial=lambda h, p, t: gate_dial(str(net), h, p, t))
             try:
                 path = proxy.start(Path(folder) / "proxy.sock")
-                with Forwarder(str(path)) as forwarder:
+                gated_path = gated.start(Path(folder) / "gated.sock")
+                with Forwarder(str(path)) as forwarder, Forwarder(str(gated_path)) as via_gate:
                     runs: dict[str, Callable[[], bytes]] = {
                         "direct": lambda: _direct(port, context),
                         "via_proxy": lambda: _via(forwarder.port, port, context),
+                        "via_gate": lambda: _via(via_gate.port, port, context),
                     }
                     samples: dict[str, list[float]] = {name: [] for name in runs}
                     totals = dict.fromkeys(runs, 0.0)
@@ -205,9 +233,12 @@ def measure_proxy_overhead(n: int = 200, warmup: int = 10) -> dict[str, Any]:
                                 totals[name] += elapsed
             finally:
                 proxy.close()
+                gated.close()
     result: dict[str, Any] = {"n": n}
     for name in runs:
         result.update(_summary(name, samples[name], totals[name]))
     result["proxy_overhead_p50_ms"] = round(result["via_proxy_p50_ms"] - result["direct_p50_ms"], 3)
+    # what L1's lack of a network costs per tunnel: the gate's round trip and fd pass
+    result["gate_dial_p50_ms"] = round(result["via_gate_p50_ms"] - result["via_proxy_p50_ms"], 3)
     result["tunnels_audited"] = sum(1 for r in proxy.records if r.phase == "close")
     return result

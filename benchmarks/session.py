@@ -13,6 +13,9 @@
 - ``proxy_overhead_p50_ms``: a fresh HTTPS request (TCP + TLS + GET) through the
   in-process tunnel and the kernel's proxy, minus the same request made directly, on
   loopback (:mod:`benchmarks._proxy`).  Target ≤ 5 ms.
+- ``gate_dial_p50_ms``: what L1's lack of a network adds per tunnel: the same request
+  through a proxy whose upstream the engine gate's dialler makes and passes over its
+  Unix socket (as in L1), minus ``via_proxy_p50_ms``.
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ SECURITY = {
     "Memory": 1024 * 1024 * 1024,
     "MemorySwap": 1024 * 1024 * 1024,
     "PidsLimit": 256,
-    # host: the kernel's CONNECT proxy reaches allow-listed hosts, the host's loopback
-    # (a local model server) included; sandboxes stay --network none (ADR-022)
-    "NetworkMode": "host",
+    # none: the kernel's CONNECT proxy reaches allow-listed hosts only through the gate's
+    # dialler on the host (fluffy.gate.net; ADR-036); sandboxes are --network none too
+    "NetworkMode": "none",
     "Privileged": False,
     "NanoCpus": min(4, os.cpu_count() or 1) * 10**9,  # a runaway kernel leaves the host CPU
 }

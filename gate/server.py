@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fluffy.gate import rules, wire
+from fluffy.gate import net, rules, wire
 
 MAX_BODY = 4 * 1024 * 1024
 FIX = "fluffy's kernel never asks this; if it did, report it (`fluffy doctor` lists refusals)"
@@ -32,14 +32,15 @@ class Gate(socketserver.ThreadingUnixStreamServer):
     def __init__(self, path: Path, engine_socket: str, scope: rules.Scope, log: Path) -> None:
         self.engine_socket, self.scope, self.log = engine_socket, scope, log
         self.refusals = 0
+        self.dialler: net.Dialler | None = None  # L1's way out (fluffy.gate.net)
         self._lock = threading.Lock()
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)
 
-    def serve_in_background(self) -> threading.Thread:
-        thread = threading.Thread(target=self.serve_forever, name="fluffy-gate", daemon=True)
-        thread.start()
-        return thread
+    def shutdown(self) -> None:
+        if self.dialler is not None:
+            self.dialler.shutdown()
+        super().shutdown()
 
     def ask(self, method: str, path: str, body: bytes = b"") -> tuple[bytes, int, Any]:
         data, status, answer = wire.request(self.engine_socket, method, path, body)
@@ -143,11 +144,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def serve(folder: Path, engine_socket: str, scope: rules.Scope, log: Path) -> Gate:
-    """Start the gate on ``folder/engine.sock`` (a folder L1 sees read-only)."""
+    """Start the gate on ``folder/engine.sock`` and its dialler on ``folder/net.sock`` (a
+    folder L1 sees read-only); the dialler's allow-list is ``folder/../net.json``."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     gate = Gate(folder / "engine.sock", engine_socket, scope, log)
-    (folder / "engine.sock").chmod(0o600)
-    gate.serve_in_background()
+    gate.dialler = net.Dialler(folder / "net.sock", folder.parent / "net.json", gate.refused)
+    for name, server in (("engine.sock", gate), ("net.sock", gate.dialler)):
+        (folder / name).chmod(0o600)
+        threading.Thread(target=server.serve_forever, name=f"fluffy-{name}", daemon=True).start()
     return gate
 
 
@@ -161,6 +165,6 @@ def start_for(folder: Path, project: str, project_id: str, kind: str, engine_soc
                         rules.load_profiles(profiles), kind)  # fmt: skip
     gate = serve(folder, engine_socket, scope, folder.parent.with_suffix(".gate.log"))
     if owner is not None:
-        for path in (folder, folder / "engine.sock"):
+        for path in (folder, folder / "engine.sock", folder / "net.sock"):
             os.chown(path, owner, owner)
     return gate

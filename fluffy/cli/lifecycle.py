@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from fluffy.bootstrap.supervisor import paths, read_json
+from fluffy.bootstrap.supervisor import paths, read_json, write_json
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import FluffyError, KernelNotRunning, KernelStartFailed
 from fluffy.paths import fluffy_home
@@ -92,6 +92,23 @@ def access_problem(project: str) -> str | None:
     return f"uid {uid} cannot read {project} (mode {info.st_mode & 0o777:o}, owner {owner})"
 
 
+def write_network_allowlist(project: str, path: Path) -> None:
+    """The engine gate's copy of policy.yaml's ``network_whitelist`` (fluffy.gate.net),
+    read here on the host as the kernel starts: L1 has no network, and the gate dials only
+    what this file admits.  A policy that does not load admits nothing (the kernel then
+    reports the policy's error at start-up)."""
+    from fluffy.kernel.net.allowlist import AllowList
+    from fluffy.kernel.project.defaults import project_policy
+
+    try:
+        entries = project_policy(Path(project))[0].network_whitelist
+        rules = [[r.host, r.port, r.wildcard] for r in AllowList.from_entries(entries).rules]
+    except FluffyError:
+        rules = []
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_json(path, {"rules": rules})
+
+
 def launch_supervisor(
     project: str, *, detach: bool
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
@@ -110,6 +127,7 @@ def launch_supervisor(
         )
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_network_allowlist(project, p["base"] / "net.json")
     with p["log"].open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fluffy.bootstrap", "run", "--project", project],

@@ -18,6 +18,7 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.ipc.server import Handler
 from fluffy.kernel.net.allowlist import AllowList
+from fluffy.kernel.net.dial import gate_dialler
 from fluffy.kernel.net.proxy import ConnectProxy, ProxyRecord
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.tools.assemble import ToolPath
@@ -94,6 +95,7 @@ async def assemble_ai(
         AllowList.from_entries(policy.network_whitelist),
         proxy_auditor(audit),
         session_of=lambda tag: tag or None,
+        dial=gate_dialler(),  # in L1 (network none) the engine gate dials for the proxy
     )
 
     async def start_proxy(

@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from fluffy.errors import ConfigError
 from fluffy.kernel.net.allowlist import AllowList, AuthorityError, Target, parse_target
+from fluffy.kernel.net.dial import Dial, DialRefused
 from fluffy.kernel.net.head import HeadRejected, clip, linger, parse_head, read_head, respond
 
 log = logging.getLogger("fluffy.kernel.net")
@@ -99,8 +100,10 @@ class ConnectProxy:
         max_header_bytes: int = 8192,
         max_tunnels: int = 64,  # connections at once, head reading included
         session_of: Callable[[str], str | None] | None = None,
+        dial: Dial | None = None,  # the gate's dialler (kernel.net.dial) when in L1
     ) -> None:
         self._allow = allow
+        self._dial = dial
         self._audit = audit
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -326,21 +329,14 @@ class ConnectProxy:
         record.phase = "close"
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                address = await self._address(target)
-                if address is None:
-                    refused = f"{target.host} resolves to a private or loopback address"
-                    record.decision, record.status, record.reason = "deny", 403, refused
-                    record.duration_ms = round((time.monotonic() - started) * 1000, 3)
-                    self.stats["denied"] += 1
-                    await self._record(record)
-                    await respond(
-                        writer,
-                        403,
-                        f"fluffy: {refused}; only an IP entry in policy.yaml "
-                        "network_whitelist admits such an address",
-                    )
-                    return
-                up_reader, up_writer = await asyncio.open_connection(address, target.port)
+                up_reader, up_writer = await self._open(target)
+        except DialRefused as exc:
+            record.decision, record.status, record.reason = "deny", 403, clip(str(exc))
+            record.duration_ms = round((time.monotonic() - started) * 1000, 3)
+            self.stats["denied"] += 1
+            await self._record(record)
+            await respond(writer, 403, f"fluffy: {exc}")
+            return
         except (OSError, TimeoutError) as exc:
             reason = "connect timed out" if isinstance(exc, TimeoutError) else str(exc)
             record.decision, record.status, record.reason = "error", 502, clip(reason)
@@ -361,12 +357,22 @@ class ConnectProxy:
             # shielded: a tunnel cut by stop()/close() still gets its close record
             await asyncio.shield(self._record(record))
 
-    async def _address(self, target: Target) -> str | None:
+    async def _open(self, target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to ``target``: made by the gate when there is one (L1 has no
+        network; the gate re-checks and resolves on the host), else dialled here."""
+        if self._dial is not None:
+            sock = await asyncio.to_thread(
+                self._dial, target.host, target.port, self.connect_timeout_s
+            )
+            return await asyncio.open_connection(sock=sock)
+        return await asyncio.open_connection(await self._address(target), target.port)
+
+    async def _address(self, target: Target) -> str:
         """The address to dial, resolved once (the connection goes to the address that was
         checked: no second lookup to rebind).  A name that resolves to a loopback, private,
-        link-local or otherwise non-public address is refused (None) unless an IP entry of
-        the allow-list names that address: a hostname rule never opens the host's or the
-        LAN's services by way of DNS."""
+        link-local or otherwise non-public address is refused (:class:`DialRefused`) unless
+        an IP entry of the allow-list names that address: a hostname rule never opens the
+        host's or the LAN's services by way of DNS."""
         if target.ip is not None:
             return str(target.ip)
         infos = await asyncio.get_running_loop().getaddrinfo(
@@ -378,7 +384,10 @@ class ConnectProxy:
                 return str(address)
         if not infos:
             raise OSError(f"{target.host} has no address")
-        return None
+        raise DialRefused(
+            f"{target.host} resolves to a private or loopback address; only an IP entry in "
+            "policy.yaml network_whitelist admits such an address"
+        )
 
     async def _splice(
         self,

@@ -147,3 +147,64 @@ def test_code_in_l1_cannot_reach_past_the_gate(l1: dict[str, Any]) -> None:  # n
     )  # fmt: skip
     gate = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "engine gate")
     assert gate["status"] == "warn" and gate["data"]["refused"] == len(log), gate
+
+
+#: Run inside L1: direct connections fail (network none); the gate's dialler answers.
+NET_PROBE = textwrap.dedent(
+    """
+    import errno, json, socket, sys
+    from fluffy.kernel.net.dial import DialRefused, gate_dial
+    port, other, outside = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    found = {}
+    for name, where in (("loopback", ("127.0.0.1", port)), ("outside", (outside, 80))):
+        with socket.socket() as sock:
+            sock.settimeout(10)
+            found[name] = errno.errorcode.get(sock.connect_ex(where), "connected")
+    sock = gate_dial("/fluffy/gate/net.sock", "127.0.0.1", port, 10)
+    sock.sendall(b"GET /through-the-gate HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")
+    found["gate"] = b"".join(iter(lambda: sock.recv(65536), b"")).decode()
+    for name, host, to in (("other", "127.0.0.1", other), ("public", "example.com", 443)):
+        try:
+            gate_dial("/fluffy/gate/net.sock", host, to, 10).close()
+            found[name] = "connected"
+        except DialRefused as exc:
+            found[name] = "refused: " + str(exc)
+    print(json.dumps(found))
+    """
+)
+
+
+def test_l1_has_no_network_and_reaches_only_allow_listed_targets(l1: dict[str, Any]) -> None:  # noqa: F811
+    """A model server on the host's loopback, allow-listed: a real turn reaches it from
+    `fluffy "task"`; code in L1 cannot connect anywhere itself, and the gate dials only
+    the allow-listed host:port."""
+    from benchmarks._proxy import loopback_server
+    from tests.fakes.llm import FakeOpenAIServer, Reply
+
+    words = "Hello from a model on the host's loopback."
+    with FakeOpenAIServer([Reply(words)]) as model, loopback_server() as other:
+        port = int(model.base_url.rsplit(":", 1)[1].split("/")[0])
+        policy = l1["project"] / ".fluffy" / "policy.yaml"
+        policy.write_text(policy.read_text() + f"\nnetwork_whitelist: ['127.0.0.1:{port}']\n")
+        said = subprocess.run(
+            [FLUFFY, "say hello", "--base-url", model.base_url, "--model", "m", "--yes",
+             "--project", str(l1["project"])],
+            env=l1["env"], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert said.returncode == 0, said.stdout[-3000:] + said.stderr[-2000:]
+        assert words in said.stdout and len(model.requests) == 1
+        started = _fluffy(l1, "start")
+        assert started.returncode == 0, started.stdout + started.stderr
+        container = json.loads(_fluffy(l1, "status").stdout)["container_id"]
+        assert _inspect(l1["cli"], container)["HostConfig"]["NetworkMode"] == "none"
+        done = _in_l1(l1, container, "python3", "-c", NET_PROBE, str(port), str(other), "8.8.8.8")
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+    assert found["loopback"] == "ECONNREFUSED"  # L1's own loopback: the host's is not there
+    assert found["outside"] == "ENETUNREACH"  # no route out at all
+    assert found["gate"].startswith("HTTP/1.") and "BaseHTTP" in found["gate"]  # the host's server
+    assert "not in the network allow-list" in found["other"]
+    assert "not in the network allow-list" in found["public"]
+    gate_log = l1["paths"]["base"].with_suffix(".gate.log").read_text().splitlines()
+    refused = [json.loads(line)["path"] for line in gate_log]
+    assert f"127.0.0.1:{other}" in refused and "example.com:443" in refused

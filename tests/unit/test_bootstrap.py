@@ -48,7 +48,7 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     host = body["HostConfig"]
     for key, value in l1.SECURITY.items():
         assert host[key] == value
-    assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "host"
+    assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
     if os.getuid() == 0:  # a root-owned project: setpriv drops to 10000 with 3 file caps
         assert body["User"] == "0:0" and body["Entrypoint"][0] == "setpriv"
         assert "--reuid=10000" in body["Entrypoint"] and "--regid=10000" in body["Entrypoint"]

@@ -104,14 +104,14 @@ def test_the_engine_gate_imports_the_standard_library_only() -> None:
                 assert top in sys.stdlib_module_names or _in(imp, "fluffy.gate"), (module, imp)
 
 
-def test_the_engine_gate_stays_under_its_400_line_budget() -> None:
+def test_the_engine_gate_stays_under_its_500_line_budget() -> None:
     code = sum(
         1
         for path in (ROOT / "gate").rglob("*.py")
         for line in path.read_text().splitlines()
         if not re.match(r"^\s*(#.*)?$", line)
     )
-    assert code < 400, f"the engine gate has {code} lines of code; its budget is < 400"
+    assert code < 500, f"the engine gate has {code} lines of code; its budget is < 500"
 
 
 def test_bootstrap_stays_under_its_500_line_budget() -> None:

@@ -1,0 +1,126 @@
+"""The gate's dialler: L1 has no network, its CONNECT proxy dials here (stdlib only).
+
+One request per connection, a JSON line ``{"host": ..., "port": ...}`` (``host`` as the
+kernel's allow-list normalised it).  The target must be admitted by the allow-list fluffy
+started with (``<base>/net.json``, written on the host from policy.yaml's
+``network_whitelist``; L1 never sees it).  A name is resolved here, once, and must give a
+public address unless an IP entry admits that address (a name never opens the host's or
+the LAN's services).  The answer is one JSON line with the HTTP status the proxy gives
+(200, 400, 403, 502) and, on 200, the connected socket itself (SCM_RIGHTS): the kernel
+splices it and the gate keeps nothing.  Refusals go to the gate's log.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+import socketserver
+from collections.abc import Callable
+from pathlib import Path
+
+TIMEOUT_S = 10.0
+NAME = re.compile(r"(?=.{1,253}\Z)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9-]{1,63}\Z")
+Rule = tuple[str, int, bool]  # (host or IP text or wildcard suffix, port, wildcard)
+
+
+class Refused(Exception):
+    pass
+
+
+def load(path: Path) -> list[Rule]:
+    """The rules in ``path``; none (default deny) when it is missing or unreadable."""
+    try:
+        rules = json.loads(path.read_text())["rules"]
+        return [(str(host).lower(), int(port), bool(wild)) for host, port, wild in rules]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+
+
+def admits(rules: list[Rule], host: str, port: int) -> bool:
+    """As the kernel's AllowList: a name rule never admits an address, nor the reverse."""
+    ip = _ip(host)
+    for name, rule_port, wildcard in rules:
+        if rule_port != port:
+            continue
+        rule_ip = _ip(name)
+        if ip is not None or rule_ip is not None:
+            if ip is not None and ip == rule_ip:
+                return True
+        elif host.endswith("." + name) if wildcard else host == name:
+            return True
+    return False
+
+
+def address(rules: list[Rule], host: str, port: int) -> str:
+    """The address to dial: an admitted IP as is, a name resolved once (a public address,
+    or one an IP entry admits)."""
+    ip = _ip(host)
+    if ip is not None:
+        return str(ip)
+    for *_, where in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        found = ipaddress.ip_address(where[0])
+        if found.is_global or admits(rules, str(found), port):
+            return str(found)
+    raise Refused(
+        f"{host} resolves to a private or loopback address; only an IP entry in policy.yaml "
+        "network_whitelist admits such an address"
+    )
+
+
+class Dialler(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: Path, rules: Path, refused: Callable[[str, str, str], None]) -> None:
+        self.rules, self.refused = rules, refused
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), _Handler)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: Dialler
+    timeout = TIMEOUT_S
+
+    def handle(self) -> None:
+        answer: dict[str, object] = {"status": 400, "why": "send one JSON line: host and port"}
+        upstream, target = None, "?"
+        try:
+            ask = json.loads(self.rfile.readline(2048))
+            host, port = str(ask["host"]).lower(), int(ask["port"])
+            target = f"{host}:{port}"
+            if not (0 < port < 65536 and (_ip(host) or NAME.match(host))):
+                raise ValueError(target)
+            rules = load(self.server.rules)
+            if not admits(rules, host, port):
+                raise Refused(
+                    f"{target} is not in the network allow-list fluffy started with "
+                    "(policy.yaml network_whitelist; it is read when the kernel starts)"
+                )
+            where = address(rules, host, port)
+            upstream = socket.create_connection((where, port), timeout=TIMEOUT_S)
+            answer = {"status": 200, "address": where}
+        except Refused as exc:
+            answer = {"status": 403, "why": str(exc)}
+            self.server.refused("CONNECT", target, str(exc))
+        except (ValueError, KeyError, TypeError):
+            pass
+        except OSError as exc:
+            answer = {"status": 502, "why": f"cannot reach {target}: {exc}"}
+        data = json.dumps(answer).encode() + b"\n"
+        try:
+            if upstream is None:
+                self.request.sendall(data)
+            else:
+                socket.send_fds(self.request, [data], [upstream.fileno()])
+        finally:
+            if upstream is not None:
+                upstream.close()

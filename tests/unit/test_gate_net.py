@@ -1,0 +1,205 @@
+"""The gate's dialler (L1 has no network): real Unix sockets, real loopback servers.
+
+The kernel's CONNECT proxy in L1 gets its upstream connections only from here; the gate
+re-checks each target against the allow-list written on the host, resolves names itself
+and passes the connected socket back.  tests/integration/test_engine_gate.py makes the
+same requests from inside a real L1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks._proxy import loopback_server
+from fluffy.gate import net
+from fluffy.kernel.net import AllowList, ConnectProxy, ProxyRecord
+from fluffy.kernel.net.dial import DialRefused, gate_dial
+
+pytestmark = pytest.mark.unit
+
+
+def rules_of(entries: list[str]) -> list[net.Rule]:
+    """What the CLI writes for these policy.yaml entries (fluffy.cli.lifecycle)."""
+    return [(r.host, r.port, r.wildcard) for r in AllowList.from_entries(entries).rules]
+
+
+@pytest.mark.parametrize(
+    ("entries", "host", "port", "admitted"),
+    [
+        (["api.openai.com"], "api.openai.com", 443, True),
+        (["api.openai.com"], "api.openai.com", 80, False),
+        (["api.openai.com:8443"], "api.openai.com", 8443, True),
+        (["*.example.com"], "a.b.example.com", 443, True),
+        (["*.example.com"], "example.com", 443, False),  # strict subdomains only
+        (["*.example.com"], "badexample.com", 443, False),
+        (["127.0.0.1:11434"], "127.0.0.1", 11434, True),
+        (["127.0.0.1:11434"], "127.0.0.2", 11434, False),
+        (["127.0.0.1:11434"], "localhost", 11434, False),  # a name never matches an IP rule
+        (["localhost:11434"], "127.0.0.1", 11434, False),  # nor an address a name rule
+        (["[::1]:8080"], "::1", 8080, True),
+        (["[::1]:8080"], "0:0:0:0:0:0:0:1", 8080, True),
+        ([], "api.openai.com", 443, False),
+    ],
+)
+def test_the_gate_admits_what_the_kernels_allow_list_admits(
+    entries: list[str], host: str, port: int, admitted: bool
+) -> None:
+    assert net.admits(rules_of(entries), host, port) is admitted
+    assert (AllowList.from_entries(entries).allows(host, port) is not None) is admitted
+
+
+def test_a_missing_or_unreadable_allow_list_admits_nothing(tmp_path: Path) -> None:
+    assert net.load(tmp_path / "absent.json") == []
+    bad = tmp_path / "bad.json"
+    for text in ("not json", '{"rules": 3}', '{"rules": [["a"]]}', "[]"):
+        bad.write_text(text)
+        assert net.load(bad) == []
+
+
+class Gate:
+    def __init__(self, folder: Path, entries: list[str]) -> None:
+        self.sock, self.rules = folder / "net.sock", folder / "net.json"
+        self.allow(entries)
+        self.refusals: list[tuple[str, str, str]] = []
+        self.server = net.Dialler(self.sock, self.rules, lambda *r: self.refusals.append(r))
+
+    def allow(self, entries: list[str]) -> None:
+        self.rules.write_text(json.dumps({"rules": rules_of(entries)}))
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Gate]:
+    made = Gate(tmp_path, [])
+    thread = threading.Thread(target=made.server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    yield made
+    made.server.shutdown()
+    made.server.server_close()
+    thread.join()
+
+
+def http_get(sock: socket.socket, path: str = "/models") -> bytes:
+    with sock:
+        sock.settimeout(5)
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        return b"".join(iter(lambda: sock.recv(65536), b""))
+
+
+def test_an_admitted_target_comes_back_as_a_connected_socket(gate: Gate) -> None:
+    with loopback_server() as port:
+        gate.allow([f"127.0.0.1:{port}"])
+        answer = http_get(gate_dial(str(gate.sock), "127.0.0.1", port, 5))
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello from /models")
+    assert gate.refusals == []
+
+
+def test_a_target_not_admitted_is_refused_and_logged(gate: Gate) -> None:
+    with loopback_server() as port:
+        gate.allow([f"127.0.0.1:{port}"])
+        with pytest.raises(DialRefused, match="not in the network allow-list"):
+            gate_dial(str(gate.sock), "127.0.0.1", port + 1 if port < 65535 else 1, 5)
+        with pytest.raises(DialRefused):
+            gate_dial(str(gate.sock), "api.openai.com", 443, 5)
+        with pytest.raises(DialRefused):  # an address in a name's clothes: never a rule
+            gate_dial(str(gate.sock), "0x7f.1", port, 5)
+    assert [(m, t) for m, t, _ in gate.refusals] == [
+        ("CONNECT", f"127.0.0.1:{port + 1 if port < 65535 else 1}"),
+        ("CONNECT", "api.openai.com:443"),
+        ("CONNECT", f"0x7f.1:{port}"),
+    ]
+
+
+def test_a_name_that_resolves_to_loopback_needs_an_ip_entry(gate: Gate) -> None:
+    with loopback_server() as port:
+        gate.allow([f"localhost:{port}"])
+        with pytest.raises(DialRefused, match="private or loopback"):
+            gate_dial(str(gate.sock), "localhost", port, 5)
+        gate.allow([f"localhost:{port}", f"127.0.0.1:{port}"])  # read again per request
+        answer = http_get(gate_dial(str(gate.sock), "localhost", port, 5))
+    assert answer.endswith(b"hello from /models")
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        b"not json\n",
+        b'{"host": "a b", "port": 443}\n',
+        b'{"host": "x.com", "port": 0}\n',
+        b'{"host": "x.com"}\n',
+        b'{"host": ["x.com"], "port": 80}\n',
+        b"\n",
+    ],
+)
+def test_a_malformed_request_gets_a_400_and_the_gate_keeps_serving(
+    gate: Gate, request_line: bytes
+) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(gate.sock))
+        sock.sendall(request_line)
+        answer = json.loads(sock.recv(4096))
+    assert answer["status"] == 400
+    with loopback_server() as port:
+        gate.allow([f"127.0.0.1:{port}"])
+        assert http_get(gate_dial(str(gate.sock), "127.0.0.1", port, 5)).endswith(b"/models")
+
+
+def test_an_admitted_target_that_does_not_answer_is_a_dial_error(gate: Gate) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: refused
+        gate.allow([f"127.0.0.1:{port}"])
+        with pytest.raises(OSError, match=r"cannot reach 127\.0\.0\.1") as caught:
+            gate_dial(str(gate.sock), "127.0.0.1", port, 5)
+    assert not isinstance(caught.value, DialRefused)
+
+
+def test_the_proxy_dials_through_the_gate_and_the_gate_has_the_last_word(
+    gate: Gate, tmp_path: Path
+) -> None:
+    """The kernel's allow-list admits both ports; the gate's (the host's copy) only one."""
+    records: list[ProxyRecord] = []
+
+    async def audit(record: ProxyRecord) -> None:
+        records.append(record)
+
+    async def through(path: Path, port: int) -> bytes:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+        async with asyncio.timeout(10):
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"HTTP/1.1 200"):
+                writer.write(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = head + await reader.read()
+        writer.close()
+        return answer
+
+    async def main(allowed: int, other: int) -> tuple[bytes, bytes]:
+        proxy = ConnectProxy(
+            AllowList.from_entries([f"127.0.0.1:{allowed}", f"127.0.0.1:{other}"]),
+            audit,
+            dial=lambda host, port, timeout: gate_dial(str(gate.sock), host, port, timeout),
+        )
+        await proxy.start(tmp_path / "proxy.sock", tag="s1")
+        try:
+            return (
+                await through(tmp_path / "proxy.sock", allowed),
+                await through(tmp_path / "proxy.sock", other),
+            )
+        finally:
+            await proxy.close()
+
+    with loopback_server() as allowed, loopback_server() as other:
+        gate.allow([f"127.0.0.1:{allowed}"])
+        ok, refused = asyncio.run(main(allowed, other))
+    assert ok.startswith(b"HTTP/1.1 200 Connection established") and ok.endswith(b"hello from /x")
+    assert refused.startswith(b"HTTP/1.1 403") and b"not in the network allow-list" in refused
+    closes = [(r.port, r.decision, r.status) for r in records if r.phase == "close"]
+    assert closes == [(allowed, "allow", 200), (other, "deny", 403)]
