@@ -114,6 +114,19 @@ def _write(path: str) -> Callable[[], None]:
     return attempt
 
 
+def _exec_written(path: str) -> None:
+    """Write a script at ``path`` and run it (a noexec mount refuses: EACCES)."""
+    import subprocess
+
+    target = Path(path)
+    target.write_text("#!/bin/sh\nexit 0\n")
+    try:
+        target.chmod(0o755)
+        subprocess.run([str(target)], check=True)
+    finally:
+        target.unlink()
+
+
 def _read(path: str) -> Callable[[], None]:
     def attempt() -> None:
         Path(path).read_bytes()
@@ -184,6 +197,7 @@ ATTEMPTS: dict[str, Callable[[], object]] = {
     "write_project": _write("/workspace/fluffy-probe"),
     "write_rootfs": _write("/etc/fluffy-probe"),
     "write_output": _write("/output/fluffy-probe"),
+    "exec_tmp": lambda: _exec_written("/tmp/fluffy-probe.sh"),
     "engine_socket": _engine_socket,
 }
 

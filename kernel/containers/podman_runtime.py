@@ -1,13 +1,17 @@
 """``ContainerRuntime`` on Podman's own API (podman SDK, libpod endpoints).
 
 Podman differs from Docker in two ways that matter here: the seccomp profile is given
-as a path the Podman service reads (not inline JSON), and tmpfs mounts are mounts.
+as a path the Podman service reads (not inline JSON), and tmpfs mounts are mounts (sent
+with all their options: the SDK would keep only size and mode).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+from podman.api import prepare_body
+from podman.errors import ImageNotFound as PodmanImageNotFound
 
 from fluffy.errors import EngineNotFound
 from fluffy.kernel.containers.errors import engine_call
@@ -73,40 +77,51 @@ class PodmanRuntime:
             {"type": "bind", "source": str(m.source), "target": m.target, "read_only": m.read_only}
             for m in checked
         ]
-        for target, options in spec.tmpfs.items():
-            mounts.append(
-                {
-                    "type": "tmpfs",
-                    "source": "tmpfs",
-                    "target": target,
-                    "options": options.split(","),
-                }
-            )
         if spec.seccomp_path is None:
             raise missing_profile(spec)
-        kwargs: dict[str, Any] = {"seccomp_profile_path": str(spec.seccomp_path)}
+        payload: dict[str, Any] = {
+            "image": spec.image,
+            "command": spec.command,
+            "name": spec.name,
+            "user": check_user(spec.user),
+            "working_dir": spec.workdir,
+            "environment": spec.environment,
+            "labels": spec.labels,
+            "mounts": mounts,
+            "network_mode": HARDENED.network_mode,
+            "read_only": HARDENED.read_only_rootfs,
+            "no_new_privileges": HARDENED.no_new_privileges,
+            "cap_drop": ["ALL"] if HARDENED.cap_drop_all else [],
+            "mem_limit": spec.memory_bytes,
+            "memswap_limit": spec.memory_bytes,  # no swap beyond the limit (as on Docker)
+            "nano_cpus": spec.nano_cpus,
+            "pids_limit": spec.pids_limit,
+            "ipc_mode": "private",
+            "seccomp_profile_path": str(spec.seccomp_path),
+        }
         with engine_call(f"create container {spec.name} from {spec.image}"):
-            container = self._client.containers.create(
-                spec.image,
-                command=spec.command,
-                name=spec.name,
-                user=check_user(spec.user),
-                working_dir=spec.workdir,
-                environment=spec.environment,
-                labels=spec.labels,
-                mounts=mounts,
-                network_mode=HARDENED.network_mode,
-                read_only=HARDENED.read_only_rootfs,
-                no_new_privileges=HARDENED.no_new_privileges,
-                cap_drop=["ALL"] if HARDENED.cap_drop_all else [],
-                mem_limit=spec.memory_bytes,
-                memswap_limit=spec.memory_bytes,  # no swap beyond the limit (as on Docker)
-                nano_cpus=spec.nano_cpus,
-                pids_limit=spec.pids_limit,
-                ipc_mode="private",
-                **kwargs,
+            body = self._client.containers._render_payload(payload)
+            # the SDK keeps only size/mode of a mount's options (noexec would be dropped,
+            # and the tmpfs left executable): tmpfs mounts go in with every option
+            body["mounts"] = [
+                *(body.get("mounts") or []),
+                *(
+                    {
+                        "destination": target,
+                        "type": "tmpfs",
+                        "source": "tmpfs",
+                        "options": options.split(","),
+                    }
+                    for target, options in spec.tmpfs.items()
+                ),
+            ]
+            response = self._client.api.post(
+                "/containers/create",
+                headers={"content-type": "application/json"},
+                data=prepare_body(body),
             )
-        return str(container.id)
+            response.raise_for_status(not_found=PodmanImageNotFound)
+            return str(response.json()["Id"])
 
     def _get(self, container_id: str) -> Any:
         with engine_call(f"find container {container_id[:12]}"):
