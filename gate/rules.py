@@ -1,10 +1,9 @@
-"""What the engine gate lets L1 ask of the engine (stdlib only, pure functions).
-
-A request is matched against :data:`ROUTES` on its path without the API version prefix;
-anything else is refused.  A container create body must be fluffy's hardened sandbox
-template exactly: :func:`check_create` refuses every deviation and returns the body to
-forward (the project's label forced, the seccomp profile replaced by the gate's copy).
-"""
+# What the engine gate lets L1 ask of the engine (stdlib only, pure functions).
+#
+# A request is matched against :data:`ROUTES` on its path without the API version prefix;
+# anything else is refused.  A container create body must be fluffy's hardened sandbox
+# template exactly: :func:`check_create` refuses every deviation and returns the body to
+# forward (the project's label forced, the seccomp profile replaced by the gate's copy).
 
 from __future__ import annotations
 
@@ -38,7 +37,8 @@ HOST_KEYS = {"Binds", "Tmpfs", "Memory", "MemorySwap", "NanoCpus", "PidsLimit", 
              "ReadonlyRootfs", "CapDrop", "SecurityOpt", "IpcMode", "Init", "Privileged",
              "CapAdd"}  # fmt: skip
 TMPFS_OPTIONS = {"rw", "noexec", "nosuid", "nodev"}
-TMP = "/tmp"  # noqa: S108 (the sandbox's own tmpfs)
+UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, **dict.fromkeys("0123456789", 1)}  # tmpfs size=
+TMPFS_TARGETS = ("/tmp", "/output")  # noqa: S108 (the sandbox's own scratch and output)
 
 
 class Refused(Exception):
@@ -148,10 +148,11 @@ def _check_host(host: dict[str, Any], scope: Scope) -> dict[str, Any]:
     tmpfs = host.get("Tmpfs") or {}
     for target, options in tmpfs.items() if isinstance(tmpfs, dict) else [(None, None)]:
         opts = set(str(options).split(","))
-        sized = {o for o in opts if re.fullmatch(r"size=\d+[kmg]?", o)}
-        safe = {"noexec", "nosuid", "nodev"} <= opts and len(sized) == 1
-        if target != TMP or not safe or opts - TMPFS_OPTIONS - sized:
-            raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized noexec /tmp")
+        sized = {o for o in opts if re.fullmatch(r"size=[1-9]\d{0,9}[kmg]?|mode=1?[0-7]{3}", o)}
+        sizes = [int(o[5:].rstrip("kmg")) * UNITS[o[-1]] for o in sized if o[:5] == "size="]
+        safe = {"noexec", "nosuid", "nodev"} <= opts and len(sizes) == 1 and sizes[0] <= 2**30
+        if target not in TMPFS_TARGETS or not safe or opts - TMPFS_OPTIONS - sized:
+            raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized noexec /tmp or /output")
     return dict(host, Binds=[_check_bind(b, scope) for b in host.get("Binds") or []],
                 SecurityOpt=_check_security(host.get("SecurityOpt"), scope))  # fmt: skip
 

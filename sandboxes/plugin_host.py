@@ -4,7 +4,9 @@
 environment to the SDK's allow-list (``HOME=/tmp`` if unset), imports the module's
 ``PLUGIN``, connects to ``/run/fluffy/kernel.sock`` as the plugin (name, version), then
 loops: ``tool.next`` gives a job (None: exit 0), the plugin's handler runs it in a worker
-thread, ``tool.result`` reports it (see :mod:`fluffy.plugins.sdk.execute`).
+thread, ``tool.files`` sends what it wrote under ``/output/<call_id>`` (the sandbox's own
+tmpfs: :mod:`fluffy.plugins.sdk.ship`), ``tool.result`` reports it (see
+:mod:`fluffy.plugins.sdk.execute`).
 
 While a handler runs, the connection stays served: the kernel's ``tool.pause`` and
 ``tool.resume`` events call the plugin's ``on_pause`` / ``on_resume`` hooks (in their
@@ -28,7 +30,6 @@ import asyncio
 import importlib
 import importlib.util
 import json
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -41,7 +42,9 @@ from fluffy.errors import ConnectionClosed, FluffyError
 from fluffy.ipc.client import AsyncClient
 from fluffy.ipc.protocol import IpcMessage
 from fluffy.plugins.sdk import BoundTool, Roots, ToolPlugin, check_plugin, execute_job
+from fluffy.plugins.sdk.execute import failure
 from fluffy.plugins.sdk.run import scrub_environment
+from fluffy.plugins.sdk.ship import frames
 
 SOCKET = "/run/fluffy/kernel.sock"
 PAUSE, RESUME = "tool.pause", "tool.resume"
@@ -253,6 +256,24 @@ class Host:
     def run_job(self, job: Any) -> dict[str, Any]:
         return execute_job(self.tools, self.plugin.name, job, self.options.roots)
 
+    async def send_files(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """Send what the call wrote under ``/output/<call_id>`` (``tool.files``); the
+        reply, or a failure saying why the kernel refused the files."""
+        call_id = str(reply.get("call_id") or "")
+        if not call_id or "/" in call_id or call_id in (".", ".."):
+            return reply
+        loop = asyncio.get_running_loop()
+        batches = frames(self.options.roots.output / call_id)
+        while batch := await loop.run_in_executor(self.worker, next, batches, None):
+            try:
+                await self.request("tool.files", {"call_id": call_id, "files": batch})
+            except ConnectionClosed:
+                raise
+            except FluffyError as exc:
+                _log(f"the kernel refused the output files of {call_id!r}: {exc}")
+                return failure(call_id, exc)
+        return reply
+
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
         await self.connect()
@@ -262,6 +283,7 @@ class Host:
                 if job is None:
                     return 0
                 reply = await loop.run_in_executor(self.worker, self.run_job, job)
+                reply = await self.send_files(reply)
                 try:
                     await self.request("tool.result", reply)
                 except ConnectionClosed:
@@ -278,9 +300,6 @@ class Host:
 
 def main(argv: list[str] | None = None) -> int:
     scrub_environment()  # before anything else: no secret reaches the plugin's code
-    # Output files must stay readable and removable by the kernel, which may run as
-    # another non-root uid (L1); the output folder itself is private to the kernel.
-    os.umask(0)
     options = parse_args(argv)
     try:
         if options.plugin_dir is not None and options.entry is not None:

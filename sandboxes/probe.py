@@ -197,6 +197,7 @@ ATTEMPTS: dict[str, Callable[[], object]] = {
     "write_project": _write("/workspace/fluffy-probe"),
     "write_rootfs": _write("/etc/fluffy-probe"),
     "write_output": _write("/output/fluffy-probe"),
+    "exec_output": lambda: _exec_written("/output/fluffy-probe.sh"),
     "exec_tmp": lambda: _exec_written("/tmp/fluffy-probe.sh"),
     "engine_socket": _engine_socket,
 }

@@ -49,6 +49,7 @@ CONTAINER_CASES: dict[str, dict[str, str]] = {
     "write_project": {"strict": "EPERM", "standard": "EROFS", "standard-net": "EROFS"},
     "write_rootfs": {"strict": "EPERM", "standard": "EROFS", "standard-net": "EROFS"},
     "write_output": {"strict": "EPERM", "standard": "ok", "standard-net": "ok"},
+    "exec_output": {"strict": "EPERM", "standard": "EACCES", "standard-net": "EACCES"},
     "exec_tmp": {"strict": "EPERM", "standard": "EACCES", "standard-net": "EACCES"},
     "engine_socket": dict.fromkeys(PROFILES, "ENOENT"),
 }

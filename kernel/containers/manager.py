@@ -46,10 +46,15 @@ from fluffy.paths import state_dir
 from fluffy.process import pid_alive
 from fluffy.seccomp.compile import oci_json
 
-#: Scratch space for tools: private, not executable, size-capped.
-TMPFS = {"/tmp": "rw,noexec,nosuid,nodev,size=64m"}  # noqa: S108 - inside the sandbox
 PROJECT_TARGET = "/workspace"
 OUTPUT_TARGET = "/output"
+#: A call's output: the sandbox's own tmpfs, sent back over its socket (tools.callfiles).
+OUTPUT_MAX_BYTES = 256 * 1024 * 1024
+#: Scratch space and output: private, not executable, size-capped.
+TMPFS = {
+    "/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 - inside the sandbox
+    OUTPUT_TARGET: f"rw,noexec,nosuid,nodev,size={OUTPUT_MAX_BYTES // 2**20}m,mode=1777",
+}
 #: Where a sandbox finds its own kernel socket (a read-only mount of its socket folder).
 KERNEL_SOCKET_TARGET = "/run/fluffy"
 #: Where tool plugins find the session's staged (not yet merged) changes.
@@ -112,12 +117,11 @@ class ContainerManager:
 
     # -- set-up ---------------------------------------------------------------------
     def _output_dir(self, sandbox_id: str) -> Path:
+        """The kernel's own folder for what the sandbox sends back (never mounted: the
+        sandbox writes its ``/output`` tmpfs, and its files come over its socket)."""
         path = self.root / "outputs" / self.session_id / sandbox_id
         path.mkdir(parents=True)
-        uid, gid = (int(x) for x in (self.user or sandbox_user()).split(":"))
-        if os.geteuid() == 0:
-            os.chown(path, uid, gid)
-        path.chmod(0o700)  # the sandbox's own (its uid is the kernel's, or given to it)
+        path.chmod(0o700)
         return path
 
     def _seccomp_file(self, profile: str) -> Path:
@@ -142,7 +146,7 @@ class ContainerManager:
                 f"no image for the sandbox template {config.template}",
                 fix="Run `fluffy images build`.",
             ) from None
-        mounts = [Mount(sandbox.output_dir, OUTPUT_TARGET, read_only=False)]
+        mounts: list[Mount] = []
         if config.project_dir is not None:
             if not config.project_dir.is_dir():
                 raise SandboxConfigError(

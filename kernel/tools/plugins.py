@@ -5,12 +5,13 @@ One call, one sandbox (design: a new output volume per sandbox, never reused):
 1. a private socket folder and a kernel server on it whose binding names the call
    (identity comes from the socket, never from what the plugin claims);
 2. the sandbox of the plugin's template: project read-only at /workspace, the session's
-   staged changes read-only at /staged, its own output folder, its own socket, an empty
-   environment (:mod:`fluffy.kernel.tools.envfilter`);
+   staged changes read-only at /staged, its own ``/output`` tmpfs (sized, noexec), its
+   own socket, an empty environment (:mod:`fluffy.kernel.tools.envfilter`);
 3. the in-sandbox host (``fluffy.sandboxes.plugin_host``) connects and asks for work
-   (``tool.next``); it gets this call, answers with ``tool.result``, asks again, gets
-   ``None`` and exits;
-4. the caller reads the output folder (ingest / merge), then :meth:`PluginRunner.release`
+   (``tool.next``); it gets this call, sends the files it wrote (``tool.files``, into
+   the kernel's own call folder: :mod:`fluffy.kernel.tools.callfiles`), answers with
+   ``tool.result``, asks again, gets ``None`` and exits;
+4. the caller reads the call folder (ingest / merge), then :meth:`PluginRunner.release`
    destroys the sandbox in the background.
 
 PAUSE/RESUME (design: Preemption) reach the host as ``tool.pause`` / ``tool.resume``
@@ -24,7 +25,7 @@ from there and refuses code whose tools differ from the manifest.  Copying the v
 bytes (rather than mounting the store) leaves no window between check and use, and needs
 no extra mount.
 
-A plugin's socket serves ``tool.next`` and ``tool.result`` only.  Anything else a
+A plugin's socket serves ``tool.next``, ``tool.files`` and ``tool.result`` only.  Anything else a
 plugin calls on it is denied (``policy.*``) and audited as a ``syscall`` entry naming
 the plugin, whether or not the method is among its declared capabilities.
 """
@@ -59,14 +60,24 @@ from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET, ContainerManager
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
-from fluffy.kernel.ipc.server import CallContext, CallRecord, Handler, KernelServer, note_decision
+from fluffy.kernel.ipc.server import (
+    CallContext,
+    CallRecord,
+    Handler,
+    KernelServer,
+    Limits,
+    note_decision,
+)
 from fluffy.kernel.plugins.handshake import check_negotiated
 from fluffy.kernel.plugins.store import PluginStore
+from fluffy.kernel.tools.callfiles import WRITER, Received, parse_files, write_files
 
 log = logging.getLogger("fluffy.kernel.tools")
 
 #: A plugin host has this long to start and ask for its call.
 START_TIMEOUT_S = 60.0
+#: A plugin's socket: few connections, few requests in flight each (frames are 4 MiB).
+PLUGIN_SOCKET_LIMITS = Limits(max_connections=16, max_in_flight=4)
 PAUSE_GRACE_S = 1.0
 
 
@@ -106,6 +117,10 @@ class _Job:
     handed: bool = False
     sandbox: Sandbox | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    received: Received = field(default_factory=Received)  # its output files so far
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)  # a tool.files in flight
+    files_refused: str | None = None  # why a tool.files frame was refused (fails the call)
+    placed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox is known
 
 
 @dataclass
@@ -128,10 +143,10 @@ class PluginOutcome:
 
 
 def open_call_dir(output_dir: Path, call_id: str) -> int:
-    """The call's output folder, opened beneath the sandbox's output mount without
-    following a link: the sandbox may rename ``/output/<call_id>`` and plant a link to
-    the kernel's own files in its place; what the kernel reads is then refused, or the
-    real folder.  (The mount point itself cannot be renamed from inside.)"""
+    """The call's folder, opened without following a link.  The kernel alone writes it
+    (the sandbox's ``/output`` is its own tmpfs; its files come over the socket), so
+    this is defence in depth: were a link ever there, what the kernel reads would be
+    refused, never followed."""
     root = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -184,6 +199,7 @@ class PluginRunner:
 
     async def _next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
         job = self._job_of(context)
+        await job.placed.wait()  # the kernel knows the call's sandbox (and its folder)
         if job.handed:  # one call per sandbox: the host exits on None
             return None
         check_negotiated(job.plugin, context.api_version, job.min_api_version)
@@ -202,19 +218,53 @@ class PluginRunner:
             work["settings"] = job.settings
         return work
 
-    async def _result(self, context: CallContext, params: Any) -> None:
+    def _taker(self, context: CallContext, method: str) -> _Job:
+        """The call, if ``context`` is the connection that took it and it is unanswered:
+        code the call runs (a test) can reach the same socket, but cannot answer or send
+        files in the plugin's name."""
         job = self._job_of(context)
-        # single use, and only from the connection that took the job: code the call runs
-        # (a test) can reach the same socket, but cannot answer in the plugin's name
         if job.context is None or context.connection is not job.context.connection:
             raise InvalidPayload(
-                "tool.result must come from the connection that took the call (tool.next)"
+                f"{method} must come from the connection that took the call (tool.next)"
             )
-        if not isinstance(params, dict) or params.get("call_id") != job.call_id:
-            raise InvalidPayload("tool.result must name the call it answers (call_id)")
         if job.future.done():
             raise InvalidPayload("this call was answered already")
-        job.future.set_result(params)
+        return job
+
+    async def _files(self, context: CallContext, params: Any) -> None:
+        job = self._taker(context, "tool.files")
+        if job.files_refused is not None:
+            raise InvalidPayload(f"this call's files were refused already: {job.files_refused}")
+        if job.sending.locked() or job.sandbox is None:
+            raise InvalidPayload("tool.files comes one frame at a time, after tool.next")
+        async with job.sending:
+            try:
+                pieces = parse_files(params, job.call_id)
+                folder = job.sandbox.output_dir / job.call_id
+                await asyncio.get_running_loop().run_in_executor(
+                    WRITER, write_files, folder, pieces, job.received
+                )
+            except InvalidPayload as exc:
+                job.files_refused = exc.what
+                raise
+
+    async def _result(self, context: CallContext, params: Any) -> None:
+        job = self._taker(context, "tool.result")
+        if not isinstance(params, dict) or params.get("call_id") != job.call_id:
+            raise InvalidPayload("tool.result must name the call it answers (call_id)")
+        async with job.sending:  # the files in flight are written first
+            if job.future.done():
+                raise InvalidPayload("this call was answered already")
+            if job.files_refused is not None:  # the call failed: its files are incomplete
+                params = {
+                    "call_id": job.call_id,
+                    "ok": False,
+                    "error": {
+                        "code": "tool.failed",
+                        "message": f"the call's output files were refused: {job.files_refused}",
+                    },
+                }
+            job.future.set_result(params)
 
     # -- the plugin's socket: two methods, everything else denied and audited ------------
     def _socket_methods(self, plugin: str) -> _SocketMethods:
@@ -226,7 +276,7 @@ class PluginRunner:
                 if method in declared:
                     reason = (
                         f"{method} is among {plugin}'s required capabilities, but a plugin's "
-                        "socket serves tool.next and tool.result only"
+                        "socket serves tool.next, tool.files and tool.result only"
                     )
                 else:
                     reason = (
@@ -243,7 +293,12 @@ class PluginRunner:
 
             return denied
 
-        return _SocketMethods({"tool.next": self._next, "tool.result": self._result}, deny)
+        methods: dict[str, Handler] = {
+            "tool.next": self._next,
+            "tool.files": self._files,
+            "tool.result": self._result,
+        }
+        return _SocketMethods(methods, deny)
 
     def _observer(self) -> Callable[[CallRecord], None] | None:
         """Audits what a plugin's socket refused (its two own methods are not entries)."""
@@ -308,7 +363,7 @@ class PluginRunner:
         started = time.perf_counter()
         binding = f"tool:{plugin}:{call_id}"
         folder, options = socket_dir(self.root, f"tool-{call_id}")
-        server = KernelServer(self._socket_methods(plugin))
+        server = KernelServer(self._socket_methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
         server.observer = self._observer()
         code = self.third_party.get(plugin)
         job = _Job(
@@ -342,6 +397,7 @@ class PluginRunner:
             sandbox = await asyncio.to_thread(manager.create, config, command)
             job.sandbox_id = sandbox.sandbox_id
             job.sandbox = sandbox
+            job.placed.set()
             created = time.perf_counter()
             reply = await self._await_reply(job, sandbox, timeout_s, manager)
             done = time.perf_counter()

@@ -94,13 +94,14 @@ def test_what_the_template_allows_still_works(sandbox_manager: ContainerManager)
     """Positive control beside the probe: real work in code-executor (git, tests, output)."""
     script = (
         "set -e; cp -r /workspace /tmp/p; cd /tmp/p; git init -q; "
-        "python3 -m pytest -q -p no:cacheprovider > /output/report.txt; echo done"
+        "python3 -m pytest -q -p no:cacheprovider > /output/report.txt; cat /output/report.txt"
     )
     config = template_config("code-executor", project_dir=PROJECT, max_duration="60s")
     outcome = sandbox_manager.run(config, ["sh", "-c", script], keep=True)
     try:
         assert outcome.exit_code == 0, outcome.stderr
-        assert "3 passed" in (outcome.sandbox.output_dir / "report.txt").read_text()
+        assert "3 passed" in outcome.stdout  # written to /output (its own tmpfs), read back
+        assert not list(outcome.sandbox.output_dir.iterdir())  # nothing reached the kernel
     finally:
         sandbox_manager.destroy(outcome.sandbox)
     _gone(sandbox_manager, outcome)

@@ -3,7 +3,9 @@
 The red-team replay of issue 19, finding 1: the test renames its call's output folder,
 plants a link to the kernel's state folder in its place and answers the call itself
 from a second connection on the call's socket.  The kernel must neither accept that
-answer nor read through the link: the forged green never reaches the workflow.
+answer nor read through the link: the forged green never reaches the workflow.  (Since
+/output became the sandbox's own tmpfs, the link leads nowhere the kernel reads: the
+plugin host sends only regular files, never through a link.)
 """
 
 from __future__ import annotations
@@ -76,5 +78,56 @@ def test_test_code_cannot_answer_for_the_plugin_nor_lead_the_kernel_out(
     assert "test_forged_green" not in shown and "FORGED" not in shown, ran
     if ran["ok"]:  # the plugin's own answer: the kernel never read through the link
         assert ran["output"]["counts"]["passed"] == 0, ran
-    else:
-        assert "output folder" in ran["error"]["what"] or "link" in shown, ran
+    else:  # the report went with the renamed folder: the kernel got none, and says so
+        assert "wrote no report" in ran["error"]["what"], ran
+
+
+#: Finding 8: the sandbox's /output is its own tmpfs, not executable and size-capped.
+#: The test passes only if both attempts fail with the expected errno.
+NOEXEC_AND_CAPPED = """
+import errno, pathlib, subprocess
+
+def test_output_is_noexec_and_capped():
+    script = pathlib.Path("/output/run-me.sh")
+    script.write_text("#!/bin/sh\\necho ran\\n")
+    script.chmod(0o755)
+    try:
+        subprocess.run([str(script)], check=True)
+        denied = None
+    except PermissionError as exc:
+        denied = exc.errno
+    assert denied == errno.EACCES
+    big, chunk, full = pathlib.Path("/output/fill"), b"x" * (1 << 20), None
+    try:
+        with big.open("wb") as out:
+            for _ in range(300):  # 300 MiB: more than the 256 MiB cap
+                out.write(chunk)
+                out.flush()
+    except OSError as exc:
+        full = exc.errno
+    finally:
+        big.unlink()
+    assert full == errno.ENOSPC
+"""
+
+
+def test_test_code_can_neither_run_nor_hoard_files_in_output(
+    tmp_path: Path,
+    runtime: str,  # noqa: F811 (the fixture)
+) -> None:
+    kernel = Kernel(tmp_path, demo_project(tmp_path), runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "attack"})
+            call(client, sid, "plan.complete")
+            wrote = call(
+                client, sid, "fs.write", path="tests/test_output.py", content=NOEXEC_AND_CAPPED
+            )
+            assert wrote["ok"], wrote
+            ran = call(client, sid, "test.run", paths=["tests/test_output.py"])
+    finally:
+        kernel.stop()
+    assert ran["ok"], ran
+    counts = ran["output"]["counts"]
+    assert (counts["passed"], counts["failed"]) == (1, 0), ran

@@ -32,8 +32,9 @@ def scope(tmp_path: Path) -> rules.Scope:
 
 def body(scope: rules.Scope, **host: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "Binds": [f"{scope.project}:/workspace:ro", f"{scope.writable[0]}/outputs:/output:rw"],
-        "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},
+        "Binds": [f"{scope.project}:/workspace:ro", f"{scope.writable[0]}/outputs:/staged:ro"],
+        "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m",
+                  "/output": "rw,noexec,nosuid,nodev,size=256m,mode=1777"},
         "Memory": 2**26, "MemorySwap": 2**26, "NanoCpus": 10**9, "PidsLimit": 10,
         "NetworkMode": "none", "ReadonlyRootfs": True, "CapDrop": ["ALL"], "IpcMode": "private",
         "SecurityOpt": ["no-new-privileges:true", f"seccomp={oci_json('standard')}"],
@@ -88,6 +89,17 @@ WEAK_PROFILE = json.dumps({**json.loads(oci_json("standard")), "defaultAction": 
         ({"SecurityOpt": ["seccomp=" + oci_json("strict")]}, "no-new-privileges"),
         ({"Tmpfs": {"/tmp": "rw,size=64m"}}, "noexec"),
         ({"Tmpfs": {"/etc": "rw,noexec,nosuid,nodev,size=1m"}}, "/etc"),
+        ({"Tmpfs": {"/output": "rw,nosuid,nodev,size=1m,mode=1777"}}, "noexec"),
+        ({"Tmpfs": {"/output": "rw,noexec,nosuid,nodev,mode=1777"}}, "sized"),
+        ({"Tmpfs": {"/output": "rw,noexec,nosuid,nodev,size=1m,size=2g"}}, "sized"),
+        ({"Tmpfs": {"/output": "rw,noexec,nosuid,nodev,size=1m,mode=4777"}}, "sized"),
+        ({"Tmpfs": {"/output": "rw,noexec,nosuid,nodev,size=1m,exec"}}, "sized"),
+        ({"Tmpfs": {"/output": "rw,noexec,nosuid,nodev,size=0"}}, "sized"),  # 0: unlimited
+        ({"Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=0k"}}, "sized"),
+        # sizes the kernel's parser wraps to 0 (no limit), and anything over 1 GiB
+        ({"Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=18446744073709551616"}}, "sized"),
+        ({"Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=17179869184g"}}, "sized"),
+        ({"Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=2g"}}, "sized"),
         ({"Binds": ["/:/host:rw"]}, "outside"),
         ({"Binds": ["/etc:/etc:ro"]}, "outside"),
     ],

@@ -176,11 +176,9 @@ def test_the_spec_carries_limits_labels_mounts_and_the_profile(
         LABEL_SANDBOX: sandbox.sandbox_id,
         LABEL_TEMPLATE: "ai-provider",
     }
-    assert spec.mounts == (
-        Mount(project.resolve(), "/workspace", True),
-        Mount(sandbox.output_dir, "/output", False),
-    )
+    assert spec.mounts == (Mount(project.resolve(), "/workspace", True),)
     assert spec.image == IMAGES["ai-provider"] and spec.tmpfs["/tmp"].startswith("rw,noexec")
+    assert spec.tmpfs["/output"].startswith("rw,noexec")  # its own, not the kernel's folder
     manager.destroy(sandbox)
 
 
@@ -291,10 +289,16 @@ def test_strays_of_the_same_labels_are_removed_others_kept(
     assert set(runtime.containers) == {mine.container_id, other.container_id}
 
 
-def test_output_dir_belongs_to_the_sandbox_user(manager: ContainerManager) -> None:
+def test_output_is_the_sandboxs_own_tmpfs_and_its_folder_the_kernels(
+    manager: ContainerManager,
+) -> None:
     sandbox = manager.create(template_config("code-executor"), ["true"])
+    spec = manager.runtime.containers[sandbox.container_id].spec  # type: ignore[attr-defined]
+    assert "/output" not in [m.target for m in spec.mounts]  # nothing shared with the kernel
+    options = spec.tmpfs["/output"].split(",")
+    assert {"noexec", "nosuid", "nodev", "size=256m"} <= set(options)
     info = sandbox.output_dir.stat()
-    assert (info.st_uid, info.st_mode & 0o777) == (sandbox_identity()[0], 0o700)
+    assert (info.st_uid, info.st_mode & 0o777) == (os.geteuid(), 0o700)
     manager.destroy(sandbox)
 
 

@@ -76,7 +76,7 @@ def test_the_handshake_accepts_the_window_and_refuses_outside_it(tmp_path: Path)
     asyncio.run(main())
 
 
-def test_a_plugin_socket_denies_and_audits_everything_but_its_two_methods(tmp_path: Path) -> None:
+def test_a_plugin_socket_denies_and_audits_everything_but_its_own_methods(tmp_path: Path) -> None:
     """A hostile plugin calling syscalls on its socket: denied, with an audit entry each."""
     state = tmp_path / "state"
     plugin = "demo-tool"
@@ -96,6 +96,7 @@ def test_a_plugin_socket_denies_and_audits_everything_but_its_two_methods(tmp_pa
         server = KernelServer(runner._socket_methods(plugin))
         server.observer = runner._observer()
         runner.jobs[binding] = _Job("c1", "demo.echo", {}, "strict", 1, plugin)
+        runner.jobs[binding].placed.set()
         sock = tmp_path / "ipc" / "kernel.sock"
         await server.listen(sock, binding=binding)
         answers: list[Any] = []
@@ -131,7 +132,7 @@ def test_a_plugin_socket_denies_and_audits_everything_but_its_two_methods(tmp_pa
     write, read, update = answers
     assert write.startswith("plugin demo-tool may not call fs.write (fs.write is not among")
     assert read.startswith("plugin demo-tool may not call fs.read (fs.read is among demo-tool's")
-    assert "serves tool.next and tool.result only" in read
+    assert "serves tool.next, tool.files and tool.result only" in read
     assert update.startswith("plugin demo-tool may not call policy.update (policy.update is not")
     recorded = [e for e in entries(state, Filters(event_type="syscall"))]
     denied = {

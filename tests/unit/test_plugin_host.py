@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fluffy.kernel.ipc.server import CallContext, KernelServer
+from fluffy.kernel.tools.callfiles import Received, parse_files, write_files
 
 MODULE = "fluffy_test_demo_plugin"
 PLUGIN_SOURCE = textwrap.dedent(
@@ -90,8 +91,10 @@ WAIT = 60.0  # generous: only a hang reaches it
 
 @dataclass
 class FakeKernel:
-    """The kernel's side of tool.next / tool.result, driven by the test."""
+    """The kernel's side of tool.next / tool.files / tool.result, driven by the test;
+    output files are received as the kernel receives them (kernel.tools.callfiles)."""
 
+    received: Path
     jobs: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
     results: asyncio.Queue[tuple[CallContext, Any]] = field(default_factory=asyncio.Queue)
     handed: asyncio.Queue[CallContext] = field(default_factory=asyncio.Queue)
@@ -103,6 +106,10 @@ class FakeKernel:
         job = await self.jobs.get()
         self.handed.put_nowait(context)
         return job
+
+    def files(self, context: CallContext, params: Any) -> None:
+        call_id = str(params.get("call_id")) if isinstance(params, dict) else ""
+        write_files(self.received / call_id, parse_files(params, call_id), Received())
 
     def result(self, context: CallContext, params: Any) -> None:
         self.results.put_nowait((context, params))
@@ -135,8 +142,11 @@ async def sandbox(tmp_path: Path, *extra: str) -> AsyncIterator[Sandbox]:
     for folder in (workspace, staged, output):
         folder.mkdir()
     (workspace / "hello.txt").write_text("old\n")
-    kernel = FakeKernel()
-    server = KernelServer({"tool.next": kernel.next, "tool.result": kernel.result})
+    kernel = FakeKernel(tmp_path / "received")
+    kernel.received.mkdir()
+    server = KernelServer(
+        {"tool.next": kernel.next, "tool.files": kernel.files, "tool.result": kernel.result}
+    )
     folder = Path(tempfile.mkdtemp(prefix="fluffy-host-", dir="/tmp"))  # short socket path
     sock = folder / "kernel.sock"
     await server.listen(sock, binding="sb-test", allowed_uids=frozenset({os.getuid()}))
@@ -199,7 +209,8 @@ def test_jobs_run_to_results_and_errors(tmp_path: Path) -> None:
             assert result["echo"] == "new\n" and result["mode"] == "debug"
             assert result["sandbox"] == "sb-test"
             assert result["changes"] == [{"path": "hello.txt", "op": "patch", "file": "0.diff"}]
-            diff = (box.output / "c1" / "0.diff").read_text()
+            assert (box.output / "c1" / "0.diff").is_file()  # written in the sandbox,
+            diff = (box.kernel.received / "c1" / "0.diff").read_text()  # sent to the kernel
             assert diff == "--- a/hello.txt\n+++ b/hello.txt\n@@ -1 +1 @@\n-old\n+new\n"
             assert (box.workspace / "hello.txt").read_text() == "old\n"
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.plugins.errors import PluginTampered
 from fluffy.kernel.plugins.store import PluginStore
@@ -45,6 +46,9 @@ async def serve_one(
     command = await asyncio.to_thread(runner._stage_code, runner.third_party["demo-tool"], folder)
     binding = "tool:demo-tool:c1"
     job = _Job("c1", "demo.echo", args, "strict", 1, "demo-tool")
+    job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "received")
+    job.sandbox.output_dir.mkdir(exist_ok=True)
+    job.placed.set()
     runner.jobs[binding] = job
     server = KernelServer(runner._socket_methods("demo-tool"))
     await server.listen(folder / "kernel.sock", binding=binding)
