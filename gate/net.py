@@ -1,13 +1,10 @@
 """The gate's dialler: L1 has no network, its CONNECT proxy dials here (stdlib only).
 
-One request per connection, a JSON line ``{"host": ..., "port": ...}`` (``host`` as the
-kernel's allow-list normalised it).  The target must be admitted by the allow-list fluffy
-started with (``<base>/net.json``, written on the host from policy.yaml's
-``network_whitelist``; L1 never sees it).  A name is resolved here, once, and must give a
-public address unless an IP entry admits that address (a name never opens the host's or
-the LAN's services).  The answer is one JSON line with the HTTP status the proxy gives
-(200, 400, 403, 502) and, on 200, the connected socket itself (SCM_RIGHTS): the kernel
-splices it and the gate keeps nothing.  Refusals go to the gate's log.
+One JSON line ``{"host", "port"}`` per connection; the target must be admitted by the
+allow-list written on the host (``<base>/net.json``, never seen by L1), a name resolves
+here once and must be public unless an IP entry admits the address.  The answer: a JSON
+line with the proxy's status (200, 400, 403, 502) and, on 200, the connected socket
+(SCM_RIGHTS).  Refusals go to the gate's log.
 """
 
 from __future__ import annotations
@@ -17,10 +14,13 @@ import json
 import re
 import socket
 import socketserver
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64  # at once (the kernel's proxy allows 64 tunnels)
 NAME = re.compile(r"(?=.{1,253}\Z)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9-]{1,63}\Z")
 Rule = tuple[str, int, bool]  # (host or IP text or wildcard suffix, port, wildcard)
 
@@ -30,7 +30,7 @@ class Refused(Exception):
 
 
 def load(path: Path) -> list[Rule]:
-    """The rules in ``path``; none (default deny) when it is missing or unreadable."""
+    # none (default deny) when the file is missing or unreadable
     try:
         rules = json.loads(path.read_text())["rules"]
         return [(str(host).lower(), int(port), bool(wild)) for host, port, wild in rules]
@@ -46,7 +46,7 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def admits(rules: list[Rule], host: str, port: int) -> bool:
-    """As the kernel's AllowList: a name rule never admits an address, nor the reverse."""
+    # as the kernel's AllowList: a name rule never admits an address, nor the reverse
     ip = _ip(host)
     for name, rule_port, wildcard in rules:
         if rule_port != port:
@@ -60,9 +60,11 @@ def admits(rules: list[Rule], host: str, port: int) -> bool:
     return False
 
 
+
+
+
 def address(rules: list[Rule], host: str, port: int) -> str:
-    """The address to dial: an admitted IP as is, a name resolved once (a public address,
-    or one an IP entry admits)."""
+    # an admitted IP as is; a name resolved once (public, or admitted by an IP entry)
     ip = _ip(host)
     if ip is not None:
         return str(ip)
@@ -76,12 +78,35 @@ def address(rules: list[Rule], host: str, port: int) -> str:
     )
 
 
-class Dialler(socketserver.ThreadingUnixStreamServer):
+class Bounded(socketserver.ThreadingUnixStreamServer):
+    # a thread per connection, at most `slots` at once (more are closed at once: a
+    # compromised kernel cannot exhaust the host user's threads)
+
     daemon_threads = True
     block_on_close = False
+    slots = threading.BoundedSemaphore(1)
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class Dialler(Bounded):
     def __init__(self, path: Path, rules: Path, refused: Callable[[str, str, str], None]) -> None:
         self.rules, self.refused = rules, refused
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)
 
@@ -95,9 +120,9 @@ class _Handler(socketserver.StreamRequestHandler):
         upstream, target = None, "?"
         try:
             ask = json.loads(self.rfile.readline(2048))
-            host, port = str(ask["host"]).lower(), int(ask["port"])
-            target = f"{host}:{port}"
-            if not (0 < port < 65536 and (_ip(host) or NAME.match(host))):
+            host, port = str(ask["host"]).lower(), ask["port"]
+            target = f"{host[:300]}:{port}"
+            if type(port) is not int or not (0 < port < 65536 and (_ip(host) or NAME.match(host))):
                 raise ValueError(target)
             rules = load(self.server.rules)
             if not admits(rules, host, port):
@@ -111,7 +136,7 @@ class _Handler(socketserver.StreamRequestHandler):
         except Refused as exc:
             answer = {"status": 403, "why": str(exc)}
             self.server.refused("CONNECT", target, str(exc))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             pass
         except OSError as exc:
             answer = {"status": 502, "why": f"cannot reach {target}: {exc}"}
@@ -121,6 +146,8 @@ class _Handler(socketserver.StreamRequestHandler):
                 self.request.sendall(data)
             else:
                 socket.send_fds(self.request, [data], [upstream.fileno()])
+        except OSError:
+            pass  # the kernel went away: nothing to tell
         finally:
             if upstream is not None:
                 upstream.close()

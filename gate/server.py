@@ -13,7 +13,6 @@ import contextlib
 import http.server
 import json
 import os
-import socketserver
 import threading
 import time
 from pathlib import Path
@@ -22,15 +21,15 @@ from typing import Any
 from fluffy.gate import net, rules, wire
 
 MAX_BODY = 4 * 1024 * 1024
+MAX_CONNECTIONS = 128  # at once: the kernel's waits and log streams, one per sandbox
+MAX_LOG = 1024 * 1024  # refusals beyond this are counted, not written
 FIX = "fluffy's kernel never asks this; if it did, report it (`fluffy doctor` lists refusals)"
 
 
-class Gate(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
-
+class Gate(net.Bounded):
     def __init__(self, path: Path, engine_socket: str, scope: rules.Scope, log: Path) -> None:
         self.engine_socket, self.scope, self.log = engine_socket, scope, log
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.refusals = 0
         self.dialler: net.Dialler | None = None  # L1's way out (fluffy.gate.net)
         self._lock = threading.Lock()
@@ -65,12 +64,14 @@ class Gate(socketserver.ThreadingUnixStreamServer):
         with self._lock:
             self.refusals += 1
             with contextlib.suppress(OSError), self.log.open("a") as out:
-                out.write(json.dumps(entry) + "\n")
+                if out.tell() < MAX_LOG:
+                    out.write(json.dumps(entry) + "\n")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: Gate
     protocol_version = "HTTP/1.1"
+    timeout = 60  # a request that stalls this long is dropped (the relay then blocks)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # refusals go to the gate's log; allowed calls are the kernel's to audit

@@ -12,6 +12,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,3 +204,49 @@ def test_the_proxy_dials_through_the_gate_and_the_gate_has_the_last_word(
     assert refused.startswith(b"HTTP/1.1 403") and b"not in the network allow-list" in refused
     closes = [(r.port, r.decision, r.status) for r in records if r.phase == "close"]
     assert closes == [(allowed, "allow", 200), (other, "deny", 403)]
+
+
+
+
+
+def test_a_port_that_is_not_an_integer_gets_a_400(gate: Gate) -> None:
+    for line in (b'{"host": "x.com", "port": 1e400}\n', b'{"host": "x.com", "port": 443.0}\n',
+                 b"[" * 1500 + b"\n"):  # fmt: skip
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(str(gate.sock))
+            sock.sendall(line)
+            assert json.loads(sock.recv(4096))["status"] == 400
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(gate: Gate) -> None:
+    idle = []
+    try:
+        for _ in range(net.MAX_CONNECTIONS):  # each holds a thread, sending nothing
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(str(gate.sock))
+            idle.append(sock)
+        extra = socket.socket(socket.AF_UNIX)
+        extra.connect(str(gate.sock))  # blocking: waits in the backlog until accepted
+        extra.settimeout(5)
+        extra.sendall(b'{"host": "x.com", "port": 443}\n')
+        try:
+            said = extra.recv(4096)
+        except ConnectionResetError:  # closed with the request unread
+            said = b""
+        assert said == b""  # closed without an answer
+        extra.close()
+    finally:
+        for sock in idle:
+            sock.close()
+    with loopback_server() as port:  # the slots come back
+        gate.allow([f"127.0.0.1:{port}"])
+        for attempt in range(50):
+            try:
+                answer = http_get(gate_dial(str(gate.sock), "127.0.0.1", port, 5))
+                break
+            except OSError:  # a slot is released just after its connection closes
+                assert attempt < 49, "the gate never served again"
+                time.sleep(0.1)
+    assert answer.endswith(b"/models")
+
