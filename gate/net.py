@@ -60,7 +60,16 @@ def admits(rules: list[Rule], host: str, port: int) -> bool:
     return False
 
 
+#: "Global" to Python, yet carrying an IPv4 address a gateway may reach (NAT64, 6to4,
+#: IPv4-compatible) or deprecated site-local: never public for the dialler.
+EMBEDDING = tuple(
+    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "::/96",
+                                      "fec0::/10")
+)  # fmt: skip
 
+
+def public(found: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return found.is_global and not any(found in net for net in EMBEDDING)
 
 
 def address(rules: list[Rule], host: str, port: int) -> str:
@@ -70,7 +79,7 @@ def address(rules: list[Rule], host: str, port: int) -> str:
         return str(ip)
     for *_, where in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
         found = ipaddress.ip_address(where[0])
-        if found.is_global or admits(rules, str(found), port):
+        if public(found) or admits(rules, str(found), port):
             return str(found)
     raise Refused(
         f"{host} resolves to a private or loopback address; only an IP entry in policy.yaml "

@@ -42,7 +42,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fluffy.errors import ConfigError
-from fluffy.kernel.net.allowlist import AllowList, AuthorityError, Target, parse_target
+from fluffy.kernel.net.allowlist import (
+    AllowList,
+    AuthorityError,
+    Target,
+    parse_target,
+    public,
+)
 from fluffy.kernel.net.dial import Dial, DialRefused
 from fluffy.kernel.net.head import HeadRejected, clip, linger, parse_head, read_head, respond
 
@@ -380,7 +386,7 @@ class ConnectProxy:
         )
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
-            if address.is_global or self._allow.allows(str(address), target.port) is not None:
+            if public(address) or self._allow.allows(str(address), target.port) is not None:
                 return str(address)
         if not infos:
             raise OSError(f"{target.host} has no address")

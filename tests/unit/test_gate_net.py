@@ -206,7 +206,28 @@ def test_the_proxy_dials_through_the_gate_and_the_gate_has_the_last_word(
     assert closes == [(allowed, "allow", 200), (other, "deny", 403)]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b:1::1",
+        "2002:7f00:1::",
+        "::127.0.0.1",
+        "fec0::1",
+        "10.0.0.1",
+        "169.254.169.254",
+        "::ffff:127.0.0.1",
+        "127.0.0.1",
+    ],
+)
+def test_addresses_that_can_lead_to_private_ones_are_never_public(text: str) -> None:
+    import ipaddress
 
+    from fluffy.kernel.net.allowlist import public
+
+    found = ipaddress.ip_address(text)
+    assert not net.public(found) and not public(found)
+    assert net.public(ipaddress.ip_address("8.8.8.8")) and public(ipaddress.ip_address("1.1.1.1"))
 
 
 def test_a_port_that_is_not_an_integer_gets_a_400(gate: Gate) -> None:
