@@ -168,7 +168,7 @@ def attached(project: str, *, say: Callable[[str], None]) -> Iterator[Attached]:
     status = _status(project)
     if status is None or status.get("health") != "healthy":
         say(f"starting the kernel for {project} ...")
-        status, owned = launch_supervisor(project, detach=True)
+        status, owned = launch_supervisor(project, detach=True, confirm=ask)
     previous = _stop_on_hangup() if owned is not None else {}
     sock = paths(fluffy_home(), project)["run"] / "kernel.sock"
     try:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,9 @@ def start_kernel(project: str) -> dict[str, Any]:
     current = _status(project)
     if current is not None and current.get("health") == "healthy":
         return current
-    return launch_supervisor(project, detach=True)[0]
+    from fluffy.cli.connect import ask
+
+    return launch_supervisor(project, detach=True, confirm=ask)[0]
 
 
 def access_problem(project: str) -> str | None:
@@ -92,25 +95,42 @@ def access_problem(project: str) -> str | None:
     return f"uid {uid} cannot read {project} (mode {info.st_mode & 0o777:o}, owner {owner})"
 
 
-def write_network_allowlist(project: str, path: Path) -> None:
+def write_network_allowlist(
+    project: str, path: Path, confirm: Callable[[str], bool] | None = None
+) -> list[str]:
     """The engine gate's copy of policy.yaml's ``network_whitelist`` (fluffy.gate.net),
     read here on the host as the kernel starts: L1 has no network, and the gate dials only
     what this file admits.  A policy that does not load admits nothing (the kernel then
-    reports the policy's error at start-up)."""
+    reports the policy's error at start-up).
+
+    policy.yaml lives in the project, which the kernel can write: an entry not in the
+    gate's previous list is let through only when ``confirm`` (the person at the
+    terminal) says yes; the first list for a project is taken as written.  Returns the
+    entries left out."""
     from fluffy.kernel.net.allowlist import AllowList
     from fluffy.kernel.project.defaults import project_policy
 
     try:
         entries = project_policy(Path(project))[0].network_whitelist
-        rules = [[r.host, r.port, r.wildcard] for r in AllowList.from_entries(entries).rules]
+        rules = AllowList.from_entries(entries).rules
     except FluffyError:
-        rules = []
+        rules = ()
+    prior = (read_json(path) or {}).get("rules") if path.exists() else None
+    wanted = [[r.host, r.port, r.wildcard] for r in rules]
+    new: list[str] = []
+    if isinstance(prior, list):
+        new = [r.entry for r, w in zip(rules, wanted, strict=True) if w not in prior]
+        ask = f"policy.yaml's network_whitelist now also lets the kernel reach {', '.join(new)}"
+        if new and confirm is not None and confirm(f"{ask}. Allow it?"):
+            new = []
+        wanted = [w for w in wanted if w in prior] if new else wanted
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_json(path, {"rules": rules})
+    write_json(path, {"rules": wanted})
+    return new
 
 
 def launch_supervisor(
-    project: str, *, detach: bool
+    project: str, *, detach: bool, confirm: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
     """Start the bootstrap as L1's supervisor and wait until the kernel is healthy.
 
@@ -127,7 +147,13 @@ def launch_supervisor(
         )
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_network_allowlist(project, p["base"] / "net.json")
+    left_out = write_network_allowlist(project, p["base"] / "net.json", confirm)
+    if left_out:
+        stdout.print(
+            f"{status_word('warn')} network: {escape(', '.join(left_out))} left out "
+            "(new in policy.yaml since the last start, not approved); run fluffy in a "
+            "terminal to approve them"
+        )
     with p["log"].open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fluffy.bootstrap", "run", "--project", project],

@@ -271,3 +271,31 @@ def test_connections_beyond_the_limit_are_closed_at_once(gate: Gate) -> None:
                 time.sleep(0.1)
     assert answer.endswith(b"/models")
 
+
+def test_entries_new_in_policy_yaml_reach_the_gate_only_when_approved(tmp_path: Path) -> None:
+    """policy.yaml is in the project, which the kernel can write: the gate's list widens
+    only with the person's yes (the first list is taken as written; narrowing is free)."""
+    from fluffy.cli.lifecycle import write_network_allowlist
+
+    project, net_json = tmp_path / "project", tmp_path / "base" / "net.json"
+    (project / ".fluffy").mkdir(parents=True)
+
+    def policy(*entries: str) -> None:
+        (project / ".fluffy" / "policy.yaml").write_text(f"network_whitelist: {list(entries)}\n")
+
+    def gate_rules() -> list[list[object]]:
+        return list(json.loads(net_json.read_text())["rules"])
+
+    asked: list[str] = []
+    policy("api.openai.com")
+    assert write_network_allowlist(str(project), net_json, None) == []
+    assert gate_rules() == [["api.openai.com", 443, False]]
+    policy("api.openai.com", "169.254.169.254:80")  # what a compromised kernel would add
+    left_out = write_network_allowlist(str(project), net_json, None)  # no terminal
+    assert left_out == ["169.254.169.254:80"] and gate_rules() == [["api.openai.com", 443, False]]
+    assert write_network_allowlist(str(project), net_json, lambda q: asked.append(q) or False)
+    assert "169.254.169.254:80" in asked[0] and len(gate_rules()) == 1
+    assert write_network_allowlist(str(project), net_json, lambda q: True) == []
+    assert gate_rules()[1] == ["169.254.169.254", 80, False]
+    policy()  # narrowed: no question
+    assert write_network_allowlist(str(project), net_json, None) == [] and gate_rules() == []
