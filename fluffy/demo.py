@@ -18,6 +18,7 @@ from fluffy.kernel.containers.config import TEMPLATES, template_config
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.factory import open_manager
 from fluffy.kernel.containers.manager import RunOutcome
+from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.paths import package_root
 from fluffy.seccomp.cases import CONTAINER_CASES, FACTS, SECCOMP_CASES
 
@@ -28,6 +29,8 @@ PROBE_CASES = ("write_project", "write_rootfs", "engine_socket", "ptrace_traceme
 def expected_probes() -> dict[str, Any]:
     profile = TEMPLATES["code-executor"].seccomp_profile
     want: dict[str, Any] = dict(FACTS)
+    # a sandbox runs as the kernel's user: 10001 under root, else the caller's own uid
+    want["uid"], want["gid"] = sandbox_identity()
     for case in PROBE_CASES[:-1]:
         want[case] = {**SECCOMP_CASES, **CONTAINER_CASES}[case][profile]
     return want
