@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.bootstrap.engine import BootstrapError, Engine
+from fluffy.gate import wire
 
 KERNEL_UID = 10000  # used when the host user is root: the kernel never runs as root
 # A root-owned project: the kernel (uid 10000) holds these and nothing else, to read it,
@@ -69,7 +70,7 @@ def spec(
         Path(plugins).mkdir(mode=0o755, parents=True, exist_ok=True)
         binds.append(f"{plugins}:{INSIDE}/plugins:ro")
         env.append(f"FLUFFY_PLUGIN_STORE={INSIDE}/plugins")
-    host = dict(SECURITY, Binds=binds)
+    host = dict(SECURITY, Binds=binds, **wire.userns(engine.socket_path))  # rootless: keep-id
     user, entry = kernel_user(project), ENTRYPOINT
     if user == f"{KERNEL_UID}:{KERNEL_UID}" and os.getuid() == 0:  # a root-owned project
         caps = ",".join(["-all", *(f"+{c}" for c in FILE_CAPS)])

@@ -119,6 +119,32 @@ def check_state_dir() -> Check:
     return Check("state_dir", "ok", f"{path} is writable", data={"path": str(path)})
 
 
+def _limits_check(engine: Any) -> Check | None:
+    """Rootless Podman on cgroups v1 drops every resource limit without a word on its API
+    (its CLI says "Resource limits are not supported and ignored on cgroups V1 rootless
+    systems"): sandboxes and the kernel then have no memory, pids or CPU cap."""
+    if engine.name != "podman":
+        return None
+    api = engine.client.api
+    try:
+        host = api.get(api.base_url + "/v4.0.0/libpod/info", timeout=30).json()["host"]
+        rootless, cgroups = bool(host["security"]["rootless"]), str(host.get("cgroupVersion"))
+    except Exception:  # only a diagnosis: the engine check above already passed
+        return None
+    if not rootless or cgroups != "v1":
+        where = "rootless Podman" if rootless else "Podman"
+        return Check("limits", "ok", f"{where} on cgroups {cgroups} enforces the limits")
+    return Check(
+        "limits",
+        "warn",
+        "rootless Podman on cgroups v1 ignores memory, pids and CPU limits: a sandbox can "
+        "use all of your memory and processes (seccomp, no network, a read-only root, no "
+        "capabilities and a non-root user still hold)",
+        "Boot with cgroups v2 (systemd.unified_cgroup_hierarchy=1) and delegate the memory, "
+        "pids and cpu controllers to users, or use rootful Docker or Podman.",
+    )
+
+
 def engine_checks() -> tuple[list[Check], dict[str, Any] | None]:
     """The engine, its CLI, the base image and fluffy's images."""
     from fluffy.kernel.containers.engine import connect
@@ -149,6 +175,9 @@ def engine_checks() -> tuple[list[Check], dict[str, Any] | None]:
                     f"Install the {info.engine} client; bootstrap starts the kernel with it.",
                 )
             )
+        limits = _limits_check(engine)
+        if limits is not None:
+            checks.append(limits)
         image_checks = _image_checks(engine)
         checks.extend(image_checks)
         if all(check.status == "ok" for check in image_checks):

@@ -56,6 +56,9 @@ class Scope:
     profiles: dict[str, Path]
     engine: str = "docker"
     owned: set[str] = field(default_factory=set)
+    #: rootless Podman: the gate (never L1) sets UsernsMode keep-id (wire.userns), so a
+    #: sandbox's uid is the user's own on the host, as L1's is
+    userns: dict[str, str] = field(default_factory=dict)
 
 
 def load_profiles(folder: Path) -> dict[str, Path]:
@@ -154,7 +157,8 @@ def _check_host(host: dict[str, Any], scope: Scope) -> dict[str, Any]:
         if target not in TMPFS_TARGETS or not safe or opts - TMPFS_OPTIONS - sized:
             raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized noexec /tmp or /output")
     return dict(host, Binds=[_check_bind(b, scope) for b in host.get("Binds") or []],
-                SecurityOpt=_check_security(host.get("SecurityOpt"), scope))  # fmt: skip
+                SecurityOpt=_check_security(host.get("SecurityOpt"), scope),
+                **scope.userns)  # fmt: skip
 
 
 def _check_bind(bind: Any, scope: Scope) -> str:

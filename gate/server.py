@@ -163,7 +163,8 @@ def start_for(folder: Path, project: str, project_id: str, kind: str, engine_soc
     profiles = Path(__file__).resolve().parent.parent / "seccomp" / "generated"
     scope = rules.Scope(project_id, Path(os.path.realpath(project)),
                         tuple(Path(os.path.realpath(w)) for w in writable),
-                        rules.load_profiles(profiles), kind)  # fmt: skip
+                        rules.load_profiles(profiles), kind,
+                        userns=wire.userns(engine_socket) if kind == "podman" else {})  # fmt: skip
     gate = serve(folder, engine_socket, scope, folder.parent.with_suffix(".gate.log"))
     if owner is not None:
         for path in (folder, folder / "engine.sock", folder / "net.sock"):

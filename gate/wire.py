@@ -66,3 +66,15 @@ def as_json(body: bytes) -> Any:
         return json.loads(body) if body[:1] in (b"{", b"[") else None
     except ValueError:
         return None
+
+
+def userns(path: str) -> dict[str, str]:
+    """HostConfig's user namespace for the engine at ``path``: ``keep-id`` on rootless
+    Podman (its libpod info says so; the compatible /info does not, on Podman 4.3), so
+    container uid N is host uid N -- the user's own, not a subordinate uid locked out of
+    the user's 0700 folders and peer-uid checks.  Docker (404), rootful Podman: {}."""
+    try:
+        info = json.loads(request(path, "GET", "/v4.0.0/libpod/info", timeout=30)[2])
+        return {"UsernsMode": "keep-id"} if info["host"]["security"]["rootless"] else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}

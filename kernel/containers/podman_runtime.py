@@ -63,6 +63,13 @@ class PodmanRuntime:
 
         with engine_call(f"connect to podman at {base_url}"):
             self._client = PodmanClient(base_url=base_url, timeout=120)
+        #: Rootless Podman maps container uid N to a subordinate host uid: a sandbox
+        #: running as the caller's uid could not use the caller's own folders, and the
+        #: kernel's peer-uid check would see a stranger.  keep-id maps the caller's uid to
+        #: itself (nothing else changes: still non-root, no capabilities).
+        with engine_call(f"ask podman at {base_url} whether it is rootless"):
+            info = self._client.info()  # type: ignore[no-untyped-call]
+        self.rootless = bool(info.get("host", {}).get("security", {}).get("rootless"))
 
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
@@ -99,6 +106,8 @@ class PodmanRuntime:
             "ipc_mode": "private",
             "seccomp_profile_path": str(spec.seccomp_path),
         }
+        if self.rootless:
+            payload["userns_mode"] = "keep-id"
         with engine_call(f"create container {spec.name} from {spec.image}"):
             body = self._client.containers._render_payload(payload)
             # the SDK keeps only size/mode of a mount's options (noexec would be dropped,

@@ -189,3 +189,58 @@ def test_lists_are_limited_to_the_project() -> None:
     assert json.loads(bare["filters"][0]) == {"label": [f"{rules.PROJECT_LABEL}=abc"]}
     with pytest.raises(rules.Refused):
         rules.force_label("/containers/json?filters=notjson", "abc")
+
+
+def test_on_rootless_podman_the_gate_itself_maps_the_users_uid(scope: rules.Scope) -> None:
+    """keep-id comes from the gate (wire.userns), never from L1: L1's own is refused."""
+    scope.userns = {"UsernsMode": "keep-id"}
+    assert rules.check_create(body(scope), scope)["HostConfig"]["UsernsMode"] == "keep-id"
+    with pytest.raises(rules.Refused, match="UsernsMode"):
+        rules.check_create(body(scope, UsernsMode="host"), scope)
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "want"),
+    [
+        (200, {"host": {"security": {"rootless": True}}}, {"UsernsMode": "keep-id"}),
+        (200, {"host": {"security": {"rootless": False}}}, {}),
+        (404, {"message": "page not found"}, {}),  # Docker has no libpod info
+        (200, {"host": {}}, {}),
+    ],
+)
+def test_the_gate_asks_the_engine_whether_it_is_rootless(
+    tmp_path: Path, status: int, answer: dict[str, Any], want: dict[str, str]
+) -> None:
+    import http.server
+    import socketserver
+    import threading
+
+    from fluffy.gate import wire
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = json.dumps(answer if self.path == "/v4.0.0/libpod/info" else {}).encode()
+            self.send_response(status if self.path == "/v4.0.0/libpod/info" else 404)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+        def get_request(self) -> tuple[Any, Any]:
+            request, _ = super().get_request()
+            return request, ("local", 0)  # BaseHTTPRequestHandler wants an address pair
+
+    sock = tmp_path / "engine.sock"
+    server = Server(str(sock), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert wire.userns(str(sock)) == want
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert wire.userns(str(tmp_path / "absent.sock")) == {}
