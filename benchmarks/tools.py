@@ -17,7 +17,9 @@ A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
 Keys: fs_read_p50_us, fs_read_p90_us, fs_read_p99_us, fs_read_per_s, ipc_rtt_p50_us,
 ipc_rtt_p99_us, ratio_fs_read_vs_ipc_p50, round_of_10_reads_p50_ms / _p99_ms,
 plugin_call_overhead_p50_ms / _p90_ms, plugin_sandbox_ready_p50_ms, plugin_call_total_p50_ms,
-engine.
+fs_write_p50_ms / _p90_ms (an ``fs.write`` end to end, as the model sees it),
+raw_exec_p50_ms / _p90_ms (``<engine> exec`` of ``true`` into a running container, same
+run), ratio_fs_write_vs_exec_p50 (issue 20's goal: <= 0.5), engine.
 """
 
 from __future__ import annotations
@@ -138,7 +140,16 @@ def run(n: int, plugin_n: int) -> dict[str, Any]:
                 ready.append(timings["ready_ms"] / 1000)
                 totals.append(total / 1000)
                 overheads.append((total - timings["ready_ms"] - timings["tool_ms"]) / 1000)
+            writes = _fs_writes(client, sid, plugin_n if engine else 0)
+            raw = _raw_execs(engine, plugin_n) if engine else []
             result.update(
+                fs_write_p50_ms=_ms(writes, 0.5) if writes else None,
+                fs_write_p90_ms=_ms(writes, 0.9) if writes else None,
+                raw_exec_p50_ms=_ms(raw, 0.5) if raw else None,
+                raw_exec_p90_ms=_ms(raw, 0.9) if raw else None,
+                ratio_fs_write_vs_exec_p50=round(percentile(writes, 0.5) / percentile(raw, 0.5), 2)
+                if writes and raw
+                else None,
                 plugin_n=len(overheads),
                 plugin_call_overhead_p50_ms=_ms(overheads, 0.5) if overheads else None,
                 plugin_call_overhead_p90_ms=_ms(overheads, 0.9) if overheads else None,
@@ -150,6 +161,50 @@ def run(n: int, plugin_n: int) -> dict[str, Any]:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _fs_writes(client: SyncClient, sid: str, n: int) -> list[float]:
+    """``fs.write`` of a small test file end to end, as the model sees it (test_writing:
+    a fresh fs-tool sandbox per call, the file sent back over its socket, staged)."""
+    if not n:
+        return []
+    client.call("session.message", {"session_id": sid, "text": "benchmark writes"})  # planning
+    planned = client.call(
+        "tool.call", {"session_id": sid, "tool": "plan.complete", "args": {"summary": "bench"}}
+    )
+    assert planned["ok"], planned
+    samples = []
+    for i in range(n):
+        args = {"path": f"tests/test_bench_{i}.py", "content": f"def test_{i}():\n    pass\n"}
+        t0 = time.perf_counter()
+        answer = client.call("tool.call", {"session_id": sid, "tool": "fs.write", "args": args})
+        samples.append(time.perf_counter() - t0)
+        assert answer["ok"], answer
+    return samples
+
+
+def _raw_execs(engine: str, n: int) -> list[float]:
+    """Baseline: ``<engine> exec <container> true`` into one running code-executor
+    container (what a reused sandbox would cost per call), same run."""
+    from fluffy.images.builder import build_images
+    from fluffy.kernel.containers.engine import connect
+
+    with connect(timeout=10) as connected:
+        image = {status.name: status.ref for status in build_images(connected)}["code-executor"]
+    started = subprocess.run(
+        [engine, "run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", image, "600"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        subprocess.run([engine, "exec", started, "true"], check=True)  # warm-up
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run([engine, "exec", started, "true"], check=True)
+            samples.append(time.perf_counter() - t0)
+        return samples
+    finally:
+        subprocess.run([engine, "rm", "-f", started], capture_output=True, check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
