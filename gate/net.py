@@ -88,12 +88,16 @@ def address(rules: list[Rule], host: str, port: int) -> str:
 
 
 class Bounded(socketserver.ThreadingUnixStreamServer):
-    # a thread per connection, at most `slots` at once (more are closed at once: a
+    # a thread per connection, at most `limit` at once (more are closed at once: a
     # compromised kernel cannot exhaust the host user's threads)
 
     daemon_threads = True
     block_on_close = False
-    slots = threading.BoundedSemaphore(1)
+
+    def __init__(self, path: Path, handler: Any, limit: int) -> None:
+        self.slots = threading.BoundedSemaphore(limit)
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
@@ -115,9 +119,7 @@ class Bounded(socketserver.ThreadingUnixStreamServer):
 class Dialler(Bounded):
     def __init__(self, path: Path, rules: Path, refused: Callable[[str, str, str], None]) -> None:
         self.rules, self.refused = rules, refused
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        path.unlink(missing_ok=True)
-        super().__init__(str(path), _Handler)
+        super().__init__(path, _Handler, MAX_CONNECTIONS)
 
 
 class _Handler(socketserver.StreamRequestHandler):

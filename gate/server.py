@@ -29,12 +29,10 @@ FIX = "fluffy's kernel never asks this; if it did, report it (`fluffy doctor` li
 class Gate(net.Bounded):
     def __init__(self, path: Path, engine_socket: str, scope: rules.Scope, log: Path) -> None:
         self.engine_socket, self.scope, self.log = engine_socket, scope, log
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.refusals = 0
         self.dialler: net.Dialler | None = None  # L1's way out (fluffy.gate.net)
         self._lock = threading.Lock()
-        path.unlink(missing_ok=True)
-        super().__init__(str(path), _Handler)
+        super().__init__(path, _Handler, MAX_CONNECTIONS)
 
     def shutdown(self) -> None:
         if self.dialler is not None:

@@ -118,12 +118,13 @@ def write_network_allowlist(
     prior = (read_json(path) or {}).get("rules") if path.exists() else None
     wanted = [[r.host, r.port, r.wildcard] for r in rules]
     new: list[str] = []
-    if isinstance(prior, list):
+    if isinstance(prior, list):  # not the first list: widening needs a yes
         new = [r.entry for r, w in zip(rules, wanted, strict=True) if w not in prior]
         ask = f"policy.yaml's network_whitelist now also lets the kernel reach {', '.join(new)}"
-        if new and confirm is not None and confirm(f"{ask}. Allow it?"):
+        if new and not (confirm is not None and confirm(f"{ask}. Allow it?")):
+            wanted = [w for w in wanted if w in prior]
+        else:
             new = []
-        wanted = [w for w in wanted if w in prior] if new else wanted
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_json(path, {"rules": wanted})
     return new

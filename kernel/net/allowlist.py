@@ -34,19 +34,6 @@ _PORT = re.compile(r"[0-9]{1,5}\Z")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-#: "Global" to Python, yet carrying an IPv4 address a gateway may reach (NAT64, 6to4,
-#: IPv4-compatible) or deprecated site-local: a name resolving there is not public.
-EMBEDDING = tuple(
-    ipaddress.ip_network(n)
-    for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "::/96", "fec0::/10")
-)
-
-
-def public(address: IPAddress) -> bool:
-    """A public address (what a hostname rule may reach after resolving)."""
-    return address.is_global and not any(address in net for net in EMBEDDING)
-
-
 class AuthorityError(ValueError):
     """A host or ``host:port`` that is not a plain hostname or canonical IP literal."""
 

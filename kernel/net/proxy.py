@@ -42,13 +42,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fluffy.errors import ConfigError
-from fluffy.kernel.net.allowlist import (
-    AllowList,
-    AuthorityError,
-    Target,
-    parse_target,
-    public,
-)
+from fluffy.gate.net import public
+from fluffy.kernel.net.allowlist import AllowList, AuthorityError, Target, parse_target
 from fluffy.kernel.net.dial import Dial, DialRefused
 from fluffy.kernel.net.head import HeadRejected, clip, linger, parse_head, read_head, respond
 
