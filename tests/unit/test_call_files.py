@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,22 +109,30 @@ def test_gaps_repeats_links_and_the_cap_are_refused(
     assert not (kernel / "b").exists()
 
 
-def test_only_the_connection_that_took_the_call_may_send_its_files(tmp_path: Path) -> None:
-    binding = "tool:demo:c1"
+@asynccontextmanager
+async def a_call(tmp_path: Path) -> AsyncIterator[tuple[_Job, Path]]:
+    """Call c1 of plugin demo, handed to a sandbox whose folder is ``tmp_path/out``, served
+    on a real socket: (the job, the socket)."""
+    runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
+    server = KernelServer(runner._socket_methods("demo"))
+    job = _Job("c1", "demo.echo", {}, "strict", plugin="demo")
+    job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
+    job.sandbox.output_dir.mkdir()
+    job.placed.set()
+    runner.jobs["tool:demo:c1"] = job
+    sock = tmp_path / "ipc" / "kernel.sock"
+    await server.listen(sock, binding="tool:demo:c1")
+    try:
+        yield job, sock
+    finally:
+        await server.close()
 
+
+def test_only_the_connection_that_took_the_call_may_send_its_files(tmp_path: Path) -> None:
     async def main() -> list[str]:
-        runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
-        server = KernelServer(runner._socket_methods("demo"))
-        job = _Job("c1", "demo.echo", {}, "strict", plugin="demo")
-        job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
-        job.sandbox.output_dir.mkdir()
-        job.placed.set()
-        runner.jobs[binding] = job
-        sock = tmp_path / "ipc" / "kernel.sock"
-        await server.listen(sock, binding=binding)
         said: list[str] = []
 
-        def calls() -> None:
+        def calls(sock: Path) -> None:
             frame = {"call_id": "c1", "files": [piece("junit.xml", b"<forged/>")]}
             with (
                 SyncClient(str(sock), plugin_name="demo") as host,
@@ -140,10 +150,8 @@ def test_only_the_connection_that_took_the_call_may_send_its_files(tmp_path: Pat
                 with pytest.raises(InvalidPayload, match="answered already"):
                     host.call("tool.files", frame)
 
-        try:
-            await asyncio.to_thread(calls)
-        finally:
-            await server.close()
+        async with a_call(tmp_path) as (_, sock):
+            await asyncio.to_thread(calls, sock)
         return said
 
     said = asyncio.run(main())
@@ -152,20 +160,8 @@ def test_only_the_connection_that_took_the_call_may_send_its_files(tmp_path: Pat
 
 
 def test_a_refused_frame_fails_the_call_and_folders_count(tmp_path: Path) -> None:
-    binding = "tool:demo:c1"
-
     async def main() -> dict[str, Any]:
-        runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
-        server = KernelServer(runner._socket_methods("demo"))
-        job = _Job("c1", "demo.echo", {}, "strict", plugin="demo")
-        job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
-        job.sandbox.output_dir.mkdir()
-        job.placed.set()
-        runner.jobs[binding] = job
-        sock = tmp_path / "ipc" / "kernel.sock"
-        await server.listen(sock, binding=binding)
-
-        def calls() -> None:
+        def calls(sock: Path) -> None:
             with SyncClient(str(sock), plugin_name="demo") as host:
                 host.call("tool.next")
                 with pytest.raises(InvalidPayload, match="never started"):
@@ -174,11 +170,9 @@ def test_a_refused_frame_fails_the_call_and_folders_count(tmp_path: Path) -> Non
                     host.call("tool.files", {"call_id": "c1", "files": [piece("b", b"x")]})
                 host.call("tool.result", {"call_id": "c1", "ok": True, "result": {}})
 
-        try:
-            await asyncio.to_thread(calls)
+        async with a_call(tmp_path) as (job, sock):
+            await asyncio.to_thread(calls, sock)
             return await asyncio.wait_for(job.future, 5)
-        finally:
-            await server.close()
 
     reply = asyncio.run(main())
     assert reply["ok"] is False and "never started" in reply["error"]["message"]
