@@ -127,7 +127,12 @@ class DockerRuntime:
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
             labels=dict(data.get("Config", {}).get("Labels") or {}),
+            image_id=str(data.get("Image") or ""),
         )
+
+    def image_id(self, ref: str) -> str:
+        with engine_call(f"inspect image {ref}"):
+            return str(self._api.inspect_image(ref)["Id"])  # type: ignore[no-untyped-call]
 
     def pause(self, container_id: str) -> None:
         with engine_call(f"pause container {container_id[:12]}"):

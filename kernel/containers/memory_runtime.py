@@ -37,6 +37,7 @@ class FakeContainer:
     behaviour: Behaviour
     status: ContainerStatus = ContainerStatus.CREATED
     exit_code: int | None = None
+    image_id: str = ""
 
 
 @dataclass
@@ -46,6 +47,8 @@ class MemoryRuntime:
     containers: dict[str, FakeContainer] = field(default_factory=dict)
     volumes: dict[str, dict[str, str]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    #: image reference -> its id (a test "rebuilds" an image by changing it)
+    images: dict[str, str] = field(default_factory=dict)
     name: str = "memory"
     reports_oom: bool = True
     _ids: Iterator[int] = field(default_factory=itertools.count)
@@ -68,7 +71,8 @@ class MemoryRuntime:
         self._call("create", spec.name)
         check_mounts(spec.mounts)
         container_id = f"mem{next(self._ids):08d}"
-        self.containers[container_id] = FakeContainer(spec, self.behave(spec))
+        container = FakeContainer(spec, self.behave(spec), image_id=self.image_id(spec.image))
+        self.containers[container_id] = container
         return container_id
 
     def start(self, container_id: str) -> None:
@@ -99,7 +103,11 @@ class MemoryRuntime:
             container.exit_code,
             oom_killed=container.behaviour.oom and container.status is ContainerStatus.EXITED,
             labels=dict(container.spec.labels),
+            image_id=container.image_id,
         )
+
+    def image_id(self, ref: str) -> str:
+        return self.images.setdefault(ref, f"sha256:{len(self.images):064x}")
 
     def pause(self, container_id: str) -> None:
         self._get(container_id).status = ContainerStatus.PAUSED

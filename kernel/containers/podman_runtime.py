@@ -170,7 +170,12 @@ class PodmanRuntime:
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
             labels=dict(data.get("Config", {}).get("Labels") or {}),
+            image_id=_image_id(str(data.get("Image") or "")),
         )
+
+    def image_id(self, ref: str) -> str:
+        with engine_call(f"inspect image {ref}"):
+            return _image_id(str(self._client.images.get(ref).id))
 
     def pause(self, container_id: str) -> None:
         container = self._get(container_id)
@@ -234,3 +239,8 @@ class PodmanRuntime:
         with engine_call("list volumes"):
             found = self._client.volumes.list(filters=filters)
         return {str(v.name): dict(v.attrs.get("Labels") or {}) for v in found}
+
+
+def _image_id(value: str) -> str:
+    """Podman's image ids with and without the digest's name, as Docker spells them."""
+    return value if value.startswith("sha256:") or not value else f"sha256:{value}"

@@ -123,6 +123,8 @@ class ContainerState:
     oom_killed: bool = False
     error: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    #: the id of the image the container was made from
+    image_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,8 @@ class ContainerRuntime(Protocol):
     def remove(self, container_id: str) -> None: ...
 
     def inspect(self, container_id: str) -> ContainerState: ...
+
+    def image_id(self, ref: str) -> str: ...
 
     def pause(self, container_id: str) -> None: ...
 
