@@ -34,6 +34,7 @@ from fluffy.kernel.tools.envfilter import sandbox_environment
 from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
 from fluffy.kernel.tools.methods import tool_methods
 from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.pool import PoolLimits, SandboxPool
 from fluffy.kernel.tools.registry import Registry
 from fluffy.kernel.tools.router import ToolRouter
 from fluffy.kernel.tools.sandboxes import KernelSandboxes
@@ -76,6 +77,18 @@ def _merger(project: Path, state_dir: Path, policy: PolicyFile) -> Merger:
     )
 
 
+def pool_limits(policy: PolicyFile) -> PoolLimits:
+    scheduler = policy.scheduler
+    return PoolLimits(
+        enabled=scheduler.pool.enabled,
+        max_idle=scheduler.pool.max_idle,
+        idle_after_s=scheduler.pool.idle_after_s,
+        min_free_memory=scheduler.pool.min_free_memory,
+        per_template=dict(scheduler.per_template),
+        global_max=scheduler.global_max,
+    )
+
+
 def _sanitizer(policy: PolicyFile) -> OutputSanitizer:
     settings = policy.tools
     return OutputSanitizer(
@@ -93,6 +106,11 @@ class ToolPath:
 
     def methods(self) -> dict[str, Handler]:
         return tool_methods(self.router)
+
+    def pool_stats(self) -> dict[str, Any] | None:
+        """The warm pool's figures (idle sandboxes, taken, missed, ...); None: no pool."""
+        pool = self.runner.pool if self.runner is not None else None
+        return pool.as_dict() if pool is not None else None
 
     def environment(self) -> dict[str, Any] | None:
         """The test environment test.run would use now (call off the event loop)."""
@@ -117,6 +135,9 @@ class ToolPath:
             router.workflow.test_globs, (*availability.PROTECTED_GLOBS, *router.protected)
         )
         router.fast.read_max_bytes = policy.tools.read_max_bytes
+        if self.runner is not None and self.runner.pool is not None:
+            self.runner.pool.limits = pool_limits(policy)
+            self.runner.pool.invalidate("the policy was reloaded")
 
     async def close(self) -> None:
         await self.scheduler.close()
@@ -167,16 +188,24 @@ async def assemble_tools(
 
     if runner is not None:
         guard.evictors.append(runner.evict)  # 90 %: destroy running plugin sandboxes
+        runner.pool = SandboxPool(
+            runner, pool_limits(policy), kernel_pressure=lambda: not guard.accepting_work
+        )
+        guard.shedders.append(runner.pool.drain)  # 80 %: no idle sandboxes
+        workspaces.on_discard.append(lambda folder: _forget(runner, folder))
     scheduler = SchedulerBridge(
         policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
     )
     await scheduler.start()
     fast = FastPath(root, policy.tools.read_max_bytes)
+    views = TestViews(state_dir, root, sandbox_identity()[0])
+    if runner is not None:
+        views.on_discard.append(lambda folder: _forget(runner, folder))
     tests = TestPreparer(
         root,
         state_dir,
         layout,
-        TestViews(state_dir, root, sandbox_identity()[0]),
+        views,
         base_image=lambda: _base_image(sandboxes) if sandboxes is not None else None,
     )
     roots = (*layout.import_roots(), ".", *layout.test_roots)
@@ -215,6 +244,11 @@ async def assemble_tools(
     if sandboxes is not None:
         threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
     return ToolPath(router, sandboxes, runner, scheduler, plugins)
+
+
+def _forget(runner: PluginRunner, folder: Path) -> None:
+    if runner.pool is not None:
+        runner.pool.invalidate(f"{folder.name} was removed", folder=folder)
 
 
 def _base_image(sandboxes: KernelSandboxes) -> str | None:

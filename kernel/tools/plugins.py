@@ -1,9 +1,13 @@
 """Running a tool plugin's call in a fresh L2 sandbox (built-in or third-party).
 
-One call, one sandbox (design: a new output volume per sandbox, never reused):
+One call, one sandbox (design: a new output volume per sandbox, never reused).  The
+sandbox may have been made before the call, by the warm pool (:mod:`.pool`, ADR-038):
+steps 1-2 and the host's start-up happen ahead of need, and a call only hands its job
+to a host already waiting in ``tool.next``:
 
-1. a private socket folder and a kernel server on it whose binding names the call
-   (identity comes from the socket, never from what the plugin claims);
+1. a private socket folder and a kernel server on it whose binding names the sandbox,
+   which serves one call (identity comes from the socket, never from what the plugin
+   claims);
 2. the sandbox of the plugin's template: project read-only at /workspace, the session's
    staged changes read-only at /staged, its own ``/output`` tmpfs (sized, noexec), its
    own socket, an empty environment (:mod:`fluffy.kernel.tools.envfilter`);
@@ -34,11 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +77,7 @@ from fluffy.kernel.ipc.server import (
 from fluffy.kernel.plugins.handshake import check_negotiated
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.tools.callfiles import WRITER, Received, parse_files, write_files
+from fluffy.kernel.tools.pool import Recipe, SandboxPool, Slot, folder_identity
 
 log = logging.getLogger("fluffy.kernel.tools")
 
@@ -120,7 +127,10 @@ class _Job:
     received: Received = field(default_factory=Received)  # its output files so far
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)  # a tool.files in flight
     files_refused: str | None = None  # why a tool.files frame was refused (fails the call)
-    placed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox is known
+    placed: asyncio.Event = field(default_factory=asyncio.Event)  # its call is assigned
+    waiting: asyncio.Event = field(default_factory=asyncio.Event)  # the host asked for work
+    lost: bool = False  # the host hung up before its call was assigned
+    slot: str = ""  # names the sandbox's socket folder
 
 
 @dataclass
@@ -185,6 +195,8 @@ class PluginRunner:
         self._cleanup: set[asyncio.Task[None]] = set()
         #: Active third-party plugins by name (set by the kernel at start-up).
         self.third_party: dict[str, ThirdPartyCode] = {}
+        #: Warm sandboxes (None: every call makes its own).
+        self.pool: SandboxPool | None = None
 
     def manager(self) -> ContainerManager:
         """The container manager (opened on first use: call it off the event loop)."""
@@ -199,7 +211,13 @@ class PluginRunner:
 
     async def _next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
         job = self._job_of(context)
-        await job.placed.wait()  # the kernel knows the call's sandbox (and its folder)
+        job.waiting.set()
+        try:
+            await job.placed.wait()  # a call is assigned (a pooled sandbox waits here)
+        except asyncio.CancelledError:
+            if not job.placed.is_set():
+                job.lost = True  # the host hung up while idle: never hand this one out
+            raise
         if job.handed:  # one call per sandbox: the host exits on None
             return None
         check_negotiated(job.plugin, context.api_version, job.min_api_version)
@@ -339,6 +357,94 @@ class PluginRunner:
             f"{KERNEL_SOCKET_TARGET}/{DECLARED_TOOLS}",
         ]
 
+    # -- making a sandbox ----------------------------------------------------------------
+    def recipe(
+        self,
+        *,
+        plugin: str,
+        module: str,
+        template: str,
+        project: Path,
+        staged_dir: Path | None,
+        timeout_s: float,
+        image: str | None = None,
+    ) -> Recipe:
+        """What a sandbox for this call is made of (the pool's key)."""
+        code = self.third_party.get(plugin)
+        return Recipe(
+            plugin=plugin,
+            module=module,
+            template=template,
+            project=project,
+            staged_dir=staged_dir,
+            image=image,
+            max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
+            environment=tuple(sorted(self.environment().items())),
+            code=_install_record(code) if code is not None else "",
+            identity=folder_identity(project, staged_dir),
+        )
+
+    async def open_slot(self, recipe: Recipe, *, pooled: bool = True) -> Slot:
+        """Create and start a sandbox of ``recipe`` whose host will wait for one call.
+
+        ``pooled``: also read the image id its container was made from (the pool checks
+        it against the reference's current one before handing the sandbox out)."""
+        plugin = recipe.plugin
+        slot_id = uuid.uuid4().hex[:12]
+        binding = f"tool:{plugin}:{slot_id}"
+        folder, options = socket_dir(self.root, f"tool-{slot_id}")
+        server = KernelServer(self._socket_methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
+        server.observer = self._observer()
+        code = self.third_party.get(plugin)
+        job = _Job(
+            "",
+            "",
+            {},
+            "",
+            min_api_version=code.min_api_version if code is not None else 0,
+            plugin=plugin,
+            slot=slot_id,
+        )
+        self.jobs[binding] = job
+        self.servers[binding] = server
+        sandbox: Sandbox | None = None
+        try:
+            command = ["python3", "-m", "fluffy.sandboxes.plugin_host", recipe.module]
+            if code is not None:
+                command = await asyncio.to_thread(self._stage_code, code, folder)
+            await server.listen(folder / "kernel.sock", binding=binding, **options)
+            config = template_config(
+                recipe.template,
+                plugin_name=plugin,
+                project_dir=recipe.project,
+                kernel_socket_dir=folder,
+                staged_dir=recipe.staged_dir,
+                environment=dict(recipe.environment),
+                max_duration=recipe.max_duration,
+                image=recipe.image,
+            )
+            manager = await asyncio.to_thread(self.manager)
+            sandbox = await asyncio.to_thread(manager.create, config, command)
+            job.sandbox_id = sandbox.sandbox_id
+            job.sandbox = sandbox
+            ref = recipe.image or manager.images.get(recipe.template, "")
+            image_id = ""
+            if pooled:
+                container_id = sandbox.container_id or ""
+                state = await asyncio.to_thread(manager.runtime.inspect, container_id)
+                image_id = state.image_id
+        except BaseException:
+            await self._teardown(binding, sandbox)
+            raise
+        return Slot(recipe, binding, job, sandbox, ref, image_id)
+
+    async def close_slot(self, slot: Slot) -> None:
+        await self._teardown(slot.binding, slot.sandbox)
+
+    async def image_id(self, ref: str) -> str:
+        """The id of the image ``ref`` names now (the engine's answer)."""
+        return await asyncio.to_thread(lambda: self.manager().runtime.image_id(ref))
+
     # -- running a call -----------------------------------------------------------------
     async def run(
         self,
@@ -361,48 +467,42 @@ class PluginRunner:
         ``image``: a fluffy image other than the template's (a project's test
         environment); ``settings``: the kernel's settings the call's job carries."""
         started = time.perf_counter()
-        binding = f"tool:{plugin}:{call_id}"
-        folder, options = socket_dir(self.root, f"tool-{call_id}")
-        server = KernelServer(self._socket_methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
-        server.observer = self._observer()
-        code = self.third_party.get(plugin)
-        job = _Job(
-            call_id,
-            tool,
-            dict(args),
-            session_mode,
-            min_api_version=code.min_api_version if code is not None else 0,
+        recipe = self.recipe(
             plugin=plugin,
-            settings=dict(settings or {}),
+            module=module,
+            template=template,
+            project=project,
+            staged_dir=staged_dir,
+            timeout_s=timeout_s,
+            image=image,
         )
-        self.jobs[binding] = job
-        self.servers[binding] = server
-        sandbox: Sandbox | None = None
+        call = _Call(call_id, tool, dict(args), session_mode, dict(settings or {}), timeout_s)
+        slot = await self.pool.take(recipe) if self.pool is not None else None
+        if slot is not None:
+            try:
+                return await self._call(slot, call, started, warm=True)
+            except _NeverTaken as exc:
+                log.warning("a pooled %s sandbox failed before its call: %s", template, exc)
+        slot = await self.open_slot(recipe, pooled=False)
+        return await self._call(slot, call, started, warm=False)
+
+    async def _call(self, slot: Slot, call: _Call, started: float, *, warm: bool) -> PluginOutcome:
+        """Hand ``call`` to the sandbox of ``slot`` and wait for its answer."""
+        job = slot.job
+        assert isinstance(job, _Job)
+        binding, sandbox = slot.binding, slot.sandbox
+        job.call_id, job.tool, job.args = call.call_id, call.tool, call.args
+        job.session_mode, job.settings = call.session_mode, call.settings
+        job.placed.set()
+        created = time.perf_counter()
         try:
-            command = ["python3", "-m", "fluffy.sandboxes.plugin_host", module]
-            if code is not None:
-                command = await asyncio.to_thread(self._stage_code, code, folder)
-            await server.listen(folder / "kernel.sock", binding=binding, **options)
-            config = template_config(
-                template,
-                plugin_name=plugin,
-                project_dir=project,
-                kernel_socket_dir=folder,
-                staged_dir=staged_dir,
-                environment=self.environment(),
-                max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
-                image=image,
-            )
             manager = await asyncio.to_thread(self.manager)
-            sandbox = await asyncio.to_thread(manager.create, config, command)
-            job.sandbox_id = sandbox.sandbox_id
-            job.sandbox = sandbox
-            job.placed.set()
-            created = time.perf_counter()
-            reply = await self._await_reply(job, sandbox, timeout_s, manager)
+            reply = await self._await_reply(job, sandbox, call.timeout_s, manager)
             done = time.perf_counter()
-        except BaseException:
+        except BaseException as exc:
             await self._teardown(binding, sandbox)
+            if warm and not job.handed and isinstance(exc, ToolTransient):
+                raise _NeverTaken(exc.what) from exc
             raise
         timings = {
             "create_ms": (created - started) * 1000,
@@ -411,7 +511,9 @@ class PluginRunner:
             "total_ms": (done - started) * 1000,
             # the tool's own run time, as the plugin host measured it
             "tool_ms": float(reply.get("duration_ms") or 0.0),
+            "warm": 1.0 if warm else 0.0,
         }
+        plugin, tool = job.plugin, job.tool
         if not reply.get("ok"):
             raw_error = reply.get("error")
             error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
@@ -422,7 +524,7 @@ class PluginRunner:
             await self._teardown(binding, sandbox)
             raise ToolFailed(f"{plugin} answered {tool} without a result object")
         try:
-            fd = await asyncio.to_thread(open_call_dir, sandbox.output_dir, call_id)
+            fd = await asyncio.to_thread(open_call_dir, sandbox.output_dir, job.call_id)
         except ToolFailed:
             await self._teardown(binding, sandbox)
             raise
@@ -482,7 +584,7 @@ class PluginRunner:
         if server is not None:
             await server.close()
         if job is not None:
-            shutil.rmtree(self.root / "ipc" / f"tool-{job.call_id}", ignore_errors=True)
+            shutil.rmtree(self.root / "ipc" / f"tool-{job.slot}", ignore_errors=True)
 
     # -- preemption (design: PAUSE_SIGNAL, 1 s grace, engine pause) ---------------------
     def _job_for(self, sandbox_id: str) -> _Job | None:
@@ -532,10 +634,11 @@ class PluginRunner:
                 await asyncio.to_thread(lambda: self.manager().destroy(sandbox))
 
     def evict(self) -> int:
-        """Kernel memory at 90 %: destroy the running plugin sandboxes (non-critical)."""
-        count = 0
+        """Kernel memory at 90 %: destroy the running plugin sandboxes (non-critical) and
+        the pool's idle ones."""
+        count = self.pool.drain() if self.pool is not None else 0
         for job in list(self.jobs.values()):
-            if not job.future.done():
+            if job.placed.is_set() and not job.future.done():
                 job.future.set_exception(
                     KernelOverloaded(
                         f"{job.tool} was stopped: the kernel is short of memory",
@@ -546,6 +649,8 @@ class PluginRunner:
         return count
 
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
         for binding in list(self.jobs):
             job = self.jobs[binding]
             if not job.future.done():
@@ -553,6 +658,30 @@ class PluginRunner:
             await self._teardown(binding, None)
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class _Call:
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    session_mode: str
+    settings: dict[str, Any]
+    timeout_s: float
+
+
+class _NeverTaken(Exception):
+    """A pooled sandbox failed before its host took the call (run it in a fresh one)."""
+
+
+def _install_record(code: ThirdPartyCode) -> str:
+    """A third-party plugin's install record (version, file hashes) as one digest: a
+    sandbox holding its code is handed out only while the record is unchanged."""
+    installed = code.store.get(code.name)
+    if installed is None:
+        return "missing"
+    record = json.dumps([installed.version, installed.files], sort_keys=True)
+    return hashlib.sha256(record.encode()).hexdigest()
 
 
 class _SocketMethods(Mapping[str, Handler]):

@@ -87,6 +87,7 @@ class _Call:
     writes: frozenset[str]
     review: str | None = None  # a policy rule asked for review of this write
     timings: dict[str, float] | None = None  # a plugin call's (see PluginOutcome)
+    sandbox_id: str | None = None  # the sandbox a plugin call ran in (one per call)
 
 
 class ToolRouter:
@@ -316,6 +317,7 @@ class ToolRouter:
         spec, session = call.spec, call.session
         if spec.name == "plan.complete":
             steps = await self.flow.plan_complete(session.id)
+            self._expect(session, "fs.write")  # writes come next: have their sandbox ready
             return {"workflow": [s.to_dict() for s in steps]}
         stage = self.workspaces.get(session.id)
         if spec.route == "fast" and (self.settings.fast_path or spec.module is None):
@@ -345,7 +347,8 @@ class ToolRouter:
             )
         runner, plugin, module = self.runner, spec.plugin, spec.module
         stage = self.workspaces.get(call.session.id)
-        project, staged = self.project, stage.root if stage.root.exists() else None
+        project: Path = self.project
+        staged: Path | None = stage.root
         if test is not None:  # the session's view, one folder (testview)
             project, staged = test.synced.folder, None
         elif self.tests is not None and self.tests.mirror_needed():
@@ -379,7 +382,31 @@ class ToolRouter:
             raise
         self.breakers.success(ticket)
         call.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
+        call.sandbox_id = outcome.sandbox.sandbox_id
         return outcome
+
+    def _expect(self, session: SessionRow, tool: str) -> None:
+        """Warm the pool for the session's next ``tool`` call (a sandbox of its recipe)."""
+        runner = self.runner
+        if runner is None or runner.pool is None:
+            return
+        if self.tests is not None and self.tests.mirror_needed():
+            return  # its sandboxes mount the session's copy, made at the call
+        try:
+            spec = self.registry.get(tool)
+        except FluffyError:
+            return
+        if spec.plugin is None or spec.module is None:
+            return
+        recipe = runner.recipe(
+            plugin=spec.plugin,
+            module=spec.module,
+            template=spec.template,
+            project=self.project,
+            staged_dir=self.workspaces.get(session.id).root,
+            timeout_s=self.settings.call_timeout_s,
+        )
+        runner.pool.expect(recipe)
 
     def _mirror(self, call: _Call, stage: Any) -> Path:
         """The kernel's copy of the view for a sandbox that cannot read the project."""
@@ -535,6 +562,8 @@ class ToolRouter:
             answer["limits"] = limit
         if review is not None:
             answer["review"] = review
+        if review is not None and (await self.workflow.get(session_id)).state == "committing":
+            self._expect(call.session, "git.commit")  # merged: the commit comes next
         return answer
 
     # -- finishing: sanitise, audit, answer ----------------------------------------------
@@ -594,11 +623,17 @@ class ToolRouter:
             output_summary=summarize(answer.get("output", answer.get("error"))),
             decision=_decision(call, output),
             duration_ms=duration_ms,
+            sandbox_id=call.sandbox_id if call is not None else None,
             metadata={
                 "call_id": call_id,
                 "original_sha256": hashlib.sha256(encoded).hexdigest(),
                 "retries": str(retries),
                 **meta,
+                **(
+                    {"sandbox_warm": "true" if call.timings.get("warm") else "false"}
+                    if call is not None and call.timings
+                    else {}
+                ),
             },
         )
         return answer
@@ -639,6 +674,7 @@ class ToolRouter:
         output_summary: str | None = None,
         decision: str | None = None,
         duration_ms: float | None = None,
+        sandbox_id: str | None = None,
         metadata: dict[str, str],
     ) -> None:
         if self.audit is None:
@@ -656,6 +692,7 @@ class ToolRouter:
                 input_summary=input_summary,
                 output_summary=output_summary,
                 duration_ms=None if duration_ms is None else round(duration_ms, 3),
+                sandbox_id=sandbox_id,
                 metadata=metadata,
             )
         )

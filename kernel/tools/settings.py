@@ -68,8 +68,28 @@ class MergeSettings(BaseModel):
     protected_paths: list[str] = Field(default_factory=list)
 
 
+class PoolSettings(BaseModel):
+    """``scheduler.pool:`` — warm single-use sandboxes (kernel.tools.pool, ADR-038)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    #: Idle sandboxes of all kinds together (each also within its template's limit).
+    max_idle: int = Field(default=4, ge=0, le=16)
+    #: A kind of sandbox not asked for this long is no longer kept warm.
+    idle_after: str = "120s"
+    #: Below this fraction of the machine's memory available, the pool empties.
+    min_free_memory: float = Field(default=0.15, ge=0.0, le=0.9)
+
+    _duration = field_validator("idle_after")(valid_duration)
+
+    @property
+    def idle_after_s(self) -> float:
+        return parse_duration_ms(self.idle_after) / 1000
+
+
 class SchedulerSettings(BaseModel):
-    """``scheduler:`` — the design's concurrency limits."""
+    """``scheduler:`` — the design's concurrency limits, and the warm pool."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +98,7 @@ class SchedulerSettings(BaseModel):
         default_factory=lambda: {"ai-provider": 2, "code-executor": 2, "policy-sandbox": 1}
     )
     age_threshold: str = "30s"
+    pool: PoolSettings = Field(default_factory=PoolSettings)
 
     _duration = field_validator("age_threshold")(valid_duration)
 

@@ -9,7 +9,7 @@ memory, so the view (:meth:`Staging.overlay`) costs no I/O.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fluffy.kernel.merge.staging import Staging
@@ -20,6 +20,8 @@ class Workspaces:
         self.root = state_dir / "staging"
         self.project = project
         self.sessions: dict[str, Staging] = {}
+        #: told each folder that is removed (sandboxes made to mount it are stale)
+        self.on_discard: list[Callable[[Path], None]] = []
 
     def get(self, session_id: str) -> Staging:
         stage = self.sessions.get(session_id)
@@ -41,3 +43,5 @@ class Workspaces:
         if stage is not None:
             stage.clear()
         shutil.rmtree(self.root / session_id, ignore_errors=True)
+        for tell in self.on_discard:
+            tell(self.root / session_id)

@@ -244,8 +244,10 @@ class FakePlugins:
         self.project = project
         self.green = False
         self.count = 0
+        self.pool = None  # no warm sandboxes
 
     async def run(self, *, tool: str, args: dict[str, Any], call_id: str, **_: Any) -> Any:
+        from fluffy.kernel.containers.lifecycle import Sandbox
         from fluffy.kernel.merge.patch import unified_diff
         from fluffy.kernel.tools.plugins import PluginOutcome
 
@@ -266,7 +268,8 @@ class FakePlugins:
                 f'file="tests/test_x.py">{body}</testcase></testsuite>'
             )
             result = {"exit_code": 0 if self.green else 1, "junit": "junit.xml"}
-        return PluginOutcome(result, call_dir, None, {"ready_ms": 0.0, "tool_ms": 0.0})  # type: ignore[arg-type]
+        sandbox = Sandbox(call_id, "code-executor", f"fake-{call_id}", call_dir)
+        return PluginOutcome(result, call_dir, sandbox, {"ready_ms": 0.0, "tool_ms": 0.0})
 
     async def release(self, outcome: Any) -> None:
         return None

@@ -1,0 +1,433 @@
+"""A warm pool of single-use plugin sandboxes (ADR-038).
+
+A plugin call used to wait for its sandbox to be created and started, and for the
+plugin host's interpreter to come up (~140-190 ms of a ~190 ms ``fs.write``).  The pool
+does that work before the call: for each *recipe* (plugin, template, image, project
+view, staged folder, environment, plugin code) it keeps a few sandboxes created,
+started and connected, each blocked in ``tool.next`` on its own socket.  A call takes
+one, hands it its job, and the sandbox is destroyed after the call as before: one
+sandbox, one call (ADR-019); nothing carries over, only the wait leaves the model's
+critical path.
+
+What is never handed out:
+
+* a sandbox made for another recipe: equal recipes are equal sandboxes (the mounts'
+  folders are compared by device and inode too, so a folder replaced under the same
+  path does not match);
+* one made before :meth:`SandboxPool.invalidate` (a policy reload, a plugin's install
+  record, a staged or view folder discarded): a generation number;
+* one whose image reference now names another image (``fluffy images build`` or an
+  environment rebuild moved the tag): the current image id is read from the engine at
+  each take (~1 ms) and compared with the one the container was made from;
+* one whose host hung up (its container died while idle).
+
+Sizing: a recipe is kept warm while it is in demand: one sandbox, plus one for each
+call in the last minute that found the pool empty, at most the template's scheduler
+limit; all recipes together at most ``scheduler.pool.max_idle`` (and the global limit).
+A recipe not asked for within ``scheduler.pool.idle_after`` is drained.  Under memory
+pressure (the kernel's guard past "shed", or the host's available memory below
+``scheduler.pool.min_free_memory``) the pool empties and makes nothing.  One sandbox is
+made at a time, in the background.  Pool sandboxes carry the same labels as every
+other, so a crashed kernel's are removed by the next one at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from fluffy.errors import FluffyError
+from fluffy.kernel.containers.lifecycle import Sandbox
+
+log = logging.getLogger("fluffy.kernel.pool")
+
+#: How far back demand is counted.
+WINDOW_S = 60.0
+#: How often idle sandboxes are checked (age, pressure) when nothing else wakes the pool.
+TICK_S = 1.0
+#: A recipe whose sandbox could not be made is not tried again for this long (doubled
+#: after each further failure, up to BACKOFF_MAX_S).
+BACKOFF_S = 5.0
+BACKOFF_MAX_S = 120.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything a plugin sandbox is made of: equal recipes make equal sandboxes."""
+
+    plugin: str
+    module: str
+    template: str
+    project: Path
+    staged_dir: Path | None
+    image: str | None
+    max_duration: str
+    environment: tuple[tuple[str, str], ...]
+    #: a third-party plugin's install record (version and file hashes); "" built-in
+    code: str = ""
+    #: (device, inode) of the mounted folders, in the order project, staged
+    identity: tuple[tuple[int, int], ...] = ()
+
+
+def folder_identity(*folders: Path | None) -> tuple[tuple[int, int], ...]:
+    """(device, inode) of each folder (0, 0 for None or a missing one)."""
+    out = []
+    for folder in folders:
+        try:
+            info = folder.stat() if folder is not None else None
+        except OSError:
+            info = None
+        out.append((info.st_dev, info.st_ino) if info is not None else (0, 0))
+    return tuple(out)
+
+
+class Waiter(Protocol):
+    """What the pool reads of a slot's job: has its host asked for work, or hung up."""
+
+    waiting: asyncio.Event
+    lost: bool
+
+
+@dataclass(eq=False)
+class Slot:
+    """A created, started sandbox of one recipe, waiting for exactly one call."""
+
+    recipe: Recipe
+    binding: str
+    job: Waiter
+    sandbox: Sandbox
+    image_ref: str = ""
+    image_id: str = ""
+    generation: int = 0
+    made_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def ready(self) -> bool:
+        return self.job.waiting.is_set() and not self.job.lost
+
+
+class Maker(Protocol):
+    """The runner's side: makes and destroys slots, reads an image's current id."""
+
+    async def open_slot(self, recipe: Recipe) -> Slot: ...
+
+    async def close_slot(self, slot: Slot) -> None: ...
+
+    async def image_id(self, ref: str) -> str: ...
+
+
+@dataclass
+class PoolLimits:
+    enabled: bool = True
+    max_idle: int = 4
+    idle_after_s: float = 120.0
+    min_free_memory: float = 0.15
+    #: template -> at most this many idle (the scheduler's per-template limit)
+    per_template: dict[str, int] = field(default_factory=dict)
+    global_max: int = 4
+
+
+@dataclass
+class _Demand:
+    takes: deque[float] = field(default_factory=deque)
+    misses: deque[float] = field(default_factory=deque)
+    last: float = 0.0
+    failed_until: float = 0.0
+    failures: int = 0
+
+
+def host_memory_free(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    """MemAvailable / MemTotal of the machine (the sandboxes' memory is the host's)."""
+    values: dict[str, int] = {}
+    try:
+        for line in meminfo.read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if name in ("MemTotal", "MemAvailable"):
+                values[name] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    total, free = values.get("MemTotal"), values.get("MemAvailable")
+    return free / total if total and free is not None else None
+
+
+class SandboxPool:
+    """Warm single-use sandboxes per recipe (see the module docstring)."""
+
+    def __init__(
+        self,
+        maker: Maker,
+        limits: PoolLimits,
+        *,
+        kernel_pressure: Callable[[], bool] = lambda: False,
+        host_free: Callable[[], float | None] = host_memory_free,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.maker = maker
+        self.limits = limits
+        self.kernel_pressure = kernel_pressure
+        self.host_free = host_free
+        self.clock = clock
+        self.generation = 0
+        self.idle: dict[Recipe, list[Slot]] = {}
+        self.demand: dict[Recipe, _Demand] = {}
+        self.making: Recipe | None = None
+        self._arrival: asyncio.Future[None] | None = None  # the one being made is done
+        self.stats = {"made": 0, "taken": 0, "missed": 0, "stale": 0, "drained": 0, "failed": 0}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- the caller's side ---------------------------------------------------------------
+    async def take(self, recipe: Recipe) -> Slot | None:
+        """A warm sandbox of ``recipe`` (its host waiting, if one is), or None: make one."""
+        now = self.clock()
+        demand = self._demand(recipe, now)
+        demand.takes.append(now)
+        found = None
+        if self.limits.enabled:
+            found = await self._pick(recipe)
+            if found is None and self.making == recipe and self._arrival is not None:
+                # its sandbox is being made: waiting for it beats making another
+                await asyncio.shield(self._arrival)
+                found = await self._pick(recipe)
+        if found is None:
+            demand.misses.append(now)
+            self.stats["missed"] += 1
+        else:
+            self.stats["taken"] += 1
+        self._start()
+        self._wake.set()
+        return found
+
+    def expect(self, recipe: Recipe) -> None:
+        """``recipe`` will be asked for soon (e.g. writes begin): keep one warm."""
+        self._demand(recipe, self.clock())
+        self._start()
+        self._wake.set()
+
+    def invalidate(self, why: str, folder: Path | None = None) -> None:
+        """Nothing made so far is handed out any more (``folder``: only what mounts it)."""
+        if folder is None:
+            self.generation += 1
+            victims = [s for slots in self.idle.values() for s in slots]
+            self.idle.clear()
+        else:
+            victims = []
+            for recipe in list(self.idle):
+                if folder in (recipe.project, recipe.staged_dir):
+                    victims.extend(self.idle.pop(recipe))
+            if self.making is not None and folder in (self.making.project, self.making.staged_dir):
+                self.generation += 1  # the one being made is stale when it arrives
+        if victims:
+            log.info("pool: %d idle sandbox(es) dropped: %s", len(victims), why)
+        self.stats["stale"] += len(victims)
+        for slot in victims:
+            self._discard(slot)
+        self._wake.set()
+
+    def drain(self) -> int:
+        """Destroy every idle sandbox (memory pressure); the pool refills when it eases."""
+        victims = [s for slots in self.idle.values() for s in slots]
+        self.idle.clear()
+        self.stats["drained"] += len(victims)
+        for slot in victims:
+            self._discard(slot)
+        return len(victims)
+
+    @property
+    def size(self) -> int:
+        return sum(len(slots) for slots in self.idle.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.limits.enabled,
+            "idle": self.size,
+            "recipes": len(self.idle),
+            "under_pressure": self.under_pressure(),
+            **self.stats,
+        }
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.drain()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # -- choosing ------------------------------------------------------------------------
+    async def _pick(self, recipe: Recipe) -> Slot | None:
+        slots = self.idle.get(recipe)
+        while slots:
+            slots.sort(key=lambda s: (not s.ready, s.made_at))  # a waiting host first
+            slot = slots.pop(0)
+            if not slots:
+                self.idle.pop(recipe, None)
+            if await self._fresh(slot):
+                return slot
+            self.stats["stale"] += 1
+            self._discard(slot)
+            slots = self.idle.get(recipe)
+        return None
+
+    async def _fresh(self, slot: Slot) -> bool:
+        if slot.generation != self.generation or slot.job.lost:
+            return False
+        if folder_identity(slot.recipe.project, slot.recipe.staged_dir) != slot.recipe.identity:
+            return False
+        try:
+            current = await self.maker.image_id(slot.image_ref)
+        except FluffyError:
+            return False
+        if current != slot.image_id:
+            log.info("pool: image %s was rebuilt; its idle sandboxes are dropped", slot.image_ref)
+            ref = slot.image_ref
+            for recipe in [r for r, s in self.idle.items() if s and s[0].image_ref == ref]:
+                self.stats["stale"] += len(self.idle[recipe])
+                for stale in self.idle.pop(recipe):
+                    self._discard(stale)
+            return False
+        return True
+
+    # -- sizing --------------------------------------------------------------------------
+    def _demand(self, recipe: Recipe, now: float) -> _Demand:
+        demand = self.demand.setdefault(recipe, _Demand())
+        demand.last = now
+        return demand
+
+    def under_pressure(self) -> bool:
+        if self.kernel_pressure():
+            return True
+        free = self.host_free()
+        return free is not None and free < self.limits.min_free_memory
+
+    def target(self, recipe: Recipe, now: float) -> int:
+        """How many idle sandboxes ``recipe`` should have now."""
+        demand = self.demand.get(recipe)
+        if demand is None or not self.limits.enabled:
+            return 0
+        if now - demand.last > self.limits.idle_after_s:
+            return 0
+        for times in (demand.takes, demand.misses):
+            while times and now - times[0] > WINDOW_S:
+                times.popleft()
+        cap = self.limits.per_template.get(recipe.template, self.limits.global_max)
+        return max(0, min(1 + len(demand.misses), cap, self.limits.max_idle))
+
+    def _plan(self, now: float) -> Recipe | None:
+        """The recipe to make a sandbox for next (most recently asked first), or None."""
+        budget = min(self.limits.max_idle, self.limits.global_max) - self.size
+        if budget <= 0:
+            return None
+        for recipe, demand in sorted(self.demand.items(), key=lambda kv: -kv[1].last):
+            if now < demand.failed_until:
+                continue
+            if len(self.idle.get(recipe, ())) < self.target(recipe, now):
+                return recipe
+        return None
+
+    def _trim(self, now: float) -> None:
+        """Drop idle sandboxes past their recipe's target (oldest first), dead or stale."""
+        for recipe in list(self.idle):
+            slots = self.idle[recipe]
+            keep = [s for s in slots if s.generation == self.generation and not s.job.lost]
+            for slot in (s for s in slots if s not in keep):
+                self.stats["stale"] += 1
+                self._discard(slot)
+            keep.sort(key=lambda s: s.made_at, reverse=True)
+            excess = keep[self.target(recipe, now) :]
+            for slot in excess:
+                self.stats["drained"] += 1
+                self._discard(slot)
+            kept = keep[: len(keep) - len(excess)]
+            if kept:
+                self.idle[recipe] = kept
+            else:
+                del self.idle[recipe]
+        for recipe in [r for r, d in self.demand.items() if now - d.last > WINDOW_S * 10]:
+            if recipe not in self.idle:
+                del self.demand[recipe]
+
+    # -- the background filler -----------------------------------------------------------
+    def _start(self) -> None:
+        if self._task is None and not self._closed and self.limits.enabled:
+            self._task = asyncio.create_task(self._fill(), name="sandbox-pool")
+
+    async def _fill(self) -> None:
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK_S)
+            self._wake.clear()
+            now = self.clock()
+            if self.under_pressure():
+                if self.size:
+                    dropped = self.drain()
+                    log.warning("pool: memory is short; %d idle sandbox(es) destroyed", dropped)
+                continue
+            self._trim(now)
+            recipe = self._plan(now)
+            if recipe is None:
+                continue
+            await self._make(recipe)
+            self._wake.set()  # more may be needed
+
+    async def _make(self, recipe: Recipe) -> None:
+        generation = self.generation
+        self.making = recipe
+        arrival = self._arrival = asyncio.get_running_loop().create_future()
+        try:
+            slot = await self.maker.open_slot(recipe)
+        except (FluffyError, OSError) as exc:
+            self.stats["failed"] += 1
+            demand = self.demand.setdefault(recipe, _Demand())
+            wait = min(BACKOFF_S * 2**demand.failures, BACKOFF_MAX_S)
+            demand.failures += 1
+            demand.failed_until = self.clock() + wait
+            log.warning(
+                "pool: cannot make a %s sandbox (next try in %.0f s): %s",
+                recipe.template,
+                wait,
+                exc,
+            )
+            return
+        finally:
+            self.making = None
+            self._arrival = None
+            self._arrived(arrival)
+        slot.generation = generation
+        if recipe in self.demand:
+            self.demand[recipe].failures = 0
+        if self._closed or generation != self.generation or self.under_pressure():
+            self._discard(slot)
+            return
+        self.stats["made"] += 1
+        self.idle.setdefault(recipe, []).append(slot)
+
+    @staticmethod
+    def _arrived(arrival: asyncio.Future[None]) -> None:
+        """Wake the callers waiting for the sandbox being made (after it is idle)."""
+
+        def wake() -> None:
+            if not arrival.done():
+                arrival.set_result(None)
+
+        asyncio.get_running_loop().call_soon(wake)
+
+    def _discard(self, slot: Slot) -> None:
+        task = asyncio.ensure_future(self._close(slot))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _close(self, slot: Slot) -> None:
+        with contextlib.suppress(FluffyError, OSError):
+            await self.maker.close_slot(slot)

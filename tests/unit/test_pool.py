@@ -1,0 +1,326 @@
+"""The warm pool's rules (kernel.tools.pool) with a fake maker; real engines: integration."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fluffy.errors import EngineOperationFailed
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.tools.pool import (
+    PoolLimits,
+    Recipe,
+    SandboxPool,
+    Slot,
+    folder_identity,
+    host_memory_free,
+)
+
+
+def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run the async test on its own loop (no async plugin), within 20 s."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 20))
+
+    return run
+
+
+class _Job:
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+        self.lost = False
+
+
+class Maker:
+    """Makes slots instantly; images can be 'rebuilt' by changing their id."""
+
+    def __init__(self) -> None:
+        self.images: dict[str, str] = {}
+        self.opened: list[Slot] = []
+        self.closed: list[Slot] = []
+        self.fail = False
+        self.delay = 0.0
+        self._ids = itertools.count()
+
+    async def open_slot(self, recipe: Recipe) -> Slot:
+        await asyncio.sleep(self.delay)
+        if self.fail:
+            raise EngineOperationFailed("the engine refused to create the container")
+        n = next(self._ids)
+        sandbox = Sandbox(f"sb{n}", recipe.template, f"fluffy-{n}", Path("/nonexistent"))
+        ref = recipe.image or "fluffy/code-executor:0123456789ab"
+        slot = Slot(recipe, f"tool:x:{n}", _Job(), sandbox, ref, self.images.setdefault(ref, "id1"))
+        slot.job.waiting.set()
+        self.opened.append(slot)
+        return slot
+
+    async def close_slot(self, slot: Slot) -> None:
+        self.closed.append(slot)
+
+    async def image_id(self, ref: str) -> str:
+        return self.images[ref]
+
+
+def recipe(tmp_path: Path, template: str = "code-executor", **changes: object) -> Recipe:
+    project = tmp_path / "project"
+    staged = tmp_path / "staged"
+    project.mkdir(exist_ok=True)
+    staged.mkdir(exist_ok=True)
+    fields: dict[str, object] = {
+        "plugin": "fs-tool",
+        "module": "fluffy.plugins.fs_tool",
+        "template": template,
+        "project": project,
+        "staged_dir": staged,
+        "image": None,
+        "max_duration": "365s",
+        "environment": (("HOME", "/tmp"),),
+        "identity": folder_identity(project, staged),
+        **changes,
+    }
+    return Recipe(**fields)  # type: ignore[arg-type]
+
+
+def pool(maker: Maker, **limits: object) -> SandboxPool:
+    settings = PoolLimits(per_template={"code-executor": 2}, **limits)  # type: ignore[arg-type]
+    return SandboxPool(maker, settings, host_free=lambda: 0.5)
+
+
+async def settle(subject: SandboxPool, idle: int, timeout: float = 5.0) -> None:
+    """Wait until ``subject`` holds ``idle`` sandboxes (the filler runs in the background)."""
+    async with asyncio.timeout(timeout):
+        while subject.size != idle:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # nothing more is on its way
+    assert subject.size == idle
+
+
+@sync
+async def test_a_pooled_sandbox_is_handed_out_once_and_never_again(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    assert await subject.take(r) is None  # the first call makes its own; demand is noted
+    await settle(subject, 2)  # one warm, plus one for the call that found none
+    handed = [await subject.take(r) for _ in range(2)]
+    assert all(s is not None for s in handed)
+    assert len({id(s) for s in handed}) == 2
+    await settle(subject, 2)
+    later = [await subject.take(r) for _ in range(2)]
+    assert not {id(s) for s in later} & {id(s) for s in handed}  # refilled with new ones
+    assert not maker.closed  # the runner destroys what it took, after the call
+    await subject.close()
+    taken = {id(s) for s in [*handed, *later]}
+    assert {id(s) for s in maker.closed} == {id(s) for s in maker.opened} - taken
+
+
+@sync
+async def test_a_call_arriving_while_its_sandbox_is_made_waits_for_that_one(
+    tmp_path: Path,
+) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    maker.delay = 0.3
+    subject = pool(maker)
+    subject.expect(r)  # writes are about to begin
+    await asyncio.sleep(0.1)  # ... and the first comes before its sandbox is ready
+    started = asyncio.get_running_loop().time()
+    taken = await subject.take(r)
+    waited = asyncio.get_running_loop().time() - started
+    assert taken is maker.opened[0]  # not a second, cold one
+    assert 0.1 < waited < 0.3  # the rest of its making, not a whole one
+    await subject.close()
+
+
+@sync
+async def test_no_sandbox_is_handed_out_after_the_policy_is_reloaded(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    before = list(maker.opened)
+    subject.invalidate("the policy was reloaded")
+    taken = await subject.take(r)
+    assert taken is None or taken not in before
+    await asyncio.sleep(0.05)
+    assert before[0] in maker.closed  # destroyed, not kept
+    await subject.close()
+
+
+@sync
+async def test_a_sandbox_of_a_rebuilt_image_is_never_handed_out(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path, image="fluffy/env-demo:0123456789abcdef")
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    stale = maker.opened[0]
+    maker.images["fluffy/env-demo:0123456789abcdef"] = "id2"  # `fluffy env build` moved the tag
+    assert await subject.take(r) is None
+    await settle(subject, 2)  # refilled from the new image (and the miss counted)
+    fresh = await subject.take(r)
+    assert fresh is not None and fresh is not stale and fresh.image_id == "id2"
+    assert stale in maker.closed
+    await subject.close()
+
+
+@sync
+async def test_a_sandbox_whose_folder_was_replaced_is_not_handed_out(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    assert r.staged_dir is not None
+    r.staged_dir.rmdir()  # discarded and made again: the mount shows the old folder
+    (tmp_path / "spare").mkdir()  # the old inode number is not reused at once
+    r.staged_dir.mkdir()
+    assert await subject.take(r) is None
+    await subject.close()
+
+
+@sync
+async def test_a_folder_discarded_drops_only_the_sandboxes_that_mount_it(tmp_path: Path) -> None:
+    maker = Maker()
+    a = recipe(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    b = recipe(tmp_path, staged_dir=other, identity=folder_identity(tmp_path / "project", other))
+    subject = pool(maker)
+    subject.expect(a)
+    subject.expect(b)
+    await settle(subject, 2)
+    subject.invalidate("session ended", folder=other)
+    assert subject.size == 1 and b not in subject.idle and a in subject.idle
+    await subject.close()
+
+
+@sync
+async def test_a_sandbox_whose_host_hung_up_is_not_handed_out(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    maker.opened[0].job.lost = True  # its container died while idle
+    assert await subject.take(r) is None
+    await subject.close()
+
+
+@sync
+async def test_the_pool_empties_under_memory_pressure_and_refills_after(tmp_path: Path) -> None:
+    free = [0.5]
+    maker, r = Maker(), recipe(tmp_path)
+    subject = SandboxPool(
+        maker, PoolLimits(per_template={"code-executor": 2}), host_free=lambda: free[0]
+    )
+    subject.expect(r)
+    await settle(subject, 1)
+    free[0] = 0.05  # the machine is short of memory
+    await settle(subject, 0)
+    assert maker.opened[0] in maker.closed
+    assert await subject.take(r) is None  # and makes none while it lasts
+    await asyncio.sleep(0.1)
+    assert subject.size == 0 and len(maker.opened) == 1
+    free[0] = 0.5
+    await settle(subject, 2)
+    await subject.close()
+
+
+@sync
+async def test_the_kernel_memory_guard_drains_the_pool(tmp_path: Path) -> None:
+    """A real MemoryGuard over cgroup files: at 80 % its shedders run, the pool drains."""
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("1000\n")
+    (cgroup / "memory.current").write_text("100\n")
+    guard = MemoryGuard(root=cgroup)
+    maker, r = Maker(), recipe(tmp_path)
+    subject = SandboxPool(
+        maker,
+        PoolLimits(per_template={"code-executor": 2}),
+        kernel_pressure=lambda: not guard.accepting_work,
+        host_free=lambda: 0.5,
+    )
+    guard.shedders.append(subject.drain)
+    guard.check()
+    subject.expect(r)
+    await settle(subject, 1)
+    (cgroup / "memory.current").write_text("850\n")
+    assert guard.check() == "shed"
+    assert subject.size == 0
+    await asyncio.sleep(TICK * 3)
+    assert subject.size == 0  # nothing is made while the kernel sheds
+    await subject.close()
+
+
+TICK = 0.05
+
+
+@sync
+async def test_demand_sets_the_size_and_idleness_empties_it(tmp_path: Path) -> None:
+    now = [1000.0]
+    maker, r = Maker(), recipe(tmp_path)
+    limits = PoolLimits(per_template={"code-executor": 2}, idle_after_s=120)
+    subject = SandboxPool(maker, limits, host_free=lambda: 0.5, clock=lambda: now[0])
+    assert subject.target(r, now[0]) == 0  # never asked for: nothing kept
+    subject.expect(r)
+    assert subject.target(r, now[0]) == 1
+    for _ in range(5):  # calls that found the pool empty
+        await subject.take(r)
+    assert subject.target(r, now[0]) == 2  # capped by the template's scheduler limit
+    now[0] += 61
+    assert subject.target(r, now[0]) == 1  # the misses are a minute old
+    now[0] += 120
+    assert subject.target(r, now[0]) == 0  # not asked for in idle_after: drained
+    await subject.close()
+
+
+@sync
+async def test_all_recipes_together_stay_within_max_idle(tmp_path: Path) -> None:
+    maker = Maker()
+    subject = pool(maker, max_idle=2)
+    for template in ("code-executor", "integration-test", "ai-provider"):
+        subject.expect(recipe(tmp_path, template=template))
+    await settle(subject, 2)
+    await subject.close()
+
+
+@sync
+async def test_a_disabled_pool_makes_nothing(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker, enabled=False)
+    subject.expect(r)
+    assert await subject.take(r) is None
+    await asyncio.sleep(0.1)
+    assert not maker.opened
+    await subject.close()
+
+
+@sync
+async def test_a_recipe_that_cannot_be_made_backs_off(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    maker.fail = True
+    subject = pool(maker)
+    subject.expect(r)
+    await asyncio.sleep(0.3)
+    assert subject.stats["failed"] == 1  # tried once, then waits before trying again
+    await subject.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable: 250 kB\n", 0.25),
+        ("MemTotal: 1000 kB\n", None),
+        ("garbage", None),
+    ],
+)
+def test_host_memory_is_read_from_meminfo(tmp_path: Path, text: str, expected: float) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(text)
+    assert host_memory_free(meminfo) == expected
