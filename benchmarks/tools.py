@@ -1,6 +1,7 @@
-"""The tool path's overhead, beside the raw IPC round trip, in one run.
+"""The tool path's overhead, beside the raw IPC round trip and raw engine calls, in one run.
 
-    python -m benchmarks.tools --json [--n 2000] [--plugin-n 10]
+    python -m benchmarks.tools --json [--n 2000] [--plugin-n 10] [--think-ms 500]
+                                      [--test-files 2000]
 
 A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
 
@@ -9,39 +10,57 @@ A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
   availability and policy -> fast path -> sanitiser -> audit -> reply;
 - round_of_10_reads: one ``tool.batch`` of 10 fs.read calls (one AI turn);
 - plugin_call_overhead: ``git.status`` through a git-tool sandbox, end to end as the
-  client sees it, minus the sandbox's creation (create + start + the host's start-up
-  until it asks for work) and minus the tool's own run time as the plugin host
-  measured it — what is left is the kernel's dispatch, IPC both ways, sanitising and
-  auditing (design budget 50 ms; target 15 ms).  Needs an engine; null without one.
+  client sees it, minus the wait for its sandbox (``ready_ms``: nearly nothing when the
+  warm pool had one) and minus the tool's own run time as the plugin host measured it:
+  the kernel's dispatch, IPC both ways, sanitising and auditing (design budget 50 ms).
+- fs_write: an ``fs.write`` end to end as the model sees it, ``--think-ms`` after the
+  previous call (a model's turn; the pool refills meanwhile), then back to back
+  (``fs_write_burst``; ``fs_write_cold``: those calls that found the pool empty);
+- raw_exec: ``<engine> exec <container> true`` into a running container (what reusing
+  one sandbox would cost per call), same run;
+- pool_idle_memory_mib_per_sandbox: what an idle pool sandbox holds (``<engine> stats``);
+- test_run (``--test-files``): ``test.run`` on a generated flat-layout repository of that
+  many modules, beside the same pytest started directly in the same image
+  (:mod:`benchmarks._testrun`).
 
-Keys: fs_read_p50_us, fs_read_p90_us, fs_read_p99_us, fs_read_per_s, ipc_rtt_p50_us,
-ipc_rtt_p99_us, ratio_fs_read_vs_ipc_p50, round_of_10_reads_p50_ms / _p99_ms,
-plugin_call_overhead_p50_ms / _p90_ms, plugin_sandbox_ready_p50_ms, plugin_call_total_p50_ms,
-fs_write_p50_ms / _p90_ms (an ``fs.write`` end to end, as the model sees it),
-raw_exec_p50_ms / _p90_ms (``<engine> exec`` of ``true`` into a running container, same
-run), ratio_fs_write_vs_exec_p50 (issue 20's goal: <= 0.5), engine.
+Keys: fs_read_p50_us / _p90_us / _p99_us, fs_read_per_s, ipc_rtt_p50_us / _p99_us,
+ratio_fs_read_vs_ipc_p50, round_of_10_reads_p50_ms / _p99_ms, plugin_call_overhead_p50_ms
+/ _p90_ms, plugin_sandbox_ready_p50_ms, plugin_call_total_p50_ms, fs_write_p50_ms / _p90_ms,
+fs_write_warm_share, fs_write_burst_p50_ms, fs_write_cold_p50_ms, raw_exec_p50_ms / _p90_ms,
+ratio_fs_write_vs_exec_p50 (goal <= 0.5), pool_idle_sandboxes,
+pool_idle_memory_mib_per_sandbox, test_run_files, test_run_p50_ms / _p90_ms,
+test_run_warm_share, test_run_direct_p50_ms, test_run_exec_p50_ms, test_run_overhead_ratio
+(goal <= 1.3), test_run_vs_exec_ratio, think_ms, engine.  Sandboxed keys need an engine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _testrun as testrun
+from benchmarks._kernel import idle_memory_mib, kernel
 from benchmarks._stats import percentile
 from fluffy.demo_session import init_repository
 from fluffy.ipc.client import SyncClient
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo-project"
-FLUFFY = [sys.executable, "-m", "fluffy"]
+#: The figures that need a container engine (null without one).
+SANDBOXED = (
+    "plugin_n", "plugin_call_overhead_p50_ms", "plugin_call_overhead_p90_ms",
+    "plugin_sandbox_ready_p50_ms", "plugin_call_total_p50_ms", "fs_write_p50_ms",
+    "fs_write_p90_ms", "fs_write_warm_share", "fs_write_burst_p50_ms", "fs_write_cold_p50_ms",
+    "pool_idle_sandboxes", "pool_idle_memory_mib_per_sandbox", "raw_exec_p50_ms",
+    "raw_exec_p90_ms", "ratio_fs_write_vs_exec_p50", "test_run_files", "test_run_p50_ms",
+    "test_run_p90_ms", "test_run_warm_share", "test_run_direct_p50_ms", "test_run_exec_p50_ms",
+    "test_run_overhead_ratio", "test_run_vs_exec_ratio",
+)  # fmt: skip
 
 
 def _us(samples: list[float], q: float) -> float:
@@ -85,24 +104,12 @@ def _project(root: Path) -> Path:
     return project
 
 
-def run(n: int, plugin_n: int) -> dict[str, Any]:
+def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any]:
     engine = _engine() if plugin_n else None
     root = Path(tempfile.mkdtemp(prefix="fluffy-bench-tools-"))
-    sock = root / "run" / "kernel.sock"
     project = _project(root)
-    env = {**os.environ, **({"FLUFFY_RUNTIME": engine} if engine else {})}
-    proc = subprocess.Popen(
-        [*FLUFFY, "kernel", "serve", "--socket", str(sock), "--state-dir",
-         str(root / "state"), "--project", str(project)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not sock.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the kernel did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
-            time.sleep(0.02)
-        with SyncClient(str(sock), timeout=600) as client:
+        with kernel(root, project, engine) as sock, SyncClient(str(sock), timeout=600) as client:
             sid = client.call("session.create")["session_id"]
             read = {
                 "session_id": sid,
@@ -128,69 +135,105 @@ def run(n: int, plugin_n: int) -> dict[str, Any]:
                 "round_of_10_reads_p50_ms": _ms(rounds, 0.5),
                 "round_of_10_reads_p99_ms": _ms(rounds, 0.99),
                 "engine": engine,
+                "think_ms": round(think_s * 1000),
             }
-            overheads, ready, totals = [], [], []
-            status = {"session_id": sid, "tool": "git.status", "args": {}}
-            for _ in range(plugin_n if engine else 0):
-                t0 = time.perf_counter()
-                answer = client.call("tool.call", status)
-                total = (time.perf_counter() - t0) * 1000
-                assert answer["ok"], answer
-                timings = answer["timings"]
-                ready.append(timings["ready_ms"] / 1000)
-                totals.append(total / 1000)
-                overheads.append((total - timings["ready_ms"] - timings["tool_ms"]) / 1000)
-            writes = _fs_writes(client, sid, plugin_n if engine else 0)
-            raw = _raw_execs(engine, plugin_n) if engine else []
+            result.update(dict.fromkeys(SANDBOXED))  # null without an engine
+            if engine:
+                result.update(_plugin_calls(client, sid, plugin_n, think_s))
+                result.update(_writes(client, sid, plugin_n, think_s, engine, project))
+        if engine:
+            raw = _raw_execs(engine, plugin_n)
+            writes = result["fs_write_p50_ms"]
             result.update(
-                fs_write_p50_ms=_ms(writes, 0.5) if writes else None,
-                fs_write_p90_ms=_ms(writes, 0.9) if writes else None,
-                raw_exec_p50_ms=_ms(raw, 0.5) if raw else None,
-                raw_exec_p90_ms=_ms(raw, 0.9) if raw else None,
-                ratio_fs_write_vs_exec_p50=round(percentile(writes, 0.5) / percentile(raw, 0.5), 2)
-                if writes and raw
-                else None,
-                plugin_n=len(overheads),
-                plugin_call_overhead_p50_ms=_ms(overheads, 0.5) if overheads else None,
-                plugin_call_overhead_p90_ms=_ms(overheads, 0.9) if overheads else None,
-                plugin_sandbox_ready_p50_ms=_ms(ready, 0.5) if ready else None,
-                plugin_call_total_p50_ms=_ms(totals, 0.5) if totals else None,
+                raw_exec_p50_ms=_ms(raw, 0.5),
+                raw_exec_p90_ms=_ms(raw, 0.9),
+                ratio_fs_write_vs_exec_p50=round(writes / (percentile(raw, 0.5) * 1000), 2),
             )
-            return result
+            if test_files:
+                image = _image("code-executor")
+                result.update(testrun.measure(engine, image, test_files, plugin_n, think_s))
+        return result
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _fs_writes(client: SyncClient, sid: str, n: int) -> list[float]:
+def _plugin_calls(client: SyncClient, sid: str, n: int, think_s: float) -> dict[str, Any]:
+    """``git.status`` through git-tool sandboxes: the kernel's own share of a call."""
+    overheads, ready, totals = [], [], []
+    status = {"session_id": sid, "tool": "git.status", "args": {}}
+    for _ in range(n):
+        time.sleep(think_s)
+        t0 = time.perf_counter()
+        answer = client.call("tool.call", status)
+        total = (time.perf_counter() - t0) * 1000
+        assert answer["ok"], answer
+        timings = answer["timings"]
+        ready.append(timings["ready_ms"] / 1000)
+        totals.append(total / 1000)
+        overheads.append((total - timings["ready_ms"] - timings["tool_ms"]) / 1000)
+    return {
+        "plugin_n": len(overheads),
+        "plugin_call_overhead_p50_ms": _ms(overheads, 0.5),
+        "plugin_call_overhead_p90_ms": _ms(overheads, 0.9),
+        "plugin_sandbox_ready_p50_ms": _ms(ready, 0.5),
+        "plugin_call_total_p50_ms": _ms(totals, 0.5),
+    }
+
+
+def _writes(
+    client: SyncClient, sid: str, n: int, think_s: float, engine: str, project: Path
+) -> dict[str, Any]:
     """``fs.write`` of a small test file end to end, as the model sees it (test_writing:
-    a fresh fs-tool sandbox per call, the file sent back over its socket, staged)."""
-    if not n:
-        return []
+    a single-use fs-tool sandbox per call, the file sent back over its socket, staged):
+    paced by ``think_s`` (a model's turn between calls), then back to back (the pool
+    cannot keep up: some calls make their own sandbox)."""
     client.call("session.message", {"session_id": sid, "text": "benchmark writes"})  # planning
     planned = client.call(
         "tool.call", {"session_id": sid, "tool": "plan.complete", "args": {"summary": "bench"}}
     )
     assert planned["ok"], planned
-    samples = []
-    for i in range(n):
+
+    def write(i: int) -> tuple[float, bool]:
         args = {"path": f"tests/test_bench_{i}.py", "content": f"def test_{i}():\n    pass\n"}
         t0 = time.perf_counter()
         answer = client.call("tool.call", {"session_id": sid, "tool": "fs.write", "args": args})
-        samples.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
         assert answer["ok"], answer
-    return samples
+        return elapsed, bool(answer["timings"].get("warm"))
+
+    paced, warm = [], 0
+    for i in range(n):
+        time.sleep(think_s)
+        elapsed, was_warm = write(i)
+        paced.append(elapsed)
+        warm += was_warm
+    time.sleep(max(think_s, 1.0))  # the pool refills: its idle sandboxes are measured
+    memory = idle_memory_mib(engine, project)
+    burst = [write(n + i) for i in range(n)]
+    cold = [t for t, was_warm in burst if not was_warm]
+    return {
+        "fs_write_p50_ms": _ms(paced, 0.5),
+        "fs_write_p90_ms": _ms(paced, 0.9),
+        "fs_write_warm_share": round(warm / n, 2),
+        "fs_write_burst_p50_ms": _ms([t for t, _ in burst], 0.5),
+        "fs_write_cold_p50_ms": _ms(cold, 0.5) if cold else None,
+        "pool_idle_sandboxes": len(memory),
+        "pool_idle_memory_mib_per_sandbox": round(sum(memory) / len(memory), 1) if memory else None,
+    }
+
+
+def _image(template: str) -> str:
+    from fluffy.images.builder import build_images
+    from fluffy.kernel.containers.engine import connect
+
+    with connect(timeout=10) as connected:
+        return {status.name: status.ref for status in build_images(connected)}[template]
 
 
 def _raw_execs(engine: str, n: int) -> list[float]:
     """Baseline: ``<engine> exec <container> true`` into one running code-executor
     container (what a reused sandbox would cost per call), same run."""
-    from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.engine import connect
-
-    with connect(timeout=10) as connected:
-        image = {status.name: status.ref for status in build_images(connected)}["code-executor"]
+    image = _image("code-executor")
     started = subprocess.run(
         [engine, "run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", image, "600"],
         capture_output=True, text=True, check=True,
@@ -212,8 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--plugin-n", type=int, default=10)
+    parser.add_argument(
+        "--think-ms", type=float, default=500, help="pause before each sandboxed call"
+    )
+    parser.add_argument(
+        "--test-files", type=int, default=2000, help="modules of test.run's repository (0: skip)"
+    )
     args = parser.parse_args(argv)
-    result = run(args.n, args.plugin_n)
+    result = run(args.n, args.plugin_n, args.think_ms / 1000, args.test_files)
     if args.json:
         print(json.dumps(result))
     else:
