@@ -130,6 +130,7 @@ class _Job:
     placed: asyncio.Event = field(default_factory=asyncio.Event)  # its call is assigned
     waiting: asyncio.Event = field(default_factory=asyncio.Event)  # the host asked for work
     lost: bool = False  # the host hung up before its call was assigned
+    pooled: bool = False  # made ahead of its call (idle until placed)
     slot: str = ""  # names the sandbox's socket folder
 
 
@@ -404,6 +405,7 @@ class PluginRunner:
             min_api_version=code.min_api_version if code is not None else 0,
             plugin=plugin,
             slot=slot_id,
+            pooled=pooled,
         )
         self.jobs[binding] = job
         self.servers[binding] = server
@@ -501,7 +503,8 @@ class PluginRunner:
             done = time.perf_counter()
         except BaseException as exc:
             await self._teardown(binding, sandbox)
-            if warm and not job.handed and isinstance(exc, ToolTransient):
+            never_taken = not job.handed and not job.future.done()  # not killed: it died
+            if warm and never_taken and isinstance(exc, ToolTransient):
                 raise _NeverTaken(exc.what) from exc
             raise
         timings = {
@@ -638,7 +641,8 @@ class PluginRunner:
         the pool's idle ones."""
         count = self.pool.drain() if self.pool is not None else 0
         for job in list(self.jobs.values()):
-            if job.placed.is_set() and not job.future.done():
+            idle = job.pooled and not job.placed.is_set()  # the pool's: drained above
+            if not idle and not job.future.done():
                 job.future.set_exception(
                     KernelOverloaded(
                         f"{job.tool} was stopped: the kernel is short of memory",

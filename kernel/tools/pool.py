@@ -21,6 +21,9 @@ What is never handed out:
   each take (~1 ms) and compared with the one the container was made from;
 * one whose host hung up (its container died while idle).
 
+Third-party plugins are not pooled: their code would run, unwatched by the scheduler,
+for as long as it idles, and watch the session's staged folder change between calls.
+
 Sizing: a recipe is kept warm while it is in demand: one sandbox, plus one for each
 call in the last minute that found the pool empty, at most the template's scheduler
 limit; all recipes together at most ``scheduler.pool.max_idle`` (and the global limit).
@@ -179,6 +182,7 @@ class SandboxPool:
         self.demand: dict[Recipe, _Demand] = {}
         self.making: Recipe | None = None
         self._arrival: asyncio.Future[None] | None = None  # the one being made is done
+        self._making_stale = False
         self.stats = {"made": 0, "taken": 0, "missed": 0, "stale": 0, "drained": 0, "failed": 0}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -188,6 +192,8 @@ class SandboxPool:
     # -- the caller's side ---------------------------------------------------------------
     async def take(self, recipe: Recipe) -> Slot | None:
         """A warm sandbox of ``recipe`` (its host waiting, if one is), or None: make one."""
+        if recipe.code:
+            return None  # a third-party plugin's code never idles ahead of its call
         now = self.clock()
         demand = self._demand(recipe, now)
         demand.takes.append(now)
@@ -209,6 +215,8 @@ class SandboxPool:
 
     def expect(self, recipe: Recipe) -> None:
         """``recipe`` will be asked for soon (e.g. writes begin): keep one warm."""
+        if recipe.code:
+            return
         self._demand(recipe, self.clock())
         self._start()
         self._wake.set()
@@ -224,8 +232,9 @@ class SandboxPool:
             for recipe in list(self.idle):
                 if folder in (recipe.project, recipe.staged_dir):
                     victims.extend(self.idle.pop(recipe))
-            if self.making is not None and folder in (self.making.project, self.making.staged_dir):
-                self.generation += 1  # the one being made is stale when it arrives
+            making = self.making
+            if making is not None and folder in (making.project, making.staged_dir):
+                self._making_stale = True  # the one being made is dropped when it arrives
         if victims:
             log.info("pool: %d idle sandbox(es) dropped: %s", len(victims), why)
         self.stats["stale"] += len(victims)
@@ -259,7 +268,7 @@ class SandboxPool:
         self._closed = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         self.drain()
         if self._closing:
@@ -273,17 +282,27 @@ class SandboxPool:
             slot = slots.pop(0)
             if not slots:
                 self.idle.pop(recipe, None)
-            if await self._fresh(slot):
+            try:
+                fresh = await self._fresh(slot)
+            except BaseException:  # the caller went away (or the check broke): not kept
+                self._discard(slot)
+                raise
+            if fresh and self._current(slot):  # again: a reload may have come meanwhile
                 return slot
             self.stats["stale"] += 1
             self._discard(slot)
             slots = self.idle.get(recipe)
         return None
 
-    async def _fresh(self, slot: Slot) -> bool:
+    def _current(self, slot: Slot) -> bool:
+        """Made in this generation, on the folders it was made for, its host still there."""
         if slot.generation != self.generation or slot.job.lost:
             return False
-        if folder_identity(slot.recipe.project, slot.recipe.staged_dir) != slot.recipe.identity:
+        recipe = slot.recipe
+        return folder_identity(recipe.project, recipe.staged_dir) == recipe.identity
+
+    async def _fresh(self, slot: Slot) -> bool:
+        if not self._current(slot):
             return False
         try:
             current = await self.maker.image_id(slot.image_ref)
@@ -368,26 +387,33 @@ class SandboxPool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), TICK_S)
             self._wake.clear()
-            now = self.clock()
-            if self.under_pressure():
-                if self.size:
-                    dropped = self.drain()
-                    log.warning("pool: memory is short; %d idle sandbox(es) destroyed", dropped)
-                continue
-            self._trim(now)
-            recipe = self._plan(now)
-            if recipe is None:
-                continue
+            try:
+                await self._step()
+            except Exception:  # never leave the pool dead: say so, wait, go on
+                log.exception("pool: unexpected error; trying again in %.0f s", BACKOFF_S)
+                await asyncio.sleep(BACKOFF_S)
+
+    async def _step(self) -> None:
+        now = self.clock()
+        if self.under_pressure():
+            if self.size:
+                dropped = self.drain()
+                log.warning("pool: memory is short; %d idle sandbox(es) destroyed", dropped)
+            return
+        self._trim(now)
+        recipe = self._plan(now)
+        if recipe is not None:
             await self._make(recipe)
             self._wake.set()  # more may be needed
 
     async def _make(self, recipe: Recipe) -> None:
         generation = self.generation
         self.making = recipe
+        self._making_stale = False
         arrival = self._arrival = asyncio.get_running_loop().create_future()
         try:
             slot = await self.maker.open_slot(recipe)
-        except (FluffyError, OSError) as exc:
+        except Exception as exc:  # FluffyError, OSError, or the engine SDK's own
             self.stats["failed"] += 1
             demand = self.demand.setdefault(recipe, _Demand())
             wait = min(BACKOFF_S * 2**demand.failures, BACKOFF_MAX_S)
@@ -407,7 +433,8 @@ class SandboxPool:
         slot.generation = generation
         if recipe in self.demand:
             self.demand[recipe].failures = 0
-        if self._closed or generation != self.generation or self.under_pressure():
+        stale = self._making_stale or generation != self.generation
+        if self._closed or stale or self.under_pressure():
             self._discard(slot)
             return
         self.stats["made"] += 1

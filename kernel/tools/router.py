@@ -386,7 +386,14 @@ class ToolRouter:
         return outcome
 
     def _expect(self, session: SessionRow, tool: str) -> None:
-        """Warm the pool for the session's next ``tool`` call (a sandbox of its recipe)."""
+        """Warm the pool for the session's next ``tool`` call (a sandbox of its recipe);
+        a hint only: whatever goes wrong is logged, never the call's failure."""
+        try:
+            self._warm(session, tool)
+        except Exception:
+            log.exception("could not warm a sandbox for %s", tool)
+
+    def _warm(self, session: SessionRow, tool: str) -> None:
         runner = self.runner
         if runner is None or runner.pool is None:
             return

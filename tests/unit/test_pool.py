@@ -47,14 +47,15 @@ class Maker:
         self.images: dict[str, str] = {}
         self.opened: list[Slot] = []
         self.closed: list[Slot] = []
-        self.fail = False
+        self.fail: Exception | None = None
         self.delay = 0.0
+        self.image_delay = 0.0
         self._ids = itertools.count()
 
     async def open_slot(self, recipe: Recipe) -> Slot:
         await asyncio.sleep(self.delay)
-        if self.fail:
-            raise EngineOperationFailed("the engine refused to create the container")
+        if self.fail is not None:
+            raise self.fail
         n = next(self._ids)
         sandbox = Sandbox(f"sb{n}", recipe.template, f"fluffy-{n}", Path("/nonexistent"))
         ref = recipe.image or "fluffy/code-executor:0123456789ab"
@@ -67,6 +68,7 @@ class Maker:
         self.closed.append(slot)
 
     async def image_id(self, ref: str) -> str:
+        await asyncio.sleep(self.image_delay)
         return self.images[ref]
 
 
@@ -253,12 +255,13 @@ async def test_the_kernel_memory_guard_drains_the_pool(tmp_path: Path) -> None:
     (cgroup / "memory.current").write_text("850\n")
     assert guard.check() == "shed"
     assert subject.size == 0
-    await asyncio.sleep(TICK * 3)
-    assert subject.size == 0  # nothing is made while the kernel sheds
+    assert await subject.take(r) is None  # a call wakes the filler: it makes nothing
+    await asyncio.sleep(0.2)
+    assert subject.size == 0 and len(maker.opened) == 1  # nothing is made while it sheds
+    (cgroup / "memory.current").write_text("100\n")
+    assert guard.check() == "ok"
+    await settle(subject, 2)  # and refills (the call above counts as a miss)
     await subject.close()
-
-
-TICK = 0.05
 
 
 @sync
@@ -304,7 +307,7 @@ async def test_a_disabled_pool_makes_nothing(tmp_path: Path) -> None:
 @sync
 async def test_a_recipe_that_cannot_be_made_backs_off(tmp_path: Path) -> None:
     maker, r = Maker(), recipe(tmp_path)
-    maker.fail = True
+    maker.fail = EngineOperationFailed("the engine refused to create the container")
     subject = pool(maker)
     subject.expect(r)
     await asyncio.sleep(0.3)
@@ -324,3 +327,82 @@ def test_host_memory_is_read_from_meminfo(tmp_path: Path, text: str, expected: f
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(text)
     assert host_memory_free(meminfo) == expected
+
+
+@sync
+async def test_a_sandbox_made_while_its_folder_is_discarded_is_dropped(tmp_path: Path) -> None:
+    maker = Maker()
+    a = recipe(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    b = recipe(tmp_path, staged_dir=other, identity=folder_identity(tmp_path / "project", other))
+    subject = pool(maker)
+    subject.expect(a)
+    await settle(subject, 1)
+    maker.delay = 0.3
+    subject.expect(b)
+    await asyncio.sleep(0.1)  # b's sandbox is being made ...
+    subject.invalidate("session ended", folder=other)  # ... when its folder goes
+    await asyncio.sleep(0.5)
+    assert b not in subject.idle and maker.opened[1] in maker.closed
+    assert a in subject.idle  # the others stay
+    await subject.close()
+
+
+@sync
+async def test_a_reload_during_the_image_check_is_not_missed(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    maker.image_delay = 0.2
+    taking = asyncio.ensure_future(subject.take(r))
+    await asyncio.sleep(0.05)  # the take waits for the engine's answer ...
+    subject.invalidate("the policy was reloaded")  # ... when the policy changes
+    taken = await taking
+    assert taken is None or (taken is not maker.opened[0] and taken.generation == 1)
+    await asyncio.sleep(0.05)
+    assert maker.opened[0] in maker.closed
+    await subject.close()
+
+
+@sync
+async def test_a_take_given_up_midway_destroys_its_sandbox(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    maker.image_delay = 1.0
+    taking = asyncio.ensure_future(subject.take(r))
+    await asyncio.sleep(0.05)
+    taking.cancel()  # the client hung up
+    with pytest.raises(asyncio.CancelledError):
+        await taking
+    await asyncio.sleep(0.05)
+    assert maker.opened[0] in maker.closed
+    await subject.close()
+
+
+@sync
+async def test_an_unexpected_error_neither_stops_the_pool_nor_its_shutdown(
+    tmp_path: Path,
+) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    maker.fail = ValueError("a bug in the engine library")
+    subject = pool(maker)
+    subject.expect(r)
+    await asyncio.sleep(0.2)
+    assert subject.stats["failed"] == 1
+    assert subject._task is not None and not subject._task.done()  # still filling
+    await subject.close()  # and closes cleanly
+
+
+@sync
+async def test_a_third_party_plugin_is_never_pooled(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path, plugin="hello-tool", code="0" * 64)
+    subject = pool(maker)
+    subject.expect(r)
+    assert await subject.take(r) is None
+    await asyncio.sleep(0.2)
+    assert not maker.opened and not subject.demand
+    await subject.close()
