@@ -27,7 +27,7 @@ from fluffy.kernel.plugins.precheck import Evaluate, precheck
 from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry, Reserved
 from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import PluginStore
-from fluffy.kernel.tools.plugins import ThirdPartyCode
+from fluffy.kernel.tools.pluginjob import ThirdPartyCode
 from fluffy.kernel.tools.registry import Registry, ToolSpec, third_party_specs
 
 log = logging.getLogger("fluffy.kernel.plugins")

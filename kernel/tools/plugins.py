@@ -38,15 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +53,6 @@ from fluffy.errors import (
     KernelOverloaded,
     PolicyError,
     ToolFailed,
-    ToolInputInvalid,
     ToolTimeout,
     ToolTransient,
 )
@@ -75,8 +71,21 @@ from fluffy.kernel.ipc.server import (
     note_decision,
 )
 from fluffy.kernel.plugins.handshake import check_negotiated
-from fluffy.kernel.plugins.store import PluginStore
-from fluffy.kernel.tools.callfiles import WRITER, Received, parse_files, write_files
+from fluffy.kernel.tools.callfiles import WRITER, parse_files, write_files
+from fluffy.kernel.tools.pluginjob import (
+    DECLARED_TOOLS,
+    PLUGIN_CODE_DIR,
+    CallRequest,
+    Job,
+    NeverTaken,
+    PluginOutcome,
+    SocketMethods,
+    ThirdPartyCode,
+    first_done,
+    install_record,
+    open_call_dir,
+    plugin_error,
+)
 from fluffy.kernel.tools.pool import Recipe, SandboxPool, Slot, folder_identity
 
 log = logging.getLogger("fluffy.kernel.tools")
@@ -86,92 +95,6 @@ START_TIMEOUT_S = 60.0
 #: A plugin's socket: few connections, few requests in flight each (frames are 4 MiB).
 PLUGIN_SOCKET_LIMITS = Limits(max_connections=16, max_in_flight=4)
 PAUSE_GRACE_S = 1.0
-
-
-@dataclass(frozen=True)
-class ThirdPartyCode:
-    """Where an active third-party plugin's code comes from, and what it declared."""
-
-    store: PluginStore
-    name: str
-    entry: str
-    min_api_version: int
-    #: The manifest's tool entries (``ToolDefinition.to_dict()`` form).
-    tools: list[dict[str, Any]]
-    capabilities: tuple[str, ...] = ()
-
-
-#: Where a third-party plugin's code and declared tools appear in its sandbox.
-PLUGIN_CODE_DIR = "plugin"
-DECLARED_TOOLS = "tools.json"
-
-
-@dataclass
-class _Job:
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    session_mode: str
-    min_api_version: int = 0
-    plugin: str = ""
-    sandbox_id: str = ""
-    future: asyncio.Future[dict[str, Any]] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    connected: asyncio.Event = field(default_factory=asyncio.Event)
-    handed_at: float = 0.0
-    context: CallContext | None = None
-    handed: bool = False
-    sandbox: Sandbox | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
-    received: Received = field(default_factory=Received)  # its output files so far
-    sending: asyncio.Lock = field(default_factory=asyncio.Lock)  # a tool.files in flight
-    files_refused: str | None = None  # why a tool.files frame was refused (fails the call)
-    placed: asyncio.Event = field(default_factory=asyncio.Event)  # its call is assigned
-    waiting: asyncio.Event = field(default_factory=asyncio.Event)  # the host asked for work
-    lost: bool = False  # the host hung up before its call was assigned
-    pooled: bool = False  # made ahead of its call (idle until placed)
-    slot: str = ""  # names the sandbox's socket folder
-
-
-@dataclass
-class PluginOutcome:
-    """A finished call: the plugin's result and where its files are."""
-
-    result: dict[str, Any]
-    call_dir: Path
-    sandbox: Sandbox
-    #: create_ms (sandbox made and started), ready_ms (host asked for work),
-    #: exchange_ms (job handed -> result back), total_ms.
-    timings: dict[str, float]
-    #: the call's folder, open (``call_dir`` names it through /proc/self/fd)
-    call_fd: int = -1
-
-    def close(self) -> None:
-        if self.call_fd >= 0:
-            os.close(self.call_fd)
-            self.call_fd = -1
-
-
-def open_call_dir(output_dir: Path, call_id: str) -> int:
-    """The call's folder, opened without following a link.  The kernel alone writes it
-    (the sandbox's ``/output`` is its own tmpfs; its files come over the socket), so
-    this is defence in depth: were a link ever there, what the kernel reads would be
-    refused, never followed."""
-    root = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(call_id, 0o700, dir_fd=root)  # a call that wrote nothing
-        return os.open(call_id, flags, dir_fd=root)
-    except OSError as exc:
-        raise ToolFailed(
-            f"the output folder of call {call_id} is not a folder",
-            why=f"{exc.strerror}: the sandbox replaced it (with a link?)",
-            fix="Nothing was read from it; the call's result is discarded.",
-        ) from None
-    finally:
-        os.close(root)
 
 
 class PluginRunner:
@@ -191,7 +114,7 @@ class PluginRunner:
         self.environment = environment
         self.start_timeout_s = start_timeout_s
         self.audit = audit
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, Job] = {}
         self.servers: dict[str, KernelServer] = {}
         self._cleanup: set[asyncio.Task[None]] = set()
         #: Active third-party plugins by name (set by the kernel at start-up).
@@ -204,7 +127,7 @@ class PluginRunner:
         return self._manager()
 
     # -- the plugin side's methods ------------------------------------------------------
-    def _job_of(self, context: CallContext) -> _Job:
+    def _job_of(self, context: CallContext) -> Job:
         job = self.jobs.get(context.binding)
         if job is None:
             raise InvalidPayload("this socket has no tool call")
@@ -237,7 +160,7 @@ class PluginRunner:
             work["settings"] = job.settings
         return work
 
-    def _taker(self, context: CallContext, method: str) -> _Job:
+    def _taker(self, context: CallContext, method: str) -> Job:
         """The call, if ``context`` is the connection that took it and it is unanswered:
         code the call runs (a test) can reach the same socket, but cannot answer or send
         files in the plugin's name."""
@@ -286,7 +209,7 @@ class PluginRunner:
             job.future.set_result(params)
 
     # -- the plugin's socket: two methods, everything else denied and audited ------------
-    def _socket_methods(self, plugin: str) -> _SocketMethods:
+    def _socket_methods(self, plugin: str) -> SocketMethods:
         code = self.third_party.get(plugin)
         declared = code.capabilities if code is not None else ()
 
@@ -317,7 +240,7 @@ class PluginRunner:
             "tool.files": self._files,
             "tool.result": self._result,
         }
-        return _SocketMethods(methods, deny)
+        return SocketMethods(methods, deny)
 
     def _observer(self) -> Callable[[CallRecord], None] | None:
         """Audits what a plugin's socket refused (its two own methods are not entries)."""
@@ -381,7 +304,7 @@ class PluginRunner:
             image=image,
             max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
             environment=tuple(sorted(self.environment().items())),
-            code=_install_record(code) if code is not None else "",
+            code=install_record(code) if code is not None else "",
             identity=folder_identity(project, staged_dir),
         )
 
@@ -397,7 +320,7 @@ class PluginRunner:
         server = KernelServer(self._socket_methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
         server.observer = self._observer()
         code = self.third_party.get(plugin)
-        job = _Job(
+        job = Job(
             "",
             "",
             {},
@@ -478,20 +401,22 @@ class PluginRunner:
             timeout_s=timeout_s,
             image=image,
         )
-        call = _Call(call_id, tool, dict(args), session_mode, dict(settings or {}), timeout_s)
+        call = CallRequest(call_id, tool, dict(args), session_mode, dict(settings or {}), timeout_s)
         slot = await self.pool.take(recipe) if self.pool is not None else None
         if slot is not None:
             try:
                 return await self._call(slot, call, started, warm=True)
-            except _NeverTaken as exc:
+            except NeverTaken as exc:
                 log.warning("a pooled %s sandbox failed before its call: %s", template, exc)
         slot = await self.open_slot(recipe, pooled=False)
         return await self._call(slot, call, started, warm=False)
 
-    async def _call(self, slot: Slot, call: _Call, started: float, *, warm: bool) -> PluginOutcome:
+    async def _call(
+        self, slot: Slot, call: CallRequest, started: float, *, warm: bool
+    ) -> PluginOutcome:
         """Hand ``call`` to the sandbox of ``slot`` and wait for its answer."""
         job = slot.job
-        assert isinstance(job, _Job)
+        assert isinstance(job, Job)
         binding, sandbox = slot.binding, slot.sandbox
         job.call_id, job.tool, job.args = call.call_id, call.tool, call.args
         job.session_mode, job.settings = call.session_mode, call.settings
@@ -505,7 +430,7 @@ class PluginRunner:
             await self._teardown(binding, sandbox)
             never_taken = not job.handed and not job.future.done()  # not killed: it died
             if warm and never_taken and isinstance(exc, ToolTransient):
-                raise _NeverTaken(exc.what) from exc
+                raise NeverTaken(exc.what) from exc
             raise
         timings = {
             "create_ms": (created - started) * 1000,
@@ -521,7 +446,7 @@ class PluginRunner:
             raw_error = reply.get("error")
             error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
             await self._teardown(binding, sandbox)
-            raise _plugin_error(plugin, tool, error)
+            raise plugin_error(plugin, tool, error)
         result = reply.get("result")
         if not isinstance(result, dict):
             await self._teardown(binding, sandbox)
@@ -534,7 +459,7 @@ class PluginRunner:
         return PluginOutcome(result, Path(f"/proc/self/fd/{fd}"), sandbox, timings, fd)
 
     async def _await_reply(
-        self, job: _Job, sandbox: Sandbox, timeout_s: float, manager: ContainerManager
+        self, job: Job, sandbox: Sandbox, timeout_s: float, manager: ContainerManager
     ) -> dict[str, Any]:
         assert sandbox.container_id is not None
         container_id = sandbox.container_id
@@ -544,7 +469,9 @@ class PluginRunner:
         )
         try:
             try:
-                await asyncio.wait_for(_first(job.connected.wait(), exited), self.start_timeout_s)
+                await asyncio.wait_for(
+                    first_done(job.connected.wait(), exited), self.start_timeout_s
+                )
             except TimeoutError:
                 raise ToolTransient(
                     f"the {sandbox.template} sandbox for {job.tool} did not connect within "
@@ -557,7 +484,7 @@ class PluginRunner:
                     why=output_tail(runtime, container_id),
                 )
             try:
-                return await asyncio.wait_for(_first(job.future, exited, value=True), timeout_s)
+                return await asyncio.wait_for(first_done(job.future, exited, value=True), timeout_s)
             except TimeoutError:
                 raise ToolTimeout(
                     f"{job.tool} did not finish within {timeout_s:g}s",
@@ -590,7 +517,7 @@ class PluginRunner:
             shutil.rmtree(self.root / "ipc" / f"tool-{job.slot}", ignore_errors=True)
 
     # -- preemption (design: PAUSE_SIGNAL, 1 s grace, engine pause) ---------------------
-    def _job_for(self, sandbox_id: str) -> _Job | None:
+    def _job_for(self, sandbox_id: str) -> Job | None:
         return next((j for j in self.jobs.values() if j.sandbox_id == sandbox_id), None)
 
     async def pause(self, sandbox: Sandbox) -> None:
@@ -612,7 +539,7 @@ class PluginRunner:
             with contextlib.suppress(Exception):
                 job.context.send_event("tool.resume", {"call_id": job.call_id})
 
-    def _job_by_call(self, call_id: str) -> _Job | None:
+    def _job_by_call(self, call_id: str) -> Job | None:
         return next((j for j in self.jobs.values() if j.call_id == call_id), None)
 
     async def pause_call(self, call_id: str) -> None:
@@ -662,68 +589,3 @@ class PluginRunner:
             await self._teardown(binding, None)
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
-
-
-@dataclass(frozen=True)
-class _Call:
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    session_mode: str
-    settings: dict[str, Any]
-    timeout_s: float
-
-
-class _NeverTaken(Exception):
-    """A pooled sandbox failed before its host took the call (run it in a fresh one)."""
-
-
-def _install_record(code: ThirdPartyCode) -> str:
-    """A third-party plugin's install record (version, file hashes) as one digest: a
-    sandbox holding its code is handed out only while the record is unchanged."""
-    installed = code.store.get(code.name)
-    if installed is None:
-        return "missing"
-    record = json.dumps([installed.version, installed.files], sort_keys=True)
-    return hashlib.sha256(record.encode()).hexdigest()
-
-
-class _SocketMethods(Mapping[str, Handler]):
-    """A plugin socket's method table: its own methods, and a denial for any other name."""
-
-    def __init__(self, served: dict[str, Handler], deny: Callable[[str], Handler]) -> None:
-        self.served = served
-        self.deny = deny
-
-    def __getitem__(self, method: str) -> Handler:
-        return self.served.get(method) or self.deny(method)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.served)
-
-    def __len__(self) -> int:
-        return len(self.served)
-
-
-async def _first(awaitable: Any, exited: asyncio.Future[int], *, value: bool = False) -> Any:
-    """``awaitable``'s result, unless the container exits first (then None / raises)."""
-    main = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.wait({main, exited}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not main.done():
-            main.cancel()
-    if main.done() and not main.cancelled():
-        return main.result()
-    if value:
-        raise ToolTransient("the plugin sandbox exited without answering")
-    return None
-
-
-def _plugin_error(plugin: str, tool: str, error: dict[str, Any]) -> FluffyError:
-    code = str(error.get("code", "tool.failed"))
-    message = str(error.get("message", "no message"))[:2000]
-    if code == "tool.input_invalid":
-        return ToolInputInvalid(f"{tool}: {message}", why=f"{plugin} refused the arguments")
-    cls = ToolTransient if error.get("retryable") else ToolFailed
-    return cls(f"{tool} failed: {message}", why=f"reported by {plugin} ({code})")

@@ -53,7 +53,8 @@ from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
-from fluffy.kernel.tools.plugins import PluginOutcome, PluginRunner
+from fluffy.kernel.tools.pluginjob import PluginOutcome
+from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.registry import Registry, ToolSpec
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.settings import ToolSettings

@@ -23,7 +23,8 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.tools import callfiles
 from fluffy.kernel.tools.callfiles import Received, parse_files, write_files
-from fluffy.kernel.tools.plugins import PluginRunner, _Job
+from fluffy.kernel.tools.pluginjob import Job
+from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.plugins.sdk import ship
 
 pytestmark = pytest.mark.unit
@@ -110,12 +111,12 @@ def test_gaps_repeats_links_and_the_cap_are_refused(
 
 
 @asynccontextmanager
-async def a_call(tmp_path: Path) -> AsyncIterator[tuple[_Job, Path]]:
+async def a_call(tmp_path: Path) -> AsyncIterator[tuple[Job, Path]]:
     """Call c1 of plugin demo, handed to a sandbox whose folder is ``tmp_path/out``, served
     on a real socket: (the job, the socket)."""
     runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
     server = KernelServer(runner._socket_methods("demo"))
-    job = _Job("c1", "demo.echo", {}, "strict", plugin="demo")
+    job = Job("c1", "demo.echo", {}, "strict", plugin="demo")
     job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
     job.sandbox.output_dir.mkdir()
     job.placed.set()

@@ -23,7 +23,8 @@ from fluffy.kernel.plugins.handshake import (
     check_negotiated,
 )
 from fluffy.kernel.plugins.store import PluginStore
-from fluffy.kernel.tools.plugins import PluginRunner, ThirdPartyCode, _Job
+from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
+from fluffy.kernel.tools.plugins import PluginRunner
 from tests.unit.plugin_support import tool
 
 pytestmark = pytest.mark.unit
@@ -95,7 +96,7 @@ def test_a_plugin_socket_denies_and_audits_everything_but_its_own_methods(tmp_pa
         )
         server = KernelServer(runner._socket_methods(plugin))
         server.observer = runner._observer()
-        runner.jobs[binding] = _Job("c1", "demo.echo", {}, "strict", 1, plugin)
+        runner.jobs[binding] = Job("c1", "demo.echo", {}, "strict", 1, plugin)
         runner.jobs[binding].placed.set()
         sock = tmp_path / "ipc" / "kernel.sock"
         await server.listen(sock, binding=binding)

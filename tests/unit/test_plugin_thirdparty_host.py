@@ -21,7 +21,8 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.plugins.errors import PluginTampered
 from fluffy.kernel.plugins.store import PluginStore
-from fluffy.kernel.tools.plugins import PluginRunner, ThirdPartyCode, _Job
+from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
+from fluffy.kernel.tools.plugins import PluginRunner
 from tests.unit.plugin_support import make_plugin, manifest, plugin_code, tool
 
 pytestmark = pytest.mark.unit
@@ -45,7 +46,7 @@ async def serve_one(
     folder = Path(tempfile.mkdtemp(prefix="fluffy-tp-", dir="/tmp"))  # short socket path
     command = await asyncio.to_thread(runner._stage_code, runner.third_party["demo-tool"], folder)
     binding = "tool:demo-tool:c1"
-    job = _Job("c1", "demo.echo", args, "strict", 1, "demo-tool")
+    job = Job("c1", "demo.echo", args, "strict", 1, "demo-tool")
     job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "received")
     job.sandbox.output_dir.mkdir(exist_ok=True)
     job.placed.set()

@@ -249,7 +249,7 @@ class FakePlugins:
     async def run(self, *, tool: str, args: dict[str, Any], call_id: str, **_: Any) -> Any:
         from fluffy.kernel.containers.lifecycle import Sandbox
         from fluffy.kernel.merge.patch import unified_diff
-        from fluffy.kernel.tools.plugins import PluginOutcome
+        from fluffy.kernel.tools.pluginjob import PluginOutcome
 
         self.count += 1
         call_dir = self.root / call_id
