@@ -349,7 +349,12 @@ class PluginRunner:
                 image=recipe.image,
             )
             manager = await asyncio.to_thread(self.manager)
-            sandbox = await asyncio.to_thread(manager.create, config, command)
+            making = asyncio.ensure_future(asyncio.to_thread(manager.create, config, command))
+            try:
+                sandbox = await asyncio.shield(making)
+            except asyncio.CancelledError:  # the engine goes on making it: destroy it then
+                making.add_done_callback(self._destroy_late)
+                raise
             job.sandbox_id = sandbox.sandbox_id
             job.sandbox = sandbox
             ref = recipe.image or manager.images.get(recipe.template, "")
@@ -362,6 +367,19 @@ class PluginRunner:
             await self._teardown(binding, sandbox)
             raise
         return Slot(recipe, binding, job, sandbox, ref, image_id)
+
+    def _destroy_late(self, making: asyncio.Future[Sandbox]) -> None:
+        """A sandbox whose making was given up, once it is made: destroyed."""
+        if making.cancelled() or making.exception() is not None:
+            return
+        sandbox = making.result()
+
+        def destroy() -> None:
+            self.manager().destroy(sandbox)
+
+        task = asyncio.ensure_future(asyncio.to_thread(destroy))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     async def close_slot(self, slot: Slot) -> None:
         await self._teardown(slot.binding, slot.sandbox)

@@ -59,6 +59,8 @@ TICK_S = 1.0
 #: after each further failure, up to BACKOFF_MAX_S).
 BACKOFF_S = 5.0
 BACKOFF_MAX_S = 120.0
+#: How long closing waits for a sandbox being made.
+CLOSE_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -265,8 +267,13 @@ class SandboxPool:
         }
 
     async def close(self) -> None:
+        """Stop filling and destroy every idle sandbox.  One being made is waited for
+        (then destroyed): cancelled midway, the engine would finish making it unseen."""
         self._closed = True
+        self._wake.set()
         if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._task), CLOSE_WAIT_S)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task

@@ -406,3 +406,14 @@ async def test_a_third_party_plugin_is_never_pooled(tmp_path: Path) -> None:
     await asyncio.sleep(0.2)
     assert not maker.opened and not subject.demand
     await subject.close()
+
+
+@sync
+async def test_closing_waits_for_the_sandbox_being_made_and_destroys_it(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    maker.delay = 0.3
+    subject = pool(maker)
+    subject.expect(r)
+    await asyncio.sleep(0.1)  # being made when the kernel stops
+    await subject.close()
+    assert len(maker.opened) == 1 and maker.opened[0] in maker.closed  # none left behind
