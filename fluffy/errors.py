@@ -68,6 +68,7 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── ToolInputInvalid          tool.input_invalid
     │   ├── ToolFailed                tool.failed
     │   ├── ToolTransient             tool.transient
+    │   │   └── SandboxExited         tool.sandbox_exited
     │   ├── ToolTimeout               tool.timeout
     │   └── CircuitOpen               tool.circuit_open
     ├── PluginError                   plugin.error
@@ -500,6 +501,13 @@ class ToolTransient(ToolError):
     code = "tool.transient"
     retryable = True
     default_why = "the tool's sandbox or connection failed, not the tool's own logic"
+
+
+class SandboxExited(ToolTransient):
+    """The call's sandbox stopped before answering (audited as the sandbox's crash)."""
+
+    code = "tool.sandbox_exited"
+    default_why = "the tool's sandbox stopped (crashed or was killed) before it answered"
 
 
 class ToolTimeout(ToolError):

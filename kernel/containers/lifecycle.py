@@ -60,6 +60,8 @@ class Sandbox:
     exit_code: int | None = None
     history: list[tuple[SandboxState, float]] = field(default_factory=list)
     cleanup_errors: list[str] = field(default_factory=list)
+    #: the tool call it serves (set when the call is handed to it; "" for other kinds)
+    call_id: str = ""
 
     def __post_init__(self) -> None:
         self.history.append((self.state, time.monotonic()))

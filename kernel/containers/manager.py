@@ -7,6 +7,11 @@ it.  Whether a sandbox may be created at all is the policy engine's decision.
 Every resource it makes carries the labels of :mod:`runtime` (managed, session, sandbox,
 template); :meth:`ContainerManager.collect_garbage` removes what a crashed session left.
 CLEANUP runs each step on its own: a failing step is recorded and the next still runs.
+
+Its ``observer`` is told of each sandbox's life (the kernel audits it): ``created``
+(template, image, seccomp profile, limits, the call if known), ``failed`` (create or
+start refused, time limit, OOM, crash) and ``destroyed`` (exit code, failure, the call
+it served, how long it lived).  It is called from the thread that did the work.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fluffy.errors import (
     EngineNotFound,
@@ -62,6 +68,9 @@ STAGED_TARGET = "/staged"
 #: Exit codes above this mean the process died from a signal (128 + n).
 _SIGNAL_EXIT = 128
 _SIGKILL_EXIT = 128 + 9
+
+#: (kind: created / failed / destroyed, the sandbox, what to record)
+Observer = Callable[[str, Sandbox, dict[str, str]], None]
 
 
 @dataclass
@@ -114,6 +123,13 @@ class ContainerManager:
         self._session_file = self.root / "sessions" / self.session_id
         self._session_file.write_text(str(os.getpid()))
         self._seccomp_paths: dict[str, Path] = {}
+        self.observer: Observer | None = None
+
+    def _tell(self, kind: str, sandbox: Sandbox, details: dict[str, Any]) -> None:
+        if self.observer is None:
+            return
+        with contextlib.suppress(Exception):  # an observer never breaks the lifecycle
+            self.observer(kind, sandbox, {k: str(v) for k, v in details.items()})
 
     # -- set-up ---------------------------------------------------------------------
     def _output_dir(self, sandbox_id: str) -> Path:
@@ -191,16 +207,17 @@ class ContainerManager:
         )
 
     # -- lifecycle ------------------------------------------------------------------
-    def create(self, config: SandboxConfig, command: list[str]) -> Sandbox:
+    def create(self, config: SandboxConfig, command: list[str], *, call_id: str = "") -> Sandbox:
         """CREATING -> RUNNING (or FAILED, already cleaned up, with the error raised).
 
         An engine that refuses to *start* a container it just created (seen with Podman
         4.3 and runc under load) gets one more try with a fresh sandbox: idempotent retry.
+        ``call_id``: the tool call it is made for, if known (recorded with it).
         """
-        return self._create_once(config, command, retry_start=True)
+        return self._create_once(config, command, retry_start=True, call_id=call_id)
 
     def _create_once(
-        self, config: SandboxConfig, command: list[str], *, retry_start: bool
+        self, config: SandboxConfig, command: list[str], *, retry_start: bool, call_id: str = ""
     ) -> Sandbox:
         sandbox_id = uuid.uuid4().hex[:12]
         sandbox = Sandbox(
@@ -208,6 +225,7 @@ class ContainerManager:
             template=config.template,
             name=f"fluffy-{config.template}-{sandbox_id}",
             output_dir=self.root / "outputs" / self.session_id / sandbox_id,
+            call_id=call_id,
         )
         self.active[sandbox_id] = sandbox
         try:
@@ -229,12 +247,27 @@ class ContainerManager:
         except EngineOperationFailed as exc:
             self._abandon(sandbox, FailureReason.START_FAILED, exc, "start")
             if retry_start:
-                return self._create_once(config, command, retry_start=False)
+                return self._create_once(config, command, retry_start=False, call_id=call_id)
             raise
         except BaseException as exc:
             self._abandon(sandbox, FailureReason.START_FAILED, exc, "start")
             raise
         sandbox.move(SandboxState.RUNNING)
+        self._tell(
+            "created",
+            sandbox,
+            {
+                "template": config.template,
+                "image": spec.image,
+                "seccomp_profile": config.seccomp_profile,
+                "memory_limit": config.memory_limit,
+                "cpu_limit": config.cpu_limit,
+                "max_pids": config.max_pids,
+                "network": config.network_mode,
+                "container_id": (sandbox.container_id or "")[:12],
+                "call_id": call_id or "(none yet: made ahead of its call)",
+            },
+        )
         return sandbox
 
     def _abandon(
@@ -242,6 +275,7 @@ class ContainerManager:
     ) -> None:
         """FAILED, cleaned up, and the error told where it happened (re-raised by caller)."""
         sandbox.fail(reason)
+        self._tell("failed", sandbox, {"reason": reason, "step": step, "error": str(exc)[:500]})
         self.destroy(sandbox)
         if isinstance(exc, FluffyError):
             exc.with_context(f"cannot {step} sandbox {sandbox.name}")
@@ -254,17 +288,25 @@ class ContainerManager:
         except EngineTimeout:
             with contextlib.suppress(FluffyError):
                 self.runtime.kill(sandbox.container_id)
-            sandbox.fail(FailureReason.TIMEOUT)
+            self.mark_failed(sandbox, FailureReason.TIMEOUT, f"still running after {timeout_ms} ms")
             return sandbox
         state = self.runtime.inspect(sandbox.container_id)
         sigkill_unexplained = sandbox.exit_code == _SIGKILL_EXIT and not self.runtime.reports_oom
         if state.oom_killed or sigkill_unexplained:
-            sandbox.fail(FailureReason.OOM)
+            self.mark_failed(sandbox, FailureReason.OOM, f"exit code {sandbox.exit_code}")
         elif state.error or (sandbox.exit_code or 0) > _SIGNAL_EXIT:
-            sandbox.fail(FailureReason.CRASH)
+            why = state.error or f"exit code {sandbox.exit_code}"
+            self.mark_failed(sandbox, FailureReason.CRASH, why)
         else:
             sandbox.move(SandboxState.STOPPING)
         return sandbox
+
+    def mark_failed(self, sandbox: Sandbox, reason: FailureReason, why: str) -> None:
+        """RUNNING -> FAILED (time limit, OOM, crash), told to the observer once."""
+        if sandbox.state is not SandboxState.RUNNING:
+            return
+        sandbox.fail(reason)
+        self._tell("failed", sandbox, {"reason": reason, "error": why[:500]})
 
     def destroy(self, sandbox: Sandbox) -> Sandbox:
         """CLEANUP, step by step (each step runs even if an earlier one failed)."""
@@ -290,6 +332,18 @@ class ContainerManager:
                 sandbox.cleanup_errors.append(f"{label}: {exc}")
         sandbox.move(SandboxState.DESTROYED)
         self.active.pop(sandbox.sandbox_id, None)
+        self._tell(
+            "destroyed",
+            sandbox,
+            {
+                "template": sandbox.template,
+                "exit_code": "" if sandbox.exit_code is None else sandbox.exit_code,
+                "failure": sandbox.failure or "",
+                "call_id": sandbox.call_id or "(none: never handed a call)",
+                "lived_ms": round((sandbox.history[-1][1] - sandbox.history[0][1]) * 1000, 1),
+                "cleanup_errors": "; ".join(sandbox.cleanup_errors)[:500],
+            },
+        )
         return sandbox
 
     def _stop_if_running(self, container_id: str) -> None:

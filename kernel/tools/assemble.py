@@ -37,7 +37,7 @@ from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.pool import PoolLimits, SandboxPool
 from fluffy.kernel.tools.registry import Registry
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.tools.sandboxes import KernelSandboxes
+from fluffy.kernel.tools.sandboxes import KernelSandboxes, audit_observer
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import SchedulerBridge
 from fluffy.kernel.tools.testprep import TestPreparer
@@ -167,6 +167,8 @@ async def assemble_tools(
     workflow.overlay = workspaces.overlay
     merger = _merger(root, state_dir, policy)
     sandboxes = KernelSandboxes(state_dir, project) if engine and project is not None else None
+    if sandboxes is not None and audit is not None:
+        sandboxes.observer = audit_observer(audit, asyncio.get_running_loop())
     runner = (
         PluginRunner(
             sandboxes.manager,

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fluffy.errors import FluffyError, ToolFailed, ToolInputInvalid, ToolTransient
+from fluffy.errors import (
+    FluffyError,
+    SandboxExited,
+    ToolFailed,
+    ToolInputInvalid,
+    ToolTransient,
+)
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.plugins.store import PluginStore
@@ -159,7 +165,7 @@ async def first_done(awaitable: Any, exited: asyncio.Future[int], *, value: bool
     if main.done() and not main.cancelled():
         return main.result()
     if value:
-        raise ToolTransient("the plugin sandbox exited without answering")
+        raise SandboxExited("the plugin sandbox exited without answering")
     return None
 
 

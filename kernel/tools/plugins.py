@@ -52,6 +52,7 @@ from fluffy.errors import (
     InvalidPayload,
     KernelOverloaded,
     PolicyError,
+    SandboxExited,
     ToolFailed,
     ToolTimeout,
     ToolTransient,
@@ -59,7 +60,7 @@ from fluffy.errors import (
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.config import template_config
-from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox
 from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET, ContainerManager
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import (
@@ -308,7 +309,7 @@ class PluginRunner:
             identity=folder_identity(project, staged_dir),
         )
 
-    async def open_slot(self, recipe: Recipe, *, pooled: bool = True) -> Slot:
+    async def open_slot(self, recipe: Recipe, *, pooled: bool = True, call_id: str = "") -> Slot:
         """Create and start a sandbox of ``recipe`` whose host will wait for one call.
 
         ``pooled``: also read the image id its container was made from (the pool checks
@@ -349,7 +350,9 @@ class PluginRunner:
                 image=recipe.image,
             )
             manager = await asyncio.to_thread(self.manager)
-            making = asyncio.ensure_future(asyncio.to_thread(manager.create, config, command))
+            making = asyncio.ensure_future(
+                asyncio.to_thread(manager.create, config, command, call_id=call_id)
+            )
             try:
                 sandbox = await asyncio.shield(making)
             except asyncio.CancelledError:  # the engine goes on making it: destroy it then
@@ -426,7 +429,7 @@ class PluginRunner:
                 return await self._call(slot, call, started, warm=True)
             except NeverTaken as exc:
                 log.warning("a pooled %s sandbox failed before its call: %s", template, exc)
-        slot = await self.open_slot(recipe, pooled=False)
+        slot = await self.open_slot(recipe, pooled=False, call_id=call_id)
         return await self._call(slot, call, started, warm=False)
 
     async def _call(
@@ -438,6 +441,7 @@ class PluginRunner:
         binding, sandbox = slot.binding, slot.sandbox
         job.call_id, job.tool, job.args = call.call_id, call.tool, call.args
         job.session_mode, job.settings = call.session_mode, call.settings
+        sandbox.call_id = call.call_id  # its destroyed entry names the call it served
         job.placed.set()
         created = time.perf_counter()
         try:
@@ -445,6 +449,10 @@ class PluginRunner:
             reply = await self._await_reply(job, sandbox, call.timeout_s, manager)
             done = time.perf_counter()
         except BaseException as exc:
+            failure = _failure_of(exc)
+            if failure is not None:
+                manager = self.manager()  # opened: it made this sandbox
+                manager.mark_failed(sandbox, failure, str(getattr(exc, "what", exc)))
             await self._teardown(binding, sandbox)
             never_taken = not job.handed and not job.future.done()  # not killed: it died
             if warm and never_taken and isinstance(exc, ToolTransient):
@@ -497,7 +505,7 @@ class PluginRunner:
                     fix="Check `fluffy doctor` and the engine's load.",
                 ) from None
             if not job.connected.is_set():
-                raise ToolTransient(
+                raise SandboxExited(
                     f"the plugin sandbox for {job.tool} exited before asking for work",
                     why=output_tail(runtime, container_id),
                 )
@@ -607,3 +615,12 @@ class PluginRunner:
             await self._teardown(binding, None)
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
+
+
+def _failure_of(exc: BaseException) -> FailureReason | None:
+    """The lifecycle failure a call's error stands for (None: not the sandbox's)."""
+    if isinstance(exc, ToolTimeout):
+        return FailureReason.TIMEOUT
+    if isinstance(exc, SandboxExited):
+        return FailureReason.CRASH
+    return None

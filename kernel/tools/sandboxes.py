@@ -9,6 +9,7 @@ removes the sandboxes of its project that an earlier (killed) kernel left behind
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -19,8 +20,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fluffy.errors import FluffyError, ImageNotFound
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.containers.engine import Engine
-from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.containers.manager import ContainerManager, Observer
 
 log = logging.getLogger("fluffy.kernel.sandboxes")
 
@@ -112,6 +116,8 @@ class KernelSandboxes:
         self._lock = threading.Lock()
         self.orphans_removed: list[str] = []
         self.error: FluffyError | None = None
+        #: told of every sandbox's life (the kernel audits it: :func:`audit_observer`)
+        self.observer: Observer | None = None
 
     @property
     def project_label(self) -> str:
@@ -132,6 +138,7 @@ class KernelSandboxes:
                     host_path=host_path_mapper(self.env, self.project, self.state_dir),
                     labels={"org.fluffy.project": self.project_label},
                 )
+                self._manager.observer = self.observer
             return self._manager
 
     def remove_orphans(self) -> list[str]:
@@ -146,3 +153,26 @@ class KernelSandboxes:
         with self._lock:
             if self._manager is not None:
                 self._manager.close()
+
+
+def audit_observer(audit: AuditLog, loop: asyncio.AbstractEventLoop) -> Observer:
+    """Record each sandbox's ``sandbox_created`` / ``sandbox_failed`` /
+    ``sandbox_destroyed`` entry (the manager calls it from worker threads; the entry is
+    handed to the kernel's loop, where the audit log is written)."""
+
+    def observe(kind: str, sandbox: Sandbox, details: dict[str, str]) -> None:
+        what = {
+            "created": f"{sandbox.template} sandbox {sandbox.name} created",
+            "failed": f"{sandbox.template} sandbox {sandbox.name} failed: {details.get('reason')}",
+            "destroyed": f"{sandbox.template} sandbox {sandbox.name} destroyed",
+        }[kind]
+        event = Event(
+            f"sandbox_{kind}",
+            caller="kernel",
+            sandbox_id=sandbox.sandbox_id,
+            input_summary=what,
+            metadata=details,
+        )
+        loop.call_soon_threadsafe(audit.record_nowait, event)
+
+    return observe

@@ -9,12 +9,15 @@ changes their owner or modes, and the kernel never runs as root.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,6 +26,8 @@ from tests.conftest import connect_engine
 from tests.project_support import fixture_wheels, local_index, pip_env, session_steps, shape
 
 FLUFFY = str(Path(sys.executable).parent / "fluffy")
+#: One of fluffy's content-hash images (Podman names them with docker.io/ in front).
+FLUFFY_IMAGE = re.compile(r"((docker\.io|localhost)/)?fluffy/[a-z0-9-]+:[0-9a-f]{12,64}")
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +126,34 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert status == ""
+    audit_says_each_call_had_its_own_sandbox(tmp_path / "home", env)
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+def audit_says_each_call_had_its_own_sandbox(home: Path, env: dict[str, str]) -> None:
+    """The L1 kernel's audit log: each sandboxed tool call names a sandbox that was
+    created (template, image, profile) and destroyed after serving that call."""
+    (state,) = list((home / "projects").glob("*/state"))
+
+    def entries(kind: str) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [FLUFFY, "audit", "log", "--state-dir", str(state), "--type", kind, "--json"],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return list(json.loads(out.stdout)["entries"])
+
+    created = {e["sandbox_id"]: e["metadata"] for e in entries("sandbox_created")}
+    destroyed = {e["sandbox_id"]: e["metadata"] for e in entries("sandbox_destroyed")}
+    calls = [e for e in entries("tool_result") if e.get("sandbox_id")]
+    assert len(calls) >= 4  # the writes, the test runs and the commit
+    assert len({e["sandbox_id"] for e in calls}) == len(calls)  # one sandbox per call
+    for call in calls:
+        sandbox = call["sandbox_id"]
+        assert created[sandbox]["template"] == "code-executor", created[sandbox]
+        assert created[sandbox]["seccomp_profile"] == "standard"
+        assert FLUFFY_IMAGE.fullmatch(created[sandbox]["image"]), created[sandbox]
+        assert destroyed[sandbox]["call_id"] == call["metadata"]["call_id"]
+    assert "ai-provider" in {m["template"] for m in created.values()}  # the model's too
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the permission cases need root to set them up")

@@ -349,3 +349,70 @@ def test_bad_units_in_a_sandbox_config_name_the_field(field: str, value: str) ->
     with pytest.raises(ConfigError) as info:
         template_config("code-executor", **{field: value})
     assert field in str(info.value) and value in str(info.value)
+
+
+def _observed(manager: ContainerManager) -> list[tuple[str, str, dict[str, str]]]:
+    seen: list[tuple[str, str, dict[str, str]]] = []
+    manager.observer = lambda kind, sandbox, details: seen.append(
+        (kind, sandbox.sandbox_id, details)
+    )
+    return seen
+
+
+def test_each_sandbox_is_told_created_then_destroyed_with_its_call(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    seen = _observed(manager)
+    sandbox = manager.create(template_config("code-executor"), ["true"], call_id="c-42")
+    manager.destroy(sandbox)
+    assert [(kind, sid) for kind, sid, _ in seen] == [
+        ("created", sandbox.sandbox_id),
+        ("destroyed", sandbox.sandbox_id),
+    ]
+    created, destroyed = seen[0][2], seen[1][2]
+    assert created["template"] == "code-executor" and created["seccomp_profile"] == "standard"
+    assert created["image"] == IMAGES["code-executor"] and created["call_id"] == "c-42"
+    assert created["memory_limit"] == "1GiB" and created["max_pids"] == "100"
+    assert destroyed["call_id"] == "c-42" and destroyed["failure"] == ""
+    assert float(destroyed["lived_ms"]) >= 0
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        (Behaviour(seconds=10), "timeout"),
+        (Behaviour(oom=True), "oom"),
+        (Behaviour(exit_code=139), "crash"),
+    ],
+)
+def test_a_failing_sandbox_is_told_failed_once_then_destroyed(
+    manager: ContainerManager, runtime: MemoryRuntime, behaviour: Behaviour, reason: str
+) -> None:
+    runtime.behave = lambda spec: behaviour
+    seen = _observed(manager)
+    manager.run(template_config("code-executor", max_duration="1s"), ["x"])
+    assert [kind for kind, _, _ in seen] == ["created", "failed", "destroyed"]
+    assert seen[1][2]["reason"] == reason and seen[2][2]["failure"] == reason
+
+
+def test_a_sandbox_the_engine_would_not_start_is_told_failed(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    runtime.failures["start"] = EngineOperationFailed("OCI runtime error")
+    seen = _observed(manager)
+    with pytest.raises(EngineOperationFailed):
+        manager.create(template_config("code-executor"), ["true"])
+    kinds = [kind for kind, _, _ in seen]
+    assert kinds == ["failed", "destroyed", "failed", "destroyed"]  # the retry too
+    assert seen[0][2]["step"] == "start" and "OCI runtime error" in seen[0][2]["error"]
+
+
+def test_a_broken_observer_never_breaks_the_lifecycle(
+    manager: ContainerManager, runtime: MemoryRuntime
+) -> None:
+    def broken(kind: str, sandbox: Sandbox, details: dict[str, str]) -> None:
+        raise RuntimeError("the audit log is gone")
+
+    manager.observer = broken
+    outcome = manager.run(template_config("code-executor"), ["true"])
+    assert outcome.exit_code == 0 and runtime.containers == {}
