@@ -22,6 +22,7 @@ COMMANDS = {
     "/unpin": "drop a pinned note: /unpin <number from /pins>",
     "/unquarantine": "lift the session's quarantine (your decision is audited)",
     "/history": "the session's workflow transitions",
+    "/cancel": "abandon the task in progress: the session goes back to idle",
     "/help": "this list",
     "/quit": "leave (a kernel this fluffy started is stopped)",
 }
@@ -52,6 +53,9 @@ def simple(name: str, rest: str, client: Any, session_id: str) -> str | None:
         return f"quarantine lifted: mode {session['mode']}, state {session['state']}"
     if name == "/history":
         return history_text(client.call("session.history", sid) or [])
+    if name == "/cancel":
+        session = client.call("session.cancel", sid)
+        return f"cancelled: mode {session['mode']}, state {session['state']}"
     return None
 
 

@@ -284,7 +284,7 @@ class Workflow:
             raise TransitionDenied(
                 ON_FAIL["approved_within_budget"],
                 why=verdict.message,
-                fix="Switch to strict mode (/mode strict) and write tests that restore coverage.",
+                fix="Switch to strict mode (/strict) and write tests that restore coverage.",
             )
         return [verdict.message] if verdict.level == "warn" else []
 

@@ -230,7 +230,8 @@ class WorkflowStore:
             raise WorkflowError(
                 f"session {session_id} does not match its chained state log",
                 why="the session row was changed outside the kernel",
-                fix="Run `fluffy audit verify`; start a new session with /reset.",
+                fix="Run `fluffy audit verify`; then leave (/quit) and run `fluffy` again: a new "
+                "session starts.",
             )
         self._sessions[session_id] = session
         return session
