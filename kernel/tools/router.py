@@ -621,13 +621,13 @@ class ToolRouter:
         )
         if call is not None and call.timings is not None:
             answer["timings"] = call.timings
-        encoded = _ENCODE(original)  # once: its hash, and its summary (hot path)
+        encoded = _ENCODE(original)  # the hash of what the tool gave, before sanitising
         await self._record(
             "tool_result",
             call,
             session_id,
             tool,
-            input_summary=summarize(encoded.decode("utf-8", "replace")),
+            input_summary=summarize(call.args if call is not None else {"tool": tool}),
             output_summary=summarize(answer.get("output", answer.get("error"))),
             decision=_decision(call, output),
             duration_ms=duration_ms,

@@ -91,6 +91,8 @@ def test_read_is_sanitised_and_both_versions_audited(tmp_path: Path) -> None:
     meta = result["metadata"]
     assert meta["redactions"] == "1" and len(meta["original_sha256"]) == 64
     assert SECRET not in json.dumps(result)  # the audit log never holds the secret
+    assert json.loads(result["input_summary"]) == {"path": "src/app.py"}  # what was asked
+    assert "[REDACTED" in result["output_summary"]  # and what the model was answered
     assert result["policy_decision"] == "allowed" and result["syscall_type"] == "fs.read"
     assert harness.entries("tool_execute") == []  # a fast read is one entry, not two
 
