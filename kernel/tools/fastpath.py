@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -314,8 +314,14 @@ class FastPath:
         regex = _linear_regex(args.pattern, args.case_insensitive)
         only = GitIgnoreSpec.from_lines([args.glob]) if args.glob else None
         under = self.rel(args.path)
-        single = under != "." and (self.project / under).is_file()
-        candidates = [under] if single else self.files(stage, under)
+        overlay = stage.overlay() if stage is not None else {}
+        candidates: Iterable[str]
+        if under != "." and under in overlay:  # a file of the view: staged, or deleted
+            candidates = [under] if overlay[under] is not None else []
+        elif under != "." and (self.project / under).is_file():
+            candidates = [under]
+        else:
+            candidates = self.files(stage, under)
         matches: list[dict[str, Any]] = []
         truncated = False
         for rel in candidates:

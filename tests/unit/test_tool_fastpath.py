@@ -95,6 +95,11 @@ def test_the_view_overlays_staged_changes(project: Path, tmp_path: Path) -> None
     assert names == ["test_mod.py", "test_new.py"]
     grep = fast.run("search.grep", {"pattern": "TODO"}, stage)["matches"]
     assert [m["path"] for m in grep] == ["tests/test_new.py"]  # .git skipped, mod.py deleted
+    for path in ("tests/test_new.py", "tests"):  # a staged file by its own path, or its folder
+        grep = fast.run("search.grep", {"pattern": "TODO", "path": path}, stage)["matches"]
+        assert [m["path"] for m in grep] == ["tests/test_new.py"], path
+    deleted = fast.run("search.grep", {"pattern": ".", "path": "src/pkg/mod.py"}, stage)
+    assert deleted["matches"] == []  # deleted in the view: nothing to search
     globbed = fast.run("search.glob", {"pattern": "tests/*.py"}, stage)["paths"]
     assert globbed == ["tests/test_mod.py", "tests/test_new.py"]
     # the project itself is untouched by staging
