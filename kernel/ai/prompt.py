@@ -85,8 +85,6 @@ def workflow_line(state: str, mode: str, writable: Sequence[str] | None = None) 
             writes = f"Writable paths: {', '.join(writable)} only."
         else:
             writes = f"Writable paths: all except {', '.join(PROTECTED_GLOBS)}."
-        if mode == "debug":
-            writes += " container.run is available after the user's review."
     elif state == "committing":
         writes = "No file writes; git.commit is available."
     elif state == "planning":

@@ -17,9 +17,10 @@ state                         writes
 
 Reads (``fs.read``, ``fs.list``, ``fs.exists``, ``search.*``, ``git.status``,
 ``git.diff``, any tool of kind ``read``) are available in every state.  ``test.run`` runs
-in :data:`TEST_RUN_STATES`.  Debug mode is explore mode plus ``container.run`` (design:
-"Same as explore, plus container.run allowed via require_review"): any other tool of
-kind ``execute`` is available in debug mode only, in the states where ``test.run`` is.
+in :data:`TEST_RUN_STATES`.  Debug mode is explore mode plus the tools of kind
+``execute`` (design: "Same as explore, plus container.run allowed via require_review"),
+in the states where ``test.run`` is; fluffy itself provides none yet (no
+``container.run``), so the prompt promises none.
 Workflow tools (kind ``workflow``) are the state machine's to refuse, except
 ``plan.complete``, listed only while planning.
 

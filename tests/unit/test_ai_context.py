@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -169,9 +171,23 @@ def test_workflow_line_matches_the_design_for_test_writing() -> None:
     assert "Call plan.complete when the plan is ready." in workflow_line("planning", "strict", None)
     assert "tests are read-only" in workflow_line("code_writing", "strict", None)
     assert ".git/**" in workflow_line("exploring", "explore", None)
-    assert "container.run" in workflow_line("exploring", "debug", None)
     assert "git.commit" in workflow_line("committing", "strict", None)
     assert "No writes" in workflow_line("validating", "strict", ["ignored/**"])
+
+
+def test_every_tool_the_prompt_names_exists() -> None:
+    """The model is told only of tools it can call (debug mode once promised a
+    ``container.run`` that no plugin provides)."""
+    from fluffy.kernel.tools.fastpath import kernel_tools
+    from fluffy.kernel.tools.registry import Registry
+
+    tools = set(Registry.builtin(kernel_tools()).specs)
+    tool_like = re.compile(r"\b(?:fs|search|git|test|plan|container|review)\.[a-z_]+\b")
+    for state in STATES:
+        for mode in MODES:
+            with contextlib.suppress(WorkflowError, ConfigError):  # not a valid pair
+                named = set(tool_like.findall(workflow_line(state, mode, None)))
+                assert named <= tools, (state, mode, named - tools)
 
 
 @pytest.mark.parametrize("mode", MODES)
