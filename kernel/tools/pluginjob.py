@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -125,16 +123,6 @@ class CallRequest:
 
 class NeverTaken(Exception):
     """A pooled sandbox failed before its host took the call (run it in a fresh one)."""
-
-
-def install_record(code: ThirdPartyCode) -> str:
-    """A third-party plugin's install record (version, file hashes) as one digest: a
-    sandbox holding its code is handed out only while the record is unchanged."""
-    installed = code.store.get(code.name)
-    if installed is None:
-        return "missing"
-    record = json.dumps([installed.version, installed.files], sort_keys=True)
-    return hashlib.sha256(record.encode()).hexdigest()
 
 
 class SocketMethods(Mapping[str, Handler]):

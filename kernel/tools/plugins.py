@@ -83,7 +83,6 @@ from fluffy.kernel.tools.pluginjob import (
     SocketMethods,
     ThirdPartyCode,
     first_done,
-    install_record,
     open_call_dir,
     plugin_error,
 )
@@ -295,7 +294,6 @@ class PluginRunner:
         image: str | None = None,
     ) -> Recipe:
         """What a sandbox for this call is made of (the pool's key)."""
-        code = self.third_party.get(plugin)
         return Recipe(
             plugin=plugin,
             module=module,
@@ -305,7 +303,7 @@ class PluginRunner:
             image=image,
             max_duration=f"{int(timeout_s + self.start_timeout_s) + 5}s",
             environment=tuple(sorted(self.environment().items())),
-            code=install_record(code) if code is not None else "",
+            third_party=plugin in self.third_party,
             identity=folder_identity(project, staged_dir),
         )
 

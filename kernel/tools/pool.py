@@ -3,7 +3,7 @@
 A plugin call used to wait for its sandbox to be created and started, and for the
 plugin host's interpreter to come up (~140-190 ms of a ~190 ms ``fs.write``).  The pool
 does that work before the call: for each *recipe* (plugin, template, image, project
-view, staged folder, environment, plugin code) it keeps a few sandboxes created,
+view, staged folder, environment) it keeps a few sandboxes created,
 started and connected, each blocked in ``tool.next`` on its own socket.  A call takes
 one, hands it its job, and the sandbox is destroyed after the call as before: one
 sandbox, one call (ADR-019); nothing carries over, only the wait leaves the model's
@@ -75,8 +75,8 @@ class Recipe:
     image: str | None
     max_duration: str
     environment: tuple[tuple[str, str], ...]
-    #: a third-party plugin's install record (version and file hashes); "" built-in
-    code: str = ""
+    #: a third-party plugin's (never pooled: see the module docstring)
+    third_party: bool = False
     #: (device, inode) of the mounted folders, in the order project, staged
     identity: tuple[tuple[int, int], ...] = ()
 
@@ -194,7 +194,7 @@ class SandboxPool:
     # -- the caller's side ---------------------------------------------------------------
     async def take(self, recipe: Recipe) -> Slot | None:
         """A warm sandbox of ``recipe`` (its host waiting, if one is), or None: make one."""
-        if recipe.code:
+        if recipe.third_party:
             return None  # a third-party plugin's code never idles ahead of its call
         now = self.clock()
         demand = self._demand(recipe, now)
@@ -217,7 +217,7 @@ class SandboxPool:
 
     def expect(self, recipe: Recipe) -> None:
         """``recipe`` will be asked for soon (e.g. writes begin): keep one warm."""
-        if recipe.code:
+        if recipe.third_party:
             return
         self._demand(recipe, self.clock())
         self._start()

@@ -399,7 +399,7 @@ async def test_an_unexpected_error_neither_stops_the_pool_nor_its_shutdown(
 
 @sync
 async def test_a_third_party_plugin_is_never_pooled(tmp_path: Path) -> None:
-    maker, r = Maker(), recipe(tmp_path, plugin="hello-tool", code="0" * 64)
+    maker, r = Maker(), recipe(tmp_path, plugin="hello-tool", third_party=True)
     subject = pool(maker)
     subject.expect(r)
     assert await subject.take(r) is None
