@@ -141,7 +141,6 @@ class PoolLimits:
 
 @dataclass
 class _Demand:
-    takes: deque[float] = field(default_factory=deque)
     misses: deque[float] = field(default_factory=deque)
     last: float = 0.0
     failed_until: float = 0.0
@@ -198,7 +197,6 @@ class SandboxPool:
             return None  # a third-party plugin's code never idles ahead of its call
         now = self.clock()
         demand = self._demand(recipe, now)
-        demand.takes.append(now)
         found = None
         if self.limits.enabled:
             found = await self._pick(recipe)
@@ -301,15 +299,17 @@ class SandboxPool:
             slots = self.idle.get(recipe)
         return None
 
-    def _current(self, slot: Slot) -> bool:
-        """Made in this generation, on the folders it was made for, its host still there."""
+    def _current(self, slot: Slot, *, folders: bool = True) -> bool:
+        """Made in this generation, on the folders it was made for, its host still there.
+
+        ``folders=False``: the caller's recipe, just taken from the folders, matched it."""
         if slot.generation != self.generation or slot.job.lost:
             return False
         recipe = slot.recipe
-        return folder_identity(recipe.project, recipe.staged_dir) == recipe.identity
+        return not folders or folder_identity(recipe.project, recipe.staged_dir) == recipe.identity
 
     async def _fresh(self, slot: Slot) -> bool:
-        if not self._current(slot):
+        if not self._current(slot, folders=False):
             return False
         try:
             current = await self.maker.image_id(slot.image_ref)
@@ -344,9 +344,9 @@ class SandboxPool:
             return 0
         if now - demand.last > self.limits.idle_after_s:
             return 0
-        for times in (demand.takes, demand.misses):
-            while times and now - times[0] > WINDOW_S:
-                times.popleft()
+        misses = demand.misses
+        while misses and now - misses[0] > WINDOW_S:
+            misses.popleft()
         cap = self.limits.per_template.get(recipe.template, self.limits.global_max)
         return max(0, min(1 + len(demand.misses), cap, self.limits.max_idle))
 
