@@ -200,14 +200,11 @@ async def assemble_tools(
     )
     await scheduler.start()
     fast = FastPath(root, policy.tools.read_max_bytes)
-    views = TestViews(state_dir, root, sandbox_identity()[0])
-    if runner is not None:
-        views.on_discard.append(lambda folder: _forget(runner, folder))
     tests = TestPreparer(
         root,
         state_dir,
         layout,
-        views,
+        TestViews(state_dir, root, sandbox_identity()[0]),
         base_image=lambda: _base_image(sandboxes) if sandboxes is not None else None,
     )
     roots = (*layout.import_roots(), ".", *layout.test_roots)

@@ -14,8 +14,8 @@ What is never handed out:
 * a sandbox made for another recipe: equal recipes are equal sandboxes (the mounts'
   folders are compared by device and inode too, so a folder replaced under the same
   path does not match);
-* one made before :meth:`SandboxPool.invalidate` (a policy reload, a plugin's install
-  record, a staged or view folder discarded): a generation number;
+* one made before :meth:`SandboxPool.invalidate`: a policy reload (a generation number),
+  a session's staging folder discarded (its sandboxes dropped);
 * one whose image reference now names another image (``fluffy images build`` or an
   environment rebuild moved the tag): the current image id is read from the engine at
   each take (~1 ms) and compared with the one the container was made from;

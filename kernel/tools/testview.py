@@ -29,7 +29,7 @@ import secrets
 import shutil
 import stat
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -266,8 +266,6 @@ class TestViews:
         self.sandbox_uid = sandbox_uid
         self.sessions: dict[str, SessionView] = {}
         self._locks: dict[str, threading.Lock] = {}
-        #: told each view folder that is removed (sandboxes made to mount it are stale)
-        self.on_discard: list[Callable[[Path], None]] = []
         _remove(self.root)
         self.root.mkdir(parents=True, mode=0o755)
         self.root.chmod(0o755)
@@ -296,5 +294,3 @@ class TestViews:
     def discard(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         _remove(self.root / session_id)
-        for tell in self.on_discard:
-            tell(self.root / session_id / "tree")
