@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._kernel import kernel
 from benchmarks._stats import percentile
 from fluffy.ipc.client import SyncClient
 from tests.project_support import BACKEND, GIT, fixture_wheels, local_index, pip_env
@@ -141,7 +141,7 @@ def run(files: int, runs: int) -> dict[str, Any]:
         "env_build_warm_ms": _ms(warm, 0.5),
         "raw_image_inspect_ms": _ms(inspect, 0.5),
     }
-    result.update(_test_runs(root, project, state, record.image, runs, kind))
+    result.update(_test_runs(root, project, record.image, runs, kind))
     shutil.rmtree(root, ignore_errors=True)
     return result
 
@@ -165,59 +165,41 @@ def _call(client: SyncClient, sid: str, tool: str, **args: Any) -> tuple[float, 
     return elapsed, answer["output"]
 
 
-def _test_runs(
-    root: Path, project: Path, state: Path, image: str, runs: int, kind: str
-) -> dict[str, Any]:
+def _test_runs(root: Path, project: Path, image: str, runs: int, kind: str) -> dict[str, Any]:
     from plugins.test_tool.plugin import SUMMARY
 
-    sock = root / "run" / "kernel.sock"
-    env = {**os.environ, "FLUFFY_RUNTIME": kind}
-    proc = subprocess.Popen(
-        [*FLUFFY, "kernel", "serve", "--socket", str(sock), "--state-dir", str(state),
-         "--project", str(project)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
     py = "/opt/fluffy/env/bin/python"
     bare = [py, "-m", "pytest", "-q", "-o", "cache_dir=/tmp/c", "-o", "junit_family=xunit1",
             "--junitxml=/tmp/j.xml"]  # fmt: skip
     covered = ["sh", "-c", f"{py} -m coverage run --data-file=/tmp/.c --branch --source=. "
                f"-m pytest -q -o cache_dir=/tmp/c >/dev/null; {py} -c '{SUMMARY}' /tmp/.c "
                "/tmp/c.json"]  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not sock.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the kernel did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
-            time.sleep(0.02)
-        with SyncClient(str(sock), timeout=900) as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "benchmark"})
-            _call(client, sid, "plan.complete")
-            view = state / "views" / sid / "tree"
-            samples, raw_bare = [], []
-            first = 0.0
-            for index in range(runs + 1):  # test_writing: pytest alone (no coverage needed)
-                elapsed, out = _call(client, sid, "test.run")
-                assert out["exit_code"] == 0, out
-                if index == 0:
-                    first = elapsed
-                else:
-                    samples.append(elapsed)
-                # the same pytest on the same files: the session's view (it holds what the
-                # environment's install generated, e.g. _version.py; the project does not)
-                raw_bare.append(_raw(image, view, bare, kind))
-            # a natural red, the code, and the green run that merges (with coverage)
-            test = "from bigpkg.newmod import f\n\n\ndef test_f():\n    assert f() == 1\n"
-            _call(client, sid, "fs.write", path="tests/test_zz_new.py", content=test)
-            _, red = _call(client, sid, "test.run", paths=["tests/test_zz_new.py"])
-            assert red.get("red"), red
-            _call(client, sid, "fs.write", path="src/bigpkg/newmod.py",
-                  content="def f():\n    return 1\n")  # fmt: skip
-            green_s, green = _call(client, sid, "test.run")
-            assert green["coverage_percent"] is not None and "review" in green, green
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+    with kernel(root, project, kind) as sock, SyncClient(str(sock), timeout=900) as client:
+        sid = client.call("session.create")["session_id"]
+        client.call("session.message", {"session_id": sid, "text": "benchmark"})
+        _call(client, sid, "plan.complete")
+        view = root / "state" / "views" / sid / "tree"  # where the kernel keeps it
+        samples, raw_bare = [], []
+        first = 0.0
+        for index in range(runs + 1):  # test_writing: pytest alone (no coverage needed)
+            elapsed, out = _call(client, sid, "test.run")
+            assert out["exit_code"] == 0, out
+            if index == 0:
+                first = elapsed
+            else:
+                samples.append(elapsed)
+            # the same pytest on the same files: the session's view (it holds what the
+            # environment's install generated, e.g. _version.py; the project does not)
+            raw_bare.append(_raw(image, view, bare, kind))
+        # a natural red, the code, and the green run that merges (with coverage)
+        test = "from bigpkg.newmod import f\n\n\ndef test_f():\n    assert f() == 1\n"
+        _call(client, sid, "fs.write", path="tests/test_zz_new.py", content=test)
+        _, red = _call(client, sid, "test.run", paths=["tests/test_zz_new.py"])
+        assert red.get("red"), red
+        _call(client, sid, "fs.write", path="src/bigpkg/newmod.py",
+              content="def f():\n    return 1\n")  # fmt: skip
+        green_s, green = _call(client, sid, "test.run")
+        assert green["coverage_percent"] is not None and "review" in green, green
     raw_cov = [_raw(image, view, covered, kind) for _ in range(3)]
     return {
         "test_run_first_ms": round(first * 1000, 1),
