@@ -10,6 +10,7 @@ the pool empties under memory pressure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import subprocess
 import time
@@ -83,13 +84,23 @@ def _writing_session(kernel: Kernel) -> tuple[SyncClient, str]:
     return client, sid
 
 
+@contextlib.contextmanager
+def writing(kernel: Kernel) -> Iterator[tuple[SyncClient, str]]:
+    """A session in test_writing on the started ``kernel``, which is stopped after."""
+    try:
+        client, sid = _writing_session(kernel)
+        with client:
+            yield client, sid
+    finally:
+        kernel.stop()
+
+
 def test_every_call_gets_its_own_pooled_sandbox_destroyed_after_it(
     tmp_path: Path, runtime: str
 ) -> None:
     project = demo_project(tmp_path)
     kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        client, sid = _writing_session(kernel)
+    with writing(kernel) as (client, sid):
         used = []
         for i in range(3):
             _until(lambda: _pool(client)["idle"] >= 1, "the pool has a sandbox ready")
@@ -98,9 +109,6 @@ def test_every_call_gets_its_own_pooled_sandbox_destroyed_after_it(
             assert answer["ok"], answer
             assert answer["timings"]["warm"] == 1.0  # no wait for a container
             used.append(idle)
-        client.close()
-    finally:
-        kernel.stop()
     results = [e for e in kernel.entries("tool_result") if e["syscall_type"] == "fs.write"]
     sandboxes = [e["sandbox_id"] for e in results]
     assert len(sandboxes) == 3 and len(set(sandboxes)) == 3  # one sandbox per call
@@ -117,8 +125,7 @@ def test_a_policy_reload_leaves_no_earlier_sandbox_to_hand_out(
 ) -> None:
     project = demo_project(tmp_path)
     kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        client, sid = _writing_session(kernel)
+    with writing(kernel) as (client, sid):
         idle = _until(lambda: _pool(client)["idle"], "the pool has a sandbox ready")
         before = set(_containers(runtime, f"{PROJECT_LABEL}={project}", running=True).values())
         policy = yaml.safe_load(client.call("policy.get")["text"]) or {}
@@ -134,9 +141,6 @@ def test_a_policy_reload_leaves_no_earlier_sandbox_to_hand_out(
         answer = call(client, sid, "fs.write", path="tests/test_after.py", content="y = 2\n")
         assert answer["ok"], answer
         assert _pool(client)["stale"] >= idle  # every idle one was dropped
-        client.close()
-    finally:
-        kernel.stop()
     result = [e for e in kernel.entries("tool_result") if e["syscall_type"] == "fs.write"][-1]
     assert before and result["sandbox_id"] not in before
 

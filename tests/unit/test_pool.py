@@ -106,6 +106,15 @@ async def settle(subject: SandboxPool, idle: int, timeout: float = 5.0) -> None:
     assert subject.size == idle
 
 
+async def warm(tmp_path: Path) -> tuple[Maker, Recipe, SandboxPool]:
+    """A pool holding one idle sandbox of the default recipe (writes were expected)."""
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker)
+    subject.expect(r)
+    await settle(subject, 1)
+    return maker, r, subject
+
+
 @sync
 async def test_a_pooled_sandbox_is_handed_out_once_and_never_again(tmp_path: Path) -> None:
     maker, r = Maker(), recipe(tmp_path)
@@ -143,10 +152,7 @@ async def test_a_call_arriving_while_its_sandbox_is_made_waits_for_that_one(
 
 @sync
 async def test_no_sandbox_is_handed_out_after_the_policy_is_reloaded(tmp_path: Path) -> None:
-    maker, r = Maker(), recipe(tmp_path)
-    subject = pool(maker)
-    subject.expect(r)
-    await settle(subject, 1)
+    maker, r, subject = await warm(tmp_path)
     before = list(maker.opened)
     subject.invalidate("the policy was reloaded")
     taken = await subject.take(r)
@@ -174,10 +180,7 @@ async def test_a_sandbox_of_a_rebuilt_image_is_never_handed_out(tmp_path: Path) 
 
 @sync
 async def test_a_sandbox_whose_folder_was_replaced_is_not_handed_out(tmp_path: Path) -> None:
-    maker, r = Maker(), recipe(tmp_path)
-    subject = pool(maker)
-    subject.expect(r)
-    await settle(subject, 1)
+    _, r, subject = await warm(tmp_path)
     assert r.staged_dir is not None
     r.staged_dir.rmdir()  # discarded and made again: the mount shows the old folder
     (tmp_path / "spare").mkdir()  # the old inode number is not reused at once
@@ -204,10 +207,7 @@ async def test_a_folder_discarded_drops_only_the_sandboxes_that_mount_it(tmp_pat
 
 @sync
 async def test_a_sandbox_whose_host_hung_up_is_not_handed_out(tmp_path: Path) -> None:
-    maker, r = Maker(), recipe(tmp_path)
-    subject = pool(maker)
-    subject.expect(r)
-    await settle(subject, 1)
+    maker, r, subject = await warm(tmp_path)
     maker.opened[0].job.lost = True  # its container died while idle
     assert await subject.take(r) is None
     await subject.close()
@@ -351,10 +351,7 @@ async def test_a_sandbox_made_while_its_folder_is_discarded_is_dropped(tmp_path:
 
 @sync
 async def test_a_reload_during_the_image_check_is_not_missed(tmp_path: Path) -> None:
-    maker, r = Maker(), recipe(tmp_path)
-    subject = pool(maker)
-    subject.expect(r)
-    await settle(subject, 1)
+    maker, r, subject = await warm(tmp_path)
     maker.image_delay = 0.2
     taking = asyncio.ensure_future(subject.take(r))
     await asyncio.sleep(0.05)  # the take waits for the engine's answer ...
@@ -368,10 +365,7 @@ async def test_a_reload_during_the_image_check_is_not_missed(tmp_path: Path) -> 
 
 @sync
 async def test_a_take_given_up_midway_destroys_its_sandbox(tmp_path: Path) -> None:
-    maker, r = Maker(), recipe(tmp_path)
-    subject = pool(maker)
-    subject.expect(r)
-    await settle(subject, 1)
+    maker, r, subject = await warm(tmp_path)
     maker.image_delay = 1.0
     taking = asyncio.ensure_future(subject.take(r))
     await asyncio.sleep(0.05)
