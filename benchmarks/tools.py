@@ -82,17 +82,18 @@ def _timed(fn: Any, n: int, warmup: int = 50) -> list[float]:
     return samples
 
 
-def _engine() -> str | None:
+def _engine() -> tuple[str | None, str]:
+    """The engine's name and its current code-executor image (None, "": no engine)."""
     from fluffy.errors import FluffyError
     from fluffy.images.builder import build_images
     from fluffy.kernel.containers.engine import connect
 
     try:
         with connect(timeout=10) as engine:
-            build_images(engine)
-            return str(engine.name)
+            refs = {status.name: status.ref for status in build_images(engine)}
+            return str(engine.name), refs["code-executor"]
     except FluffyError:
-        return None
+        return None, ""
 
 
 def _project(root: Path) -> Path:
@@ -105,7 +106,7 @@ def _project(root: Path) -> Path:
 
 
 def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any]:
-    engine = _engine() if plugin_n else None
+    engine, image = _engine() if plugin_n else (None, "")
     root = Path(tempfile.mkdtemp(prefix="fluffy-bench-tools-"))
     project = _project(root)
     try:
@@ -142,7 +143,7 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
                 result.update(_plugin_calls(client, sid, plugin_n, think_s))
                 result.update(_writes(client, sid, plugin_n, think_s, engine, project))
         if engine:
-            raw = _raw_execs(engine, plugin_n)
+            raw = _raw_execs(engine, image, plugin_n)
             writes = result["fs_write_p50_ms"]
             result.update(
                 raw_exec_p50_ms=_ms(raw, 0.5),
@@ -150,7 +151,6 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
                 ratio_fs_write_vs_exec_p50=round(writes / (percentile(raw, 0.5) * 1000), 2),
             )
             if test_files:
-                image = _image("code-executor")
                 result.update(testrun.measure(engine, image, test_files, plugin_n, think_s))
         return result
     finally:
@@ -222,18 +222,9 @@ def _writes(
     }
 
 
-def _image(template: str) -> str:
-    from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.engine import connect
-
-    with connect(timeout=10) as connected:
-        return {status.name: status.ref for status in build_images(connected)}[template]
-
-
-def _raw_execs(engine: str, n: int) -> list[float]:
-    """Baseline: ``<engine> exec <container> true`` into one running code-executor
-    container (what a reused sandbox would cost per call), same run."""
-    image = _image("code-executor")
+def _raw_execs(engine: str, image: str, n: int) -> list[float]:
+    """Baseline: ``<engine> exec <container> true`` into one running container of the
+    code-executor ``image`` (what a reused sandbox would cost per call), same run."""
     started = subprocess.run(
         [engine, "run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", image, "600"],
         capture_output=True, text=True, check=True,
