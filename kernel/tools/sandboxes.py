@@ -161,16 +161,12 @@ def audit_observer(audit: AuditLog, loop: asyncio.AbstractEventLoop) -> Observer
     handed to the kernel's loop, where the audit log is written)."""
 
     def observe(kind: str, sandbox: Sandbox, details: dict[str, str]) -> None:
-        what = {
-            "created": f"{sandbox.template} sandbox {sandbox.name} created",
-            "failed": f"{sandbox.template} sandbox {sandbox.name} failed: {details.get('reason')}",
-            "destroyed": f"{sandbox.template} sandbox {sandbox.name} destroyed",
-        }[kind]
+        reason = f": {details.get('reason')}" if kind == "failed" else ""
         event = Event(
             f"sandbox_{kind}",
             caller="kernel",
             sandbox_id=sandbox.sandbox_id,
-            input_summary=what,
+            input_summary=f"{sandbox.template} sandbox {sandbox.name} {kind}{reason}",
             metadata=details,
         )
         loop.call_soon_threadsafe(audit.record_nowait, event)
