@@ -442,14 +442,13 @@ class PluginRunner:
         sandbox.call_id = call.call_id  # its destroyed entry names the call it served
         job.placed.set()
         created = time.perf_counter()
+        manager = self.manager()  # opened already: it made this sandbox
         try:
-            manager = await asyncio.to_thread(self.manager)
             reply = await self._await_reply(job, sandbox, call.timeout_s, manager)
             done = time.perf_counter()
         except BaseException as exc:
             failure = _failure_of(exc)
             if failure is not None:
-                manager = self.manager()  # opened: it made this sandbox
                 manager.mark_failed(sandbox, failure, str(getattr(exc, "what", exc)))
             await self._teardown(binding, sandbox)
             never_taken = not job.handed and not job.future.done()  # not killed: it died
