@@ -195,15 +195,29 @@ def _confirm(question: str) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
+def _project_socket(project: str | None) -> Path:
+    """The project's kernel (started by `fluffy start` or a task), else the development
+    kernel's socket in fluffy's home (`fluffy kernel serve`)."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.paths import fluffy_home
+
+    folder = Path(project or ".").resolve()
+    sock: Path = paths(fluffy_home(), str(folder))["run"] / "kernel.sock"
+    if sock.exists() or project is not None:
+        return sock
+    return kernel_socket()
+
+
 def cmd_policy_edit(args: argparse.Namespace) -> int:
     from fluffy.ipc.client import SyncClient
 
-    socket_path = Path(args.socket) if args.socket else kernel_socket()
+    socket_path = Path(args.socket) if args.socket else _project_socket(args.project)
     if not socket_path.exists():
         raise ConfigError(
             f"no kernel is listening at {socket_path}",
             why="policy changes go through the running kernel (validated, tried, audited)",
-            fix="Start the kernel for the project, or pass its socket with --socket.",
+            fix="Start the project's kernel (`fluffy start`, in the project or with "
+            "--project), or pass its socket with --socket.",
         )
     with SyncClient(str(socket_path), timeout=60) as client:
         current = client.call("policy.get")
@@ -224,7 +238,10 @@ def cmd_policy_edit(args: argparse.Namespace) -> int:
         if plan["needs_phrase"] and phrase is None and sys.stdin.isatty():
             phrase = input(f'Type "{plan["phrase"]}" to accept: ')
         if not (args.yes or _confirm("Apply this policy?")):
-            stdout.print("Nothing applied (confirm interactively or pass --yes).")
+            if args.json:
+                print_json(plan)  # the trial's findings, applied: false
+            else:
+                stdout.print("Nothing applied (confirm interactively or pass --yes).")
             return 1
         result = client.call("policy.update", {"text": new, "approve": True, "phrase": phrase})
     if args.json:
@@ -256,7 +273,8 @@ def add_parser(sub: Any) -> None:
     policy = config_sub.add_parser("policy", help="the project's policy")
     policy_sub = policy.add_subparsers(dest="policy_action", metavar="ACTION", required=True)
     edit = policy_sub.add_parser("edit", help="edit the policy through the kernel (reviewed)")
-    edit.add_argument("--socket", help="the running kernel's socket")
+    edit.add_argument("--project", help="the project whose kernel applies it (default: here)")
+    edit.add_argument("--socket", help="the running kernel's socket (instead of --project)")
     edit.add_argument("--file", help="take the new policy from this file instead of an editor")
     edit.add_argument("--yes", action="store_true", help="apply without asking")
     edit.add_argument("--phrase", help="the confirmation phrase for more than 5 breaking changes")
