@@ -231,6 +231,10 @@ def cmd_policy_edit(args: argparse.Namespace) -> int:
                 f"Tried on the last {plan['trial_size']} audited decisions: "
                 f"{len(plan['changes'])} would change, {plan['breaking']} breaking."
             )
+            stdout.print(
+                f"Of the model's last {plan['ai_trial_size']} tool-call decisions, "
+                f"{plan['ai_changes']} would change."
+            )
             for line in plan["changes"]:
                 style = "bold red" if line.startswith("[BREAKING]") else "yellow"
                 stdout.print(f"  [{style}]{escape(line)}[/]")

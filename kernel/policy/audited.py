@@ -79,14 +79,43 @@ class AuditedPolicy:
         return decision
 
 
+#: Entries whose policy request is recorded elsewhere: a tool call's requests are in its
+#: ``tool_result`` entry (the syscall entry of ``tool.call`` would count them twice).
+_RECORDED_BY_TOOL_RESULT = frozenset({"tool.call", "tool.batch"})
+
+
+def _decoded(raw: Any) -> list[Request]:
+    try:
+        data = msgspec.json.decode(raw)
+        items = data if isinstance(data, list) else [data]
+        return [request_from(item) for item in items]
+    except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return []
+
+
+def is_ai(request: Request) -> bool:
+    """A decision made for the model's tool calls (the router tags them ``ai``)."""
+    return "ai" in request.caller.tags
+
+
 def recent_requests(state_dir: Path, limit: int = 100) -> list[Request]:
-    """The policy requests of the newest audited decisions, oldest first."""
-    found: list[Request] = []
-    for entry in entries(state_dir, Filters(event_type="syscall", limit=limit * 4)):
-        raw = entry["metadata"].get("policy_request")
-        if raw:
-            try:
-                found.append(request_from(msgspec.json.decode(raw)))
-            except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+    """The policy requests of the newest ``limit`` audited decisions and of the model's
+    newest ``limit``, oldest first (each once).
+
+    A decision is on record in a ``syscall`` entry (a call on a socket) or, for the
+    model's tool calls (which run in the background, outside any socket call), in the
+    call's ``tool_result`` entry, one request per path the call named.
+    """
+    found: list[tuple[tuple[int, int], Request]] = []
+    for kind, key in (("syscall", "policy_request"), ("tool_result", "policy_requests")):
+        for entry in entries(state_dir, Filters(event_type=kind, limit=limit * 4)):
+            metadata = entry["metadata"] if isinstance(entry["metadata"], dict) else {}
+            raw = metadata.get(key)
+            if not raw or entry.get("syscall_type") in _RECORDED_BY_TOOL_RESULT:
                 continue
-    return found[-limit:]
+            for index, request in enumerate(_decoded(raw)):
+                found.append(((int(entry["id"]), index), request))
+    found.sort(key=lambda item: item[0])
+    newest = {key for key, _ in found[-limit:]}
+    newest |= {key for key, _ in [item for item in found if is_ai(item[1])][-limit:]}
+    return [request for key, request in found if key in newest]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fluffy.errors import PolicyError
+from fluffy.kernel.policy.audited import is_ai
 from fluffy.kernel.policy.engine import PolicyEngine, Request
 from fluffy.kernel.policy.model import PolicyFile, parse_policy
 
@@ -39,7 +40,10 @@ class Change:
     def line(self) -> str:
         mark = "[BREAKING] " if self.breaking else ""
         what = f"{self.request.syscall} {self.request.path or ''}".strip()
-        return f"{mark}{what} by {self.request.caller.name}: {self.before} -> {self.after}"
+        who = self.request.caller.name
+        if is_ai(self.request):  # the model's call (a plugin runs it: say for whom)
+            who = "the model" if who == "ai" else f"{who} for the model"
+        return f"{mark}{what} by {who}: {self.before} -> {self.after}"
 
 
 @dataclass
@@ -48,6 +52,12 @@ class UpdatePlan:
     text: str
     engine: PolicyEngine  # the engine the new policy runs in (what apply swaps in)
     changes: list[Change] = field(default_factory=list)
+    tried: int = 0  # decisions replayed
+    ai_tried: int = 0  # of them, decisions made for the model's tool calls
+
+    @property
+    def ai_changed(self) -> int:
+        return sum(is_ai(change.request) for change in self.changes)
 
     @property
     def breaking(self) -> int:
@@ -67,13 +77,15 @@ def plan_update(
 ) -> UpdatePlan:
     """Validate ``new_text`` (raises :class:`PolicyError`) and replay the last decisions.
 
-    ``history`` is the requests of recent audited decisions, oldest first; tokens are
-    left out of the replay (they were single-use).
+    ``history`` is the requests of recent audited decisions, oldest first (the last
+    :data:`TRIAL_SIZE` of all and of the model's, see
+    :func:`~fluffy.kernel.policy.audited.recent_requests`); tokens are left out of the
+    replay (they were single-use).
     """
     policy = parse_policy(new_text, source)
     candidate = current.with_policy(policy)
     changes = []
-    for request in list(history)[-TRIAL_SIZE:]:
+    for request in history:
         replay = Request(
             request.syscall,
             request.caller,
@@ -88,7 +100,10 @@ def plan_update(
         after = candidate.evaluate(replay).result
         if before != after:
             changes.append(Change(replay, before, after))
-    return UpdatePlan(policy, new_text, candidate, changes)
+    tried = list(history)
+    return UpdatePlan(
+        policy, new_text, candidate, changes, len(tried), sum(is_ai(r) for r in tried)
+    )
 
 
 def apply_update(

@@ -21,7 +21,7 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.audited import AuditedPolicy, recent_requests
 from fluffy.kernel.policy.engine import Caller, Request
-from fluffy.kernel.policy.meta import CONFIRM_PHRASE, apply_update, plan_update
+from fluffy.kernel.policy.meta import CONFIRM_PHRASE, TRIAL_SIZE, apply_update, plan_update
 from fluffy.kernel.policy.model import PolicyFile
 
 Reloaded = Callable[[PolicyFile], None]
@@ -71,7 +71,7 @@ def policy_methods(
         caller = Caller("user") if is_user else Caller(context.plugin_name or "plugin")
         decision = front.evaluate(Request("policy.update", caller))
         await audit.flush()  # the trial reads what the log holds
-        history = recent_requests(state_dir)
+        history = recent_requests(state_dir, TRIAL_SIZE)
         plan = plan_update(front.engine, params["text"], history, source=str(policy_path))
         answer: dict[str, Any] = {
             "applied": False,
@@ -79,7 +79,10 @@ def policy_methods(
             "breaking": plan.breaking,
             "needs_phrase": plan.needs_phrase,
             "phrase": CONFIRM_PHRASE if plan.needs_phrase else None,
-            "trial_size": len(history),
+            "trial_size": plan.tried,
+            # the decisions made for the model's tool calls: what the change does to it
+            "ai_trial_size": plan.ai_tried,
+            "ai_changes": plan.ai_changed,
         }
         if not params.get("approve"):
             return answer

@@ -46,7 +46,7 @@ from fluffy.kernel.audit.observer import summarize
 from fluffy.kernel.merge.ingest import ingest
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.paths import read_regular, safe_relpath
-from fluffy.kernel.policy.audited import AuditedPolicy
+from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
@@ -150,9 +150,10 @@ class ToolRouter:
         call_id = uuid.uuid4().hex[:12]  # the kernel's own: it names folders and tasks
         retries = 0
         call: _Call | None = None
+        asked: list[dict[str, Any]] = []  # the policy requests decided for this call
         output: dict[str, Any] | FluffyError
         try:
-            call = await self._prepare(session_id, tool, args, call_id)
+            call = await self._prepare(session_id, tool, args, call_id, asked)
             if call.spec.route == "plugin":  # a long call: its start is on record too
                 await self._record_execute(call, attempt=1)
             while True:
@@ -174,7 +175,9 @@ class ToolRouter:
                 why=str(exc)[:500],
                 fix="Retry once; if it persists, report it with the kernel's log.",
             )
-        answer = await self._finish(call, tool, session_id, call_id, started, retries, output)
+        answer = await self._finish(
+            call, tool, session_id, call_id, started, retries, output, asked
+        )
         if client_call_id is not None:
             answer["client_call_id"] = client_call_id
         return answer
@@ -223,7 +226,9 @@ class ToolRouter:
             return frozenset({self.fast.rel(str(args.get("path", ".")))}), frozenset()
         return reads, writes
 
-    async def _prepare(self, session_id: str, tool: str, args: Any, call_id: str) -> _Call:
+    async def _prepare(
+        self, session_id: str, tool: str, args: Any, call_id: str, asked: list[dict[str, Any]]
+    ) -> _Call:
         session = await self.workflow.get(session_id)
         spec = self.registry.get(tool)
         args = dict(args) if isinstance(args, dict) else args
@@ -249,10 +254,12 @@ class ToolRouter:
                 fix="Wait for running work to finish, then call again.",
             )
         call = _Call(spec, session, args, call_id, reads, writes)
-        self._authorise(call)
+        self._authorise(call, asked)
         return call
 
-    def _authorise(self, call: _Call) -> None:
+    def _authorise(self, call: _Call, asked: list[dict[str, Any]]) -> None:
+        """The policy's say on each path the call names; ``asked`` gets each request (as
+        data: the meta-policy trial replays them from the call's audit entry)."""
         spec = call.spec
         caller = (
             Caller(spec.plugin, frozenset({"ai", "core_plugin"}))
@@ -265,17 +272,17 @@ class ToolRouter:
         ]
         targets: list[str | None] = [*named] or [None]  # None: the whole project
         for path in targets:
-            decision = self.policy.evaluate(
-                Request(
-                    syscall=spec.name,
-                    caller=caller,
-                    path=path if path not in (None, ".") else None,
-                    state=call.session.state,
-                    mode=call.session.mode,
-                    size=size,
-                    sandbox=spec.template if spec.route == "plugin" else None,
-                )
+            request = Request(
+                syscall=spec.name,
+                caller=caller,
+                path=path if path not in (None, ".") else None,
+                state=call.session.state,
+                mode=call.session.mode,
+                size=size,
+                sandbox=spec.template if spec.route == "plugin" else None,
             )
+            asked.append(request_data(request))
+            decision = self.policy.evaluate(request)
             if decision.result == "deny":
                 raise PolicyError(
                     f"policy denied {spec.name}" + (f" on {path}" if path else ""),
@@ -584,6 +591,7 @@ class ToolRouter:
         started: float,
         retries: int,
         output: dict[str, Any] | FluffyError,
+        asked: list[dict[str, Any]],
     ) -> dict[str, Any]:
         duration_ms = (time.perf_counter() - started) * 1000
         route = call.spec.route if call is not None else None
@@ -637,6 +645,7 @@ class ToolRouter:
                 "original_sha256": hashlib.sha256(encoded).hexdigest(),
                 "retries": str(retries),
                 **meta,
+                **({"policy_requests": _ENCODE(asked).decode()} if asked else {}),
                 **(
                     {"sandbox_warm": "true" if call.timings.get("warm") else "false"}
                     if call is not None and call.timings

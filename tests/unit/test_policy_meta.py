@@ -11,7 +11,6 @@ from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.meta import (
     CONFIRM_PHRASE,
-    TRIAL_SIZE,
     apply_update,
     plan_update,
 )
@@ -48,9 +47,16 @@ def test_only_changed_results_are_listed_and_breaking_ones_marked() -> None:
     assert plan.breaking == 2 and not plan.needs_phrase
 
 
-def test_only_the_last_hundred_decisions_are_replayed() -> None:
-    plan = plan_update(engine(), "capabilities: []", history(TRIAL_SIZE + 50))
-    assert len(plan.changes) == TRIAL_SIZE
+def test_the_model_s_decisions_are_counted_apart() -> None:
+    ai = Caller("ai", frozenset({"ai"}))
+    tried = [*history(3), Request("fs.write", ai, path="src/x.py"), Request("fs.read", ai, "a")]
+    plan = plan_update(engine(), OLD.replace("src/**", "lib/**"), tried)
+    assert (plan.tried, plan.ai_tried) == (6, 2)
+    assert plan.breaking == 4 and plan.ai_changed == 1  # src/f0..f2 and the model's x.py
+    assert plan.changes[-1].line() == "[BREAKING] fs.write src/x.py by the model: allow -> deny"
+    fs_tool = Caller("fs-tool", frozenset({"ai", "core_plugin"}))
+    change = plan_update(engine(), "capabilities: []", [Request("fs.write", fs_tool, "src/y")])
+    assert change.changes[0].line().endswith("by fs-tool for the model: allow -> deny")
 
 
 def test_an_invalid_new_policy_is_refused_before_anything_changes(tmp_path: Path) -> None:
