@@ -176,7 +176,7 @@ class ToolRouter:
                 fix="Retry once; if it persists, report it with the kernel's log.",
             )
         answer = await self._finish(
-            call, tool, session_id, call_id, started, retries, output, asked
+            call, tool, session_id, call_id, started, retries, output, asked, args
         )
         if client_call_id is not None:
             answer["client_call_id"] = client_call_id
@@ -284,9 +284,11 @@ class ToolRouter:
             asked.append(request_data(request))
             decision = self.policy.evaluate(request)
             if decision.result == "deny":
+                by = decision.decided_by  # the rule's name: the user knows what to change
                 raise PolicyError(
                     f"policy denied {spec.name}" + (f" on {path}" if path else ""),
-                    why="; ".join(decision.reasons) or "no rule allows it (default deny)",
+                    why=("; ".join(decision.reasons) or "no rule allows it (default deny)")
+                    + (f" (rule {by})" if by else ""),
                     fix="Ask the user to allow it in .fluffy/policy.yaml (fluffy config "
                     "policy edit), or do something else.",
                 )
@@ -592,6 +594,7 @@ class ToolRouter:
         retries: int,
         output: dict[str, Any] | FluffyError,
         asked: list[dict[str, Any]],
+        args: Any,
     ) -> dict[str, Any]:
         duration_ms = (time.perf_counter() - started) * 1000
         route = call.spec.route if call is not None else None
@@ -635,7 +638,7 @@ class ToolRouter:
             call,
             session_id,
             tool,
-            input_summary=summarize(call.args if call is not None else {"tool": tool}),
+            input_summary=summarize(call.args if call is not None else args),
             output_summary=summarize(answer.get("output", answer.get("error"))),
             decision=_decision(call, output),
             duration_ms=duration_ms,
