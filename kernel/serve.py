@@ -32,10 +32,11 @@ from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.methods import policy_methods
 from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.policy.rules import BrokenRules, ProjectRules, rules_dir
 from fluffy.kernel.project.defaults import project_policy
 from fluffy.kernel.project.layout import detect_layout
 from fluffy.kernel.project.methods import project_methods
-from fluffy.kernel.tools.assemble import assemble_tools
+from fluffy.kernel.tools.assemble import ToolPath, assemble_tools
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.methods import workflow_methods
@@ -60,6 +61,45 @@ async def open_audit(state_dir: Path, settings: StorageSettings | None = None) -
     for event in check.events:
         await audit.record(event)
     return audit
+
+
+async def load_rules(
+    project: Path | None,
+    state_dir: Path,
+    policy: PolicyFile,
+    tools: ToolPath,
+    front: AuditedPolicy,
+    audit: AuditLog,
+) -> ProjectRules | None:
+    """The project's extension rules (``.fluffy/rules/*.py``), loaded into a warmed
+    policy sandbox before the kernel serves; a set that cannot load denies what it would
+    have judged, and the audit log says why."""
+    if project is None:
+        return None
+    sandboxes = tools.sandboxes
+    rules = ProjectRules(
+        rules_dir(project),
+        sandboxes.manager if sandboxes is not None else None,
+        state_dir / "rules",
+    )
+    loaded = await asyncio.to_thread(rules.load)  # the policy sandbox's entry: its own
+    if loaded:
+        front.swap(front.engine.with_policy(policy, loaded))
+    if isinstance(rules.host, BrokenRules):
+        names = ", ".join(sorted(rules.current()))
+        await audit.record(
+            Event(
+                "policy_rule_failed",
+                caller="kernel",
+                policy_decision="denied",
+                policy_rule_name="extension-rules",
+                deny_reason=rules.host.reason[:500],
+                input_summary=f"extension rules {names} did not load: every decision "
+                "they would judge is denied",
+                metadata={"rules": names},
+            )
+        )
+    return rules
 
 
 async def serve(
@@ -96,6 +136,7 @@ async def serve(
         state_dir, project, policy, workflow, front, audit, guard, layout=layout
     )
     ai = await assemble_ai(state_dir, policy, tools, audit)
+    rules = await load_rules(project, state_dir, policy, tools, front, audit)
 
     def reloaded(new: PolicyFile) -> None:
         workflow.exemptions = new.exemptions
@@ -109,7 +150,7 @@ async def serve(
     methods = {
         **default_methods(),
         **workflow_methods(workflow, lambda: guard.accepting_work),
-        **policy_methods(front, policy_path, state_dir, audit, reloaded, default_text),
+        **policy_methods(front, policy_path, state_dir, audit, reloaded, default_text, rules),
         **project_methods(project, layout, default_text is not None, tools.environment),
         **ai.methods(tools.methods()),
     }
@@ -129,6 +170,8 @@ async def serve(
         watcher.cancel()
         await server.close()
         await ai.close()
+        if rules is not None:
+            await asyncio.to_thread(rules.close)
         await tools.close()
         await store.close()
         await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))

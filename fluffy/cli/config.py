@@ -208,9 +208,7 @@ def _project_socket(project: str | None) -> Path:
     return kernel_socket()
 
 
-def cmd_policy_edit(args: argparse.Namespace) -> int:
-    from fluffy.ipc.client import SyncClient
-
+def _kernel_socket(args: argparse.Namespace) -> Path:
     socket_path = Path(args.socket) if args.socket else _project_socket(args.project)
     if not socket_path.exists():
         raise ConfigError(
@@ -219,39 +217,90 @@ def cmd_policy_edit(args: argparse.Namespace) -> int:
             fix="Start the project's kernel (`fluffy start`, in the project or with "
             "--project), or pass its socket with --socket.",
         )
-    with SyncClient(str(socket_path), timeout=60) as client:
+    return socket_path
+
+
+def _review(client: Any, change: dict[str, Any], args: argparse.Namespace) -> Any:
+    """Ask the kernel to try ``change``, show what would change, apply it if approved.
+    Returns the kernel's answer, or None when nothing was applied."""
+    plan: dict[str, Any] = client.call("policy.update", change)
+    if not args.json:
+        stdout.print(
+            f"Tried on the last {plan['trial_size']} audited decisions: "
+            f"{len(plan['changes'])} would change, {plan['breaking']} breaking."
+        )
+        stdout.print(
+            f"Of the model's last {plan['ai_trial_size']} tool-call decisions, "
+            f"{plan['ai_changes']} would change."
+        )
+        for line in plan["changes"]:
+            style = "bold red" if line.startswith("[BREAKING]") else "yellow"
+            stdout.print(f"  [{style}]{escape(line)}[/]")
+    phrase = args.phrase
+    if plan["needs_phrase"] and phrase is None and sys.stdin.isatty():
+        phrase = input(f'Type "{plan["phrase"]}" to accept: ')
+    if not (args.yes or _confirm("Apply this change?")):
+        if args.json:
+            print_json(plan)  # the trial's findings, applied: false
+        else:
+            stdout.print("Nothing applied (confirm interactively or pass --yes).")
+        return None
+    return client.call("policy.update", {**change, "approve": True, "phrase": phrase})
+
+
+def cmd_policy_edit(args: argparse.Namespace) -> int:
+    from fluffy.ipc.client import SyncClient
+
+    with SyncClient(str(_kernel_socket(args)), timeout=60) as client:
         current = client.call("policy.get")
         new = Path(args.file).read_text(encoding="utf-8") if args.file else _edit(current["text"])
         if new == current["text"]:
             stdout.print("The policy is unchanged; nothing to do.")
             return 0
-        plan: dict[str, Any] = client.call("policy.update", {"text": new})
-        if not args.json:
-            stdout.print(
-                f"Tried on the last {plan['trial_size']} audited decisions: "
-                f"{len(plan['changes'])} would change, {plan['breaking']} breaking."
-            )
-            stdout.print(
-                f"Of the model's last {plan['ai_trial_size']} tool-call decisions, "
-                f"{plan['ai_changes']} would change."
-            )
-            for line in plan["changes"]:
-                style = "bold red" if line.startswith("[BREAKING]") else "yellow"
-                stdout.print(f"  [{style}]{escape(line)}[/]")
-        phrase = args.phrase
-        if plan["needs_phrase"] and phrase is None and sys.stdin.isatty():
-            phrase = input(f'Type "{plan["phrase"]}" to accept: ')
-        if not (args.yes or _confirm("Apply this policy?")):
-            if args.json:
-                print_json(plan)  # the trial's findings, applied: false
-            else:
-                stdout.print("Nothing applied (confirm interactively or pass --yes).")
-            return 1
-        result = client.call("policy.update", {"text": new, "approve": True, "phrase": phrase})
+        result = _review(client, {"text": new}, args)
+    if result is None:
+        return 1
     if args.json:
         print_json(result)
     else:
         stdout.print(f"[green]Policy applied[/] to {escape(str(current['path']))}.")
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    """`fluffy config rules list|set|remove`: the project's extension rules, changed
+    through the kernel like the policy (loaded in a sandbox, tried, reviewed, audited)."""
+    from fluffy.ipc.client import SyncClient
+
+    with SyncClient(str(_kernel_socket(args)), timeout=120) as client:
+        current: dict[str, str] = client.call("policy.get").get("rules") or {}
+        if args.rules_action == "list":
+            if args.json:
+                print_json({"rules": sorted(current)})
+                return 0
+            for name in sorted(current):
+                lines = current[name].count("\n") + 1
+                stdout.print(f"{escape(name)}  ({lines} lines)")
+            if not current:
+                stdout.print("No extension rules (.fluffy/rules/*.py).")
+            return 0
+        name = args.name if args.name.endswith(".py") else f"{args.name}.py"
+        if args.rules_action == "remove":
+            text = None
+        else:
+            source = Path(args.file) if args.file else None
+            text = source.read_text(encoding="utf-8") if source else _edit(current.get(name, ""))
+            if text == current.get(name):
+                stdout.print(f"{escape(name)} is unchanged; nothing to do.")
+                return 0
+        result = _review(client, {"rules": {name: text}}, args)
+    if result is None:
+        return 1
+    if args.json:
+        print_json(result)
+    else:
+        done = "removed" if text is None else "applied"
+        stdout.print(f"[green]Rule {escape(name)} {done}[/]; the policy sandbox runs the new set.")
     return 0
 
 
@@ -284,3 +333,23 @@ def add_parser(sub: Any) -> None:
     edit.add_argument("--phrase", help="the confirmation phrase for more than 5 breaking changes")
     edit.add_argument("--json", action="store_true")
     edit.set_defaults(func=cmd_policy_edit)
+    rules = config_sub.add_parser(
+        "rules", help="the project's extension rules, .fluffy/rules/*.py (reviewed)"
+    )
+    rules_sub = rules.add_subparsers(dest="rules_action", metavar="ACTION", required=True)
+    for action, text in (
+        ("list", "list the rules the kernel runs"),
+        ("set", "add or replace a rule (from --file, or in an editor)"),
+        ("remove", "remove a rule"),
+    ):
+        command = rules_sub.add_parser(action, help=text)
+        if action != "list":
+            command.add_argument("name", metavar="NAME", help="the rule file, e.g. no-secrets.py")
+            command.add_argument("--yes", action="store_true", help="apply without asking")
+            command.add_argument("--phrase", help="the phrase for more than 5 breaking changes")
+        if action == "set":
+            command.add_argument("--file", help="the rule's new text")
+        command.add_argument("--project", help="the project whose kernel applies it")
+        command.add_argument("--socket", help="the running kernel's socket")
+        command.add_argument("--json", action="store_true")
+        command.set_defaults(func=cmd_rules)

@@ -13,7 +13,12 @@ from fluffy.kernel.policy.engine import READ_ONLY, BuiltinRule, EvalContext, Req
 from fluffy.kernel.policy.globs import GlobSet, literal_roots
 
 MAX_BUILTINS = 10
-POLICY_GLOBS = (".fluffy/policy.yaml", ".fluffy/policy.yml", ".fluffy/policy.*.tmp")
+POLICY_GLOBS = (
+    ".fluffy/policy.yaml",
+    ".fluffy/policy.yml",
+    ".fluffy/policy.*.tmp",
+    ".fluffy/rules/**",  # the extension rules: part of the policy
+)
 AUDIT_GLOBS = (".fluffy/audit.db", ".fluffy/audit.db-*", ".fluffy/backups/**")
 STATE_GLOBS = (".fluffy/state.db", ".fluffy/state.db-*", ".fluffy/fluffy.db", ".fluffy/fluffy.db-*")
 

@@ -223,13 +223,16 @@ class PolicyEngine:
             else:
                 self.any_syscall.add(compiled)
 
-    def with_policy(self, policy: PolicyFile) -> PolicyEngine:
-        """A new engine for ``policy`` sharing this one's built-ins, extensions, tokens,
-        root and clock (a policy change swaps rules, nothing else)."""
+    def with_policy(
+        self, policy: PolicyFile, extensions: Sequence[ExtensionRule] | None = None
+    ) -> PolicyEngine:
+        """A new engine for ``policy`` sharing this one's built-ins, tokens, root and clock,
+        and its extension rules unless others are given (a policy change swaps rules,
+        nothing else)."""
         return PolicyEngine(
             policy,
             builtins=self.builtins,
-            extensions=self.extensions,
+            extensions=self.extensions if extensions is None else extensions,
             tokens=self.tokens,
             root=self.root,
             clock=self.clock,

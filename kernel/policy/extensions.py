@@ -71,6 +71,7 @@ class ExtensionHost:
         self._pending_lock = threading.Lock()
         self._restarting = False
         self._flag_lock = threading.Lock()  # never held long: the restart flag only
+        self.__name__ = "extension-rules"  # how a failure is named in the decision
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fluffy.errors import PolicyError
 from fluffy.kernel.policy.audited import is_ai
-from fluffy.kernel.policy.engine import PolicyEngine, Request
+from fluffy.kernel.policy.engine import ExtensionRule, PolicyEngine, Request
 from fluffy.kernel.policy.model import PolicyFile, parse_policy
 
 TRIAL_SIZE = 100
@@ -74,16 +74,18 @@ def plan_update(
     history: Sequence[Request],
     *,
     source: str = "new policy",
+    extensions: Sequence[ExtensionRule] | None = None,
 ) -> UpdatePlan:
     """Validate ``new_text`` (raises :class:`PolicyError`) and replay the last decisions.
 
     ``history`` is the requests of recent audited decisions, oldest first (the last
     :data:`TRIAL_SIZE` of all and of the model's, see
     :func:`~fluffy.kernel.policy.audited.recent_requests`); tokens are left out of the
-    replay (they were single-use).
+    replay (they were single-use).  ``extensions``: the new extension rules (None: the
+    current ones).
     """
     policy = parse_policy(new_text, source)
-    candidate = current.with_policy(policy)
+    candidate = current.with_policy(policy, extensions)
     changes = []
     for request in history:
         replay = Request(

@@ -10,6 +10,7 @@ uses, and records ``policy_update`` synchronously before answering.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +22,10 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.audited import AuditedPolicy, recent_requests
 from fluffy.kernel.policy.engine import Caller, Request
+from fluffy.kernel.policy.extensions import ExtensionHost
 from fluffy.kernel.policy.meta import CONFIRM_PHRASE, TRIAL_SIZE, apply_update, plan_update
 from fluffy.kernel.policy.model import PolicyFile
+from fluffy.kernel.policy.rules import ProjectRules, check_changes
 
 Reloaded = Callable[[PolicyFile], None]
 
@@ -38,8 +41,10 @@ def policy_methods(
     audit: AuditLog,
     on_reload: Reloaded | None = None,
     default_text: str | None = None,
+    rules: ProjectRules | None = None,
 ) -> dict[str, Handler]:
-    """``default_text``: the defaults the kernel applies while the file does not exist."""
+    """``default_text``: the defaults the kernel applies while the file does not exist;
+    ``rules``: the project's extension rules (``policy.update`` may change them too)."""
 
     def current_text() -> str:
         if policy_path is not None and policy_path.is_file():
@@ -54,12 +59,18 @@ def policy_methods(
             "path": str(policy_path) if policy_path else None,
             "text": current_text(),
             "default": not is_file and default_text is not None,
+            "rules": rules.current() if rules is not None else {},
         }
 
     async def update(context: CallContext, params: Any) -> dict[str, Any]:
-        if not isinstance(params, dict) or not isinstance(params.get("text"), str):
-            raise InvalidPayload("policy.update needs {text: str, approve?: bool, phrase?: str}")
-        unknown = set(params) - {"text", "approve", "phrase"}
+        if not isinstance(params, dict) or not (
+            isinstance(params.get("text"), str) or params.get("rules") is not None
+        ):
+            raise InvalidPayload(
+                "policy.update needs {text?: str, rules?: {name: text|null}, approve?: bool, "
+                "phrase?: str} with text or rules"
+            )
+        unknown = set(params) - {"text", "rules", "approve", "phrase"}
         if unknown:
             raise InvalidPayload(f"policy.update: unknown parameters {', '.join(sorted(unknown))}")
         if policy_path is None:
@@ -67,57 +78,88 @@ def policy_methods(
                 "this kernel has no project, so no policy file to change",
                 fix="Start the kernel with --project.",
             )
+        changes = params.get("rules")
+        if changes is not None and rules is None:
+            raise PolicyError("this kernel has no project rules folder to change")
+        text = params["text"] if isinstance(params.get("text"), str) else current_text()
         is_user = context.binding == "cli"
         caller = Caller("user") if is_user else Caller(context.plugin_name or "plugin")
         decision = front.evaluate(Request("policy.update", caller))
-        await audit.flush()  # the trial reads what the log holds
-        history = recent_requests(state_dir, TRIAL_SIZE)
-        plan = plan_update(front.engine, params["text"], history, source=str(policy_path))
-        answer: dict[str, Any] = {
-            "applied": False,
-            "changes": [change.line() for change in plan.changes],
-            "breaking": plan.breaking,
-            "needs_phrase": plan.needs_phrase,
-            "phrase": CONFIRM_PHRASE if plan.needs_phrase else None,
-            "trial_size": plan.tried,
-            # the decisions made for the model's tool calls: what the change does to it
-            "ai_trial_size": plan.ai_tried,
-            "ai_changes": plan.ai_changed,
-        }
-        if not params.get("approve"):
-            return answer
-        if decision.result == "deny" or not is_user:
-            raise PolicyError(
-                "the policy update was not approved by the user",
-                why="policy.update always requires human review, given on the CLI",
+        after = check_changes(rules.current(), changes) if changes is not None and rules else None
+        candidate: ExtensionHost | None = None
+        if after is not None and rules is not None:  # the new set runs before it is tried
+            candidate = await asyncio.to_thread(rules.candidate, after)
+        installed = False
+        try:
+            await audit.flush()  # the trial reads what the log holds
+            history = recent_requests(state_dir, TRIAL_SIZE)
+            plan = plan_update(
+                front.engine,
+                text,
+                history,
+                source=str(policy_path),
+                extensions=None if after is None else ([candidate] if candidate else []),
             )
-        if plan.needs_phrase and params.get("phrase") != CONFIRM_PHRASE:
-            raise PolicyError(
-                f"{plan.breaking} breaking changes need the confirmation phrase",
-                fix=f'Send the phrase exactly: "{CONFIRM_PHRASE}".',
-            )
-        before = current_text()
-        event = Event(
-            "policy_update",
-            caller="user",
-            policy_decision="review_required",
-            policy_rule_name=decision.decided_by or "builtin:meta-policy",
-            input_summary=f"policy updated: {len(plan.changes)} changed decisions, "
-            f"{plan.breaking} breaking",
-            metadata={
+            answer: dict[str, Any] = {
+                "applied": False,
+                "changes": [change.line() for change in plan.changes],
+                "breaking": plan.breaking,
+                "needs_phrase": plan.needs_phrase,
+                "phrase": CONFIRM_PHRASE if plan.needs_phrase else None,
+                "trial_size": plan.tried,
+                # the decisions made for the model's tool calls: what the change does to it
+                "ai_trial_size": plan.ai_tried,
+                "ai_changes": plan.ai_changed,
+                "rules": sorted(after) if after is not None else None,
+            }
+            if not params.get("approve"):
+                return answer
+            if decision.result == "deny" or not is_user:
+                raise PolicyError(
+                    "the policy update was not approved by the user",
+                    why="policy.update always requires human review, given on the CLI",
+                )
+            if plan.needs_phrase and params.get("phrase") != CONFIRM_PHRASE:
+                raise PolicyError(
+                    f"{plan.breaking} breaking changes need the confirmation phrase",
+                    fix=f'Send the phrase exactly: "{CONFIRM_PHRASE}".',
+                )
+            before = current_text()
+            metadata = {
                 "path": str(policy_path),
                 "old_sha256": _digest(before),
                 "new_sha256": _digest(plan.text),
                 "changes": str(len(plan.changes)),
                 "breaking": str(plan.breaking),
-            },
-        )
-        await audit.record(event)  # on record before anything changes (raises: nothing done)
-        apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
-        front.swap(plan.engine)
-        if on_reload is not None:
-            on_reload(plan.policy)
-        answer["applied"] = True
-        return answer
+            }
+            if changes is not None:
+                metadata["rules_changed"] = ",".join(sorted(changes))
+                metadata["rules_sha256"] = _digest(
+                    "\0".join(f"{name}\0{body}" for name, body in sorted((after or {}).items()))
+                )
+            event = Event(
+                "policy_update",
+                caller="user",
+                policy_decision="review_required",
+                policy_rule_name=decision.decided_by or "builtin:meta-policy",
+                input_summary=f"policy updated: {len(plan.changes)} changed decisions, "
+                f"{plan.breaking} breaking"
+                + (f"; rules changed: {', '.join(sorted(changes))}" if changes else ""),
+                metadata=metadata,
+            )
+            await audit.record(event)  # on record before anything changes (raises: nothing done)
+            if "text" in params and (text != before or not policy_path.is_file()):
+                apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
+            if changes is not None and rules is not None:
+                await asyncio.to_thread(rules.install, changes, candidate)
+                installed = True
+            front.swap(plan.engine)
+            if on_reload is not None:
+                on_reload(plan.policy)
+            answer["applied"] = True
+            return answer
+        finally:
+            if candidate is not None and not installed:
+                await asyncio.to_thread(ProjectRules.discard, candidate)
 
     return {"policy.get": get, "policy.update": update}

@@ -1,6 +1,8 @@
 """The policy's parts on the live path, through the real bootstrap and L1 kernel (Docker
-and Podman): a scripted model works the demo task in a kernel started by `fluffy start`,
-then the user tries a policy change on what the model did (meta-policy trial)."""
+and Podman): a scripted model works the demo task in a kernel started by `fluffy start`
+for a project with an extension rule (.fluffy/rules), which refuses one of its writes;
+then the user tries policy and rule changes on what the model did (meta-policy trial)
+and applies one, which the kernel runs at once."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fluffy.demo_session import init_repository
+from fluffy.ipc.client import SyncClient
 from tests.conftest import connect_engine
 
 pytestmark = pytest.mark.e2e
@@ -24,6 +28,42 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo-project"
 SCRIPT = ROOT / "examples" / "sessions" / "add-error-handling.yaml"
 FLUFFY = str(Path(sys.executable).parent / "fluffy")
+NO_TODO = """NAME = "no-todo-files"
+
+
+def evaluate(request):
+    if request["syscall"].startswith("fs.") and "TODO" in (request.get("path") or ""):
+        return {"vote": "deny", "reason": "TODO files are not kept in this repository"}
+    return None
+"""
+NO_CONFIG_READS = """def evaluate(request):
+    if request["syscall"] == "fs.read" and request.get("path") == "src/democonfig/config.py":
+        return {"vote": "deny", "reason": "config.py is read by people only"}
+"""
+
+
+def _script(folder: Path) -> Path:
+    """The demo task, plus a write the project's extension rule refuses."""
+    data = yaml.safe_load(SCRIPT.read_text())
+    steps = data["steps"]
+    at = next(
+        i
+        for i, s in enumerate(steps)
+        if s["tool"] == "fs.write"
+        and s["args"]["path"].startswith("src/")
+        and "ConfigError" in s["args"]["content"]
+    )
+    steps.insert(
+        at + 1,
+        {
+            "say": "Keep a TODO list next to the code.",
+            "tool": "fs.write",
+            "args": {"path": "src/democonfig/TODO.txt", "content": "- more\n"},
+        },
+    )
+    path = folder / "script.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 @pytest.fixture(scope="module", params=["docker", "podman"])
@@ -40,6 +80,8 @@ def worked(
     base = tmp_path_factory.mktemp(f"live-{runtime}")
     project = base / "project"
     shutil.copytree(DEMO, project)
+    (project / ".fluffy" / "rules").mkdir()
+    (project / ".fluffy" / "rules" / "no-todo.py").write_text(NO_TODO)
     init_repository(project)
     if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
         for path in [project, *project.rglob("*")]:
@@ -55,13 +97,20 @@ def worked(
         "project": project,
         "env": env,
         "state": paths(home, str(project))["state"],
+        "socket": paths(home, str(project))["run"] / "kernel.sock",
         "base": base,
     }
     started = fluffy(kit, "start", "--project", str(project))
     assert started.returncode == 0, started.stdout + started.stderr
     try:
         task = fluffy(
-            kit, "add error handling", "--script", str(SCRIPT), "--yes", "--project", str(project)
+            kit,
+            "add error handling",
+            "--script",
+            str(_script(base)),
+            "--yes",
+            "--project",
+            str(project),
         )
         kit["task"] = task
         assert task.returncode == 0, task.stdout[-3000:] + task.stderr[-2000:]
@@ -117,3 +166,57 @@ def test_a_policy_change_is_tried_on_the_model_s_decisions(worked: dict[str, Any
     assert policy.read_text() == before
     results = [e for e in audit(worked, "tool_result") if e["metadata"].get("policy_requests")]
     assert any(e["syscall_type"] == "fs.write" for e in results)
+
+
+def test_the_project_s_extension_rule_refuses_the_model_by_name(worked: dict[str, Any]) -> None:
+    """Loaded into the warmed policy sandbox at start; the model's write is refused, and
+    the model and the user both read the rule's name and reason."""
+    out = worked["task"].stdout
+    assert "TODO files are not kept in this repository" in out, out[-3000:]
+    assert "ext:no-todo-files" in out
+    assert not (worked["project"] / "src" / "democonfig" / "TODO.txt").exists()
+    assert "Committed " in out  # the task went on
+    refused = [
+        e for e in audit(worked, "tool_result")
+        if e["policy_decision"] == "denied" and "TODO.txt" in (e["input_summary"] or "")
+    ]  # fmt: skip
+    assert refused and "TODO files are not kept" in (refused[0]["output_summary"] or "")
+    created = audit(worked, "sandbox_created")
+    assert any("policy-sandbox" in (e["input_summary"] or "") for e in created)
+
+
+def test_a_rule_change_is_loaded_tried_reviewed_and_then_runs(worked: dict[str, Any]) -> None:
+    project = worked["project"]
+    rule = worked["base"] / "no-config-reads.py"
+    rule.write_text(NO_CONFIG_READS)
+    args = ("config", "rules", "set", "no-config-reads.py", "--file", str(rule),
+            "--project", str(project), "--json")  # fmt: skip
+    tried = fluffy(worked, *args)
+    assert tried.returncode == 1, tried.stdout + tried.stderr  # not approved: nothing done
+    plan = json.loads(tried.stdout)
+    assert plan["applied"] is False and plan["ai_changes"] >= 1, plan  # the model's read
+    assert any("fs.read src/democonfig/config.py" in line for line in plan["changes"]), plan
+    assert not (project / ".fluffy" / "rules" / "no-config-reads.py").exists()
+    broken = worked["base"] / "broken.py"
+    broken.write_text("def evaluate(request):\n    return 1 +\n")
+    refused = fluffy(worked, "config", "rules", "set", "broken.py", "--file", str(broken),
+                     "--project", str(project), "--yes")  # fmt: skip
+    assert refused.returncode != 0 and "broken.py:2" in refused.stdout + refused.stderr
+    applied = fluffy(worked, *args, "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (project / ".fluffy" / "rules" / "no-config-reads.py").read_text() == NO_CONFIG_READS
+    listed = json.loads(fluffy(worked, "config", "rules", "list", "--project", str(project),
+                               "--json").stdout)  # fmt: skip
+    assert listed["rules"] == ["no-config-reads.py", "no-todo.py"]
+    with SyncClient(str(worked["socket"]), timeout=60) as client:
+        sid = client.call("session.create")["session_id"]
+        read = client.call("tool.call", {"session_id": sid, "tool": "fs.read",
+                                         "args": {"path": "src/democonfig/config.py"}})  # fmt: skip
+        assert read["ok"] is False, read
+        assert "config.py is read by people only" in read["error"]["why"]
+        assert "(rule ext:no-config-reads)" in read["error"]["why"]
+        other = client.call("tool.call", {"session_id": sid, "tool": "fs.read",
+                                          "args": {"path": "README.md"}})  # fmt: skip
+        assert other["ok"] is True, other
+    updates = audit(worked, "policy_update")
+    assert updates and updates[-1]["metadata"]["rules_changed"] == "no-config-reads.py"
