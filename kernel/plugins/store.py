@@ -26,7 +26,7 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -150,6 +150,55 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def read_tree(folder: Path) -> dict[str, bytes]:
+    """The files a plugin folder would install (relative path -> bytes), each read once."""
+    files: dict[str, bytes] = {}
+    total = 0
+    for entry in inspect_tree(folder):
+        data = read_capped(folder / entry.rel)
+        total += len(data)
+        if total > MAX_TOTAL_BYTES:
+            raise _refuse("the plugin's files grew beyond the total limit while copied")
+        files[entry.rel] = data
+    return files
+
+
+def check_rel(rel: str) -> str:
+    """``rel`` if it names a file inside a plugin folder; :class:`PluginInstallRefused` if not."""
+    parts = rel.split("/")
+    if (
+        not rel
+        or "\x00" in rel
+        or rel.startswith("/")
+        or any(part in ("", ".", "..") for part in parts)
+        or len(parts) > MAX_DEPTH + 2  # as deep as inspect_tree walks
+        or _skipped(rel)
+    ):
+        raise _refuse(
+            f"{rel!r} is not a plugin file's path",
+            why="a plugin's files are named by relative paths inside its folder "
+            "(no '..', no absolute path, no build output)",
+        )
+    return rel
+
+
+def write_tree(folder: Path, files: Mapping[str, bytes]) -> dict[str, str]:
+    """Write ``files`` under ``folder`` (0644, folders 0755); each one's SHA-256 by path."""
+    hashes: dict[str, str] = {}
+    total = 0
+    for rel, data in sorted(files.items()):
+        check_rel(rel)
+        total += len(data)
+        if len(data) > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES or len(hashes) >= MAX_FILES:
+            raise _refuse(f"{rel}: the plugin's files are over the store's limits")
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        target.write_bytes(data)
+        target.chmod(0o644)
+        hashes[rel] = sha256(data)
+    return hashes
+
+
 @dataclass(frozen=True)
 class Installed:
     name: str
@@ -255,29 +304,23 @@ class PluginStore:
     # -- installing ----------------------------------------------------------------------
     def install(self, source: Path, name: str, version: str) -> Installed:
         """Copy the plugin folder ``source`` in as ``name`` ``version`` (refusals: nothing kept)."""
-        if self.get(name) is not None:
-            raise PluginRejected(
-                f"a plugin named {name!r} is already installed",
-                why="plugin names are unique",
-                fix=f"Remove it first (`fluffy plugin remove {name}`), then install again.",
-            )
-        entries = inspect_tree(source)
+        self._check_free(name)
+        return self.install_files(read_tree(source), name, version, str(source.resolve()))
+
+    def install_files(
+        self, files: Mapping[str, bytes], name: str, version: str, source: str
+    ) -> Installed:
+        """Write the plugin files ``files`` (relative path -> bytes) in as ``name`` ``version``.
+
+        Exactly these bytes are written and hashed: what was read (and reviewed) once is
+        what is installed.  A refusal keeps nothing.
+        """
+        self._check_free(name)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
         staging = self.root / f".install-{uuid.uuid4().hex}"
         staging.mkdir(mode=0o755)
         try:
-            files: dict[str, str] = {}
-            total = 0
-            for entry in entries:
-                data = read_capped(source / entry.rel)
-                total += len(data)
-                if total > MAX_TOTAL_BYTES:
-                    raise _refuse("the plugin's files grew beyond the total limit while copied")
-                target = staging / entry.rel
-                target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-                target.write_bytes(data)
-                target.chmod(0o644)
-                files[entry.rel] = sha256(data)
+            hashes = write_tree(staging, files)
             final = self.root / name / version
             final.parent.mkdir(mode=0o755, exist_ok=True)
             staging.replace(final)
@@ -286,15 +329,21 @@ class PluginStore:
             with contextlib.suppress(OSError):
                 (self.root / name).rmdir()  # only if empty: nothing half-installed stays
             raise
-        installed = Installed(
-            name, version, final, files, str(source.resolve()), int(time.time() * 1000)
-        )
+        installed = Installed(name, version, final, hashes, source, int(time.time() * 1000))
         record = self._record_path(name)
         tmp = record.with_name(f".{RECORD}.tmp")
         tmp.write_text(json.dumps(installed.to_dict(), indent=1, sort_keys=True), "utf-8")
         tmp.chmod(0o644)
         tmp.replace(record)
         return installed
+
+    def _check_free(self, name: str) -> None:
+        if self.get(name) is not None:
+            raise PluginRejected(
+                f"a plugin named {name!r} is already installed",
+                why="plugin names are unique",
+                fix=f"Remove it first (`fluffy plugin remove {name}`), then install again.",
+            )
 
     def remove(self, name: str) -> None:
         folder = self.folder(name)
