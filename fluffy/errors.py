@@ -80,7 +80,8 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── PluginStateError          plugin.invalid_transition
     │   ├── PluginTampered            plugin.tampered
     │   ├── PluginIncompatible        plugin.api_incompatible
-    │   └── PluginNotConfirmed        plugin.not_confirmed
+    │   ├── PluginNotConfirmed        plugin.not_confirmed
+    │   └── PluginInstallDenied       plugin.install_denied
     ├── MergeError                    merge.error
     │   ├── PatchRejected             merge.patch_rejected
     │   ├── MergeRefused              merge.refused
@@ -641,3 +642,14 @@ class PluginNotConfirmed(PluginError):
     code = "plugin.not_confirmed"
     default_why = "installing a third-party plugin needs the user's review (require_review)"
     default_fix = "Run it on a terminal and answer yes, or pass --yes to confirm up front."
+
+
+class PluginInstallDenied(PluginError):
+    """The kernel refused to install: the caller is not the user's CLI, or policy denies it."""
+
+    code = "plugin.install_denied"
+    default_why = (
+        "a running kernel installs plugins only for the user's CLI (its own socket), "
+        "after review, and only where the policy does not deny plugin.install"
+    )
+    default_fix = "Install from the CLI on the host: `fluffy plugin install PATH`."

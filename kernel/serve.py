@@ -27,6 +27,7 @@ from fluffy.kernel.audit.storage import StorageSettings
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
 from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.plugins.methods import plugin_methods
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
@@ -152,6 +153,7 @@ async def serve(
         **workflow_methods(workflow, lambda: guard.accepting_work),
         **policy_methods(front, policy_path, state_dir, audit, reloaded, default_text, rules),
         **project_methods(project, layout, default_text is not None, tools.environment),
+        **plugin_methods(front, audit, state_dir, lambda: tools.plugins),
         **ai.methods(tools.methods()),
     }
     server = KernelServer(methods, limits or Limits())

@@ -56,6 +56,8 @@ EVENT_TYPES: Final = frozenset(
         "test_run_recorded",
         "network_request",
         "session_quarantined",
+        "plugin_install_approved",
+        "plugin_install_refused",
     }
 )
 
@@ -77,6 +79,8 @@ SYNC_EVENTS: Final = frozenset(
         "session_quarantined",
         "exemption_requested",
         "test_run_recorded",
+        "plugin_install_approved",
+        "plugin_install_refused",
     }
 )
 

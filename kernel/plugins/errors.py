@@ -5,6 +5,7 @@ from __future__ import annotations
 from fluffy.errors import (
     PluginError,
     PluginIncompatible,
+    PluginInstallDenied,
     PluginInstallRefused,
     PluginManifestInvalid,
     PluginManifestYaml,
@@ -18,6 +19,7 @@ from fluffy.errors import (
 __all__ = [
     "PluginError",
     "PluginIncompatible",
+    "PluginInstallDenied",
     "PluginInstallRefused",
     "PluginManifestInvalid",
     "PluginManifestYaml",

@@ -53,6 +53,17 @@ def meta_policy_update(request: Request, ctx: EvalContext) -> Verdict | None:
     return None
 
 
+def plugin_install_review(request: Request, ctx: EvalContext) -> Verdict | None:
+    if request.syscall == "plugin.install":
+        return Verdict(
+            "builtin:plugin-install",
+            "builtin",
+            "require_review",
+            "installing a third-party plugin always needs human review",
+        )
+    return None
+
+
 def _inside(root: Path | None, folder: Path) -> list[str]:
     """``folder`` as a glob relative to the project, if the project contains it."""
     if root is None:
@@ -77,6 +88,7 @@ def default_builtins(
     bootstrap_dir = bootstrap_dir or package_root() / "bootstrap"
     rules: list[BuiltinRule] = [
         meta_policy_update,
+        plugin_install_review,
         _protect(
             "policy-files",
             POLICY_GLOBS,
