@@ -1,18 +1,27 @@
 """`fluffy plugin install|list|info|remove|enable|disable`: third-party plugins.
 
-Works without a kernel: it writes the plugin store and its install registry in fluffy's
-home (``$FLUFFY_HOME/plugins``); a kernel activates the installed, enabled plugins when
-it starts.  Installing is a reviewed action (design: require_review): the plugin's
-name, version, tools, capabilities and the policy pre-check's warnings are shown and
-the user confirms on a terminal, or with ``--yes`` up front; with neither, nothing is
-installed (exit 1).  Capability warnings come from the current project's
-``.fluffy/policy.yaml`` (``--project``), or the default-deny policy when there is none.
+The plugin store and its install registry live in fluffy's home (``$FLUFFY_HOME/plugins``);
+a kernel activates the installed, enabled plugins when it starts.  Installing is a
+reviewed action (design: require_review): the plugin's name, version, tools,
+capabilities and the policy pre-check's warnings are shown and the user confirms on a
+terminal, or with ``--yes`` up front; with neither, nothing is installed (exit 1).
+
+When a kernel runs for the project (``--project``, default ``.``), the review goes
+through it (``plugin.install``, kernel/plugins/methods.py; ADR-040): the CLI reads the
+folder once and sends the bytes, the kernel checks them and pre-checks them against its
+current policy, and records the user's answer in the project's audit log (an approval
+before anything is installed, a refusal too); then the CLI installs exactly the bytes
+the kernel reviewed.  Without a kernel the review happens on this terminal alone,
+pre-checked against the project's ``.fluffy/policy.yaml`` (or the default-deny policy),
+and the output says that no audit entry was written.  ``remove``, ``enable`` and
+``disable`` change the store only, and take effect when a kernel next starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -84,7 +93,30 @@ def _confirmed(args: argparse.Namespace, name: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def cmd_install(args: argparse.Namespace) -> int:
+def _project(args: argparse.Namespace) -> str:
+    return str(Path(getattr(args, "project", None) or ".").resolve())
+
+
+def _kernel_socket(project: str) -> Path | None:
+    """The running kernel's socket for ``project`` (None: no kernel runs for it)."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli.lifecycle import _status
+    from fluffy.errors import KernelNotRunning
+    from fluffy.paths import fluffy_home
+
+    status = _status(project)
+    if status is None:
+        return None
+    if status.get("health") != "healthy":  # never fall back to the host while one runs
+        raise KernelNotRunning(
+            f"the kernel for {project} is running but not healthy ({status.get('health')})",
+            why="while a kernel runs for the project, plugins are installed through its review",
+            fix="Wait until `fluffy status` says healthy, or stop it (`fluffy stop`).",
+        )
+    return paths(fluffy_home(), project)["run"] / "kernel.sock"
+
+
+def _install_on_host(args: argparse.Namespace, project: str) -> int:
     from fluffy.kernel.plugins.install import install, plan
 
     async def run(registry: Any, store: Any) -> int:
@@ -97,15 +129,93 @@ def cmd_install(args: argparse.Namespace) -> int:
             return EXIT_REFUSED
         info = await install(registry, store, approved)
         if args.json:
-            print_json({"ok": True, "installed": info.to_dict(), "plan": summary})
+            print_json({"ok": True, "installed": info.to_dict(), "plan": summary, "audited": False})
         else:
             stdout.print(
                 f"installed {info.name} {info.version} into {escape(info.folder)}; "
                 "a kernel loads it when it starts"
             )
+            stdout.print(
+                f"not audited: no kernel runs for {escape(project)}, so this review was "
+                "on this terminal only (start one first to have installs recorded)"
+            )
         return EXIT_OK
 
     return asyncio.run(_with_registry(args, run))
+
+
+def _install_through_kernel(args: argparse.Namespace, project: str, sock: Path) -> int:
+    """The kernel reviews the bytes read here and records the answer; they are installed."""
+    from fluffy.cli.connect import CALL_TIMEOUT_S
+    from fluffy.ipc.client import SyncClient
+    from fluffy.kernel.plugins.errors import PluginInstallRefused, PluginNotConfirmed
+    from fluffy.kernel.plugins.install import InstallPlan, install
+    from fluffy.kernel.plugins.manifest import read_manifest_text
+    from fluffy.kernel.plugins.store import read_tree
+    from fluffy.kernel.plugins.wire import check_sendable, encode_files, tree_digest
+
+    source = Path(args.path).expanduser().absolute()
+    files = read_tree(source)  # once: what the kernel reviews is what is installed
+    check_sendable(files)
+    digest = tree_digest(files)
+    asked = {"source": str(source), "files": encode_files(files)}
+    with SyncClient(str(sock), timeout=CALL_TIMEOUT_S) as client:
+        summary: dict[str, Any] = client.call("plugin.install", asked)["plan"]
+        if summary["digest"] != digest:
+            raise PluginInstallRefused(
+                f"the kernel reviewed other bytes than {source} holds",
+                why="the plan's digest names the files the kernel read",
+                fix="Install again; if it repeats, restart the kernel (`fluffy stop`).",
+            )
+        named = f"{summary['name']} {summary['version']}"
+        if not args.json:
+            _show_plan(summary)
+            stdout.print(f"  reviewed by  the kernel of {escape(project)} (your answer is audited)")
+        try:
+            approved = _confirmed(args, named)
+        except PluginNotConfirmed as error:
+            _decline(client, asked, digest)
+            error.why = f"{error.why}; the kernel recorded the refusal in the audit log"
+            raise
+        if not approved:
+            _decline(client, asked, digest)
+            stdout.print("not installed; the kernel recorded the refusal in the audit log")
+            return EXIT_REFUSED
+        client.call("plugin.install", {**asked, "approve": True, "digest": digest})
+    manifest = read_manifest_text(files["manifest.yaml"].decode("utf-8"), str(source))
+    reviewed = InstallPlan(source, manifest, len(files), sum(map(len, files.values())), [])
+
+    async def run(registry: Any, store: Any) -> Any:
+        return await install(registry, store, reviewed, files)
+
+    info = asyncio.run(_with_registry(args, run))
+    if args.json:
+        data = {"ok": True, "installed": info.to_dict(), "plan": summary, "audited": True}
+        print_json({**data, "kernel": project})
+    else:
+        stdout.print(
+            f"installed {info.name} {info.version} into {escape(info.folder)}; the kernel "
+            "recorded the approval in the audit log (`fluffy audit log --type "
+            "plugin_install_approved`)"
+        )
+        stdout.print("the running kernel loads it when it next starts (`fluffy stop`, then start)")
+    return EXIT_OK
+
+
+def _decline(client: Any, asked: dict[str, Any], digest: str) -> None:
+    """Tell the kernel the user said no: it records the refusal (and answers with it)."""
+    from fluffy.kernel.plugins.errors import PluginNotConfirmed
+
+    with contextlib.suppress(PluginNotConfirmed):
+        client.call("plugin.install", {**asked, "approve": False, "digest": digest})
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    project = _project(args)
+    sock = _kernel_socket(project)
+    if sock is None:
+        return _install_on_host(args, project)
+    return _install_through_kernel(args, project, sock)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ can read it from a read-only mount); the kernel activates what it lists at start
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,13 +92,25 @@ async def plan(registry: PluginRegistry, source: Path) -> InstallPlan:
 
 
 async def install(
-    registry: PluginRegistry, store: PluginStore, approved: InstallPlan
+    registry: PluginRegistry,
+    store: PluginStore,
+    approved: InstallPlan,
+    files: Mapping[str, bytes] | None = None,
 ) -> PluginInfo:
-    """Copy the approved plugin into the store and register the copy."""
+    """Copy the approved plugin into the store and register the copy.
+
+    ``files``: the exact bytes that were approved (a kernel's review); otherwise the
+    plugin folder is read again.
+    """
     manifest = approved.manifest
-    installed = await asyncio.to_thread(
-        store.install, approved.source, manifest.name, manifest.version
-    )
+    if files is None:
+        installed = await asyncio.to_thread(
+            store.install, approved.source, manifest.name, manifest.version
+        )
+    else:
+        installed = await asyncio.to_thread(
+            store.install_files, files, manifest.name, manifest.version, str(approved.source)
+        )
     try:
         found = await asyncio.to_thread(discover, installed.path)
         if found.manifest != manifest:
