@@ -192,9 +192,12 @@ def write_tree(folder: Path, files: Mapping[str, bytes]) -> dict[str, str]:
         if len(data) > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES or len(hashes) >= MAX_FILES:
             raise _refuse(f"{rel}: the plugin's files are over the store's limits")
         target = folder / rel
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        target.write_bytes(data)
-        target.chmod(0o644)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            target.write_bytes(data)
+            target.chmod(0o644)
+        except OSError as exc:  # e.g. "a" sent as a file and as a folder ("a/b")
+            raise _refuse(f"{rel} cannot be written: {exc.strerror or exc}") from None
         hashes[rel] = sha256(data)
     return hashes
 

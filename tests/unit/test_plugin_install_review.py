@@ -293,6 +293,8 @@ def _malformed(folder: Path) -> Iterator[tuple[Any, type[FluffyError]]]:
     for path in ("../escape.py", "/etc/passwd", "a//b.py", "x/./y.py", "__pycache__/m.pyc"):
         evil = {"path": path, "data": base64.b64encode(b"x").decode()}
         yield {**good, "files": [*good["files"], evil]}, PluginInstallRefused
+    clash = [{"path": p, "data": base64.b64encode(b"x").decode()} for p in ("a", "a/b.py")]
+    yield {**good, "files": [*good["files"], *clash]}, PluginInstallRefused  # file and folder
     big = {"path": "big.bin", "data": base64.b64encode(b"0" * (1024 * 1024 + 1)).decode()}
     yield {**good, "files": [*good["files"], big]}, PluginInstallRefused  # over 1 MiB
     parts = [
