@@ -88,3 +88,21 @@ async def test_without_a_kernel_the_terminal_reviews_and_says_it_is_not_audited(
 
 def _args(folder: Path) -> Any:
     return argparse.Namespace(path=str(folder), yes=False, json=False, project=None)
+
+
+def test_a_kernel_is_found_by_its_status_and_an_unhealthy_one_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli import lifecycle
+    from fluffy.errors import KernelNotRunning
+
+    monkeypatch.setenv("FLUFFY_HOME", str(tmp_path / "home"))
+    project = str(tmp_path)
+    monkeypatch.setattr(lifecycle, "_status", lambda project: None)
+    assert cli._kernel_socket(project) is None  # no kernel: the host review
+    monkeypatch.setattr(lifecycle, "_status", lambda project: {"health": "healthy"})
+    assert cli._kernel_socket(project) == paths(tmp_path / "home", project)["run"] / "kernel.sock"
+    monkeypatch.setattr(lifecycle, "_status", lambda project: {"health": "starting"})
+    with pytest.raises(KernelNotRunning, match="running but not healthy"):
+        cli._kernel_socket(project)  # never a silent fall back to the host
