@@ -283,6 +283,7 @@ class Host:
                 if job is None:
                     return 0
                 reply = await loop.run_in_executor(self.worker, self.run_job, job)
+                reply = present_capability(job, reply)
                 reply = await self.send_files(reply)
                 try:
                     await self.request("tool.result", reply)
@@ -296,6 +297,24 @@ class Host:
                 await self.client.close()
             self.worker.shutdown(wait=False, cancel_futures=True)
             self.hooks.shutdown(wait=False, cancel_futures=True)
+
+
+def present_capability(job: Any, reply: dict[str, Any]) -> dict[str, Any]:
+    """Show the call's capability token with its changes: one use per change, each with
+    a nonce greater than the last (the kernel checks every one before staging)."""
+    capability = job.get("capability") if isinstance(job, dict) else None
+    result = reply.get("result")
+    if not isinstance(capability, dict) or not isinstance(result, dict):
+        return reply
+    changes = result.get("changes")
+    if not isinstance(changes, list):
+        return reply
+    uses = [
+        {"path": change.get("path") if isinstance(change, dict) else None, "nonce": n}
+        for n, change in enumerate(changes, start=1)
+    ]
+    return {**reply, "result": {**result, "capability": {"token": capability.get("token"),
+                                                         "uses": uses}}}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ def request_data(request: Request) -> dict[str, Any]:
         "mode": request.mode,
         "size": request.size,
         "sandbox": request.sandbox,
+        **({"issuing": True} if request.issuing else {}),
     }
 
 
@@ -45,6 +46,7 @@ def request_from(data: dict[str, Any]) -> Request:
         str(data.get("mode", "strict")),
         data.get("size"),
         data.get("sandbox"),
+        issuing=bool(data.get("issuing", False)),
     )
 
 

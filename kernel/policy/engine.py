@@ -47,6 +47,10 @@ class Request:
     size: int | None = None
     sandbox: str | None = None
     token: TokenUse | None = None
+    #: The check before a capability token is issued for this operation (it will run in
+    #: a sandbox, whose every use of it is checked against the token): a rule's
+    #: ``require_capability_token`` is met by the token to come.
+    issuing: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ class _CompiledMatch:
 def _broken_constraint(rule: Rule, request: Request) -> str:
     c = rule.constraints
     assert c is not None
-    if c.require_capability_token:
+    if c.require_capability_token and not request.issuing:
         return f"rule {rule.name} allows this only with a capability token"
     if c.require_sandbox is not None and not sandbox_satisfies(c.require_sandbox, request.sandbox):
         return (

@@ -97,6 +97,7 @@ def plan_update(
             request.size,
             request.sandbox,
             None,
+            request.issuing,
         )
         before = current.evaluate(replay).result
         after = candidate.evaluate(replay).result

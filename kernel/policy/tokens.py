@@ -37,9 +37,13 @@ class CapabilityToken:
     expires_at: float
     ops_used: int = 0
     last_nonce: int = 0
+    #: Exact paths instead of globs (a call's own files: no pattern can widen them).
+    paths: frozenset[str] | None = None
     _spec: GlobSet | None = field(default=None, repr=False)
 
     def covers(self, path: str | None) -> bool:
+        if self.paths is not None:
+            return path in self.paths
         if not self.path_glob:
             return path is None
         if path is None:
@@ -63,6 +67,7 @@ class TokenStore:
         connection: str,
         syscall: str,
         path_glob: tuple[str, ...] = (),
+        paths: frozenset[str] | None = None,
         max_ops: int = 1,
         now: float,
         ttl_s: float = DEFAULT_TTL_S,
@@ -80,10 +85,16 @@ class TokenStore:
             path_glob=tuple(path_glob),
             max_ops=max_ops,
             expires_at=now + ttl_s,
+            paths=paths,
         )
         with self._lock:
             self.tokens[token.token_id] = token
         return token
+
+    def revoke(self, token_id: str) -> CapabilityToken | None:
+        """Forget a token (its call is over); the token as it was, None if unknown."""
+        with self._lock:
+            return self.tokens.pop(token_id, None)
 
     def check(
         self,

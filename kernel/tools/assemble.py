@@ -30,6 +30,7 @@ from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard
+from fluffy.kernel.tools.capabilities import Capabilities
 from fluffy.kernel.tools.envfilter import sandbox_environment
 from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
 from fluffy.kernel.tools.methods import tool_methods
@@ -184,6 +185,8 @@ async def assemble_tools(
     registry.add(plugins.specs)
     if runner is not None:
         runner.third_party = plugins.code
+        # one token store: a reloaded engine shares it (PolicyEngine.with_policy)
+        runner.capabilities = Capabilities(front.engine.tokens, front.engine.clock, audit)
 
     def accepting_work() -> bool:
         return guard.accepting_work

@@ -22,7 +22,9 @@ from fluffy.errors import (
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.plugins.store import PluginStore
+from fluffy.kernel.policy.tokens import CapabilityToken
 from fluffy.kernel.tools.callfiles import Received
+from fluffy.kernel.tools.capabilities import Scope
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class Job:
     lost: bool = False  # the host hung up before its call was assigned
     pooled: bool = False  # made ahead of its call (idle until placed)
     slot: str = ""  # names the sandbox's socket folder
+    capability: Scope | None = None  # what its token covers (None: no token)
+    token: CapabilityToken | None = None  # issued when the host takes the call
+    timeout_s: float = 0.0  # the call's time limit (its token lives as long)
 
 
 @dataclass
@@ -83,6 +88,9 @@ class PluginOutcome:
     timings: dict[str, float]
     #: the call's folder, open (``call_dir`` names it through /proc/self/fd)
     call_fd: int = -1
+    #: the call's capability token and the connection it is bound to (None: no token)
+    token: CapabilityToken | None = None
+    connection: str | None = None
 
     def close(self) -> None:
         if self.call_fd >= 0:
@@ -119,6 +127,7 @@ class CallRequest:
     session_mode: str
     settings: dict[str, Any]
     timeout_s: float
+    capability: Scope | None = None
 
 
 class NeverTaken(Exception):
@@ -164,3 +173,8 @@ def plugin_error(plugin: str, tool: str, error: dict[str, Any]) -> FluffyError:
         return ToolInputInvalid(f"{tool}: {message}", why=f"{plugin} refused the arguments")
     cls = ToolTransient if error.get("retryable") else ToolFailed
     return cls(f"{tool} failed: {message}", why=f"reported by {plugin} ({code})")
+
+
+def connection_key(context: CallContext) -> str:
+    """A connection's name for a token's binding (its socket and the connection)."""
+    return f"{context.binding}:{id(context.connection):x}"

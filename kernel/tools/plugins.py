@@ -73,6 +73,7 @@ from fluffy.kernel.ipc.server import (
 )
 from fluffy.kernel.plugins.handshake import check_negotiated
 from fluffy.kernel.tools.callfiles import WRITER, parse_files, write_files
+from fluffy.kernel.tools.capabilities import Capabilities, Scope
 from fluffy.kernel.tools.pluginjob import (
     DECLARED_TOOLS,
     PLUGIN_CODE_DIR,
@@ -82,6 +83,7 @@ from fluffy.kernel.tools.pluginjob import (
     PluginOutcome,
     SocketMethods,
     ThirdPartyCode,
+    connection_key,
     first_done,
     open_call_dir,
     plugin_error,
@@ -121,6 +123,8 @@ class PluginRunner:
         self.third_party: dict[str, ThirdPartyCode] = {}
         #: Warm sandboxes (None: every call makes its own).
         self.pool: SandboxPool | None = None
+        #: Issues the capability tokens of calls that write (None: no tokens).
+        self.capabilities: Capabilities | None = None
 
     def manager(self) -> ContainerManager:
         """The container manager (opened on first use: call it off the event loop)."""
@@ -158,7 +162,29 @@ class PluginRunner:
         }
         if job.settings:
             work["settings"] = job.settings
+        if job.capability is not None and self.capabilities is not None:
+            work["capability"] = await self._issue(job, context)
         return work
+
+    async def _issue(self, job: Job, context: CallContext) -> dict[str, Any]:
+        """The call's token, bound to this sandbox and the connection that took it."""
+        assert job.capability is not None and self.capabilities is not None
+        container_id = job.sandbox.container_id if job.sandbox is not None else None
+        job.token = await self.capabilities.issue(
+            job.capability,
+            container_id=container_id or job.sandbox_id,
+            connection=connection_key(context),
+            ttl_s=job.timeout_s or 30.0,
+            call_id=job.call_id,
+            plugin=job.plugin,
+            sandbox_id=job.sandbox_id,
+        )
+        return {
+            "token": job.token.token_id,
+            "syscall": job.token.syscall,
+            "paths": sorted(job.token.paths or ()),
+            "max_ops": job.token.max_ops,
+        }
 
     def _taker(self, context: CallContext, method: str) -> Job:
         """The call, if ``context`` is the connection that took it and it is unanswered:
@@ -405,11 +431,13 @@ class PluginRunner:
         timeout_s: float,
         image: str | None = None,
         settings: dict[str, Any] | None = None,
+        capability: Scope | None = None,
     ) -> PluginOutcome:
         """Run one call; the sandbox stays until :meth:`release` (its output is needed).
 
         ``image``: a fluffy image other than the template's (a project's test
-        environment); ``settings``: the kernel's settings the call's job carries."""
+        environment); ``settings``: the kernel's settings the call's job carries;
+        ``capability``: what the call's token covers (a write: its paths)."""
         started = time.perf_counter()
         recipe = self.recipe(
             plugin=plugin,
@@ -420,7 +448,9 @@ class PluginRunner:
             timeout_s=timeout_s,
             image=image,
         )
-        call = CallRequest(call_id, tool, dict(args), session_mode, dict(settings or {}), timeout_s)
+        call = CallRequest(
+            call_id, tool, dict(args), session_mode, dict(settings or {}), timeout_s, capability
+        )
         slot = await self.pool.take(recipe) if self.pool is not None else None
         if slot is not None:
             try:
@@ -439,6 +469,7 @@ class PluginRunner:
         binding, sandbox = slot.binding, slot.sandbox
         job.call_id, job.tool, job.args = call.call_id, call.tool, call.args
         job.session_mode, job.settings = call.session_mode, call.settings
+        job.capability, job.timeout_s = call.capability, call.timeout_s
         sandbox.call_id = call.call_id  # its destroyed entry names the call it served
         job.placed.set()
         created = time.perf_counter()
@@ -479,7 +510,10 @@ class PluginRunner:
         except ToolFailed:
             await self._teardown(binding, sandbox)
             raise
-        return PluginOutcome(result, Path(f"/proc/self/fd/{fd}"), sandbox, timings, fd)
+        connection = connection_key(job.context) if job.context is not None else None
+        return PluginOutcome(
+            result, Path(f"/proc/self/fd/{fd}"), sandbox, timings, fd, job.token, connection
+        )
 
     async def _await_reply(
         self, job: Job, sandbox: Sandbox, timeout_s: float, manager: ContainerManager
@@ -533,6 +567,9 @@ class PluginRunner:
         if binding is None:
             return
         job = self.jobs.pop(binding, None)
+        if job is not None and job.token is not None and self.capabilities is not None:
+            self.capabilities.expire(job.token.token_id, job.call_id)
+            job.token = None
         server = self.servers.pop(binding, None)
         if server is not None:
             await server.close()

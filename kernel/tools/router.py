@@ -48,8 +48,10 @@ from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.paths import read_regular, safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
+from fluffy.kernel.policy.tokens import TokenUse
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
+from fluffy.kernel.tools.capabilities import Scope, token_ref
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
@@ -89,6 +91,9 @@ class _Call:
     review: str | None = None  # a policy rule asked for review of this write
     timings: dict[str, float] | None = None  # a plugin call's (see PluginOutcome)
     sandbox_id: str | None = None  # the sandbox a plugin call ran in (one per call)
+    capability: Scope | None = None  # a write in a sandbox: what its token covers
+    token_ops: str | None = None  # "used/max" uses of the call's token (None: no token)
+    token: str | None = None  # how the audit log names the call's token
 
 
 class ToolRouter:
@@ -271,6 +276,11 @@ class ToolRouter:
             p for p in sorted(call.reads) if p not in ("", ".")
         ]
         targets: list[str | None] = [*named] or [None]  # None: the whole project
+        # a write in a sandbox is checked before its token is issued (ADR-041): every
+        # change the sandbox returns is then checked against the token
+        issuing = spec.route == "plugin" and spec.kind == "write" and bool(call.writes)
+        if issuing:
+            call.capability = Scope(spec.name, tuple(sorted(call.writes)))
         for path in targets:
             request = Request(
                 syscall=spec.name,
@@ -280,6 +290,7 @@ class ToolRouter:
                 mode=call.session.mode,
                 size=size,
                 sandbox=spec.template if spec.route == "plugin" else None,
+                issuing=issuing,
             )
             asked.append(request_data(request))
             decision = self.policy.evaluate(request)
@@ -381,6 +392,7 @@ class ToolRouter:
                     timeout_s=self.settings.call_timeout_s,
                     image=test.image if test is not None else None,
                     settings=test.settings if test is not None else None,
+                    capability=call.capability,
                 ),
             )
         except BaseException as exc:
@@ -448,6 +460,7 @@ class ToolRouter:
                     f"allowed to write",
                     why=f"the call was authorised for {', '.join(sorted(call.writes))} only",
                 )
+        self._check_uses(call, outcome, changes)
         async with self.flow.lock(call.session.id):
             now = await self.workflow.get(call.session.id)
             if now.state != call.session.state:
@@ -475,6 +488,63 @@ class ToolRouter:
             "review_required": call.review,
             "diff": diff[-8000:],
         }
+
+    def _check_uses(self, call: _Call, outcome: PluginOutcome, changes: list[Any]) -> None:
+        """Each change is one use of the call's token, presented by the sandbox with a
+        nonce: checked by the policy engine (token fast path, built-ins still run).  A
+        change the token does not cover -- another path, a use too many, a replayed
+        nonce, a token of another sandbox or connection -- is refused: nothing staged."""
+        token = outcome.token
+        if call.capability is None or token is None:
+            return
+        spec, session = call.spec, call.session
+        presented = outcome.result.get("capability")
+        token_id = presented.get("token") if isinstance(presented, dict) else None
+        uses = presented.get("uses") if isinstance(presented, dict) else None
+        uses = uses if isinstance(uses, list) else []
+        caller = Caller(
+            spec.plugin or "plugin",
+            frozenset({"ai", "core_plugin"}),
+            token.container_id,
+            outcome.connection,
+        )
+        used = 0
+        for index, change in enumerate(changes):
+            path = change.get("path") if isinstance(change, dict) else None
+            use = uses[index] if index < len(uses) and isinstance(uses[index], dict) else {}
+            nonce = use.get("nonce")
+            shown = (
+                TokenUse(token_id, nonce)
+                if isinstance(token_id, str)
+                and use.get("path") == path
+                and isinstance(nonce, int)
+                and not isinstance(nonce, bool)
+                else None
+            )
+            decision = self.policy.evaluate(
+                Request(
+                    syscall=spec.name,
+                    caller=caller,
+                    path=path if isinstance(path, str) else None,
+                    state=session.state,
+                    mode=session.mode,
+                    sandbox=spec.template,
+                    token=shown,
+                )
+            )
+            if decision.result != "allow" or not decision.by_token:
+                raise MergeRefused(
+                    f"{spec.plugin}'s change to {path!r} was not covered by the call's "
+                    "capability token",
+                    why="; ".join(decision.reasons)
+                    if decision.result == "deny" and decision.decided_by
+                    else "a change needs the call's token, for its own path, once, with a "
+                    "nonce greater than the last (none, another or a replayed one was shown)",
+                    fix="Nothing was staged; call the tool again.",
+                )
+            used += 1
+        call.token = token_ref(token.token_id)
+        call.token_ops = f"{used}/{token.max_ops}"
 
     async def _commit(self, call: _Call, outcome: PluginOutcome) -> dict[str, Any]:
         result = await asyncio.to_thread(self.merger.merge_git, outcome.call_dir, outcome.result)
@@ -650,6 +720,11 @@ class ToolRouter:
                 **meta,
                 **({"policy_requests": _ENCODE(asked).decode()} if asked else {}),
                 **(
+                    {"capability": call.token, "capability_ops": call.token_ops}
+                    if call is not None and call.token is not None and call.token_ops
+                    else {}
+                ),
+                **(
                     {"sandbox_warm": "true" if call.timings.get("warm") else "false"}
                     if call is not None and call.timings
                     else {}
@@ -725,7 +800,9 @@ def _decision(call: _Call | None, output: Any) -> str | None:
         return "denied" if refused else ("allowed" if call is not None else None)
     if call is None:
         return None
-    return "review_required" if call.review else "allowed"
+    if call.review:
+        return "review_required"
+    return "allowed_by_token" if call.token_ops else "allowed"
 
 
 #: What a test's output says when the sandbox's pid limit stopped it.

@@ -80,6 +80,14 @@ def worked(
     base = tmp_path_factory.mktemp(f"live-{runtime}")
     project = base / "project"
     shutil.copytree(DEMO, project)
+    policy = project / ".fluffy" / "policy.yaml"  # the design's fs-write-source example
+    written = policy.read_text().replace(
+        'constraints: {require_sandbox: L2, max_file_size: "100KiB"}',
+        'constraints: {require_sandbox: L2, max_file_size: "100KiB", '
+        "require_capability_token: true}",
+    )
+    assert written.count("require_capability_token") >= 2
+    policy.write_text(written)
     (project / ".fluffy" / "rules").mkdir()
     (project / ".fluffy" / "rules" / "no-todo.py").write_text(NO_TODO)
     init_repository(project)
@@ -220,3 +228,23 @@ def test_a_rule_change_is_loaded_tried_reviewed_and_then_runs(worked: dict[str, 
         assert other["ok"] is True, other
     updates = audit(worked, "policy_update")
     assert updates and updates[-1]["metadata"]["rules_changed"] == "no-config-reads.py"
+
+
+def test_writes_ran_on_capability_tokens_bound_to_their_sandbox(worked: dict[str, Any]) -> None:
+    """The project's write rules say require_capability_token (the design's example): each
+    write was checked before its token was issued, and its sandbox's change was staged on
+    the token -- issued, used once, expired, all in the audit log."""
+    writes = [
+        e for e in audit(worked, "tool_result")
+        if e["syscall_type"] == "fs.write" and e["metadata"].get("capability")
+    ]  # fmt: skip
+    assert len(writes) >= 2, writes  # the test, then the code
+    assert all(e["policy_decision"] == "allowed_by_token" for e in writes)
+    assert all(e["metadata"]["capability_ops"] == "1/1" for e in writes)
+    issued = {e["metadata"]["token"]: e for e in audit(worked, "capability_issued")}
+    expired = {e["metadata"]["token"]: e for e in audit(worked, "capability_expired")}
+    for entry in writes:
+        token = entry["metadata"]["capability"]
+        assert issued[token]["metadata"]["call_id"] == expired[token]["metadata"]["call_id"]
+        assert expired[token]["metadata"]["ops_used"] == "1"
+        assert issued[token]["sandbox_id"] == entry["sandbox_id"]  # that call's sandbox

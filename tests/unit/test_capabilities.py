@@ -1,0 +1,151 @@
+"""Capability tokens on the live path: the router's check is the one before issuing;
+every change a sandbox returns is one use of its call's token, checked by the engine
+(real PolicyEngine, TokenStore and audit log; the sandbox is played by data here,
+tests/e2e/test_live_policy.py runs the real ones)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fluffy.errors import MergeRefused
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.query import Filters, entries
+from fluffy.kernel.policy.builtin import default_builtins
+from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
+from fluffy.kernel.policy.model import parse_policy
+from fluffy.kernel.tools.capabilities import Capabilities, Scope, token_ref
+from fluffy.kernel.tools.router import ToolRouter
+from fluffy.sandboxes.plugin_host import present_capability
+
+POLICY = """capabilities:
+  - name: fs-write-source
+    match: {syscall: fs.write, path_glob: ["src/**"]}
+    action: allow
+    constraints: {require_sandbox: L2, require_capability_token: true}
+"""
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(tmp_path: Path) -> tuple[PolicyEngine, Capabilities, Clock]:
+    clock = Clock()
+    engine = PolicyEngine(
+        parse_policy(POLICY), builtins=default_builtins(tmp_path), root=tmp_path, clock=clock
+    )
+    return engine, Capabilities(engine.tokens, clock), clock
+
+
+def issue(caps: Capabilities, *paths: str) -> Any:
+    return asyncio.run(
+        caps.issue(Scope("fs.write", paths), container_id="c1" * 32, connection="sock:1",
+                   ttl_s=30, call_id="k1", plugin="fs-tool")
+    )  # fmt: skip
+
+
+def check(
+    engine: PolicyEngine, token: Any, result: dict[str, Any], connection: str = "sock:1"
+) -> Any:
+    call = SimpleNamespace(
+        capability=Scope("fs.write", ("src/a.py",)),
+        spec=SimpleNamespace(name="fs.write", plugin="fs-tool", template="code-executor"),
+        session=SimpleNamespace(state="code_writing", mode="strict"),
+        token=None,
+        token_ops=None,
+    )
+    outcome = SimpleNamespace(token=token, result=result, connection=connection)
+    router = SimpleNamespace(policy=engine)
+    ToolRouter._check_uses(router, call, outcome, result["changes"])  # type: ignore[arg-type]
+    return call
+
+
+def returned(token: Any, *paths: str) -> dict[str, Any]:
+    """What fluffy's plugin host sends back: its changes and the token's uses."""
+    changes = [{"path": p, "op": "full", "file": "x"} for p in paths]
+    job = {"capability": {"token": token.token_id}}
+    reply = present_capability(job, {"ok": True, "result": {"changes": changes}})
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+def test_require_capability_token_is_met_only_by_the_check_before_issuing(
+    tmp_path: Path,
+) -> None:
+    engine, _, _ = setup(tmp_path)
+    ask = Request("fs.write", Caller("fs-tool", frozenset({"ai"})), "src/a.py",
+                  sandbox="code-executor")  # fmt: skip
+    assert engine.evaluate(ask).result == "deny"  # e.g. the kernel's fast path
+    from dataclasses import replace
+
+    assert engine.evaluate(replace(ask, issuing=True)).result == "allow"
+
+
+def test_each_change_is_one_use_of_the_token(tmp_path: Path) -> None:
+    engine, caps, _ = setup(tmp_path)
+    token = issue(caps, "src/a.py")
+    call = check(engine, token, returned(token, "src/a.py"))
+    assert (call.token, call.token_ops) == (token_ref(token.token_id), "1/1")
+    with pytest.raises(MergeRefused):  # the same uses again: replayed, and used up
+        check(engine, token, returned(token, "src/a.py"))
+
+
+@pytest.mark.parametrize(
+    "case", ["other path", "no token", "wrong token", "other connection", "expired", "nonce"]
+)
+def test_a_change_the_token_does_not_cover_is_refused(tmp_path: Path, case: str) -> None:
+    engine, caps, clock = setup(tmp_path)
+    token = issue(caps, "src/a.py")
+    result = returned(token, "src/b.py" if case == "other path" else "src/a.py")
+    connection = "sock:2" if case == "other connection" else "sock:1"
+    if case == "no token":
+        del result["capability"]
+    if case == "wrong token":
+        result["capability"]["token"] = "forged"
+    if case == "expired":
+        clock.now += 31
+    if case == "nonce":
+        result["capability"]["uses"][0]["nonce"] = 0
+    with pytest.raises(MergeRefused) as info:
+        check(engine, token, result, connection)
+    assert "not covered by the call's capability token" in info.value.what
+    if case != "expired":  # an expired token is forgotten at its check
+        assert engine.tokens.tokens[token.token_id].ops_used == 0  # nothing consumed
+
+
+def test_issued_and_expired_tokens_are_audited(tmp_path: Path) -> None:
+    secrets: list[str] = []
+
+    async def main() -> None:
+        audit = await AuditLog.open(tmp_path)
+        await audit.record(Event("kernel_start"))
+        engine, _, clock = setup(tmp_path)
+        caps = Capabilities(engine.tokens, clock, audit)
+        scope = Scope("fs.write", ("src/a.py", "src/b.py"))
+        token = await caps.issue(
+            scope, container_id="c2", connection="s", ttl_s=30, call_id="k2", plugin="fs-tool"
+        )
+        secrets.append(token.token_id)
+        token.ops_used = 1
+        caps.expire(token.token_id, "k2")
+        assert token.token_id not in engine.tokens.tokens  # revoked: no later use
+        await audit.close()
+
+    asyncio.run(main())
+    issued = list(entries(tmp_path, Filters(event_type="capability_issued")))
+    expired = list(entries(tmp_path, Filters(event_type="capability_expired")))
+    assert len(issued) == 1 and issued[0]["metadata"]["max_ops"] == "2"
+    assert expired[0]["metadata"]["ops_used"] == "1"
+    assert expired[0]["metadata"]["reason"] == "the call is over"
+    assert issued[0]["metadata"]["token"] == expired[0]["metadata"]["token"]
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("*.db*"))
+    assert stored and secrets[0].encode() not in stored  # named by a digest only
