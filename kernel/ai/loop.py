@@ -473,6 +473,7 @@ class SessionLoop:
     async def _review(self, turn: Turn, review: dict[str, Any]) -> None:
         sid = turn.session_id
         if review.get("auto_merged"):
+            await self._budget_notices(turn, review)
             merged = list(review.get("merged") or [])
             await self._emit(
                 turn,
@@ -512,6 +513,7 @@ class SessionLoop:
             turn.status = "running"
         result = decision.get("result") or {}
         if decision["decision"] == "approve":
+            await self._budget_notices(turn, result)
             await self._emit(
                 turn,
                 {
@@ -534,6 +536,14 @@ class SessionLoop:
                 f"Workflow state: {result.get('state')}.{said}"
             )
         await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
+
+    async def _budget_notices(self, turn: Turn, merge: dict[str, Any]) -> None:
+        """A merge's tech-debt notices (coverage below min_delta or past the warning)."""
+        for message in merge.get("budget") or []:
+            await self._emit(
+                turn,
+                {"type": "notice", "level": "warn", "what": str(message), "why": "", "fix": ""},
+            )
 
     async def _show(self, session_id: str) -> dict[str, Any]:
         stage = self.router.workspaces.get(session_id)

@@ -158,12 +158,16 @@ class Flow:
             return await self._approve(session_id, plan, by=by)
 
     async def _approve(self, session_id: str, plan: Any, *, by: str) -> dict[str, Any]:
-        await self.workflow.check_budget(session_id)  # a locked budget merges nothing
+        # a locked budget merges nothing; a smaller drop is merged with its notice
+        budget = await self.workflow.check_budget(session_id)
+        meta = {"by": by, "files": ",".join(c.path for c in plan.changes)[:2000]}
+        if budget:
+            meta["budget"] = "; ".join(budget)[:1000]
         await self._audit(
             "merge_approved",
             session_id,
             f"merge approved by {by}: {len(plan.changes)} file(s), {plan.diff_lines} diff lines",
-            {"by": by, "files": ",".join(c.path for c in plan.changes)[:2000]},
+            meta,
             plan.diff,
         )
         await self.workflow.annotate(session_id, "merge_started", merge_started=by)
@@ -173,7 +177,10 @@ class Flow:
             # nothing (or a resumable operation) was written: no approval stays behind
             await self.workflow.annotate(session_id, "merge_failed", merge_started=None)
             raise
-        return await self._finish_merge(session_id, result)
+        summary = await self._finish_merge(session_id, result)
+        if budget:
+            summary["budget"] = budget
+        return summary
 
     async def _finish_merge(self, session_id: str, result: Any) -> dict[str, Any]:
         conflicts = list(getattr(result, "conflicts", []))

@@ -1,10 +1,13 @@
 """Coverage reports and the tech-debt budget.
 
 Design rule (tech-debt budget): the coverage baseline is updated after each
-strict-mode commit; an explore-mode commit is judged by its change in line coverage,
-in percentage points: a drop of at most 2 -> ``ok``; more than 2 -> ``warn`` (commit
-allowed); more than 5 -> ``lock`` (explore mode locked until strict-mode tests restore
-coverage).  Exactly -2.0 is ``ok`` and exactly -5.0 is ``warn``.
+strict-mode commit; a commit is judged by its change in line coverage, in percentage
+points, against ``min_delta`` (0: coverage must not decrease), the warning threshold
+(-2) and the lockout threshold (-5): at least ``min_delta`` -> ``ok``; less -> ``drop``
+(shown and audited, commit allowed); more than 2 lower -> ``warn`` (a louder warning,
+commit allowed); more than 5 lower -> ``lock`` (explore mode locked until strict-mode
+tests restore coverage).  With the defaults, exactly 0.0 is ``ok``, -0.01 and exactly
+-2.0 are ``drop``, and exactly -5.0 is ``warn`` (ADR-042).
 
 Reading a report is the untrusted half.  :func:`parse_coverage` takes what
 ``coverage json`` / ``xml`` (Cobertura) / ``lcov`` write, detects the format from the
@@ -246,13 +249,17 @@ def _parse_lcov(text: str, name: str) -> CoverageReport:
 
 @dataclass(frozen=True)
 class BudgetVerdict:
-    """What the tech-debt budget says about one explore-mode commit."""
+    """What the tech-debt budget says about one commit."""
 
-    level: Literal["ok", "warn", "lock"]
+    level: Literal["ok", "drop", "warn", "lock"]
     baseline_percent: float | None
     current_percent: float
     delta: float  # percentage points, current - baseline (0.0 without a baseline)
     message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.level == "ok"
 
 
 _RESTORE = "switch to strict mode and write tests that restore coverage"
@@ -263,17 +270,28 @@ def _num(value: float) -> str:
     return text[:-1] if text.endswith("0") else text
 
 
+def check_thresholds(min_delta: float, warning: float, lockout: float) -> None:
+    """ValueError unless lockout <= warning <= 0 and warning <= min_delta (all finite)."""
+    if not (math.isfinite(warning) and math.isfinite(lockout) and lockout <= warning <= 0):
+        raise ValueError(f"need lockout <= warning <= 0 points, got {lockout!r} and {warning!r}")
+    if not (math.isfinite(min_delta) and warning <= min_delta):
+        raise ValueError(
+            f"need warning <= min_delta points (a finite number), got {warning!r} and {min_delta!r}"
+        )
+
+
 def judge_budget(
     baseline: CoverageReport | None,
     current: CoverageReport,
     *,
+    min_delta: float = 0.0,
     warning_threshold: float = -2.0,
     lockout_threshold: float = -5.0,
 ) -> BudgetVerdict:
-    """Apply the budget: delta < lockout -> lock; delta < warning -> warn; else ok."""
+    """Apply the budget: delta < lockout -> lock; < warning -> warn; < min_delta -> drop;
+    else ok (``min_delta`` 0: any decrease is not ok)."""
     warn, lock = warning_threshold, lockout_threshold
-    if not (math.isfinite(warn) and math.isfinite(lock) and lock <= warn <= 0):
-        raise ValueError(f"need lockout <= warning <= 0 points, got {lock!r} and {warn!r}")
+    check_thresholds(min_delta, warn, lock)
     now = current.percent
     if baseline is None:
         message = f"no coverage baseline yet (now {_num(now)}%): commit allowed"
@@ -282,15 +300,22 @@ def judge_budget(
     delta = round(now - before, 9) + 0.0  # drop float noise (and -0.0)
     span = f"({_num(before)}% -> {_num(now)}%)"
     fell = f"coverage fell {_num(-delta)} points {span}"
-    level: Literal["ok", "warn", "lock"] = "ok"
+    level: Literal["ok", "drop", "warn", "lock"] = "ok"
     if delta < lock:
         level, message = "lock", f"{fell}: explore mode locked; {_RESTORE}"
     elif delta < warn:
         level, message = "warn", f"{fell}: warning, commit allowed"
-    elif delta < 0:
-        message = f"{fell}: within budget, commit allowed"
+    elif delta < min_delta:
+        changed = fell if delta < 0 else f"coverage changed by {_num(delta)} points {span}"
+        level = "drop"
+        message = (
+            f"{changed}: below min_delta ({_num(min_delta)} points); commit allowed, "
+            "with this notice on record"
+        )
     elif delta > 0:
         message = f"coverage rose {_num(delta)} points {span}: commit allowed"
+    elif delta < 0:
+        message = f"{fell}: within min_delta ({_num(min_delta)} points), commit allowed"
     else:
         message = f"coverage unchanged at {_num(now)}%: commit allowed"
     return BudgetVerdict(level, before, now, delta, message)

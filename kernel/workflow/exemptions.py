@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pathspec import GitIgnoreSpec
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fluffy.errors import ExemptionDenied
+from fluffy.kernel.workflow.coverage import check_thresholds
 
 Category = Literal["config_change", "type_refactor", "documentation", "asset_update"]
 CATEGORIES: tuple[Category, ...] = (
@@ -69,7 +70,10 @@ DEFAULT_EXEMPTIONS: Mapping[str, ExemptionRule] = {
 
 
 class TechDebtSettings(BaseModel):
-    """policy.yaml ``tech_debt``: coverage-based budget (percentage points)."""
+    """policy.yaml ``tech_debt``: coverage-based budget (percentage points).
+
+    ``min_delta`` 0: coverage must not decrease (a commit below it is not "ok", ADR-042).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,6 +89,11 @@ class TechDebtSettings(BaseModel):
         if value > 0:
             raise ValueError("lockout_threshold is a drop: 0 or negative")
         return value
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> TechDebtSettings:
+        check_thresholds(self.min_delta, self.warning_threshold, self.lockout_threshold)
+        return self
 
 
 def check_exemption(

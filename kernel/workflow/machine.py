@@ -276,6 +276,7 @@ class Workflow:
         verdict = judge_budget(
             baseline,
             current,
+            min_delta=self.tech_debt.min_delta,
             warning_threshold=self.tech_debt.warning_threshold,
             lockout_threshold=self.tech_debt.lockout_threshold,
         )
@@ -286,7 +287,7 @@ class Workflow:
                 why=verdict.message,
                 fix="Switch to strict mode (/strict) and write tests that restore coverage.",
             )
-        return [verdict.message] if verdict.level == "warn" else []
+        return [] if verdict.ok else [verdict.message]
 
     # -- transitions ----------------------------------------------------------------------
     async def _fire_unlocked(

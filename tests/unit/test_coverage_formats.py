@@ -554,8 +554,9 @@ BASELINE = _at(8_000)  # 80.0 %
     [
         (8_100, "ok", 1.0),
         (8_000, "ok", 0.0),
-        (7_900, "ok", -1.0),
-        (7_800, "ok", -2.0),
+        (7_999, "drop", -0.01),  # min_delta 0: any decrease is not ok
+        (7_900, "drop", -1.0),
+        (7_800, "drop", -2.0),
         (7_799, "warn", -2.01),
         (7_690, "warn", -3.1),
         (7_500, "warn", -5.0),
@@ -579,7 +580,12 @@ def test_budget_messages() -> None:
     lock = judge_budget(BASELINE, _at(7_499)).message
     assert lock.startswith("coverage fell 5.01 points (80.0% -> 74.99%): explore mode locked")
     assert "strict mode" in lock
-    assert "within budget" in judge_budget(BASELINE, _at(7_900)).message
+    assert judge_budget(BASELINE, _at(7_900)).message == (
+        "coverage fell 1.0 points (80.0% -> 79.0%): below min_delta (0.0 points); "
+        "commit allowed, with this notice on record"
+    )
+    within = judge_budget(BASELINE, _at(7_900), min_delta=-1).message
+    assert "within min_delta (-1.0 points)" in within
     assert "rose 1.0 points" in judge_budget(BASELINE, _at(8_100)).message
     assert (
         judge_budget(BASELINE, _at(8_000)).message == "coverage unchanged at 80.0%: commit allowed"
@@ -600,11 +606,26 @@ def test_budget_float_noise_does_not_cross_a_boundary() -> None:
     baseline, current = CoverageReport(17, 51, {}, "lcov"), CoverageReport(47, 150, {}, "lcov")
     assert current.percent - baseline.percent < -2.0
     verdict = judge_budget(baseline, current)
-    assert (verdict.level, verdict.delta) == ("ok", -2.0)
+    assert (verdict.level, verdict.delta) == ("drop", -2.0)
+    assert judge_budget(baseline, current, min_delta=-2).level == "ok"
+
+
+def test_budget_min_delta_is_honoured_exactly() -> None:
+    assert judge_budget(BASELINE, _at(7_999)).ok is False  # the default: no decrease
+    assert judge_budget(BASELINE, _at(7_900), min_delta=-1).level == "ok"
+    assert judge_budget(BASELINE, _at(7_899), min_delta=-1).level == "drop"
+    rise = {"min_delta": 0.5}  # a policy may ask every commit to raise coverage
+    assert judge_budget(BASELINE, _at(8_050), **rise).level == "ok"
+    short = judge_budget(BASELINE, _at(8_049), **rise)
+    assert short.level == "drop"
+    assert short.message.startswith("coverage changed by 0.49 points")
+    assert judge_budget(BASELINE, _at(8_000), **rise).level == "drop"
 
 
 def test_budget_custom_thresholds() -> None:
-    assert judge_budget(BASELINE, _at(7_950), warning_threshold=-0.5).level == "ok"
+    assert judge_budget(BASELINE, _at(7_950), warning_threshold=-0.5, min_delta=-0.5).level == (
+        "ok"
+    )
     assert judge_budget(BASELINE, _at(7_940), warning_threshold=-0.5).level == "warn"
     strict = {"warning_threshold": 0.0, "lockout_threshold": 0.0}
     assert judge_budget(BASELINE, _at(8_000), **strict).level == "ok"
@@ -625,3 +646,16 @@ def test_budget_custom_thresholds() -> None:
 def test_budget_rejects_bad_thresholds(warning: float, lockout: float) -> None:
     with pytest.raises(ValueError, match="lockout <= warning <= 0"):
         judge_budget(BASELINE, _at(1), warning_threshold=warning, lockout_threshold=lockout)
+
+
+@pytest.mark.parametrize("min_delta", [-2.5, float("nan"), float("inf")])
+def test_budget_rejects_min_delta_below_the_warning(min_delta: float) -> None:
+    with pytest.raises(ValueError, match="warning <= min_delta"):
+        judge_budget(BASELINE, _at(1), min_delta=min_delta)
+
+
+def test_policy_checks_the_tech_debt_settings() -> None:
+    from fluffy.kernel.workflow.exemptions import TechDebtSettings
+
+    with pytest.raises(ValueError, match="warning <= min_delta"):
+        TechDebtSettings(min_delta=-3)

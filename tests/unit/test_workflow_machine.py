@@ -297,6 +297,8 @@ def test_tech_debt_budget_warns_locks_and_recovers(tmp_path: Path) -> None:
         try:
             await _strict_commit(kit, project, 80)  # baseline 80 %
             assert await _explore_commit(kit, project, 80) == []
+            small = await _explore_commit(kit, project, 79)  # min_delta 0: not ok
+            assert small and "below min_delta" in small[0]
             warned = await _explore_commit(kit, project, 77)
             assert warned and "fell 3" in warned[0]
             with pytest.raises(TransitionDenied, match="tech-debt budget"):
