@@ -69,6 +69,12 @@ def budget_text(budget: dict[str, Any]) -> str:
         f", now {_number(budget.get('current'))}, delta {_number(budget.get('delta'))} "
         f"(warn at {_number(budget.get('warn_at'))}, lock at {_number(budget.get('lock_at'))})"
     )
+    if budget.get("min_delta") is not None:
+        line += f", min_delta {_number(budget.get('min_delta'))}"
+    if budget.get("baseline_file"):
+        line += f"\nbaseline file: {budget['baseline_file']}"
+    for note in budget.get("notes") or []:
+        line += f"\nNOTE: {note}"
     if budget.get("locked"):
         line += "\nLOCKED: write tests to raise coverage, or switch to strict mode"
     return line

@@ -206,7 +206,16 @@ class SessionLoop:
         session = await self.router.workflow.get(turn.session_id)
         current = before
         for step in steps:
-            if isinstance(step, dict) and step.get("to") and step.get("from") == current:
+            if not isinstance(step, dict):
+                continue
+            # a merge's budget notices come with the merge (_budget_notices)
+            notes = step.get("notes") if step.get("event") != "merge_approved" else None
+            for note in notes or []:
+                await self._emit(
+                    turn,
+                    {"type": "notice", "level": "warn", "what": str(note), "why": "", "fix": ""},
+                )
+            if step.get("to") and step.get("from") == current:
                 await self._emit(
                     turn,
                     {"type": "state", "from": current, "to": step["to"], "mode": session.mode},

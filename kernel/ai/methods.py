@@ -7,7 +7,6 @@ quarantine; the provider's settings (and its API key) arrive here and stay in me
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ from fluffy.errors import InvalidPayload
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.tools.methods import _user_only
-from fluffy.kernel.workflow.machine import BASELINE_KEY, LOCK_KEY
+from fluffy.kernel.workflow.machine import LOCK_KEY
 from fluffy.kernel.workflow.methods import _params, _view
 from fluffy.sandboxes.ai.types import ProviderConfig
 
@@ -33,16 +32,6 @@ def _provider(raw: Any) -> ProviderConfig:
             f"provider: {exc}",
             fix="name is scripted, openai or anthropic; model/base_url/api_key are strings.",
         ) from None
-
-
-def _percent(raw: str | None) -> float | None:
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw).get("percent")
-    except (ValueError, AttributeError):
-        return None
-    return float(value) if isinstance(value, int | float) else None
 
 
 def ai_methods(
@@ -139,12 +128,17 @@ def ai_methods(
     async def budget(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id",))
         session = await workflow.get(str(p["session_id"]))
-        baseline = _percent(await workflow.store.get_meta(BASELINE_KEY))
+        report, notes = await workflow.baseline()  # the baseline file
+        baseline = None if report is None else round(report.percent, 4)
         locked = await workflow.store.get_meta(LOCK_KEY) is not None
         latest = await workflow._latest(session)
         current = latest[2].percent if latest is not None and latest[2] is not None else None
         delta = None if baseline is None or current is None else round(current - baseline, 2)
+        settings = workflow.tech_debt
         return {
+            "baseline_file": settings.baseline_file,
+            "notes": notes,
+            "min_delta": settings.min_delta,
             "session_id": session.id,
             "mode": session.mode,
             "baseline": baseline,

@@ -42,6 +42,8 @@ class Step:
     source: str
     target: str | None
     why: str = ""
+    #: what the step noted on the way (a coverage drop, a baseline file problem)
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"event": self.event, "from": self.source}
@@ -49,6 +51,8 @@ class Step:
             data["to"] = self.target
         if self.why:
             data["not_taken"] = self.why
+        if self.notes:
+            data["notes"] = list(self.notes)
         return data
 
 
@@ -76,7 +80,7 @@ class Flow:
             outcome = await self.workflow.fire(session_id, event, **kwargs)
         except TransitionDenied as exc:
             return Step(event, session.state, None, f"{exc.what}: {exc.why}")
-        return Step(event, outcome.from_state, outcome.session.state)
+        return Step(event, outcome.from_state, outcome.session.state, notes=tuple(outcome.warnings))
 
     async def state(self, session_id: str) -> tuple[str, str, bool]:
         session = await self.workflow.get(session_id)

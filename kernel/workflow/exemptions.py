@@ -21,6 +21,8 @@ from fluffy.errors import ExemptionDenied
 from fluffy.kernel.workflow.coverage import check_thresholds
 
 Category = Literal["config_change", "type_refactor", "documentation", "asset_update"]
+#: The design's ``tech_debt.coverage.baseline_file``.
+BASELINE_FILE = ".fluffy/coverage-baseline.json"
 CATEGORIES: tuple[Category, ...] = (
     "config_change",
     "type_refactor",
@@ -73,6 +75,8 @@ class TechDebtSettings(BaseModel):
     """policy.yaml ``tech_debt``: coverage-based budget (percentage points).
 
     ``min_delta`` 0: coverage must not decrease (a commit below it is not "ok", ADR-042).
+    ``baseline_file``: where the kernel keeps the baseline, inside ``.fluffy/`` (a
+    protected path: the tools the budget judges never write it).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -82,12 +86,25 @@ class TechDebtSettings(BaseModel):
     lockout_threshold: float = -5
     lockout_action: Literal["block_explore"] = "block_explore"
     recovery: Literal["strict_mode_with_coverage_gain"] = "strict_mode_with_coverage_gain"
+    baseline_file: str = BASELINE_FILE
 
     @field_validator("lockout_threshold")
     @classmethod
     def _order(cls, value: float) -> float:
         if value > 0:
             raise ValueError("lockout_threshold is a drop: 0 or negative")
+        return value
+
+    @field_validator("baseline_file")
+    @classmethod
+    def _inside_fluffy(cls, value: str) -> str:
+        parts = value.split("/")
+        plain = not value.startswith("/") and "\\" not in value and ".." not in parts
+        if not plain or len(parts) < 2 or parts[0] != ".fluffy" or not parts[-1]:
+            raise ValueError(
+                f"baseline_file {value!r} must be a file inside .fluffy/ (a protected path "
+                "the AI's tools cannot write), e.g. .fluffy/coverage-baseline.json"
+            )
         return value
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ from fluffy.errors import ExemptionDenied, ModeDenied, SessionNotFound, Transiti
 from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import Caller, Decision, Request
+from fluffy.kernel.workflow.baseline import read_baseline, write_baseline
 from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
 from fluffy.kernel.workflow.evidence import (
     DEFAULT_TEST_GLOBS,
@@ -266,28 +267,45 @@ class Workflow:
             raise TransitionDenied(what, why="the latest run passes", fix="Move on to review.")
         return []
 
+    async def baseline(self) -> tuple[CoverageReport | None, list[str]]:
+        """The coverage baseline (the project's baseline file) and notes on what is wrong
+        with it (missing, corrupt, changed since the kernel wrote it)."""
+        cached = await self.store.get_meta(BASELINE_KEY)
+        return await asyncio.to_thread(
+            read_baseline, self.project, self.tech_debt.baseline_file, cached
+        )
+
     async def _budget(self, session: SessionRow) -> list[str]:
+        """The tech-debt budget of the session's change: explore commits are locked out
+        past the lockout threshold; any other change below min_delta gets a notice."""
         latest = await self._latest(session)
         current = latest[2] if latest else None
         if current is None:
-            return ["no coverage was recorded for this explore commit; the budget was not checked"]
-        raw = await self.store.get_meta(BASELINE_KEY)
-        baseline = CoverageReport.from_dict(_json(raw)) if raw else None
+            return [f"no coverage was recorded for this {session.mode} commit; the budget "
+                    "was not checked"]  # fmt: skip
+        baseline, notes = await self.baseline()
+        settings = self.tech_debt
         verdict = judge_budget(
             baseline,
             current,
-            min_delta=self.tech_debt.min_delta,
-            warning_threshold=self.tech_debt.warning_threshold,
-            lockout_threshold=self.tech_debt.lockout_threshold,
+            min_delta=settings.min_delta,
+            warning_threshold=settings.warning_threshold,
+            lockout_threshold=settings.lockout_threshold,
         )
+        if session.mode == "strict":  # tests came first: a notice, never a lock
+            if verdict.ok:
+                return notes
+            return [*notes, f"{verdict.message.split(':')[0]}: below min_delta "
+                    f"({settings.min_delta:g} points) in a strict-mode change; commit "
+                    "allowed, with this notice on record"]  # fmt: skip
         if verdict.level == "lock":
-            await self.store.set_meta(LOCK_KEY, raw or "")
+            await self.store.set_meta(LOCK_KEY, _dumps(baseline.to_dict()) if baseline else "")
             raise TransitionDenied(
                 ON_FAIL["approved_within_budget"],
                 why=verdict.message,
                 fix="Switch to strict mode (/strict) and write tests that restore coverage.",
             )
-        return [] if verdict.ok else [verdict.message]
+        return [*notes, *([] if verdict.ok else [verdict.message])]
 
     # -- transitions ----------------------------------------------------------------------
     async def _fire_unlocked(
@@ -313,6 +331,7 @@ class Workflow:
         session = replace(session, data=data)
         warnings = await self._guard(transition.guard, session) if transition.guard else []
         data = await self._entering(session, transition.to, event)
+        warnings += data.pop("baseline_notes", [])
         updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
         note: dict[str, Any] = {"warnings": warnings} if warnings else {}
         await self._save(updated, event, state, note)
@@ -343,33 +362,42 @@ class Workflow:
             data["unverified"] = True
         if target == "idle":
             if event == "commit_complete":
-                await self._after_commit(session)
+                notes = await self._after_commit(session)
+                if notes:
+                    data["baseline_notes"] = notes
             for key in ("exemption", "tests_base", "sources_base", "runs_since", "unverified"):
                 data.pop(key, None)
         return data
 
-    async def _after_commit(self, session: SessionRow) -> None:
-        """Strict commits move the coverage baseline (and lift an explore lock they restore)."""
+    async def _after_commit(self, session: SessionRow) -> list[str]:
+        """Strict commits move the coverage baseline (and lift an explore lock they
+        restore): the kernel writes the baseline file, and keeps a copy in its database."""
         if session.mode != "strict" or session.data.get("exemption"):
-            return
+            return []
         latest = await self._latest(session)
         if latest is None or latest[2] is None:
-            return
+            return []
         current = latest[2]
         locked = await self.store.get_meta(LOCK_KEY)
         if locked is not None:
             before = CoverageReport.from_dict(_json(locked)) if locked else None
             if before is None or current.percent >= before.percent:
                 await self.store.delete_meta(LOCK_KEY)
+        rel = self.tech_debt.baseline_file
+        notes: list[str] = []
+        try:
+            await asyncio.to_thread(write_baseline, self.project, rel, current, session.id)
+        except OSError as exc:  # the commit is made; the budget notes the missing file later
+            notes.append(f"cannot write the coverage baseline file {rel}: {exc}")
         await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
+        return notes
 
     async def check_budget(self, session_id: str) -> list[str]:
-        """The merge_approved guard's budget check, asked *before* a merge writes the
-        project (explore commits: TransitionDenied when the budget locks; else warnings)."""
+        """The budget check, asked *before* a merge writes the project (explore commits:
+        TransitionDenied when the budget locks; else notices, strict changes too)."""
         async with self.lock:
             session = await self.get(session_id)
-            flow = flow_of(cast(Mode, session.mode), bool(session.data.get("exemption")))
-            if flow != "explore" or session.data.get("exemption"):
+            if session.data.get("exemption"):  # an exemption spends no budget
                 return []
             return await self._budget(session)
 

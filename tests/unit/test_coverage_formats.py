@@ -657,5 +657,9 @@ def test_budget_rejects_min_delta_below_the_warning(min_delta: float) -> None:
 def test_policy_checks_the_tech_debt_settings() -> None:
     from fluffy.kernel.workflow.exemptions import TechDebtSettings
 
+    assert TechDebtSettings().baseline_file == ".fluffy/coverage-baseline.json"
     with pytest.raises(ValueError, match="warning <= min_delta"):
         TechDebtSettings(min_delta=-3)
+    for outside in ("coverage.json", "../x.json", ".fluffy/../src/x.json", "/abs.json", ".fluffy/"):
+        with pytest.raises(ValueError, match=r"inside \.fluffy/"):
+            TechDebtSettings(baseline_file=outside)

@@ -328,7 +328,8 @@ def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, deci
 def test_a_locked_tech_debt_budget_merges_nothing(tmp_path: Path) -> None:
     from fluffy.errors import TransitionDenied
     from fluffy.kernel.policy.engine import Caller
-    from fluffy.kernel.workflow.machine import BASELINE_KEY
+    from fluffy.kernel.workflow.baseline import write_baseline
+    from fluffy.kernel.workflow.coverage import CoverageReport
 
     harness = Harness(tmp_path)
     policy = harness.project / ".fluffy" / "policy.yaml"
@@ -350,8 +351,8 @@ def test_a_locked_tech_debt_budget_merges_nothing(tmp_path: Path) -> None:
 
     async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], str]:
         router, workflow = tools.router, tools.router.workflow
-        baseline = {"format": "coverage.py-json", "covered_lines": 9, "total_lines": 10}
-        await workflow.store.set_meta(BASELINE_KEY, json.dumps({**baseline, "files": {}}))
+        baseline = CoverageReport(9, 10, {}, "coverage.py-json")  # the file is the baseline
+        write_baseline(harness.project, ".fluffy/coverage-baseline.json", baseline, "earlier")
         await workflow.set_mode(sid, "explore", Caller("user"))
         fake = Covered(tmp_path / "outputs", harness.project)
         fake.green = True

@@ -416,3 +416,117 @@ def test_annotations_that_run_code_are_not_type_only() -> None:
     assert not type_only_change(before, 'def f(x: __import__("os").system("id")):\n    return x\n')
     future = "from __future__ import annotations\n"
     assert type_only_change(future + before, future + "def f(x: list[int]) -> int:\n    return x\n")
+
+
+BASELINE_FILE = ".fluffy/coverage-baseline.json"
+
+
+def test_a_strict_commit_writes_the_baseline_file(tmp_path: Path) -> None:
+    import json
+
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            await _strict_commit(kit, project, 80)
+            written = json.loads((project / BASELINE_FILE).read_text())
+            assert (written["covered_lines"], written["total_lines"]) == (80, 100)
+            assert written["percent"] == 80.0 and written["format"] == "coverage.py-json"
+            assert written["files"] == {"src/calc.py": [80, 100]}
+            assert not [p.name for p in (project / ".fluffy").iterdir() if p.name.endswith("tmp")]
+            assert (await kit.workflow.baseline()) == (_cov(80), [])
+            await _strict_commit(kit, project, 84)  # each strict commit moves it
+            assert json.loads((project / BASELINE_FILE).read_text())["percent"] == 84.0
+            # the budget reads the file: a user's reset to 70 % is what explore is judged by
+            (project / BASELINE_FILE).write_text(json.dumps(_cov(70).to_dict()))
+            report, notes = await kit.workflow.baseline()
+            assert report == _cov(70) and "not the 84.00% fluffy last wrote" in notes[0]
+            warned = await _explore_commit(kit, project, 70)
+            assert warned == notes  # unchanged against the file: only the note
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_a_strict_commit_that_lowers_coverage_is_flagged_not_ok(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            await _strict_commit(kit, project, 80)
+            sid = await _at(kit, "validating")
+            run_ = fake_run(project, [("tests/test_calc.py::test_add", "passed", False)])
+            await kit.workflow.record_test_run(sid, run_, _cov(79))
+            await kit.workflow.fire(sid, "tests_passed")
+            notices = await kit.workflow.check_budget(sid)  # asked before the merge
+            assert len(notices) == 1
+            assert "coverage fell 1.0 points (80.0% -> 79.0%): below min_delta" in notices[0]
+            assert "strict-mode change" in notices[0]
+            await kit.workflow.fire(sid, "merge_approved", approved=True)
+            await kit.workflow.fire(sid, "commit_complete")  # allowed; the baseline follows
+            assert (await kit.workflow.baseline())[0] == _cov(79)
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"{not json", "is corrupt"),
+        (b"[1, 2]", "is corrupt (it is not a JSON object)"),
+        (b'{"percent": 80}', "is corrupt (cannot read stored coverage report"),
+        (b"\xff\xfe", "is corrupt"),
+        (None, "is missing (fluffy wrote one at 80.00%)"),
+    ],
+)
+def test_a_missing_or_corrupt_baseline_file_means_no_baseline(
+    tmp_path: Path, content: bytes | None, fragment: str
+) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            await _strict_commit(kit, project, 80)
+            path = project / BASELINE_FILE
+            if content is None:
+                path.unlink()
+            else:
+                path.write_bytes(content)
+            report, notes = await kit.workflow.baseline()
+            assert report is None and fragment in notes[0]
+            assert "until a strict-mode commit with a coverage run writes it again" in notes[0]
+            # never a crash, never a lock: the explore commit is judged without a baseline
+            assert await _explore_commit(kit, project, 10) == notes
+            await _strict_commit(kit, project, 81)  # and the next strict commit repairs it
+            assert (await kit.workflow.baseline()) == (_cov(81), [])
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_a_baseline_file_that_cannot_be_written_is_noted(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    (project / ".fluffy").write_text("a file where the folder should be\n")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            sid = await _at(kit, "validating")
+            run_ = fake_run(project, [("tests/test_calc.py::test_add", "passed", False)])
+            await kit.workflow.record_test_run(sid, run_, _cov(80))
+            await kit.workflow.fire(sid, "tests_passed")
+            await kit.workflow.fire(sid, "merge_approved", approved=True)
+            done = await kit.workflow.fire(sid, "commit_complete")
+            assert done.session.state == "idle"
+            assert done.warnings and "cannot write the coverage baseline file" in done.warnings[0]
+        finally:
+            await kit.close()
+
+    run(main())

@@ -1,0 +1,118 @@
+"""The coverage baseline file (design: Tech Debt Budget, ``baseline_file``).
+
+The kernel writes ``<project>/.fluffy/coverage-baseline.json`` after each strict-mode
+commit, atomically (a new file in the same folder, fsynced, then renamed over the old
+one), and the budget reads it back.  ``.fluffy/`` is a protected path: no AI tool writes
+it and no merge may touch it, so the file changes only through this module or by the
+user's own hand.  The kernel's state database keeps a copy of what it last wrote; when
+the file differs from that copy the budget still uses the file (the user may reset it)
+and says so.
+
+A missing or unreadable file is never fatal: it means "no baseline", with a note saying
+what was wrong and how to get a baseline again (ADR-042).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from fluffy.errors import CoverageFormatError
+from fluffy.kernel.workflow.coverage import MAX_REPORT_BYTES, CoverageReport
+
+VERSION = 1
+FIX = "a strict-mode commit with a coverage run writes it again"
+_NONE = f"the budget runs without a baseline until {FIX}"
+
+
+def _report(raw: str | None) -> CoverageReport | None:
+    if not raw:
+        return None
+    try:
+        return CoverageReport.from_dict(json.loads(raw))
+    except (ValueError, CoverageFormatError):
+        return None
+
+
+def read_baseline(
+    project: Path, rel: str, cached: str | None = None
+) -> tuple[CoverageReport | None, list[str]]:
+    """The baseline in ``project/rel`` (None: no baseline) and notes on what was wrong.
+
+    ``cached``: the copy the kernel last wrote (its state database), to tell a file that
+    was removed or changed since from one that never existed.
+    """
+    path = project / rel
+    before = _report(cached)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:
+        if before is None:
+            return None, []
+        return None, [
+            f"the coverage baseline file {rel} is missing (fluffy wrote one at "
+            f"{before.percent:.2f}%); the budget runs without a baseline until {FIX}"
+        ]
+    except OSError as exc:
+        return None, [f"cannot read the coverage baseline file {rel} ({exc.strerror}); {_NONE}"]
+    try:
+        if len(data) > MAX_REPORT_BYTES:
+            raise ValueError(f"it is over {MAX_REPORT_BYTES // 2**20} MiB")
+        doc = json.loads(data.decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("it is not a JSON object")
+        report = CoverageReport.from_dict(doc)
+    except (ValueError, UnicodeDecodeError, RecursionError, CoverageFormatError) as exc:
+        detail = exc.what if isinstance(exc, CoverageFormatError) else str(exc)
+        return None, [f"the coverage baseline file {rel} is corrupt ({detail[:200]}); {_NONE}"]
+    notes = []
+    if before is not None and before != report:
+        notes.append(
+            f"the coverage baseline file {rel} says {report.percent:.2f}%, not the "
+            f"{before.percent:.2f}% fluffy last wrote; the file is used"
+        )
+    return report, notes
+
+
+def baseline_document(report: CoverageReport, session_id: str) -> dict[str, Any]:
+    return {
+        "version": VERSION,
+        "written_by": "fluffy kernel, after a strict-mode commit",
+        "session_id": session_id,
+        "written_at": int(time.time() * 1000),
+        "percent": round(report.percent, 4),
+        **report.to_dict(),
+    }
+
+
+def write_baseline(project: Path, rel: str, report: CoverageReport, session_id: str) -> None:
+    """Write the baseline atomically (OSError when it cannot be written)."""
+    path = project / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(baseline_document(report, session_id), indent=2, sort_keys=True) + "\n"
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with contextlib.suppress(FileNotFoundError):
+        temp.unlink()  # a leftover of a crash between create and rename
+    fd = os.open(temp, flags, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temp.replace(path)  # a link at ``path`` is replaced, never followed
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # the rename is durable once the folder is
+        dirfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)
+        finally:
+            os.close(dirfd)
