@@ -116,6 +116,8 @@ def _command(
         return Reply(describe(status, session))
     if name in ("/approve", "/reject"):
         return _decide(name[1:], rest, client, session_id, ctx)
+    if name == "/add-tests":
+        return _decide("add_tests", rest, client, session_id, ctx)
     if name in ("/strict", "/explore", "/debug"):
         if name == "/debug" and not ctx.confirm("Debug mode needs your approval: allow?"):
             return Reply("debug mode not approved; the mode is unchanged")
@@ -167,6 +169,8 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
     )
     ctx.after = _position(end, after)
+    if decision == "add_tests":
+        return Reply(f"asked for tests before merging plan {review['plan_id']}", event=end)
     word = "approved" if decision == "approve" else "rejected"
     return Reply(f"{word} plan {review['plan_id']}", event=end)
 

@@ -189,6 +189,8 @@ class SessionRenderer:
         )
         for reason in event.get("reasons") or []:
             self._line(f"    - {escape(str(reason))}")
+        if event.get("can_add_tests") and not auto:
+            self._line("    (explore change: /add-tests asks for tests before the merge)")
         for item in files:
             self._line(
                 f"  [bold]{escape(item.path)}[/] [green]+{item.added}[/] [red]-{item.removed}[/]"
@@ -253,7 +255,10 @@ class SessionRenderer:
         if status == "done":
             self._line(f"[bold green]Done.[/]{tail}")
         elif status == "waiting_review":
-            self._line("[yellow]Waiting for your review:[/] /approve or /reject [reason]")
+            self._line(
+                "[yellow]Waiting for your review:[/] /approve or /reject [reason]"
+                + (" (or /add-tests)" if event.get("can_add_tests") else "")
+            )
         elif status == "cancelled":
             self._line(f"[yellow]Cancelled.[/]{tail}")
         elif status == "quarantined":

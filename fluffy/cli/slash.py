@@ -1,6 +1,6 @@
 """The prompt's slash commands that are one kernel call and a line of text.
 
-The commands that run or decide a turn (/approve, /reject, tasks) and those that ask the
+The commands that run or decide a turn (/approve, /reject, /add-tests, tasks) and those that ask the
 person (/debug) live in :mod:`fluffy.cli.interactive`; these only read or set state.
 """
 
@@ -17,6 +17,7 @@ COMMANDS = {
     "/budget": "the tech-debt budget (coverage against the baseline)",
     "/approve": "accept the change that waits for review (merge and commit)",
     "/reject": "refuse the change that waits for review: /reject [reason]",
+    "/add-tests": "ask for tests before the merge of the explore change under review",
     "/pin": "keep a note in the AI's context for this session: /pin <text>",
     "/pins": "the pinned notes",
     "/unpin": "drop a pinned note: /unpin <number from /pins>",

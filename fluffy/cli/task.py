@@ -125,10 +125,12 @@ def run_task(args: argparse.Namespace) -> int:
     def on_review(event: dict[str, Any]) -> str | None:
         if not terminal:
             return None
-        decision = "approve" if ask("Approve?") else "reject"
-        if decision == "reject":
-            rejected.append(str(event.get("plan_id")))
-        return decision
+        if ask("Approve?"):
+            return "approve"
+        if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):
+            return "add_tests"
+        rejected.append(str(event.get("plan_id")))
+        return "reject"
 
     # a resumed session changes mode only when asked; a new one starts in the configured mode
     mode = args.mode if args.session else settings.mode

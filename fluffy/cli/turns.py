@@ -3,7 +3,8 @@
 The kernel runs the turn in the background (``session.message`` returns at once); the
 CLI only reads the event stream, so leaving or losing the CLI never stops the kernel's
 bookkeeping.  A review that waits for a person is handed to ``on_review``, which answers
-"approve", "reject", or None (leave it waiting: ``fluffy`` then /approve decides later).
+"approve", "reject", "add_tests" (an explore change: tests before the merge), or None
+(leave it waiting: ``fluffy`` then /approve decides later).
 Ctrl-C cancels the turn in the kernel (``session.cancel``) rather than abandoning it.
 """
 
@@ -110,8 +111,9 @@ def _decide(
     """Ask, and pass the answer on; a turn_end to return when the review stays open."""
     plan_id = review.get("plan_id")
     decision = on_review(review)
-    if decision not in ("approve", "reject"):
-        end = ended("waiting_review", plan_id=plan_id, next=position)
+    if decision not in ("approve", "reject", "add_tests"):
+        more = {"can_add_tests": True} if review.get("can_add_tests") else {}
+        end = ended("waiting_review", plan_id=plan_id, next=position, **more)
         renderer.render(end)
         return end
     try:

@@ -537,6 +537,18 @@ class SessionLoop:
                 "The user approved the merge; the changes are in the project. "
                 f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
             )
+        elif decision["decision"] == "add_tests":
+            session = await self.router.workflow.get(sid)
+            await self._emit(
+                turn,
+                {"type": "state", "from": "reviewing", "to": session.state, "mode": session.mode},
+            )
+            note = (
+                "The user wants tests for this change before the merge; the staged change "
+                f"stays as it is. Workflow state: {result.get('state', 'retroactive_testing')}. "
+                "Write tests that cover the change (test files only), then run test.run: "
+                "the change comes back for review with its tests."
+            )
         else:
             reason = str(decision.get("reason") or "").strip()
             said = f' They said: "{reason}".' if reason else " Ask the user what to change."
@@ -558,12 +570,15 @@ class SessionLoop:
         stage = self.router.workspaces.get(session_id)
         plan = await asyncio.to_thread(self.router.merger.plan, stage, tests_pass=True)
         session = await self.router.workflow.get(session_id)
+        exempted = bool(session.data.get("exemption"))
         return {
             "plan_id": plan.plan_id,
             "files": [c.path for c in plan.changes],
             "lines": plan.diff_lines,
             "diff": plan.diff[:20_000],
             "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
+            # explore changes may get tests first (review.add_tests, /add-tests)
+            "can_add_tests": session.mode != "strict" and not exempted,
         }
 
     async def _audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:

@@ -163,7 +163,8 @@ def ai_methods(
 
 
 def with_review_hooks(methods: dict[str, Handler], loop: SessionLoop) -> dict[str, Handler]:
-    """review.approve / review.reject also wake a turn that waits for the decision."""
+    """review.approve / review.reject / review.add_tests also wake a turn that waits for
+    the decision."""
     out = dict(methods)
     approve, reject = methods["review.approve"], methods["review.reject"]
 
@@ -178,6 +179,12 @@ def with_review_hooks(methods: dict[str, Handler], loop: SessionLoop) -> dict[st
         await loop.resolve_review(str(params["session_id"]), "reject", result, reason[:2000])
         return result
 
+    async def add_tests(context: CallContext, params: Any) -> Any:
+        result = await methods["review.add_tests"](context, params)
+        await loop.resolve_review(str(params["session_id"]), "add_tests", result)
+        return result
+
     out["review.approve"] = approved
     out["review.reject"] = rejected
+    out["review.add_tests"] = add_tests
     return out

@@ -216,6 +216,47 @@ class Flow:
         summary["state"] = step.target or step.source
         return summary
 
+    async def add_tests(
+        self, session_id: str, *, by: str, plan_id: str | None = None
+    ) -> dict[str, Any]:
+        """The user's third answer at a review: write tests for the change before the merge
+        (reviewing -> retroactive_testing; the staged change stays as it is)."""
+        async with self.lock(session_id):
+            session = await self.workflow.get(session_id)
+            if session.state != "reviewing":
+                raise WorkflowError(
+                    f"no review to add tests to: the session is in {session.state}, not reviewing",
+                    fix="Ask for tests when a change waits for review (/status shows it).",
+                )
+            if flow_of(session.mode, bool(session.data.get("exemption"))) == "strict":  # type: ignore[arg-type]
+                raise WorkflowError(
+                    "a strict-mode change has its tests already",
+                    why="in strict mode the tests were written and failed before the code",
+                    fix="Approve or reject the change; /add-tests is for explore-mode changes.",
+                )
+            exemption = session.data.get("exemption")
+            if exemption:
+                raise WorkflowError(
+                    "tests cannot be added to an exempted change",
+                    why=f"the session's {exemption.get('category')} exemption covers its own "
+                    "paths only, and tests are outside them",
+                    fix="Approve or reject this change; add the tests in a TDD cycle after it.",
+                )
+            if plan_id is not None:
+                stage = self.workspaces.get(session_id)
+                plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=True)
+                if plan_id != plan.plan_id:
+                    raise MergeConflict(
+                        "the staged changes are not the ones you reviewed",
+                        why=f"you answered plan {plan_id}; what is staged now is {plan.plan_id}",
+                        fix="Look at the changes again (review.show) and decide on those.",
+                    )
+            await self.workflow.annotate(session_id, "tests_decided", tests_requested=None)
+            step = await self._try(session_id, "add_tests", by=by)
+            if step.target is None:
+                raise WorkflowError(f"tests cannot be added now: {step.why}")
+            return {"workflow": [step.to_dict()], "state": step.target, "kept": True}
+
     async def reject(self, session_id: str) -> dict[str, Any]:
         async with self.lock(session_id):
             return await self._reject(session_id)

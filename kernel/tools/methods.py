@@ -89,6 +89,14 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
         _user_only(context, "approve a merge")
         return await flow.approve(str(p["session_id"]), by="user", plan_id=str(p["plan_id"]))
 
+    async def add_tests(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",), ("plan_id",))
+        _user_only(context, "ask for tests before a merge")
+        plan_id = p.get("plan_id")
+        return await flow.add_tests(
+            str(p["session_id"]), by="user", plan_id=None if plan_id is None else str(plan_id)
+        )
+
     async def reject(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id",), ("plan_id", "reason"))
         _user_only(context, "reject a merge")
@@ -104,4 +112,5 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
         "review.show": review_show,
         "review.approve": approve,
         "review.reject": reject,
+        "review.add_tests": add_tests,
     }

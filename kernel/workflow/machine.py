@@ -309,7 +309,12 @@ class Workflow:
 
     # -- transitions ----------------------------------------------------------------------
     async def _fire_unlocked(
-        self, session_id: str, event: str, *, approved: bool | None = None
+        self,
+        session_id: str,
+        event: str,
+        *,
+        approved: bool | None = None,
+        by: str | None = None,
     ) -> Outcome:
         if event not in EVENTS:
             raise TransitionDenied(
@@ -334,6 +339,8 @@ class Workflow:
         warnings += data.pop("baseline_notes", [])
         updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
         note: dict[str, Any] = {"warnings": warnings} if warnings else {}
+        if by is not None:  # who decided (e.g. the user's choice at a review)
+            note["by"] = by
         await self._save(updated, event, state, note)
         if transition.to == "idle" and state != "idle" and self.on_session_end is not None:
             await self.on_session_end()
@@ -418,9 +425,16 @@ class Workflow:
         return await self.fire(session_id, "cancel")
 
     # -- the serialised entry points ----------------------------------------------------------
-    async def fire(self, session_id: str, event: str, *, approved: bool | None = None) -> Outcome:
+    async def fire(
+        self,
+        session_id: str,
+        event: str,
+        *,
+        approved: bool | None = None,
+        by: str | None = None,
+    ) -> Outcome:
         async with self.lock:
-            return await self._fire_unlocked(session_id, event, approved=approved)
+            return await self._fire_unlocked(session_id, event, approved=approved, by=by)
 
     async def record_test_run(
         self, session_id: str, run: TestRun, coverage: CoverageReport | None = None

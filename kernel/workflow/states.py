@@ -37,7 +37,7 @@ EVENTS: Final = (
     "tests_failed",  # the latest recorded run fails
     "merge_approved",  # auto-merge or the user's /approve
     "merge_rejected",  # the user's /reject
-    "add_tests",  # explore reviewing: the user chooses to add tests before merge
+    "add_tests",  # explore reviewing: the user chooses to add tests before merge (review.add_tests)
     "tests_written",  # retroactive tests written
     "commit_complete",  # the commit finished
     "cancel",  # the user cancels or resets the session

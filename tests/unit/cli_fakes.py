@@ -169,3 +169,7 @@ class FakeKernel:
     def m_review_reject(self, params: dict[str, Any]) -> dict[str, Any]:
         self.blocked = False
         return {"rejected": True}
+
+    def m_review_add_tests(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.blocked = False
+        return {"state": "retroactive_testing", "kept": True}

@@ -236,3 +236,67 @@ def test_the_audit_is_committed_before_every_model_request(tmp_path: Path) -> No
     assert len(seen) == 3  # one per model request
     assert all(durable == recorded for durable, recorded in seen), seen
     assert seen[-1][0] > seen[0][0]  # the tool calls' entries were among them
+
+
+async def _until(ai: AiLayer, sid: str, kind: str, count: int = 1) -> list[dict[str, Any]]:
+    """The session's events up to the ``count``-th of ``kind`` (e.g. a review waiting)."""
+    seen: list[dict[str, Any]] = []
+    after = 0
+    deadline = asyncio.get_running_loop().time() + 30
+    while asyncio.get_running_loop().time() < deadline:
+        found = await ai.loop.stream(sid).wait(after, 1.0)
+        seen += found
+        after = found[-1]["seq"] if found else after
+        if sum(e["type"] == kind for e in seen) >= count:
+            return seen
+        if any(e["type"] == "turn_end" for e in found):
+            break
+    raise AssertionError(f"no {kind} #{count}: {seen[-5:]}")
+
+
+def test_add_tests_at_a_review_sends_the_turn_to_retroactive_testing(tmp_path: Path) -> None:
+    from fluffy.kernel.policy.engine import Caller
+    from tests.unit.test_tool_router import FakePlugins, _allow_explore
+
+    harness = Harness(tmp_path)
+    _allow_explore(harness)
+    (harness.project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    test = "def test_x():\n    assert 1\n"
+    provider = _script(
+        ("Plan.", [("plan.complete", {"summary": "explore"})]),
+        ("Change.", [("fs.write", {"path": "src/app.py", "content": "KEY = 1\n"}),
+                     ("fs.write", {"path": "pyproject.toml", "content": "[project]\n"})]),
+        ("Run.", [("test.run", {})]),
+        ("Tests, as asked.", [("fs.write", {"path": "tests/test_x.py", "content": test})]),
+        ("Run again.", [("test.run", {})]),
+        ("Merged with its tests.", []),
+    )  # fmt: skip
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        fake = FakePlugins(tmp_path / "outputs", harness.project)
+        fake.green = True
+        tools.router.runner = fake  # type: ignore[assignment]
+        await tools.router.workflow.set_mode(sid, "explore", Caller("user"))
+        await ai.loop.start(sid, "change it", provider)
+        first = await _until(ai, sid, "review")
+        review = [e for e in first if e["type"] == "review"][-1]
+        result = await tools.router.flow.add_tests(sid, by="user", plan_id=review["plan_id"])
+        await ai.loop.resolve_review(sid, "add_tests", result)
+        second = await _until(ai, sid, "review", 2)
+        again = [e for e in second if e["type"] == "review"][-1]
+        result = await tools.router.flow.approve(sid, by="user", plan_id=again["plan_id"])
+        await ai.loop.resolve_review(sid, "approve", result)
+        events = await _events(ai, sid)
+        assert (await tools.router.workflow.get(sid)).state == "committing"
+        return review, again, second + events, await ai.store.load(sid)
+
+    review, again, events, history = run(harness, body)
+    assert review["can_add_tests"] is True
+    assert set(again["files"]) == {"src/app.py", "pyproject.toml", "tests/test_x.py"}
+    states = [(e["from"], e["to"]) for e in events if e["type"] == "state"]
+    assert ("reviewing", "retroactive_testing") in states
+    assert ("retroactive_testing", "validating") in states
+    assert events[-1]["type"] == "turn_end" and events[-1]["status"] == "done"
+    notes = [m.content for m in history if m.role == "user" and "[fluffy]" in m.content]
+    assert any("wants tests for this change before the merge" in n for n in notes)
+    assert (harness.project / "tests" / "test_x.py").read_text() == test

@@ -69,6 +69,19 @@ def test_a_review_waits_at_the_prompt_for_approve() -> None:
     assert handle("/approve", kernel, sid, STATUS, ctx).text == "nothing waits for your review"
 
 
+def test_add_tests_answers_the_review_and_the_turn_goes_on() -> None:
+    state = {"type": "state", "from": "reviewing", "to": "retroactive_testing", "mode": "explore"}
+    review = {**REVIEW, "can_add_tests": True}
+    kernel, sid, ctx, seen = setup([[*turn("x")[:1], review], [state, turn("x")[-1]]])
+    assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
+    reply = handle("/add-tests", kernel, sid, STATUS, ctx)
+    assert reply.text == "asked for tests before merging plan plan-1"
+    assert kernel.methods("review.add_tests") == [{"session_id": sid, "plan_id": "plan-1"}]
+    assert not kernel.methods("review.approve") and not kernel.methods("review.reject")
+    assert [e["type"] for e in seen.events][-2:] == ["state", "turn_end"]
+    assert "/add-tests" in COMMANDS
+
+
 def test_reject_passes_the_reason() -> None:
     kernel, sid, ctx, _ = setup([[*turn("x")[:1], REVIEW], turn("x")[-1:]])
     handle("x", kernel, sid, STATUS, ctx)

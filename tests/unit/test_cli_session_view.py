@@ -162,6 +162,17 @@ def test_turn_ends_say_how_it_ended(status: str, words: str) -> None:
     assert "ERROR: the provider failed" in text and "Reason: HTTP 500" in text
 
 
+def test_an_explore_review_offers_add_tests() -> None:
+    from .cli_fakes import REVIEW
+
+    offered = render([{**REVIEW, "can_add_tests": True}])
+    assert "/add-tests asks for tests before the merge" in offered
+    assert "/add-tests" not in render([REVIEW])
+    end = {"type": "turn_end", "status": "waiting_review", "text": "", "error": None}
+    assert "(or /add-tests)" in render([{**end, "can_add_tests": True}])
+    assert "/add-tests" not in render([end])
+
+
 def test_quarantine_notices_and_unknown_events() -> None:
     text = render(
         [

@@ -12,12 +12,12 @@ from fluffy.cli import slash
 
 ROOT = Path(__file__).resolve().parents[2]
 #: "/word" in a message: after a space, a bracket or a quote; before the same or an end.
-NAMED = re.compile(r"(?:^|[\s(`'\"])(/[a-z][a-z_]*)(?=$|[\s).,;:`'\"])")
+NAMED = re.compile(r"(?:^|[\s(`'\"])(/[a-z][a-z_-]*)(?=$|[\s).,;:`'\"])")
 #: Words of that shape that are paths or URL parts, never commands.
 NOT_COMMANDS = frozenset(
     {"/boot", "/build", "/dev", "/docker", "/etc", "/fluffy", "/generated", "/json",
      "/messages", "/output", "/proc", "/run", "/s", "/staged", "/sys", "/tmp",
-     "/workspace", "/x"}
+     "/workspace", "/x", "/fluffy-probe"}
 )  # fmt: skip
 #: Other names the prompt accepts.
 ALIASES = frozenset({"/exit"})
@@ -43,7 +43,9 @@ def test_every_slash_command_named_in_a_message_exists() -> None:
     assert not missing, f"messages name slash commands the prompt does not have: {missing}"
 
 
-@pytest.mark.parametrize("text", ["Use /cancel to stop.", "(/strict)", "type `/approve`"])
+@pytest.mark.parametrize(
+    "text", ["Use /cancel to stop.", "(/strict)", "type `/approve`", "or /add-tests."]
+)
 def test_the_scan_finds_commands_in_messages(text: str) -> None:
     assert NAMED.findall(text)
 

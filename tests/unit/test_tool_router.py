@@ -391,3 +391,93 @@ def test_a_huge_replace_all_is_refused_by_its_size_without_building_it(tmp_path:
     assert not answer["ok"] and answer["error"]["code"].startswith("policy."), answer
     assert "max_file_size" in answer["error"]["why"] or "100KiB" in answer["error"]["why"]
     assert grown_kib < 200 * 1024  # far below the 2 GB the edited text would take
+
+
+def _allow_explore(harness: Harness) -> None:
+    policy = harness.project / ".fluffy" / "policy.yaml"
+    policy.write_text(
+        policy.read_text()
+        + "\n  - name: explore-ok\n    match: {syscall: session.set_mode, session_mode: [explore]}"
+        + "\n    action: allow\n"
+    )
+
+
+def test_the_user_asks_for_tests_at_review_and_the_change_merges_with_them(
+    tmp_path: Path,
+) -> None:
+    from fluffy.errors import WorkflowError
+    from fluffy.kernel.policy.engine import Caller
+
+    harness = Harness(tmp_path)
+    _allow_explore(harness)
+    (harness.project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+
+    async def body(tools: ToolPath, sid: str) -> list[str]:
+        router, workflow = tools.router, tools.router.workflow
+        fake = FakePlugins(tmp_path / "outputs", harness.project)
+        fake.green = True
+        router.runner = fake  # type: ignore[assignment]
+        with pytest.raises(WorkflowError, match="no review to add tests to"):
+            await router.flow.add_tests(sid, by="user")
+        await workflow.set_mode(sid, "explore", Caller("user"))
+        await router.call(sid, "plan.complete", {})  # -> exploring
+        await router.call(sid, "fs.write", {"path": "src/app.py", "content": "KEY = 1\n"})
+        await router.call(sid, "fs.write", {"path": "pyproject.toml", "content": "[project]\n"})
+        green = await router.call(sid, "test.run", {})  # a sensitive file: waits for review
+        review = green["output"]["review"]
+        assert green["session"]["state"] == "reviewing" and not review["auto_merged"]
+        with pytest.raises(MergeConflict, match="not the ones you reviewed"):
+            await router.flow.add_tests(sid, by="user", plan_id="0" * 32)
+        asked = await router.flow.add_tests(sid, by="user", plan_id=review["plan_id"])
+        assert asked["state"] == "retroactive_testing" and asked["kept"]
+        assert (harness.project / "src" / "app.py").read_text() == f"KEY = '{SECRET}'\n"
+        source = await router.call(sid, "fs.write", {"path": "src/app.py", "content": "X = 2\n"})
+        assert source["error"]["code"] == "tool.unavailable"  # tests only, now
+        early = await router.call(sid, "test.run", {})  # no test written yet: stays
+        assert early["session"]["state"] == "retroactive_testing"
+        assert "Tests must have been written" in early["output"]["workflow"][0]["not_taken"]
+        test = "def test_x():\n    assert 1\n"
+        await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": test})
+        again = await router.call(sid, "test.run", {})  # tests_written, tests_passed
+        steps = [s["event"] for s in again["output"]["workflow"] if "to" in s]
+        assert steps == ["tests_written", "tests_passed"] and again["session"]["state"] == (
+            "reviewing"
+        )
+        plan = again["output"]["review"]["plan_id"]
+        done = await router.flow.approve(sid, by="user", plan_id=plan)
+        assert done["state"] == "committing"
+        history = await workflow.store.history(sid)
+        return [f"{h['event']}:{h['to']}" for h in history]
+
+    history = run(harness, body)
+    assert "add_tests:retroactive_testing" in history
+    assert history.index("add_tests:retroactive_testing") < history.index(
+        "merge_approved:committing"
+    )
+    assert (harness.project / "src" / "app.py").read_text() == "KEY = 1\n"  # merged together
+    assert (harness.project / "tests" / "test_x.py").exists()
+    decided = [e for e in harness.entries("state_transition") if "add_tests" in e["input_summary"]]
+    assert decided and decided[0]["metadata"]["by"] == "user"
+
+
+def test_a_strict_change_has_no_add_tests(tmp_path: Path) -> None:
+    from fluffy.errors import WorkflowError
+
+    harness = Harness(tmp_path)
+    (harness.project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+
+    async def body(tools: ToolPath, sid: str) -> str:
+        router = tools.router
+        fake = FakePlugins(tmp_path / "outputs", harness.project)
+        router.runner = fake  # type: ignore[assignment]
+        await router.call(sid, "plan.complete", {})
+        await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": "x = 1\n"})
+        await router.call(sid, "test.run", {})  # red
+        await router.call(sid, "fs.write", {"path": "pyproject.toml", "content": "[project]\n"})
+        fake.green = True
+        await router.call(sid, "test.run", {})
+        with pytest.raises(WorkflowError, match="has its tests already"):
+            await router.flow.add_tests(sid, by="user")
+        return (await router.workflow.get(sid)).state
+
+    assert run(harness, body) == "reviewing"
