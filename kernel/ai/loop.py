@@ -310,38 +310,8 @@ class SessionLoop:
         ]
 
     async def _rounds(self, turn: Turn) -> None:
-        sid = turn.session_id
         for _ in range(turn.max_rounds):
-            session = await self.router.workflow.get(sid)
-            quarantined = bool(session.data.get("quarantined"))
-            tools = await self._tools(sid, quarantined)
-            messages = await self.memory.context(
-                sid,
-                state=session.state,
-                mode=session.mode,
-                tools=tools,
-                window_tokens=turn.provider.context_window,
-                # a script cannot summarise (it would replay its turns): extractive then
-                summarise=None
-                if turn.provider.name == "scripted"
-                else lambda old, prev: self._summarise(turn, old, prev),
-            )
-            provider = await self._provider(turn)
-            text: list[str] = []
-
-            async def on_event(event: StreamEvent, text: list[str] = text) -> None:
-                if isinstance(event, TextDelta):
-                    text.append(event.content)
-                    await self._emit(turn, {"type": "text_delta", "content": event.content})
-
-            if self.durable is not None:
-                await self.durable()
-            response = await provider.request(turn.provider, messages, tools, on_event)
-            turn.final_text = response.text or "".join(text)
-            calls = list(response.tool_calls)
-            await self.memory.append(
-                sid, [Message(role="assistant", content=turn.final_text, tool_calls=calls)]
-            )
+            calls = await self._ask(turn)
             if not calls:
                 return
             stop = await self._calls(turn, calls)
@@ -353,6 +323,43 @@ class SessionLoop:
             why="the model kept calling tools",
             fix="Give a narrower task, or raise max_rounds (fluffy config set max_rounds N).",
         )
+
+    async def _ask(self, turn: Turn, only: frozenset[str] | None = None) -> list[ToolCall]:
+        """One model request (the tools of the state, or just ``only``); its tool calls."""
+        sid = turn.session_id
+        session = await self.router.workflow.get(sid)
+        quarantined = bool(session.data.get("quarantined"))
+        tools = await self._tools(sid, quarantined)
+        if only is not None:
+            tools = [t for t in tools if t.name in only]
+        messages = await self.memory.context(
+            sid,
+            state=session.state,
+            mode=session.mode,
+            tools=tools,
+            window_tokens=turn.provider.context_window,
+            # a script cannot summarise (it would replay its turns): extractive then
+            summarise=None
+            if turn.provider.name == "scripted"
+            else lambda old, prev: self._summarise(turn, old, prev),
+        )
+        provider = await self._provider(turn)
+        text: list[str] = []
+
+        async def on_event(event: StreamEvent, text: list[str] = text) -> None:
+            if isinstance(event, TextDelta):
+                text.append(event.content)
+                await self._emit(turn, {"type": "text_delta", "content": event.content})
+
+        if self.durable is not None:
+            await self.durable()
+        response = await provider.request(turn.provider, messages, tools, on_event)
+        turn.final_text = response.text or "".join(text)
+        calls = list(response.tool_calls)
+        await self.memory.append(
+            sid, [Message(role="assistant", content=turn.final_text, tool_calls=calls)]
+        )
+        return calls
 
     async def _calls(self, turn: Turn, calls: list[ToolCall]) -> bool:
         """Run one response's calls; True when the turn must stop (quarantine)."""
