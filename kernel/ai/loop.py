@@ -485,6 +485,49 @@ class SessionLoop:
         review = output.get("review")
         if call.name == "test.run" and isinstance(review, dict):
             await self._review(turn, review)
+        if call.name == "workflow.request_exemption" and output.get("held_for_review"):
+            await self._exemption(turn, output)
+
+    async def _wait_for_user(self, turn: Turn) -> dict[str, Any]:
+        """Park the turn until the user decides (``resolve_review``); no idle sandbox."""
+        assert turn.review is not None
+        if turn.provider_session is not None:  # the wait may be long
+            self.round_gaps.extend(turn.provider_session.gaps)
+            await turn.provider_session.close()
+            turn.provider_session = None
+        decision = await turn.review
+        turn.review = None
+        turn.status = "running"
+        return decision
+
+    async def _exemption(self, turn: Turn, output: dict[str, Any]) -> None:
+        """The AI asked for a TDD exemption: only the user grants it (never --yes)."""
+        sid = turn.session_id
+        asked = dict(output.get("exemption") or {})
+        before = (await self.router.workflow.get(sid)).state
+        turn.review = asyncio.get_running_loop().create_future()
+        turn.status = "waiting_review"
+        await self._emit(turn, {"type": "exemption", "kernel_decides": False, **asked})
+        decision = await self._wait_for_user(turn)
+        session = await self.router.workflow.get(sid)
+        if session.state != before:  # granted: the explore flow starts
+            await self._emit(
+                turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
+            )
+        if decision["decision"] == "grant":
+            note = (
+                f"The user granted the {asked.get('category')} exemption for "
+                f"{', '.join(asked.get('paths') or [])}. Workflow state: {session.state}. "
+                "Change only those files, then run test.run."
+            )
+        else:
+            reason = str(decision.get("reason") or "").strip()
+            said = f' They said: "{reason}".' if reason else ""
+            note = (
+                f"The user refused the exemption.{said} Workflow state: {session.state}. "
+                "Follow the TDD flow: a failing test first."
+            )
+        await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
 
     async def _review(self, turn: Turn, review: dict[str, Any]) -> None:
         sid = turn.session_id
@@ -508,6 +551,8 @@ class SessionLoop:
         # --yes stands for the user on size and sensitive files; a policy require_review
         # rule asks for a person, so that review waits like any other
         auto = turn.auto_approve and not session.data.get("review_required")
+        if not auto and shown["can_add_tests"]:
+            shown["tests_requested"] = await self._review_round(turn)
         if not auto:  # ready before anyone is told: an approval can come at once
             turn.review = asyncio.get_running_loop().create_future()
             turn.status = "waiting_review"
@@ -519,14 +564,7 @@ class SessionLoop:
             )
             decision: dict[str, Any] = {"decision": "approve", "result": outcome}
         else:
-            assert turn.review is not None
-            if turn.provider_session is not None:  # the wait may be long: no idle sandbox
-                self.round_gaps.extend(turn.provider_session.gaps)
-                await turn.provider_session.close()
-                turn.provider_session = None
-            decision = await turn.review
-            turn.review = None
-            turn.status = "running"
+            decision = await self._wait_for_user(turn)
         result = decision.get("result") or {}
         if decision["decision"] == "approve":
             await self._budget_notices(turn, result)
@@ -564,6 +602,25 @@ class SessionLoop:
                 f"Workflow state: {result.get('state')}.{said}"
             )
         await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
+
+    async def _review_round(self, turn: Turn) -> str | None:
+        """Before a person decides on an explore change, the model may ask for tests
+        first (workflow.add_tests, one round); the person sees the request and decides."""
+        sid = turn.session_id
+        if "workflow.add_tests" not in self.router.registry.specs:
+            return None
+        ask = (
+            "The change waits for the user's review. If it should get tests before it is "
+            "merged, call workflow.add_tests with the reason (the user decides); otherwise "
+            "say so in one sentence, without tools."
+        )
+        await self.memory.append(sid, [Message(role="user", content=kernel_note(ask))])
+        calls = await self._ask(turn, only=frozenset({"workflow.add_tests"}))
+        if calls:
+            await self._calls(turn, calls)
+        session = await self.router.workflow.get(sid)
+        requested = session.data.get("tests_requested")
+        return str(requested) if requested else None
 
     async def _budget_notices(self, turn: Turn, merge: dict[str, Any]) -> None:
         """A merge's tech-debt notices (coverage below min_delta or past the warning)."""

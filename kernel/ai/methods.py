@@ -149,7 +149,20 @@ def ai_methods(
             "lock_at": workflow.tech_debt.lockout_threshold,
         }
 
+    async def decide_exemption(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id", "grant"), ("reason",))
+        _user_only(context, "decide on a TDD exemption")
+        if not isinstance(p["grant"], bool):
+            raise InvalidPayload("grant must be true or false")
+        why = str(p["reason"]) if isinstance(p.get("reason"), str) else ""
+        sid = str(p["session_id"])
+        outcome = await workflow.decide_exemption(sid, p["grant"], by="user", why=why)
+        result = _view(outcome.session)
+        await loop.resolve_review(sid, "grant" if p["grant"] else "deny", result, why[:2000])
+        return result
+
     return {
+        "workflow.decide_exemption": decide_exemption,
         "session.message": message,
         "session.events": events,
         "session.cancel": cancel,

@@ -76,6 +76,11 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
     match: {{syscall: plan.complete, state_machine_state: [planning]}}
     action: allow
 
+  # The AI may *ask* for a TDD exemption or for tests before a merge; you decide each one.
+  - name: ask-the-user
+    match: {{syscall: [workflow.request_exemption, workflow.add_tests]}}
+    action: allow
+
   # Tests are written first, where this project keeps them.
   - name: write-tests-while-test-writing
     match:

@@ -21,8 +21,10 @@ in :data:`TEST_RUN_STATES`.  Debug mode is explore mode plus the tools of kind
 ``execute`` (design: "Same as explore, plus container.run allowed via require_review"),
 in the states where ``test.run`` is; fluffy itself provides none yet (no
 ``container.run``), so the prompt promises none.
-Workflow tools (kind ``workflow``) are the state machine's to refuse, except
-``plan.complete``, listed only while planning.
+Workflow tools (kind ``workflow``) are the state machine's to refuse; those of
+:data:`WORKFLOW_STATES` are listed only where they can act (``plan.complete`` while
+planning, ``workflow.request_exemption`` before code is written, ``workflow.add_tests``
+in reviewing).
 
 Test paths are matched exactly like :mod:`fluffy.kernel.workflow.evidence` classifies
 files (gitignore syntax, same default globs), so the two never disagree.  This layer is
@@ -48,7 +50,12 @@ TEST_RUN_STATES: Final = frozenset(
     {"test_writing", "code_writing", "validating", "exploring", "retroactive_testing"}
 )
 #: Workflow tools that make sense in some states only (others: every state).
-WORKFLOW_STATES: Final[Mapping[str, frozenset[str]]] = {"plan.complete": frozenset({"planning"})}
+WORKFLOW_STATES: Final[Mapping[str, frozenset[str]]] = {
+    "plan.complete": frozenset({"planning"}),
+    # asks the user; granted only by the user's decision (where the state machine takes it)
+    "workflow.request_exemption": frozenset({"planning", "test_writing"}),
+    "workflow.add_tests": frozenset({"reviewing"}),
+}
 
 WriteRule = Literal["tests", "sources", "anywhere", "none"]
 WRITES: Final[Mapping[str, WriteRule]] = {

@@ -80,6 +80,27 @@ class PlanArgs(_Args):
     summary: str = Field("", max_length=4000, description="The plan, in a few lines")
 
 
+class ExemptionArgs(_Args):
+    category: str = Field(
+        min_length=1,
+        max_length=64,
+        description="config_change, type_refactor, documentation or asset_update",
+    )
+    paths: list[str] = Field(
+        min_length=1, max_length=100, description="The project files the change covers"
+    )
+    reason: str = Field(min_length=1, max_length=2000, description="Why TDD does not apply")
+
+
+class AddTestsArgs(_Args):
+    reason: str = Field(
+        min_length=1, max_length=2000, description="Why the change should get tests first"
+    )
+
+
+#: The kernel's workflow tools (kind ``workflow``): the state machine answers them.
+WORKFLOW_TOOLS = frozenset({"plan.complete", "workflow.request_exemption", "workflow.add_tests"})
+
 ARGS: dict[str, type[_Args]] = {
     "fs.read": ReadArgs,
     "fs.list": ListArgs,
@@ -87,6 +108,8 @@ ARGS: dict[str, type[_Args]] = {
     "search.grep": GrepArgs,
     "search.glob": GlobArgs,
     "plan.complete": PlanArgs,
+    "workflow.request_exemption": ExemptionArgs,
+    "workflow.add_tests": AddTestsArgs,
 }
 DESCRIPTIONS = {
     "fs.read": "Read a text file of the project (optionally a line range).",
@@ -95,6 +118,14 @@ DESCRIPTIONS = {
     "search.grep": "Search file contents with a regular expression.",
     "search.glob": "Find files whose paths match a glob.",
     "plan.complete": "Finish planning; the workflow moves on (strict: to writing tests).",
+    "workflow.request_exemption": (
+        "Ask the user for a TDD exemption (config, docs, assets, type-only changes) for "
+        "named files; the user decides, and the turn waits for the answer."
+    ),
+    "workflow.add_tests": (
+        "Ask the user to add tests before this explore change is merged; the user decides "
+        "at the review."
+    ),
 }
 
 

@@ -257,6 +257,26 @@ class Flow:
                 raise WorkflowError(f"tests cannot be added now: {step.why}")
             return {"workflow": [step.to_dict()], "state": step.target, "kept": True}
 
+    async def request_tests(self, session_id: str, reason: str) -> dict[str, Any]:
+        """The AI's ``workflow.add_tests``: a request held for the user's review, which
+        decides (the session stays in reviewing; nothing is merged or discarded here)."""
+        async with self.lock(session_id):
+            session = await self.workflow.get(session_id)
+            exempted = bool(session.data.get("exemption"))
+            if session.state != "reviewing" or session.mode == "strict" or exempted:
+                raise WorkflowError(
+                    "tests can be asked for only while an explore change waits for review",
+                    why=f"the session is in {session.state} ({session.mode} mode"
+                    + (", exempted)" if exempted else ")"),
+                    fix="Write tests in the TDD flow instead.",
+                )
+            await self.workflow.annotate(session_id, "tests_requested", tests_requested=reason)
+        return {
+            "held_for_review": True,
+            "note": "The user sees your request at the review and decides: tests first "
+            "(retroactive_testing), merge as it is, or discard.",
+        }
+
     async def reject(self, session_id: str) -> dict[str, Any]:
         async with self.lock(session_id):
             return await self._reject(session_id)

@@ -7,7 +7,8 @@ Three routes (design: AI Tools Module, Three-Layer Architecture):
 - ``plugin``: a tool plugin in an L2 sandbox of its template: a built-in (fs-tool,
   git-tool, test-tool, search-tool; tagged ``core_plugin``) or an installed third-party
   plugin (tagged ``third_party``; :func:`third_party_specs`);
-- ``kernel``: workflow tools the state machine answers itself (plan.complete).
+- ``kernel``: workflow tools the state machine answers itself (plan.complete,
+  workflow.request_exemption and workflow.add_tests, which only ask the user).
 
 The plugin tools' descriptions and JSON schemas come from each plugin's
 ``manifest.yaml`` (one model for every plugin: :mod:`fluffy.kernel.plugins.manifest`);
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from fluffy.errors import ToolInputInvalid, ToolNotFound
 from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
+from fluffy.kernel.tools.fastpath import WORKFLOW_TOOLS
 
 Route = Literal["fast", "plugin", "kernel"]
 Kind = Literal["read", "write", "execute", "commit", "workflow"]
@@ -182,7 +184,7 @@ class Registry:
         by_name = {spec.name: spec for spec in specs}
         for name, (description, schema) in fast.items():
             twin = by_name.get(name)
-            fast_kind: Kind = "workflow" if name == "plan.complete" else "read"
+            fast_kind: Kind = "workflow" if name in WORKFLOW_TOOLS else "read"
             route: Route = "kernel" if fast_kind == "workflow" else "fast"
             by_name[name] = ToolSpec(
                 name=name,

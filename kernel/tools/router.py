@@ -340,6 +340,20 @@ class ToolRouter:
             steps = await self.flow.plan_complete(session.id)
             self._expect(session, "fs.write")  # writes come next: have their sandbox ready
             return {"workflow": [s.to_dict() for s in steps]}
+        if spec.name == "workflow.request_exemption":
+            args = parse_args(spec.name, call.args)
+            held = await self.workflow.hold_exemption(
+                session.id, args.category, list(args.paths), args.reason
+            )
+            return {
+                "held_for_review": True,
+                "exemption": held.data["exemption_pending"],
+                "note": "The user decides on this exemption; the workflow waits for the "
+                "answer. Nothing is exempt until the user grants it.",
+            }
+        if spec.name == "workflow.add_tests":
+            reason = parse_args(spec.name, call.args).reason
+            return await self.flow.request_tests(session.id, reason)
         stage = self.workspaces.get(session.id)
         if spec.route == "fast" and (self.settings.fast_path or spec.module is None):
             if spec.name.startswith("search."):

@@ -372,7 +372,14 @@ class Workflow:
                 notes = await self._after_commit(session)
                 if notes:
                     data["baseline_notes"] = notes
-            for key in ("exemption", "tests_base", "sources_base", "runs_since", "unverified"):
+            for key in (
+                "exemption",
+                "exemption_pending",
+                "tests_base",
+                "sources_base",
+                "runs_since",
+                "unverified",
+            ):
                 data.pop(key, None)
         return data
 
@@ -444,10 +451,71 @@ class Workflow:
             return await self._record_test_run_unlocked(session_id, run, coverage)
 
     async def request_exemption(
-        self, session_id: str, category: str, paths: Sequence[str], reason: str
+        self,
+        session_id: str,
+        category: str,
+        paths: Sequence[str],
+        reason: str,
+        *,
+        by: str = "user",
     ) -> Outcome:
+        """The user's own request: granted at once when the category's globs cover it."""
         async with self.lock:
-            return await self._request_exemption_unlocked(session_id, category, paths, reason)
+            return await self._request_exemption_unlocked(
+                session_id, category, paths, reason, by=by
+            )
+
+    async def hold_exemption(
+        self, session_id: str, category: str, paths: Sequence[str], reason: str
+    ) -> SessionRow:
+        """The AI's request: checked, audited and held for the user's decision
+        (:meth:`decide_exemption`); never granted here."""
+        async with self.lock:
+            session = await self.get(session_id)
+            self._exemption_state(session)
+            note = _exemption_note(category, paths, reason, by="ai")
+            await self._audit_exemption("exemption_requested", session, note, "held for review")
+            await self._check_exemption(session, category, paths, reason, note)
+            pending = {"category": category, "paths": list(paths), "reason": reason}
+            updated = replace(
+                session,
+                data={**session.data, "exemption_pending": pending},
+                updated_at=now_ms(),
+            )
+            await self._save(updated, "exemption_held", session.state, note)
+            return updated
+
+    async def decide_exemption(
+        self, session_id: str, grant: bool, *, by: str = "user", why: str = ""
+    ) -> Outcome:
+        """The user's decision on the AI's held request."""
+        async with self.lock:
+            session = await self.get(session_id)
+            pending = session.data.get("exemption_pending")
+            if not pending:
+                raise ExemptionDenied(
+                    "no exemption request waits for your decision",
+                    fix="/exempt asks for one yourself.",
+                )
+            data = {k: v for k, v in session.data.items() if k != "exemption_pending"}
+            cleared = replace(session, data=data, updated_at=now_ms())
+            category, paths = str(pending["category"]), list(pending["paths"])
+            reason = str(pending["reason"])
+            if not grant:
+                note = _exemption_note(category, paths, reason, by=by)
+                note["refused_because"] = why[:400]
+                await self._save(cleared, "exemption_refused", session.state, note)
+                await self._audit_exemption(
+                    "exemption_denied",
+                    session,
+                    note,
+                    f"refused by {by}" + (f": {why}" if why else ""),
+                )
+                return Outcome(cleared, session.state, "exemption_refused")
+            await self._save(cleared, "exemption_decided", session.state, {"by": by})
+            return await self._request_exemption_unlocked(
+                session_id, category, paths, reason, by=by, requested_by="ai"
+            )
 
     async def set_mode(
         self, session_id: str, mode: str, caller: Caller, *, approved: bool = False
@@ -457,30 +525,71 @@ class Workflow:
             return await self._set_mode_unlocked(session_id, mode, caller, approved=approved)
 
     # -- exemptions and modes ---------------------------------------------------------------
-    async def _request_exemption_unlocked(
-        self, session_id: str, category: str, paths: Sequence[str], reason: str
-    ) -> Outcome:
-        session = await self.get(session_id)
+    @staticmethod
+    def _exemption_state(session: SessionRow) -> None:
         if session.state not in ("planning", "test_writing"):
             raise ExemptionDenied(
                 f"an exemption cannot start in {session.state}",
                 why="exemptions replace the TDD flow before code is written",
                 fix="Ask for it while planning (or /cancel first).",
             )
-        note = {"category": category, "paths": ",".join(paths)[:400], "reason": reason[:400]}
-        if self.audit is not None:
-            await self.audit.record(
-                Event(
-                    "exemption_requested",
-                    session_id=session.id,
-                    session_mode=session.mode,
-                    state_machine_state=session.state,
-                    input_summary=f"{category}: {reason}",
-                    metadata=note,
-                )
+
+    async def _audit_exemption(
+        self, kind: str, session: SessionRow, note: dict[str, str], outcome: str
+    ) -> None:
+        if self.audit is None:
+            return
+        await self.audit.record(
+            Event(
+                kind,
+                caller=note.get("by", "user"),
+                session_id=session.id,
+                session_mode=session.mode,
+                state_machine_state=session.state,
+                input_summary=f"{note['category']}: {note['reason']}",
+                output_summary=outcome,
+                metadata=note,
             )
-        rule = check_exemption(self.exemptions, category, paths, reason)
+        )
+
+    async def _check_exemption(
+        self,
+        session: SessionRow,
+        category: str,
+        paths: Sequence[str],
+        reason: str,
+        note: dict[str, str],
+    ) -> ExemptionRule:
+        """The category's rule, or ExemptionDenied -- a refusal on the record."""
+        try:
+            return check_exemption(self.exemptions, category, paths, reason)
+        except ExemptionDenied as exc:
+            refused = {**note, "refused_because": f"{exc.what}: {exc.why}"[:400]}
+            await self._audit_exemption(
+                "exemption_denied", session, refused, f"refused by policy: {exc.what}"
+            )
+            raise
+
+    async def _request_exemption_unlocked(
+        self,
+        session_id: str,
+        category: str,
+        paths: Sequence[str],
+        reason: str,
+        *,
+        by: str = "user",
+        requested_by: str | None = None,
+    ) -> Outcome:
+        session = await self.get(session_id)
+        self._exemption_state(session)
+        note = _exemption_note(category, paths, reason, by=by)
+        if requested_by is None:  # the AI's request was on record when it was held
+            await self._audit_exemption("exemption_requested", session, note, f"asked by {by}")
+        else:
+            note["requested_by"] = requested_by
+        rule = await self._check_exemption(session, category, paths, reason, note)
         data = await self._entering(session, "exploring", "exemption_granted")
+        data.pop("exemption_pending", None)
         data["exemption"] = {
             "category": category,
             "paths": list(paths),
@@ -489,6 +598,7 @@ class Workflow:
         }
         updated = replace(session, state="exploring", data=data, updated_at=now_ms())
         await self._save(updated, "exemption_granted", session.state, note)
+        await self._audit_exemption("exemption_granted", updated, note, f"granted by {by}")
         return Outcome(updated, session.state, "exemption_granted")
 
     async def _set_mode_unlocked(
@@ -532,6 +642,15 @@ class Workflow:
         if needs_review and not approved:
             return f"{mode} mode requires review and was not approved"
         return None
+
+
+def _exemption_note(category: str, paths: Sequence[str], reason: str, *, by: str) -> dict[str, str]:
+    return {
+        "category": category,
+        "paths": ",".join(paths)[:400],
+        "reason": reason[:400],
+        "by": by,
+    }
 
 
 def _summary(run: TestRun) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fluffy.errors import InvalidPayload, KernelOverloaded
+from fluffy.errors import InvalidPayload, KernelOverloaded, PeerRejected
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.engine import Caller
 from fluffy.kernel.workflow.machine import Workflow
@@ -40,6 +40,7 @@ def _view(session: SessionRow) -> dict[str, Any]:
         "mode": session.mode,
         "state": session.state,
         "exemption": exemption,
+        "exemption_pending": session.data.get("exemption_pending"),
         "unverified": bool(session.data.get("unverified")),
         "updated_at": session.updated_at,
     }
@@ -78,6 +79,12 @@ def workflow_methods(
 
     async def exemption(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id", "category", "paths", "reason"))
+        if context.binding != "cli":  # granted at once: only the user's own request is
+            raise PeerRejected(
+                "only the user may grant themselves a TDD exemption",
+                why=f"this connection is {context.binding}, not the CLI's socket",
+                fix="The AI asks with the workflow.request_exemption tool; the user decides.",
+            )
         if not isinstance(p["paths"], list) or not all(isinstance(x, str) for x in p["paths"]):
             raise InvalidPayload("paths must be a list of strings")
         outcome = await workflow.request_exemption(

@@ -254,7 +254,9 @@ async def _until(ai: AiLayer, sid: str, kind: str, count: int = 1) -> list[dict[
     raise AssertionError(f"no {kind} #{count}: {seen[-5:]}")
 
 
-def test_add_tests_at_a_review_sends_the_turn_to_retroactive_testing(tmp_path: Path) -> None:
+def test_the_ai_asks_for_tests_and_the_users_review_sends_the_turn_to_retroactive_testing(
+    tmp_path: Path,
+) -> None:
     from fluffy.kernel.policy.engine import Caller
     from tests.unit.test_tool_router import FakePlugins, _allow_explore
 
@@ -267,8 +269,10 @@ def test_add_tests_at_a_review_sends_the_turn_to_retroactive_testing(tmp_path: P
         ("Change.", [("fs.write", {"path": "src/app.py", "content": "KEY = 1\n"}),
                      ("fs.write", {"path": "pyproject.toml", "content": "[project]\n"})]),
         ("Run.", [("test.run", {})]),
+        ("I would test it first.", [("workflow.add_tests", {"reason": "KEY is untested"})]),
         ("Tests, as asked.", [("fs.write", {"path": "tests/test_x.py", "content": test})]),
         ("Run again.", [("test.run", {})]),
+        ("It has its tests now.", []),  # the second review's round: nothing more to ask
         ("Merged with its tests.", []),
     )  # fmt: skip
 
@@ -292,6 +296,8 @@ def test_add_tests_at_a_review_sends_the_turn_to_retroactive_testing(tmp_path: P
 
     review, again, events, history = run(harness, body)
     assert review["can_add_tests"] is True
+    assert review["tests_requested"] == "KEY is untested"  # the AI asked; the user decided
+    assert again["tests_requested"] is None  # a decision answers the request
     assert set(again["files"]) == {"src/app.py", "pyproject.toml", "tests/test_x.py"}
     states = [(e["from"], e["to"]) for e in events if e["type"] == "state"]
     assert ("reviewing", "retroactive_testing") in states
@@ -300,3 +306,49 @@ def test_add_tests_at_a_review_sends_the_turn_to_retroactive_testing(tmp_path: P
     notes = [m.content for m in history if m.role == "user" and "[fluffy]" in m.content]
     assert any("wants tests for this change before the merge" in n for n in notes)
     assert (harness.project / "tests" / "test_x.py").read_text() == test
+
+
+@pytest.mark.parametrize("grant", [True, False])
+def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
+    tmp_path: Path, grant: bool
+) -> None:
+    from types import SimpleNamespace
+
+    harness = Harness(tmp_path)
+    asked = {"category": "documentation", "paths": ["README.md"], "reason": "a typo"}
+    provider = _script(
+        ("Only the README changes.", [("workflow.request_exemption", asked)]),
+        ("Understood.", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        methods = ai.methods(tools.methods())
+        await ai.loop.start(sid, "fix the README typo", provider)
+        before = await _until(ai, sid, "exemption")
+        held = await tools.router.workflow.get(sid)
+        assert ai.loop.turns[sid].status == "waiting_review"
+        plugin = SimpleNamespace(binding="plugin")
+        with pytest.raises(Exception, match="only the user"):
+            await methods["workflow.decide_exemption"](plugin, {"session_id": sid, "grant": True})
+        user = SimpleNamespace(binding="cli")
+        params = {"session_id": sid, "grant": grant, "reason": "write a test"}
+        await methods["workflow.decide_exemption"](user, params)
+        after = await _events(ai, sid)
+        return before, held, after, await tools.router.workflow.get(sid), await ai.store.load(sid)
+
+    before, held, after, session, history = run(harness, body)
+    (event,) = [e for e in before if e["type"] == "exemption"]
+    assert event["category"] == "documentation" and event["kernel_decides"] is False
+    assert held.state == "planning" and not held.data.get("exemption")  # held, not granted
+    assert after[-1]["type"] == "turn_end" and after[-1]["status"] == "done"
+    notes = [m.content for m in history if m.role == "user" and "[fluffy]" in m.content]
+    if grant:
+        assert session.state == "exploring" and session.data["exemption"]["paths"] == ["README.md"]
+        assert any("granted the documentation exemption" in n for n in notes)
+    else:
+        assert session.state == "planning" and not session.data.get("exemption")
+        assert any('refused the exemption. They said: "write a test"' in n for n in notes)
+    kinds = {e["event_type"] for e in harness.entries("exemption_requested")}
+    assert kinds == {"exemption_requested"}
+    decided = harness.entries("exemption_granted" if grant else "exemption_denied")
+    assert len(decided) == 1 and decided[0]["caller"] == "user"

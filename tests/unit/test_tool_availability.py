@@ -38,6 +38,7 @@ TOOLS = [
     Tool("git.commit", "commit"),
     Tool("plan.complete", "workflow"),
     Tool("workflow.request_exemption", "workflow"),
+    Tool("workflow.add_tests", "workflow"),
 ]
 READS = {t.name for t in TOOLS if t.kind == "read"}
 
@@ -113,7 +114,9 @@ def test_execute_and_commit_follow_the_state(state: str, mode: str) -> None:
     assert ("container.run" in names) == (mode == "debug" and "test.run" in names)
     assert ("git.commit" in names) == (state == "committing")
     assert ("plan.complete" in names) == (state == "planning")
-    assert "workflow.request_exemption" in names
+    # the AI asks the user where the state machine could act on the answer
+    assert ("workflow.request_exemption" in names) == (state in {"planning", "test_writing"})
+    assert ("workflow.add_tests" in names) == (state == "reviewing")
     for tool in TOOLS:
         if tool.name in names:
             check(tool.name, tool.kind, state, mode, [], TOOLS)  # type: ignore[arg-type]

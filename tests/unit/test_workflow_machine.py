@@ -216,6 +216,53 @@ def test_exemptions_follow_the_policy_globs(tmp_path: Path) -> None:
         requested = list(entries(tmp_path / "s", Filters(event_type="exemption_requested")))
         assert len(requested) == 3
         assert requested[-1]["metadata"]["category"] == "documentation"
+        assert {e["caller"] for e in requested} == {"user"}
+        denied = list(entries(tmp_path / "s", Filters(event_type="exemption_denied")))
+        assert [e["output_summary"].split(":")[0] for e in denied] == ["refused by policy"] * 2
+        granted = list(entries(tmp_path / "s", Filters(event_type="exemption_granted")))
+        assert len(granted) == 1 and granted[0]["output_summary"] == "granted by user"
+
+    run(main())
+
+
+def test_an_ai_exemption_is_held_until_the_user_decides(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = await _at(kit, "planning")
+            with pytest.raises(ExemptionDenied, match="no exemption request waits"):
+                await wf.decide_exemption(sid, True)
+            with pytest.raises(ExemptionDenied, match=r"does not cover src/calc\.py"):
+                await wf.hold_exemption(sid, "documentation", ["src/calc.py"], "sneaky")
+            held = await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
+            assert held.state == "planning" and not held.data.get("exemption")  # not granted
+            assert held.data["exemption_pending"]["paths"] == ["README.md"]
+            refused = await wf.decide_exemption(sid, False, why="write a test")
+            assert refused.session.state == "planning"
+            assert "exemption_pending" not in refused.session.data
+            await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
+            granted = await wf.decide_exemption(sid, True)
+            assert granted.session.state == "exploring"
+            assert granted.session.data["exemption"]["category"] == "documentation"
+            assert "exemption_pending" not in granted.session.data
+        finally:
+            await kit.close()
+        log = tmp_path / "s"
+        asked = list(entries(log, Filters(event_type="exemption_requested")))
+        assert [(e["caller"], e["output_summary"]) for e in asked] == [
+            ("ai", "held for review")
+        ] * 3
+        denied = list(entries(log, Filters(event_type="exemption_denied")))
+        assert [(e["caller"], e["output_summary"]) for e in denied] == [
+            ("ai", "refused by policy: documentation does not cover src/calc.py"),
+            ("user", "refused by user: write a test"),
+        ]
+        (granted_entry,) = entries(log, Filters(event_type="exemption_granted"))
+        assert granted_entry["caller"] == "user"
+        assert granted_entry["metadata"]["requested_by"] == "ai"
 
     run(main())
 
