@@ -25,6 +25,7 @@ from rich.markup import escape
 from fluffy._version import __version__
 from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
+from fluffy.cli.exemption import granted_text
 from fluffy.cli.project import env_for_task, first_run_block, init_project, show_project
 from fluffy.cli.render import status_word, stdout
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
@@ -156,6 +157,9 @@ def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
 
 
 def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Context) -> Reply:
+    session = client.call("session.get", {"session_id": session_id}) or {}
+    if session.get("exemption_pending") and decision in ("approve", "reject"):
+        return _decide_exemption(decision == "approve", reason, client, session_id, ctx)
     review = client.call("review.show", {"session_id": session_id})
     if not review:
         return Reply("nothing waits for your review")
@@ -173,6 +177,24 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
         return Reply(f"asked for tests before merging plan {review['plan_id']}", event=end)
     word = "approved" if decision == "approve" else "rejected"
     return Reply(f"{word} plan {review['plan_id']}", event=end)
+
+
+def _decide_exemption(
+    grant: bool, reason: str, client: Any, session_id: str, ctx: Context
+) -> Reply:
+    """/approve or /reject on the TDD exemption the AI asked for."""
+    after = ctx.after if ctx.after is not None else cursor(client, session_id)
+    params: dict[str, Any] = {"session_id": session_id, "grant": grant}
+    if reason:
+        params["reason"] = reason
+    session = client.call("workflow.decide_exemption", params)
+    end = follow(
+        client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
+    )
+    ctx.after = _position(end, after)
+    if grant:
+        return Reply(granted_text(session), event=end)
+    return Reply(f"exemption refused; state {session.get('state')}", event=end)
 
 
 def _position(end: dict[str, Any], after: int) -> int:

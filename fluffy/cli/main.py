@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from fluffy.cli.audit import add_parser as add_audit_parser
     from fluffy.cli.config import add_parser as add_config_parser
+    from fluffy.cli.exemption import add_parser as add_exemption_parser
     from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
     from fluffy.cli.plugin import add_parser as add_plugin_parser
     from fluffy.cli.policy import add_parser as add_policy_parser
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sandbox_parser(sub)
     add_session_parser(sub)
+    add_exemption_parser(sub)
     add_plugin_parser(sub)
 
     demo = sub.add_parser(

@@ -189,6 +189,9 @@ class SessionRenderer:
         )
         for reason in event.get("reasons") or []:
             self._line(f"    - {escape(str(reason))}")
+        if event.get("tests_requested"):
+            asked = escape(str(event["tests_requested"]))
+            self._line(f"    [bold]the AI asks for tests before the merge:[/] {asked}")
         if event.get("can_add_tests") and not auto:
             self._line("    (explore change: /add-tests asks for tests before the merge)")
         for item in files:
@@ -197,6 +200,16 @@ class SessionRenderer:
             )
             if not auto:
                 self._diff(item.diff)
+        self._line()
+
+    def _on_exemption(self, event: dict[str, Any]) -> None:
+        paths = ", ".join(str(p) for p in event.get("paths") or [])
+        self._line(
+            f"  [bold]The AI asks for a TDD exemption:[/] {escape(str(event.get('category')))}"
+            f" for {escape(paths)}"
+        )
+        self._line(f"    reason: {escape(str(event.get('reason') or ''))}")
+        self._line("    nothing is exempt until you decide: /approve grants it, /reject refuses it")
         self._line()
 
     def _diff(self, diff: str) -> None:

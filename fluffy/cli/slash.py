@@ -15,9 +15,10 @@ COMMANDS = {
     "/explore": "switch to explore mode (tests optional; tech-debt budget applies)",
     "/debug": "switch to debug mode (asks for your approval)",
     "/budget": "the tech-debt budget (coverage against the baseline)",
-    "/approve": "accept the change that waits for review (merge and commit)",
-    "/reject": "refuse the change that waits for review: /reject [reason]",
+    "/approve": "accept what waits for your review (a merge, or the AI's exemption request)",
+    "/reject": "refuse what waits for your review: /reject [reason]",
     "/add-tests": "ask for tests before the merge of the explore change under review",
+    "/exempt": "exempt files from TDD: /exempt <category> <paths...> -- <reason>",
     "/pin": "keep a note in the AI's context for this session: /pin <text>",
     "/pins": "the pinned notes",
     "/unpin": "drop a pinned note: /unpin <number from /pins>",
@@ -49,6 +50,14 @@ def simple(name: str, rest: str, client: Any, session_id: str) -> str | None:
             return "usage: /unpin <number from /pins>"
         answer = client.call("session.unpin", {**sid, "index": int(rest) - 1}) or {}
         return f"unpinned; {len(answer.get('pins') or [])} pin(s) left"
+    if name == "/exempt":
+        from fluffy.cli.exemption import USAGE, parse_exempt, request
+        from fluffy.kernel.workflow.exemptions import CATEGORIES
+
+        parsed = parse_exempt(rest)
+        if parsed is None:
+            return f"usage: {USAGE} (categories: {', '.join(CATEGORIES)})"
+        return request(client, session_id, *parsed)
     if name == "/unquarantine":
         session = client.call("session.lift_quarantine", sid)
         return f"quarantine lifted: mode {session['mode']}, state {session['state']}"

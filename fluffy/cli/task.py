@@ -125,6 +125,8 @@ def run_task(args: argparse.Namespace) -> int:
     def on_review(event: dict[str, Any]) -> str | None:
         if not terminal:
             return None
+        if event.get("type") == "exemption":
+            return "approve" if ask("Grant this TDD exemption?") else "reject"
         if ask("Approve?"):
             return "approve"
         if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):

@@ -85,7 +85,7 @@ def follow(
                 renderer.render(event)
                 # the kernel says whether it decides (--yes, no policy review); else ask
                 kernel_takes = event.get("kernel_decides", kernel_decides)
-                if kind == "review" and not event.get("auto") and not kernel_takes:
+                if kind in ("review", "exemption") and not event.get("auto") and not kernel_takes:
                     decided = False
                     outcome = _decide(client, session_id, event, renderer, on_review, position)
                     if outcome is not None:
@@ -111,9 +111,26 @@ def _decide(
     """Ask, and pass the answer on; a turn_end to return when the review stays open."""
     plan_id = review.get("plan_id")
     decision = on_review(review)
+    if review.get("type") == "exemption":  # the AI's request: the user grants or refuses
+        if decision not in ("approve", "reject"):
+            end = ended("waiting_review", next=position, exemption=True)
+            renderer.render(end)
+            return end
+        try:
+            client.call(
+                "workflow.decide_exemption",
+                {"session_id": session_id, "grant": decision == "approve"},
+            )
+        except FluffyError as exc:
+            renderer.render({"type": "notice", "level": "error", **_error(exc)})
+            end = ended("waiting_review", next=position, error=_error(exc))
+            renderer.render(end)
+            return end
+        return None
     if decision not in ("approve", "reject", "add_tests"):
-        more = {"can_add_tests": True} if review.get("can_add_tests") else {}
-        end = ended("waiting_review", plan_id=plan_id, next=position, **more)
+        end = ended("waiting_review", plan_id=plan_id, next=position)
+        if review.get("can_add_tests"):
+            end["can_add_tests"] = True
         renderer.render(end)
         return end
     try:

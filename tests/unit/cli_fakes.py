@@ -23,6 +23,13 @@ def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[
     ]
 
 
+EXEMPTION = {
+    "type": "exemption",
+    "category": "documentation",
+    "paths": ["README.md"],
+    "reason": "a typo",
+    "kernel_decides": False,
+}
 REVIEW = {
     "type": "review",
     "plan_id": "plan-1",
@@ -45,6 +52,7 @@ class FakeKernel:
         self.polls = 0
         self.pins: list[str] = []
         self.approve_error: Exception | None = None
+        self.exemption: dict[str, Any] | None = None  # the AI's request that waits
 
     # -- the socket ---------------------------------------------------------------------
     def call(self, method: str, params: Any = None) -> Any:
@@ -79,7 +87,10 @@ class FakeKernel:
         sid = params.get("session_id") or next(reversed(self.sessions), None)
         if sid is None or sid not in self.sessions:
             return None
-        return {**self.sessions[sid], "pins": list(self.pins)}
+        pending = None
+        if self.exemption is not None:
+            pending = {k: self.exemption[k] for k in ("category", "paths", "reason")}
+        return {**self.sessions[sid], "pins": list(self.pins), "exemption_pending": pending}
 
     def m_session_set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
         session = self._session(params["session_id"])
@@ -111,8 +122,9 @@ class FakeKernel:
             for event in self.pages.pop(0):
                 self.seq += 1
                 self.log.append({"seq": self.seq, **copy.deepcopy(event)})
-                if event["type"] == "review" and not event.get("auto"):
+                if event["type"] in ("review", "exemption") and not event.get("auto"):
                     self.blocked = True
+                    self.exemption = event if event["type"] == "exemption" else None
         found = [e for e in self.log if e["seq"] > after]
         running = bool(self.pages) or self.blocked
         return {
@@ -169,6 +181,20 @@ class FakeKernel:
     def m_review_reject(self, params: dict[str, Any]) -> dict[str, Any]:
         self.blocked = False
         return {"rejected": True}
+
+    def m_workflow_request_exemption(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(params["session_id"])
+        exemption = {k: params[k] for k in ("category", "paths", "reason")}
+        session.update(state="exploring", exemption=exemption)
+        return dict(session)
+
+    def m_workflow_decide_exemption(self, params: dict[str, Any]) -> dict[str, Any]:
+        asked, self.exemption, self.blocked = self.exemption, None, False
+        session = self._session(params["session_id"])
+        if params["grant"] and asked is not None:
+            exemption = {k: asked[k] for k in ("category", "paths", "reason")}
+            session.update(state="exploring", exemption=exemption)
+        return dict(session)
 
     def m_review_add_tests(self, params: dict[str, Any]) -> dict[str, Any]:
         self.blocked = False

@@ -11,7 +11,7 @@ from fluffy.cli.session import sessions_table, when
 from fluffy.cli.slash import COMMANDS
 from fluffy.errors import ModeDenied
 
-from .cli_fakes import REVIEW, FakeKernel, turn
+from .cli_fakes import EXEMPTION, REVIEW, FakeKernel, turn
 
 pytestmark = pytest.mark.unit
 
@@ -80,6 +80,36 @@ def test_add_tests_answers_the_review_and_the_turn_goes_on() -> None:
     assert not kernel.methods("review.approve") and not kernel.methods("review.reject")
     assert [e["type"] for e in seen.events][-2:] == ["state", "turn_end"]
     assert "/add-tests" in COMMANDS
+
+
+def test_exempt_asks_for_an_exemption_yourself() -> None:
+    kernel, sid, ctx, _ = setup()
+    reply = handle(
+        "/exempt documentation README.md docs/a.md -- typo fixes", kernel, sid, STATUS, ctx
+    )
+    assert (
+        reply.text == "exemption granted: documentation for README.md, docs/a.md; state exploring"
+    )
+    assert kernel.methods("workflow.request_exemption") == [
+        {"session_id": sid, "category": "documentation", "paths": ["README.md", "docs/a.md"],
+         "reason": "typo fixes"}
+    ]  # fmt: skip
+    for bad in ("/exempt", "/exempt documentation README.md", "/exempt docs -- why"):
+        assert handle(bad, kernel, sid, STATUS, ctx).text.startswith("usage: /exempt <category>")
+    assert len(kernel.methods("workflow.request_exemption")) == 1
+    assert "/exempt" in COMMANDS
+
+
+@pytest.mark.parametrize(("line", "grant"), [("/approve", True), ("/reject not now", False)])
+def test_approve_and_reject_answer_the_ais_exemption_request(line: str, grant: bool) -> None:
+    kernel, sid, ctx, _ = setup([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
+    assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
+    reply = handle(line, kernel, sid, STATUS, ctx)
+    expected = {"session_id": sid, "grant": grant, **({} if grant else {"reason": "not now"})}
+    assert kernel.methods("workflow.decide_exemption") == [expected]
+    assert not kernel.methods("review.approve") and not kernel.methods("review.reject")
+    assert reply.text.startswith("exemption granted" if grant else "exemption refused")
+    assert reply.event is not None and reply.event["status"] == "done"
 
 
 def test_reject_passes_the_reason() -> None:

@@ -9,7 +9,7 @@ import pytest
 from fluffy.cli.turns import cursor, follow
 from fluffy.errors import MergeRefused
 
-from .cli_fakes import REVIEW, FakeKernel, turn
+from .cli_fakes import EXEMPTION, REVIEW, FakeKernel, turn
 
 pytestmark = pytest.mark.unit
 
@@ -142,3 +142,30 @@ def test_nothing_running_and_nothing_new_ends_the_follow() -> None:
     sid = start(kernel)
     end = follow(kernel, sid, 7, Seen(), on_review=never, wait_ms=5)
     assert end["status"] == "idle" and end["next"] == 7
+
+
+@pytest.mark.parametrize(("answer", "grant"), [("approve", True), ("reject", False)])
+def test_an_exemption_the_ai_asks_for_is_the_users_to_decide(answer: str, grant: bool) -> None:
+    kernel = FakeKernel([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
+    sid = start(kernel)
+    asked: list[dict[str, Any]] = []
+
+    def on_review(event: dict[str, Any]) -> str | None:
+        asked.append(event)
+        return answer
+
+    # even with --yes (kernel_decides) the exemption is asked about, never decided for you
+    end = follow(
+        kernel, sid, 0, Seen(), on_review=on_review, turn_id="t1", kernel_decides=True, wait_ms=5
+    )
+    assert [e["type"] for e in asked] == ["exemption"]
+    assert kernel.methods("workflow.decide_exemption") == [{"session_id": sid, "grant": grant}]
+    assert not kernel.methods("review.approve") and end["status"] == "done"
+
+
+def test_an_exemption_left_undecided_waits() -> None:
+    kernel = FakeKernel([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
+    sid = start(kernel)
+    end = follow(kernel, sid, 0, Seen(), on_review=lambda e: None, turn_id="t1", wait_ms=5)
+    assert end["status"] == "waiting_review" and end["exemption"] is True
+    assert kernel.blocked and not kernel.methods("workflow.decide_exemption")

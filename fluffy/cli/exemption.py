@@ -1,0 +1,140 @@
+"""`fluffy exemption request|grant|refuse`: TDD exemptions from the command line.
+
+An exemption changes a session in progress, so these talk to the project's *running*
+kernel (``fluffy start``, or a prompt left open); with none running they say so rather
+than start one.  ``request`` is the user's own request (``workflow.request_exemption``:
+granted when the category's globs in policy.yaml cover every path).  ``grant`` and
+``refuse`` answer a request the AI made with its ``workflow.request_exemption`` tool,
+which waits for the user (``workflow.decide_exemption``).  At the prompt, /exempt does
+what ``request`` does, and /approve or /reject answer the AI.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from fluffy.cli.render import print_json, status_word, stdout
+from fluffy.errors import KernelNotRunning, SessionNotFound
+from fluffy.kernel.workflow.exemptions import CATEGORIES
+
+USAGE = "/exempt <category> <path> [<path> ...] -- <reason>"
+
+
+def parse_exempt(rest: str) -> tuple[str, list[str], str] | None:
+    """``/exempt``'s arguments: category, paths, reason (None: not that shape)."""
+    head, sep, reason = rest.partition(" -- ")
+    words = head.split()
+    if not sep or len(words) < 2 or not reason.strip():
+        return None
+    return words[0], words[1:], reason.strip()
+
+
+def request(client: Any, session_id: str, category: str, paths: list[str], reason: str) -> str:
+    session = client.call(
+        "workflow.request_exemption",
+        {"session_id": session_id, "category": category, "paths": paths, "reason": reason},
+    )
+    return granted_text(session)
+
+
+def granted_text(session: dict[str, Any]) -> str:
+    exemption = session.get("exemption") or {}
+    return (
+        f"exemption granted: {exemption.get('category')} for "
+        f"{', '.join(exemption.get('paths') or [])}; state {session.get('state')}"
+    )
+
+
+@contextmanager
+def running(project: Path) -> Iterator[Any]:
+    """The project's running kernel; KernelNotRunning (what/why/fix) when there is none."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli.connect import CALL_TIMEOUT_S
+    from fluffy.cli.lifecycle import _status
+    from fluffy.ipc.client import SyncClient
+    from fluffy.paths import fluffy_home
+
+    status = _status(str(project))
+    if status is None or status.get("health") != "healthy":
+        raise KernelNotRunning(
+            f"no kernel runs for {project}",
+            why="an exemption belongs to a session in progress, which lives in the running kernel",
+            fix=f"Start it with `fluffy start --project {project}` (or use /exempt in `fluffy`).",
+        )
+    sock = paths(fluffy_home(), str(project))["run"] / "kernel.sock"
+    with SyncClient(str(sock), timeout=CALL_TIMEOUT_S) as client:
+        yield client
+
+
+def _session(client: Any, wanted: str | None) -> str:
+    found = client.call("session.get", {"session_id": wanted} if wanted else {})
+    if not found:
+        raise SessionNotFound(
+            "there is no session to exempt" if wanted is None else f"there is no session {wanted}",
+            fix='Start one with `fluffy "a task"` or `fluffy`; `fluffy session list` shows them.',
+        )
+    return str(found["session_id"])
+
+
+def cmd_exemption_request(args: argparse.Namespace) -> int:
+    project = Path(args.project or ".").resolve()
+    with running(project) as client:
+        sid = _session(client, args.session)
+        text = request(client, sid, args.category, list(args.path), args.reason)
+        session = client.call("session.get", {"session_id": sid})
+    if args.json:
+        print_json(session)
+    else:
+        stdout.print(f"{status_word('ok')} {escape(text)}")
+    return 0
+
+
+def cmd_exemption_decide(args: argparse.Namespace) -> int:
+    project = Path(args.project or ".").resolve()
+    grant = args.exemption_command == "grant"
+    with running(project) as client:
+        sid = _session(client, args.session)
+        params: dict[str, Any] = {"session_id": sid, "grant": grant}
+        if args.reason:
+            params["reason"] = args.reason
+        session = client.call("workflow.decide_exemption", params)
+    if args.json:
+        print_json(session)
+    elif grant:
+        stdout.print(f"{status_word('ok')} {escape(granted_text(session))}")
+    else:
+        stdout.print(f"exemption refused; state {escape(str(session.get('state')))}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    exemption = sub.add_parser("exemption", help="TDD exemptions: request, grant, refuse")
+    actions = exemption.add_subparsers(dest="exemption_command", metavar="ACTION", required=True)
+    ask = actions.add_parser("request", help="exempt files of the session from TDD")
+    ask.add_argument("--category", required=True, choices=CATEGORIES, help="what kind of change")
+    ask.add_argument(
+        "--path", required=True, action="append", help="a file it covers (repeat for more)"
+    )
+    ask.add_argument("--reason", required=True, help="why TDD does not apply")
+    for action, what in (
+        ("grant", "grant the exemption the AI asked for"),
+        ("refuse", "refuse the exemption the AI asked for"),
+    ):
+        decide = actions.add_parser(action, help=what)
+        decide.add_argument("--reason", help="what to tell the AI (refuse)")
+        decide.set_defaults(func=cmd_exemption_decide)
+        _common(decide)
+    ask.set_defaults(func=cmd_exemption_request)
+    _common(ask)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", help="the project folder (default: the current one)")
+    parser.add_argument("--session", help="the session (default: the latest)")
+    parser.add_argument("--json", action="store_true")
