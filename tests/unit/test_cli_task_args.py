@@ -232,3 +232,42 @@ def test_an_unknown_session_is_a_fluffy_error(
 ) -> None:
     assert _run(tmp_path, "x y", "--session", "nope") == EXIT_ERROR
     assert "fluffy session list" in capsys.readouterr().err
+
+
+def test_on_a_terminal_an_explore_review_offers_tests_first(
+    kernel: FakeKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    questions: list[str] = []
+
+    def ask(question: str) -> bool:
+        questions.append(question)
+        return question.startswith("Add tests")  # no to merging, yes to tests first
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(task, "ask", ask)
+    review = {**REVIEW, "can_add_tests": True}
+    kernel.pages = [[*turn("add x")[:1], review], turn("add x")[-1:]]
+    assert _run(tmp_path, "add x") == EXIT_OK  # tests first is not a rejection
+    assert questions == ["Approve?", "Add tests first, keeping the change?"]
+    assert kernel.methods("review.add_tests") == [{"session_id": "s1", "plan_id": "plan-1"}]
+    assert not kernel.methods("review.reject")
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_on_a_terminal_the_ais_exemption_is_asked_even_with_yes(
+    kernel: FakeKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bool
+) -> None:
+    from .cli_fakes import EXEMPTION
+
+    questions: list[str] = []
+
+    def ask(question: str) -> bool:
+        questions.append(question)
+        return answer
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(task, "ask", ask)
+    kernel.pages = [[*turn("fix docs")[:1], EXEMPTION], turn("fix docs")[-1:]]
+    assert _run(tmp_path, "fix docs", "--yes") == EXIT_OK
+    assert questions == ["Grant this TDD exemption?"]
+    assert kernel.methods("workflow.decide_exemption") == [{"session_id": "s1", "grant": answer}]
