@@ -15,6 +15,7 @@ tech-debt lock blocks explore.
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -150,13 +151,34 @@ class Workflow:
     ) -> int:
         """Record a run the kernel executed (the only evidence the guards read)."""
         session = await self.get(session_id)
-        return await self.store.add_test_run(
+        run_id = await self.store.add_test_run(
             session.id,
             session.state,
             session.mode,
             run.to_dict(),
             None if coverage is None else coverage.to_dict(),
         )
+        if self.audit is not None:  # the evidence the guards read, on the audit record too
+            outcomes = collections.Counter(case.outcome for case in run.cases)
+            counts = ", ".join(f"{n} {kind}" for kind, n in sorted(outcomes.items()))
+            await self.audit.record(
+                Event(
+                    "test_run_recorded",
+                    caller="kernel",
+                    session_id=session.id,
+                    session_mode=session.mode,
+                    state_machine_state=session.state,
+                    input_summary=f"test run {run_id}: exit {run.exit_code}; "
+                    f"{counts or 'no test cases'}",
+                    metadata={
+                        "run_id": str(run_id),
+                        "exit_code": str(run.exit_code),
+                        "cases": str(len(run.cases)),
+                        "coverage": "" if coverage is None else f"{coverage.percent:.2f}",
+                    },
+                )
+            )
+        return run_id
 
     async def _latest(
         self, session: SessionRow

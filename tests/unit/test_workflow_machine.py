@@ -134,6 +134,11 @@ def test_strict_tdd_flow_with_real_pytest_runs(tmp_path: Path) -> None:
             "committing",
             "idle",
         ]
+        runs = list(entries(tmp_path / "s", Filters(event_type="test_run_recorded")))
+        assert len(runs) == 4  # each run the guards read is on the audit record too
+        assert [e["state_machine_state"] for e in runs] == ["test_writing"] * 3 + ["validating"]
+        assert runs[-1]["metadata"]["coverage"] == "90.00"
+        assert runs[1]["metadata"]["exit_code"] != "0" and "failed" in runs[1]["input_summary"]
         assert verify(tmp_path / "s").ok
         assert verify_state_log(tmp_path / "s" / "fluffy.db")[0]
 
