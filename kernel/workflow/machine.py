@@ -293,9 +293,17 @@ class Workflow:
         """The coverage baseline (the project's baseline file) and notes on what is wrong
         with it (missing, corrupt, changed since the kernel wrote it)."""
         cached = await self.store.get_meta(BASELINE_KEY)
+        if not self._baseline_file_here():  # fluffy's state holds it (no .fluffy/ here)
+            return (CoverageReport.from_dict(_json(cached)) if cached else None), []
         return await asyncio.to_thread(
             read_baseline, self.project, self.tech_debt.baseline_file, cached
         )
+
+    def _baseline_file_here(self) -> bool:
+        """Whether the baseline is a file in the project: only in one that has fluffy's
+        folder (``fluffy init``).  A project fluffy runs on with its defaults gets no
+        .fluffy/ written into it; its baseline stays in fluffy's state database."""
+        return (self.project / ".fluffy").is_dir()
 
     async def _budget(self, session: SessionRow) -> list[str]:
         """The tech-debt budget of the session's change: explore commits are locked out
@@ -422,7 +430,8 @@ class Workflow:
         rel = self.tech_debt.baseline_file
         notes: list[str] = []
         try:
-            await asyncio.to_thread(write_baseline, self.project, rel, current, session.id)
+            if self._baseline_file_here():
+                await asyncio.to_thread(write_baseline, self.project, rel, current, session.id)
         except OSError as exc:  # the commit is made; the budget notes the missing file later
             notes.append(f"cannot write the coverage baseline file {rel}: {exc}")
         await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))

@@ -477,6 +477,7 @@ def test_a_strict_commit_writes_the_baseline_file(tmp_path: Path) -> None:
     import json
 
     project = make_project(tmp_path / "p")
+    (project / ".fluffy").mkdir(exist_ok=True)  # a project with fluffy's folder (init)
 
     async def main() -> None:
         kit = await open_kit(tmp_path / "s", project)
@@ -496,6 +497,26 @@ def test_a_strict_commit_writes_the_baseline_file(tmp_path: Path) -> None:
             assert report == _cov(70) and "not the 84.00% fluffy last wrote" in notes[0]
             warned = await _explore_commit(kit, project, 70)
             assert warned == notes  # unchanged against the file: only the note
+        finally:
+            await kit.close()
+
+    run(main())
+
+
+def test_a_project_without_fluffy_s_folder_gets_none_written(tmp_path: Path) -> None:
+    """fluffy on a project with its defaults writes nothing into it: the baseline stays
+    in fluffy's state, and the budget still judges against it."""
+    project = make_project(tmp_path / "p")
+    assert not (project / ".fluffy").exists()
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        try:
+            await _strict_commit(kit, project, 80)
+            assert not (project / ".fluffy").exists()
+            assert (await kit.workflow.baseline()) == (_cov(80), [])
+            warned = await _explore_commit(kit, project, 79)
+            assert any("min_delta" in note or "79" in note for note in warned), warned
         finally:
             await kit.close()
 
@@ -540,6 +561,7 @@ def test_a_missing_or_corrupt_baseline_file_means_no_baseline(
     tmp_path: Path, content: bytes | None, fragment: str
 ) -> None:
     project = make_project(tmp_path / "p")
+    (project / ".fluffy").mkdir(exist_ok=True)
 
     async def main() -> None:
         kit = await open_kit(tmp_path / "s", project)
@@ -565,7 +587,9 @@ def test_a_missing_or_corrupt_baseline_file_means_no_baseline(
 
 def test_a_baseline_file_that_cannot_be_written_is_noted(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
-    (project / ".fluffy").write_text("a file where the folder should be\n")
+    blocked = project / BASELINE_FILE  # a folder where the file should be
+    blocked.mkdir(parents=True)
+    (blocked / "keep").write_text("x\n")
 
     async def main() -> None:
         kit = await open_kit(tmp_path / "s", project)
