@@ -9,6 +9,7 @@ from fluffy.kernel.scheduler.preempt import Decision, Preemptor, decide, pick_vi
 from fluffy.kernel.scheduler.queue import ReadyQueue, effective_priority
 from fluffy.kernel.scheduler.scheduler import Scheduler, TaskRef
 from fluffy.kernel.scheduler.task import (
+    NO_SANDBOX,
     PRIORITY_HIGH,
     PRIORITY_IDLE,
     PRIORITY_LOW,
@@ -25,6 +26,7 @@ from fluffy.kernel.scheduler.task import (
 )
 
 __all__ = [
+    "NO_SANDBOX",
     "PRIORITY_HIGH",
     "PRIORITY_IDLE",
     "PRIORITY_LOW",

@@ -32,6 +32,7 @@ class Entry:
     seq: int  # submission order (FIFO tie-break)
     since: float  # when it started waiting (clock seconds)
     paused: bool = False
+    ages: bool = True  # False: starvation prevention never bumps it (yielding work)
 
 
 def _bumps(since: float, now: float, threshold: float) -> int:
@@ -82,9 +83,18 @@ class ReadyQueue:
     def get(self, task_id: str) -> Entry | None:
         return self._entries.get(task_id)
 
+    def _effective(self, entry: Entry, now: float) -> int:
+        if not entry.ages:
+            return entry.priority
+        return effective_priority(entry.priority, entry.since, now, self.threshold)
+
+    def _bump(self, entry: Entry, now: float) -> float | None:
+        if not entry.ages:
+            return None
+        return next_bump(entry.priority, entry.since, now, self.threshold)
+
     def _key(self, entry: Entry, now: float) -> Key:
-        eff = effective_priority(entry.priority, entry.since, now, self.threshold)
-        return (eff, 1 - int(entry.paused), entry.seq)
+        return (self._effective(entry, now), 1 - int(entry.paused), entry.seq)
 
     def push(self, entry: Entry) -> None:
         if entry.task_id in self._entries:
@@ -95,7 +105,7 @@ class ReadyQueue:
         self._entries[entry.task_id] = entry
         self._keys[entry.task_id] = key
         heapq.heappush(self._heap, (key, entry.task_id))
-        bump = next_bump(entry.priority, entry.since, entry.since, self.threshold)
+        bump = self._bump(entry, entry.since)
         if bump is not None:
             self._rekey_at = min(self._rekey_at, bump)
 
@@ -116,15 +126,14 @@ class ReadyQueue:
         self._rekey_at = math.inf
         for task_id, entry in self._entries.items():
             self._keys[task_id] = self._key(entry, now)
-            bump = next_bump(entry.priority, entry.since, now, self.threshold)
+            bump = self._bump(entry, now)
             if bump is not None:
                 self._rekey_at = min(self._rekey_at, bump)
         self._heap = [(k, i) for i, k in self._keys.items()]
         heapq.heapify(self._heap)
 
     def effective(self, task_id: str, now: float) -> int:
-        entry = self._entries[task_id]
-        return effective_priority(entry.priority, entry.since, now, self.threshold)
+        return self._effective(self._entries[task_id], now)
 
     def ordered(self, now: float) -> Iterator[tuple[int, Entry]]:
         """(effective priority, entry), best first; lazy, on a copy of the heap."""

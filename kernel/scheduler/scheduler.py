@@ -29,6 +29,7 @@ from fluffy.errors import DependencyFailed, SchedulerError, TaskCancelled
 from fluffy.kernel.scheduler.preempt import Preemptor, RunningTask, decide, pick_victim
 from fluffy.kernel.scheduler.queue import Entry, ReadyQueue
 from fluffy.kernel.scheduler.task import (
+    NO_SANDBOX,
     TASK_STATES,
     TERMINAL_STATES,
     Limits,
@@ -77,6 +78,10 @@ class _Record:
         if self.run_since is None:
             return None
         return self.run_since + (self.task.max_duration_s - self.run_time)
+
+
+def _holds_slot(rec: _Record) -> bool:
+    return rec.task.sandbox_template != NO_SANDBOX
 
 
 def _headline(error: BaseException | None) -> str | None:
@@ -135,6 +140,40 @@ class Scheduler:
 
     def submit(self, task: Task[T]) -> TaskRef[T]:
         """Accept ``task`` (returns at once); it runs when its turn comes."""
+        rec = self._register(task)
+        failed: _Record | None = None
+        for dep_id in task.dependencies:
+            dep = self._records[dep_id]
+            dep.dependents.append(task.id)
+            if dep.task.state in ("failed", "cancelled"):
+                failed = failed or dep
+            elif dep.task.state != "completed":
+                rec.pending.add(dep_id)
+        if failed is not None:
+            self._finish(rec, "failed", error=self._dependency_error(rec, failed))
+        elif not rec.pending:
+            self._enqueue(rec, self._clock())
+        self._wake.set()
+        return TaskRef(task.id, self)
+
+    def reserve(self, task: Task[T]) -> TaskRef[T]:
+        """Start ``task`` now, limits or not, and count its slot from now on (ADR-043).
+
+        For a long-lived sandbox that must never wait in the queue (the policy sandbox
+        gates every decision): it holds its slot until its coroutine returns, is never
+        preempted, and the slots it takes are missing for everything else."""
+        if task.dependencies:
+            raise SchedulerError(
+                f"task {task.id}: a reservation cannot have dependencies",
+                why="a reservation starts at once; it cannot wait for other tasks",
+            )
+        rec = self._register(task)
+        rec.unpreemptable = True
+        self._start(rec, task.priority, self._clock())
+        self._wake.set()
+        return TaskRef(task.id, self)
+
+    def _register(self, task: Task[Any]) -> _Record:
         if self._closed:
             raise SchedulerError(
                 f"cannot submit task {task.id}: the scheduler is closed",
@@ -158,20 +197,7 @@ class Scheduler:
         rec = _Record(task, self._seq, TaskHandle(task.id))
         task.state, task.result, task.error = "waiting_dependency", None, None
         self._records[task.id] = rec
-        failed: _Record | None = None
-        for dep_id in task.dependencies:
-            dep = self._records[dep_id]
-            dep.dependents.append(task.id)
-            if dep.task.state in ("failed", "cancelled"):
-                failed = failed or dep
-            elif dep.task.state != "completed":
-                rec.pending.add(dep_id)
-        if failed is not None:
-            self._finish(rec, "failed", error=self._dependency_error(rec, failed))
-        elif not rec.pending:
-            self._enqueue(rec, self._clock())
-        self._wake.set()
-        return TaskRef(task.id, self)
+        return rec
 
     async def result(self, task_id: str) -> Any:
         """The task's value once it ends; raises its error (or why it never ran)."""
@@ -230,18 +256,42 @@ class Scheduler:
         by_state: dict[TaskState, int] = dict.fromkeys(TASK_STATES, 0)
         for rec in self._records.values():
             by_state[rec.task.state] += 1
+        holders = [r for r in self._running.values() if _holds_slot(r)]
         running: Counter[str] = Counter(
-            r.task.sandbox_template for r in self._running.values() if r.task.state == "running"
+            r.task.sandbox_template for r in holders if r.task.state == "running"
+        )
+        now = self._clock()
+        queued: Counter[str] = Counter(
+            str(self._queue.effective(task_id, now))
+            for task_id in self._records
+            if task_id in self._queue
+        )
+        over = max(0, len(holders) - self.limits.global_max)
+        per_template: Counter[str] = Counter(r.task.sandbox_template for r in holders)
+        over_templates = sum(
+            max(0, n - self.limits.for_template(t)) for t, n in per_template.items()
         )
         return SchedulerStats(
             by_state=by_state,
             running_by_template=dict(running),
+            running_by_priority=dict(Counter(str(r.run_priority) for r in holders)),
+            queued_by_priority=dict(queued),
+            yielding=sum(1 for r in holders if r.task.yields),
+            over_limit=max(over, over_templates),
             accepting_work=self._accepting(),
             paused_total=self._totals["paused"],
             resumed_total=self._totals["resumed"],
             destroyed_total=self._totals["destroyed"],
             timed_out_total=self._totals["timed_out"],
         )
+
+    def slots(self) -> list[tuple[str, bool]]:
+        """(template, yields) of each task holding a slot now (running or resuming)."""
+        return [
+            (r.task.sandbox_template, r.task.yields)
+            for r in self._running.values()
+            if _holds_slot(r)
+        ]
 
     def wake(self) -> None:
         """Re-evaluate now (e.g. after memory use dropped back below 80 %)."""
@@ -311,11 +361,18 @@ class Scheduler:
         for effective, entry in self._queue.ordered(now):
             rec = self._records[entry.task_id]
             template = rec.task.sandbox_template
-            in_template = sum(
-                1 for r in self._running.values() if r.task.sandbox_template == template
-            )
+            if template == NO_SANDBOX:  # takes no slot
+                await self._launch(rec, effective, entry, now)
+                return True
+            # yielding slots (the warm pool's) do not count against better priorities
+            holders = [
+                r
+                for r in self._running.values()
+                if _holds_slot(r) and not (r.task.yields and r.run_priority > effective)
+            ]
+            in_template = sum(1 for r in holders if r.task.sandbox_template == template)
             template_full = in_template >= self.limits.for_template(template)
-            if not template_full and len(self._running) < self.limits.global_max:
+            if not template_full and len(holders) < self.limits.global_max:
                 await self._launch(rec, effective, entry, now)
                 return True
             if self._preemptor is None:
@@ -338,22 +395,21 @@ class Scheduler:
         running = [
             RunningTask(r.id, r.task.sandbox_template, r.run_priority, r.start_seq)
             for r in self._running.values()
-            if r.task.state == "running" and not r.unpreemptable
+            if r.task.state == "running"
+            and not r.unpreemptable
+            and not r.task.yields  # it gives its slot up by itself
+            and _holds_slot(r)
         ]
         choice = pick_victim(running, priority=priority, template=template)
         return None if choice is None else self._records[choice.task_id]
 
     async def _launch(self, rec: _Record, effective: int, entry: Entry, now: float) -> None:
         self._queue.remove(rec.id)
+        if not entry.paused:
+            self._start(rec, effective, now)
+            return
         rec.run_priority = effective
         self._running[rec.id] = rec  # holds the slot from here on (also while resuming)
-        if not entry.paused:
-            self._start_seq += 1
-            rec.start_seq = self._start_seq
-            rec.task.state, rec.run_since = "running", now
-            rec.runner = asyncio.create_task(self._run(rec), name=f"fluffy-task-{rec.id}")
-            rec.runner.add_done_callback(partial(self._runner_exited, rec))
-            return
         assert self._preemptor is not None  # only a preemptor pauses tasks
         try:
             await self._preemptor.resume(rec.task)
@@ -371,6 +427,15 @@ class Scheduler:
         rec.task.state, rec.run_since = "running", self._clock()
         rec.handle._resume()
         self._totals["resumed"] += 1
+
+    def _start(self, rec: _Record, effective: int, now: float) -> None:
+        rec.run_priority = effective
+        self._running[rec.id] = rec  # holds the slot from here on
+        self._start_seq += 1
+        rec.start_seq = self._start_seq
+        rec.task.state, rec.run_since = "running", now
+        rec.runner = asyncio.create_task(self._run(rec), name=f"fluffy-task-{rec.id}")
+        rec.runner.add_done_callback(partial(self._runner_exited, rec))
 
     async def _pause(self, victim: _Record) -> None:
         assert self._preemptor is not None
@@ -505,7 +570,7 @@ class Scheduler:
 
     def _enqueue(self, rec: _Record, now: float) -> None:
         rec.task.state = "queued"
-        self._queue.push(Entry(rec.id, rec.task.priority, rec.seq, now))
+        self._queue.push(Entry(rec.id, rec.task.priority, rec.seq, now, ages=not rec.task.yields))
         self._wake.set()
 
     @staticmethod

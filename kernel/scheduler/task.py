@@ -18,7 +18,9 @@ from fluffy.errors import SchedulerError
 
 T = TypeVar("T")
 
-TaskType = Literal["ai_generate", "test_run", "validate", "review", "commit", "tool_call"]
+TaskType = Literal[
+    "ai_generate", "test_run", "validate", "review", "commit", "tool_call", "pool_fill", "step"
+]
 TaskState = Literal[
     "queued", "waiting_dependency", "running", "paused", "completed", "failed", "cancelled"
 ]
@@ -28,6 +30,9 @@ TERMINAL_STATES: Final[frozenset[TaskState]] = frozenset({"completed", "failed",
 
 #: The design's L2 sandbox templates (any other name gets ``Limits.default_per_template``).
 TEMPLATES: Final = ("ai-provider", "code-executor", "policy-sandbox", "integration-test")
+#: Work done in the kernel itself (no sandbox): it takes no slot and no limit applies;
+#: such tasks exist for their dependencies (one tool call of a batch, ADR-043).
+NO_SANDBOX: Final = "kernel"
 
 PRIORITY_SYSTEM: Final = 1  # kernel/system work; never bumped, never outranked
 PRIORITY_HIGH: Final = 2  # also the ceiling of starvation bumping
@@ -78,6 +83,10 @@ class Task(Generic[T]):
     priority: int = PRIORITY_NORMAL
     dependencies: tuple[str, ...] = ()
     max_duration_s: float = DEFAULT_MAX_DURATION_S
+    #: Background work holding a slot it gives up (ADR-043): it never blocks a task of a
+    #: strictly better priority (its owner frees the slot right after such a task
+    #: starts), is never aged by starvation prevention and never preempted.
+    yields: bool = False
     state: TaskState = field(default="queued", init=False)
     result: T | None = field(default=None, init=False, repr=False)
     error: BaseException | None = field(default=None, init=False, repr=False)
@@ -133,6 +142,9 @@ class Limits:
     def for_template(self, template: str) -> int:
         return self.per_template.get(template, self.default_per_template)
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"global_max": self.global_max, "per_template": dict(self.per_template)}
+
 
 @dataclass(frozen=True)
 class TaskSnapshot:
@@ -158,11 +170,23 @@ class SchedulerStats:
     resumed_total: int
     destroyed_total: int
     timed_out_total: int
+    #: priority (as a string: JSON keys) -> tasks holding a slot, queued (or paused)
+    running_by_priority: Mapping[str, int] = field(default_factory=dict)
+    queued_by_priority: Mapping[str, int] = field(default_factory=dict)
+    #: running tasks that give their slot up to better priorities (the warm pool's)
+    yielding: int = 0
+    #: slots held beyond a limit: reservations (the policy sandbox) admitted at once,
+    #: and yielding slots not yet given back
+    over_limit: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "by_state": dict(self.by_state),
             "running_by_template": dict(self.running_by_template),
+            "running_by_priority": dict(self.running_by_priority),
+            "queued_by_priority": dict(self.queued_by_priority),
+            "yielding": self.yielding,
+            "over_limit": self.over_limit,
             "accepting_work": self.accepting_work,
             "paused_total": self.paused_total,
             "resumed_total": self.resumed_total,
