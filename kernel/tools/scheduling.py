@@ -1,36 +1,107 @@
-"""Plugin calls go through the scheduler (design: Scheduler Module).
+"""Everything that runs a sandbox goes through the scheduler (design: Scheduler Module;
+ADR-043).
 
-Every call that needs a sandbox becomes a task of its template, so the concurrency
-limits hold (global 4; code-executor 2, ...), higher priorities go first, and a busy
-template can preempt: PAUSE sends ``tool.pause`` to the plugin host, waits the 1 s
-grace and pauses the container through the engine; RESUME undoes it and sends
-``tool.resume``; DESTROY removes the sandbox and fails the call.
+* A plugin call (:meth:`SchedulerBridge.schedule`) is a task of its template: the
+  concurrency limits hold (global 4; code-executor 2, ...), better priorities go first,
+  and a busy template can preempt: PAUSE sends ``tool.pause`` to the plugin host, waits
+  the 1 s grace and pauses the container through the engine; RESUME undoes it and sends
+  ``tool.resume``; DESTROY removes the sandbox and fails the call.
+* A long-lived sandbox holds a *lease* (:meth:`SchedulerBridge.lease`): a task that runs
+  while the sandbox lives.  The ai-provider sandbox of a turn waits for its lease like
+  any task; the warm pool's sandboxes hold *yielding* leases (never in a better
+  priority's way); the policy sandbox *reserves* its slot (:meth:`SchedulerBridge.
+  reserve`), never queued.  Leases are never paused: nothing in them can be frozen
+  safely mid-stream.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fluffy.errors import TaskCancelled
+from fluffy.errors import SchedulerError, TaskCancelled
 from fluffy.kernel.scheduler.scheduler import Scheduler
-from fluffy.kernel.scheduler.task import PRIORITY_NORMAL, Limits, Task, TaskHandle
+from fluffy.kernel.scheduler.task import (
+    PRIORITY_NORMAL,
+    PRIORITY_SYSTEM,
+    Limits,
+    Task,
+    TaskHandle,
+    TaskType,
+)
 from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.settings import SchedulerSettings
+
+log = logging.getLogger("fluffy.kernel.scheduler")
+
+#: A lease outlives any one call; the sandbox's own max_duration bounds it.
+LEASE_MAX_DURATION_S = 7 * 24 * 3600.0
 
 
 class _Preemptor:
     def __init__(self, runner: PluginRunner) -> None:
         self.runner = runner
 
+    @staticmethod
+    def _call_only(task: Task[Any], action: str) -> None:
+        if task.type != "tool_call":
+            raise SchedulerError(f"{task.id} ({task.type}) cannot be {action}: it is a lease")
+
     async def pause(self, task: Task[Any]) -> None:
+        self._call_only(task, "paused")
         await self.runner.pause_call(task.id)
 
     async def resume(self, task: Task[Any]) -> None:
         await self.runner.resume_call(task.id)
 
     async def destroy(self, task: Task[Any]) -> None:
+        self._call_only(task, "destroyed")
         await self.runner.destroy_call(task.id, TaskCancelled(f"{task.id} was preempted"))
+
+
+class Lease:
+    """A slot held for a long-lived sandbox until :meth:`release`."""
+
+    def __init__(self, scheduler: Scheduler, key: str) -> None:
+        self.scheduler = scheduler
+        self.key = key
+        self.started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._released = asyncio.Event()
+        #: called (once) if the scheduler ends the lease before it was released
+        self.on_lost: Callable[[], None] | None = None
+
+    async def hold(self, handle: TaskHandle) -> None:
+        if not self.started.done():
+            self.started.set_result(None)
+        try:
+            await self._released.wait()
+        except asyncio.CancelledError:
+            if not self._released.is_set() and self.on_lost is not None:
+                self.on_lost()
+            raise
+
+    def release(self) -> None:
+        """Give the slot back (idempotent); a lease still queued is cancelled."""
+        if self._released.is_set():
+            return
+        self._released.set()
+        with contextlib.suppress(SchedulerError):
+            if self.scheduler.get(self.key).state in ("queued", "waiting_dependency"):
+                self.scheduler.cancel(self.key)
+        task = asyncio.ensure_future(self._forget())
+        _KEEP.add(task)
+        task.add_done_callback(_KEEP.discard)
+
+    async def _forget(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.scheduler.result(self.key)
+        self.scheduler.forget(self.key)
+
+
+_KEEP: set[asyncio.Future[Any]] = set()
 
 
 class SchedulerBridge:
@@ -57,6 +128,13 @@ class SchedulerBridge:
     async def close(self) -> None:
         await self.scheduler.close()
 
+    def reload(self, settings: SchedulerSettings) -> None:
+        """A policy update: the new limits apply to the next decisions."""
+        self.scheduler.limits = Limits(
+            global_max=settings.global_max, per_template=dict(settings.per_template)
+        )
+        self.scheduler.wake()
+
     async def schedule(
         self,
         template: str,
@@ -64,14 +142,14 @@ class SchedulerBridge:
         work: Callable[[], Awaitable[Any]],
         *,
         priority: int = PRIORITY_NORMAL,
-        kind: str = "tool_call",
+        kind: TaskType = "tool_call",
     ) -> Any:
         async def run(handle: TaskHandle) -> Any:
             return await work()
 
         task: Task[Any] = Task(
             id=key,
-            type=kind,  # type: ignore[arg-type]
+            type=kind,
             sandbox_template=template,
             run=run,
             priority=priority,
@@ -82,3 +160,84 @@ class SchedulerBridge:
             return await self.scheduler.result(key)
         finally:
             self.scheduler.forget(key)
+
+    async def lease(
+        self, template: str, key: str, *, priority: int, kind: TaskType, yields: bool = False
+    ) -> Lease:
+        """Wait for a slot of ``template`` and hold it until the lease is released."""
+        lease = Lease(self.scheduler, key)
+        task: Task[None] = Task(
+            id=key,
+            type=kind,
+            sandbox_template=template,
+            run=lease.hold,
+            priority=priority,
+            max_duration_s=LEASE_MAX_DURATION_S,
+            yields=yields,
+        )
+        self.scheduler.submit(task)
+        ended = asyncio.ensure_future(self.scheduler.result(key))
+        try:
+            await asyncio.wait({lease.started, ended}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            lease.release()
+            raise
+        finally:
+            if not ended.done():
+                ended.cancel()
+        if not lease.started.done():  # ended before it ever ran (cancelled, closed)
+            lease.release()
+            await ended  # raises why
+            raise SchedulerError(f"lease {key} ended before it started")
+        return lease
+
+    def reserve(
+        self, template: str, key: str, *, kind: TaskType, priority: int = PRIORITY_SYSTEM
+    ) -> Lease:
+        """A slot of ``template`` at once, counted, never queued (the policy sandbox).
+        Call on the scheduler's event loop."""
+        lease = Lease(self.scheduler, key)
+        task: Task[None] = Task(
+            id=key,
+            type=kind,
+            sandbox_template=template,
+            run=lease.hold,
+            priority=priority,
+            max_duration_s=LEASE_MAX_DURATION_S,
+        )
+        self.scheduler.reserve(task)
+        return lease
+
+    def free(self, template: str) -> int:
+        """Slots of ``template`` nothing holds now but yielding leases, and nothing
+        queued waits for (what background work may take without delaying anyone)."""
+        stats = self.scheduler.stats()
+        if stats.by_state.get("queued", 0) or stats.by_state.get("paused", 0):
+            return 0
+        limits = self.scheduler.limits
+        running = stats.running_by_template
+        busy = sum(running.values())
+        return max(
+            0,
+            min(
+                limits.for_template(template) - running.get(template, 0),
+                limits.global_max - busy,
+            ),
+        )
+
+    def room(self, template: str) -> int:
+        """Slots of ``template`` not held by work that keeps them (yielding leases
+        aside): how many sandboxes the warm pool may keep of it now."""
+        limits = self.scheduler.limits
+        kept = [t for t, yields in self.scheduler.slots() if not yields]
+        return max(
+            0,
+            min(
+                limits.for_template(template) - kept.count(template),
+                limits.global_max - len(kept),
+            ),
+        )
+
+    def figures(self) -> dict[str, Any]:
+        """What kernel.ping and tool.status show of the scheduler."""
+        return {**self.scheduler.stats().as_dict(), "limits": self.scheduler.limits.as_dict()}
