@@ -41,7 +41,7 @@ from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
 from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
-from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.tools.router import TURN_PRIORITY, ToolRouter
 from fluffy.sandboxes.ai.types import (
     Message,
     ProviderConfig,
@@ -456,7 +456,9 @@ class SessionLoop:
             if spec is None or spec.kind != "read":
                 exc = Quarantined(f"{call.name} refused: the session is quarantined (read-only)")
                 return {"ok": False, "error": exc.to_dict(), "tool": call.name}
-        return await self.router.call(sid, call.name, call.arguments, call_id=call.id)
+        return await self.router.call(
+            sid, call.name, call.arguments, call_id=call.id, priority=TURN_PRIORITY
+        )
 
     async def _denied(self, turn: Turn) -> None:
         sid = turn.session_id

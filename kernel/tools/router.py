@@ -49,6 +49,7 @@ from fluffy.kernel.merge.paths import read_regular, safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.tokens import TokenUse
+from fluffy.kernel.scheduler.task import PRIORITY_HIGH, PRIORITY_NORMAL
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.capabilities import Scope, token_ref
@@ -72,11 +73,19 @@ log = logging.getLogger("fluffy.kernel.tools")
 READ_RETRY_DELAY_S = 0.1
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 _ENCODE = msgspec.json.Encoder(enc_hook=repr).encode
-#: Runs a plugin call under the scheduler: (template, call id, coroutine factory).
-Schedule = Callable[[str, str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+#: Runs a plugin call under the scheduler: (template, call id, coroutine factory,
+#: priority).
+Schedule = Callable[[str, str, Callable[[], Awaitable[Any]], int], Awaitable[Any]]
+
+#: The priority of a call (ADR-043): a model turn's calls, which the user watches,
+#: before a client's direct tool.call / tool.batch, both before background work.
+TURN_PRIORITY = PRIORITY_HIGH
+CALL_PRIORITY = PRIORITY_NORMAL
 
 
-async def _direct(template: str, key: str, work: Callable[[], Awaitable[Any]]) -> Any:
+async def _direct(
+    template: str, key: str, work: Callable[[], Awaitable[Any]], priority: int
+) -> Any:
     return await work()
 
 
@@ -94,6 +103,7 @@ class _Call:
     capability: Scope | None = None  # a write in a sandbox: what its token covers
     token_ops: str | None = None  # "used/max" uses of the call's token (None: no token)
     token: str | None = None  # how the audit log names the call's token
+    priority: int = CALL_PRIORITY  # its sandbox's scheduler priority
 
 
 class ToolRouter:
@@ -148,7 +158,13 @@ class ToolRouter:
         return availability.available(session.state, session.mode, self.tools())
 
     async def call(
-        self, session_id: str, tool: str, args: Any, *, call_id: str | None = None
+        self,
+        session_id: str,
+        tool: str,
+        args: Any,
+        *,
+        call_id: str | None = None,
+        priority: int = CALL_PRIORITY,
     ) -> dict[str, Any]:
         started = time.perf_counter()
         client_call_id = call_id
@@ -159,6 +175,7 @@ class ToolRouter:
         output: dict[str, Any] | FluffyError
         try:
             call = await self._prepare(session_id, tool, args, call_id, asked)
+            call.priority = priority
             if call.spec.route == "plugin":  # a long call: its start is on record too
                 await self._record_execute(call, attempt=1)
             while True:
@@ -408,6 +425,7 @@ class ToolRouter:
                     settings=test.settings if test is not None else None,
                     capability=call.capability,
                 ),
+                call.priority,
             )
         except BaseException as exc:
             if counts_as_failure(exc) and not isinstance(exc, KernelOverloaded):

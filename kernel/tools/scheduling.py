@@ -140,8 +140,8 @@ class SchedulerBridge:
         template: str,
         key: str,
         work: Callable[[], Awaitable[Any]],
-        *,
         priority: int = PRIORITY_NORMAL,
+        *,
         kind: TaskType = "tool_call",
     ) -> Any:
         async def run(handle: TaskHandle) -> Any:
