@@ -202,6 +202,9 @@ async def assemble_tools(
         policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
     )
     await scheduler.start()
+    if runner is not None and runner.pool is not None:  # its sandboxes count (ADR-043)
+        runner.pool.slots = scheduler
+        scheduler.on_start.append(runner.pool.nudge)
     fast = FastPath(root, policy.tools.read_max_bytes)
     tests = TestPreparer(
         root,

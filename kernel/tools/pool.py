@@ -32,6 +32,14 @@ pressure (the kernel's guard past "shed", or the host's available memory below
 ``scheduler.pool.min_free_memory``) the pool empties and makes nothing.  One sandbox is
 made at a time, in the background.  Pool sandboxes carry the same labels as every
 other, so a crashed kernel's are removed by the next one at start-up.
+
+Under the scheduler (ADR-043): each sandbox the pool makes holds a *yielding* lease of
+its template at the lowest priority from the moment its making starts until it is taken
+or dropped, so the limits count it.  The pool starts making one only while a slot is
+free and nothing waits in the queue; a user-facing call is never held back by an idle
+sandbox (yielding slots do not count against it), and as soon as such a call has started
+the pool drops idle sandboxes until they fit in what the running work leaves
+(:meth:`Slots.room`) -- the call itself takes its warm sandbox first.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +57,7 @@ from typing import Any, Protocol
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.scheduler.task import PRIORITY_IDLE
 
 log = logging.getLogger("fluffy.kernel.pool")
 
@@ -61,6 +71,8 @@ BACKOFF_S = 5.0
 BACKOFF_MAX_S = 120.0
 #: How long closing waits for a sandbox being made.
 CLOSE_WAIT_S = 60.0
+#: The scheduler priority of the pool's sandboxes: background, below all user work.
+POOL_PRIORITY = PRIORITY_IDLE
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,26 @@ def folder_identity(*folders: Path | None) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+class Lease(Protocol):
+    on_lost: Callable[[], None] | None
+
+    def release(self) -> None: ...
+
+
+class Slots(Protocol):
+    """The scheduler's side (:class:`fluffy.kernel.tools.scheduling.SchedulerBridge`)."""
+
+    def free(self, template: str) -> int:
+        """Slots free now with nothing queued: may the pool take one?"""
+
+    def room(self, template: str) -> int:
+        """Slots the running work leaves: how many sandboxes may the pool keep?"""
+
+    async def lease(
+        self, template: str, key: str, *, priority: int, kind: Any, yields: bool = False
+    ) -> Any: ...
+
+
 class Waiter(Protocol):
     """What the pool reads of a slot's job: has its host asked for work, or hung up."""
 
@@ -112,6 +144,7 @@ class Slot:
     image_id: str = ""
     generation: int = 0
     made_at: float = field(default_factory=time.monotonic)
+    lease: Lease | None = None  # its scheduler slot while the pool holds it
 
     @property
     def ready(self) -> bool:
@@ -184,11 +217,21 @@ class SandboxPool:
         self.making: Recipe | None = None
         self._arrival: asyncio.Future[None] | None = None  # the one being made is done
         self._making_stale = False
-        self.stats = {"made": 0, "taken": 0, "missed": 0, "stale": 0, "drained": 0, "failed": 0}
+        self.stats = {
+            "made": 0,
+            "taken": 0,
+            "missed": 0,
+            "stale": 0,
+            "drained": 0,
+            "failed": 0,
+            "yielded": 0,  # dropped to give their slot to user work
+        }
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
+        #: the scheduler (None: the pool answers to no limits but its own)
+        self.slots: Slots | None = None
 
     # -- the caller's side ---------------------------------------------------------------
     async def take(self, recipe: Recipe) -> Slot | None:
@@ -209,6 +252,7 @@ class SandboxPool:
             self.stats["missed"] += 1
         else:
             self.stats["taken"] += 1
+            self._unlease(found)  # the call's own task holds its slot now
         self._start()
         self._wake.set()
         return found
@@ -358,6 +402,8 @@ class SandboxPool:
         for recipe, demand in sorted(self.demand.items(), key=lambda kv: -kv[1].last):
             if now < demand.failed_until:
                 continue
+            if self.slots is not None and self.slots.free(recipe.template) <= 0:
+                continue  # no slot free, or work waits for one: background waits
             if len(self.idle.get(recipe, ())) < self.target(recipe, now):
                 return recipe
         return None
@@ -383,6 +429,32 @@ class SandboxPool:
         for recipe in [r for r, d in self.demand.items() if now - d.last > WINDOW_S * 10]:
             if recipe not in self.idle:
                 del self.demand[recipe]
+        self._fit()
+
+    def _fit(self) -> None:
+        """Drop idle sandboxes (oldest first) until they fit in the scheduler's room."""
+        if self.slots is None:
+            return
+        by_template: dict[str, list[Slot]] = {}
+        for slots in self.idle.values():
+            for slot in slots:
+                by_template.setdefault(slot.recipe.template, []).append(slot)
+        for template, slots in by_template.items():
+            room = self.slots.room(template)
+            if self.making is not None and self.making.template == template:
+                room -= 1
+            slots.sort(key=lambda s: s.made_at)
+            for slot in slots[: max(0, len(slots) - max(0, room))]:
+                self.idle[slot.recipe].remove(slot)
+                if not self.idle[slot.recipe]:
+                    del self.idle[slot.recipe]
+                self.stats["yielded"] += 1
+                self._discard(slot)
+
+    def nudge(self) -> None:
+        """User work started: check at once that the idle sandboxes still fit."""
+        if self._task is not None:
+            self._wake.set()
 
     # -- the background filler -----------------------------------------------------------
     def _start(self) -> None:
@@ -414,13 +486,33 @@ class SandboxPool:
             self._wake.set()  # more may be needed
 
     async def _make(self, recipe: Recipe) -> None:
+        lease: Lease | None = None
+        if self.slots is not None:
+            # before it counts as being made: a call must never wait on a sandbox that
+            # itself waits for a slot
+            try:
+                lease = await self.slots.lease(
+                    recipe.template,
+                    f"pool-{uuid.uuid4().hex[:12]}",
+                    priority=POOL_PRIORITY,
+                    kind="pool_fill",
+                    yields=True,
+                )
+            except FluffyError as exc:
+                log.info("pool: no slot for a %s sandbox: %s", recipe.template, exc.what)
+                return
         generation = self.generation
         self.making = recipe
         self._making_stale = False
         arrival = self._arrival = asyncio.get_running_loop().create_future()
         try:
             slot = await self.maker.open_slot(recipe)
-        except Exception as exc:  # FluffyError, OSError, or the engine SDK's own
+        except BaseException as exc:
+            if lease is not None:
+                lease.release()
+            if not isinstance(exc, Exception):
+                raise
+            # FluffyError, OSError, or the engine SDK's own
             self.stats["failed"] += 1
             demand = self.demand.setdefault(recipe, _Demand())
             wait = min(BACKOFF_S * 2**demand.failures, BACKOFF_MAX_S)
@@ -438,6 +530,9 @@ class SandboxPool:
             self._arrival = None
             self._arrived(arrival)
         slot.generation = generation
+        slot.lease = lease
+        if lease is not None:
+            lease.on_lost = lambda: self._lost(slot)
         if recipe in self.demand:
             self.demand[recipe].failures = 0
         stale = self._making_stale or generation != self.generation
@@ -457,7 +552,24 @@ class SandboxPool:
 
         asyncio.get_running_loop().call_soon(wake)
 
+    def _unlease(self, slot: Slot) -> None:
+        lease, slot.lease = slot.lease, None
+        if lease is not None:
+            lease.on_lost = None
+            lease.release()
+
+    def _lost(self, slot: Slot) -> None:
+        """The scheduler ended the slot's lease (it closed): the sandbox goes too."""
+        slot.lease = None
+        slots = self.idle.get(slot.recipe)
+        if slots is not None and slot in slots:
+            slots.remove(slot)
+            if not slots:
+                del self.idle[slot.recipe]
+            self._discard(slot)
+
     def _discard(self, slot: Slot) -> None:
+        self._unlease(slot)
         task = asyncio.ensure_future(self._close(slot))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

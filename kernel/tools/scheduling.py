@@ -114,6 +114,8 @@ class SchedulerBridge:
         max_duration_s: float = 3600.0,
     ) -> None:
         self.max_duration_s = max_duration_s
+        #: called when work that keeps its slot starts (the pool then fits itself in)
+        self.on_start: list[Callable[[], None]] = []
         self.scheduler = Scheduler(
             Limits(global_max=settings.global_max, per_template=dict(settings.per_template)),
             memory_usage=memory_usage,
@@ -128,13 +130,6 @@ class SchedulerBridge:
     async def close(self) -> None:
         await self.scheduler.close()
 
-    def reload(self, settings: SchedulerSettings) -> None:
-        """A policy update: the new limits apply to the next decisions."""
-        self.scheduler.limits = Limits(
-            global_max=settings.global_max, per_template=dict(settings.per_template)
-        )
-        self.scheduler.wake()
-
     async def schedule(
         self,
         template: str,
@@ -145,6 +140,7 @@ class SchedulerBridge:
         kind: TaskType = "tool_call",
     ) -> Any:
         async def run(handle: TaskHandle) -> Any:
+            self._started()
             return await work()
 
         task: Task[Any] = Task(
@@ -189,7 +185,16 @@ class SchedulerBridge:
             lease.release()
             await ended  # raises why
             raise SchedulerError(f"lease {key} ended before it started")
+        if not yields:
+            self._started()
         return lease
+
+    def _started(self) -> None:
+        for hook in self.on_start:
+            try:
+                hook()
+            except Exception:
+                log.exception("an on_start hook failed")
 
     def reserve(
         self, template: str, key: str, *, kind: TaskType, priority: int = PRIORITY_SYSTEM
@@ -206,6 +211,7 @@ class SchedulerBridge:
             max_duration_s=LEASE_MAX_DURATION_S,
         )
         self.scheduler.reserve(task)
+        self._started()
         return lease
 
     def free(self, template: str) -> int:
