@@ -82,6 +82,7 @@ async def load_rules(
         rules_dir(project),
         sandboxes.manager if sandboxes is not None else None,
         state_dir / "rules",
+        reserve=tools.scheduler.reserver("policy-sandbox", "validate"),
     )
     loaded = await asyncio.to_thread(rules.load)  # the policy sandbox's entry: its own
     if loaded:

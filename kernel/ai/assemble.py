@@ -120,6 +120,7 @@ async def assemble_ai(
         if audit is not None
         else None,
     )
+    runner.slots = tools.scheduler  # every turn's sandbox under the limits (ADR-043)
     store = await ConversationStore.open(state_dir)
     memory = Memory(
         store, context_window=context_window, test_globs=tools.router.workflow.test_globs

@@ -46,6 +46,8 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
+from fluffy.kernel.scheduler.task import PRIORITY_HIGH
+from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
 from fluffy.sandboxes.ai.types import (
     AIResponse,
     Message,
@@ -57,6 +59,7 @@ from fluffy.sandboxes.ai.types import (
 log = logging.getLogger("fluffy.kernel.ai")
 
 START_TIMEOUT_S = 60.0
+TURN_PRIORITY = PRIORITY_HIGH  # as the turn's tool calls (kernel.tools.router)
 EventSink = Callable[[StreamEvent], Awaitable[None]]
 #: (socket path, tag, mode, owner) -> a function that stops that socket
 ProxyStarter = Callable[
@@ -93,6 +96,7 @@ class ProviderSession:
         self.server: KernelServer | None = None
         self.closed = False
         self.started_at = time.monotonic()
+        self.lease: Lease | None = None  # its scheduler slot (ADR-043)
         #: what the sandbox waited, per round, between sending a response (ai.result)
         #: and getting the next request: the kernel's tool calls and context (seconds)
         self.gaps: list[float] = []
@@ -225,6 +229,8 @@ class ProviderRunner:
         self.launcher = launcher
         self.start_timeout_s = start_timeout_s
         self.sessions: set[ProviderSession] = set()
+        #: the scheduler: a turn's sandbox waits for an ai-provider slot (ADR-043)
+        self.slots: SchedulerBridge | None = None
 
     async def open(self, session_id: str, turn_id: str) -> ProviderSession:
         if self.launcher == "sandbox" and self._manager is None:
@@ -241,6 +247,14 @@ class ProviderRunner:
         folder, options = socket_dir(self.root, f"ai-{turn_id}", uid)
         session = ProviderSession(self, binding, folder)
         self.sessions.add(session)
+        if self.slots is not None:
+            try:  # the user waits on this turn: high priority
+                session.lease = await self.slots.lease(
+                    "ai-provider", f"ai-{turn_id}", priority=TURN_PRIORITY, kind="ai_generate"
+                )
+            except BaseException:
+                await self.teardown(session)
+                raise
         server = KernelServer(
             {"ai.next": session._next, "ai.event": session._event, "ai.result": session._result}
         )
@@ -320,6 +334,14 @@ class ProviderRunner:
 
     async def teardown(self, session: ProviderSession) -> None:
         self.sessions.discard(session)
+        try:
+            await self._stop(session)
+        finally:
+            if session.lease is not None:  # the slot is free once the sandbox is gone
+                session.lease.release()
+                session.lease = None
+
+    async def _stop(self, session: ProviderSession) -> None:
         if session.process is not None and session.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 try:

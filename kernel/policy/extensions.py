@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -72,6 +72,8 @@ class ExtensionHost:
         self._restarting = False
         self._flag_lock = threading.Lock()  # never held long: the restart flag only
         self.__name__ = "extension-rules"  # how a failure is named in the decision
+        #: frees its scheduler slot (set by ProjectRules; restarts keep the one slot)
+        self.release_slot: Callable[[], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:

@@ -149,12 +149,18 @@ class ProjectRules:
     """
 
     def __init__(
-        self, folder: Path, manager: Callable[[], ContainerManager] | None, scratch: Path
+        self,
+        folder: Path,
+        manager: Callable[[], ContainerManager] | None,
+        scratch: Path,
+        reserve: Callable[[], Callable[[], None]] | None = None,
     ) -> None:
         self.folder = folder
         self._manager = manager
         self.scratch = scratch  # where candidate rule sets are staged
         self.host: Loaded | None = None
+        #: takes the policy sandbox's scheduler slot (ADR-043); returns its release
+        self.reserve = reserve
 
     def current(self) -> dict[str, str]:
         return read_rules(self.folder)
@@ -193,10 +199,14 @@ class ProjectRules:
             )
         folder = stage(rules, self.scratch)
         host = ExtensionHost(self._manager(), folder)
+        # counted from before it starts until it stops: never queued (it gates decisions)
+        host.release_slot = self.reserve() if self.reserve is not None else None
         try:
             host.start()
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
+            if host.release_slot is not None:
+                host.release_slot()
             raise
         return host
 
@@ -208,6 +218,9 @@ class ProjectRules:
         host.stop()
         if isinstance(host, ExtensionHost):
             shutil.rmtree(host.rules_dir, ignore_errors=True)
+            release, host.release_slot = host.release_slot, None
+            if release is not None:
+                release()
 
     def install(self, changes: RuleChanges, host: ExtensionHost | None) -> None:
         """Write the approved changes and make ``host`` the running set."""

@@ -85,7 +85,7 @@ def pool_limits(policy: PolicyFile) -> PoolLimits:
         max_idle=scheduler.pool.max_idle,
         idle_after_s=scheduler.pool.idle_after_s,
         min_free_memory=scheduler.pool.min_free_memory,
-        per_template=dict(scheduler.per_template),
+        per_template=scheduler.limits,
         global_max=scheduler.global_max,
     )
 

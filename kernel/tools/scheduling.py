@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -117,7 +118,7 @@ class SchedulerBridge:
         #: called when work that keeps its slot starts (the pool then fits itself in)
         self.on_start: list[Callable[[], None]] = []
         self.scheduler = Scheduler(
-            Limits(global_max=settings.global_max, per_template=dict(settings.per_template)),
+            Limits(global_max=settings.global_max, per_template=settings.limits),
             memory_usage=memory_usage,
             preemptor=_Preemptor(runner) if runner is not None else None,
             age_threshold_s=settings.age_threshold_s,
@@ -213,6 +214,32 @@ class SchedulerBridge:
         self.scheduler.reserve(task)
         self._started()
         return lease
+
+    def reserver(self, template: str, kind: TaskType) -> Callable[[], Callable[[], None]]:
+        """:meth:`reserve` for code on other threads (the policy sandbox starts in one):
+        the returned function reserves a slot and returns the function that frees it."""
+        loop = asyncio.get_running_loop()
+
+        async def take() -> Lease:
+            return self.reserve(template, f"{template}-{uuid.uuid4().hex[:12]}", kind=kind)
+
+        def reserve() -> Callable[[], None]:
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is loop:
+                lease = self.reserve(template, f"{template}-{uuid.uuid4().hex[:12]}", kind=kind)
+            else:
+                lease = asyncio.run_coroutine_threadsafe(take(), loop).result(30)
+
+            def release() -> None:
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(lease.release)
+
+            return release
+
+        return reserve
 
     def free(self, template: str) -> int:
         """Slots of ``template`` nothing holds now but yielding leases, and nothing

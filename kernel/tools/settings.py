@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fluffy.units import parse_duration_ms, parse_size, valid_duration, valid_size
 
@@ -88,19 +88,41 @@ class PoolSettings(BaseModel):
         return parse_duration_ms(self.idle_after) / 1000
 
 
+#: The design's per-template limits; a template ``per_template`` leaves out keeps its own.
+DESIGN_LIMITS = {"ai-provider": 2, "code-executor": 2, "policy-sandbox": 1}
+
+
 class SchedulerSettings(BaseModel):
     """``scheduler:`` — the design's concurrency limits, and the warm pool."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     global_max: int = Field(default=4, ge=1, le=64)
-    per_template: dict[str, int] = Field(
-        default_factory=lambda: {"ai-provider": 2, "code-executor": 2, "policy-sandbox": 1}
-    )
+    per_template: dict[str, int] = Field(default_factory=lambda: dict(DESIGN_LIMITS))
     age_threshold: str = "30s"
     pool: PoolSettings = Field(default_factory=PoolSettings)
 
     _duration = field_validator("age_threshold")(valid_duration)
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """Every template's limit: the design's, overridden by ``per_template``."""
+        return {**DESIGN_LIMITS, **self.per_template}
+
+    @model_validator(mode="after")
+    def _room_for_tool_calls(self) -> SchedulerSettings:
+        # a turn keeps its ai-provider slot while its tool calls run, and the policy
+        # sandbox keeps its slot for good (ADR-043): with nothing left, calls would wait
+        # for ever
+        held = self.limits["ai-provider"] + self.limits["policy-sandbox"]
+        if self.global_max <= held:
+            raise ValueError(
+                f"scheduler.global_max {self.global_max} leaves no slot for tool calls: "
+                f"ai-provider ({self.limits['ai-provider']}) and policy-sandbox "
+                f"({self.limits['policy-sandbox']}) slots can be held at once; "
+                f"raise global_max to at least {held + 1} or lower those limits"
+            )
+        return self
 
     @property
     def age_threshold_s(self) -> float:

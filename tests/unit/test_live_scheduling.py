@@ -4,6 +4,7 @@ policy, router; the scripted model in a child process)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -62,3 +63,104 @@ def test_a_model_turns_calls_run_at_high_priority(tmp_path: Path) -> None:
         return recorder.asked
 
     assert run_ai(Harness(tmp_path), body) == [("code-executor", PRIORITY_HIGH)]
+
+
+def test_a_turns_ai_provider_sandbox_holds_a_counted_slot(tmp_path: Path) -> None:
+    provider = _script(("Checking the tree.", [("git.status", {})]), ("Done.", []))
+    seen: list[dict[str, Any]] = []
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> dict[str, Any]:
+        recorder = _recording(tools)
+
+        async def look(*args: Any) -> Any:
+            seen.append(tools.scheduler.figures())  # while the turn is running
+            return await recorder(*args)
+
+        tools.router.schedule = look
+        await ai.loop.start(sid, "Look around", provider)
+        await _events(ai, sid)
+        await asyncio.sleep(0.05)
+        return tools.scheduler.figures()
+
+    after = run_ai(Harness(tmp_path), body)
+    (during,) = seen
+    assert during["running_by_template"] == {"ai-provider": 1}
+    assert during["running_by_priority"] == {str(PRIORITY_HIGH): 1}
+    assert after["running_by_template"] == {}  # released with its sandbox
+
+
+class FakeHost:
+    """An ExtensionHost without a container."""
+
+    def __init__(self, manager: Any, rules_dir: Path) -> None:
+        self.rules_dir = rules_dir
+        self.release_slot: Callable[[], None] | None = None
+        self.stopped = False
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_policy_sandbox_reserves_its_slot_without_queueing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fluffy.kernel.policy import rules as rules_module
+    from fluffy.kernel.tools.scheduling import SchedulerBridge
+    from fluffy.kernel.tools.settings import SchedulerSettings
+
+    monkeypatch.setattr(rules_module, "ExtensionHost", FakeHost)
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    (folder / "r.py").write_text("def evaluate(request):\n    return None\n")
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        bridge = SchedulerBridge(SchedulerSettings(), None, lambda: True)
+        await bridge.start()
+        # the template's one slot and every other slot are taken by user work
+        gate = asyncio.Event()
+
+        async def work() -> None:
+            await gate.wait()
+
+        calls = [
+            asyncio.ensure_future(bridge.schedule("code-executor", f"c{i}", work, 3))
+            for i in range(2)
+        ]
+        turns = [
+            await bridge.lease("ai-provider", f"t{i}", priority=2, kind="ai_generate")
+            for i in range(2)
+        ]
+        await asyncio.sleep(0.05)
+        rules = rules_module.ProjectRules(
+            folder,
+            lambda: None,  # type: ignore[arg-type,return-value]
+            tmp_path / "scratch",
+            reserve=bridge.reserver("policy-sandbox", "validate"),
+        )
+        await asyncio.to_thread(rules.load)  # as the kernel does: off the event loop
+        loaded = bridge.figures()
+        await asyncio.to_thread(rules.close)
+        await asyncio.sleep(0.05)
+        closed = bridge.figures()
+        gate.set()
+        await asyncio.gather(*calls)
+        for lease in turns:
+            lease.release()
+        await asyncio.sleep(0.05)
+        empty = bridge.figures()
+        await bridge.close()
+        return loaded, closed, empty
+
+    loaded, closed, empty = asyncio.run(main())
+    assert loaded["running_by_template"] == {
+        "code-executor": 2,
+        "ai-provider": 2,
+        "policy-sandbox": 1,
+    }
+    assert loaded["running_by_priority"]["1"] == 1
+    assert loaded["over_limit"] == 1  # 5 slots held, global_max 4: said, not hidden
+    assert closed["running_by_template"] == {"code-executor": 2, "ai-provider": 2}
+    assert empty["running_by_template"] == {}

@@ -46,7 +46,7 @@ async def test_a_lease_waits_for_its_slot_and_holds_it_until_released() -> None:
 
 @async_test
 async def test_a_lease_cancelled_while_queued_leaves_nothing_behind() -> None:
-    bridge = _bridge(global_max=1)
+    bridge = _bridge(per_template={"ai-provider": 1})
     await bridge.start()
     held = await bridge.lease("ai-provider", "a", priority=2, kind="ai_generate")
     waiting = asyncio.ensure_future(
