@@ -161,6 +161,7 @@ async def serve(
     server.observer = SyscallAuditor(audit, lambda: workflow.current)
     server.audit_head = lambda: audit.durable_head.to_dict() if audit.durable_head.seq else None
     server.memory = lambda: {**guard.as_dict(), "pool": tools.pool_stats()}
+    server.scheduler = tools.scheduler.figures
     await server.listen(socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -19,9 +19,11 @@ def ping(context: CallContext, params: Any) -> dict[str, Any]:
         raise InvalidPayload("kernel.ping takes no parameters")
     peer = context.peer
     head, memory = context.server.audit_head, context.server.memory
+    scheduler = context.server.scheduler
     return {
         "audit_head": head() if head is not None else None,
         "memory": memory() if memory is not None else None,
+        "scheduler": scheduler() if scheduler is not None else None,
         "pong": True,
         "kernel_version": KERNEL_VERSION,
         "api_version": context.api_version,

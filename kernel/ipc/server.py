@@ -163,6 +163,8 @@ class KernelServer:
     observer: Observer | None = None
     audit_head: Callable[[], dict[str, Any] | None] | None = None
     memory: Callable[[], dict[str, Any]] | None = None
+    #: the scheduler's figures (limits, running and queued by template and priority)
+    scheduler: Callable[[], dict[str, Any]] | None = None
 
     async def listen(
         self,

@@ -106,7 +106,7 @@ class ToolPath:
     plugins: Activated | None = None
 
     def methods(self) -> dict[str, Handler]:
-        return tool_methods(self.router)
+        return tool_methods(self.router, self.scheduler.figures)
 
     def pool_stats(self) -> dict[str, Any] | None:
         """The warm pool's figures (idle sandboxes, taken, missed, ...); None: no pool."""

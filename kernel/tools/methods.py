@@ -10,6 +10,7 @@ Plugin sandboxes never see these methods: each has its own socket with only
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from fluffy.errors import InvalidPayload, PeerRejected
@@ -29,7 +30,9 @@ def _user_only(context: CallContext, what: str) -> None:
         )
 
 
-def tool_methods(router: ToolRouter) -> dict[str, Handler]:
+def tool_methods(
+    router: ToolRouter, scheduler: Callable[[], dict[str, Any]] | None = None
+) -> dict[str, Handler]:
     flow = router.flow
 
     async def list_tools(context: CallContext, params: Any) -> dict[str, Any]:
@@ -59,6 +62,7 @@ def tool_methods(router: ToolRouter) -> dict[str, Handler]:
         return {
             "breakers": {k: v.to_dict() for k, v in router.breakers.snapshot().items()},
             "fast_path": router.settings.fast_path,
+            "scheduler": scheduler() if scheduler is not None else None,
         }
 
     async def message(context: CallContext, params: Any) -> dict[str, Any]:

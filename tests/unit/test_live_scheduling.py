@@ -164,3 +164,30 @@ def test_the_policy_sandbox_reserves_its_slot_without_queueing(
     assert loaded["over_limit"] == 1  # 5 slots held, global_max 4: said, not hidden
     assert closed["running_by_template"] == {"code-executor": 2, "ai-provider": 2}
     assert empty["running_by_template"] == {}
+
+
+def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> None:
+    from fluffy.kernel.ipc.methods import ping
+    from fluffy.kernel.ipc.server import KernelServer
+
+    async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        lease = await tools.scheduler.lease("ai-provider", "t", priority=2, kind="ai_generate")
+        status = await tools.methods()["tool.status"](None, None)  # type: ignore[arg-type]
+        server = KernelServer({})
+        server.scheduler = tools.scheduler.figures
+
+        class Context:
+            peer = type("Peer", (), {"pid": 1, "uid": 0, "gid": 0})()
+            binding, plugin_name, api_version, container_id = "cli", None, 1, None
+
+        Context.server = server  # type: ignore[attr-defined]
+        pong = ping(Context(), None)  # type: ignore[arg-type]
+        lease.release()
+        return status["scheduler"], pong["scheduler"]
+
+    status, pong = run(Harness(tmp_path), body)
+    for figures in (status, pong):
+        assert figures["running_by_template"] == {"ai-provider": 1}
+        assert figures["running_by_priority"] == {"2": 1}
+        assert figures["queued_by_priority"] == {}
+        assert figures["limits"]["per_template"]["ai-provider"] == 2
