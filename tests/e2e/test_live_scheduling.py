@@ -1,0 +1,194 @@
+"""Scheduling on the live path (ADR-043), through the real bootstrap and L1 kernel
+(Docker and Podman): background work (the warm pool) holds the template's only slot,
+and a user-facing call still runs at once; the policy sandbox and a turn's ai-provider
+sandbox are counted by the scheduler (kernel.ping's figures)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from fluffy.demo_session import init_repository
+from fluffy.ipc.client import SyncClient
+from tests.conftest import connect_engine
+from tests.e2e.test_live_policy import DEMO, audit, fluffy
+
+pytestmark = pytest.mark.e2e
+
+ALLOW_ALL = "def evaluate(request):\n    return None\n"
+SCHEDULER = {
+    "global_max": 4,
+    # one code-executor slot: one idle pool sandbox reaches the limit
+    "per_template": {"ai-provider": 1, "code-executor": 1, "policy-sandbox": 1},
+    # never drained while the test runs, and not emptied by a busy test machine
+    "pool": {"idle_after": "1h", "min_free_memory": 0.0},
+}
+SCRIPT = {
+    "task": "Look at the project",
+    "done": "Looked.",
+    "steps": [
+        {"say": "Reading first.", "tool": "fs.read", "args": {"path": "README.md"}},
+        {"say": "And the tree.", "tool": "git.status", "args": {}},
+    ],
+}
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def kernel(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A running project kernel with an extension rule and tight scheduler limits."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.images.builder import build_images
+
+    runtime = str(request.param)
+    with connect_engine(runtime) as connected:
+        image = {status.name: status.ref for status in build_images(connected)}["kernel"]
+    base = tmp_path_factory.mktemp(f"sched-{runtime}")
+    project = base / "project"
+    shutil.copytree(DEMO, project)
+    (project / ".fluffy" / "rules").mkdir()
+    (project / ".fluffy" / "rules" / "allow-all.py").write_text(ALLOW_ALL)
+    policy_path = project / ".fluffy" / "policy.yaml"
+    policy = yaml.safe_load(policy_path.read_text())
+    policy["scheduler"] = SCHEDULER
+    policy_path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    init_repository(project)
+    if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
+        for path in [project, *project.rglob("*")]:
+            os.lchown(path, 1000, 1000)
+    home = base / "home"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
+        "FLUFFY_HOME": str(home),
+        "FLUFFY_KERNEL_IMAGE": image,
+        "FLUFFY_RUNTIME": runtime,
+    }
+    kit: dict[str, Any] = {
+        "project": project,
+        "env": env,
+        "state": paths(home, str(project))["state"],
+        "socket": paths(home, str(project))["run"] / "kernel.sock",
+        "base": base,
+    }
+    started = fluffy(kit, "start", "--project", str(project))
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield kit
+    finally:
+        fluffy(kit, "stop", "--project", str(project))
+
+
+def _ping(kit: dict[str, Any]) -> dict[str, Any]:
+    with SyncClient(str(kit["socket"]), timeout=60) as client:
+        answer: dict[str, Any] = client.call("kernel.ping")
+    return answer
+
+
+def _wait_for(kit: dict[str, Any], ok: Any, what: str, timeout_s: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    pong = _ping(kit)
+    while not ok(pong):
+        assert time.monotonic() < deadline, f"{what}: {pong['scheduler']} {pong['memory']}"
+        time.sleep(0.2)
+        pong = _ping(kit)
+    return pong
+
+
+def test_the_policy_sandbox_holds_a_counted_slot(kernel: dict[str, Any]) -> None:
+    figures = _ping(kernel)["scheduler"]
+    assert figures["running_by_template"].get("policy-sandbox") == 1, figures
+    assert figures["running_by_priority"].get("1") == 1, figures  # system priority
+    assert figures["limits"]["per_template"]["code-executor"] == 1
+
+
+def test_a_user_call_runs_while_background_work_holds_the_template(
+    kernel: dict[str, Any],
+) -> None:
+    with SyncClient(str(kernel["socket"]), timeout=300) as client:
+        sid = client.call("session.create")["session_id"]
+        client.call("session.message", {"session_id": sid, "text": "look around"})
+        done = client.call("tool.call", {"session_id": sid, "tool": "plan.complete",
+                                         "args": {"summary": "tests first"}})  # fmt: skip
+        assert done["ok"], done  # writes come next: the pool warms an fs-tool sandbox
+        full = _wait_for(
+            kernel,
+            lambda p: (
+                p["memory"]["pool"]["idle"] == 1
+                and p["scheduler"]["running_by_template"].get("code-executor") == 1
+            ),
+            "the pool never filled the code-executor slot",
+        )["scheduler"]
+        # the template's only slot is held by background work (idle priority, yielding)
+        assert full["running_by_priority"].get("5") == 1, full
+        assert full["yielding"] == 1, full
+        created = [
+            e
+            for e in audit(kernel, "sandbox_created")
+            if e["input_summary"].startswith("code-executor ")
+        ]
+        assert len(created) == 1, created  # the pool's, idle
+        before, pool_sandbox = created[0]["id"], created[0]["sandbox_id"]
+        # another plugin (git-tool): it cannot take the warm fs-tool sandbox; were it
+        # queued behind it, it would wait for the pool's idle_after (1 h)
+        status = client.call("tool.call", {"session_id": sid, "tool": "git.status",
+                                           "args": {}})  # fmt: skip
+        assert status["ok"], status
+    after = _ping(kernel)
+    assert after["memory"]["pool"]["yielded"] >= 1, after["memory"]["pool"]
+    assert after["scheduler"]["over_limit"] == 0, after["scheduler"]
+    # the order on record: the call started while the pool's sandbox held the slot,
+    # and the pool's sandbox went after (it gave its slot to the call)
+    (execute,) = [e for e in audit(kernel, "tool_execute") if e["syscall_type"] == "git.status"]
+    deadline = time.monotonic() + 120  # the engine removes it in the background
+    while True:
+        destroyed = [
+            e for e in audit(kernel, "sandbox_destroyed") if e["sandbox_id"] == pool_sandbox
+        ]
+        if destroyed or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert execute["id"] > before
+    assert destroyed and destroyed[0]["id"] > execute["id"], (
+        execute["id"],
+        [(e["id"], e["input_summary"], e["metadata"]) for e in destroyed],
+        [(e["id"], e["sandbox_id"], e["input_summary"]) for e in audit(kernel, "sandbox_created")],
+        after["memory"]["pool"],
+    )
+
+
+def test_a_turns_ai_provider_sandbox_is_counted(kernel: dict[str, Any]) -> None:
+    script = kernel["base"] / "look.yaml"
+    script.write_text(yaml.safe_dump(SCRIPT))
+    seen: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(_ping(kernel)["scheduler"])
+            except Exception:  # the socket is busy; look again
+                pass
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        task = fluffy(kernel, "look at the project", "--script", str(script), "--yes",
+                      "--project", str(kernel["project"]))  # fmt: skip
+    finally:
+        stop.set()
+        watcher.join(10)
+    assert task.returncode == 0, task.stdout[-3000:] + task.stderr[-2000:]
+    during = [f for f in seen if f["running_by_template"].get("ai-provider")]
+    assert during, seen[-3:]
+    assert all(f["running_by_template"]["ai-provider"] == 1 for f in during)  # its limit
+    assert all(f["running_by_priority"].get("2", 0) >= 1 for f in during)  # user-facing
+    assert _ping(kernel)["scheduler"]["running_by_template"].get("ai-provider") is None
