@@ -40,8 +40,8 @@ from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
 from fluffy.kernel.ai.summary import summary_request
-from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
 from fluffy.kernel.tools.router import TURN_PRIORITY, ToolRouter
+from fluffy.kernel.tools.scheduling import run_ordered
 from fluffy.sandboxes.ai.types import (
     Message,
     ProviderConfig,
@@ -364,20 +364,36 @@ class SessionLoop:
     async def _calls(self, turn: Turn, calls: list[ToolCall]) -> bool:
         """Run one response's calls; True when the turn must stop (quarantine)."""
         sid = turn.session_id
-        planned: list[PlannedCall] = []
-        for index, call in enumerate(calls):
-            try:
-                spec = self.router.registry.get(call.name)
-                reads, writes = spec.paths(call.arguments)
-            except (FluffyError, Exception):
-                reads, writes = frozenset(), frozenset()
-            planned.append(PlannedCall(index, reads, writes))
+        tools = [call.name for call in calls]
+        planned, changes = self.router.plan(tools, [call.arguments for call in calls])
         answers: list[dict[str, Any]] = [{} for _ in calls]
+
+        async def one(i: int) -> dict[str, Any]:
+            answers[i] = await self._one(turn, calls[i])
+            return answers[i]
+
+        async def refuse(i: int, error: FluffyError) -> dict[str, Any]:
+            answers[i] = await self.router.refused(sid, tools[i], calls[i].arguments, error)
+            await self._emit(
+                turn,
+                {
+                    "type": "tool_result",
+                    "call_id": calls[i].id,
+                    "tool_name": tools[i],
+                    "ok": False,
+                    "summary": error.what,
+                    "duration_ms": 0.0,
+                    "error": _short_error(answers[i].get("error")),
+                },
+            )
+            return answers[i]
+
         try:
-            for wave in plan_batches(planned):
-                results = await asyncio.gather(*(self._one(turn, calls[i]) for i in wave))
-                for i, answer in zip(wave, results, strict=True):
-                    answers[i] = answer
+            done = await run_ordered(
+                self.router.steps, planned, tools, changes, one, refuse, priority=TURN_PRIORITY
+            )
+            for i, answer in enumerate(done):
+                answers[i] = answer
         finally:
             # every call gets its result, even a cancelled turn's: providers refuse a
             # conversation with a tool call left unanswered

@@ -240,6 +240,7 @@ async def assemble_tools(
         accepting_work=accepting_work,
         tests=tests,
     )
+    router.steps = scheduler.scheduler  # a batch's dependent calls (ADR-043)
     try:
         finished = await router.flow.resume()  # merges a crash interrupted complete now
         if finished:

@@ -49,17 +49,19 @@ from fluffy.kernel.merge.paths import read_regular, safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.tokens import TokenUse
+from fluffy.kernel.scheduler.scheduler import Scheduler
 from fluffy.kernel.scheduler.task import PRIORITY_HIGH, PRIORITY_NORMAL
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.capabilities import Scope, token_ref
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
-from fluffy.kernel.tools.parallel import PlannedCall, plan_batches
+from fluffy.kernel.tools.parallel import PlannedCall
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.registry import Registry, ToolSpec
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
+from fluffy.kernel.tools.scheduling import CHANGING_KINDS, run_ordered
 from fluffy.kernel.tools.settings import ToolSettings
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.tools.workspace import Workspaces
@@ -142,6 +144,8 @@ class ToolRouter:
         self.protected = protected
         self.schedule = schedule
         self.accepting_work = accepting_work
+        #: orders a batch's dependent calls (None: a private scheduler per batch)
+        self.steps: Scheduler | None = None
         #: test.run's environment and per-session view (None: no engine, no test runs)
         self.tests = tests
         self.flow = Flow(workflow, workspaces, merger, audit)
@@ -204,27 +208,47 @@ class ToolRouter:
             answer["client_call_id"] = client_call_id
         return answer
 
-    async def batch(self, session_id: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several calls of one AI turn: in parallel unless their paths conflict."""
+    async def batch(
+        self, session_id: str, calls: list[dict[str, Any]], *, priority: int = CALL_PRIORITY
+    ) -> list[dict[str, Any]]:
+        """Several calls of one AI turn: in parallel unless their paths conflict; a call
+        that conflicts with earlier ones is submitted depending on them (ADR-043)."""
+        tools = [str(item.get("tool")) for item in calls]
+        planned, changes = self.plan(tools, [item.get("args") or {} for item in calls])
+        return await run_ordered(
+            self.steps,
+            planned,
+            tools,
+            changes,
+            lambda i: self.call(
+                session_id, tools[i], calls[i].get("args") or {}, priority=priority
+            ),
+            lambda i, exc: self.refused(session_id, tools[i], calls[i].get("args") or {}, exc),
+            priority=priority,
+        )
+
+    def plan(self, tools: list[str], args: list[Any]) -> tuple[list[PlannedCall], list[bool]]:
+        """What each call of a response touches, and whether it changes something."""
         planned: list[PlannedCall] = []
-        for index, item in enumerate(calls):
+        changes: list[bool] = []
+        for index, (tool, arguments) in enumerate(zip(tools, args, strict=True)):
             try:
-                spec = self.registry.get(str(item.get("tool")))
-                reads, writes = self._paths(spec, item.get("args") or {})
-            except FluffyError:
-                reads, writes = frozenset(), frozenset()  # the call itself will refuse
+                spec = self.registry.get(tool)
+                reads, writes = self._paths(spec, arguments)
+                changing = spec.kind in CHANGING_KINDS
+            except FluffyError:  # the call itself will refuse
+                reads, writes, changing = frozenset(), frozenset(), False
             planned.append(PlannedCall(index, reads, writes))
-        results: list[dict[str, Any]] = [{} for _ in calls]
-        for wave in plan_batches(planned):
-            answers = await asyncio.gather(
-                *(
-                    self.call(session_id, str(calls[i].get("tool")), calls[i].get("args") or {})
-                    for i in wave
-                )
-            )
-            for i, answer in zip(wave, answers, strict=True):
-                results[i] = answer
-        return results
+            changes.append(changing)
+        return planned, changes
+
+    async def refused(
+        self, session_id: str, tool: str, args: Any, error: FluffyError
+    ) -> dict[str, Any]:
+        """The answer (and tool_result entry) of a call that was never run."""
+        call_id = uuid.uuid4().hex[:12]
+        started = time.perf_counter()
+        return await self._finish(None, tool, session_id, call_id, started, 0, error, [], args)
 
     # -- preparing: the checks before anything runs ---------------------------------------
     def _write_path(self, raw: Any) -> str:

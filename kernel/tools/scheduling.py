@@ -20,12 +20,19 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from fluffy.errors import SchedulerError, TaskCancelled
+from fluffy.errors import (
+    DependencyFailed,
+    FluffyError,
+    SchedulerError,
+    TaskCancelled,
+    ToolFailed,
+)
 from fluffy.kernel.scheduler.scheduler import Scheduler
 from fluffy.kernel.scheduler.task import (
+    NO_SANDBOX,
     PRIORITY_NORMAL,
     PRIORITY_SYSTEM,
     Limits,
@@ -33,6 +40,7 @@ from fluffy.kernel.scheduler.task import (
     TaskHandle,
     TaskType,
 )
+from fluffy.kernel.tools.parallel import PlannedCall, conflicts
 from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.settings import SchedulerSettings
 
@@ -274,3 +282,85 @@ class SchedulerBridge:
     def figures(self) -> dict[str, Any]:
         """What kernel.ping and tool.status show of the scheduler."""
         return {**self.scheduler.stats().as_dict(), "limits": self.scheduler.limits.as_dict()}
+
+
+#: A batch's steps (one per call) take no slot; each call has its own time limit.
+STEP_MAX_DURATION_S = 24 * 3600.0
+#: Kinds of call whose failure fails the calls that depend on them: they change what a
+#: later call sees.  A failed read fails nothing (a write after a read of a missing file
+#: is the usual way to create it); the read still runs before the write.
+CHANGING_KINDS = frozenset({"write", "execute", "commit", "workflow"})
+
+
+async def run_ordered(
+    scheduler: Scheduler | None,
+    calls: Sequence[PlannedCall],
+    tools: Sequence[str],
+    changes: Sequence[bool],
+    run: Callable[[int], Awaitable[dict[str, Any]]],
+    refuse: Callable[[int, FluffyError], Awaitable[dict[str, Any]]],
+    *,
+    priority: int,
+) -> list[dict[str, Any]]:
+    """Run one response's calls as scheduler tasks with their dependencies (ADR-043).
+
+    Call ``i`` depends on every earlier call it conflicts with (kernel.tools.parallel:
+    paths read and written), so the scheduler starts it only once they completed; calls
+    without conflicts run at once, side by side.  When a call that changes something
+    fails, the calls depending on it are not run: ``refuse(i, DependencyFailed)`` gives
+    their answer.  ``scheduler`` None: a private one for this batch."""
+    own = scheduler is None
+    sched = scheduler if scheduler is not None else Scheduler(Limits())
+    if own:
+        await sched.start()
+    batch = uuid.uuid4().hex[:8]
+    ids = [f"{tools[c.index]}#{c.index}@{batch}" for c in calls]
+    answers: list[dict[str, Any]] = [{} for _ in calls]
+
+    def step(i: int) -> Callable[[TaskHandle], Awaitable[None]]:
+        async def go(handle: TaskHandle) -> None:
+            answer = answers[i] = await run(i)
+            if changes[i] and not answer.get("ok"):
+                error = answer.get("error") or {}
+                raise ToolFailed(
+                    f"{tools[i]} (call {i} of the response) failed",
+                    why=str(error.get("what") or "") or None,
+                )
+
+        return go
+
+    try:
+        for i, call in enumerate(calls):
+            deps = tuple(ids[j] for j in range(i) if conflicts(calls[j], call))
+            sched.submit(
+                Task(
+                    ids[i],
+                    "step",
+                    NO_SANDBOX,
+                    step(i),
+                    priority=priority,
+                    dependencies=deps,
+                    max_duration_s=STEP_MAX_DURATION_S,
+                )
+            )
+        for i, task_id in enumerate(ids):
+            try:
+                await sched.result(task_id)
+            except DependencyFailed as exc:
+                answers[i] = await refuse(i, exc)
+            except ToolFailed:
+                pass  # its own answer stands
+            except FluffyError as exc:
+                if not answers[i]:
+                    answers[i] = await refuse(i, exc)
+    finally:
+        for task_id in ids:  # a cancelled turn: nothing of it goes on running
+            with contextlib.suppress(SchedulerError):
+                if sched.get(task_id).state not in ("completed", "failed", "cancelled"):
+                    sched.cancel(task_id)
+        if own:
+            await sched.close()
+        else:
+            for task_id in reversed(ids):  # dependents first: forget needs that
+                sched.forget(task_id)
+    return answers

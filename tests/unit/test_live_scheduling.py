@@ -191,3 +191,105 @@ def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> 
         assert figures["running_by_priority"] == {"2": 1}
         assert figures["queued_by_priority"] == {}
         assert figures["limits"]["per_template"]["ai-provider"] == 2
+
+
+# -- a response's dependent calls (run_ordered) ----------------------------------------
+
+
+def _ordered(
+    kinds: list[tuple[str, frozenset[str], frozenset[str], bool]],
+    fail: set[int],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    from fluffy.kernel.tools.parallel import PlannedCall
+    from fluffy.kernel.tools.scheduling import run_ordered
+
+    log: list[str] = []
+    planned = [PlannedCall(i, reads, writes) for i, (_, reads, writes, _) in enumerate(kinds)]
+    tools = [k[0] for k in kinds]
+
+    async def run(i: int) -> dict[str, Any]:
+        log.append(f"start {i}")
+        await asyncio.sleep(0.02)
+        log.append(f"end {i}")
+        return {"ok": i not in fail, "error": {"what": "boom"} if i in fail else None}
+
+    async def refuse(i: int, error: Any) -> dict[str, Any]:
+        log.append(f"refused {i}")
+        return {"ok": False, "error": error.to_dict()}
+
+    async def main() -> list[dict[str, Any]]:
+        return await run_ordered(
+            None, planned, tools, [k[3] for k in kinds], run, refuse, priority=2
+        )
+
+    return asyncio.run(main()), log
+
+
+WRITE = ("fs.write", frozenset({"src/a.py"}), frozenset({"src/a.py"}), True)
+TEST = ("test.run", frozenset({""}), frozenset(), True)
+READ_A = ("fs.read", frozenset({"src/a.py"}), frozenset(), False)
+READ_B = ("fs.read", frozenset({"src/b.py"}), frozenset(), False)
+
+
+def test_a_test_run_waits_for_the_write_it_depends_on() -> None:
+    answers, log = _ordered([WRITE, READ_B, TEST], fail=set())
+    assert all(a["ok"] for a in answers)
+    assert log.index("end 0") < log.index("start 2")  # the dependency
+    assert log.index("start 1") < log.index("end 0")  # no conflict: side by side
+
+
+def test_a_failed_write_fails_the_test_run_with_the_reason() -> None:
+    answers, log = _ordered([WRITE, TEST], fail={0})
+    assert "start 1" not in log and "refused 1" in log
+    error = answers[1]["error"]
+    assert error["code"] == "scheduler.dependency_failed"
+    assert error["what"].startswith("dependency failed: fs.write#0@")
+    assert "fs.write (call 0 of the response) failed" in error["why"]
+    assert answers[0] == {"ok": False, "error": {"what": "boom"}}  # its own answer
+
+
+def test_a_failed_read_still_lets_the_write_after_it_run() -> None:
+    answers, log = _ordered([READ_A, WRITE], fail={0})
+    assert log.index("end 0") < log.index("start 1")  # ordered: read before write
+    assert answers[1]["ok"]
+
+
+def test_a_batch_refuses_a_call_whose_write_failed_and_audits_it(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> list[dict[str, Any]]:
+        # planning: the write is refused (tests come after plan.complete)
+        return await tools.router.batch(
+            sid,
+            [
+                {"tool": "fs.write", "args": {"path": "tests/test_a.py", "content": "x"}},
+                {"tool": "test.run", "args": {}},
+            ],
+        )
+
+    write, test = run(harness, body)
+    assert not write["ok"] and write["error"]["code"] != "scheduler.dependency_failed"
+    assert test["error"]["code"] == "scheduler.dependency_failed", test
+    assert test["error"]["what"].startswith("dependency failed: fs.write#0@")
+    results = [e for e in harness.entries("tool_result") if e["syscall_type"] == "test.run"]
+    assert results and "dependency failed" in (results[-1]["output_summary"] or "")
+
+
+def test_a_turns_dependent_call_is_refused_when_its_write_failed(tmp_path: Path) -> None:
+    provider = _script(
+        (
+            "Writing a test and running it.",
+            [("fs.write", {"path": "tests/test_a.py", "content": "x"}), ("test.run", {})],
+        ),
+        ("Done.", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> list[dict[str, Any]]:
+        await ai.loop.start(sid, "Test first", provider)
+        return await _events(ai, sid)
+
+    events = run_ai(Harness(tmp_path), body)
+    results = {e["tool_name"]: e for e in events if e["type"] == "tool_result"}
+    assert not results["fs.write"]["ok"]
+    assert results["test.run"]["error"]["code"] == "scheduler.dependency_failed"
+    assert events[-1]["status"] == "done"
