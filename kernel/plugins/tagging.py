@@ -45,11 +45,14 @@ class TaggedPolicy(AuditedPolicy):
     def swap(self, engine: PolicyEngine) -> None:
         self.front.swap(engine)
 
-    def evaluate(self, request: Request) -> Decision:
+    def as_evaluated(self, request: Request) -> Request:
         caller = request.caller
         if caller.name in self.third_party():
             tags = (caller.tags - KERNEL_GIVEN) | {"third_party"}
             request = dataclasses.replace(
                 request, caller=dataclasses.replace(caller, tags=frozenset(tags))
             )
-        return self.front.evaluate(request)
+        return request
+
+    def evaluate(self, request: Request) -> Decision:
+        return self.front.evaluate(self.as_evaluated(request))

@@ -58,6 +58,11 @@ class AuditedPolicy:
     def swap(self, engine: PolicyEngine) -> None:
         self.engine = engine
 
+    def as_evaluated(self, request: Request) -> Request:
+        """The request as the engine will see it (a wrapper may add tags): what the
+        audit log must record for a later trial to replay the same decision."""
+        return request
+
     def evaluate(self, request: Request) -> Decision:
         decision = self.engine.evaluate(request)
         reason = "; ".join(decision.reasons) if decision.result != "allow" else None

@@ -333,7 +333,7 @@ class ToolRouter:
                 sandbox=spec.template if spec.route == "plugin" else None,
                 issuing=issuing,
             )
-            asked.append(request_data(request))
+            asked.append(request_data(self.policy.as_evaluated(request)))
             decision = self.policy.evaluate(request)
             if decision.result == "deny":
                 by = decision.decided_by  # the rule's name: the user knows what to change

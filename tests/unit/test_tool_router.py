@@ -481,3 +481,35 @@ def test_a_strict_change_has_no_add_tests(tmp_path: Path) -> None:
         return (await router.workflow.get(sid)).state
 
     assert run(harness, body) == "reviewing"
+
+
+def test_the_trial_replays_a_plugin_s_call_with_the_tags_it_was_judged_with(
+    tmp_path: Path,
+) -> None:
+    """A third-party plugin's write is judged with the third_party tag: its tool_result
+    entry records that request, so a policy change is tried on what really happened."""
+    from fluffy.kernel.policy.audited import recent_requests
+    from fluffy.kernel.policy.engine import Caller
+    from fluffy.kernel.policy.meta import plan_update
+
+    harness = Harness(tmp_path)
+    _allow_explore(harness)
+
+    async def body(tools: ToolPath, sid: str) -> None:
+        router = tools.router
+        router.runner = FakePlugins(tmp_path / "outputs", harness.project)  # type: ignore[assignment]
+        router.policy.third_party = lambda: {"fs-tool"}  # type: ignore[attr-defined]
+        await router.workflow.set_mode(sid, "explore", Caller("user"))
+        await router.call(sid, "plan.complete", {})
+        answer = await router.call(sid, "fs.write", {"path": "src/app.py", "content": "X=1\n"})
+        assert answer["ok"] and answer["output"]["review_required"]
+        await harness.audit.flush()
+        text = (harness.project / ".fluffy" / "policy.yaml").read_text()
+        lifted = text.replace("caller_tag: [third_party]}", "caller_tag: [nobody]}")
+        assert lifted != text
+        plan = plan_update(router.policy.engine, lifted, recent_requests(harness.state, 100))
+        assert [c.line() for c in plan.changes] == [
+            "fs.write src/app.py by fs-tool for the model: require_review -> allow"
+        ]
+
+    run(harness, body)
