@@ -11,7 +11,9 @@ uses, and records ``policy_update`` synchronously before answering.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,36 @@ from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.policy.audited import AuditedPolicy, recent_requests
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.extensions import ExtensionHost
-from fluffy.kernel.policy.meta import CONFIRM_PHRASE, TRIAL_SIZE, apply_update, plan_update
+from fluffy.kernel.policy.meta import (
+    CONFIRM_PHRASE,
+    TRIAL_SIZE,
+    UpdatePlan,
+    apply_update,
+    plan_update,
+)
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.policy.rules import ProjectRules, check_changes
 
 Reloaded = Callable[[PolicyFile], None]
+
+
+async def _shielded_start(rules: ProjectRules, after: dict[str, str]) -> ExtensionHost | None:
+    """Start a candidate policy sandbox; if the caller hangs up meanwhile, the sandbox
+    being started is stopped once it is up (never left running)."""
+    starting = asyncio.ensure_future(asyncio.to_thread(rules.candidate, after))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        starting.add_done_callback(_discard_started)
+        raise
+
+
+def _discard_started(starting: asyncio.Future[ExtensionHost | None]) -> None:
+    if starting.cancelled() or starting.exception() is not None:
+        return
+    host = starting.result()
+    if host is not None:  # stopping blocks: not on the event loop
+        threading.Thread(target=ProjectRules.discard, args=(host,), daemon=True).start()
 
 
 def _digest(text: str) -> str:
@@ -50,6 +77,8 @@ def policy_methods(
         if policy_path is not None and policy_path.is_file():
             return policy_path.read_text(encoding="utf-8")
         return default_text or ""
+
+    lock = asyncio.Lock()
 
     async def get(context: CallContext, params: Any) -> dict[str, Any]:
         if params not in (None, {}):
@@ -81,16 +110,21 @@ def policy_methods(
         changes = params.get("rules")
         if changes is not None and rules is None:
             raise PolicyError("this kernel has no project rules folder to change")
+        async with lock:  # one update at a time: each is planned on what is in force
+            return await _update(context, params, changes)
+
+    async def _update(context: CallContext, params: dict[str, Any], changes: Any) -> dict[str, Any]:
+        assert policy_path is not None
         text = params["text"] if isinstance(params.get("text"), str) else current_text()
         is_user = context.binding == "cli"
         caller = Caller("user") if is_user else Caller(context.plugin_name or "plugin")
         decision = front.evaluate(Request("policy.update", caller))
         after = check_changes(rules.current(), changes) if changes is not None and rules else None
         candidate: ExtensionHost | None = None
-        if after is not None and rules is not None:  # the new set runs before it is tried
-            candidate = await asyncio.to_thread(rules.candidate, after)
-        installed = False
+        applying: asyncio.Future[None] | None = None
         try:
+            if after is not None and rules is not None:  # the new set runs before it is tried
+                candidate = await _shielded_start(rules, after)
             await audit.flush()  # the trial reads what the log holds
             history = recent_requests(state_dir, TRIAL_SIZE)
             plan = plan_update(
@@ -124,42 +158,69 @@ def policy_methods(
                     f"{plan.breaking} breaking changes need the confirmation phrase",
                     fix=f'Send the phrase exactly: "{CONFIRM_PHRASE}".',
                 )
-            before = current_text()
-            metadata = {
-                "path": str(policy_path),
-                "old_sha256": _digest(before),
-                "new_sha256": _digest(plan.text),
-                "changes": str(len(plan.changes)),
-                "breaking": str(plan.breaking),
-            }
-            if changes is not None:
-                metadata["rules_changed"] = ",".join(sorted(changes))
-                metadata["rules_sha256"] = _digest(
-                    "\0".join(f"{name}\0{body}" for name, body in sorted((after or {}).items()))
-                )
-            event = Event(
-                "policy_update",
-                caller="user",
-                policy_decision="review_required",
-                policy_rule_name=decision.decided_by or "builtin:meta-policy",
-                input_summary=f"policy updated: {len(plan.changes)} changed decisions, "
-                f"{plan.breaking} breaking"
-                + (f"; rules changed: {', '.join(sorted(changes))}" if changes else ""),
-                metadata=metadata,
+            # once started, applying finishes even if the caller hangs up: half an
+            # update (files written, engine not swapped) would be a policy not in force
+            applying = asyncio.ensure_future(
+                _apply(plan, params, text, changes, after, candidate, decision.decided_by)
             )
-            await audit.record(event)  # on record before anything changes (raises: nothing done)
-            if "text" in params and (text != before or not policy_path.is_file()):
-                apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
-            if changes is not None and rules is not None:
-                await asyncio.to_thread(rules.install, changes, candidate)
-                installed = True
-            front.swap(plan.engine)
-            if on_reload is not None:
-                on_reload(plan.policy)
+            try:
+                await asyncio.shield(applying)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await applying
+                raise
             answer["applied"] = True
             return answer
         finally:
-            if candidate is not None and not installed:
+            settled = applying is None or applying.done()  # else: it may still install it
+            if (
+                candidate is not None
+                and settled
+                and rules is not None
+                and rules.host is not candidate
+            ):
                 await asyncio.to_thread(ProjectRules.discard, candidate)
+
+    async def _apply(
+        plan: UpdatePlan,
+        params: dict[str, Any],
+        text: str,
+        changes: Any,
+        after: dict[str, str] | None,
+        candidate: ExtensionHost | None,
+        decided_by: str | None,
+    ) -> None:
+        assert policy_path is not None
+        before = current_text()
+        metadata = {
+            "path": str(policy_path),
+            "old_sha256": _digest(before),
+            "new_sha256": _digest(plan.text),
+            "changes": str(len(plan.changes)),
+            "breaking": str(plan.breaking),
+        }
+        if changes is not None:
+            metadata["rules_changed"] = ",".join(sorted(changes))
+            metadata["rules_sha256"] = _digest(
+                "\0".join(f"{name}\0{body}" for name, body in sorted((after or {}).items()))
+            )
+        event = Event(
+            "policy_update",
+            caller="user",
+            policy_decision="review_required",
+            policy_rule_name=decided_by or "builtin:meta-policy",
+            input_summary=f"policy updated: {len(plan.changes)} changed decisions, "
+            f"{plan.breaking} breaking"
+            + (f"; rules changed: {', '.join(sorted(changes))}" if changes else ""),
+            metadata=metadata,
+        )
+        await audit.record(event)  # on record before anything changes (raises: nothing done)
+        if "text" in params and (text != before or not policy_path.is_file()):
+            apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
+        if changes is not None and rules is not None:
+            await asyncio.to_thread(rules.install, changes, candidate)
+        front.swap(plan.engine)
+        if on_reload is not None:
+            on_reload(plan.policy)
 
     return {"policy.get": get, "policy.update": update}

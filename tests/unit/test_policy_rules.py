@@ -4,13 +4,17 @@ denies (fail closed)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from fluffy.errors import PolicyError
 from fluffy.kernel.policy.builtin import default_builtins
-from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
+from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request, Verdict
 from fluffy.kernel.policy.model import parse_policy
 from fluffy.kernel.policy.rules import (
     MAX_RULE_BYTES,
@@ -21,6 +25,7 @@ from fluffy.kernel.policy.rules import (
     write_rules,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 RULE = 'def evaluate(request):\n    return {"vote": "pass"}\n'
 ALLOW_WRITES = """capabilities:
   - name: writes
@@ -82,3 +87,109 @@ def test_rules_that_cannot_run_deny_what_they_would_judge(tmp_path: Path) -> Non
         rules.candidate({"a.py": RULE})
     assert "did not load" in info.value.what
     assert ProjectRules(tmp_path / "none", None, tmp_path).load() == []  # no rules: nothing
+
+
+class SlowHost:
+    """Stands in for the policy sandbox (its start takes a while; no container)."""
+
+    live: list[SlowHost] = []
+
+    def __init__(self, manager: object, folder: Path) -> None:
+        self.rules_dir = folder
+        self.running = False
+        self.__name__ = "extension-rules"
+
+    def start(self) -> None:
+        import time
+
+        time.sleep(0.5)
+        self.running = True
+        SlowHost.live.append(self)
+
+    def stop(self) -> None:
+        self.running = False
+
+    def __call__(self, request: Request) -> Iterator[Verdict]:
+        return iter(())
+
+
+async def _kernel(tmp_path: Path) -> tuple[Any, Any, Any, Path]:
+    from fluffy.kernel.audit.entry import Event
+    from fluffy.kernel.audit.log import AuditLog
+    from fluffy.kernel.policy.audited import AuditedPolicy
+    from fluffy.kernel.policy.methods import policy_methods
+
+    project = tmp_path / "p"
+    (project / ".fluffy").mkdir(parents=True)
+    text = (ROOT / "examples" / "policies" / "default.yaml").read_text()
+    (project / ".fluffy" / "policy.yaml").write_text(text)
+    state = tmp_path / "s"
+    state.mkdir()
+    audit = await AuditLog.open(state)
+    await audit.record(Event("kernel_start"))
+    engine = PolicyEngine(parse_policy(text), builtins=default_builtins(project), root=project)
+    front = AuditedPolicy(engine, audit)
+    rules = ProjectRules(project / ".fluffy" / "rules", lambda: object(), state / "rules")  # type: ignore[arg-type,return-value]
+    methods = policy_methods(
+        front, project / ".fluffy" / "policy.yaml", state, audit, None, None, rules
+    )
+    return methods["policy.update"], front, audit, state
+
+
+CLI = SimpleNamespace(binding="cli", plugin_name="")
+PASS = "def evaluate(request):\n    return None\n"
+
+
+def test_overlapping_updates_each_apply_on_what_is_in_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rules change (slow: its sandbox starts) and a deny added meanwhile: both stay
+    in force (the rules change is planned on the policy with the deny)."""
+    from fluffy.kernel.policy import rules as rules_module
+
+    monkeypatch.setattr(rules_module, "ExtensionHost", SlowHost)
+
+    async def main() -> None:
+        update, front, audit, _ = await _kernel(tmp_path)
+        read = Request("fs.read", Caller("ai", frozenset({"ai"})), "src/secret.py")
+        assert front.evaluate(read).result == "allow"
+        text = (tmp_path / "p" / ".fluffy" / "policy.yaml").read_text()
+        deny = text + (
+            "\n  - name: no-secret-reads\n    match: {syscall: fs.read, "
+            'path_glob: ["src/secret.py"]}\n    action: deny\n'
+        )
+        slow = asyncio.create_task(update(CLI, {"rules": {"a.py": PASS}, "approve": True}))
+        await asyncio.sleep(0.1)
+        assert (await update(CLI, {"text": deny, "approve": True}))["applied"]
+        assert (await slow)["applied"]
+        assert front.evaluate(read).result == "deny"  # the deny survived the rules swap
+        await audit.close()
+
+    asyncio.run(main())
+
+
+def test_a_caller_hanging_up_leaves_no_policy_sandbox_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fluffy.kernel.policy import rules as rules_module
+
+    monkeypatch.setattr(rules_module, "ExtensionHost", SlowHost)
+    SlowHost.live.clear()
+
+    async def main() -> None:
+        update, _, audit, state = await _kernel(tmp_path)
+        await update(CLI, {"rules": {"a.py": PASS}})  # a plan: its sandbox is stopped
+        task = asyncio.create_task(update(CLI, {"rules": {"b.py": PASS}}))
+        await asyncio.sleep(0.2)
+        task.cancel()  # the connection dropped while the candidate was starting
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(50):
+            if len(SlowHost.live) == 2 and not any(h.running for h in SlowHost.live):
+                break
+            await asyncio.sleep(0.1)
+        assert [h.running for h in SlowHost.live] == [False, False]
+        assert not list((state / "rules").iterdir())  # nor its staged rules
+        await audit.close()
+
+    asyncio.run(main())
