@@ -88,7 +88,7 @@ async def load_rules(
     if loaded:
         front.swap(front.engine.with_policy(policy, loaded))
     if isinstance(rules.host, BrokenRules):
-        names = ", ".join(sorted(rules.current()))
+        names = ", ".join(sorted(p.name for p in rules.folder.glob("*.py"))) or "(none)"
         await audit.record(
             Event(
                 "policy_rule_failed",

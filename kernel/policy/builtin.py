@@ -18,6 +18,8 @@ POLICY_GLOBS = (
     ".fluffy/policy.yml",
     ".fluffy/policy.*.tmp",
     ".fluffy/rules/**",  # the extension rules: part of the policy
+    ".fluffy/rules",  # ... and their folder (deleting it removes them all)
+    "/.fluffy",  # the folder that holds them all (exact: deleting or replacing it)
 )
 AUDIT_GLOBS = (".fluffy/audit.db", ".fluffy/audit.db-*", ".fluffy/backups/**")
 STATE_GLOBS = (".fluffy/state.db", ".fluffy/state.db-*", ".fluffy/fluffy.db", ".fluffy/fluffy.db-*")

@@ -57,6 +57,15 @@ def _discard_started(starting: asyncio.Future[ExtensionHost | None]) -> None:
         threading.Thread(target=ProjectRules.discard, args=(host,), daemon=True).start()
 
 
+def _rules_error(rules: ProjectRules | None) -> str | None:
+    try:
+        if rules is not None:
+            rules.current()
+    except PolicyError as exc:
+        return f"{exc.what} ({exc.why})" if exc.why else exc.what
+    return None
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -80,6 +89,12 @@ def policy_methods(
 
     lock = asyncio.Lock()
 
+    def current_rules() -> dict[str, str]:
+        try:
+            return rules.current() if rules is not None else {}
+        except PolicyError:
+            return {}  # policy.get says why (rules_error); the kernel denies meanwhile
+
     async def get(context: CallContext, params: Any) -> dict[str, Any]:
         if params not in (None, {}):
             raise InvalidPayload("policy.get takes no parameters")
@@ -88,7 +103,8 @@ def policy_methods(
             "path": str(policy_path) if policy_path else None,
             "text": current_text(),
             "default": not is_file and default_text is not None,
-            "rules": rules.current() if rules is not None else {},
+            "rules": current_rules(),
+            "rules_error": _rules_error(rules),
         }
 
     async def update(context: CallContext, params: Any) -> dict[str, Any]:

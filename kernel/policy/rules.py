@@ -11,10 +11,12 @@ decision the rules would see (fail closed) and says why.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -40,14 +42,56 @@ def rules_dir(project: Path) -> Path:
 
 
 def read_rules(folder: Path) -> dict[str, str]:
-    """The rule files in ``folder`` by name (none: an empty mapping)."""
-    if not folder.is_dir():
+    """The rule files in ``folder`` by name (none: an empty mapping).
+
+    Raises :class:`PolicyError` when the folder holds what cannot be a rule -- a link
+    (the folder or a file), a FIFO or device, a name :data:`NAME` refuses, a file over
+    :data:`MAX_RULE_BYTES`, more than :data:`MAX_RULES` -- so that a set with a rule
+    that silently vanished is never run as if complete (the caller fails closed).
+    """
+    if folder.is_symlink():
+        raise _unreadable(".fluffy/rules is a link", "rules are read from the project's own "
+                          "folder only, never through a link")  # fmt: skip
+    if not folder.exists():
         return {}
+    if not folder.is_dir():
+        raise _unreadable(".fluffy/rules is not a folder", "rules are files in that folder")
     found = {}
     for path in sorted(folder.iterdir()):
-        if path.suffix == ".py" and path.is_file() and not path.is_symlink():
-            found[path.name] = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix != ".py":
+            continue  # notes, editor backups, fluffy's own temporary files
+        if not NAME.fullmatch(path.name):
+            raise _unreadable(f"{path.name} is not a rule file name",
+                              "rule names are lower-case letters, digits, - and _")  # fmt: skip
+        found[path.name] = _read_rule(path)
+        if len(found) > MAX_RULES:
+            raise _unreadable(f"more than {MAX_RULES} rules", "a project may have that many")
     return found
+
+
+def _read_rule(path: Path) -> str:
+    try:  # never through a link, never blocked by a FIFO
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        why = "it is a link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        raise _unreadable(f"cannot read the rule {path.name}", why) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise _unreadable(f"the rule {path.name} is not a regular file", "a FIFO, device "
+                              "or folder cannot be a rule")  # fmt: skip
+        data = handle.read(MAX_RULE_BYTES + 1)
+    if len(data) > MAX_RULE_BYTES:
+        raise _unreadable(f"the rule {path.name} is over {MAX_RULE_BYTES} bytes", "rules are small")
+    return data.decode("utf-8", errors="replace")
+
+
+def _unreadable(what: str, why: str) -> PolicyError:
+    return PolicyError(
+        f"the project's extension rules cannot be read: {what}",
+        why=why,
+        fix="Fix .fluffy/rules on the host (the kernel denies what the rules would judge "
+        "until then), then restart the kernel.",
+    )
 
 
 def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]:
@@ -57,8 +101,8 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
             "rules must map file names to their new text (or null to remove)",
             fix='Send {"rules": {"no-secrets.py": "def evaluate(request): ..."}}.',
         )
-    after = dict(current)
-    for name, text in changes.items():
+    names = set(current)
+    for name, text in changes.items():  # names and sizes first: cheap, before compiling
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise PolicyError(
                 f"{name!r} is not a rule file name",
@@ -67,9 +111,9 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
                 fix="Name it like `no-secrets.py`.",
             )
         if text is None:
-            if name not in after:
+            if name not in names:
                 raise PolicyError(f"there is no rule {name} to remove", fix="List the rules.")
-            del after[name]
+            names.discard(name)
             continue
         if not isinstance(text, str):
             raise PolicyError(f"{name}: a rule's text must be a string")
@@ -78,6 +122,13 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
                 f"{name} is {len(text.encode())} bytes; a rule may have {MAX_RULE_BYTES}",
                 fix="Keep a rule small; split it in two.",
             )
+        names.add(name)
+    if len(names) > MAX_RULES:
+        raise PolicyError(f"{len(names)} rules; a project may have {MAX_RULES}")
+    after = {name: body for name, body in current.items() if name in names}
+    for name, text in changes.items():
+        if text is None:
+            continue
         try:
             compile(text, name, "exec")  # syntax only: the code runs in the sandbox
         except (SyntaxError, ValueError) as exc:
@@ -87,9 +138,12 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
                 why="the rule is not valid Python",
                 fix="Fix the rule; nothing was changed.",
             ) from None
+        except (RecursionError, MemoryError):
+            raise PolicyError(
+                f".fluffy/rules/{name}: too deeply nested to compile",
+                fix="Simplify the rule; nothing was changed.",
+            ) from None
         after[name] = text
-    if len(after) > MAX_RULES:
-        raise PolicyError(f"{len(after)} rules; a project may have {MAX_RULES}")
     return after
 
 
@@ -167,10 +221,10 @@ class ProjectRules:
 
     def load(self) -> list[ExtensionRule]:
         """The kernel's start: the rules on disk, loaded and warmed (none: no sandbox)."""
-        rules = self.current()
-        if not rules:
-            return []
         try:
+            rules = self.current()
+            if not rules:
+                return []
             self.host = self._start(rules)
         except FluffyError as exc:
             log.error("the project's extension rules did not load: %s", exc.what)
@@ -224,6 +278,9 @@ class ProjectRules:
 
     def install(self, changes: RuleChanges, host: ExtensionHost | None) -> None:
         """Write the approved changes and make ``host`` the running set."""
+        if self.folder.is_symlink():  # never write through a link (read_rules refuses too)
+            raise _unreadable(".fluffy/rules is a link", "rules are written to the project's "
+                              "own folder only")  # fmt: skip
         write_rules(self.folder, changes)
         old, self.host = self.host, host
         self.discard(old)

@@ -57,15 +57,66 @@ def test_rules_are_written_atomically_and_read_back(tmp_path: Path) -> None:
     folder = tmp_path / ".fluffy" / "rules"
     write_rules(folder, {"a.py": RULE, "b.py": RULE})
     (folder / "notes.txt").write_text("not a rule")
-    (folder / "link.py").symlink_to(folder / "a.py")
-    assert read_rules(folder) == {"a.py": RULE, "b.py": RULE}  # no links, no other files
+    assert read_rules(folder) == {"a.py": RULE, "b.py": RULE}  # other files are not rules
     write_rules(folder, {"a.py": None})
-    assert sorted(p.name for p in folder.iterdir()) == ["b.py", "link.py", "notes.txt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["b.py", "notes.txt"]
+
+
+@pytest.mark.parametrize("case", ["link", "fifo", "bad name", "too big", "linked folder"])
+def test_a_rule_that_cannot_be_read_makes_the_set_fail_closed(tmp_path: Path, case: str) -> None:
+    """A rule that silently vanished (a link git stored, a FIFO, a name the update path
+    could never remove) would leave the set running as if complete: it is refused, and
+    the kernel denies what the rules would judge, saying why."""
+    import os
+
+    real = tmp_path / "real"
+    write_rules(real, {"deny.py": RULE})
+    folder = tmp_path / "rules"
+    write_rules(folder, {"a.py": RULE})
+    if case == "link":
+        (folder / "shared.py").symlink_to(real / "deny.py")
+    elif case == "fifo":
+        os.mkfifo(folder / "pipe.py")
+    elif case == "bad name":
+        (folder / "Bad Name.py").write_text(RULE)
+    elif case == "too big":
+        (folder / "big.py").write_text("#" * (MAX_RULE_BYTES + 1))
+    else:
+        folder = tmp_path / "linked"
+        folder.symlink_to(real)
+    with pytest.raises(PolicyError) as info:
+        read_rules(folder)
+    assert "extension rules cannot be read" in info.value.what
+    rules = ProjectRules(folder, None, tmp_path / "scratch")
+    loaded = rules.load()
+    assert isinstance(rules.host, BrokenRules) and loaded == [rules.host]
+    engine = PolicyEngine(parse_policy(ALLOW_WRITES), extensions=loaded)
+    assert engine.evaluate(Request("fs.write", Caller("ai"), "src/a.py")).result == "deny"
+    if case == "linked folder":
+        with pytest.raises(PolicyError):
+            rules.install({"x.py": RULE}, None)
+        assert not (real / "x.py").exists()  # never written through the link
+
+
+def test_a_huge_or_deep_change_is_refused_cheaply(tmp_path: Path) -> None:
+    many = {f"r{i}.py": RULE for i in range(5000)}
+    with pytest.raises(PolicyError) as info:
+        check_changes({}, many)  # counted before anything is compiled
+    assert "5000 rules" in info.value.what
+    with pytest.raises(PolicyError) as deep:
+        check_changes({}, {"deep.py": "x = a" + ".b" * 30000})
+    assert "too deeply nested" in deep.value.what or "deep.py" in deep.value.what
 
 
 def test_the_rules_folder_is_protected_like_the_policy(tmp_path: Path) -> None:
     engine = PolicyEngine(parse_policy(ALLOW_WRITES), builtins=default_builtins(tmp_path))
-    for path in (".fluffy/rules/evil.py", ".FLUFFY/Rules/evil.py", ".fluffy/rules/sub/x.py"):
+    for path in (
+        ".fluffy/rules/evil.py",
+        ".FLUFFY/Rules/evil.py",
+        ".fluffy/rules/sub/x.py",
+        ".fluffy/rules",
+        ".fluffy",
+    ):
         decision = engine.evaluate(Request("fs.write", Caller("ai", frozenset({"ai"})), path))
         assert decision.result == "deny", path
         assert decision.decided_by == "builtin:policy-files"
