@@ -170,7 +170,7 @@ class PluginRunner:
         """The call's token, bound to this sandbox and the connection that took it."""
         assert job.capability is not None and self.capabilities is not None
         container_id = job.sandbox.container_id if job.sandbox is not None else None
-        job.token = await self.capabilities.issue(
+        token = await self.capabilities.issue(
             job.capability,
             container_id=container_id or job.sandbox_id,
             connection=connection_key(context),
@@ -179,11 +179,15 @@ class PluginRunner:
             plugin=job.plugin,
             sandbox_id=job.sandbox_id,
         )
+        if job.slot_closed:  # torn down while the issue was being recorded: revoke now
+            self.capabilities.expire(token.token_id, job.call_id, why="the call ended first")
+        else:
+            job.token = token
         return {
-            "token": job.token.token_id,
-            "syscall": job.token.syscall,
-            "paths": sorted(job.token.paths or ()),
-            "max_ops": job.token.max_ops,
+            "token": token.token_id,
+            "syscall": token.syscall,
+            "paths": sorted(token.paths or ()),
+            "max_ops": token.max_ops,
         }
 
     def _taker(self, context: CallContext, method: str) -> Job:
@@ -567,6 +571,8 @@ class PluginRunner:
         if binding is None:
             return
         job = self.jobs.pop(binding, None)
+        if job is not None:
+            job.slot_closed = True
         if job is not None and job.token is not None and self.capabilities is not None:
             self.capabilities.expire(job.token.token_id, job.call_id)
             job.token = None

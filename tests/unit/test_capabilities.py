@@ -149,3 +149,44 @@ def test_issued_and_expired_tokens_are_audited(tmp_path: Path) -> None:
     assert issued[0]["metadata"]["token"] == expired[0]["metadata"]["token"]
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("*.db*"))
     assert stored and secrets[0].encode() not in stored  # named by a digest only
+
+
+def test_changes_without_the_call_s_token_are_refused_where_tokens_are_issued(
+    tmp_path: Path,
+) -> None:
+    engine, caps, _ = setup(tmp_path)
+    call = SimpleNamespace(
+        capability=Scope("fs.write", ("src/a.py",)),
+        spec=SimpleNamespace(name="fs.write", plugin="fs-tool", template="code-executor"),
+        session=SimpleNamespace(state="code_writing", mode="strict"),
+    )
+    outcome = SimpleNamespace(token=None, result={"changes": []}, connection="sock:1")
+    router = SimpleNamespace(policy=engine, runner=SimpleNamespace(capabilities=caps))
+    with pytest.raises(MergeRefused) as info:
+        ToolRouter._check_uses(router, call, outcome, [{"path": "src/a.py"}])  # type: ignore[arg-type]
+    assert "without the call's capability token" in info.value.what
+
+
+def test_a_token_issued_as_its_call_ends_is_revoked_at_once(tmp_path: Path) -> None:
+    """The issue is recorded (durably) before the host gets the token; if the call is
+    torn down meanwhile, the token is revoked then, not left to its TTL."""
+    from fluffy.kernel.tools.pluginjob import Job
+    from fluffy.kernel.tools.plugins import PluginRunner
+
+    async def main() -> None:
+        audit = await AuditLog.open(tmp_path)
+        await audit.record(Event("kernel_start"))
+        engine, _, clock = setup(tmp_path)
+        runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
+        runner.capabilities = Capabilities(engine.tokens, clock, audit)
+        job = Job("k3", "fs.write", {}, "strict", plugin="fs-tool", sandbox_id="sb1")
+        job.capability = Scope("fs.write", ("src/a.py",))
+        job.slot_closed = True  # the teardown ran while the issue was being recorded
+        context = SimpleNamespace(binding="tool-x", connection=object())
+        shown = await runner._issue(job, context)  # type: ignore[arg-type]
+        assert job.token is None and shown["token"] not in engine.tokens.tokens
+        await audit.close()
+
+    asyncio.run(main())
+    (expired,) = list(entries(tmp_path, Filters(event_type="capability_expired")))
+    assert expired["metadata"]["reason"] == "the call ended first"
