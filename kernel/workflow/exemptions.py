@@ -11,6 +11,7 @@ only its annotations (checked on the AST by :func:`type_only_change`).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -23,6 +24,9 @@ from fluffy.kernel.workflow.coverage import check_thresholds
 Category = Literal["config_change", "type_refactor", "documentation", "asset_update"]
 #: The design's ``tech_debt.coverage.baseline_file``.
 BASELINE_FILE = ".fluffy/coverage-baseline.json"
+#: What ``baseline_file`` may be: one level inside ``.fluffy/``, a ``.json`` name, so it
+#: can never name a file the kernel owns there (policy.yaml, rules/*.py, databases).
+_BASELINE_NAME = re.compile(r"\.fluffy/[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.json", re.ASCII)
 CATEGORIES: tuple[Category, ...] = (
     "config_change",
     "type_refactor",
@@ -75,8 +79,9 @@ class TechDebtSettings(BaseModel):
     """policy.yaml ``tech_debt``: coverage-based budget (percentage points).
 
     ``min_delta`` 0: coverage must not decrease (a commit below it is not "ok", ADR-042).
-    ``baseline_file``: where the kernel keeps the baseline, inside ``.fluffy/`` (a
-    protected path: the tools the budget judges never write it).
+    ``baseline_file``: where the kernel keeps the baseline, a ``.fluffy/<name>.json`` (a
+    protected path: the tools the budget judges never write it; nothing else the kernel
+    keeps there is a top-level ``.json``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -98,12 +103,13 @@ class TechDebtSettings(BaseModel):
     @field_validator("baseline_file")
     @classmethod
     def _inside_fluffy(cls, value: str) -> str:
-        parts = value.split("/")
-        plain = not value.startswith("/") and "\\" not in value and ".." not in parts
-        if not plain or len(parts) < 2 or parts[0] != ".fluffy" or not parts[-1]:
+        if not _BASELINE_NAME.fullmatch(value):
             raise ValueError(
-                f"baseline_file {value!r} must be a file inside .fluffy/ (a protected path "
-                "the AI's tools cannot write), e.g. .fluffy/coverage-baseline.json"
+                f"baseline_file {value!r} must be a plain .fluffy/<name>.json: a JSON file "
+                "directly inside .fluffy/ (a protected path the AI's tools cannot write), "
+                "named with letters, digits, '.', '_' or '-', not one fluffy owns there "
+                "(policy.yaml, config.yaml, rules/, the databases); e.g. "
+                f"{BASELINE_FILE}"
             )
         return value
 

@@ -663,3 +663,37 @@ def test_policy_checks_the_tech_debt_settings() -> None:
     for outside in ("coverage.json", "../x.json", ".fluffy/../src/x.json", "/abs.json", ".fluffy/"):
         with pytest.raises(ValueError, match=r"inside \.fluffy/"):
             TechDebtSettings(baseline_file=outside)
+    assert TechDebtSettings(baseline_file=".fluffy/cov_2.base-line.json").baseline_file == (
+        ".fluffy/cov_2.base-line.json"
+    )
+
+
+@pytest.mark.parametrize(
+    "owned",
+    [
+        ".fluffy/policy.yaml",  # the kernel would overwrite what it owns
+        ".fluffy/audit.db",
+        ".fluffy/state.db",
+        ".fluffy/config.yaml",
+        ".fluffy/rules/no-secrets.py",
+        ".fluffy/rules/x.json",
+        ".fluffy/backups/x",
+        ".fluffy/./policy.json",
+        ".fluffy/.hidden.json",
+        ".fluffy/.json",
+        ".fluffy/a b.json",
+        ".fluffy/x.json/",
+        ".fluffy//x.json",
+    ],
+)
+def test_the_baseline_file_is_a_plain_json_file_in_fluffy(owned: str) -> None:
+    from fluffy.errors import PolicyError
+    from fluffy.kernel.policy.model import parse_policy
+    from fluffy.kernel.workflow.exemptions import TechDebtSettings
+
+    with pytest.raises(ValueError, match=r"\.fluffy/<name>\.json"):
+        TechDebtSettings(baseline_file=owned)
+    text = f"capabilities: []\ntech_debt:\n  min_delta: 0\n  baseline_file: '{owned}'\n"
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.yaml")
+    assert "p.yaml:4: tech_debt.baseline_file" in info.value.what
