@@ -8,15 +8,18 @@ user's own hand.  The kernel's state database keeps a copy of what it last wrote
 the file differs from that copy the budget still uses the file (the user may reset it)
 and says so.
 
-A missing or unreadable file is never fatal: it means "no baseline", with a note saying
-what was wrong and how to get a baseline again (ADR-042).
+The file is read only when it is a regular file, opened without following a link and
+without blocking on a FIFO.  A missing or unreadable file is never fatal: it means "no
+baseline", with a note saying what was wrong and how to get a baseline again (ADR-042).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,46 @@ def _report(raw: str | None) -> CoverageReport | None:
         return None
 
 
+class _NotRegular(Exception):
+    """The baseline path is there but is no regular file (its kind is the message)."""
+
+
+_KINDS = {
+    stat.S_IFDIR: "is a folder",
+    stat.S_IFIFO: "is a named pipe (FIFO)",
+    stat.S_IFSOCK: "is a socket",
+    stat.S_IFCHR: "is a character device",
+    stat.S_IFBLK: "is a block device",
+}
+
+
+def _read_regular(path: Path) -> bytes:
+    """Up to ``MAX_REPORT_BYTES + 1`` bytes of the regular file at ``path``.
+
+    The file is opened without following a link (ELOOP) and without blocking on a FIFO
+    nobody writes, then checked to be a regular file before anything is read.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotRegular(_KINDS.get(stat.S_IFMT(mode), "is not a regular file"))
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_REPORT_BYTES:
+            chunk = os.read(fd, MAX_REPORT_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_baseline(
     project: Path, rel: str, cached: str | None = None
 ) -> tuple[CoverageReport | None, list[str]]:
@@ -49,8 +92,7 @@ def read_baseline(
     path = project / rel
     before = _report(cached)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_REPORT_BYTES + 1)
+        data = _read_regular(path)
     except FileNotFoundError:
         if before is None:
             return None, []
@@ -58,7 +100,17 @@ def read_baseline(
             f"the coverage baseline file {rel} is missing (fluffy wrote one at "
             f"{before.percent:.2f}%); the budget runs without a baseline until {FIX}"
         ]
+    except _NotRegular as exc:
+        return None, [
+            f"the coverage baseline file {rel} {exc}, which fluffy does not read; "
+            f"remove it, then {FIX}"
+        ]
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, [
+                f"the coverage baseline file {rel} is a symbolic link, which fluffy does not "
+                f"follow; remove it, then {FIX}"
+            ]
         return None, [f"cannot read the coverage baseline file {rel} ({exc.strerror}); {_NONE}"]
     try:
         if len(data) > MAX_REPORT_BYTES:

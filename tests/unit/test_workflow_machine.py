@@ -585,6 +585,59 @@ def test_a_missing_or_corrupt_baseline_file_means_no_baseline(
     run(main())
 
 
+def _read_in_thread(project: Path, rel: str) -> tuple[CoverageReport | None, list[str]]:
+    """read_baseline, failing (not hanging) when it blocks."""
+    import threading
+
+    from fluffy.kernel.workflow.baseline import read_baseline
+
+    result: list[tuple[CoverageReport | None, list[str]]] = []
+    worker = threading.Thread(target=lambda: result.append(read_baseline(project, rel)))
+    worker.daemon = True
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # blocked opening a FIFO: give it a writer so the thread ends
+        with open(project / rel, "wb"):
+            pass
+        worker.join(10)
+        pytest.fail(f"read_baseline blocked on {rel}")
+    return result[0]
+
+
+def test_a_baseline_file_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    from fluffy.kernel.workflow.baseline import write_baseline
+
+    project = make_project(tmp_path / "p")
+    (project / ".fluffy").mkdir(exist_ok=True)
+    write_baseline(tmp_path, "elsewhere.json", _cov(80), "sid")  # a valid baseline
+    (project / BASELINE_FILE).symlink_to(tmp_path / "elsewhere.json")
+    report, notes = _read_in_thread(project, BASELINE_FILE)
+    assert report is None and len(notes) == 1
+    assert "is a symbolic link, which fluffy does not follow" in notes[0]
+    assert "a strict-mode commit with a coverage run writes it again" in notes[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "fragment"), [("fifo", "is a named pipe (FIFO)"), ("folder", "is a folder")]
+)
+def test_a_baseline_file_that_is_no_regular_file_is_noted_not_read(
+    tmp_path: Path, kind: str, fragment: str
+) -> None:
+    import os
+
+    project = make_project(tmp_path / "p")
+    (project / ".fluffy").mkdir(exist_ok=True)
+    path = project / BASELINE_FILE
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    report, notes = _read_in_thread(project, BASELINE_FILE)
+    assert report is None and len(notes) == 1
+    assert f"the coverage baseline file {BASELINE_FILE} {fragment}" in notes[0]
+    assert "which fluffy does not read; remove it" in notes[0]
+
+
 def test_a_baseline_file_that_cannot_be_written_is_noted(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
     blocked = project / BASELINE_FILE  # a folder where the file should be
