@@ -52,10 +52,11 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── KernelStartFailed         kernel.start_failed
     │   └── KernelOverloaded          kernel.overloaded
     ├── WorkflowError                 workflow.error
-        ├── TransitionDenied          workflow.transition_denied
-        ├── ExemptionDenied           workflow.exemption_denied
-        ├── ModeDenied                workflow.mode_denied
-        ├── SessionNotFound           workflow.session_not_found
+    │   ├── TransitionDenied          workflow.transition_denied
+    │   ├── ExemptionDenied           workflow.exemption_denied
+    │   │   └── ExemptionPending      workflow.exemption_pending
+    │   ├── ModeDenied                workflow.mode_denied
+    │   ├── SessionNotFound           workflow.session_not_found
     │   ├── EvidenceError             workflow.evidence_invalid
     │   ├── CoverageFormatError       workflow.coverage_invalid
     │   ├── TurnRunning               ai.turn_running
@@ -391,6 +392,15 @@ class ExemptionDenied(WorkflowError):
     code = "workflow.exemption_denied"
     default_why = "the paths do not all match the category's tdd_exemptions globs in policy.yaml"
     default_fix = "Follow the normal TDD flow, or ask for the category whose globs match."
+
+
+class ExemptionPending(ExemptionDenied):
+    code = "workflow.exemption_pending"
+    default_why = (
+        "one exemption request waits at a time, so the user decides on the request they "
+        "were shown and no later request can take its place"
+    )
+    default_fix = "Wait for the user's answer to the request that waits, then ask again."
 
 
 class ModeDenied(WorkflowError):

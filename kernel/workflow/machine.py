@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from fluffy.errors import ExemptionDenied, ModeDenied, SessionNotFound, TransitionDenied
+from fluffy.errors import (
+    ExemptionDenied,
+    ExemptionPending,
+    ModeDenied,
+    SessionNotFound,
+    TransitionDenied,
+)
 from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import Caller, Decision, Request
@@ -500,11 +506,18 @@ class Workflow:
         self, session_id: str, category: str, paths: Sequence[str], reason: str
     ) -> SessionRow:
         """The AI's request: checked, audited and held for the user's decision
-        (:meth:`decide_exemption`); never granted here."""
+        (:meth:`decide_exemption`); never granted here.
+
+        One request waits at a time (ExemptionPending while another does): a second one
+        must not take the place of the request the user is shown.
+        """
         async with self.lock:
             session = await self.get(session_id)
             self._exemption_state(session)
             note = _exemption_note(category, paths, reason, by="ai")
+            waiting = session.data.get("exemption_pending")
+            if waiting:
+                await self._refuse_second_request(session, note, waiting)
             await self._audit_exemption("exemption_requested", session, note, "held for review")
             await self._check_exemption(session, category, paths, reason, note)
             pending = {"category": category, "paths": list(paths), "reason": reason}
@@ -515,6 +528,21 @@ class Workflow:
             )
             await self._save(updated, "exemption_held", session.state, note)
             return updated
+
+    async def _refuse_second_request(
+        self, session: SessionRow, note: dict[str, str], waiting: dict[str, Any]
+    ) -> None:
+        """ExemptionPending, on the record: a second request must not replace the first."""
+        what = (
+            f"another exemption request ({waiting.get('category')} for "
+            f"{', '.join(str(p) for p in waiting.get('paths') or [])}) waits for the user's "
+            "decision"
+        )
+        refused = {**note, "refused_because": what[:400]}
+        await self._audit_exemption(
+            "exemption_denied", session, refused, "refused: another request waits for the user"
+        )
+        raise ExemptionPending(what)
 
     async def decide_exemption(
         self, session_id: str, grant: bool, *, by: str = "user", why: str = ""

@@ -352,3 +352,48 @@ def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
     assert kinds == {"exemption_requested"}
     decided = harness.entries("exemption_granted" if grant else "exemption_denied")
     assert len(decided) == 1 and decided[0]["caller"] == "user"
+
+
+def test_two_exemption_requests_in_one_response_cannot_swap_what_the_user_grants(
+    tmp_path: Path,
+) -> None:
+    """The red-team case: the user is shown the first request; the second is refused, so
+    the grant covers exactly what was shown."""
+    from types import SimpleNamespace
+
+    harness = Harness(tmp_path)
+    shown = {"category": "documentation", "paths": ["README.md"], "reason": "fix a typo"}
+    second = {
+        "category": "config_change",
+        "paths": ["pyproject.toml", ".github/workflows/ci.yml"],
+        "reason": "tidy",
+    }
+    provider = _script(
+        ("asking", [("workflow.request_exemption", shown), ("workflow.request_exemption", second)]),
+        ("ok", []),
+        ("ok", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        methods = ai.methods(tools.methods())
+        await ai.loop.start(sid, "fix the README typo", provider)
+        before = await _until(ai, sid, "exemption")
+        pending = (await tools.router.workflow.get(sid)).data["exemption_pending"]
+        (event,) = [e for e in before if e["type"] == "exemption"]
+        user = SimpleNamespace(binding="cli")
+        await methods["workflow.decide_exemption"](user, {"session_id": sid, "grant": True})
+        every = await _events(ai, sid)  # from the start of the stream
+        return event, pending, every, await tools.router.workflow.get(sid)
+
+    event, pending, events, session = run(harness, body)
+    assert {k: event[k] for k in ("category", "paths", "reason")} == shown
+    assert pending == shown  # not replaced
+    assert session.state == "exploring"
+    assert session.data["exemption"]["paths"] == ["README.md"]  # exactly what was shown
+    results = [e for e in events if e["type"] == "tool_result"]
+    refused = [e for e in results if e["tool_name"] == "workflow.request_exemption"]
+    assert [e["ok"] for e in refused] == [True, False]
+    assert "another exemption request" in str(refused[1]["error"])
+    assert len([e for e in events if e["type"] == "exemption"]) == 1
+    denied = harness.entries("exemption_denied")
+    assert [(e["caller"], e["metadata"]["category"]) for e in denied] == [("ai", "config_change")]

@@ -272,6 +272,41 @@ def test_an_ai_exemption_is_held_until_the_user_decides(tmp_path: Path) -> None:
     run(main())
 
 
+def test_a_second_ai_exemption_request_is_refused_while_one_waits(tmp_path: Path) -> None:
+    """Two requests in one response: the second must not replace the one the user sees."""
+    from fluffy.errors import ExemptionPending
+
+    project = make_project(tmp_path / "p")
+    shown = ("documentation", ["README.md"], "fix a typo")
+    swapped = ("config_change", ["pyproject.toml", ".github/workflows/ci.yml"], "tidy")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            sid = await _at(kit, "planning")
+            await wf.hold_exemption(sid, *shown)
+            with pytest.raises(ExemptionPending) as second:
+                await wf.hold_exemption(sid, *swapped)
+            assert second.value.code == "workflow.exemption_pending"
+            assert "another exemption request (documentation for README.md)" in second.value.what
+            assert second.value.why and second.value.fix
+            pending = (await wf.get(sid)).data["exemption_pending"]
+            assert pending == {"category": "documentation", "paths": ["README.md"],
+                               "reason": "fix a typo"}  # fmt: skip
+            granted = await wf.decide_exemption(sid, True)
+            assert granted.session.data["exemption"]["paths"] == ["README.md"]  # what was shown
+        finally:
+            await kit.close()
+        log = tmp_path / "s"
+        assert len(list(entries(log, Filters(event_type="exemption_requested")))) == 1
+        (denied,) = entries(log, Filters(event_type="exemption_denied"))
+        assert denied["caller"] == "ai" and denied["metadata"]["category"] == "config_change"
+        assert denied["output_summary"] == "refused: another request waits for the user"
+
+    run(main())
+
+
 def test_mode_switching_goes_through_the_policy(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
     user = Caller("user")
