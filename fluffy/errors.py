@@ -54,7 +54,8 @@ tree at exactly one boundary per foreign library, e.g.
     ├── WorkflowError                 workflow.error
     │   ├── TransitionDenied          workflow.transition_denied
     │   ├── ExemptionDenied           workflow.exemption_denied
-    │   │   └── ExemptionPending      workflow.exemption_pending
+    │   │   ├── ExemptionPending      workflow.exemption_pending
+    │   │   └── ExemptionMismatch     workflow.exemption_mismatch
     │   ├── ModeDenied                workflow.mode_denied
     │   ├── SessionNotFound           workflow.session_not_found
     │   ├── EvidenceError             workflow.evidence_invalid
@@ -401,6 +402,12 @@ class ExemptionPending(ExemptionDenied):
         "were shown and no later request can take its place"
     )
     default_fix = "Wait for the user's answer to the request that waits, then ask again."
+
+
+class ExemptionMismatch(ExemptionDenied):
+    code = "workflow.exemption_mismatch"
+    default_why = "a decision names the request it answers, and another request waits"
+    default_fix = "Look at the request that waits and decide on it by its id."
 
 
 class ModeDenied(WorkflowError):

@@ -5,13 +5,15 @@ kernel (``fluffy start``, or a prompt left open); with none running they say so 
 than start one.  ``request`` is the user's own request (``workflow.request_exemption``:
 granted when the category's globs in policy.yaml cover every path).  ``grant`` and
 ``refuse`` answer a request the AI made with its ``workflow.request_exemption`` tool,
-which waits for the user (``workflow.decide_exemption``).  At the prompt, /exempt does
-what ``request`` does, and /approve or /reject answer the AI.
+which waits for the user (``workflow.decide_exemption``): they show the request and
+name it by its id, so the kernel refuses the decision if another request waits.  At the
+prompt, /exempt does what ``request`` does, and /approve or /reject answer the AI.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,8 +21,10 @@ from typing import Any
 
 from rich.markup import escape
 
+from fluffy.cli.connect import ask
 from fluffy.cli.render import print_json, status_word, stdout
-from fluffy.errors import KernelNotRunning, SessionNotFound
+from fluffy.cli.safetext import visible
+from fluffy.errors import ExemptionDenied, KernelNotRunning, SessionNotFound
 from fluffy.kernel.workflow.exemptions import CATEGORIES
 
 USAGE = "/exempt <category> <path> [<path> ...] -- <reason>"
@@ -41,6 +45,16 @@ def request(client: Any, session_id: str, category: str, paths: list[str], reaso
         {"session_id": session_id, "category": category, "paths": paths, "reason": reason},
     )
     return granted_text(session)
+
+
+def request_text(request: dict[str, Any]) -> str:
+    """What the AI asks for, as the user is shown it (plain text, control characters
+    made visible): category, paths, reason and the request's id."""
+    paths = ", ".join(str(p) for p in request.get("paths") or [])
+    return visible(
+        f"{request.get('category')} for {paths} (reason: {request.get('reason') or ''}; "
+        f"request {request.get('request_id') or '(no id)'})"
+    )
 
 
 def granted_text(session: dict[str, Any]) -> str:
@@ -95,12 +109,44 @@ def cmd_exemption_request(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pending(client: Any, sid: str) -> dict[str, Any]:
+    session = client.call("session.get", {"session_id": sid}) or {}
+    pending = session.get("exemption_pending")
+    if not pending:
+        raise ExemptionDenied(
+            "no exemption request waits for your decision",
+            why=f"the AI has not asked for an exemption in session {sid}, or it was decided",
+            fix="`fluffy exemption request` asks for one yourself.",
+        )
+    return dict(pending)
+
+
 def cmd_exemption_decide(args: argparse.Namespace) -> int:
+    """Grant or refuse the AI's request: the one shown here, named by its id.
+
+    ``--id`` names the request the user saw; without it, a grant is asked about on a
+    terminal after the request is shown, and refused elsewhere (a script names the id).
+    """
     project = Path(args.project or ".").resolve()
     grant = args.exemption_command == "grant"
     with running(project) as client:
         sid = _session(client, args.session)
-        params: dict[str, Any] = {"session_id": sid, "grant": grant}
+        pending = _pending(client, sid)
+        shown = request_text(pending)
+        request_id = args.id or str(pending.get("request_id") or "")
+        if grant and not args.id:
+            if not sys.stdin.isatty():
+                raise ExemptionDenied(
+                    "not granted: name the request you grant with --id",
+                    why=f"the AI asks for {shown}",
+                    fix=f"fluffy exemption grant --id {request_id} grants it "
+                    "(`fluffy exemption refuse` refuses it).",
+                )
+            stdout.print(f"The AI asks for a TDD exemption: {escape(shown)}")
+            if not ask("Grant this TDD exemption?"):
+                stdout.print("not granted; the request still waits")
+                return 1
+        params: dict[str, Any] = {"session_id": sid, "grant": grant, "request_id": request_id}
         if args.reason:
             params["reason"] = args.reason
         session = client.call("workflow.decide_exemption", params)
@@ -109,7 +155,9 @@ def cmd_exemption_decide(args: argparse.Namespace) -> int:
     elif grant:
         stdout.print(f"{status_word('ok')} {escape(granted_text(session))}")
     else:
-        stdout.print(f"exemption refused; state {escape(str(session.get('state')))}")
+        stdout.print(
+            f"exemption refused: {escape(shown)}; state {escape(str(session.get('state')))}"
+        )
     return 0
 
 
@@ -128,6 +176,9 @@ def add_parser(sub: Any) -> None:
     ):
         decide = actions.add_parser(action, help=what)
         decide.add_argument("--reason", help="what to tell the AI (refuse)")
+        decide.add_argument(
+            "--id", help="the id of the request you decide on, as shown (refused if another)"
+        )
         decide.set_defaults(func=cmd_exemption_decide)
         _common(decide)
     ask.set_defaults(func=cmd_exemption_request)

@@ -25,7 +25,7 @@ from rich.markup import escape
 from fluffy._version import __version__
 from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
-from fluffy.cli.exemption import granted_text
+from fluffy.cli.exemption import granted_text, request_text
 from fluffy.cli.project import env_for_task, first_run_block, init_project, show_project
 from fluffy.cli.render import status_word, stdout
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
@@ -55,6 +55,8 @@ class Context:
     confirm: Confirm = ask
     on_review: OnReview = _leave_waiting
     after: int | None = None  # where this prompt's event stream stands
+    #: The id of the AI's exemption request this prompt showed last (what /approve grants).
+    exemption_shown: str | None = None
     #: Before each task: the project's test environment, rebuilt if its files changed.
     prepare: Callable[[], None] | None = None
 
@@ -152,14 +154,16 @@ def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
     end = follow(
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, turn_id=started["turn_id"]
     )
+    _note_shown(ctx, end)
     ctx.after = _position(end, after)
     return Reply("", event=end)
 
 
 def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Context) -> Reply:
     session = client.call("session.get", {"session_id": session_id}) or {}
-    if session.get("exemption_pending") and decision in ("approve", "reject"):
-        return _decide_exemption(decision == "approve", reason, client, session_id, ctx)
+    pending = session.get("exemption_pending")
+    if pending and decision in ("approve", "reject"):
+        return _decide_exemption(decision == "approve", reason, client, session_id, ctx, pending)
     review = client.call("review.show", {"session_id": session_id})
     if not review:
         return Reply("nothing waits for your review")
@@ -172,6 +176,7 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
     end = follow(
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
     )
+    _note_shown(ctx, end)
     ctx.after = _position(end, after)
     if decision == "add_tests":
         return Reply(f"asked for tests before merging plan {review['plan_id']}", event=end)
@@ -180,21 +185,46 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
 
 
 def _decide_exemption(
-    grant: bool, reason: str, client: Any, session_id: str, ctx: Context
+    grant: bool,
+    reason: str,
+    client: Any,
+    session_id: str,
+    ctx: Context,
+    pending: dict[str, Any],
 ) -> Reply:
-    """/approve or /reject on the TDD exemption the AI asked for."""
+    """/approve or /reject on the TDD exemption the AI asked for, by its id.
+
+    /approve grants only the request this prompt showed; when another one waits, it is
+    shown and a second /approve grants that one.
+    """
+    request_id = str(pending.get("request_id") or "")
+    shown = request_text(pending)
+    if grant and ctx.exemption_shown != request_id:
+        ctx.exemption_shown = request_id
+        return Reply(
+            f"The AI asks for a TDD exemption: {shown}\n"
+            "this is not the request shown before: /approve again grants it, /reject refuses it"
+        )
     after = ctx.after if ctx.after is not None else cursor(client, session_id)
-    params: dict[str, Any] = {"session_id": session_id, "grant": grant}
+    params: dict[str, Any] = {"session_id": session_id, "grant": grant, "request_id": request_id}
     if reason:
         params["reason"] = reason
     session = client.call("workflow.decide_exemption", params)
+    ctx.exemption_shown = None
     end = follow(
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
     )
+    _note_shown(ctx, end)
     ctx.after = _position(end, after)
     if grant:
         return Reply(granted_text(session), event=end)
-    return Reply(f"exemption refused; state {session.get('state')}", event=end)
+    return Reply(f"exemption refused: {shown}; state {session.get('state')}", event=end)
+
+
+def _note_shown(ctx: Context, end: dict[str, Any]) -> None:
+    """A turn left waiting on the AI's exemption request: the request this prompt showed."""
+    if end.get("exemption") and end.get("request_id"):
+        ctx.exemption_shown = str(end["request_id"])
 
 
 def _position(end: dict[str, Any], after: int) -> int:

@@ -209,6 +209,7 @@ class SessionRenderer:
             f" for {escape(paths)}"
         )
         self._line(f"    reason: {escape(str(event.get('reason') or ''))}")
+        self._line(f"    request: {escape(str(event.get('request_id') or '(no id)'))}")
         self._line("    nothing is exempt until you decide: /approve grants it, /reject refuses it")
         self._line()
 

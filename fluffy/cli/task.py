@@ -30,6 +30,7 @@ from fluffy.cli.connect import (
     script_turns,
     settings_for,
 )
+from fluffy.cli.exemption import request_text
 from fluffy.cli.project import env_for_task, show_project
 from fluffy.cli.render import stderr, stdout
 from fluffy.cli.session_view import JsonRenderer, Renderer, SessionRenderer, status_line
@@ -126,7 +127,8 @@ def run_task(args: argparse.Namespace) -> int:
         if not terminal:
             return None
         if event.get("type") == "exemption":
-            return "approve" if ask("Grant this TDD exemption?") else "reject"
+            question = f"Grant the TDD exemption {request_text(event)}?"
+            return "approve" if ask(question) else "reject"
         if ask("Approve?"):
             return "approve"
         if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):

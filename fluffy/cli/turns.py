@@ -112,14 +112,15 @@ def _decide(
     plan_id = review.get("plan_id")
     decision = on_review(review)
     if review.get("type") == "exemption":  # the AI's request: the user grants or refuses
+        shown = str(review.get("request_id") or "")  # the decision names what was shown
         if decision not in ("approve", "reject"):
-            end = ended("waiting_review", next=position, exemption=True)
+            end = ended("waiting_review", next=position, exemption=True, request_id=shown)
             renderer.render(end)
             return end
         try:
             client.call(
                 "workflow.decide_exemption",
-                {"session_id": session_id, "grant": decision == "approve"},
+                {"session_id": session_id, "grant": decision == "approve", "request_id": shown},
             )
         except FluffyError as exc:
             renderer.render({"type": "notice", "level": "error", **_error(exc)})

@@ -522,10 +522,21 @@ class SessionLoop:
         """The AI asked for a TDD exemption: only the user grants it (never --yes)."""
         sid = turn.session_id
         asked = dict(output.get("exemption") or {})
-        before = (await self.router.workflow.get(sid)).state
+        held = await self.router.workflow.get(sid)
+        before = held.state
+        pending = held.data.get("exemption_pending") or {}
+        if pending.get("request_id") != asked.get("request_id"):  # decided meanwhile
+            note = (
+                f"The exemption request {asked.get('request_id')} no longer waits (the user "
+                f"decided on it). Workflow state: {held.state}."
+            )
+            await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
+            return
         turn.review = asyncio.get_running_loop().create_future()
         turn.status = "waiting_review"
-        await self._emit(turn, {"type": "exemption", "kernel_decides": False, **asked})
+        # the user decides on the request shown here, by its id (workflow.decide_exemption)
+        shown = {k: pending[k] for k in ("request_id", "category", "paths", "reason")}
+        await self._emit(turn, {"type": "exemption", "kernel_decides": False, **shown})
         decision = await self._wait_for_user(turn)
         session = await self.router.workflow.get(sid)
         if session.state != before:  # granted: the explore flow starts

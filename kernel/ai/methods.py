@@ -150,13 +150,17 @@ def ai_methods(
         }
 
     async def decide_exemption(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id", "grant"), ("reason",))
+        p = _params(params, ("session_id", "grant", "request_id"), ("reason",))
         _user_only(context, "decide on a TDD exemption")
         if not isinstance(p["grant"], bool):
             raise InvalidPayload("grant must be true or false")
+        if not isinstance(p["request_id"], str) or len(p["request_id"]) > 100:
+            raise InvalidPayload("request_id must be the id of the request shown (a string)")
         why = str(p["reason"]) if isinstance(p.get("reason"), str) else ""
         sid = str(p["session_id"])
-        outcome = await workflow.decide_exemption(sid, p["grant"], by="user", why=why)
+        outcome = await workflow.decide_exemption(
+            sid, p["grant"], request_id=p["request_id"], by="user", why=why
+        )
         result = _view(outcome.session)
         await loop.resolve_review(sid, "grant" if p["grant"] else "deny", result, why[:2000])
         return result

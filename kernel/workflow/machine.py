@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
+import json
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +27,7 @@ from typing import Any, Protocol, cast
 
 from fluffy.errors import (
     ExemptionDenied,
+    ExemptionMismatch,
     ExemptionPending,
     ModeDenied,
     SessionNotFound,
@@ -508,8 +512,8 @@ class Workflow:
         """The AI's request: checked, audited and held for the user's decision
         (:meth:`decide_exemption`); never granted here.
 
-        One request waits at a time (ExemptionPending while another does): a second one
-        must not take the place of the request the user is shown.
+        One request waits at a time (ExemptionPending while another does), and each held
+        request has an id, recorded and shown to the user, that the decision must name.
         """
         async with self.lock:
             session = await self.get(session_id)
@@ -518,9 +522,16 @@ class Workflow:
             waiting = session.data.get("exemption_pending")
             if waiting:
                 await self._refuse_second_request(session, note, waiting)
+            request_id = _request_id(category, paths, reason)
+            note["request_id"] = request_id
             await self._audit_exemption("exemption_requested", session, note, "held for review")
             await self._check_exemption(session, category, paths, reason, note)
-            pending = {"category": category, "paths": list(paths), "reason": reason}
+            pending = {
+                "request_id": request_id,
+                "category": category,
+                "paths": list(paths),
+                "reason": reason,
+            }
             updated = replace(
                 session,
                 data={**session.data, "exemption_pending": pending},
@@ -533,21 +544,29 @@ class Workflow:
         self, session: SessionRow, note: dict[str, str], waiting: dict[str, Any]
     ) -> None:
         """ExemptionPending, on the record: a second request must not replace the first."""
+        held = str(waiting.get("request_id") or "")
         what = (
-            f"another exemption request ({waiting.get('category')} for "
+            f"another exemption request ({held}: {waiting.get('category')} for "
             f"{', '.join(str(p) for p in waiting.get('paths') or [])}) waits for the user's "
             "decision"
         )
-        refused = {**note, "refused_because": what[:400]}
+        refused = {**note, "refused_because": what[:400], "pending_request_id": held}
         await self._audit_exemption(
-            "exemption_denied", session, refused, "refused: another request waits for the user"
+            "exemption_denied", session, refused, f"refused: {held} waits for the user"
         )
         raise ExemptionPending(what)
 
     async def decide_exemption(
-        self, session_id: str, grant: bool, *, by: str = "user", why: str = ""
+        self,
+        session_id: str,
+        grant: bool,
+        *,
+        request_id: str,
+        by: str = "user",
+        why: str = "",
     ) -> Outcome:
-        """The user's decision on the AI's held request."""
+        """The user's decision on the AI's held request ``request_id`` (the one they were
+        shown): ExemptionMismatch when the request that waits is another one."""
         async with self.lock:
             session = await self.get(session_id)
             pending = session.data.get("exemption_pending")
@@ -556,12 +575,26 @@ class Workflow:
                     "no exemption request waits for your decision",
                     fix="/exempt asks for one yourself.",
                 )
-            data = {k: v for k, v in session.data.items() if k != "exemption_pending"}
-            cleared = replace(session, data=data, updated_at=now_ms())
             category, paths = str(pending["category"]), list(pending["paths"])
             reason = str(pending["reason"])
+            held = str(pending.get("request_id") or "")
+            if not held or request_id != held:
+                raise ExemptionMismatch(
+                    f"the exemption request {request_id or '(no id)'} is not the one that "
+                    "waits for your decision",
+                    why=f"the request that waits is {held or '(no id)'}: {category} for "
+                    f"{', '.join(paths)[:400]} (reason: {reason[:400]})",
+                    fix=(
+                        f"Decide on it by its id if that is what you mean ({held})."
+                        if held
+                        else "/cancel drops it; the AI may then ask again."
+                    ),
+                )
+            data = {k: v for k, v in session.data.items() if k != "exemption_pending"}
+            cleared = replace(session, data=data, updated_at=now_ms())
+            note = _exemption_note(category, paths, reason, by=by)
+            note["request_id"] = held
             if not grant:
-                note = _exemption_note(category, paths, reason, by=by)
                 note["refused_because"] = why[:400]
                 await self._save(cleared, "exemption_refused", session.state, note)
                 await self._audit_exemption(
@@ -571,9 +604,9 @@ class Workflow:
                     f"refused by {by}" + (f": {why}" if why else ""),
                 )
                 return Outcome(cleared, session.state, "exemption_refused")
-            await self._save(cleared, "exemption_decided", session.state, {"by": by})
+            await self._save(cleared, "exemption_decided", session.state, note)
             return await self._request_exemption_unlocked(
-                session_id, category, paths, reason, by=by, requested_by="ai"
+                session_id, category, paths, reason, by=by, requested_by="ai", request_id=held
             )
 
     async def set_mode(
@@ -638,6 +671,7 @@ class Workflow:
         *,
         by: str = "user",
         requested_by: str | None = None,
+        request_id: str = "",
     ) -> Outcome:
         session = await self.get(session_id)
         self._exemption_state(session)
@@ -646,6 +680,7 @@ class Workflow:
             await self._audit_exemption("exemption_requested", session, note, f"asked by {by}")
         else:
             note["requested_by"] = requested_by
+            note["request_id"] = request_id
         rule = await self._check_exemption(session, category, paths, reason, note)
         data = await self._entering(session, "exploring", "exemption_granted")
         data.pop("exemption_pending", None)
@@ -710,6 +745,13 @@ def _exemption_note(category: str, paths: Sequence[str], reason: str, *, by: str
         "reason": reason[:400],
         "by": by,
     }
+
+
+def _request_id(category: str, paths: Sequence[str], reason: str) -> str:
+    """A held request's id: a digest of what it asks for and a fresh nonce (never reused)."""
+    nonce = secrets.token_hex(16)
+    body = json.dumps([category, list(paths), reason, nonce], separators=(",", ":"))
+    return "ex-" + hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
 def _summary(run: TestRun) -> str:

@@ -223,8 +223,12 @@ def _ai_exemption_waits_for_the_user(
     session = client.call("session.get", {"session_id": docs.id})
     assert session["state"] == "planning" and session["exemption"] is None
     assert session["exemption_pending"]["reason"] == "a typo"
+    assert session["exemption_pending"]["request_id"] == shown["request_id"]
+    grant_argv = [FLUFFY, "exemption", "grant", "--project", str(project), "--session", docs.id]
+    blind = subprocess.run(grant_argv, env=env, capture_output=True, text=True, timeout=120)
+    assert blind.returncode != 0 and "name the request you grant with --id" in blind.stderr
     granted = subprocess.run(
-        [FLUFFY, "exemption", "grant", "--project", str(project), "--session", docs.id],
+        [*grant_argv, "--id", shown["request_id"]],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert granted.returncode == 0, granted.stdout + granted.stderr
@@ -235,6 +239,8 @@ def _ai_exemption_waits_for_the_user(
     assert session["state"] == "exploring" and session["exemption"]["category"] == "documentation"
     requested = [e for e in _audit(env, home, "exemption_requested") if e["session_id"] == docs.id]
     assert [(e["caller"], e["output_summary"]) for e in requested] == [("ai", "held for review")]
+    assert requested[0]["metadata"]["request_id"] == shown["request_id"]
     (grant,) = [e for e in _audit(env, home, "exemption_granted") if e["session_id"] == docs.id]
     assert grant["caller"] == "user" and grant["metadata"]["requested_by"] == "ai"
+    assert grant["metadata"]["request_id"] == shown["request_id"]
     client.call("session.cancel", {"session_id": docs.id})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from fluffy.errors import ModeDenied, SessionNotFound, UnknownMethod
+from fluffy.errors import ExemptionMismatch, ModeDenied, SessionNotFound, UnknownMethod
 
 
 def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[str, Any]]:
@@ -25,6 +25,7 @@ def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[
 
 EXEMPTION = {
     "type": "exemption",
+    "request_id": "ex-0123456789abcdef",
     "category": "documentation",
     "paths": ["README.md"],
     "reason": "a typo",
@@ -89,7 +90,8 @@ class FakeKernel:
             return None
         pending = None
         if self.exemption is not None:
-            pending = {k: self.exemption[k] for k in ("category", "paths", "reason")}
+            keys = ("request_id", "category", "paths", "reason")
+            pending = {k: self.exemption[k] for k in keys}
         return {**self.sessions[sid], "pins": list(self.pins), "exemption_pending": pending}
 
     def m_session_set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +191,9 @@ class FakeKernel:
         return dict(session)
 
     def m_workflow_decide_exemption(self, params: dict[str, Any]) -> dict[str, Any]:
+        held = self.exemption["request_id"] if self.exemption else None
+        if params["request_id"] != held:  # the kernel decides only on the request named
+            raise ExemptionMismatch(f"the exemption request {params['request_id']} is not it")
         asked, self.exemption, self.blocked = self.exemption, None, False
         session = self._session(params["session_id"])
         if params["grant"] and asked is not None:

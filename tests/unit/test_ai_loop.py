@@ -329,9 +329,15 @@ def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
         assert ai.loop.turns[sid].status == "waiting_review"
         plugin = SimpleNamespace(binding="plugin")
         with pytest.raises(Exception, match="only the user"):
-            await methods["workflow.decide_exemption"](plugin, {"session_id": sid, "grant": True})
+            await methods["workflow.decide_exemption"](
+                plugin, {"session_id": sid, "grant": True, "request_id": "ex-any"}
+            )
         user = SimpleNamespace(binding="cli")
+        (shown,) = [e for e in before if e["type"] == "exemption"]
         params = {"session_id": sid, "grant": grant, "reason": "write a test"}
+        with pytest.raises(Exception, match="missing request_id"):  # never a blind decision
+            await methods["workflow.decide_exemption"](user, params)
+        params["request_id"] = shown["request_id"]
         await methods["workflow.decide_exemption"](user, params)
         after = await _events(ai, sid)
         return before, held, after, await tools.router.workflow.get(sid), await ai.store.load(sid)
@@ -339,6 +345,7 @@ def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
     before, held, after, session, history = run(harness, body)
     (event,) = [e for e in before if e["type"] == "exemption"]
     assert event["category"] == "documentation" and event["kernel_decides"] is False
+    assert event["request_id"] == held.data["exemption_pending"]["request_id"]
     assert held.state == "planning" and not held.data.get("exemption")  # held, not granted
     assert after[-1]["type"] == "turn_end" and after[-1]["status"] == "done"
     notes = [m.content for m in history if m.role == "user" and "[fluffy]" in m.content]
@@ -352,13 +359,14 @@ def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
     assert kinds == {"exemption_requested"}
     decided = harness.entries("exemption_granted" if grant else "exemption_denied")
     assert len(decided) == 1 and decided[0]["caller"] == "user"
+    assert decided[0]["metadata"]["request_id"] == event["request_id"]
 
 
 def test_two_exemption_requests_in_one_response_cannot_swap_what_the_user_grants(
     tmp_path: Path,
 ) -> None:
     """The red-team case: the user is shown the first request; the second is refused, so
-    the grant covers exactly what was shown."""
+    the grant (naming the shown request's id) covers exactly what was shown."""
     from types import SimpleNamespace
 
     harness = Harness(tmp_path)
@@ -381,13 +389,17 @@ def test_two_exemption_requests_in_one_response_cannot_swap_what_the_user_grants
         pending = (await tools.router.workflow.get(sid)).data["exemption_pending"]
         (event,) = [e for e in before if e["type"] == "exemption"]
         user = SimpleNamespace(binding="cli")
-        await methods["workflow.decide_exemption"](user, {"session_id": sid, "grant": True})
+        stale = {"session_id": sid, "grant": True, "request_id": "ex-0000000000000000"}
+        with pytest.raises(Exception, match="is not the one that waits"):
+            await methods["workflow.decide_exemption"](user, stale)
+        params = {"session_id": sid, "grant": True, "request_id": event["request_id"]}
+        await methods["workflow.decide_exemption"](user, params)
         every = await _events(ai, sid)  # from the start of the stream
         return event, pending, every, await tools.router.workflow.get(sid)
 
     event, pending, events, session = run(harness, body)
     assert {k: event[k] for k in ("category", "paths", "reason")} == shown
-    assert pending == shown  # not replaced
+    assert pending == {"request_id": event["request_id"], **shown}  # not replaced
     assert session.state == "exploring"
     assert session.data["exemption"]["paths"] == ["README.md"]  # exactly what was shown
     results = [e for e in events if e["type"] == "tool_result"]

@@ -105,11 +105,47 @@ def test_approve_and_reject_answer_the_ais_exemption_request(line: str, grant: b
     kernel, sid, ctx, _ = setup([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
     assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
     reply = handle(line, kernel, sid, STATUS, ctx)
-    expected = {"session_id": sid, "grant": grant, **({} if grant else {"reason": "not now"})}
+    expected = {"session_id": sid, "grant": grant, "request_id": EXEMPTION["request_id"]}
+    expected.update({} if grant else {"reason": "not now"})
     assert kernel.methods("workflow.decide_exemption") == [expected]
     assert not kernel.methods("review.approve") and not kernel.methods("review.reject")
     assert reply.text.startswith("exemption granted" if grant else "exemption refused")
+    if not grant:  # what was refused, as shown
+        assert "documentation for README.md (reason: a typo; request ex-0123" in reply.text
     assert reply.event is not None and reply.event["status"] == "done"
+
+
+def test_approve_grants_only_the_exemption_request_this_prompt_showed() -> None:
+    kernel, sid, ctx, _ = setup([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
+    assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
+    # meanwhile the request shown was decided elsewhere and the AI asked for another
+    kernel.exemption = {**EXEMPTION, "request_id": "ex-other", "paths": ["setup.cfg"]}
+    first = handle("/approve", kernel, sid, STATUS, ctx)
+    assert not kernel.methods("workflow.decide_exemption")  # not granted unseen
+    assert first.text.startswith(
+        "The AI asks for a TDD exemption: documentation for setup.cfg (reason: a typo; "
+        "request ex-other)"
+    )
+    assert "/approve again grants it" in first.text
+    second = handle("/approve", kernel, sid, STATUS, ctx)  # now it was shown
+    assert kernel.methods("workflow.decide_exemption") == [
+        {"session_id": sid, "grant": True, "request_id": "ex-other"}
+    ]
+    assert second.text.startswith("exemption granted")
+
+
+def test_a_fresh_prompt_shows_the_waiting_exemption_before_granting_it() -> None:
+    kernel, sid, ctx, _ = setup([])
+    kernel.exemption = dict(EXEMPTION)
+    kernel.blocked = True
+    first = handle("/approve", kernel, sid, STATUS, ctx)
+    assert "request ex-0123456789abcdef" in first.text
+    assert not kernel.methods("workflow.decide_exemption")
+    refused = handle("/reject no", kernel, sid, STATUS, ctx)  # refusing is always safe
+    assert refused.text.startswith("exemption refused: documentation for README.md")
+    assert kernel.methods("workflow.decide_exemption") == [
+        {"session_id": sid, "grant": False, "request_id": EXEMPTION["request_id"], "reason": "no"}
+    ]
 
 
 def test_reject_passes_the_reason() -> None:

@@ -220,3 +220,12 @@ def test_errors_from_the_socket_are_unpacked_into_what_why_fix() -> None:
     }
     local = ModeDenied("a (local) error (kept whole)")
     assert error_fields(local)["what"] == "a (local) error (kept whole)"
+
+
+def test_the_ais_exemption_request_is_shown_with_its_id() -> None:
+    from .cli_fakes import EXEMPTION
+
+    out = render([{"seq": 1, **EXEMPTION}])
+    assert "The AI asks for a TDD exemption: documentation for README.md" in out
+    assert "reason: a typo" in out
+    assert "request: ex-0123456789abcdef" in out  # what /approve decides on

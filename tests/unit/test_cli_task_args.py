@@ -269,5 +269,10 @@ def test_on_a_terminal_the_ais_exemption_is_asked_even_with_yes(
     monkeypatch.setattr(task, "ask", ask)
     kernel.pages = [[*turn("fix docs")[:1], EXEMPTION], turn("fix docs")[-1:]]
     assert _run(tmp_path, "fix docs", "--yes") == EXIT_OK
-    assert questions == ["Grant this TDD exemption?"]
-    assert kernel.methods("workflow.decide_exemption") == [{"session_id": "s1", "grant": answer}]
+    assert questions == [
+        "Grant the TDD exemption documentation for README.md (reason: a typo; "
+        "request ex-0123456789abcdef)?"
+    ]
+    assert kernel.methods("workflow.decide_exemption") == [
+        {"session_id": "s1", "grant": answer, "request_id": "ex-0123456789abcdef"}
+    ]

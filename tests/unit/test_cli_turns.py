@@ -159,7 +159,8 @@ def test_an_exemption_the_ai_asks_for_is_the_users_to_decide(answer: str, grant:
         kernel, sid, 0, Seen(), on_review=on_review, turn_id="t1", kernel_decides=True, wait_ms=5
     )
     assert [e["type"] for e in asked] == ["exemption"]
-    assert kernel.methods("workflow.decide_exemption") == [{"session_id": sid, "grant": grant}]
+    decided = {"session_id": sid, "grant": grant, "request_id": EXEMPTION["request_id"]}
+    assert kernel.methods("workflow.decide_exemption") == [decided]  # the request shown
     assert not kernel.methods("review.approve") and end["status"] == "done"
 
 
@@ -168,4 +169,5 @@ def test_an_exemption_left_undecided_waits() -> None:
     sid = start(kernel)
     end = follow(kernel, sid, 0, Seen(), on_review=lambda e: None, turn_id="t1", wait_ms=5)
     assert end["status"] == "waiting_review" and end["exemption"] is True
+    assert end["request_id"] == EXEMPTION["request_id"]
     assert kernel.blocked and not kernel.methods("workflow.decide_exemption")

@@ -239,17 +239,20 @@ def test_an_ai_exemption_is_held_until_the_user_decides(tmp_path: Path) -> None:
         try:
             sid = await _at(kit, "planning")
             with pytest.raises(ExemptionDenied, match="no exemption request waits"):
-                await wf.decide_exemption(sid, True)
+                await wf.decide_exemption(sid, True, request_id="ex-any")
             with pytest.raises(ExemptionDenied, match=r"does not cover src/calc\.py"):
                 await wf.hold_exemption(sid, "documentation", ["src/calc.py"], "sneaky")
             held = await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
             assert held.state == "planning" and not held.data.get("exemption")  # not granted
             assert held.data["exemption_pending"]["paths"] == ["README.md"]
-            refused = await wf.decide_exemption(sid, False, why="write a test")
+            first = held.data["exemption_pending"]["request_id"]
+            refused = await wf.decide_exemption(sid, False, request_id=first, why="write a test")
             assert refused.session.state == "planning"
             assert "exemption_pending" not in refused.session.data
-            await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
-            granted = await wf.decide_exemption(sid, True)
+            again = await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
+            second = again.data["exemption_pending"]["request_id"]
+            assert second != first  # the same request asked again is a new one
+            granted = await wf.decide_exemption(sid, True, request_id=second)
             assert granted.session.state == "exploring"
             assert granted.session.data["exemption"]["category"] == "documentation"
             assert "exemption_pending" not in granted.session.data
@@ -268,13 +271,18 @@ def test_an_ai_exemption_is_held_until_the_user_decides(tmp_path: Path) -> None:
         (granted_entry,) = entries(log, Filters(event_type="exemption_granted"))
         assert granted_entry["caller"] == "user"
         assert granted_entry["metadata"]["requested_by"] == "ai"
+        ids = [e["metadata"].get("request_id") for e in asked]
+        assert ids[1:] == [
+            denied[1]["metadata"]["request_id"],
+            granted_entry["metadata"]["request_id"],
+        ]
 
     run(main())
 
 
 def test_a_second_ai_exemption_request_is_refused_while_one_waits(tmp_path: Path) -> None:
     """Two requests in one response: the second must not replace the one the user sees."""
-    from fluffy.errors import ExemptionPending
+    from fluffy.errors import ExemptionMismatch, ExemptionPending
 
     project = make_project(tmp_path / "p")
     shown = ("documentation", ["README.md"], "fix a typo")
@@ -285,24 +293,39 @@ def test_a_second_ai_exemption_request_is_refused_while_one_waits(tmp_path: Path
         wf = kit.workflow
         try:
             sid = await _at(kit, "planning")
-            await wf.hold_exemption(sid, *shown)
+            held = await wf.hold_exemption(sid, *shown)
+            request_id = held.data["exemption_pending"]["request_id"]
+            assert request_id.startswith("ex-")
             with pytest.raises(ExemptionPending) as second:
                 await wf.hold_exemption(sid, *swapped)
             assert second.value.code == "workflow.exemption_pending"
-            assert "another exemption request (documentation for README.md)" in second.value.what
+            assert f"another exemption request ({request_id}: documentation for README.md)" in (
+                second.value.what
+            )
             assert second.value.why and second.value.fix
             pending = (await wf.get(sid)).data["exemption_pending"]
-            assert pending == {"category": "documentation", "paths": ["README.md"],
-                               "reason": "fix a typo"}  # fmt: skip
-            granted = await wf.decide_exemption(sid, True)
+            assert pending == {"request_id": request_id, "category": "documentation",
+                               "paths": ["README.md"], "reason": "fix a typo"}  # fmt: skip
+            with pytest.raises(ExemptionMismatch) as wrong:  # a stale or made-up id
+                await wf.decide_exemption(sid, True, request_id="ex-0000000000000000")
+            assert wrong.value.code == "workflow.exemption_mismatch"
+            assert f"the request that waits is {request_id}: documentation for README.md" in (
+                wrong.value.why
+            )
+            assert (await wf.get(sid)).state == "planning"  # nothing granted
+            granted = await wf.decide_exemption(sid, True, request_id=request_id)
             assert granted.session.data["exemption"]["paths"] == ["README.md"]  # what was shown
         finally:
             await kit.close()
         log = tmp_path / "s"
-        assert len(list(entries(log, Filters(event_type="exemption_requested")))) == 1
+        asked = list(entries(log, Filters(event_type="exemption_requested")))
+        assert [e["metadata"]["request_id"] for e in asked] == [request_id]
         (denied,) = entries(log, Filters(event_type="exemption_denied"))
         assert denied["caller"] == "ai" and denied["metadata"]["category"] == "config_change"
-        assert denied["output_summary"] == "refused: another request waits for the user"
+        assert denied["output_summary"] == f"refused: {request_id} waits for the user"
+        assert denied["metadata"]["pending_request_id"] == request_id
+        (granted_entry,) = entries(log, Filters(event_type="exemption_granted"))
+        assert granted_entry["metadata"]["request_id"] == request_id
 
     run(main())
 
