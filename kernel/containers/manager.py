@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -123,6 +124,7 @@ class ContainerManager:
         self._session_file = self.root / "sessions" / self.session_id
         self._session_file.write_text(str(os.getpid()))
         self._seccomp_paths: dict[str, Path] = {}
+        self._seccomp_lock = threading.Lock()
         self.observer: Observer | None = None
 
     def _tell(self, kind: str, sandbox: Sandbox, details: dict[str, Any]) -> None:
@@ -142,17 +144,21 @@ class ContainerManager:
 
     def _seccomp_file(self, profile: str) -> Path:
         """Podman reads the profile from a file; one per profile content."""
-        if profile not in self._seccomp_paths:
-            text = oci_json(profile)
-            digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-            path = self.root / "seccomp" / f"{profile}-{digest}.json"
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(text)
-                tmp.replace(path)
-            self._seccomp_paths[profile] = path
-        return self._seccomp_paths[profile]
+        with self._seccomp_lock:  # sandboxes are made from several threads at once
+            if profile not in self._seccomp_paths:
+                text = oci_json(profile)
+                digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+                path = self.root / "seccomp" / f"{profile}-{digest}.json"
+                if not path.exists():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    # a name of its own: another kernel of this project may write it too
+                    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{profile}-")
+                    with os.fdopen(fd, "w") as handle:
+                        handle.write(text)
+                    Path(tmp).chmod(0o644)
+                    Path(tmp).replace(path)
+                self._seccomp_paths[profile] = path
+            return self._seccomp_paths[profile]
 
     def _spec(self, sandbox: Sandbox, config: SandboxConfig, command: list[str]) -> ContainerSpec:
         try:

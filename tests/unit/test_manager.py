@@ -416,3 +416,31 @@ def test_a_broken_observer_never_breaks_the_lifecycle(
     manager.observer = broken
     outcome = manager.run(template_config("code-executor"), ["true"])
     assert outcome.exit_code == 0 and runtime.containers == {}
+
+
+def test_seccomp_files_are_written_safely_from_many_threads(tmp_path: Path) -> None:
+    """Sandboxes are made from several threads (a call and the warm pool): each writes
+    the profile file under a name of its own, so none finds its temporary file renamed
+    away by another (a CI run hit exactly that)."""
+    import threading
+
+    found: list[Path] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def make() -> None:
+        try:
+            own = ContainerManager(MemoryRuntime(), IMAGES, session_id="t", root=tmp_path)
+            start.wait()
+            found.append(own._seccomp_file("standard"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(set(found)) == 1
+    assert json.loads(found[0].read_text())["defaultAction"]
+    assert [p.name for p in found[0].parent.iterdir()] == [found[0].name]  # no leftovers
