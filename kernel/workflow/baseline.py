@@ -146,6 +146,7 @@ def write_baseline(project: Path, rel: str, report: CoverageReport, session_id: 
     """Write the baseline atomically (OSError when it cannot be written)."""
     path = project / rel
     path.parent.mkdir(parents=True, exist_ok=True)
+    keep_out_of_git(path)
     text = json.dumps(baseline_document(report, session_id), indent=2, sort_keys=True) + "\n"
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
@@ -168,3 +169,24 @@ def write_baseline(project: Path, rel: str, report: CoverageReport, session_id: 
             os.fsync(dirfd)
         finally:
             os.close(dirfd)
+
+
+IGNORE_NOTE = (
+    "# Written by fluffy: its coverage baseline is its own state, not the project's.\n"
+    "# Delete this file (or write your own .gitignore here) to commit the baseline.\n"
+)
+
+
+def keep_out_of_git(path: Path) -> None:
+    """A baseline written after each commit would leave the worktree changed after every
+    one (and slip into the next commit): unless the folder has a ``.gitignore`` already
+    (the user's choice stands), fluffy writes one that ignores the baseline and itself,
+    so ``git status`` stays as the commit left it."""
+    ignore = path.parent / ".gitignore"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(ignore, flags, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(f"{IGNORE_NOTE}/{path.name}\n/.gitignore\n")

@@ -697,3 +697,29 @@ def test_the_baseline_file_is_a_plain_json_file_in_fluffy(owned: str) -> None:
     with pytest.raises(PolicyError) as info:
         parse_policy(text, "p.yaml")
     assert "p.yaml:4: tech_debt.baseline_file" in info.value.what
+
+
+def test_the_baseline_leaves_the_worktree_as_the_commit_left_it(tmp_path: Path) -> None:
+    """A project that commits .fluffy/ (its policy) stays clean after fluffy writes the
+    baseline; a .gitignore of the user's own in .fluffy/ is never touched."""
+    from fluffy.kernel.workflow.baseline import write_baseline
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+
+    git("init", "-q")
+    (tmp_path / ".fluffy").mkdir()
+    (tmp_path / ".fluffy" / "policy.yaml").write_text("capabilities: []\n")
+    git("add", "-A")
+    git("commit", "-qm", "policy")
+    report = CoverageReport(8, 10, {"a.py": (8, 10)}, "coverage.py-json")
+    write_baseline(tmp_path, ".fluffy/coverage-baseline.json", report, "s1")
+    assert (tmp_path / ".fluffy" / "coverage-baseline.json").is_file()
+    assert git("status", "--porcelain") == ""  # nothing new for the next commit to take
+    own = "# mine\n*.log\n"
+    (tmp_path / ".fluffy" / ".gitignore").write_text(own)
+    write_baseline(tmp_path, ".fluffy/coverage-baseline.json", report, "s2")
+    assert (tmp_path / ".fluffy" / ".gitignore").read_text() == own
