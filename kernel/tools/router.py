@@ -341,8 +341,7 @@ class ToolRouter:
                     f"policy denied {spec.name}" + (f" on {path}" if path else ""),
                     why=("; ".join(decision.reasons) or "no rule allows it (default deny)")
                     + (f" (rule {by})" if by else ""),
-                    fix="Ask the user to allow it in .fluffy/policy.yaml (fluffy config "
-                    "policy edit), or do something else.",
+                    fix=_denied_fix(by),
                 )
             if decision.result == "require_review":
                 if spec.kind != "write":
@@ -855,6 +854,21 @@ class ToolRouter:
                 metadata=metadata,
             )
         )
+
+
+def _denied_fix(rule: str | None) -> str:
+    """Where the refusing rule lives, so the user knows what to change."""
+    if rule is not None and rule.startswith("ext:"):
+        return (
+            f"The project's extension rule {rule[4:]} (.fluffy/rules) refuses it: ask the "
+            "user to change the rule (fluffy config rules set), or do something else."
+        )
+    if rule is not None and rule.startswith("builtin:"):
+        return "A built-in rule protects this; no policy allows it. Do something else."
+    return (
+        "Ask the user to allow it in .fluffy/policy.yaml (fluffy config policy edit), or "
+        "do something else."
+    )
 
 
 def _decision(call: _Call | None, output: Any) -> str | None:

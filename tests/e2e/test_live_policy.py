@@ -182,6 +182,7 @@ def test_the_project_s_extension_rule_refuses_the_model_by_name(worked: dict[str
     out = worked["task"].stdout
     assert "TODO files are not kept in this repository" in out, out[-3000:]
     assert "ext:no-todo-files" in out
+    assert "extension rule no-todo-files (.fluffy/rules) refuses it" in out  # the fix says where
     assert not (worked["project"] / "src" / "democonfig" / "TODO.txt").exists()
     assert "Committed " in out  # the task went on
     refused = [

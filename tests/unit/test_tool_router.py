@@ -513,3 +513,15 @@ def test_the_trial_replays_a_plugin_s_call_with_the_tags_it_was_judged_with(
         ]
 
     run(harness, body)
+
+
+def test_a_refusal_says_where_the_refusing_rule_lives() -> None:
+    from fluffy.kernel.tools.router import _denied_fix
+
+    assert "(.fluffy/rules)" in _denied_fix("ext:no-todo") and "no-todo" in _denied_fix(
+        "ext:no-todo"
+    )
+    assert "built-in rule" in _denied_fix("builtin:policy-files")
+    assert ".fluffy/policy.yaml" in _denied_fix("write-src") and _denied_fix(None) == _denied_fix(
+        "x"
+    )
