@@ -205,6 +205,7 @@ async def assemble_tools(
     if runner is not None and runner.pool is not None:  # its sandboxes count (ADR-043)
         runner.pool.slots = scheduler
         scheduler.on_start.append(runner.pool.nudge)
+        scheduler.on_finish.append(runner.pool.nudge)  # a slot is free: refill now
     fast = FastPath(root, policy.tools.read_max_bytes)
     tests = TestPreparer(
         root,

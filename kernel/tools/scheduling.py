@@ -125,6 +125,9 @@ class SchedulerBridge:
         self.max_duration_s = max_duration_s
         #: called when work that keeps its slot starts (the pool then fits itself in)
         self.on_start: list[Callable[[], None]] = []
+        #: Called when a scheduled call has ended and given its slot back (the warm pool
+        #: refills then, not at its next tick: the model's next call may come before).
+        self.on_finish: list[Callable[[], None]] = []
         self.scheduler = Scheduler(
             Limits(global_max=settings.global_max, per_template=settings.limits),
             memory_usage=memory_usage,
@@ -165,6 +168,7 @@ class SchedulerBridge:
             return await self.scheduler.result(key)
         finally:
             self.scheduler.forget(key)
+            self._hooks(self.on_finish)
 
     async def lease(
         self, template: str, key: str, *, priority: int, kind: TaskType, yields: bool = False
@@ -199,11 +203,15 @@ class SchedulerBridge:
         return lease
 
     def _started(self) -> None:
-        for hook in self.on_start:
+        self._hooks(self.on_start)
+
+    @staticmethod
+    def _hooks(hooks: list[Callable[[], None]]) -> None:
+        for hook in hooks:
             try:
                 hook()
             except Exception:
-                log.exception("an on_start hook failed")
+                log.exception("a scheduler hook failed")
 
     def reserve(
         self, template: str, key: str, *, kind: TaskType, priority: int = PRIORITY_SYSTEM

@@ -101,3 +101,27 @@ async def test_a_lease_is_never_paused() -> None:
     preemptor = _Preemptor(runner=None)  # type: ignore[arg-type]
     with pytest.raises(SchedulerError, match="lease"):
         await preemptor.pause(Task("x", "ai_generate", "ai-provider", _noop))
+
+
+@async_test
+async def test_a_call_that_ends_tells_the_pool_its_slot_is_free() -> None:
+    """The warm pool refills when a call gives its slot back, not at its next tick: with
+    a model's next call half a second away, a tick later is too late (the benchmark's
+    warm share fell from 1.0 to 0.05 without it)."""
+    bridge = _bridge()
+    await bridge.start()
+    seen: list[dict[str, int]] = []
+    bridge.on_finish.append(lambda: seen.append(dict(bridge.figures()["running_by_template"])))
+
+    async def work() -> str:
+        return "done"
+
+    assert await bridge.schedule("code-executor", "call-1", work) == "done"
+
+    async def broken() -> None:
+        raise RuntimeError("the call failed")
+
+    with pytest.raises(RuntimeError):
+        await bridge.schedule("code-executor", "call-2", broken)
+    assert seen == [{}, {}]  # after each call, failed or not, its slot already free
+    await bridge.close()
