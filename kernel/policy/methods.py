@@ -57,13 +57,13 @@ def _discard_started(starting: asyncio.Future[ExtensionHost | None]) -> None:
         threading.Thread(target=ProjectRules.discard, args=(host,), daemon=True).start()
 
 
-def _rules_error(rules: ProjectRules | None) -> str | None:
+def _read_rules(rules: ProjectRules | None) -> tuple[dict[str, str], str | None]:
+    """The rules on disk, and why they cannot be read ({} then: the kernel denies
+    what they would judge meanwhile)."""
     try:
-        if rules is not None:
-            rules.current()
+        return (rules.current() if rules is not None else {}), None
     except PolicyError as exc:
-        return f"{exc.what} ({exc.why})" if exc.why else exc.what
-    return None
+        return {}, f"{exc.what} ({exc.why})" if exc.why else exc.what
 
 
 def _digest(text: str) -> str:
@@ -89,22 +89,17 @@ def policy_methods(
 
     lock = asyncio.Lock()
 
-    def current_rules() -> dict[str, str]:
-        try:
-            return rules.current() if rules is not None else {}
-        except PolicyError:
-            return {}  # policy.get says why (rules_error); the kernel denies meanwhile
-
     async def get(context: CallContext, params: Any) -> dict[str, Any]:
         if params not in (None, {}):
             raise InvalidPayload("policy.get takes no parameters")
         is_file = policy_path is not None and policy_path.is_file()
+        found, unreadable = _read_rules(rules)
         return {
             "path": str(policy_path) if policy_path else None,
             "text": current_text(),
             "default": not is_file and default_text is not None,
-            "rules": current_rules(),
-            "rules_error": _rules_error(rules),
+            "rules": found,
+            "rules_error": unreadable,
         }
 
     async def update(context: CallContext, params: Any) -> dict[str, Any]:
