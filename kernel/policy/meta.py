@@ -11,6 +11,7 @@ so a crash leaves either the old or the new policy, never half of one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from collections.abc import Sequence
@@ -88,24 +89,13 @@ def plan_update(
     candidate = current.with_policy(policy, extensions)
     changes = []
     for request in history:
-        replay = Request(
-            request.syscall,
-            request.caller,
-            request.path,
-            request.state,
-            request.mode,
-            request.size,
-            request.sandbox,
-            None,
-            request.issuing,
-        )
+        replay = dataclasses.replace(request, token=None)
         before = current.evaluate(replay).result
         after = candidate.evaluate(replay).result
         if before != after:
             changes.append(Change(replay, before, after))
-    tried = list(history)
     return UpdatePlan(
-        policy, new_text, candidate, changes, len(tried), sum(is_ai(r) for r in tried)
+        policy, new_text, candidate, changes, len(history), sum(is_ai(r) for r in history)
     )
 
 
