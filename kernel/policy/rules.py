@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fluffy.errors import FluffyError, PolicyError, SandboxRunFailed
 from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.merge.paths import remove_file, write_atomic
 from fluffy.kernel.policy.engine import ExtensionRule, Request, Verdict
 from fluffy.kernel.policy.extensions import ExtensionHost
 
@@ -158,24 +159,15 @@ def stage(rules: Mapping[str, str], parent: Path) -> Path:
 
 
 def write_rules(folder: Path, changes: RuleChanges) -> None:
-    """Apply ``changes`` to the project's rules folder, each file atomically."""
+    """Apply ``changes`` to the project's rules folder, each file atomically and durably
+    (the folder is never entered through a link; new files get the folder's owner)."""
     for name, text in changes.items():
-        target = folder / name
+        rel = f"{folder.name}/{name}"
         if text is None:
-            target.unlink(missing_ok=True)
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            Path(tmp).chmod(0o644)
-            Path(tmp).replace(target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            remove_file(folder.parent, rel)
+        else:
+            folder.parent.mkdir(parents=True, exist_ok=True)  # .fluffy: a trusted base
+            write_atomic(folder.parent, rel, text.encode(), mode=0o644)
 
 
 class BrokenRules:
