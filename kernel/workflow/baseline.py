@@ -15,7 +15,6 @@ baseline", with a note saying what was wrong and how to get a baseline again (AD
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.errors import CoverageFormatError
+from fluffy.kernel.merge.paths import write_atomic
 from fluffy.kernel.workflow.coverage import MAX_REPORT_BYTES, CoverageReport
 
 VERSION = 1
@@ -143,32 +143,13 @@ def baseline_document(report: CoverageReport, session_id: str) -> dict[str, Any]
 
 
 def write_baseline(project: Path, rel: str, report: CoverageReport, session_id: str) -> None:
-    """Write the baseline atomically (OSError when it cannot be written)."""
+    """Write the baseline atomically and durably, never through a link, as the folder's
+    owner (OSError or MergeRefused when it cannot be written)."""
     path = project / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     keep_out_of_git(path)
     text = json.dumps(baseline_document(report, session_id), indent=2, sort_keys=True) + "\n"
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    with contextlib.suppress(FileNotFoundError):
-        temp.unlink()  # a leftover of a crash between create and rename
-    fd = os.open(temp, flags, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temp.replace(path)  # a link at ``path`` is replaced, never followed
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        raise
-    with contextlib.suppress(OSError):  # the rename is durable once the folder is
-        dirfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
+    write_atomic(project, rel, text.encode(), mode=0o644)
 
 
 IGNORE_NOTE = (

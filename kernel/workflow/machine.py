@@ -29,6 +29,7 @@ from fluffy.errors import (
     ExemptionDenied,
     ExemptionMismatch,
     ExemptionPending,
+    FluffyError,
     ModeDenied,
     SessionNotFound,
     TransitionDenied,
@@ -442,7 +443,7 @@ class Workflow:
         try:
             if self._baseline_file_here():
                 await asyncio.to_thread(write_baseline, self.project, rel, current, session.id)
-        except OSError as exc:  # the commit is made; the budget notes the missing file later
+        except (OSError, FluffyError) as exc:  # the commit stands; the budget notes it later
             notes.append(f"cannot write the coverage baseline file {rel}: {exc}")
         await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
         return notes
