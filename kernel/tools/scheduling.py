@@ -174,16 +174,7 @@ class SchedulerBridge:
         self, template: str, key: str, *, priority: int, kind: TaskType, yields: bool = False
     ) -> Lease:
         """Wait for a slot of ``template`` and hold it until the lease is released."""
-        lease = Lease(self.scheduler, key)
-        task: Task[None] = Task(
-            id=key,
-            type=kind,
-            sandbox_template=template,
-            run=lease.hold,
-            priority=priority,
-            max_duration_s=LEASE_MAX_DURATION_S,
-            yields=yields,
-        )
+        lease, task = self._lease_task(template, key, priority, kind, yields)
         self.scheduler.submit(task)
         ended = asyncio.ensure_future(self.scheduler.result(key))
         try:
@@ -202,6 +193,22 @@ class SchedulerBridge:
             self._started()
         return lease
 
+    def _lease_task(
+        self, template: str, key: str, priority: int, kind: TaskType, yields: bool = False
+    ) -> tuple[Lease, Task[None]]:
+        """A lease and the task that holds its slot until it is released."""
+        lease = Lease(self.scheduler, key)
+        task: Task[None] = Task(
+            id=key,
+            type=kind,
+            sandbox_template=template,
+            run=lease.hold,
+            priority=priority,
+            max_duration_s=LEASE_MAX_DURATION_S,
+            yields=yields,
+        )
+        return lease, task
+
     def _started(self) -> None:
         self._hooks(self.on_start)
 
@@ -218,15 +225,7 @@ class SchedulerBridge:
     ) -> Lease:
         """A slot of ``template`` at once, counted, never queued (the policy sandbox).
         Call on the scheduler's event loop."""
-        lease = Lease(self.scheduler, key)
-        task: Task[None] = Task(
-            id=key,
-            type=kind,
-            sandbox_template=template,
-            run=lease.hold,
-            priority=priority,
-            max_duration_s=LEASE_MAX_DURATION_S,
-        )
+        lease, task = self._lease_task(template, key, priority, kind)
         self.scheduler.reserve(task)
         self._started()
         return lease
