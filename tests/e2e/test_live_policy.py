@@ -7,10 +7,6 @@ and applies one, which the kernel runs at once."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,16 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fluffy.demo_session import init_repository
 from fluffy.ipc.client import SyncClient
-from tests.conftest import connect_engine
+from tests.e2e.project_kernel import ROOT, audit, fluffy, project_kernel
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "demo-project"
 SCRIPT = ROOT / "examples" / "sessions" / "add-error-handling.yaml"
-FLUFFY = str(Path(sys.executable).parent / "fluffy")
 NO_TODO = """NAME = "no-todo-files"
 
 
@@ -66,20 +58,7 @@ def _script(folder: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["docker", "podman"])
-def worked(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    """A running project kernel on which the scripted model has done the demo task."""
-    from fluffy.bootstrap.supervisor import paths
-    from fluffy.images.builder import build_images
-
-    runtime = str(request.param)
-    with connect_engine(runtime) as connected:
-        image = {status.name: status.ref for status in build_images(connected)}["kernel"]
-    base = tmp_path_factory.mktemp(f"live-{runtime}")
-    project = base / "project"
-    shutil.copytree(DEMO, project)
+def _prepare(project: Path) -> None:
     policy = project / ".fluffy" / "policy.yaml"  # the design's fs-write-source example
     written = policy.read_text().replace(
         'constraints: {require_sandbox: L2, max_file_size: "100KiB"}',
@@ -90,27 +69,16 @@ def worked(
     policy.write_text(written)
     (project / ".fluffy" / "rules").mkdir()
     (project / ".fluffy" / "rules" / "no-todo.py").write_text(NO_TODO)
-    init_repository(project)
-    if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
-        for path in [project, *project.rglob("*")]:
-            os.lchown(path, 1000, 1000)
-    home = base / "home"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
-        "FLUFFY_HOME": str(home),
-        "FLUFFY_KERNEL_IMAGE": image,
-        "FLUFFY_RUNTIME": runtime,
-    }
-    kit: dict[str, Any] = {
-        "project": project,
-        "env": env,
-        "state": paths(home, str(project))["state"],
-        "socket": paths(home, str(project))["run"] / "kernel.sock",
-        "base": base,
-    }
-    started = fluffy(kit, "start", "--project", str(project))
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def worked(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A running project kernel on which the scripted model has done the demo task."""
+    runtime = str(request.param)
+    base = tmp_path_factory.mktemp(f"live-{runtime}")
+    with project_kernel(runtime, base, _prepare) as kit:
         task = fluffy(
             kit,
             "add error handling",
@@ -118,33 +86,11 @@ def worked(
             str(_script(base)),
             "--yes",
             "--project",
-            str(project),
+            str(kit["project"]),
         )
         kit["task"] = task
         assert task.returncode == 0, task.stdout[-3000:] + task.stderr[-2000:]
         yield kit
-    finally:
-        fluffy(kit, "stop", "--project", str(project))
-
-
-def fluffy(
-    kit: dict[str, Any], *args: str, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [FLUFFY, *args],
-        env=kit["env"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def audit(kit: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
-    out = fluffy(kit, "audit", "log", "--state-dir", str(kit["state"]), "--type", event_type,
-                 "--json")  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return list(json.loads(out.stdout)["entries"])
 
 
 def test_a_policy_change_is_tried_on_the_model_s_decisions(worked: dict[str, Any]) -> None:

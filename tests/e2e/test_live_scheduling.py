@@ -5,20 +5,17 @@ sandbox are counted by the scheduler (kernel.ping's figures)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from fluffy.demo_session import init_repository
 from fluffy.ipc.client import SyncClient
-from tests.conftest import connect_engine
-from tests.e2e.test_live_policy import DEMO, audit, fluffy
+from tests.e2e.project_kernel import audit, fluffy, project_kernel
 
 pytestmark = pytest.mark.e2e
 
@@ -40,50 +37,23 @@ SCRIPT = {
 }
 
 
-@pytest.fixture(scope="module", params=["docker", "podman"])
-def kernel(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    """A running project kernel with an extension rule and tight scheduler limits."""
-    from fluffy.bootstrap.supervisor import paths
-    from fluffy.images.builder import build_images
-
-    runtime = str(request.param)
-    with connect_engine(runtime) as connected:
-        image = {status.name: status.ref for status in build_images(connected)}["kernel"]
-    base = tmp_path_factory.mktemp(f"sched-{runtime}")
-    project = base / "project"
-    shutil.copytree(DEMO, project)
+def _prepare(project: Path) -> None:
     (project / ".fluffy" / "rules").mkdir()
     (project / ".fluffy" / "rules" / "allow-all.py").write_text(ALLOW_ALL)
     policy_path = project / ".fluffy" / "policy.yaml"
     policy = yaml.safe_load(policy_path.read_text())
     policy["scheduler"] = SCHEDULER
     policy_path.write_text(yaml.safe_dump(policy, sort_keys=False))
-    init_repository(project)
-    if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
-        for path in [project, *project.rglob("*")]:
-            os.lchown(path, 1000, 1000)
-    home = base / "home"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
-        "FLUFFY_HOME": str(home),
-        "FLUFFY_KERNEL_IMAGE": image,
-        "FLUFFY_RUNTIME": runtime,
-    }
-    kit: dict[str, Any] = {
-        "project": project,
-        "env": env,
-        "state": paths(home, str(project))["state"],
-        "socket": paths(home, str(project))["run"] / "kernel.sock",
-        "base": base,
-    }
-    started = fluffy(kit, "start", "--project", str(project))
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def kernel(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A running project kernel with an extension rule and tight scheduler limits."""
+    runtime = str(request.param)
+    with project_kernel(runtime, tmp_path_factory.mktemp(f"sched-{runtime}"), _prepare) as kit:
         yield kit
-    finally:
-        fluffy(kit, "stop", "--project", str(project))
 
 
 def _ping(kit: dict[str, Any]) -> dict[str, Any]:

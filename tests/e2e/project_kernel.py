@@ -1,0 +1,81 @@
+"""A project kernel started by `fluffy start` (the real bootstrap and L1 kernel), for
+end-to-end tests that drive it through the CLI and its socket."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from fluffy.demo_session import init_repository
+from tests.conftest import connect_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "demo-project"
+FLUFFY = str(Path(sys.executable).parent / "fluffy")
+
+
+@contextlib.contextmanager
+def project_kernel(
+    runtime: str, base: Path, prepare: Callable[[Path], None]
+) -> Iterator[dict[str, Any]]:
+    """A copy of the demo project in ``base`` (changed by ``prepare`` before its first
+    commit, owned by a user when run as root) and its kernel, started on ``runtime``;
+    yields the kit (project, env, state, socket, base) and stops the kernel after."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.images.builder import build_images
+
+    with connect_engine(runtime) as connected:
+        image = {status.name: status.ref for status in build_images(connected)}["kernel"]
+    project = base / "project"
+    shutil.copytree(DEMO, project)
+    prepare(project)
+    init_repository(project)
+    if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
+        for path in [project, *project.rglob("*")]:
+            os.lchown(path, 1000, 1000)
+    home = base / "home"
+    kit: dict[str, Any] = {
+        "project": project,
+        "env": {
+            **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
+            "FLUFFY_HOME": str(home),
+            "FLUFFY_KERNEL_IMAGE": image,
+            "FLUFFY_RUNTIME": runtime,
+        },
+        "state": paths(home, str(project))["state"],
+        "socket": paths(home, str(project))["run"] / "kernel.sock",
+        "base": base,
+    }
+    started = fluffy(kit, "start", "--project", str(project))
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield kit
+    finally:
+        fluffy(kit, "stop", "--project", str(project))
+
+
+def fluffy(
+    kit: dict[str, Any], *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FLUFFY, *args],
+        env=kit["env"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def audit(kit: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
+    out = fluffy(kit, "audit", "log", "--state-dir", str(kit["state"]), "--type", event_type,
+                 "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout)["entries"])
