@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -49,6 +48,7 @@ from fluffy.kernel.containers.runtime import (
     check_mounts,
     sandbox_user,
 )
+from fluffy.kernel.merge.paths import write_atomic
 from fluffy.paths import state_dir
 from fluffy.process import pid_alive
 from fluffy.seccomp.compile import oci_json
@@ -149,14 +149,9 @@ class ContainerManager:
                 text = oci_json(profile)
                 digest = hashlib.sha256(text.encode()).hexdigest()[:12]
                 path = self.root / "seccomp" / f"{profile}-{digest}.json"
-                if not path.exists():
+                if not path.exists():  # write_atomic: a temporary name of its own
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    # a name of its own: another kernel of this project may write it too
-                    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{profile}-")
-                    with os.fdopen(fd, "w") as handle:
-                        handle.write(text)
-                    Path(tmp).chmod(0o644)
-                    Path(tmp).replace(path)
+                    write_atomic(path.parent, path.name, text.encode(), mode=0o644)
                 self._seccomp_paths[profile] = path
             return self._seccomp_paths[profile]
 
