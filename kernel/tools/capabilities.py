@@ -51,7 +51,6 @@ class Capabilities:
         self.tokens = tokens
         self.clock = clock
         self.audit = audit
-        self.issued = 0
 
     async def issue(
         self,
@@ -73,7 +72,6 @@ class Capabilities:
             now=self.clock(),
             ttl_s=ttl_s,
         )
-        self.issued += 1
         if self.audit is not None:  # durable before the sandbox may use it
             await self.audit.record(
                 Event(

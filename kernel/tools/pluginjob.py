@@ -74,7 +74,6 @@ class Job:
     capability: Scope | None = None  # what its token covers (None: no token)
     token: CapabilityToken | None = None  # issued when the host takes the call
     timeout_s: float = 0.0  # the call's time limit (its token lives as long)
-    slot_closed: bool = False  # torn down: a token issued now is revoked at once
 
 
 @dataclass

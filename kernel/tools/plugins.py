@@ -179,7 +179,7 @@ class PluginRunner:
             plugin=job.plugin,
             sandbox_id=job.sandbox_id,
         )
-        if job.slot_closed:  # torn down while the issue was being recorded: revoke now
+        if self.jobs.get(context.binding) is not job:  # torn down while it was recorded
             self.capabilities.expire(token.token_id, job.call_id, why="the call ended first")
         else:
             job.token = token
@@ -571,8 +571,6 @@ class PluginRunner:
         if binding is None:
             return
         job = self.jobs.pop(binding, None)
-        if job is not None:
-            job.slot_closed = True
         if job is not None and job.token is not None and self.capabilities is not None:
             self.capabilities.expire(job.token.token_id, job.call_id)
             job.token = None

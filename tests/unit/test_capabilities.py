@@ -181,7 +181,7 @@ def test_a_token_issued_as_its_call_ends_is_revoked_at_once(tmp_path: Path) -> N
         runner.capabilities = Capabilities(engine.tokens, clock, audit)
         job = Job("k3", "fs.write", {}, "strict", plugin="fs-tool", sandbox_id="sb1")
         job.capability = Scope("fs.write", ("src/a.py",))
-        job.slot_closed = True  # the teardown ran while the issue was being recorded
+        # the teardown ran while the issue was being recorded: the job is no longer there
         context = SimpleNamespace(binding="tool-x", connection=object())
         shown = await runner._issue(job, context)  # type: ignore[arg-type]
         assert job.token is None and shown["token"] not in engine.tokens.tokens
