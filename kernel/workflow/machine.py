@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import json
 import secrets
 import uuid
@@ -523,7 +522,7 @@ class Workflow:
             waiting = session.data.get("exemption_pending")
             if waiting:
                 await self._refuse_second_request(session, note, waiting)
-            request_id = _request_id(category, paths, reason)
+            request_id = _request_id()
             note["request_id"] = request_id
             await self._audit_exemption("exemption_requested", session, note, "held for review")
             await self._check_exemption(session, category, paths, reason, note)
@@ -748,11 +747,9 @@ def _exemption_note(category: str, paths: Sequence[str], reason: str, *, by: str
     }
 
 
-def _request_id(category: str, paths: Sequence[str], reason: str) -> str:
-    """A held request's id: a digest of what it asks for and a fresh nonce (never reused)."""
-    nonce = secrets.token_hex(16)
-    body = json.dumps([category, list(paths), reason, nonce], separators=(",", ":"))
-    return "ex-" + hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+def _request_id() -> str:
+    """A held request's id: fresh and never reused (the user decides on exactly it)."""
+    return "ex-" + secrets.token_hex(8)
 
 
 def _summary(run: TestRun) -> str:
@@ -764,12 +761,10 @@ def _summary(run: TestRun) -> str:
 
 
 def _json(raw: str) -> Any:
-    import json
 
     return json.loads(raw)
 
 
 def _dumps(value: Any) -> str:
-    import json
 
     return json.dumps(value, sort_keys=True)
