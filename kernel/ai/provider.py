@@ -46,7 +46,7 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
-from fluffy.kernel.scheduler.task import PRIORITY_HIGH
+from fluffy.kernel.tools.router import TURN_PRIORITY  # as the turn's tool calls
 from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
 from fluffy.sandboxes.ai.types import (
     AIResponse,
@@ -59,7 +59,6 @@ from fluffy.sandboxes.ai.types import (
 log = logging.getLogger("fluffy.kernel.ai")
 
 START_TIMEOUT_S = 60.0
-TURN_PRIORITY = PRIORITY_HIGH  # as the turn's tool calls (kernel.tools.router)
 EventSink = Callable[[StreamEvent], Awaitable[None]]
 #: (socket path, tag, mode, owner) -> a function that stops that socket
 ProxyStarter = Callable[
