@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,8 +42,6 @@ from benchmarks._kernel import kernel
 from benchmarks._stats import percentile
 from fluffy.ipc.client import SyncClient
 from tests.project_support import BACKEND, GIT, fixture_wheels, local_index, pip_env
-
-FLUFFY = [sys.executable, "-m", "fluffy"]
 
 
 def make_repository(root: Path, files: int) -> int:
