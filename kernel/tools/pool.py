@@ -399,11 +399,15 @@ class SandboxPool:
         budget = min(self.limits.max_idle, self.limits.global_max) - self.size
         if budget <= 0:
             return None
+        free: dict[str, int] = {}  # asked once per template: the scheduler's figures
         for recipe, demand in sorted(self.demand.items(), key=lambda kv: -kv[1].last):
             if now < demand.failed_until:
                 continue
-            if self.slots is not None and self.slots.free(recipe.template) <= 0:
-                continue  # no slot free, or work waits for one: background waits
+            if self.slots is not None:
+                if recipe.template not in free:
+                    free[recipe.template] = self.slots.free(recipe.template)
+                if free[recipe.template] <= 0:
+                    continue  # no slot free, or work waits for one: background waits
             if len(self.idle.get(recipe, ())) < self.target(recipe, now):
                 return recipe
         return None
