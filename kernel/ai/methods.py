@@ -15,9 +15,8 @@ import msgspec
 from fluffy.errors import InvalidPayload
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.server import CallContext, Handler
-from fluffy.kernel.tools.methods import _user_only
 from fluffy.kernel.workflow.machine import LOCK_KEY
-from fluffy.kernel.workflow.methods import _params, _view
+from fluffy.kernel.workflow.methods import _params, _user_only, _view
 from fluffy.sandboxes.ai.types import ProviderConfig
 
 MAX_TEXT = 100_000

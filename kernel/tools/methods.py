@@ -13,21 +13,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.errors import InvalidPayload
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.workflow.methods import _params, _view
+from fluffy.kernel.workflow.methods import _params, _user_only, _view
 
 MAX_BATCH = 32
-
-
-def _user_only(context: CallContext, what: str) -> None:
-    if context.binding != "cli":
-        raise PeerRejected(
-            f"only the user may {what}",
-            why=f"this connection is {context.binding}, not the CLI's socket",
-            fix="Ask the user to do it in the fluffy CLI.",
-        )
 
 
 def tool_methods(

@@ -46,6 +46,18 @@ def _view(session: SessionRow) -> dict[str, Any]:
     }
 
 
+def _user_only(
+    context: CallContext, what: str, fix: str = "Ask the user to do it in the fluffy CLI."
+) -> None:
+    """Refuse a call that did not come over the user's CLI socket."""
+    if context.binding != "cli":
+        raise PeerRejected(
+            f"only the user may {what}",
+            why=f"this connection is {context.binding}, not the CLI's socket",
+            fix=fix,
+        )
+
+
 def _caller(context: CallContext) -> tuple[Caller, bool]:
     if context.binding == "cli":
         return Caller("user"), True
@@ -79,12 +91,11 @@ def workflow_methods(
 
     async def exemption(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id", "category", "paths", "reason"))
-        if context.binding != "cli":  # granted at once: only the user's own request is
-            raise PeerRejected(
-                "only the user may grant themselves a TDD exemption",
-                why=f"this connection is {context.binding}, not the CLI's socket",
-                fix="The AI asks with the workflow.request_exemption tool; the user decides.",
-            )
+        _user_only(  # granted at once: only the user's own request is
+            context,
+            "grant themselves a TDD exemption",
+            fix="The AI asks with the workflow.request_exemption tool; the user decides.",
+        )
         if not isinstance(p["paths"], list) or not all(isinstance(x, str) for x in p["paths"]):
             raise InvalidPayload("paths must be a list of strings")
         outcome = await workflow.request_exemption(
