@@ -35,3 +35,10 @@ def package_root() -> Path:
 def kernel_socket() -> Path:
     """The kernel's CLI socket when none is given (``$FLUFFY_HOME/run/kernel.sock``)."""
     return fluffy_home() / "run" / "kernel.sock"
+
+
+def project_socket(project: str | Path) -> Path:
+    """The CLI socket of ``project``'s kernel (started by `fluffy start` or a task)."""
+    from fluffy.bootstrap.supervisor import paths
+
+    return paths(fluffy_home(), str(project))["run"] / "kernel.sock"

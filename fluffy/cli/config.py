@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from fluffy.cli.render import print_json, stdout
 from fluffy.errors import ConfigError
-from fluffy.paths import kernel_socket
+from fluffy.paths import kernel_socket, project_socket
 from fluffy.settings import (
     DEFAULT_MODELS,
     FIELDS,
@@ -198,11 +198,8 @@ def _confirm(question: str) -> bool:
 def _project_socket(project: str | None) -> Path:
     """The project's kernel (started by `fluffy start` or a task), else the development
     kernel's socket in fluffy's home (`fluffy kernel serve`)."""
-    from fluffy.bootstrap.supervisor import paths
-    from fluffy.paths import fluffy_home
-
     folder = Path(project or ".").resolve()
-    sock: Path = paths(fluffy_home(), str(folder))["run"] / "kernel.sock"
+    sock = project_socket(folder)
     if sock.exists() or project is not None:
         return sock
     return kernel_socket()

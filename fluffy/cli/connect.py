@@ -159,10 +159,9 @@ def get_session(client: Any, session_id: str) -> dict[str, Any]:
 @contextmanager
 def attached(project: str, *, say: Callable[[str], None]) -> Iterator[Attached]:
     """A connection to the project's kernel, started (and later stopped) if needed."""
-    from fluffy.bootstrap.supervisor import paths
     from fluffy.cli.lifecycle import _status, launch_supervisor
     from fluffy.ipc.client import SyncClient
-    from fluffy.paths import fluffy_home
+    from fluffy.paths import project_socket
 
     owned: subprocess.Popen[bytes] | None = None
     status = _status(project)
@@ -170,7 +169,7 @@ def attached(project: str, *, say: Callable[[str], None]) -> Iterator[Attached]:
         say(f"starting the kernel for {project} ...")
         status, owned = launch_supervisor(project, detach=True, confirm=ask)
     previous = _stop_on_hangup() if owned is not None else {}
-    sock = paths(fluffy_home(), project)["run"] / "kernel.sock"
+    sock = project_socket(project)
     try:
         with SyncClient(str(sock), timeout=CALL_TIMEOUT_S) as client:
             yield Attached(project, status, client, owned is not None)

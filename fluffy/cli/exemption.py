@@ -68,11 +68,10 @@ def granted_text(session: dict[str, Any]) -> str:
 @contextmanager
 def running(project: Path) -> Iterator[Any]:
     """The project's running kernel; KernelNotRunning (what/why/fix) when there is none."""
-    from fluffy.bootstrap.supervisor import paths
     from fluffy.cli.connect import CALL_TIMEOUT_S
     from fluffy.cli.lifecycle import _status
     from fluffy.ipc.client import SyncClient
-    from fluffy.paths import fluffy_home
+    from fluffy.paths import project_socket
 
     status = _status(str(project))
     if status is None or status.get("health") != "healthy":
@@ -81,7 +80,7 @@ def running(project: Path) -> Iterator[Any]:
             why="an exemption belongs to a session in progress, which lives in the running kernel",
             fix=f"Start it with `fluffy start --project {project}` (or use /exempt in `fluffy`).",
         )
-    sock = paths(fluffy_home(), str(project))["run"] / "kernel.sock"
+    sock = project_socket(project)
     with SyncClient(str(sock), timeout=CALL_TIMEOUT_S) as client:
         yield client
 

@@ -24,7 +24,7 @@ from rich.markup import escape
 from fluffy.bootstrap.supervisor import paths, read_json, write_json
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import FluffyError, KernelNotRunning, KernelStartFailed
-from fluffy.paths import fluffy_home
+from fluffy.paths import fluffy_home, project_socket
 from fluffy.process import pid_alive
 
 START_TIMEOUT_S = 120.0
@@ -202,7 +202,7 @@ def kernel_status(project: str) -> dict[str, Any]:
     status = _status(project)
     if status is None:
         raise KernelNotRunning(f"no kernel is running for {project}")
-    sock = paths(fluffy_home(), project)["run"] / "kernel.sock"
+    sock = project_socket(project)
     report: dict[str, Any] = {
         "project": project,
         "health": status.get("health"),

@@ -99,10 +99,9 @@ def _project(args: argparse.Namespace) -> str:
 
 def _kernel_socket(project: str) -> Path | None:
     """The running kernel's socket for ``project`` (None: no kernel runs for it)."""
-    from fluffy.bootstrap.supervisor import paths
     from fluffy.cli.lifecycle import _status
     from fluffy.errors import KernelNotRunning
-    from fluffy.paths import fluffy_home
+    from fluffy.paths import project_socket
 
     status = _status(project)
     if status is None:
@@ -113,7 +112,7 @@ def _kernel_socket(project: str) -> Path | None:
             why="while a kernel runs for the project, plugins are installed through its review",
             fix="Wait until `fluffy status` says healthy, or stop it (`fluffy stop`).",
         )
-    return paths(fluffy_home(), project)["run"] / "kernel.sock"
+    return project_socket(project)
 
 
 def _install_on_host(args: argparse.Namespace, project: str) -> int:
