@@ -84,6 +84,10 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── PluginIncompatible        plugin.api_incompatible
     │   ├── PluginNotConfirmed        plugin.not_confirmed
     │   └── PluginInstallDenied       plugin.install_denied
+    ├── McpError                      mcp.error
+    │   ├── McpServerInvalid          mcp.server_invalid
+    │   ├── McpServerNotFound         mcp.not_found
+    │   └── McpServerFailed           mcp.server_failed
     ├── MergeError                    merge.error
     │   ├── PatchRejected             merge.patch_rejected
     │   ├── MergeRefused              merge.refused
@@ -670,3 +674,35 @@ class PluginInstallDenied(PluginError):
         "after review, and only where the policy does not deny plugin.install"
     )
     default_fix = "Install from the CLI on the host: `fluffy plugin install PATH`."
+
+
+class McpError(FluffyError):
+    code = "mcp.error"
+
+
+class McpServerInvalid(McpError):
+    """A server's registration (name, command, packages, folder or record) is refused."""
+
+    code = "mcp.server_invalid"
+    default_why = (
+        "an MCP server is registered with a name, a command and where its code comes from "
+        "(--pip packages or a --path folder); each is checked before anything is recorded"
+    )
+    default_fix = "Correct the named part and run `fluffy mcp add` again."
+
+
+class McpServerNotFound(McpError):
+    code = "mcp.not_found"
+    default_fix = "`fluffy mcp list` shows the project's MCP servers."
+
+
+class McpServerFailed(McpError):
+    """The server's sandbox did not start, or the server exited or broke the protocol."""
+
+    code = "mcp.server_failed"
+    retryable = True
+    default_why = "an MCP server runs in its own sandbox; the kernel restarts it on the next call"
+    default_fix = (
+        "Retry; if it keeps failing, check the server with `fluffy mcp list` and its "
+        "command (`fluffy mcp add NAME ... -- CMD`)."
+    )

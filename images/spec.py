@@ -87,7 +87,8 @@ IMAGES: tuple[ImageSpec, ...] = (
         lock="code-executor",
         with_fluffy=True,
         fluffy_parts=SANDBOX_PARTS,
-        templates=("code-executor", "integration-test"),
+        # an MCP server's own image is built FROM this one (images/mcpenv.py)
+        templates=("code-executor", "integration-test", "mcp-server"),
     ),
     ImageSpec(
         name="policy-sandbox",

@@ -60,6 +60,10 @@ EVENT_TYPES: Final = frozenset(
         "session_quarantined",
         "plugin_install_approved",
         "plugin_install_refused",
+        "mcp_server_started",
+        "mcp_server_stopped",
+        "mcp_server_failed",
+        "mcp_servers_loaded",
     }
 )
 

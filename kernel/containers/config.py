@@ -19,7 +19,9 @@ from fluffy.units import parse_duration_ms, parse_size, valid_duration, valid_si
 MIN_MEMORY = 6 * 1024 * 1024
 
 SeccompProfile = Literal["strict", "standard", "standard-net"]
-Template = Literal["ai-provider", "code-executor", "policy-sandbox", "integration-test"]
+Template = Literal[
+    "ai-provider", "code-executor", "policy-sandbox", "integration-test", "mcp-server"
+]
 
 
 class SandboxConfig(BaseModel):
@@ -110,6 +112,17 @@ TEMPLATES: dict[str, SandboxConfig] = {
         max_pids=100,
         max_duration="300s",
         seccomp_profile="standard-net",
+    ),
+    # an MCP server (ADR-046): long-lived, its image its own (built FROM code-executor
+    # with the server's packages), the project read-only, no network
+    "mcp-server": SandboxConfig(
+        template="mcp-server",
+        network_mode="none",
+        memory_limit="512MiB",
+        cpu_limit=1.0,
+        max_pids=64,
+        max_duration="24h",
+        seccomp_profile="standard",
     ),
 }
 

@@ -19,6 +19,8 @@ POLICY_GLOBS = (
     ".fluffy/policy.*.tmp",
     ".fluffy/rules/**",  # the extension rules: part of the policy
     ".fluffy/rules",  # ... and their folder (deleting it removes them all)
+    ".fluffy/mcp/**",  # the MCP servers the kernel starts (ADR-046), and their folder
+    ".fluffy/mcp",
     "/.fluffy",  # the folder that holds them all (exact: deleting or replacing it)
 )
 AUDIT_GLOBS = (".fluffy/audit.db", ".fluffy/audit.db-*", ".fluffy/backups/**")

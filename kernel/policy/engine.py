@@ -149,15 +149,23 @@ class _RuleIndex:
 
 
 class _CompiledMatch:
-    __slots__ = ("fields", "spec")
+    __slots__ = ("exact", "fields", "prefixes", "spec")
 
     def __init__(self, match: Match) -> None:
         self.fields = match
         self.spec = GlobSet(match.path_glob) if match.path_glob is not None else None
+        names = match.syscall or ()
+        # "mcp.time.*" names every syscall under mcp.time. (ADR-046)
+        self.exact = frozenset(n for n in names if not n.endswith("*"))
+        self.prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
 
     def matches(self, request: Request, path: str | None) -> bool:
         m = self.fields
-        if m.syscall is not None and request.syscall not in m.syscall:
+        if (
+            m.syscall is not None
+            and request.syscall not in self.exact
+            and not request.syscall.startswith(self.prefixes)
+        ):
             return False
         # An empty path_glob list matches no path at all (design, case 25).
         if self.spec is not None and (path is None or not self.spec.match(path)):
@@ -188,8 +196,13 @@ def _broken_constraint(rule: Rule, request: Request) -> str:
     return ""
 
 
+#: Syscalls of MCP servers' tools (mcp.SERVER.TOOL): unmatched, they need review.
+MCP_PREFIX = "mcp."
+
 #: The L2 sandbox templates (design: Sandbox Templates).
-L2_TEMPLATES = frozenset({"ai-provider", "code-executor", "policy-sandbox", "integration-test"})
+L2_TEMPLATES = frozenset(
+    {"ai-provider", "code-executor", "policy-sandbox", "integration-test", "mcp-server"}
+)
 
 
 def sandbox_satisfies(required: str, actual: str | None) -> bool:
@@ -221,7 +234,7 @@ class PolicyEngine:
         self.any_syscall = _RuleIndex()
         for rule in policy.capabilities:
             compiled = CompiledRule(rule)
-            if compiled.syscalls:
+            if compiled.syscalls and not any(n.endswith("*") for n in compiled.syscalls):
                 for syscall in compiled.syscalls:
                     self.by_syscall.setdefault(syscall, _RuleIndex()).add(compiled)
             else:
@@ -326,6 +339,15 @@ class PolicyEngine:
             deciders = [v.rule for v in matched if v.vote == "allow"]
             return Decision(
                 "allow", [f"allowed by {', '.join(deciders)}"], matched, deciders[0], path=ctx.path
+            )
+        if request.syscall.startswith(MCP_PREFIX):
+            # an MCP server's tool no rule speaks of: the user decides (ADR-046)
+            return Decision(
+                "require_review",
+                [f"no rule allows {request.syscall}: MCP tools ask the user first"],
+                matched,
+                None,
+                path=ctx.path,
             )
         return Decision(
             "deny", ["no rule explicitly allowed this operation"], matched, None, path=ctx.path

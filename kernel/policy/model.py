@@ -65,6 +65,18 @@ class Match(BaseModel):
     def _listify(cls, value: Any) -> Any:
         return _as_list(value)
 
+    @field_validator("syscall")
+    @classmethod
+    def _syscalls(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            body = name[:-2] if name.endswith(".*") else name
+            if not body or "*" in body or not body.strip() or body != body.strip():
+                raise ValueError(
+                    f"{name!r} is not a syscall name: use a name (fs.write) or a family "
+                    "ending in .* (mcp.time.*)"
+                )
+        return value
+
     @field_validator("path_glob")
     @classmethod
     def _globs(cls, value: list[str] | None) -> list[str] | None:

@@ -21,6 +21,8 @@ from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.ipc.server import Handler
+from fluffy.kernel.mcp.methods import mcp_methods
+from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.memory import MemoryGuard
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
 from fluffy.kernel.plugins.activate import Activated, activate
@@ -106,7 +108,7 @@ class ToolPath:
     plugins: Activated | None = None
 
     def methods(self) -> dict[str, Handler]:
-        return tool_methods(self.router, self.scheduler.figures)
+        return {**tool_methods(self.router, self.scheduler.figures), **mcp_methods(self.router)}
 
     def pool_stats(self) -> dict[str, Any] | None:
         """The warm pool's figures (idle sandboxes, taken, missed, ...); None: no pool."""
@@ -141,6 +143,8 @@ class ToolPath:
             self.runner.pool.invalidate("the policy was reloaded")
 
     async def close(self) -> None:
+        if self.router.mcp is not None:
+            await self.router.mcp.close()
         await self.scheduler.close()
         if self.runner is not None:
             await self.runner.close()
@@ -183,6 +187,7 @@ async def assemble_tools(
     registry = Registry.builtin(kernel_tools())
     plugins = await activate(state_dir, registry, front.engine.evaluate, audit)
     registry.add(plugins.specs)
+    mcp = _mcp_servers(project, sandboxes, audit, registry)
     if runner is not None:
         runner.third_party = plugins.code
         # one token store: a reloaded engine shares it (PolicyEngine.with_policy)
@@ -240,6 +245,7 @@ async def assemble_tools(
         schedule=scheduler.schedule,
         accepting_work=accepting_work,
         tests=tests,
+        mcp=mcp,
     )
     router.steps = scheduler.scheduler  # a batch's dependent calls (ADR-043)
     try:
@@ -251,6 +257,27 @@ async def assemble_tools(
     if sandboxes is not None:
         threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
     return ToolPath(router, sandboxes, runner, scheduler, plugins)
+
+
+def _mcp_servers(
+    project: Path | None,
+    sandboxes: KernelSandboxes | None,
+    audit: AuditLog | None,
+    registry: Registry,
+) -> McpServers | None:
+    """The project's MCP servers (ADR-046); their tools join the registry."""
+    if project is None:
+        return None
+    servers = McpServers(
+        project,
+        sandboxes.manager if sandboxes is not None else None,
+        record=audit.record_nowait if audit is not None else None,
+    )
+    try:
+        registry.add(servers.load())
+    except FluffyError as exc:  # a name taken by a plugin: the servers' tools stay out
+        log.error("MCP servers' tools not offered: %s", exc.what)
+    return servers
 
 
 def _forget(runner: PluginRunner, folder: Path) -> None:

@@ -43,7 +43,7 @@ from fluffy.errors import ToolUnavailable, WorkflowError
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.states import MODES, STATES
 
-Kind = Literal["read", "write", "execute", "commit", "workflow"]
+Kind = Literal["read", "write", "execute", "commit", "workflow", "external"]
 PROTECTED_GLOBS: Final = (".fluffy/**", ".git/**")
 TEST_RUNNERS: Final = frozenset({"test.run"})
 TEST_RUN_STATES: Final = frozenset(
@@ -120,7 +120,7 @@ def _normal(path: str) -> str | None:
 def tool_allowed(name: str, kind: str, state: str, mode: str) -> bool:
     """Whether a tool of this kind is usable at all in ``state`` (paths aside)."""
     _valid(state, mode)
-    if kind == "read":
+    if kind in ("read", "external"):  # external: an MCP server's tool (policy decides)
         return True
     if kind == "write":
         return state in WRITES

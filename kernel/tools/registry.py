@@ -32,8 +32,10 @@ from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
 from fluffy.kernel.tools.fastpath import WORKFLOW_TOOLS
 
-Route = Literal["fast", "plugin", "kernel"]
-Kind = Literal["read", "write", "execute", "commit", "workflow"]
+Route = Literal["fast", "plugin", "kernel", "mcp"]
+#: ``external``: a tool of a registered MCP server (ADR-046): it runs in the server's
+#: own sandbox, sees the project read-only and changes nothing of it.
+Kind = Literal["read", "write", "execute", "commit", "workflow", "external"]
 
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 #: The whole project (a test run reads everything; a commit writes the repository).
@@ -209,6 +211,12 @@ class Registry:
             )
         for spec in specs:
             self.specs[spec.name] = spec
+
+    def replace(self, prefix: str, specs: list[ToolSpec]) -> None:
+        """Swap every tool whose name starts with ``prefix`` for ``specs`` (MCP reload)."""
+        for name in [n for n in self.specs if n.startswith(prefix)]:
+            del self.specs[name]
+        self.add([spec for spec in specs if spec.name.startswith(prefix)])
 
     def plugins(self) -> set[str]:
         return {spec.plugin for spec in self.specs.values() if spec.plugin is not None}

@@ -38,11 +38,13 @@ from fluffy.errors import (
     PolicyError,
     ToolFailed,
     ToolInputInvalid,
+    ToolNotFound,
     ToolUnavailable,
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import summarize
+from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.merge.ingest import ingest
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.paths import read_regular, safe_relpath
@@ -78,6 +80,9 @@ _ENCODE = msgspec.json.Encoder(enc_hook=repr).encode
 #: Runs a plugin call under the scheduler: (template, call id, coroutine factory,
 #: priority).
 Schedule = Callable[[str, str, Callable[[], Awaitable[Any]], int], Awaitable[Any]]
+#: Asks the user about one call that policy holds for review (session id, what is
+#: shown) -> {"decision": "allow" | "allow_session" | "deny", "reason": ...}.
+Reviewer = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 #: The priority of a call (ADR-043): a model turn's calls, which the user watches,
 #: before a client's direct tool.call / tool.batch, both before background work.
@@ -106,6 +111,7 @@ class _Call:
     token_ops: str | None = None  # "used/max" uses of the call's token (None: no token)
     token: str | None = None  # how the audit log names the call's token
     priority: int = CALL_PRIORITY  # its sandbox's scheduler priority
+    reviewed: str | None = None  # an MCP call the user allowed (how)
 
 
 class ToolRouter:
@@ -128,6 +134,7 @@ class ToolRouter:
         schedule: Schedule = _direct,
         accepting_work: Callable[[], bool] = lambda: True,
         tests: TestPreparer | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.project = project
         self.registry = registry
@@ -148,6 +155,12 @@ class ToolRouter:
         self.steps: Scheduler | None = None
         #: test.run's environment and per-session view (None: no engine, no test runs)
         self.tests = tests
+        #: the project's MCP servers (ADR-046); None: none registered
+        self.mcp = mcp
+        #: asks the user about a call held for review (set by the session loop)
+        self.reviewer: Reviewer | None = None
+        #: MCP tools the user allowed for the rest of a session (session id -> names)
+        self.session_allowed: dict[str, set[str]] = {}
         self.flow = Flow(workflow, workspaces, merger, audit)
         self.scope = availability.WriteScope(
             workflow.test_globs, (*availability.PROTECTED_GLOBS, *protected)
@@ -284,6 +297,10 @@ class ToolRouter:
             args["path"] = next(iter(writes or reads))
         if spec.route in ("fast", "kernel"):
             parse_args(tool, args)  # refuse bad arguments before policy sees them
+        if spec.route == "mcp":
+            if self.mcp is None:
+                raise ToolNotFound(f"there is no MCP tool {tool!r}")
+            self.mcp.check_arguments(tool, args)
         if spec.kind != "workflow":
             availability.check(
                 tool,
@@ -330,7 +347,7 @@ class ToolRouter:
                 state=call.session.state,
                 mode=call.session.mode,
                 size=size,
-                sandbox=spec.template if spec.route == "plugin" else None,
+                sandbox=spec.template if spec.route in ("plugin", "mcp") else None,
                 issuing=issuing,
             )
             asked.append(request_data(self.policy.as_evaluated(request)))
@@ -344,6 +361,9 @@ class ToolRouter:
                     fix=_denied_fix(by),
                 )
             if decision.result == "require_review":
+                if spec.kind == "external":  # an MCP call: the user is asked before it runs
+                    call.review = "; ".join(decision.reasons) or f"{spec.name} needs review"
+                    continue
                 if spec.kind != "write":
                     raise PolicyError(
                         f"{spec.name} needs the user's review",
@@ -401,6 +421,8 @@ class ToolRouter:
             return self.fast.run(spec.name, call.args, stage, normalized=True)
         if spec.name == "test.run":
             return await self._test_run(call)
+        if spec.route == "mcp":
+            return await self._mcp(call)
         outcome = await self._plugin(call)
         try:
             if spec.kind == "write":
@@ -461,6 +483,51 @@ class ToolRouter:
         call.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
         call.sandbox_id = outcome.sandbox.sandbox_id
         return outcome
+
+    async def _mcp(self, call: _Call) -> dict[str, Any]:
+        """An MCP server's tool: the user's yes first when policy asks for review."""
+        assert self.mcp is not None
+        if call.review is not None:
+            await self._ask_user(call)
+        result = await self.mcp.call(call.spec.name, call.args, self.settings.call_timeout_s)
+        running = self.mcp.running.get(call.spec.name.split(".")[1])
+        call.sandbox_id = running.connection.sandbox_id if running else None
+        return result
+
+    async def _ask_user(self, call: _Call) -> None:
+        spec, sid = call.spec, call.session.id
+        if spec.name in self.session_allowed.get(sid, set()):
+            call.reviewed = "allowed for this session by the user"
+            return
+        if self.reviewer is None:
+            raise PolicyError(
+                f"{spec.name} needs the user's review",
+                why=call.review or "",
+                fix="Only a running task can ask the user; allow it with a policy rule "
+                f"(syscall: {spec.name.rsplit('.', 1)[0]}.*, action: allow).",
+            )
+        shown = {
+            "review_id": call.call_id,
+            "tool": spec.name,
+            "arguments": summarize(call.args)[:2000],
+            "reason": call.review,
+            "description": spec.description[:300],
+        }
+        decision = await self.reviewer(sid, shown)
+        said = str(decision.get("decision"))
+        if said == "allow_session":
+            self.session_allowed.setdefault(sid, set()).add(spec.name)
+            call.reviewed = "allowed for this session by the user"
+        elif said == "allow":
+            call.reviewed = "allowed once by the user"
+        else:
+            reason = str(decision.get("reason") or "").strip()
+            raise PolicyError(
+                f"the user refused {spec.name}",
+                why=(f'they said: "{reason}"' if reason else "the call was held for review")
+                + f" ({call.review})",
+                fix="Do something else, or ask the user what they want.",
+            )
 
     def _expect(self, session: SessionRow, tool: str) -> None:
         """Warm the pool for the session's next ``tool`` call (a sandbox of its recipe);
@@ -747,7 +814,7 @@ class ToolRouter:
             }
             if cleaned.redacted_kinds:
                 meta["redacted_kinds"] = ",".join(cleaned.redacted_kinds)
-        if call is not None and call.spec.kind == "read":  # a read changes no session
+        if call is not None and call.spec.kind in ("read", "external"):  # changes no session
             session: dict[str, Any] | None = {
                 "session_id": call.session.id,
                 "mode": call.session.mode,
@@ -787,6 +854,7 @@ class ToolRouter:
                     if call is not None and call.token is not None and call.token_ops
                     else {}
                 ),
+                **({"review": call.reviewed} if call is not None and call.reviewed else {}),
                 **(
                     {"sandbox_warm": "true" if call.timings.get("warm") else "false"}
                     if call is not None and call.timings

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.unit.mcp_support import local_manager  # noqa: F401 - a fixture of MCP tests
+
 
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:

@@ -244,6 +244,7 @@ def test_templates_have_the_design_limits() -> None:
         "code-executor": ("1GiB", 1.0, 100, "300s", "standard"),
         "policy-sandbox": ("128MiB", 0.25, 5, "100ms", "strict"),
         "integration-test": ("1GiB", 1.0, 100, "300s", "standard-net"),
+        "mcp-server": ("512MiB", 1.0, 64, "24h", "standard"),  # long-lived (ADR-046)
     }
     got = {
         n: (c.memory_limit, c.cpu_limit, c.max_pids, c.max_duration, c.seccomp_profile)

@@ -1,0 +1,1 @@
+"""MCP servers in sandboxes: records, the relay connection, the kernel manager (ADR-046)."""

@@ -1,0 +1,408 @@
+"""One running MCP server: its sandbox, its socket, and the MCP client session.
+
+The server runs in a long-lived ``mcp-server`` sandbox; :mod:`fluffy.sandboxes.
+mcp_host` connects to this sandbox's own socket and makes the connection the server's
+stdin and stdout, so the kernel speaks MCP's stdio transport (one JSON-RPC message per
+line) with the server itself.  Only the sandbox user may connect (SO_PEERCRED), once.
+The lines are the transport of the official ``mcp`` SDK's
+:class:`~mcp.client.session.ClientSession` (the stream pair its stdio client builds), so
+the protocol -- initialisation, version negotiation, ``tools/list``, ``tools/call`` --
+is the SDK's, never a copy.
+
+The session lives in a task of its own (anyio task groups end in the task that began
+them); calls come from any task.  The server's end -- its connection closed -- fails
+the calls in flight with :class:`McpServerFailed`, naming the sandbox's exit code and
+the tail of its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.shared.message import SessionMessage
+
+from fluffy.errors import FluffyError, McpServerFailed, ToolTimeout
+from fluffy.ipc.transport import peer_identity
+from fluffy.kernel.containers.config import template_config
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.sandboxio import output_tail
+from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
+from fluffy.kernel.mcp.record import McpServer, McpTool
+
+log = logging.getLogger("fluffy.kernel.mcp")
+
+START_TIMEOUT_S = 60.0
+#: Largest message (one JSON-RPC line) read from a server.
+MAX_LINE = 4 * 1024 * 1024
+#: How often a running server's relay connection is looked at (a sandbox killed from
+#: outside says nothing: its connection just goes).
+WATCH_S = 0.5
+SERVER_PATH = "/opt/mcp/venv/bin:/usr/local/bin:/usr/bin:/bin"
+SERVER_DIR = "/opt/mcp/server"
+#: fluffy's own interpreter: the server's venv comes first on the PATH it is given
+HOST_COMMAND = ["/opt/fluffy/venv/bin/python3", "-m", "fluffy.sandboxes.mcp_host"]
+
+
+def server_environment(server: McpServer) -> dict[str, str]:
+    """What the server's process sees: its own venv first, a private HOME, its env."""
+    return {
+        **server.env,
+        "PATH": SERVER_PATH,
+        "HOME": "/tmp",  # noqa: S108 - the sandbox's own tmpfs
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def tool_record(tool: types.Tool) -> McpTool:
+    annotations = tool.annotations
+    return McpTool(
+        name=tool.name,
+        description=(tool.description or "")[:2000],
+        input_schema=dict(tool.input_schema or {"type": "object"}),
+        read_only=bool(annotations is not None and annotations.read_only_hint),
+    )
+
+
+class McpConnection:
+    """Start with :meth:`start`, call tools with :meth:`call`, end with :meth:`close`."""
+
+    def __init__(
+        self,
+        manager: ContainerManager,
+        server: McpServer,
+        *,
+        project: Path | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        self.manager = manager
+        self.server = server
+        self.project = project
+        self.start_timeout_s = start_timeout_s
+        self.listener: asyncio.AbstractServer | None = None
+        self.allowed_uid: int | None = None
+        self.stream: asyncio.StreamWriter | None = None
+        self.sandbox: Sandbox | None = None
+        self.folder: Path | None = None
+        self.session: ClientSession | None = None
+        self.tools: list[McpTool] = []
+        self.server_info = ""
+        self.started_at = 0.0
+        self.start_ms = 0.0
+        self.exit: tuple[int | None, str] | None = None  # (code, why) once it ended
+        self._ended = asyncio.Event()
+        self._attached = asyncio.Event()
+        self._ready: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._read_send: Any = None
+        self._write_recv: Any = None
+        self._sandbox_id: str | None = None  # kept after the sandbox is gone
+
+    @property
+    def sandbox_id(self) -> str | None:
+        return self.sandbox.sandbox_id if self.sandbox is not None else self._sandbox_id
+
+    @property
+    def alive(self) -> bool:
+        return self.session is not None and not self._ended.is_set()
+
+    # -- the server's side ----------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        try:
+            peer = peer_identity(sock)
+        except OSError:
+            peer = None
+        if self.stream is not None or peer is None or peer.uid != self.allowed_uid:
+            log.warning("MCP server %s: refused a connection (%s)", self.server.name, peer)
+            writer.close()
+            return
+        self.stream = writer
+        self._attached.set()
+        try:
+            await self._read(reader)
+        finally:
+            self._end(None, "the server's connection closed (it exited)")
+            writer.close()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while not self._ended.is_set():
+            try:
+                line = await reader.readline()
+            except ValueError:  # over the limit: the stream cannot be resynchronised
+                self._end(None, f"the server wrote a message over {MAX_LINE} bytes")
+                return
+            except ConnectionError:
+                return
+            if not line:
+                return
+            if not line.strip() or self._read_send is None:
+                continue
+            try:
+                item: SessionMessage | Exception = SessionMessage(
+                    types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                )
+            except ValueError as exc:  # the session hands it to its message handler
+                item = exc
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self._read_send.send(item)
+
+    def _end(self, code: int | None, why: str) -> None:
+        if self.exit is None:
+            self.exit = (code, why)
+        self._ended.set()
+        if self._read_send is not None:
+            self._read_send.close()
+
+    async def _writer(self) -> None:
+        """The session's messages, one line each, to the server."""
+        async with self._write_recv:
+            async for message in self._write_recv:
+                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                stream = self.stream
+                if stream is None or stream.is_closing():
+                    self._end(None, "the server's connection is gone")
+                    return
+                stream.write(line.encode() + b"\n")
+                try:
+                    await stream.drain()
+                except ConnectionError:
+                    self._end(None, "the server's connection broke")
+                    return
+
+    async def _listen(self, folder: Path, options: dict[str, Any]) -> None:
+        """Listen on mcp.sock in ``folder``, for the sandbox user only (bound under a
+        temporary name, then renamed: a client never meets a socket not yet ready)."""
+        path, staging = folder / "mcp.sock", folder / ".mcp.s"
+        self.allowed_uid = next(iter(options["allowed_uids"]))
+        self.listener = await asyncio.start_unix_server(
+            self._accept, path=str(staging), limit=MAX_LINE
+        )
+        if options.get("owner") is not None:
+            os.chown(staging, *options["owner"])
+        staging.chmod(options["mode"])
+        staging.replace(path)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        started = time.perf_counter()
+        self.folder, options = sandbox_socket_dir(
+            self.manager.root, f"mcp-{self.server.name}-{uuid.uuid4().hex[:8]}"
+        )
+        await self._listen(self.folder, options)
+        config = template_config(
+            "mcp-server",
+            plugin_name=f"mcp-{self.server.name}",
+            image=self.server.image,
+            project_dir=self.project,
+            kernel_socket_dir=self.folder,
+            environment=server_environment(self.server),
+        )
+        # a --path server starts in its folder; others in the project (read-only)
+        cwd = SERVER_DIR if self.server.path else "/workspace" if self.project else "/tmp"  # noqa: S108
+        command = [*HOST_COMMAND, "--cwd", cwd, "--", *self.server.command]
+        try:
+            self.sandbox = await asyncio.to_thread(self.manager.create, config, command)
+            self._sandbox_id = self.sandbox.sandbox_id
+            watch = asyncio.create_task(self._watch_start())
+            try:
+                await self._wait(self._attached.wait(), "did not connect to the kernel")
+                self._ready = asyncio.get_running_loop().create_future()
+                self._task = asyncio.create_task(self._run(), name=f"mcp-{self.server.name}")
+                await self._wait(asyncio.shield(self._ready), "did not answer initialize")
+            finally:
+                watch.cancel()
+        except BaseException:
+            await asyncio.shield(self.close())
+            raise
+        self.started_at = time.time()
+        self.start_ms = round((time.perf_counter() - started) * 1000, 1)
+
+    async def _watch_start(self) -> None:
+        """While starting: a sandbox that exits (a host that cannot start) ends the wait."""
+        runtime = self.manager.runtime
+        while self.sandbox is not None and self.sandbox.container_id:
+            await asyncio.sleep(WATCH_S)
+            try:
+                state = await asyncio.to_thread(runtime.inspect, self.sandbox.container_id)
+            except FluffyError:
+                continue
+            if state.status != "running":
+                oom = " (out of memory)" if state.oom_killed else ""
+                self._end(state.exit_code, f"the sandbox exited{oom}")
+                return
+
+    async def _wait(self, waiting: Any, what: str) -> None:
+        ended = asyncio.ensure_future(self._ended.wait())
+        task = asyncio.ensure_future(waiting)
+        try:
+            done, _ = await asyncio.wait(
+                {task, ended}, timeout=self.start_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            ended.cancel()
+            if not task.done():
+                task.cancel()
+        if task in done:
+            task.result()  # a failed initialize raises here
+            return
+        code, why = self.exit or (None, "")
+        said = "exited while starting" if self.exit else f"{what} within {self.start_timeout_s:g} s"
+        raise McpServerFailed(
+            f"the MCP server {self.server.name} {said}",
+            why=await self._why(code, why),
+            fix="Check the server's command and packages: run it once by hand, then "
+            "`fluffy mcp add` it again.",
+        )
+
+    async def _why(self, code: int | None, why: str) -> str:
+        """The exit code and the output's tail; a server whose connection just closed gets
+        a moment to finish exiting (its last words are in the output)."""
+        tail = ""
+        if self.sandbox is not None and self.sandbox.container_id:
+            container, runtime = self.sandbox.container_id, self.manager.runtime
+            for _ in range(20):  # the server is the sandbox's process: its exit is the code
+                try:
+                    state = await asyncio.to_thread(runtime.inspect, container)
+                except Exception:
+                    break
+                if state.status != "running":
+                    code = state.exit_code if code is None else code
+                    break
+                await asyncio.sleep(0.05)
+            tail = await asyncio.to_thread(output_tail, runtime, container)
+        said = f"exit code {code}" if code is not None else "no exit code"
+        return f"{said}; {why}; its output: {tail}" if why else f"{said}; its output: {tail}"
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](64)
+        write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](64)
+        self._read_send, self._write_recv = read_send, write_recv
+        writer = asyncio.create_task(self._writer())
+        try:
+            async with ClientSession(read_recv, write_send) as session:
+                result = await session.initialize()
+                listed = await session.list_tools()
+                self.tools = [tool_record(tool) for tool in listed.tools]
+                info = result.server_info
+                self.server_info = f"{info.name} {info.version}"[:200] if info else ""
+                self.session = session
+                self._ready.set_result(None)
+                while not self._ended.is_set():
+                    await self._ended.wait()
+        except BaseException as exc:
+            if not self._ready.done():
+                self._ready.set_exception(
+                    exc if isinstance(exc, Exception) else McpServerFailed("start cancelled")
+                )
+                self._ready.exception()  # retrieved: start() reports the end, not this
+            if not isinstance(exc, Exception):
+                raise
+            log.info("MCP server %s: session ended: %s", self.server.name, exc)
+        finally:
+            self.session = None
+            self._end(*(self.exit or (None, "the session ended")))
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """``tools/call``; the server's end fails it at once (the SDK fails the requests
+        in flight when the connection closes)."""
+        session = self.session
+        if session is None or self._ended.is_set():
+            raise await self.failure("is not running")
+        try:
+            result = await asyncio.wait_for(session.call_tool(tool, arguments), timeout_s)
+        except TimeoutError:
+            if self._ended.is_set():
+                raise await self.failure("exited during the call") from None
+            raise ToolTimeout(
+                f"mcp.{self.server.name}.{tool} did not answer within {timeout_s:g} s",
+                why="each MCP call has the tool call limit (tools.call_timeout in policy.yaml)",
+                fix="Retry with less work, or raise the limit.",
+            ) from None
+        except FluffyError:
+            raise
+        except Exception as exc:  # an MCP error answer, or the connection's end
+            if self._ended.is_set():
+                raise await self.failure("exited during the call") from None
+            raise McpServerFailed(
+                f"the MCP server {self.server.name} failed {tool}",
+                why=f"{type(exc).__name__}: {str(exc)[:500]}",
+                fix="Check the arguments against the tool's schema, or report it to "
+                "the server's authors.",
+            ) from None
+        return result_dict(result)
+
+    async def failure(self, what: str) -> McpServerFailed:
+        code, why = self.exit or (None, "")
+        return McpServerFailed(
+            f"the MCP server {self.server.name} {what}",
+            why=await self._why(code, why),
+            fix="Call the tool again: the kernel starts the server anew (after repeated "
+            "failures it waits a while first).",
+        )
+
+    async def close(self) -> None:
+        self._end(*(self.exit or (None, "stopped by the kernel")))
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, 5)
+        if self.sandbox is not None:
+            sandbox, self.sandbox = self.sandbox, None
+            with contextlib.suppress(FluffyError):
+                await asyncio.to_thread(self.manager.destroy, sandbox)
+        if self.stream is not None:
+            self.stream.close()
+        if self.listener is not None:
+            self.listener.close()
+            with contextlib.suppress(Exception):
+                await self.listener.wait_closed()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+#: What the model gets of a content item (MCP: text, image, audio, resource, link).
+def _content(item: Any) -> dict[str, Any]:
+    kind = getattr(item, "type", "")
+    if kind == "text":
+        return {"type": "text", "text": str(item.text)}
+    if kind in ("image", "audio"):
+        size = len(str(getattr(item, "data", "")) or "") * 3 // 4
+        return {"type": kind, "mime_type": str(getattr(item, "mime_type", "")), "bytes": size,
+                "note": f"{kind} content is not passed to the model"}  # fmt: skip
+    if kind == "resource":
+        resource = item.resource
+        text = getattr(resource, "text", None)
+        body = {"text": str(text)} if text is not None else {"note": "binary resource"}
+        return {"type": "resource", "uri": str(resource.uri), **body}
+    if kind == "resource_link":
+        return {"type": "resource_link", "uri": str(item.uri), "name": str(item.name)}
+    return {"type": str(kind) or "unknown", "note": "content of an unknown type"}
+
+
+def result_dict(result: Any) -> dict[str, Any]:
+    """A ``tools/call`` result as the router returns it (then sanitised and capped)."""
+    out: dict[str, Any] = {
+        "is_error": bool(getattr(result, "is_error", False)),
+        "content": [_content(item) for item in (getattr(result, "content", None) or [])],
+    }
+    structured = getattr(result, "structured_content", None)
+    if structured is not None:
+        out["structured"] = structured
+    return out

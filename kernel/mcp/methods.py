@@ -1,0 +1,48 @@
+"""The MCP syscalls on the CLI's socket: ``mcp.list`` and ``mcp.reload``.
+
+``fluffy mcp add`` / ``remove`` write the records on the host and then ask a running
+kernel to read them again (``mcp.reload``): servers whose record changed or went are
+stopped, and the tools offered change with the next model request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.mcp.servers import PREFIX
+from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.workflow.methods import _user_only
+
+
+def mcp_methods(router: ToolRouter) -> dict[str, Handler]:
+    async def list_servers(context: CallContext, params: Any) -> dict[str, Any]:
+        servers = router.mcp.status() if router.mcp is not None else []
+        return {"servers": servers}
+
+    async def reload(context: CallContext, params: Any) -> dict[str, Any]:
+        _user_only(context, "reload the project's MCP servers")
+        mcp = router.mcp
+        if mcp is None:
+            return {"servers": [], "stopped": [], "tools": 0}
+        specs, stopped = await mcp.reload()
+        router.registry.replace(PREFIX, specs)
+        if router.audit is not None:
+            router.audit.record_nowait(
+                Event(
+                    "mcp_server_stopped" if stopped else "mcp_servers_loaded",
+                    caller="user",
+                    input_summary=f"MCP servers reloaded: {', '.join(sorted(mcp.servers))}"[:500]
+                    or "no MCP servers",
+                    metadata={
+                        "servers": ",".join(sorted(mcp.servers))[:400],
+                        "tools": str(len(specs)),
+                        "stopped": ",".join(stopped),
+                        "problems": "; ".join(f"{k}: {v}" for k, v in mcp.problems.items())[:400],
+                    },
+                )
+            )
+        return {"servers": mcp.status(), "stopped": stopped, "tools": len(specs)}
+
+    return {"mcp.list": list_servers, "mcp.reload": reload}
