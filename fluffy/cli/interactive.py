@@ -57,6 +57,8 @@ class Context:
     after: int | None = None  # where this prompt's event stream stands
     #: The id of the AI's exemption request this prompt showed last (what /approve grants).
     exemption_shown: str | None = None
+    #: (review id, tool) of a tool call held for review that this prompt showed (ADR-046).
+    tool_shown: tuple[str, str] | None = None
     #: Before each task: the project's test environment, rebuilt if its files changed.
     prepare: Callable[[], None] | None = None
 
@@ -160,6 +162,12 @@ def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
 
 
 def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Context) -> Reply:
+    if ctx.tool_shown is None and decision in ("approve", "reject"):
+        held = (client.call("tool.pending", {"session_id": session_id}) or {}).get("pending")
+        if held:  # a call shown before this prompt joined (fluffy session resume)
+            ctx.tool_shown = (str(held.get("review_id")), str(held.get("tool")))
+    if ctx.tool_shown is not None and decision in ("approve", "reject"):
+        return _decide_call(decision, reason, client, session_id, ctx)
     session = client.call("session.get", {"session_id": session_id}) or {}
     pending = session.get("exemption_pending")
     if pending and decision in ("approve", "reject"):
@@ -182,6 +190,28 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
         return Reply(f"asked for tests before merging plan {review['plan_id']}", event=end)
     word = "approved" if decision == "approve" else "rejected"
     return Reply(f"{word} plan {review['plan_id']}", event=end)
+
+
+def _decide_call(decision: str, reason: str, client: Any, session_id: str, ctx: Context) -> Reply:
+    """/approve (once), /approve all (for the session) or /reject [why] on a held call."""
+    assert ctx.tool_shown is not None
+    review_id, tool = ctx.tool_shown
+    said = "allow" if decision == "approve" else "deny"
+    if decision == "approve" and reason.lower() in ("all", "session", "always"):
+        said = "allow_session"
+    after = ctx.after if ctx.after is not None else cursor(client, session_id)
+    params: dict[str, Any] = {"session_id": session_id, "review_id": review_id, "decision": said}
+    if said == "deny" and reason:
+        params["reason"] = reason
+    client.call("tool.decide", params)
+    ctx.tool_shown = None
+    end = follow(
+        client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
+    )
+    _note_shown(ctx, end)
+    ctx.after = _position(end, after)
+    word = {"allow": "allowed", "allow_session": "allowed for this session", "deny": "refused"}
+    return Reply(f"{word[said]} {tool}", event=end)
 
 
 def _decide_exemption(
@@ -222,9 +252,13 @@ def _decide_exemption(
 
 
 def _note_shown(ctx: Context, end: dict[str, Any]) -> None:
-    """A turn left waiting on the AI's exemption request: the request this prompt showed."""
+    """A turn left waiting on the AI's exemption request, or on a tool call policy holds:
+    what this prompt showed (what /approve answers)."""
+    ctx.tool_shown = None
     if end.get("exemption") and end.get("request_id"):
         ctx.exemption_shown = str(end["request_id"])
+    if end.get("status") == "waiting_review" and end.get("tool_review"):
+        ctx.tool_shown = (str(end["tool_review"]), str(end.get("tool") or "the call"))
 
 
 def _position(end: dict[str, Any], after: int) -> int:

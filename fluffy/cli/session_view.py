@@ -213,6 +213,17 @@ class SessionRenderer:
         self._line("    nothing is exempt until you decide: /approve grants it, /reject refuses it")
         self._line()
 
+    def _on_tool_review(self, event: dict[str, Any]) -> None:
+        """A call policy holds for the person (an MCP server's tool, ADR-046)."""
+        self._line(f"  [bold]The AI wants to call {escape(str(event.get('tool')))}[/]")
+        self._line(f"    arguments: {escape(str(event.get('arguments') or '{}'))}")
+        self._line(f"    why asked: {escape(str(event.get('reason') or ''))}")
+        self._line(
+            "    nothing runs until you decide: /approve (once), /approve all (this session), "
+            "/reject \\[why]"
+        )
+        self._line()
+
     def _diff(self, diff: str) -> None:
         lines = diff.splitlines()
         if not lines:

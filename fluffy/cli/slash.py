@@ -15,7 +15,8 @@ COMMANDS = {
     "/explore": "switch to explore mode (tests optional; tech-debt budget applies)",
     "/debug": "switch to debug mode (asks for your approval)",
     "/budget": "the tech-debt budget (coverage against the baseline)",
-    "/approve": "accept what waits for your review (a merge, or the AI's exemption request)",
+    "/approve": "accept what waits for your review (a merge, the AI's exemption request, or "
+    "a tool call: /approve all allows that tool for the rest of the session)",
     "/reject": "refuse what waits for your review: /reject [reason]",
     "/add-tests": "ask for tests before the merge of the explore change under review",
     "/exempt": "exempt files from TDD: /exempt <category> <paths...> -- <reason>",

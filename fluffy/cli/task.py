@@ -129,6 +129,8 @@ def run_task(args: argparse.Namespace) -> int:
         if event.get("type") == "exemption":
             question = f"Grant the TDD exemption {request_text(event)}?"
             return "approve" if ask(question) else "reject"
+        if event.get("type") == "tool_review":
+            return "approve" if ask(f"Allow {event.get('tool')} this once?") else "reject"
         if ask("Approve?"):
             return "approve"
         if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):
@@ -163,7 +165,15 @@ def run_task(args: argparse.Namespace) -> int:
             kernel_decides=args.yes,  # auto_approve: the kernel approves where policy allows
         )
         state = client.call("session.get", {"session_id": sid}) or session
-    if end.get("status") == "waiting_review":
+    if end.get("status") == "waiting_review" and end.get("tool_review"):
+        where = f" --project {project}" if Path.cwd().resolve() != project else ""
+        notes.print(
+            f"The call to {end.get('tool')} waits for your answer (session {sid}). Run "
+            f"`fluffy session resume {sid}{where}` (or `fluffy` in the project), then "
+            "/approve, /approve all (for this session) or /reject; a rule allowing "
+            f"{str(end.get('tool')).rsplit('.', 1)[0]}.* in .fluffy/policy.yaml stops the asking."
+        )
+    elif end.get("status") == "waiting_review":
         where = f" --project {project}" if Path.cwd().resolve() != project else ""
         notes.print(
             f"The change waits for your review (session {sid}). To decide, run "

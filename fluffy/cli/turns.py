@@ -85,7 +85,8 @@ def follow(
                 renderer.render(event)
                 # the kernel says whether it decides (--yes, no policy review); else ask
                 kernel_takes = event.get("kernel_decides", kernel_decides)
-                if kind in ("review", "exemption") and not event.get("auto") and not kernel_takes:
+                asks = kind in ("review", "exemption", "tool_review")
+                if asks and not event.get("auto") and not kernel_takes:
                     decided = False
                     outcome = _decide(client, session_id, event, renderer, on_review, position)
                     if outcome is not None:
@@ -111,6 +112,8 @@ def _decide(
     """Ask, and pass the answer on; a turn_end to return when the review stays open."""
     plan_id = review.get("plan_id")
     decision = on_review(review)
+    if review.get("type") == "tool_review":  # a call policy holds (an MCP tool, ADR-046)
+        return _decide_call(client, session_id, review, renderer, decision, position)
     if review.get("type") == "exemption":  # the AI's request: the user grants or refuses
         shown = str(review.get("request_id") or "")  # the decision names what was shown
         if decision not in ("approve", "reject"):
@@ -139,6 +142,36 @@ def _decide(
     except FluffyError as exc:  # e.g. policy does not let this change be accepted
         renderer.render({"type": "notice", "level": "error", **_error(exc)})
         end = ended("waiting_review", plan_id=plan_id, next=position, error=_error(exc))
+        renderer.render(end)
+        return end
+    return None
+
+
+#: How the person's answer on a held tool call is said to the kernel (tool.decide).
+CALL_ANSWERS = {"approve": "allow", "approve_session": "allow_session", "reject": "deny"}
+
+
+def _decide_call(
+    client: Any,
+    session_id: str,
+    review: dict[str, Any],
+    renderer: Renderer,
+    decision: str | None,
+    position: int,
+) -> dict[str, Any] | None:
+    shown = str(review.get("review_id") or "")
+    if decision not in CALL_ANSWERS:
+        end = ended("waiting_review", next=position, tool_review=shown, tool=review.get("tool"))
+        renderer.render(end)
+        return end
+    try:
+        client.call(
+            "tool.decide",
+            {"session_id": session_id, "review_id": shown, "decision": CALL_ANSWERS[decision]},
+        )
+    except FluffyError as exc:
+        renderer.render({"type": "notice", "level": "error", **_error(exc)})
+        end = ended("waiting_review", next=position, error=_error(exc))
         renderer.render(end)
         return end
     return None

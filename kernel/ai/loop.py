@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from fluffy.errors import FluffyError, Quarantined, TurnRunning, WorkflowError
+from fluffy.errors import FluffyError, PolicyError, Quarantined, TurnRunning, WorkflowError
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
@@ -84,6 +84,10 @@ class Turn:
     provider_session: ProviderSession | None = None
     ended: bool = False
     started: float = field(default_factory=time.monotonic)
+    #: the id of the tool call waiting for the user's yes (one at a time: review_lock)
+    tool_review: str | None = None
+    tool_shown: dict[str, Any] | None = None  # what the user is asked about it
+    review_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class SessionLoop:
@@ -110,6 +114,7 @@ class SessionLoop:
         self.denials: dict[str, int] = {}
         #: per round, what the ai-provider sandbox waited for the kernel (benchmarks)
         self.round_gaps: deque[float] = deque(maxlen=10_000)
+        router.reviewer = self.review_call
 
     # -- the CLI's side ---------------------------------------------------------------
     def stream(self, session_id: str) -> EventStream:
@@ -174,6 +179,44 @@ class SessionLoop:
         turn = self.turns.get(session_id)
         if turn is not None and turn.review is not None and not turn.review.done():
             turn.review.set_result({"decision": decision, "result": result, "reason": reason})
+
+    async def review_call(self, session_id: str, shown: dict[str, Any]) -> dict[str, Any]:
+        """A tool call policy holds for review (an MCP tool): the turn asks the user and
+        waits; ``decide_call`` answers.  Calls of one response are asked one at a time."""
+        turn = self.running(session_id)
+        if turn is None:
+            raise PolicyError(
+                f"{shown.get('tool')} needs the user's review",
+                why="only a running task can ask the user",
+                fix="Allow it with a policy rule, or call it from a task.",
+            )
+        async with turn.review_lock:
+            turn.review = asyncio.get_running_loop().create_future()
+            turn.status = "waiting_review"
+            turn.tool_review = str(shown.get("review_id"))
+            turn.tool_shown = dict(shown)
+            await self._emit(turn, {"type": "tool_review", "kernel_decides": False, **shown})
+            try:
+                return await self._wait_for_user(turn)
+            finally:
+                turn.tool_review = turn.tool_shown = None
+
+    def pending_call(self, session_id: str) -> dict[str, Any] | None:
+        """The tool call that waits for the user's answer in this session, if any."""
+        turn = self.running(session_id)
+        return dict(turn.tool_shown) if turn is not None and turn.tool_shown else None
+
+    async def decide_call(
+        self, session_id: str, review_id: str, decision: str, reason: str = ""
+    ) -> None:
+        turn = self.running(session_id)
+        if turn is None or turn.tool_review is None or turn.tool_review != review_id:
+            raise PolicyError(
+                f"no tool call {review_id} waits for a decision in session {session_id}",
+                why="it was decided already, or its task ended",
+                fix="Decide on the call the session shows now.",
+            )
+        await self.resolve_review(session_id, decision, None, reason)
 
     async def lift_quarantine(self, session_id: str) -> None:
         await self.router.workflow.annotate(session_id, "quarantine_lifted", quarantined=None)

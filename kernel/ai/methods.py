@@ -21,6 +21,7 @@ from fluffy.sandboxes.ai.types import ProviderConfig
 
 MAX_TEXT = 100_000
 MAX_WAIT_MS = 30_000
+CALL_DECISIONS = ("allow", "allow_session", "deny")
 
 
 def _provider(raw: Any) -> ProviderConfig:
@@ -164,7 +165,28 @@ def ai_methods(
         await loop.resolve_review(sid, "grant" if p["grant"] else "deny", result, why[:2000])
         return result
 
+    async def decide_call(context: CallContext, params: Any) -> dict[str, Any]:
+        """The user's answer on a tool call held for review (an MCP tool, ADR-046)."""
+        p = _params(params, ("session_id", "review_id", "decision"), ("reason",))
+        _user_only(context, "decide on a tool call")
+        if p["decision"] not in CALL_DECISIONS:
+            raise InvalidPayload("decision must be one of " + ", ".join(CALL_DECISIONS))
+        if not isinstance(p["review_id"], str) or len(p["review_id"]) > 100:
+            raise InvalidPayload("review_id must be the id of the call shown (a string)")
+        why = str(p["reason"]) if isinstance(p.get("reason"), str) else ""
+        sid = str(p["session_id"])
+        await loop.decide_call(sid, p["review_id"], p["decision"], why[:2000])
+        return {"session_id": sid, "review_id": p["review_id"], "decision": p["decision"]}
+
+    async def pending_call(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        sid = str(p["session_id"])
+        await workflow.get(sid)
+        return {"session_id": sid, "pending": loop.pending_call(sid)}
+
     return {
+        "tool.decide": decide_call,
+        "tool.pending": pending_call,
         "workflow.decide_exemption": decide_exemption,
         "session.message": message,
         "session.events": events,

@@ -93,4 +93,15 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
     if tool == "plan.complete":
         steps = [s for s in out.get("workflow") or [] if isinstance(s, dict) and s.get("to")]
         return f"Plan accepted; now {steps[-1]['to']}" if steps else "Plan noted"
+    if tool.startswith("mcp.") and isinstance(out.get("content"), list):
+        return _mcp_summary(out)
     return "done"
+
+
+def _mcp_summary(out: dict[str, Any]) -> str:
+    """An MCP tool's answer: its first line of text (or what kinds of content came)."""
+    texts = [str(c.get("text")) for c in out["content"] if isinstance(c, dict) and c.get("text")]
+    first = " ".join(" ".join(texts).split())[:100] if texts else ""
+    said = first or ", ".join(str(c.get("type")) for c in out["content"] if isinstance(c, dict))
+    prefix = "The server reported an error: " if out.get("is_error") else ""
+    return prefix + (said or "no content")

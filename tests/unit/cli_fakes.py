@@ -11,7 +11,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from fluffy.errors import ExemptionMismatch, ModeDenied, SessionNotFound, UnknownMethod
+from fluffy.errors import (
+    ExemptionMismatch,
+    ModeDenied,
+    PolicyError,
+    SessionNotFound,
+    UnknownMethod,
+)
 
 
 def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[str, Any]]:
@@ -54,6 +60,7 @@ class FakeKernel:
         self.pins: list[str] = []
         self.approve_error: Exception | None = None
         self.exemption: dict[str, Any] | None = None  # the AI's request that waits
+        self.tool_held: dict[str, Any] | None = None  # a tool call that waits (ADR-046)
 
     # -- the socket ---------------------------------------------------------------------
     def call(self, method: str, params: Any = None) -> Any:
@@ -127,6 +134,8 @@ class FakeKernel:
                 if event["type"] in ("review", "exemption") and not event.get("auto"):
                     self.blocked = True
                     self.exemption = event if event["type"] == "exemption" else None
+                if event["type"] == "tool_review":
+                    self.blocked, self.tool_held = True, event
         found = [e for e in self.log if e["seq"] > after]
         running = bool(self.pages) or self.blocked
         return {
@@ -200,6 +209,16 @@ class FakeKernel:
             exemption = {k: asked[k] for k in ("category", "paths", "reason")}
             session.update(state="exploring", exemption=exemption)
         return dict(session)
+
+    def m_tool_pending(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"session_id": params["session_id"], "pending": self.tool_held}
+
+    def m_tool_decide(self, params: dict[str, Any]) -> dict[str, Any]:
+        held = self.tool_held["review_id"] if self.tool_held else None
+        if params["review_id"] != held:
+            raise PolicyError(f"no tool call {params['review_id']} waits for a decision")
+        self.tool_held, self.blocked = None, False
+        return dict(params)
 
     def m_review_add_tests(self, params: dict[str, Any]) -> dict[str, Any]:
         self.blocked = False
