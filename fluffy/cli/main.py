@@ -227,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fluffy.cli.config import add_parser as add_config_parser
     from fluffy.cli.exemption import add_parser as add_exemption_parser
     from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
+    from fluffy.cli.mcp import add_parser as add_mcp_parser
     from fluffy.cli.plugin import add_parser as add_plugin_parser
     from fluffy.cli.policy import add_parser as add_policy_parser
     from fluffy.cli.project import add_parser as add_project_parser
@@ -251,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_parser(sub)
     add_exemption_parser(sub)
     add_plugin_parser(sub)
+    add_mcp_parser(sub)
 
     demo = sub.add_parser(
         "demo",
@@ -290,6 +292,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     commands = subcommands(parser)
     if task.is_task(words, commands):
         return task.parse(words, commands)
+    if words[:2] == ["mcp", "add"] and "--" in words:  # the server's own command and options
+        cut = words.index("--")
+        args = parser.parse_args(words[:cut])
+        args.command = [*args.command, *words[cut + 1 :]]
+        return args
     return parser.parse_args(words)
 
 
