@@ -60,9 +60,18 @@ def _client_for(config: ProviderConfig, proxy: str) -> Any:
 
 
 def run_request(
-    job: dict[str, Any], proxy: str, emit: Callable[[StreamEvent], None]
+    job: dict[str, Any],
+    proxy: str,
+    emit: Callable[[StreamEvent], None],
+    *,
+    client_for: Callable[[ProviderConfig, str], Any] = _client_for,
 ) -> dict[str, Any]:
-    """One model request, streamed through ``emit``; returns the ``ai.result`` body."""
+    """One model request, streamed through ``emit``; returns the ``ai.result`` body.
+
+    One attempt only: a failure goes back with its kind and the wait the provider asked
+    for, and the kernel's retry policy decides (ADR-044).  ``client_for`` is the network
+    path (tests: a plain loopback client).
+    """
     from fluffy.sandboxes.ai.adapters import make_adapter
 
     started = time.perf_counter()
@@ -71,7 +80,7 @@ def run_request(
         config = msgspec.convert(job.get("provider") or {}, ProviderConfig)
         messages = decode_messages(job.get("messages") or [])
         tools = decode_tools(job.get("tools") or [])
-        client = _client_for(config, proxy)
+        client = client_for(config, proxy)
         try:
             adapter = make_adapter(config, client)
             response = None

@@ -24,9 +24,10 @@ from fluffy.sandboxes.ai.calls import (
     make_call,
     stream_cut,
 )
-from fluffy.sandboxes.ai.httpio import Endpoint, redact
+from fluffy.sandboxes.ai.httpio import Endpoint, context_too_long, is_context_length, redact
 from fluffy.sandboxes.ai.types import (
     AIResponse,
+    ErrorKind,
     Message,
     ProviderConfig,
     ProviderError,
@@ -66,6 +67,15 @@ class _Usage(msgspec.Struct):
     output_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+
+    def usage(self, output_tokens: int | None = None) -> Usage:
+        """The neutral usage: input counts the cache reads and writes too."""
+        return Usage(
+            input_tokens=self.inputs() or 0,
+            output_tokens=output_tokens if output_tokens is not None else self.output_tokens or 0,
+            cached_tokens=self.cache_read_input_tokens or 0,
+            reported=self.input_tokens is not None or self.output_tokens is not None,
+        )
 
     def inputs(self) -> int | None:
         if self.input_tokens is None:
@@ -223,10 +233,7 @@ class AnthropicAdapter:
             text=text,
             tool_calls=calls,
             stop_reason=normalise_stop(message.stop_reason, bool(calls)),
-            usage=Usage(
-                input_tokens=message.usage.inputs() or 0,
-                output_tokens=message.usage.output_tokens or 0,
-            ),
+            usage=message.usage.usage(),
             model=message.model or self.config.model,
         )
 
@@ -237,7 +244,8 @@ class AnthropicAdapter:
         assembler = CallAssembler(names)
         text: list[str] = []
         stop: str | None = None
-        input_tokens = output_tokens = 0
+        started = _Usage()  # message_start's usage: input and cache counts
+        output_tokens: int | None = None
         model = ""
         finished = False
         with contextlib.closing(self._endpoint.stream(body)) as events:
@@ -246,8 +254,7 @@ class AnthropicAdapter:
                 kind = event.type or sse.event
                 if kind == "message_start" and event.message is not None:
                     model = event.message.model or model
-                    input_tokens = event.message.usage.inputs() or input_tokens
-                    output_tokens = event.message.usage.output_tokens or output_tokens
+                    started = event.message.usage
                 elif kind == "content_block_start" and event.content_block is not None:
                     block = event.content_block
                     if block.type == "text" and block.text:
@@ -270,9 +277,10 @@ class AnthropicAdapter:
                 elif kind == "message_delta":
                     if event.delta is not None and event.delta.stop_reason:
                         stop = event.delta.stop_reason
-                    if event.usage is not None:
+                    if event.usage is not None:  # cumulative counts: the latest wins
                         output_tokens = event.usage.output_tokens or output_tokens
-                        input_tokens = event.usage.inputs() or input_tokens
+                        if event.usage.input_tokens is not None:
+                            started = event.usage
                 elif kind == "message_stop":
                     finished = True
                     break
@@ -285,17 +293,29 @@ class AnthropicAdapter:
             assembler,
             text,
             lambda has_calls: normalise_stop(stop, has_calls),
-            Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+            started.usage(output_tokens),
             model or self.config.model,
         )
 
     def _stream_error(self, error: _Error) -> ProviderError:
         said = redact(error.message, self.config.api_key)
+        why = f"{error.type or 'error'}: {said}" if said else (error.type or "an error event")
+        if error.type == "invalid_request_error" and is_context_length("", said):
+            return context_too_long(f"the provider said: {why}")
+        retryable = error.type in RETRYABLE_ERRORS
+        kind: ErrorKind = "server" if retryable else "request"
+        if error.type == "overloaded_error":
+            kind = "overloaded"
+        elif error.type == "rate_limit_error":
+            kind = "rate_limit"
         return ProviderError(
-            "the provider reported an error",
-            why=f"{error.type or 'error'}: {said}" if said else (error.type or "an error event"),
-            fix="Retry in a moment." if error.type in RETRYABLE_ERRORS else "Check the request.",
-            retryable=error.type in RETRYABLE_ERRORS,
+            "the provider is overloaded"
+            if kind == "overloaded"
+            else "the provider reported an error",
+            why=why,
+            fix="Retry in a moment." if retryable else "Check the request.",
+            retryable=retryable,
+            kind=kind,
         )
 
     def parse_tool_calls(self, response: AIResponse) -> list[ToolCall]:

@@ -198,6 +198,7 @@ def stream_cut(why: str) -> ProviderError:
         why=why,
         fix="Retry the request.",
         retryable=True,
+        kind="network",
     )
 
 

@@ -23,7 +23,14 @@ from fluffy.sandboxes.ai.calls import (
     make_call,
     stream_cut,
 )
-from fluffy.sandboxes.ai.httpio import Endpoint, provider_message, redact
+from fluffy.sandboxes.ai.httpio import (
+    Endpoint,
+    context_too_long,
+    is_context_length,
+    provider_code,
+    provider_message,
+    redact,
+)
 from fluffy.sandboxes.ai.types import (
     AIResponse,
     Message,
@@ -65,9 +72,14 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = 0
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = 0
     completion_tokens: int | None = 0
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Completion(msgspec.Struct):
@@ -92,7 +104,13 @@ def _text(content: str | list[Any] | None) -> str:
 def _usage(usage: _Usage | None) -> Usage:
     if usage is None:
         return Usage()
-    return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+    details = usage.prompt_tokens_details
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
+        reported=True,
+    )
 
 
 def normalise_stop(finish: str | None, has_calls: bool) -> str:
@@ -270,12 +288,16 @@ class OpenAIAdapter:
         )
 
     def _stream_error(self, error: Any) -> ProviderError:
-        message = provider_message(msgspec.json.encode({"error": error}))
+        body = msgspec.json.encode({"error": error})
+        message = redact(provider_message(body), self.config.api_key)
+        if is_context_length(provider_code(body), message):
+            return context_too_long(f"the provider said: {message}")
         return ProviderError(
             "the provider reported an error",
-            why=redact(message, self.config.api_key) or "an error object without a message",
+            why=message or "an error object without a message",
             fix="Retry; if it persists, check the model and the request on the provider's side.",
             retryable=True,
+            kind="server",
         )
 
     def parse_tool_calls(self, response: AIResponse) -> list[ToolCall]:

@@ -5,7 +5,8 @@ messages since the user's last message; the kernel's own notes do not count), so
 adapter keeps no state and a replayed or resumed session plays the same turn again.
 Past the end of the script the model says "Done." and calls nothing, which ends the
 task.  It streams like a real provider: the text in a few word chunks, each call as
-start / arguments / end.
+start / arguments / end.  The usage it reports is simulated (characters / 3.3, as a
+tokenizer averages on code).
 """
 
 from __future__ import annotations
@@ -57,9 +58,21 @@ def text_chunks(text: str) -> list[str]:
     return ["".join(words[i : i + WORDS_PER_CHUNK]) for i in range(0, len(words), WORDS_PER_CHUNK)]
 
 
+#: Characters per token of the simulated usage: what a BPE tokenizer averages on code
+#: (fewer than the kernel's estimate of 4, so a demo shows the budget's calibration).
+CHARS_PER_TOKEN = 3.3
+
+
 def _tokens(text: str) -> int:
-    """A rough token estimate (4 characters a token): the usage a real model would report."""
-    return (len(text) + 3) // 4
+    """Simulated usage: the tokens a real model would report for ``text``."""
+    return int(len(text) / CHARS_PER_TOKEN + 0.999)
+
+
+def _prompt_tokens(messages: list[Message], tools: list[ToolDefinition]) -> int:
+    parts = [m.content for m in messages]
+    parts += [msgspec.json.encode(c.arguments).decode() for m in messages for c in m.tool_calls]
+    parts += [msgspec.json.encode(t).decode() for t in tools]
+    return sum(_tokens(p) for p in parts) + 4 * len(messages)
 
 
 class ScriptedAdapter:
@@ -91,8 +104,9 @@ class ScriptedAdapter:
             tool_calls=calls,
             stop_reason="tool_calls" if calls else "stop",
             usage=Usage(
-                input_tokens=sum(_tokens(m.content) for m in messages),
+                input_tokens=_prompt_tokens(messages, tools),
                 output_tokens=_tokens(spoken),
+                reported=True,  # simulated (CHARS_PER_TOKEN), so the demo shows usage
             ),
             model=self.config.model or "scripted",
         )

@@ -58,8 +58,17 @@ class ToolResult(msgspec.Struct, frozen=True):
 
 
 class Usage(msgspec.Struct, frozen=True):
+    """What the provider said one request cost, in tokens.
+
+    ``input_tokens`` is the whole prompt, cached parts included; ``cached_tokens`` the
+    part read from the provider's prompt cache (billed cheaper).  ``reported`` is False
+    when the provider said nothing (some local servers): the zeros then mean "unknown".
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
+    reported: bool = False
 
 
 class AIResponse(msgspec.Struct, frozen=True):
@@ -117,15 +126,51 @@ StreamEvent = (
 )
 
 
-class ProviderError(Exception):
-    """A provider request failed; ``retryable`` for rate limits, 5xx and dropped streams."""
+#: What went wrong, as the kernel's retry policy sees it (ProviderError.kind).
+ErrorKind = Literal[
+    "rate_limit",  # 429: wait (Retry-After) and retry
+    "overloaded",  # 529 / overloaded_error: the provider is busy
+    "server",  # 408, 409, 5xx: the provider's side
+    "network",  # timeouts, refused or reset connections, streams cut short
+    "context_length",  # the prompt does not fit the model's window: compact, not retry
+    "auth",  # 401 / 403: the key
+    "request",  # any other 4xx: the request itself
+    "malformed",  # an answer that is not the provider's format
+    "other",
+]
 
-    def __init__(self, what: str, *, why: str = "", fix: str = "", retryable: bool = False):
+
+class ProviderError(Exception):
+    """A provider request failed; ``retryable`` for rate limits, 5xx and dropped streams.
+
+    ``retry_after_s`` is the wait the provider asked for (``retry-after-ms`` or
+    ``Retry-After``), None when it named none; the kernel decides whether to wait.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        why: str = "",
+        fix: str = "",
+        retryable: bool = False,
+        kind: ErrorKind = "other",
+        retry_after_s: float | None = None,
+    ):
         super().__init__(what)
         self.what, self.why, self.fix, self.retryable = what, why, fix, retryable
+        self.kind: ErrorKind = kind
+        self.retry_after_s = retry_after_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "why": self.why, "fix": self.fix, "retryable": self.retryable}
+        return {
+            "what": self.what,
+            "why": self.why,
+            "fix": self.fix,
+            "retryable": self.retryable,
+            "kind": self.kind,
+            "retry_after_s": self.retry_after_s,
+        }
 
 
 class AIProviderAdapter(Protocol):
@@ -191,6 +236,10 @@ class ProviderConfig(msgspec.Struct, frozen=True):
     timeout_s: float = 120.0
     #: the model's context window in tokens (0: the kernel's default)
     context_window: int = 0
+    #: retries of a failed request (the kernel's retry policy, ADR-044)
+    max_retries: int = 4
+    #: the most the retries of one request may wait in all (seconds)
+    retry_max_wait_s: float = 60.0
     turns: list[ScriptedTurn] = msgspec.field(default_factory=list)  # scripted only
 
     def __repr__(self) -> str:  # never show the key

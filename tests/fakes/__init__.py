@@ -11,6 +11,7 @@ from tests.fakes.llm import (
     Recorded,
     RefusingProxy,
     Reply,
+    Reset,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "Recorded",
     "RefusingProxy",
     "Reply",
+    "Reset",
 ]

@@ -26,6 +26,7 @@ from typing import Any
 from tests.fakes.llm_wire import (
     Fail,
     Reply,
+    Reset,
     anthropic_error,
     anthropic_frames,
     anthropic_json,
@@ -43,9 +44,10 @@ __all__ = [
     "Recorded",
     "RefusingProxy",
     "Reply",
+    "Reset",
 ]
 
-Respond = Callable[[dict[str, Any]], "Reply | Fail"]
+Respond = Callable[[dict[str, Any]], "Reply | Fail | Reset"]
 
 
 class _QuietHTTPServer(ThreadingHTTPServer):
@@ -75,7 +77,7 @@ class _FakeLLMServer:
 
     def __init__(
         self,
-        replies: Iterable[Reply | Fail] = (),
+        replies: Iterable[Reply | Fail | Reset] = (),
         *,
         respond: Respond | None = None,
         api_key: str | None = None,
@@ -84,7 +86,7 @@ class _FakeLLMServer:
         host: str = "127.0.0.1",
         check: bool = True,
     ) -> None:
-        self.replies: list[Reply | Fail] = list(replies)
+        self.replies: list[Reply | Fail | Reset] = list(replies)
         self.respond = respond
         self.api_key = api_key  # when set, other keys get the provider's 401
         self.model = model
@@ -119,7 +121,7 @@ class _FakeLLMServer:
         with self._lock:
             self._failures += [Fail(status, message)] * times
 
-    def queue(self, *replies: Reply | Fail) -> None:
+    def queue(self, *replies: Reply | Fail | Reset) -> None:
         with self._lock:
             self.replies += replies
 
@@ -143,7 +145,7 @@ class _FakeLLMServer:
         raise NotImplementedError
 
     # -- serving -------------------------------------------------------------------------
-    def _next(self, body: dict[str, Any]) -> Reply | Fail:
+    def _next(self, body: dict[str, Any]) -> Reply | Fail | Reset:
         with self._lock:
             if self._failures:
                 return self._failures.pop(0)
@@ -175,6 +177,10 @@ class _FakeLLMServer:
             self._send_json(handler, 400, self.error_body(Fail(400, "; ".join(problems))))
             return
         reply = self._next(body)
+        if isinstance(reply, Reset):
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            return
         if isinstance(reply, Fail):
             self._send_json(handler, reply.status, self.error_body(reply), reply.headers)
             return

@@ -30,6 +30,7 @@ class Reply:
     calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     stop_reason: str | None = None
     usage: tuple[int, int] = (12, 5)
+    cached: int = 0  # of usage[0], read from the prompt cache
     malformed: bool = False
     drop_after: int | None = None
     raw: list[bytes] | None = None
@@ -37,11 +38,27 @@ class Reply:
 
 @dataclass
 class Fail:
-    """An HTTP error answer."""
+    """An HTTP error answer; ``code`` is OpenAI's ``error.code`` (Anthropic: ``type``)."""
 
     status: int
     message: str = "scripted failure"
     headers: dict[str, str] = field(default_factory=dict)
+    code: str | None = None
+
+
+@dataclass
+class Reset:
+    """No answer: the server reads the request and closes the connection (a reset)."""
+
+
+#: What the providers answer when the prompt does not fit (their documented texts).
+OPENAI_TOO_LONG = Fail(
+    400,
+    "This model's maximum context length is 128000 tokens. However, your messages "
+    "resulted in 131072 tokens. Please reduce the length of the messages.",
+    code="context_length_exceeded",
+)
+ANTHROPIC_TOO_LONG = Fail(400, "prompt is too long: 210000 tokens > 200000 maximum")
 
 
 def pieces(text: str, size: int) -> list[str]:
@@ -81,11 +98,16 @@ def openai_json(reply: Reply, model: str, call_ids: list[str]) -> dict[str, Any]
         "created": 1700000000,
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": openai_finish(reply)}],
-        "usage": {
-            "prompt_tokens": reply.usage[0],
-            "completion_tokens": reply.usage[1],
-            "total_tokens": sum(reply.usage),
-        },
+        "usage": openai_usage(reply),
+    }
+
+
+def openai_usage(reply: Reply) -> dict[str, Any]:
+    return {
+        "prompt_tokens": reply.usage[0],
+        "completion_tokens": reply.usage[1],
+        "total_tokens": sum(reply.usage),
+        "prompt_tokens_details": {"cached_tokens": reply.cached},
     }
 
 
@@ -117,14 +139,13 @@ def openai_frames(
         ]
     frames.append(chunk({}, openai_finish(reply)))
     if include_usage:
-        usage = {"prompt_tokens": reply.usage[0], "completion_tokens": reply.usage[1]}
-        frames.append(sse({"id": "chatcmpl-fake", "choices": [], "usage": usage}))
+        frames.append(sse({"id": "chatcmpl-fake", "choices": [], "usage": openai_usage(reply)}))
     frames.append(sse("[DONE]"))
     return frames
 
 
 def openai_error(fail: Fail) -> dict[str, Any]:
-    return {"error": {"message": fail.message, "type": "invalid_request_error", "code": None}}
+    return {"error": {"message": fail.message, "type": "invalid_request_error", "code": fail.code}}
 
 
 def openai_problems(body: dict[str, Any]) -> list[str]:
@@ -169,12 +190,18 @@ def anthropic_json(reply: Reply, model: str, call_ids: list[str]) -> dict[str, A
         "content": content,
         "stop_reason": anthropic_stop(reply),
         "stop_sequence": None,
-        "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]},
+        "usage": {
+            # Anthropic counts the cache reads apart from input_tokens
+            "input_tokens": reply.usage[0] - reply.cached,
+            "cache_read_input_tokens": reply.cached,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": reply.usage[1],
+        },
     }
 
 
 def anthropic_frames(reply: Reply, model: str, call_ids: list[str], size: int) -> list[bytes]:
-    start = anthropic_json(Reply(usage=(reply.usage[0], 1)), model, [])
+    start = anthropic_json(Reply(usage=(reply.usage[0], 1), cached=reply.cached), model, [])
     start["stop_reason"] = None
     frames = [
         sse({"type": "message_start", "message": start}, "message_start"),
