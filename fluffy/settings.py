@@ -62,6 +62,9 @@ KEY_VARS: Final[Mapping[str, tuple[str, ...]]] = {
 CONFIG_NAME: Final = "config.yaml"
 #: Smallest context window the context manager accepts (its fixed parts + 2,000 tokens).
 MIN_CONTEXT_WINDOW: Final = 13_500
+#: Ceilings of the retry settings (ADR-044): a turn never waits on a provider longer.
+MAX_RETRIES: Final = 10
+MAX_RETRY_WAIT_S: Final = 600.0
 
 
 class _Fields(BaseModel):
@@ -77,6 +80,8 @@ class _Fields(BaseModel):
     theme: Literal["auto", "dark", "light", "plain"] | None = None
     context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, le=10_000_000)
     max_rounds: int | None = Field(default=None, ge=1, le=1000)
+    max_retries: int | None = Field(default=None, ge=0, le=MAX_RETRIES)
+    retry_max_wait_s: float | None = Field(default=None, ge=0, le=MAX_RETRY_WAIT_S)
 
 
 FIELDS: Final = tuple(_Fields.model_fields)
@@ -90,6 +95,8 @@ HELP: Final[Mapping[str, str]] = {
     "theme": "terminal colours: auto | dark | light | plain",
     "context_window": "the model's context window in tokens",
     "max_rounds": "most model rounds (request + tool calls) in one task",
+    "max_retries": "retries of a model request that was rate limited or failed (0-10)",
+    "retry_max_wait_s": "the most seconds a request's retries may wait in all",
 }
 
 
@@ -106,6 +113,8 @@ class Settings(BaseModel):
     theme: Literal["auto", "dark", "light", "plain"] = "auto"
     context_window: int = Field(default=128_000, ge=MIN_CONTEXT_WINDOW)
     max_rounds: int = Field(default=50, ge=1, le=1000)
+    max_retries: int = Field(default=4, ge=0, le=MAX_RETRIES)
+    retry_max_wait_s: float = Field(default=60.0, ge=0, le=MAX_RETRY_WAIT_S)
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -91,6 +91,8 @@ def message_options(
         "base_url": settings.base_url,
         "api_key": api_key(settings) or "",
         "context_window": settings.context_window,
+        "max_retries": settings.max_retries,
+        "retry_max_wait_s": settings.retry_max_wait_s,
     }
     if turns is not None:
         provider["turns"] = turns

@@ -258,6 +258,15 @@ class SessionRenderer:
             "(your decision is audited)."
         )
 
+    def _on_retry(self, event: dict[str, Any]) -> None:
+        """A model request failed and waits for another attempt (ADR-044)."""
+        restart = (
+            " -- the answer above was cut off and starts again" if event.get("restart") else ""
+        )
+        self._line(f"  [yellow]{escape(str(event.get('text') or 'retrying'))}[/]{restart}")
+        if event.get("why"):
+            self._line(f"  [dim]{escape(str(event['why']))}[/]")
+
     def _on_notice(self, event: dict[str, Any]) -> None:
         level = event.get("level", "info")
         if level == "error":

@@ -39,10 +39,12 @@ from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
+from fluffy.kernel.ai.retry import Retry, RetryPolicy, with_retries
 from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.tools.router import TURN_PRIORITY, ToolRouter
 from fluffy.kernel.tools.scheduling import run_ordered
 from fluffy.sandboxes.ai.types import (
+    AIResponse,
     Message,
     ProviderConfig,
     StreamEvent,
@@ -115,6 +117,8 @@ class SessionLoop:
         #: per round, what the ai-provider sandbox waited for the kernel (benchmarks)
         self.round_gaps: deque[float] = deque(maxlen=10_000)
         router.reviewer = self.review_call
+        #: the wait between a request's attempts (tests: a fake clock)
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     # -- the CLI's side ---------------------------------------------------------------
     def stream(self, session_id: str) -> EventStream:
@@ -386,7 +390,6 @@ class SessionLoop:
             if turn.provider.name == "scripted"
             else lambda old, prev: self._summarise(turn, old, prev),
         )
-        provider = await self._provider(turn)
         text: list[str] = []
 
         async def on_event(event: StreamEvent, text: list[str] = text) -> None:
@@ -394,9 +397,19 @@ class SessionLoop:
                 text.append(event.content)
                 await self._emit(turn, {"type": "text_delta", "content": event.content})
 
+        async def attempt() -> AIResponse:
+            text.clear()
+            provider = await self._provider(turn)  # a fresh sandbox if this one is old
+            return await provider.request(turn.provider, messages, tools, on_event)
+
+        async def announce(retry: Retry) -> None:
+            # a stream cut after some text: the next attempt's answer replaces it
+            await self._emit(turn, retry.event(restart=bool(text)))
+
         if self.durable is not None:
             await self.durable()
-        response = await provider.request(turn.provider, messages, tools, on_event)
+        policy = RetryPolicy(turn.provider.max_retries, turn.provider.retry_max_wait_s)
+        response = await with_retries(attempt, policy, announce, sleep=self.sleep)
         turn.final_text = response.text or "".join(text)
         calls = list(response.tool_calls)
         await self.memory.append(

@@ -34,8 +34,10 @@ from typing import Any, Literal
 import msgspec
 
 from fluffy.errors import (
+    ContextTooLong,
     EngineTimeout,
     InvalidPayload,
+    ProviderBusy,
     ProviderFailed,
     SandboxConfigError,
     ToolTransient,
@@ -177,12 +179,7 @@ class ProviderSession:
             )
         reply = job.future.result()
         if not reply.get("ok"):
-            error = reply.get("error") or {}
-            raise ProviderFailed(
-                str(error.get("what") or "the AI provider's request failed"),
-                why=str(error.get("why") or "") or None,
-                fix=str(error.get("fix") or "") or None,
-            )
+            raise failure(reply.get("error"))
         try:
             return msgspec.convert(reply.get("response"), AIResponse)
         except msgspec.ValidationError as exc:
@@ -196,6 +193,26 @@ class ProviderSession:
         self.closed = True
         await self.queue.put(None)  # the host exits on None
         await self.runner.teardown(self)
+
+
+def failure(error: Any) -> ProviderFailed:
+    """The sandbox's error of one attempt as the kernel's error: retryable ones as
+    :class:`ProviderBusy` (with the provider's wait), a prompt too long as
+    :class:`ContextTooLong`, anything else as :class:`ProviderFailed`."""
+    error = error if isinstance(error, dict) else {}
+    what = str(error.get("what") or "the AI provider's request failed")
+    why = str(error.get("why") or "") or None
+    fix = str(error.get("fix") or "") or None
+    kind = str(error.get("kind") or "other")
+    if kind == "context_length":
+        return ContextTooLong(what, why=why, fix=fix)
+    if error.get("retryable") is True:
+        wait = error.get("retry_after_s")
+        valid = isinstance(wait, int | float) and not isinstance(wait, bool) and wait >= 0
+        return ProviderBusy(
+            what, why=why, fix=fix, kind=kind, retry_after_s=float(wait) if valid else None
+        )
+    return ProviderFailed(what, why=why, fix=fix)
 
 
 async def _exit_of(manager: ContainerManager, container_id: str) -> int:

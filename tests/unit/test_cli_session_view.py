@@ -229,3 +229,23 @@ def test_the_ais_exemption_request_is_shown_with_its_id() -> None:
     assert "The AI asks for a TDD exemption: documentation for README.md" in out
     assert "reason: a typo" in out
     assert "request: ex-0123456789abcdef" in out  # what /approve decides on
+
+
+def test_a_retry_says_why_and_how_long_it_waits() -> None:
+    text = render(
+        [
+            {"type": "text_delta", "content": "Half an ans"},
+            {"type": "retry", "text": "rate limited, retrying in 4 s (attempt 2 of 5)",
+             "why": "api.openai.com answered 429", "restart": True},
+            {"type": "retry", "text": "the provider is overloaded, retrying in 1 s "
+             "(attempt 3 of 5)", "why": "", "restart": False},
+        ]
+    )  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "AI: Half an ans"
+    assert (
+        "  rate limited, retrying in 4 s (attempt 2 of 5) -- the answer above was cut off "
+        "and starts again" in lines
+    )
+    assert "  api.openai.com answered 429" in lines
+    assert "  the provider is overloaded, retrying in 1 s (attempt 3 of 5)" in lines
