@@ -198,17 +198,26 @@ class ContextWindow:
         pins_tokens: int = 0,
         trigger: float = SUMMARY_TRIGGER,
         keep: float = KEEP_AFTER_SUMMARY,
+        scale: float = 1.0,
+        compact: bool = False,
     ) -> ContextWindow:
+        """``scale`` (>= 1) multiplies every estimate: the session's calibration against
+        the provider's real counts.  ``compact``: the provider refused the prompt as too
+        long, so the window keeps only ``keep`` of what it holds now (and of its budget)
+        and the rest is summarised, whatever the estimate says."""
+        scale = max(scale, 1.0)
         start = min(max(start, 0), len(history))
         limit = budget.recent_for(pins_tokens)
         pending = shorten_old_results(history[start:])
-        pending_tokens = messages_tokens(pending)
-        triggered = pending_tokens > trigger * limit
+        pending_tokens = int(messages_tokens(pending) * scale)
+        triggered = compact or pending_tokens > trigger * limit
         target = int(keep * limit) if triggered else limit
+        if compact:
+            target = min(target, int(keep * pending_tokens))
         groups = rounds(pending)
         kept, used = 0, 0
         for group in reversed(groups):
-            cost = sum(message_tokens(m) for m in group)
+            cost = int(sum(message_tokens(m) for m in group) * scale)
             if kept and used + cost > target:
                 break
             kept, used = kept + 1, used + cost  # the newest round always goes

@@ -34,7 +34,14 @@ from typing import Any
 
 import msgspec
 
-from fluffy.errors import FluffyError, PolicyError, Quarantined, TurnRunning, WorkflowError
+from fluffy.errors import (
+    ContextTooLong,
+    FluffyError,
+    PolicyError,
+    Quarantined,
+    TurnRunning,
+    WorkflowError,
+)
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
@@ -379,20 +386,47 @@ class SessionLoop:
         tools = await self._tools(sid, quarantined)
         if only is not None:
             tools = [t for t in tools if t.name in only]
-        messages = await self.memory.context(
-            sid,
-            state=session.state,
-            mode=session.mode,
-            tools=tools,
-            window_tokens=turn.provider.context_window,
-            # a script cannot summarise (it would replay its turns): extractive then
-            summarise=None
-            if turn.provider.name == "scripted"
-            else lambda old, prev: self._summarise(turn, old, prev),
-        )
         text: list[str] = []
+        response = await self._request(turn, session.state, session.mode, tools, text)
+        turn.final_text = response.text or "".join(text)
+        calls = list(response.tool_calls)
+        await self.memory.append(
+            sid, [Message(role="assistant", content=turn.final_text, tool_calls=calls)]
+        )
+        return calls
 
-        async def on_event(event: StreamEvent, text: list[str] = text) -> None:
+    async def _request(
+        self,
+        turn: Turn,
+        state: str,
+        mode: str,
+        tools: list[ToolDefinition],
+        text: list[str],
+    ) -> AIResponse:
+        """One model request, its text streamed to the user (and into ``text``).
+
+        Retried within the provider's retry policy; a prompt the provider refuses as too
+        long is compacted (the older half of the window summarised) and sent once more.
+        """
+        sid = turn.session_id
+
+        async def context(compact: bool) -> list[Message]:
+            return await self.memory.context(
+                sid,
+                state=state,
+                mode=mode,
+                tools=tools,
+                window_tokens=turn.provider.context_window,
+                # a script cannot summarise (it would replay its turns): extractive then
+                summarise=None
+                if turn.provider.name == "scripted"
+                else lambda old, prev: self._summarise(turn, old, prev),
+                compact=compact,
+            )
+
+        sent = await context(False)
+
+        async def on_event(event: StreamEvent) -> None:
             if isinstance(event, TextDelta):
                 text.append(event.content)
                 await self._emit(turn, {"type": "text_delta", "content": event.content})
@@ -400,7 +434,7 @@ class SessionLoop:
         async def attempt() -> AIResponse:
             text.clear()
             provider = await self._provider(turn)  # a fresh sandbox if this one is old
-            return await provider.request(turn.provider, messages, tools, on_event)
+            return await provider.request(turn.provider, sent, tools, on_event)
 
         async def announce(retry: Retry) -> None:
             # a stream cut after some text: the next attempt's answer replaces it
@@ -409,13 +443,31 @@ class SessionLoop:
         if self.durable is not None:
             await self.durable()
         policy = RetryPolicy(turn.provider.max_retries, turn.provider.retry_max_wait_s)
-        response = await with_retries(attempt, policy, announce, sleep=self.sleep)
-        turn.final_text = response.text or "".join(text)
-        calls = list(response.tool_calls)
-        await self.memory.append(
-            sid, [Message(role="assistant", content=turn.final_text, tool_calls=calls)]
-        )
-        return calls
+        try:
+            return await with_retries(attempt, policy, announce, sleep=self.sleep)
+        except ContextTooLong as exc:
+            await self._emit(
+                turn,
+                {
+                    "type": "notice",
+                    "level": "warn",
+                    "what": "the conversation is too long for the model: compacting it "
+                    "and retrying once",
+                    "why": exc.why,
+                    "fix": "",
+                },
+            )
+        sent = await context(True)
+        try:
+            return await with_retries(attempt, policy, announce, sleep=self.sleep)
+        except ContextTooLong as exc:
+            raise ContextTooLong(
+                "the conversation is too long for the model, even after compacting it",
+                why=exc.why,
+                fix="Start a new session (`fluffy`), drop pins (/unpin), or ask for less at "
+                "once; check that context_window matches the model's "
+                "(`fluffy config set context_window N`).",
+            ) from None
 
     async def _calls(self, turn: Turn, calls: list[ToolCall]) -> bool:
         """Run one response's calls; True when the turn must stop (quarantine)."""

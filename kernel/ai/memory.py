@@ -91,13 +91,22 @@ class Memory:
         tools: Sequence[ToolDefinition],
         summarise: Summariser | None = None,
         window_tokens: int = 0,
+        compact: bool = False,
     ) -> list[Message]:
+        """The request's messages; ``compact``: the provider refused the last prompt as
+        too long, so the older half of the window is summarised now (ADR-044)."""
         history = answered(await self.store.load(session_id))
         meta = await self.store.meta(session_id)
         pins = [p.text for p in meta.pins] if meta else []
         summary = meta.summary if meta else ""
         start = meta.summarised_upto if meta else 0
-        window = ContextWindow.fit(history, self.budget, start=start, pins_tokens=pins_tokens(pins))
+        window = ContextWindow.fit(
+            history,
+            self.budget,
+            start=start,
+            pins_tokens=pins_tokens(pins),
+            compact=compact,
+        )
         if window.needs_summary:
             summary = await self._summarise(window.old, summary, summarise)
             await self.store.set_summary(session_id, summary, window.upto)

@@ -261,6 +261,27 @@ def test_over_seventy_percent_the_window_halves_and_returns_the_old_part() -> No
     assert window.recent[0].role != "tool"
 
 
+def test_compacting_halves_a_window_the_estimate_thought_fitted() -> None:
+    budget = TokenBudget(total=20_000)
+    history = conversation(5)
+    pending = messages_tokens(history)
+    window = ContextWindow.fit(history, budget, compact=True)
+    assert window.triggered and window.needs_summary
+    assert window.old + window.recent == history
+    assert window.tokens <= 0.5 * pending
+    assert window.recent[0].role != "tool"
+
+
+def test_a_calibration_scale_shrinks_the_window_and_never_grows_it() -> None:
+    budget = TokenBudget(total=20_000)
+    history = conversation(30)
+    assert messages_tokens(history) < 0.7 * budget.recent_for(0)
+    assert not ContextWindow.fit(history, budget).needs_summary
+    scaled = ContextWindow.fit(history, budget, scale=2.0)  # real counts are twice the estimate
+    assert scaled.triggered and scaled.needs_summary
+    assert ContextWindow.fit(history, budget, scale=0.5) == ContextWindow.fit(history, budget)
+
+
 def test_the_trigger_counts_only_messages_after_the_summary() -> None:
     budget = TokenBudget(total=20_000)
     history = conversation(60)

@@ -13,24 +13,34 @@ from typing import Any
 import msgspec
 import pytest
 
-from fluffy.errors import ProviderBusy
+from fluffy.errors import ContextTooLong, ProviderBusy
 from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.sandboxes.ai.types import Message
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness
 
 pytestmark = pytest.mark.unit
 
 
-def _inject(monkeypatch: pytest.MonkeyPatch, errors: list[Exception]) -> list[int]:
-    """The next requests raise ``errors`` in order; then the real request runs."""
+def _inject(
+    monkeypatch: pytest.MonkeyPatch,
+    errors: list[Exception],
+    *,
+    at: int = 1,
+    sent: list[list[Message]] | None = None,
+) -> list[int]:
+    """From request number ``at`` on, requests raise ``errors`` in order; the others run
+    for real.  ``sent`` collects each request's messages."""
     real = ProviderSession.request
     calls = [0]
 
     async def request(self: ProviderSession, *args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        if errors:
+        if sent is not None:
+            sent.append(list(args[1]))
+        if calls[0] >= at and errors:
             raise errors.pop(0)
         return await real(self, *args, **kwargs)
 
@@ -111,3 +121,52 @@ def test_retries_that_run_out_fail_the_turn_with_a_clear_error(
     end = events[-1]
     assert end["status"] == "failed"
     assert end["error"]["what"] == "the provider failed to answer (gave up after 3 attempt(s))"
+
+
+READS = [("Reading.", [("fs.read", {"path": "/src/app.py"})])] * 4
+TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
+
+
+def test_a_prompt_too_long_is_compacted_once_and_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[list[Message]] = []
+    _inject(monkeypatch, [ContextTooLong("too long", why=TOO_LONG)], at=5, sent=sent)
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        await ai.loop.start(sid, "read it all", _script(*READS, ("Read enough.", [])))
+        events = await _events(ai, sid)
+        return events, await ai.store.meta(sid)
+
+    events, meta = run(Harness(tmp_path), body)
+    notices = [e for e in events if e["type"] == "notice"]
+    assert [n["what"] for n in notices] == [
+        "the conversation is too long for the model: compacting it and retrying once"
+    ]
+    assert notices[0]["why"] == TOO_LONG
+    assert events[-1]["status"] == "done" and events[-1]["text"] == "Read enough."
+    refused, compacted = sent[4], sent[5]
+    assert len(compacted) < len(refused)  # older rounds left the window...
+    assert meta.summarised_upto > 0 and meta.summary  # ...for the summary
+    assert meta.summary in compacted[0].content  # the system prompt carries it
+
+
+def test_a_prompt_still_too_long_after_compacting_fails_the_turn_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    errors: list[Exception] = [ContextTooLong("too long", why=TOO_LONG) for _ in range(2)]
+    calls = _inject(monkeypatch, errors, at=3)
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> list[dict[str, Any]]:
+        await ai.loop.start(sid, "read it all", _script(*READS))
+        return await _events(ai, sid)
+
+    events = run(Harness(tmp_path), body)
+    end = events[-1]
+    assert end["status"] == "failed"
+    assert end["error"]["what"] == (
+        "the conversation is too long for the model, even after compacting it"
+    )
+    assert end["error"]["code"] == "ai.context_too_long"
+    assert "context_window" in end["error"]["fix"]
+    assert calls[0] == 4  # two answered, then the refused one and its one compacted retry
