@@ -9,7 +9,9 @@ connection and tables:
   characters), the running summary and how many messages it covers
   (``summarised_upto``), the user's pins, the number of user turns;
 - ``conversation_archive``: messages of sessions idle for more than 30 days, moved
-  there by :meth:`ConversationStore.prune` (their meta row stays, marked archived).
+  there by :meth:`ConversationStore.prune` (their meta row stays, marked archived);
+- ``ai_usage``: the providers' token counts per turn and model
+  (:mod:`fluffy.kernel.ai.usage`).
 
 Only messages are stored.  The store never sees provider credentials: it accepts
 :class:`Message` values only, and known secret shapes in message text are redacted
@@ -29,12 +31,14 @@ import msgspec
 
 from fluffy.errors import ConfigError, SessionNotFound
 from fluffy.kernel.ai.tokens import estimate_tokens
+from fluffy.kernel.ai.usage import USAGE_SCHEMA
 from fluffy.kernel.audit.entry import now_ms
 from fluffy.kernel.sanitize import redact
 from fluffy.kernel.workflow.store import open_state_db
 from fluffy.sandboxes.ai.types import Message, ToolCall
 
-SCHEMA: Final = """
+SCHEMA: Final = (
+    """
 CREATE TABLE IF NOT EXISTS conversation (
     session_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL,
     message TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (session_id, seq)
@@ -53,6 +57,8 @@ CREATE TABLE IF NOT EXISTS conversation_meta (
     touched INTEGER NOT NULL DEFAULT 0  -- a counter over all sessions: orders same-ms updates
 );
 """
+    + USAGE_SCHEMA
+)  # the providers' token counts (fluffy.kernel.ai.usage)
 _SELECT_META: Final = (
     "SELECT session_id, title, summary, summarised_upto, pins, turns, messages, created_at, "
     "updated_at, archived_at FROM conversation_meta "

@@ -48,6 +48,7 @@ from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
 from fluffy.kernel.ai.retry import Retry, RetryPolicy, with_retries
 from fluffy.kernel.ai.summary import summary_request
+from fluffy.kernel.ai.usage import Tally
 from fluffy.kernel.tools.router import TURN_PRIORITY, ToolRouter
 from fluffy.kernel.tools.scheduling import run_ordered
 from fluffy.sandboxes.ai.types import (
@@ -97,6 +98,7 @@ class Turn:
     tool_review: str | None = None
     tool_shown: dict[str, Any] | None = None  # what the user is asked about it
     review_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    usage: Tally = field(default_factory=Tally)  # the providers' reported token counts
 
 
 class SessionLoop:
@@ -323,6 +325,7 @@ class SessionLoop:
                 "status": turn.status,
                 "text": turn.final_text,
                 "error": error,
+                "usage": turn.usage.to_dict(),
             },
         )
 
@@ -349,6 +352,7 @@ class SessionLoop:
 
         provider = await self._provider(turn)
         response = await provider.request(turn.provider, summary_request(old, previous), [], ignore)
+        await self._account(turn, response)
         return response.text
 
     async def _tools(self, session_id: str, quarantined: bool) -> list[ToolDefinition]:
@@ -444,7 +448,7 @@ class SessionLoop:
             await self.durable()
         policy = RetryPolicy(turn.provider.max_retries, turn.provider.retry_max_wait_s)
         try:
-            return await with_retries(attempt, policy, announce, sleep=self.sleep)
+            response = await with_retries(attempt, policy, announce, sleep=self.sleep)
         except ContextTooLong as exc:
             await self._emit(
                 turn,
@@ -457,17 +461,33 @@ class SessionLoop:
                     "fix": "",
                 },
             )
-        sent = await context(True)
-        try:
-            return await with_retries(attempt, policy, announce, sleep=self.sleep)
-        except ContextTooLong as exc:
-            raise ContextTooLong(
-                "the conversation is too long for the model, even after compacting it",
-                why=exc.why,
-                fix="Start a new session (`fluffy`), drop pins (/unpin), or ask for less at "
-                "once; check that context_window matches the model's "
-                "(`fluffy config set context_window N`).",
-            ) from None
+            sent = await context(True)
+            try:
+                response = await with_retries(attempt, policy, announce, sleep=self.sleep)
+            except ContextTooLong as again:
+                raise ContextTooLong(
+                    "the conversation is too long for the model, even after compacting it",
+                    why=again.why,
+                    fix="Start a new session (`fluffy`), drop pins (/unpin), or ask for less "
+                    "at once; check that context_window matches the model's "
+                    "(`fluffy config set context_window N`).",
+                ) from None
+        await self._account(turn, response, sent, tools)
+        return response
+
+    async def _account(
+        self,
+        turn: Turn,
+        response: AIResponse,
+        sent: list[Message] | None = None,
+        tools: list[ToolDefinition] | None = None,
+    ) -> None:
+        """Book a response's usage (and with what was sent: calibrate the estimate)."""
+        model = response.model or turn.provider.model or turn.provider.name
+        turn.usage.add_usage(model, response.usage)
+        await self.memory.record_usage(
+            turn.session_id, turn.turn_id, model, response.usage, sent, tools or []
+        )
 
     async def _calls(self, turn: Turn, calls: list[ToolCall]) -> bool:
         """Run one response's calls; True when the turn must stop (quarantine)."""

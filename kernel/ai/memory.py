@@ -18,9 +18,10 @@ from fluffy.kernel.ai.context import ContextWindow, TokenBudget, build_messages,
 from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.prompt import base_prompt
 from fluffy.kernel.ai.summary import fallback_summary
+from fluffy.kernel.ai.usage import Calibration, Tally, UsageLedger
 from fluffy.kernel.tools.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow
-from fluffy.sandboxes.ai.types import Message, ToolDefinition
+from fluffy.sandboxes.ai.types import Message, ToolDefinition, Usage
 
 log = logging.getLogger("fluffy.kernel.ai")
 
@@ -68,6 +69,8 @@ class Memory:
         self.store = store
         self.budget = TokenBudget(total=context_window)
         self.test_globs = tuple(test_globs)
+        self.usage = UsageLedger(store.db)
+        self.calibration = Calibration()
 
     def writable(self, state: str) -> list[str] | None:
         rule = WRITES.get(state, "none")
@@ -105,6 +108,7 @@ class Memory:
             self.budget,
             start=start,
             pins_tokens=pins_tokens(pins),
+            scale=self.calibration.scale(session_id),
             compact=compact,
         )
         if window.needs_summary:
@@ -112,6 +116,31 @@ class Memory:
             await self.store.set_summary(session_id, summary, window.upto)
         system = base_prompt(state, mode, self.writable(state), tools)
         return build_messages(system, summary, pins, window)
+
+    async def record_usage(
+        self,
+        session_id: str,
+        turn_id: str,
+        model: str,
+        usage: Usage,
+        sent: Sequence[Message] | None = None,
+        tools: Sequence[ToolDefinition] = (),
+    ) -> None:
+        """Book one request's usage; with ``sent``, calibrate the estimate against it."""
+        await self.usage.record(session_id, turn_id, model, usage)
+        if sent is not None:
+            self.calibration.observe(session_id, sent, tools, usage)
+
+    async def usage_report(self, session_id: str) -> dict[str, Any]:
+        """``/usage``: the latest turn, the whole session, and the estimate's calibration."""
+        turn, session = await self.usage.session(session_id)
+        ratio = self.calibration.ratio(session_id)
+        return {
+            "turn": turn.to_dict(),
+            "session": session.to_dict(),
+            "calibration": None if ratio is None else round(ratio, 3),
+            "scale": round(self.calibration.scale(session_id), 3),
+        }
 
     async def _summarise(
         self, old: list[Message], previous: str, summarise: Summariser | None
@@ -150,6 +179,7 @@ class Memory:
     async def sessions(self, workflow: Workflow, limit: int) -> list[dict[str, Any]]:
         """Sessions newest first, with the conversation's title and turn count."""
         rows = await workflow.store.recent_sessions(limit)
+        usage = await self.usage.sessions(row.id for row in rows)
         out: list[dict[str, Any]] = []
         for row in rows:
             meta = await self.store.meta(row.id)
@@ -163,6 +193,7 @@ class Memory:
                     "title": meta.title if meta else "",
                     "turns": meta.turns if meta else 0,
                     "quarantined": bool(row.data.get("quarantined")),
+                    "usage": usage.get(row.id, Tally()).to_dict(),
                 }
             )
         return out

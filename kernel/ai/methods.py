@@ -99,6 +99,12 @@ def ai_methods(
             raise InvalidPayload("limit must be an integer from 1 to 500")
         return {"sessions": await memory.sessions(workflow, limit)}
 
+    async def usage(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, ("session_id",))
+        sid = str(p["session_id"])
+        await workflow.get(sid)  # an unknown session is an error, not zero tokens
+        return {"session_id": sid, **await memory.usage_report(sid)}
+
     async def pin(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id", "text"))
         _user_only(context, "pin context")
@@ -192,6 +198,7 @@ def ai_methods(
         "session.events": events,
         "session.cancel": cancel,
         "session.list": session_list,
+        "session.usage": usage,
         "session.pin": pin,
         "session.unpin": unpin,
         "session.pins": pins,
