@@ -29,10 +29,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+)
 
 from fluffy.errors import ConfigError
 from fluffy.paths import fluffy_home
@@ -67,6 +74,28 @@ MAX_RETRIES: Final = 10
 MAX_RETRY_WAIT_S: Final = 600.0
 
 
+class Price(BaseModel):
+    """A model's prices in US dollars per million tokens (the provider's price list).
+
+    ``cached_input`` is the price of input read from the prompt cache (default: the
+    ``input`` price, so a missing entry never under-states the cost).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0, le=10_000)
+    output: float = Field(ge=0, le=10_000)
+    cached_input: float | None = Field(default=None, ge=0, le=10_000)
+
+
+#: What `fluffy config init` shows for ``prices`` (commented out, like every setting).
+PRICES_EXAMPLE: Final[Mapping[str, Mapping[str, float]]] = {
+    "gpt-4o-mini": {"input": 0.15, "output": 0.6, "cached_input": 0.075},
+    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cached_input": 0.3},
+}
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
 class _Fields(BaseModel):
     """Every setting optional: one layer (a file, the environment, the command line)."""
 
@@ -82,6 +111,7 @@ class _Fields(BaseModel):
     max_rounds: int | None = Field(default=None, ge=1, le=1000)
     max_retries: int | None = Field(default=None, ge=0, le=MAX_RETRIES)
     retry_max_wait_s: float | None = Field(default=None, ge=0, le=MAX_RETRY_WAIT_S)
+    prices: dict[ModelName, Price] | None = None
 
 
 FIELDS: Final = tuple(_Fields.model_fields)
@@ -97,6 +127,8 @@ HELP: Final[Mapping[str, str]] = {
     "max_rounds": "most model rounds (request + tool calls) in one task",
     "max_retries": "retries of a model request that was rate limited or failed (0-10)",
     "retry_max_wait_s": "the most seconds a request's retries may wait in all",
+    "prices": "per model, US dollars per million tokens (input, output, cached_input): "
+    "/usage and `fluffy session list` show the cost",
 }
 
 
@@ -115,6 +147,7 @@ class Settings(BaseModel):
     max_rounds: int = Field(default=50, ge=1, le=1000)
     max_retries: int = Field(default=4, ge=0, le=MAX_RETRIES)
     retry_max_wait_s: float = Field(default=60.0, ge=0, le=MAX_RETRY_WAIT_S)
+    prices: dict[ModelName, Price] = Field(default_factory=dict)
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -32,6 +32,7 @@ from fluffy.settings import (
     DEFAULT_MODELS,
     FIELDS,
     HELP,
+    PRICES_EXAMPLE,
     Settings,
     api_key_source,
     load_settings,
@@ -65,8 +66,11 @@ def _template(project: bool) -> str:
     lines = [_header(project)]
     for name in FIELDS:
         value = getattr(defaults, name) if name != "model" else DEFAULT_MODELS["openai"]
+        if name == "prices":
+            value = {model: dict(price) for model, price in PRICES_EXAMPLE.items()}
         shown = yaml.safe_dump({name: value}, default_flow_style=False).strip()
-        lines.append(f"# {HELP[name]}\n# {shown}\n")
+        commented = "\n".join(f"# {line}" for line in shown.splitlines())
+        lines.append(f"# {HELP[name]}\n{commented}\n")
     return "\n".join(lines)
 
 
@@ -119,8 +123,17 @@ def _known(key: str) -> str:
 def cmd_set(args: argparse.Namespace) -> int:
     key = _known(args.key)
     path = _target(args)
+    raw: Any = args.value
+    if key == "prices":  # a mapping: given as YAML / JSON on the command line
+        try:
+            raw = yaml.safe_load(args.value)
+        except yaml.YAMLError:
+            raw = args.value
     value = validate_layer(
-        {key: args.value}, f"fluffy config set {key}", fix=f"Give {key} a valid value."
+        {key: raw},
+        f"fluffy config set {key}",
+        fix=f"Give {key} a valid value"
+        + (" such as '{gpt-4o: {input: 2.5, output: 10}}'." if key == "prices" else "."),
     )[key]
     data = {**read_file(path), key: value}
     validate_layer(data, str(path))
@@ -158,8 +171,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    shown = settings.model_dump(exclude_none=True)  # prices as plain mappings
     for name in FIELDS:
-        value = escape(str(getattr(settings, name)))
+        value = escape(str(shown.get(name)))
         stdout.print(f"{name:<18} {value:<24} [dim]{escape(settings.sources[name])}[/]")
     if settings.provider == "scripted":
         key_text = "not needed (scripted provider)"

@@ -15,7 +15,7 @@ Without a terminal, `fluffy` shows the status line and leaves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from fluffy.cli.render import status_word, stdout
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
 from fluffy.cli.turns import OnReview, cursor, follow
 from fluffy.errors import FluffyError, ModeDenied
+from fluffy.settings import Price
 
 COMMANDS = slash.COMMANDS
 
@@ -61,6 +62,8 @@ class Context:
     tool_shown: tuple[str, str] | None = None
     #: Before each task: the project's test environment, rebuilt if its files changed.
     prepare: Callable[[], None] | None = None
+    #: The models' prices (settings ``prices``): /usage shows the cost with them.
+    prices: Mapping[str, Price] = field(default_factory=dict)
 
 
 def describe(status: dict[str, Any], session: dict[str, Any] | None) -> str:
@@ -134,7 +137,7 @@ def _command(
         except ModeDenied as exc:
             return Reply(error_text(exc, MODE_FIX))
         return Reply(f"mode {session['mode']}, state {session['state']}")
-    answer = slash.simple(name, rest, client, session_id)
+    answer = slash.simple(name, rest, client, session_id, ctx.prices)
     if answer is None:
         return Reply(f"unknown command {name}; /help lists them")
     return Reply(answer)
@@ -313,8 +316,10 @@ def run(
         if interactive:
             turns = script_turns(script) if script else None
             ctx = Context(
+                renderer=SessionRenderer(stdout, prices=settings.prices),
                 options=message_options(settings, turns),
                 prepare=lambda: env_for_task(Path(project), stdout),
+                prices=settings.prices,
             )
             stdout.rule(f"fluffy v{__version__} -- {session['mode']} mode -- {session['state']}")
             _loop(client, session["session_id"], kernel.status, ctx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from fluffy.cli.render import print_json, stderr, stdout
+from fluffy.cli.usage import cost, dollars, tokens
+from fluffy.settings import Price
 
 
 def _project(args: argparse.Namespace) -> str:
@@ -30,18 +33,37 @@ def when(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def sessions_table(sessions: list[dict[str, Any]]) -> Table:
+def usage_cells(usage: Any, prices: Mapping[str, Price]) -> tuple[str, str]:
+    """The tokens (in / out) and cost columns of one session ("-": none reported)."""
+    if not isinstance(usage, dict) or not usage.get("reported"):
+        return "-", "-"
+    shown = (
+        f"{tokens(int(usage.get('input_tokens', 0)))}/{tokens(int(usage.get('output_tokens', 0)))}"
+    )
+    spent = cost(usage.get("models") or {}, prices)
+    return shown, "n/a" if spent is None else dollars(spent)
+
+
+def sessions_table(
+    sessions: list[dict[str, Any]], prices: Mapping[str, Price] | None = None
+) -> Table:
+    """The sessions; ``tokens`` is input/output as reported, ``cost`` only with prices."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("id", "mode", "state", "updated", "title"):
+    columns = ["id", "mode", "state", "updated", "tokens in/out"]
+    columns += ["cost"] if prices else []
+    for column in [*columns, "title"]:
         table.add_column(column, overflow="fold" if column == "title" else "ellipsis")
     for item in sessions:
-        table.add_row(
+        shown, spent = usage_cells(item.get("usage"), prices or {})
+        row = [
             escape(str(item.get("session_id"))),
             escape(str(item.get("mode"))),
             escape(str(item.get("state"))),
             when(item.get("updated_at")),
-            escape(str(item.get("title") or "")),
-        )
+            shown,
+        ]
+        row += [spent] if prices else []
+        table.add_row(*row, escape(str(item.get("title") or "")))
     return table
 
 
@@ -57,7 +79,10 @@ def cmd_session_list(args: argparse.Namespace) -> int:
     elif not sessions:
         stdout.print('no sessions yet: `fluffy "a task"` or `fluffy` starts one')
     else:
-        stdout.print(sessions_table(sessions))
+        from fluffy.settings import load_settings
+
+        prices = load_settings(Path(_project(args)), {}).prices
+        stdout.print(sessions_table(sessions, prices))
     return 0
 
 

@@ -10,6 +10,7 @@ is kept apart from polling (:mod:`fluffy.cli.turns`) so both can be tested on th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rich.console import Console
@@ -20,7 +21,9 @@ from rich.syntax import Syntax
 
 from fluffy.cli.diffview import review_files
 from fluffy.cli.safetext import visible
+from fluffy.cli.usage import turn_line
 from fluffy.errors import FluffyError
+from fluffy.settings import Price
 
 DIFF_LINES = 60  # per file; longer diffs are cut with a note (review.show has them whole)
 
@@ -77,9 +80,16 @@ class JsonRenderer:
 class SessionRenderer:
     """Events to a Rich console, in the order they arrive."""
 
-    def __init__(self, console: Console, *, diff_lines: int = DIFF_LINES) -> None:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        diff_lines: int = DIFF_LINES,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
         self.console = console
         self.diff_lines = diff_lines
+        self.prices: Mapping[str, Price] = prices or {}
         self.in_text = False  # inside a streamed "AI: ..." line
         self.streamed = ""  # the AI text since the last other output (to avoid repeating it)
         self.pending: dict[str, str] = {}  # call_id -> description of running tools
@@ -301,4 +311,8 @@ class SessionRenderer:
             self._line(f"[bold red]Failed.[/]{tail}")
         if isinstance(error, dict):
             self._error(error, indent="")
+        usage = event.get("usage")
+        line = turn_line(usage, self.prices) if isinstance(usage, dict) else None
+        if line is not None:
+            self._line(f"[dim]{escape(line)}[/]")
         self._line()

@@ -7,7 +7,10 @@ person (/debug) live in :mod:`fluffy.cli.interactive`; these only read or set st
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
+
+from fluffy.settings import Price
 
 COMMANDS = {
     "/status": "kernel health, runtime, container, session, mode and state",
@@ -25,6 +28,7 @@ COMMANDS = {
     "/unpin": "drop a pinned note: /unpin <number from /pins>",
     "/unquarantine": "lift the session's quarantine (your decision is audited)",
     "/history": "the session's workflow transitions",
+    "/usage": "tokens (and cost, with prices set) of the last task and the session",
     "/cancel": "abandon the task in progress: the session goes back to idle",
     "/help": "this list",
     "/quit": "leave (a kernel this fluffy started is stopped)",
@@ -32,9 +36,19 @@ COMMANDS = {
 HISTORY_LINES = 20
 
 
-def simple(name: str, rest: str, client: Any, session_id: str) -> str | None:
+def simple(
+    name: str,
+    rest: str,
+    client: Any,
+    session_id: str,
+    prices: Mapping[str, Price] | None = None,
+) -> str | None:
     """The answer to a simple command, or None if ``name`` is not one of them."""
     sid = {"session_id": session_id}
+    if name == "/usage":
+        from fluffy.cli.usage import usage_text
+
+        return usage_text(client.call("session.usage", sid) or {}, prices or {})
     if name == "/help":
         return "\n".join(f"{command:<14} {what}" for command, what in COMMANDS.items())
     if name == "/budget":

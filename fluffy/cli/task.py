@@ -120,7 +120,9 @@ def run_task(args: argparse.Namespace) -> int:
     options = message_options(settings, turns)
     notes = stderr if args.json else stdout
     terminal = sys.stdin.isatty()
-    renderer: Renderer = JsonRenderer() if args.json else SessionRenderer(stdout)
+    renderer: Renderer = (
+        JsonRenderer() if args.json else SessionRenderer(stdout, prices=settings.prices)
+    )
     rejected: list[str] = []
 
     def on_review(event: dict[str, Any]) -> str | None:

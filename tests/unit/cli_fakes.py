@@ -61,6 +61,10 @@ class FakeKernel:
         self.approve_error: Exception | None = None
         self.exemption: dict[str, Any] | None = None  # the AI's request that waits
         self.tool_held: dict[str, Any] | None = None  # a tool call that waits (ADR-046)
+        #: session.usage / session.list's usage: per session, the turn, the calibration
+        self.usage: dict[str, dict[str, Any]] = {}
+        self.turn_usage: dict[str, Any] | None = None
+        self.calibration: dict[str, Any] = {"calibration": None, "scale": 1.0}
 
     # -- the socket ---------------------------------------------------------------------
     def call(self, method: str, params: Any = None) -> Any:
@@ -111,10 +115,21 @@ class FakeKernel:
     def m_session_list(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
             "sessions": [
-                {**s, "updated_at": 1_700_000_000_000, "title": f"task of {sid}", "turns": 1}
+                {
+                    **s,
+                    "updated_at": 1_700_000_000_000,
+                    "title": f"task of {sid}",
+                    "turns": 1,
+                    "usage": self.usage.get(sid, {"requests": 0, "reported": 0}),
+                }
                 for sid, s in reversed(self.sessions.items())
             ][: params.get("limit", 20)]
         }
+
+    def m_session_usage(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._session(params["session_id"])
+        whole = self.usage.get(params["session_id"], {"requests": 0, "reported": 0})
+        return {"turn": self.turn_usage or whole, "session": whole, **self.calibration}
 
     def m_session_message(self, params: dict[str, Any]) -> dict[str, Any]:
         self._session(params["session_id"])

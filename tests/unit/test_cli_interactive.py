@@ -213,6 +213,7 @@ def test_session_table_and_times() -> None:
     kernel.call("session.create")
     rows = kernel.call("session.list", {"limit": 5})["sessions"]
     table = sessions_table(rows)
-    assert [c.header for c in table.columns] == ["id", "mode", "state", "updated", "title"]
+    headers = [c.header for c in table.columns]
+    assert headers == ["id", "mode", "state", "updated", "tokens in/out", "title"]
     assert table.row_count == 1
     assert when(1_700_000_000_000)[:4] == "2023" and when(None) == ""
