@@ -22,7 +22,7 @@ from fluffy.ipc.client import SyncClient
 from fluffy.kernel.ai.script import load_script
 from fluffy.sandboxes.ai.calls import wire_name
 from tests.conftest import connect_engine
-from tests.fakes.llm import FakeAnthropicServer, FakeOpenAIServer, Reply
+from tests.fakes.llm import Fail, FakeAnthropicServer, FakeOpenAIServer, Reply
 from tests.integration.tool_support import DEMO, Kernel
 
 pytestmark = pytest.mark.integration
@@ -157,6 +157,34 @@ def test_real_adapters_through_the_proxy_to_fake_servers(
     assert API_KEY not in audit.stdout and API_KEY not in log
     allowed = [e for e in kernel.entries("network_request") if e["policy_decision"] == "allowed"]
     assert allowed and allowed[0]["input_summary"] == f"CONNECT 127.0.0.1:{port}"
+
+
+def test_a_rate_limit_in_the_sandbox_is_retried_by_the_kernel_and_usage_booked(
+    tmp_path: Path, docker_runtime: str
+) -> None:
+    """ADR-044 on the real path: the 429's retry-after-ms crosses the sandbox to the
+    kernel, which announces the wait, retries, and books the reported usage."""
+    replies = [Fail(429, "Rate limit reached", {"retry-after-ms": "300"}),
+               Reply("All good.", usage=(900, 12), cached=800)]  # fmt: skip
+    with FakeOpenAIServer(replies) as server:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        project = project_with(tmp_path, [f"127.0.0.1:{port}"])
+        kernel = Kernel(tmp_path, project, docker_runtime).start()
+        try:
+            provider = {"name": "openai", "model": "fake-model", "base_url": server.base_url}
+            sid, events = run_task(kernel, provider)
+            with kernel.client() as client:
+                usage = client.call("session.usage", {"session_id": sid})
+        finally:
+            kernel.stop()
+        assert len(server.requests) == 2
+    (retry,) = [e for e in events if e["type"] == "retry"]
+    assert retry["kind"] == "rate_limit" and retry["wait_s"] == 0.3
+    assert retry["text"] == "rate limited, retrying in 0.3 s (attempt 2 of 5)"
+    end = events[-1]
+    assert end["status"] == "done" and end["text"] == "All good."
+    assert end["usage"]["input_tokens"] == 900 and end["usage"]["cached_tokens"] == 800
+    assert usage["session"]["input_tokens"] == 900 and usage["calibration"] is not None
 
 
 def test_a_host_not_allow_listed_gets_403_and_an_audit_entry(
