@@ -82,12 +82,23 @@ def _draft(args: argparse.Namespace) -> Any:
         raise McpServerInvalid(f"cannot register {args.name}: {problems}") from None
 
 
-def _probe(engine: Any, draft: Any, project: Path) -> tuple[list[Any], str]:
+def _base_image(engine: Any) -> str:
+    """The code-executor image a server's image is built FROM (built if missing)."""
+    from fluffy.cli.progress import ConsoleReporter
+    from fluffy.images.builder import build_images
+
+    reporter = ConsoleReporter(stderr, verbose=False)
+    refs = {s.name: s.ref for s in build_images(engine, ["code-executor"], reporter=reporter)}
+    return refs["code-executor"]
+
+
+def _probe(engine: Any, draft: Any, project: Path, base: str) -> tuple[list[Any], str]:
     """Start the server once in its sandbox; its tools and name/version."""
-    from fluffy.kernel.containers.factory import open_manager
+    from fluffy.kernel.containers.factory import open_runtime
+    from fluffy.kernel.containers.manager import ContainerManager
     from fluffy.kernel.mcp.connection import McpConnection
 
-    manager = open_manager(engine)
+    manager = ContainerManager(open_runtime(engine), {"code-executor": base, "mcp-server": base})
 
     async def run() -> tuple[list[Any], str]:
         connection = McpConnection(manager, draft, project=project)
@@ -160,7 +171,6 @@ def _reload(project: Path) -> dict[str, Any] | None:
 def cmd_add(args: argparse.Namespace) -> int:
     from fluffy.images.mcpenv import ensure_server_image
     from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import template_images
     from fluffy.kernel.mcp.record import load_records, save_record
 
     project = _project(args)
@@ -174,7 +184,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     say = stderr.print if args.json else stdout.print
     started = time.monotonic()
     with connect() as engine:
-        base = template_images(engine)["code-executor"]
+        base = _base_image(engine)
         built = ensure_server_image(
             engine,
             base,
@@ -184,7 +194,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         )
         draft = draft.model_copy(update={"image": built.image, "packages": built.packages})
         say(f"· starting {escape(draft.name)} in its sandbox to list its tools")
-        tools, info = _probe(engine, draft, project)
+        tools, info = _probe(engine, draft, project, base)
     server = draft.model_validate(
         {**draft.model_dump(), "tools": [t.model_dump() for t in tools], "server_info": info,
          "added_at": time.time()}
