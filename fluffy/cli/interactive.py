@@ -121,7 +121,7 @@ def _command(
         return Reply("bye", quit=True)
     if name == "/status":
         session = client.call("session.get", {"session_id": session_id})
-        return Reply(describe(status, session))
+        return Reply(describe(status, session) + "\n" + slash.instructions_text(client, session_id))
     if name in ("/approve", "/reject"):
         return _decide(name[1:], rest, client, session_id, ctx)
     if name == "/add-tests":

@@ -13,7 +13,7 @@ from typing import Any
 from fluffy.settings import Price
 
 COMMANDS = {
-    "/status": "kernel health, runtime, container, session, mode and state",
+    "/status": "kernel health, runtime, container, session, mode, state, project instructions",
     "/strict": "switch the session to strict mode (TDD enforced)",
     "/explore": "switch to explore mode (tests optional; tech-debt budget applies)",
     "/debug": "switch to debug mode (asks for your approval)",
@@ -82,6 +82,31 @@ def simple(
         session = client.call("session.cancel", sid)
         return f"cancelled: mode {session['mode']}, state {session['state']}"
     return None
+
+
+def instructions_text(client: Any, session_id: str) -> str:
+    """Which of AGENTS.md, CLAUDE.md, .fluffy/instructions.md the AI gets, and their sizes."""
+    from fluffy.errors import UnknownMethod
+
+    try:
+        answer = client.call("session.instructions", {"session_id": session_id}) or {}
+    except UnknownMethod:
+        return "project instructions: this kernel does not report them"
+    files = answer.get("files") or []
+    if not files:
+        return "project instructions: none (AGENTS.md, CLAUDE.md or .fluffy/instructions.md)"
+    parts = []
+    for item in files:
+        if item.get("skipped"):
+            parts.append(f"{item.get('path')} not read: {item['skipped']}")
+        elif item.get("truncated"):
+            parts.append(f"{item.get('path')} ({item.get('used')} of {item.get('size')} bytes)")
+        else:
+            parts.append(f"{item.get('path')} ({item.get('size')} bytes)")
+    line = "project instructions: " + ", ".join(parts)
+    if answer.get("truncated"):
+        line += f"; cut to {answer.get('limit')} bytes in all"
+    return line
 
 
 def _number(value: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -9,7 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.kernel.ai.conversation import ConversationStore
-from fluffy.kernel.ai.loop import SessionLoop
+from fluffy.kernel.ai.instructions import Instructions, read_instructions
+from fluffy.kernel.ai.loop import InstructionSource, SessionLoop
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.methods import ai_methods, with_review_hooks
 from fluffy.kernel.ai.provider import ProviderRunner
@@ -82,6 +84,38 @@ def proxy_auditor(audit: AuditLog | None) -> Callable[[ProxyRecord], Awaitable[N
     return record
 
 
+def instructions_reader(project: Path, audit: AuditLog | None) -> InstructionSource:
+    """Reads the project's instruction files and records each read in the audit log."""
+
+    async def load(session_id: str | None, caller: str) -> Instructions:
+        found = await asyncio.to_thread(read_instructions, project)
+        if audit is None:
+            return found
+        metadata = {"digest": found.digest, "limit": str(found.limit)}
+        for item in found.files:
+            metadata[f"file:{item.path}"] = (
+                f"skipped: {item.skipped}"
+                if item.skipped
+                else f"size={item.size} used={item.used} sha256={item.sha256}"
+            )
+        used = sum(item.used for item in found.loaded)
+        await audit.record(
+            Event(
+                "project_instructions_read",
+                caller=caller,
+                session_id=session_id,
+                syscall_type="fs.read",
+                input_summary=", ".join(item.path for item in found.files) or "(none)",
+                output_summary=f"{len(found.loaded)} file(s), {used} bytes"
+                + (" (truncated)" if found.truncated else ""),
+                metadata=metadata,
+            )
+        )
+        return found
+
+    return load
+
+
 async def assemble_ai(
     state_dir: Path,
     policy: PolicyFile,
@@ -145,5 +179,6 @@ async def assemble_ai(
         audit=audit_quarantine,
         durable=audit.flush if audit is not None else None,
         quarantine_after=policy.session.quarantine_after,
+        instructions=instructions_reader(tools.router.project, audit),
     )
     return AiLayer(loop, proxy, runner, store, policy.session.max_rounds)

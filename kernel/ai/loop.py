@@ -43,6 +43,7 @@ from fluffy.errors import (
     WorkflowError,
 )
 from fluffy.kernel.ai.events import EventStream
+from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
@@ -77,6 +78,8 @@ DENIAL_CODES = frozenset({"tool.unavailable", "policy.invalid", "ai.quarantined"
 RESULT_CHARS = 40_000
 
 Audit = Callable[..., Awaitable[None]]
+#: Reads (and audits) the project's instructions: (session id or None, caller) -> them.
+InstructionSource = Callable[[str | None, str], Awaitable[Instructions]]
 
 
 @dataclass
@@ -99,6 +102,8 @@ class Turn:
     tool_shown: dict[str, Any] | None = None  # what the user is asked about it
     review_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     usage: Tally = field(default_factory=Tally)  # the providers' reported token counts
+    #: the project's instructions, read once at the start of the turn
+    instructions: Instructions | None = None
 
 
 class SessionLoop:
@@ -111,8 +116,10 @@ class SessionLoop:
         audit: Audit | None = None,
         durable: Callable[[], Awaitable[None]] | None = None,
         quarantine_after: int = QUARANTINE_AFTER,
+        instructions: InstructionSource | None = None,
     ) -> None:
         self.router = router
+        self.instructions = instructions
         self.runner = runner
         self.memory = memory
         self.audit = audit
@@ -287,6 +294,8 @@ class SessionLoop:
         error: dict[str, Any] | None = None
         try:
             await self.memory.append(sid, [Message(role="user", content=turn.text)])
+            if self.instructions is not None:  # once per turn: edits count from the next task
+                turn.instructions = await self.instructions(sid, "kernel")
             await self._rounds(turn)
         except asyncio.CancelledError:
             turn.status = "cancelled"
@@ -421,6 +430,7 @@ class SessionLoop:
                 mode=mode,
                 tools=tools,
                 window_tokens=turn.provider.context_window,
+                instructions=turn.instructions,
                 # a script cannot summarise (it would replay its turns): extractive then
                 summarise=None
                 if turn.provider.name == "scripted"

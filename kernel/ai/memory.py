@@ -9,6 +9,7 @@ with the writable paths, tool summaries, pinned context and the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 from fluffy.errors import FluffyError, SessionNotFound
 from fluffy.kernel.ai.context import ContextWindow, TokenBudget, build_messages, pins_tokens
 from fluffy.kernel.ai.conversation import ConversationStore
+from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.prompt import base_prompt
 from fluffy.kernel.ai.summary import fallback_summary
+from fluffy.kernel.ai.tokens import estimate_tokens
 from fluffy.kernel.ai.usage import Calibration, Tally, UsageLedger
 from fluffy.kernel.tools.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow
@@ -95,17 +98,24 @@ class Memory:
         summarise: Summariser | None = None,
         window_tokens: int = 0,
         compact: bool = False,
+        instructions: Instructions | None = None,
     ) -> list[Message]:
         """The request's messages; ``compact``: the provider refused the last prompt as
         too long, so the older half of the window is summarised now (ADR-044)."""
         history = answered(await self.store.load(session_id))
+        # the project's instructions are paid for out of the window's spare tokens
+        spare = self.budget.total - self.budget.minimum_total()
+        section = instructions.section(max_tokens=spare) if instructions is not None else ""
+        budget = dataclasses.replace(
+            self.budget, prompt=self.budget.prompt + estimate_tokens(section)
+        )
         meta = await self.store.meta(session_id)
         pins = [p.text for p in meta.pins] if meta else []
         summary = meta.summary if meta else ""
         start = meta.summarised_upto if meta else 0
         window = ContextWindow.fit(
             history,
-            self.budget,
+            budget,
             start=start,
             pins_tokens=pins_tokens(pins),
             scale=self.calibration.scale(session_id),
@@ -115,6 +125,7 @@ class Memory:
             summary = await self._summarise(window.old, summary, summarise)
             await self.store.set_summary(session_id, summary, window.upto)
         system = base_prompt(state, mode, self.writable(state), tools)
+        system = "\n\n".join(part for part in (system, section) if part)
         return build_messages(system, summary, pins, window)
 
     async def record_usage(

@@ -155,6 +155,16 @@ def ai_methods(
             "lock_at": workflow.tech_debt.lockout_threshold,
         }
 
+    async def instructions(context: CallContext, params: Any) -> dict[str, Any]:
+        p = _params(params, (), ("session_id",))
+        _user_only(context, "read the project's instructions")
+        sid = str(p["session_id"]) if p.get("session_id") else None
+        if sid is not None:
+            await workflow.get(sid)
+        if loop.instructions is None:
+            return {"files": [], "limit": 0, "truncated": False, "digest": ""}
+        return (await loop.instructions(sid, "user")).view()
+
     async def decide_exemption(context: CallContext, params: Any) -> dict[str, Any]:
         p = _params(params, ("session_id", "grant", "request_id"), ("reason",))
         _user_only(context, "decide on a TDD exemption")
@@ -204,6 +214,7 @@ def ai_methods(
         "session.pins": pins,
         "session.lift_quarantine": lift,
         "session.budget": budget,
+        "session.instructions": instructions,
     }
 
 

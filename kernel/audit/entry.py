@@ -64,6 +64,7 @@ EVENT_TYPES: Final = frozenset(
         "mcp_server_stopped",
         "mcp_server_failed",
         "mcp_servers_loaded",
+        "project_instructions_read",
     }
 )
 

@@ -58,6 +58,7 @@ class FakeKernel:
         self.interrupt_on_poll: int | None = None  # raise KeyboardInterrupt on that poll
         self.polls = 0
         self.pins: list[str] = []
+        self.instructions: dict[str, Any] = {"files": [], "limit": 32768, "truncated": False}
         self.approve_error: Exception | None = None
         self.exemption: dict[str, Any] | None = None  # the AI's request that waits
         self.tool_held: dict[str, Any] | None = None  # a tool call that waits (ADR-046)
@@ -91,6 +92,10 @@ class FakeKernel:
 
     def m_project_info(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"policy": {"default": False}, "layout": None, "environment": None}
+
+    def m_session_instructions(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._session(str(params.get("session_id")))
+        return copy.deepcopy(self.instructions)
 
     def m_session_pins(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"pins": list(self.pins)}

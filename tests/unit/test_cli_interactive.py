@@ -217,3 +217,24 @@ def test_session_table_and_times() -> None:
     assert headers == ["id", "mode", "state", "updated", "tokens in/out", "title"]
     assert table.row_count == 1
     assert when(1_700_000_000_000)[:4] == "2023" and when(None) == ""
+
+
+def test_status_shows_the_project_instructions_the_ai_gets() -> None:
+    kernel, sid, _, _ = setup()
+    assert "project instructions: none" in handle("/status", kernel, sid, STATUS).text
+    kernel.instructions = {
+        "files": [
+            {"path": "AGENTS.md", "size": 120, "used": 120, "truncated": False, "skipped": ""},
+            {"path": "CLAUDE.md", "size": 50000, "used": 32648, "truncated": True, "skipped": ""},
+            {"path": ".fluffy/instructions.md", "skipped": "a symlink that leads outside the "
+             "project"},
+        ],
+        "limit": 32768,
+        "truncated": True,
+    }  # fmt: skip
+    lines = handle("/status", kernel, sid, STATUS).text.splitlines()
+    assert lines[1] == (
+        "project instructions: AGENTS.md (120 bytes), CLAUDE.md (32648 of 50000 bytes), "
+        ".fluffy/instructions.md not read: a symlink that leads outside the project; "
+        "cut to 32768 bytes in all"
+    )
