@@ -27,7 +27,7 @@ from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
 from fluffy.cli.exemption import granted_text, request_text
 from fluffy.cli.project import env_for_task, first_run_block, init_project, show_project
-from fluffy.cli.render import status_word, stdout
+from fluffy.cli.render import status_word, stdout, use_theme
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
 from fluffy.cli.turns import OnReview, cursor, follow
 from fluffy.errors import FluffyError, ModeDenied
@@ -293,6 +293,7 @@ def run(
     interactive = sys.stdin.isatty() if interactive is None else interactive
     cli = cli or {}
     settings = settings_for(Path(project), cli)
+    shown = use_theme(settings.theme)
     if not interactive:
         approve_mode(cli.get("mode"), yes=yes, confirm=None)  # before starting anything
     if interactive:
@@ -316,7 +317,7 @@ def run(
         if interactive:
             turns = script_turns(script) if script else None
             ctx = Context(
-                renderer=SessionRenderer(stdout, prices=settings.prices),
+                renderer=SessionRenderer(stdout, prices=settings.prices, palette=shown),
                 options=message_options(settings, turns),
                 prepare=lambda: env_for_task(Path(project), stdout),
                 prices=settings.prices,

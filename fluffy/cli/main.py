@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from fluffy._version import __version__
-from fluffy.cli.render import print_error, print_json, status_word, stderr, stdout
+from fluffy.cli.render import print_error, print_json, status_word, stderr, stdout, use_theme
 from fluffy.errors import FluffyError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -131,7 +131,8 @@ def cmd_demo_session(args: argparse.Namespace) -> int:
             f"{str(status.get('container_id'))[:12]}); strict mode\n"
         )
         stdout.print(f"You: {escape(script.task)}")
-    renderer = JsonRenderer(lambda _: None) if args.json else SessionRenderer(stdout)
+    shown = use_theme(settings.theme)
+    renderer = JsonRenderer(lambda _: None) if args.json else SessionRenderer(stdout, palette=shown)
     try:
         demo = play(files["run"] / "kernel.sock", project, script, provider, renderer)
     finally:
@@ -300,8 +301,20 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(words)
 
 
+def _theme() -> None:
+    """The ``theme`` setting for every command (a session's project may set another)."""
+    import contextlib
+
+    from fluffy.settings import load_settings
+
+    # a broken config file is reported by the command that needs it
+    with contextlib.suppress(FluffyError, OSError):
+        use_theme(load_settings(Path.cwd()).theme)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    _theme()
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:  # `fluffy`: bring the kernel up if needed and connect
         from fluffy.cli.interactive import run as interactive

@@ -9,12 +9,21 @@ from typing import Any
 from rich.markup import escape
 
 from fluffy.cli.safetext import SafeConsole
+from fluffy.cli.theme import Palette, apply, palette
 from fluffy.errors import FluffyError
 
 #: Every line fluffy prints goes through these: no raw control character reaches the
 #: terminal, whatever text a model or a sandbox produced (fluffy.cli.safetext).
 stdout = SafeConsole(highlight=False, soft_wrap=True)
 stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
+
+
+def use_theme(setting: str) -> Palette:
+    """The ``theme`` setting's palette, applied to fluffy's consoles (plain: no colour)."""
+    chosen = palette(setting)
+    apply(chosen, stdout, stderr)
+    return chosen
+
 
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 

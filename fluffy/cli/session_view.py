@@ -21,6 +21,7 @@ from rich.syntax import Syntax
 
 from fluffy.cli.diffview import review_files
 from fluffy.cli.safetext import visible
+from fluffy.cli.theme import PALETTES, Palette
 from fluffy.cli.usage import turn_line
 from fluffy.errors import FluffyError
 from fluffy.settings import Price
@@ -67,6 +68,10 @@ def status_line(mode: Any, state: Any) -> str:
     return f"[{mode or '?'}] [{state or '?'}] > "
 
 
+def _styled(text: str, style: str) -> str:
+    return f"[{style}]{text}[/]" if style else text
+
+
 class JsonRenderer:
     """``--json``: every event as one JSON object per line, nothing else on stdout."""
 
@@ -86,10 +91,12 @@ class SessionRenderer:
         *,
         diff_lines: int = DIFF_LINES,
         prices: Mapping[str, Price] | None = None,
+        palette: Palette = PALETTES["dark"],
     ) -> None:
         self.console = console
         self.diff_lines = diff_lines
         self.prices: Mapping[str, Price] = prices or {}
+        self.palette = palette
         self.in_text = False  # inside a streamed "AI: ..." line
         self.streamed = ""  # the AI text since the last other output (to avoid repeating it)
         self.pending: dict[str, str] = {}  # call_id -> description of running tools
@@ -204,10 +211,10 @@ class SessionRenderer:
             self._line(f"    [bold]the AI asks for tests before the merge:[/] {asked}")
         if event.get("can_add_tests") and not auto:
             self._line("    (explore change: /add-tests asks for tests before the merge)")
+        added, removed = self.palette.added, self.palette.removed
         for item in files:
-            self._line(
-                f"  [bold]{escape(item.path)}[/] [green]+{item.added}[/] [red]-{item.removed}[/]"
-            )
+            counts = f"{_styled(f'+{item.added}', added)} {_styled(f'-{item.removed}', removed)}"
+            self._line(f"  [bold]{escape(item.path)}[/] {counts}")
             if not auto:
                 self._diff(item.diff)
         self._line()
@@ -240,7 +247,7 @@ class SessionRenderer:
             return
         shown = visible("\n".join(lines[: self.diff_lines]))
         self._close_text()
-        syntax = Syntax(shown, "diff", theme="ansi_dark", word_wrap=True)
+        syntax = Syntax(shown, "diff", theme=self.palette.syntax, word_wrap=True)
         self.console.print(Padding(syntax, (0, 0, 0, 4)))
         if len(lines) > self.diff_lines:
             self._line(f"  [dim]... {len(lines) - self.diff_lines} more diff line(s) not shown[/]")

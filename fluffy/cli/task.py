@@ -32,7 +32,7 @@ from fluffy.cli.connect import (
 )
 from fluffy.cli.exemption import request_text
 from fluffy.cli.project import env_for_task, show_project
-from fluffy.cli.render import stderr, stdout
+from fluffy.cli.render import stderr, stdout, use_theme
 from fluffy.cli.session_view import JsonRenderer, Renderer, SessionRenderer, status_line
 from fluffy.cli.turns import cursor, follow
 from fluffy.errors import ConfigError
@@ -120,8 +120,11 @@ def run_task(args: argparse.Namespace) -> int:
     options = message_options(settings, turns)
     notes = stderr if args.json else stdout
     terminal = sys.stdin.isatty()
+    shown = use_theme(settings.theme)
     renderer: Renderer = (
-        JsonRenderer() if args.json else SessionRenderer(stdout, prices=settings.prices)
+        JsonRenderer()
+        if args.json
+        else SessionRenderer(stdout, prices=settings.prices, palette=shown)
     )
     rejected: list[str] = []
 
