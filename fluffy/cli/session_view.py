@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.markup import escape as _markup_escape
 from rich.padding import Padding
 from rich.status import Status
 from rich.syntax import Syntax
 
 from fluffy.cli.diffview import review_files
+from fluffy.cli.mdstream import MarkdownStream
 from fluffy.cli.safetext import visible
 from fluffy.cli.theme import PALETTES, Palette
 from fluffy.cli.usage import turn_line
@@ -92,11 +94,16 @@ class SessionRenderer:
         diff_lines: int = DIFF_LINES,
         prices: Mapping[str, Price] | None = None,
         palette: Palette = PALETTES["dark"],
+        markdown: bool | None = None,
     ) -> None:
         self.console = console
         self.diff_lines = diff_lines
         self.prices: Mapping[str, Price] = prices or {}
         self.palette = palette
+        #: the model's text as Markdown (default: on a terminal; raw text when piped)
+        self.markdown = console.is_terminal if markdown is None else markdown
+        self.blocks = MarkdownStream(palette.syntax)
+        self.blocks_shown = 0  # in the current run of text
         self.in_text = False  # inside a streamed "AI: ..." line
         self.streamed = ""  # the AI text since the last other output (to avoid repeating it)
         self.pending: dict[str, str] = {}  # call_id -> description of running tools
@@ -109,10 +116,22 @@ class SessionRenderer:
         self.console.print(markup, highlight=False)
 
     def _close_text(self) -> None:
-        if self.in_text:
+        if not self.in_text:
+            return
+        if self.markdown:
+            self._markdown(self.blocks.flush())
+        else:
             self.console.print()  # end the streamed line
-            self.console.print()
-            self.in_text = False
+        self.console.print()
+        self.in_text = False
+
+    def _markdown(self, block: Markdown | None) -> None:
+        if block is None:
+            return
+        if self.blocks_shown:
+            self.console.print()  # the space Markdown keeps between blocks
+        self.console.print(block, soft_wrap=False)
+        self.blocks_shown += 1
 
     def _error(self, error: dict[str, Any], indent: str = "  ") -> None:
         self._line(f"{indent}[bold red]ERROR:[/] {escape(str(error.get('what') or ''))}")
@@ -162,13 +181,22 @@ class SessionRenderer:
         if not content:
             return
         if not self.in_text:
-            self.console.print("[bold cyan]AI:[/] ", end="", highlight=False)
+            if self.markdown:
+                self.console.print("[bold cyan]AI:[/]", highlight=False)
+                self.blocks_shown = 0
+            else:
+                self.console.print("[bold cyan]AI:[/] ", end="", highlight=False)
             self.in_text = True
             self.streamed = ""
-        self.console.print(visible(content), end="", markup=False, highlight=False, soft_wrap=True)
         self.streamed += content
+        if self.markdown:
+            self._markdown(self.blocks.feed(content))
+            return
+        self.console.print(visible(content), end="", markup=False, highlight=False, soft_wrap=True)
 
     def _on_tool_executing(self, event: dict[str, Any]) -> None:
+        if self.markdown:
+            self._close_text()  # the text so far, before the spinner takes the line
         self.last_tool = str(event.get("tool_name") or "")
         self.pending[str(event.get("call_id"))] = str(
             event.get("description") or event.get("tool_name")
