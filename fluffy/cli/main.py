@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.set_defaults(func=cmd_images_prune)
 
     from fluffy.cli.audit import add_parser as add_audit_parser
+    from fluffy.cli.completion import add_parser as add_completion_parser
     from fluffy.cli.config import add_parser as add_config_parser
     from fluffy.cli.exemption import add_parser as add_exemption_parser
     from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="--session: play the script even when an API key or base URL is set",
     )
     demo.set_defaults(func=cmd_demo)
+    add_completion_parser(sub)
     return parser
 
 
