@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -44,12 +45,30 @@ from pydantic import (
 from fluffy.errors import ConfigError
 from fluffy.paths import fluffy_home
 
-Provider = Literal["scripted", "openai", "anthropic"]
+Provider = Literal["scripted", "openai", "anthropic", "ollama", "lmstudio"]
 
 DEFAULT_MODELS: Final[Mapping[str, str]] = {
     "scripted": "script",
     "openai": "gpt-4o-mini",
     "anthropic": "claude-sonnet-4-5",
+    "ollama": "qwen2.5-coder:7b",
+    "lmstudio": "qwen2.5-coder-7b-instruct",
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A local server that speaks the OpenAI API: where it listens by default."""
+
+    base_url: str
+    wire: Literal["openai"] = "openai"  # the API the kernel's adapter speaks to it
+
+
+#: ``--provider ollama`` / ``lmstudio``: OpenAI-compatible servers on this machine, no key
+#: needed (``FLUFFY_API_KEY`` is sent if set).  ``base_url`` overrides the address.
+PRESETS: Final[Mapping[str, Preset]] = {
+    "ollama": Preset("http://127.0.0.1:11434/v1"),
+    "lmstudio": Preset("http://127.0.0.1:1234/v1"),
 }
 #: Environment variable -> setting.
 ENV_VARS: Final[Mapping[str, str]] = {
@@ -65,6 +84,8 @@ KEY_VARS: Final[Mapping[str, tuple[str, ...]]] = {
     "openai": ("OPENAI_API_KEY", "FLUFFY_API_KEY"),
     "anthropic": ("ANTHROPIC_API_KEY", "FLUFFY_API_KEY"),
     "scripted": (),
+    "ollama": ("FLUFFY_API_KEY",),
+    "lmstudio": ("FLUFFY_API_KEY",),
 }
 CONFIG_NAME: Final = "config.yaml"
 #: Smallest context window the context manager accepts (its fixed parts + 2,000 tokens).
@@ -117,7 +138,8 @@ class _Fields(BaseModel):
 FIELDS: Final = tuple(_Fields.model_fields)
 #: What `fluffy config init` explains for each setting.
 HELP: Final[Mapping[str, str]] = {
-    "provider": "AI provider: scripted (offline, no key) | openai | anthropic",
+    "provider": "AI provider: scripted (offline, no key) | openai | anthropic | ollama | "
+    "lmstudio (local OpenAI-compatible servers, no key)",
     "model": "model name (default per provider: gpt-4o-mini, claude-sonnet-4-5, script)",
     "base_url": "provider endpoint, e.g. a local OpenAI-compatible server (default: public)",
     "mode": "session mode to ask for: strict | explore | debug (the policy decides)",

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fluffy.errors import ConfigError, ModeDenied, SessionNotFound
-from fluffy.settings import DEFAULT_MODELS, api_key
+from fluffy.settings import DEFAULT_MODELS, PRESETS, api_key
 
 if TYPE_CHECKING:
     from fluffy.settings import Settings
@@ -85,10 +85,11 @@ def message_options(
             "OpenAI-compatible server such as Ollama), or pass --script FILE "
             "(see examples/sessions/).",
         )
+    preset = PRESETS.get(name)
     provider: dict[str, Any] = {
-        "name": name,
+        "name": preset.wire if preset is not None else name,
         "model": model,
-        "base_url": settings.base_url,
+        "base_url": settings.base_url or (preset.base_url if preset is not None else ""),
         "api_key": api_key(settings) or "",
         "context_window": settings.context_window,
         "max_retries": settings.max_retries,

@@ -25,6 +25,7 @@ from rich.markup import escape
 from fluffy._version import __version__
 from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
+from fluffy.cli.endpoint import allowlist_hint
 from fluffy.cli.exemption import granted_text, request_text
 from fluffy.cli.project import env_for_task, first_run_block, init_project, show_project
 from fluffy.cli.render import status_word, stdout, use_theme
@@ -322,6 +323,9 @@ def run(
                 prepare=lambda: env_for_task(Path(project), stdout),
                 prices=settings.prices,
             )
+            hint = allowlist_hint(Path(project), ctx.options or {})
+            if hint is not None:
+                stdout.print(f"[yellow]WARN:[/] {escape(hint)}")
             stdout.rule(f"fluffy v{__version__} -- {session['mode']} mode -- {session['state']}")
             _loop(client, session["session_id"], kernel.status, ctx)
     return 0

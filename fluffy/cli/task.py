@@ -30,6 +30,7 @@ from fluffy.cli.connect import (
     script_turns,
     settings_for,
 )
+from fluffy.cli.endpoint import allowlist_hint
 from fluffy.cli.exemption import request_text
 from fluffy.cli.project import env_for_task, show_project
 from fluffy.cli.render import stderr, stdout, use_theme
@@ -38,7 +39,7 @@ from fluffy.cli.turns import cursor, follow
 from fluffy.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-PROVIDERS = ("scripted", "openai", "anthropic")
+PROVIDERS = ("scripted", "openai", "anthropic", "ollama", "lmstudio")
 MODES = ("strict", "explore", "debug")
 _NOT_TASKS = ("-h", "--help", "--version")
 
@@ -50,7 +51,11 @@ def task_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("task", nargs="?", help="what the AI should do (quote it)")
     parser.add_argument("--yes", "-y", action="store_true", help="approve reviews and debug mode")
-    parser.add_argument("--provider", choices=PROVIDERS, help="the AI provider")
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="the AI provider (ollama, lmstudio: a local OpenAI-compatible server)",
+    )
     parser.add_argument("--base-url", help="the provider's API address")
     parser.add_argument("--model", help="the model name")
     parser.add_argument("--project", help="the project folder (default: the current one)")
@@ -119,6 +124,9 @@ def run_task(args: argparse.Namespace) -> int:
     turns = script_turns(args.script) if args.script else None
     options = message_options(settings, turns)
     notes = stderr if args.json else stdout
+    hint = allowlist_hint(project, options)
+    if hint is not None:
+        notes.print(f"[yellow]WARN:[/] {escape(hint)}")
     terminal = sys.stdin.isatty()
     shown = use_theme(settings.theme)
     renderer: Renderer = (

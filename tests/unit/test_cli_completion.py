@@ -64,7 +64,7 @@ def test_bash_script_is_valid_and_completes(tmp_path: Path) -> None:
     path = _write(tmp_path, "bash")
     subprocess.run(["bash", "-n", str(path)], check=True)
     assert _bash_complete(path, "fluffy", "pl") == ["plugin"]
-    assert _bash_complete(path, "fluffy", "--provider", "o") == ["openai"]
+    assert _bash_complete(path, "fluffy", "--provider", "l") == ["lmstudio"]
     assert _bash_complete(path, "fluffy", "images", "build", "--r") == ["--rebuild"]
     assert _bash_complete(path, "fluffy", "completion", "z") == ["zsh"]
     assert "--mode" in _bash_complete(path, "fluffy", "--")
