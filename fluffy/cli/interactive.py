@@ -340,19 +340,41 @@ def _offer_init(project: Path, confirm: Confirm = ask) -> None:
         stdout.print(f"{status_word('ok')} .fluffy/{name}: {what}")
 
 
-def _loop(client: Any, session_id: str, status: dict[str, Any], ctx: Context) -> None:
+def make_prompt(history: Any = None, **io: Any) -> Any:
+    """The prompt: history, slash-command completion, and multi-line tasks.
+
+    Enter sends; Esc Enter (what most terminals send for Alt+Enter) inserts a newline;
+    a paste (bracketed paste) is inserted whole, newlines included, as one task.
+    ``io``: prompt_toolkit's ``input``/``output`` (tests).
+    """
     from prompt_toolkit import PromptSession
     from prompt_toolkit.completion import WordCompleter
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keys = KeyBindings()
+
+    @keys.add("escape", "enter")
+    def _newline(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    return PromptSession(
+        history=history,
+        completer=WordCompleter(list(COMMANDS), sentence=True),
+        key_bindings=keys,
+        prompt_continuation=lambda width, line, wrapped: "." * (width - 1) + " ",
+        **io,
+    )
+
+
+def _loop(client: Any, session_id: str, status: dict[str, Any], ctx: Context) -> None:
     from prompt_toolkit.history import FileHistory
 
     from fluffy.paths import fluffy_home
 
     fluffy_home().mkdir(parents=True, exist_ok=True)
-    prompt: PromptSession[str] = PromptSession(
-        history=FileHistory(str(fluffy_home() / "history")),
-        completer=WordCompleter(list(COMMANDS), sentence=True),
-    )
+    prompt = make_prompt(FileHistory(str(fluffy_home() / "history")))
     stdout.print("type a task, /help for the commands, Ctrl-D or /quit to leave")
+    stdout.print(f"[dim]{escape(slash.HELP_KEYS)}[/]")
     while True:
         session = client.call("session.get", {"session_id": session_id}) or {}
         try:

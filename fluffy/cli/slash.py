@@ -34,6 +34,10 @@ COMMANDS = {
     "/quit": "leave (a kernel this fluffy started is stopped)",
 }
 HISTORY_LINES = 20
+HELP_KEYS = (
+    "A task of several lines: Esc then Enter (or Alt+Enter) starts a new line, Enter sends "
+    "it; pasted text stays one task, newlines and all."
+)
 
 
 def simple(
@@ -50,7 +54,8 @@ def simple(
 
         return usage_text(client.call("session.usage", sid) or {}, prices or {})
     if name == "/help":
-        return "\n".join(f"{command:<14} {what}" for command, what in COMMANDS.items())
+        lines = [f"{command:<14} {what}" for command, what in COMMANDS.items()]
+        return "\n".join([*lines, "", HELP_KEYS])
     if name == "/budget":
         return budget_text(client.call("session.budget", sid))
     if name == "/pin":

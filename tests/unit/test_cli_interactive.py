@@ -238,3 +238,32 @@ def test_status_shows_the_project_instructions_the_ai_gets() -> None:
         ".fluffy/instructions.md not read: a symlink that leads outside the project; "
         "cut to 32768 bytes in all"
     )
+
+
+def _typed(keys: str) -> str:
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from fluffy.cli.interactive import make_prompt
+
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        prompt = make_prompt(input=pipe, output=DummyOutput())
+        return str(prompt.prompt("> "))
+
+
+def test_enter_sends_and_esc_enter_starts_a_new_line() -> None:
+    assert _typed("one line\r") == "one line"
+    assert _typed("first\x1b\rsecond\x1b\rthird\r") == "first\nsecond\nthird"
+
+
+def test_a_pasted_block_stays_one_task() -> None:
+    assert _typed("\x1b[200~def f():\n    return 1\n\x1b[201~\r") == "def f():\n    return 1\n"
+
+
+def test_help_says_how_to_write_several_lines() -> None:
+    kernel, sid, _, _ = setup()
+    assert (
+        "Esc then Enter (or Alt+Enter) starts a new line"
+        in handle("/help", kernel, sid, STATUS).text
+    )
