@@ -71,6 +71,7 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── ToolNotFound              tool.not_found
     │   ├── ToolInputInvalid          tool.input_invalid
     │   ├── ToolFailed                tool.failed
+    │   ├── ToolRefused               tool.refused
     │   ├── ToolTransient             tool.transient
     │   │   └── SandboxExited         tool.sandbox_exited
     │   ├── ToolTimeout               tool.timeout
@@ -552,6 +553,14 @@ class ToolInputInvalid(ToolError):
 class ToolFailed(ToolError):
     code = "tool.failed"
     default_why = "the tool reported an error while it ran"
+
+
+class ToolRefused(ToolError):
+    """The user said no to a call that waited for their answer (not a policy denial:
+    it does not count towards the session's quarantine)."""
+
+    code = "tool.refused"
+    default_fix = "Do something else, or ask the user what they want."
 
 
 class ToolTransient(ToolError):

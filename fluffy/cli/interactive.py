@@ -168,8 +168,11 @@ def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
 def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Context) -> Reply:
     if ctx.tool_shown is None and decision in ("approve", "reject"):
         held = (client.call("tool.pending", {"session_id": session_id}) or {}).get("pending")
-        if held:  # a call shown before this prompt joined (fluffy session resume)
+        if held:  # shown before this prompt joined (session resume): show it, then ask
+            ctx.renderer.render({"type": "tool_review", **held})
             ctx.tool_shown = (str(held.get("review_id")), str(held.get("tool")))
+            return Reply(f"{held.get('tool')} waits for your answer (shown above): "
+                         "/approve, /approve all or /reject [why]")  # fmt: skip
     if ctx.tool_shown is not None and decision in ("approve", "reject"):
         return _decide_call(decision, reason, client, session_id, ctx)
     session = client.call("session.get", {"session_id": session_id}) or {}

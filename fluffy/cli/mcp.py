@@ -92,19 +92,21 @@ def _base_image(engine: Any) -> str:
     return refs["code-executor"]
 
 
-def _probe(engine: Any, draft: Any, project: Path, base: str) -> tuple[list[Any], str]:
-    """Start the server once in its sandbox; its tools and name/version."""
+def _probe(
+    engine: Any, draft: Any, project: Path, base: str
+) -> tuple[list[Any], str, dict[str, str]]:
+    """Start the server once in its sandbox: its tools, name/version, tools left out."""
     from fluffy.kernel.containers.factory import open_runtime
     from fluffy.kernel.containers.manager import ContainerManager
     from fluffy.kernel.mcp.connection import McpConnection
 
     manager = ContainerManager(open_runtime(engine), {"code-executor": base, "mcp-server": base})
 
-    async def run() -> tuple[list[Any], str]:
+    async def run() -> tuple[list[Any], str, dict[str, str]]:
         connection = McpConnection(manager, draft, project=project)
         try:
             await connection.start()
-            return list(connection.tools), connection.server_info
+            return list(connection.tools), connection.server_info, dict(connection.skipped)
         finally:
             await connection.close()
 
@@ -182,6 +184,13 @@ def cmd_add(args: argparse.Namespace) -> int:
             fix=f"Pass --replace to register it anew, or `fluffy mcp remove {draft.name}`.",
         )
     say = stderr.print if args.json else stdout.print
+    for key in draft.env:
+        if any(word in key.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD")):
+            stderr.print(
+                f"[yellow]warning:[/] {escape(key)} looks like a secret: --env values are "
+                "kept in .fluffy/mcp/ in the project, where the model and other servers "
+                "can read them; prefer a server that needs no secret here"
+            )
     started = time.monotonic()
     with connect() as engine:
         base = _base_image(engine)
@@ -194,13 +203,15 @@ def cmd_add(args: argparse.Namespace) -> int:
         )
         draft = draft.model_copy(update={"image": built.image, "packages": built.packages})
         say(f"· starting {escape(draft.name)} in its sandbox to list its tools")
-        tools, info = _probe(engine, draft, project, base)
+        tools, info, skipped = _probe(engine, draft, project, base)
     server = draft.model_validate(
         {**draft.model_dump(), "tools": [t.model_dump() for t in tools], "server_info": info,
          "added_at": time.time()}
     )  # fmt: skip
     if not args.json:
         _show(server, built.built)
+        for name, why in sorted(skipped.items()):
+            stdout.print(f"  [yellow]left out[/] {escape(name)}: {escape(why)}")
     if not _confirmed(args, server.name):
         stdout.print("not added: nothing was recorded")
         return EXIT_REFUSED
@@ -211,6 +222,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             {
                 "ok": True,
                 "server": server.model_dump(mode="json"),
+                "tools_left_out": skipped,
                 "record": str(path),
                 "kernel_reloaded": reloaded is not None,
                 "seconds": round(time.monotonic() - started, 1),

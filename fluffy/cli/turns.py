@@ -161,7 +161,10 @@ def _decide_call(
 ) -> dict[str, Any] | None:
     shown = str(review.get("review_id") or "")
     if decision not in CALL_ANSWERS:
-        end = ended("waiting_review", next=position, tool_review=shown, tool=review.get("tool"))
+        # the next reader starts right after this event: what follows it on the page
+        # (another call's result) is shown then, not lost
+        after = int(review.get("seq") or position)
+        end = ended("waiting_review", next=after, tool_review=shown, tool=review.get("tool"))
         renderer.render(end)
         return end
     try:

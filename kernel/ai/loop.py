@@ -211,6 +211,12 @@ class SessionLoop:
                 fix="Allow it with a policy rule, or call it from a task.",
             )
         async with turn.review_lock:
+            if turn.review is not None and not turn.review.done():
+                raise PolicyError(
+                    f"{shown.get('tool')} needs the user's review, and the session already "
+                    "waits for another decision",
+                    fix="Decide on what the session shows first, then call it again.",
+                )
             turn.review = asyncio.get_running_loop().create_future()
             turn.status = "waiting_review"
             turn.tool_review = str(shown.get("review_id"))

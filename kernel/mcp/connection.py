@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -31,15 +32,16 @@ import anyio
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
-from fluffy.errors import FluffyError, McpServerFailed, ToolTimeout
+from fluffy.errors import FluffyError, McpServerFailed, ToolFailed, ToolTimeout
 from fluffy.ipc.transport import peer_identity
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import output_tail
 from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
-from fluffy.kernel.mcp.record import McpServer, McpTool
+from fluffy.kernel.mcp.record import MAX_TOOLS, McpServer, McpTool
 
 log = logging.getLogger("fluffy.kernel.mcp")
 
@@ -65,6 +67,39 @@ def server_environment(server: McpServer) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+
+
+class _Session(ClientSession):
+    """The SDK's session without its check of structured results against the tool's
+    output schema: that schema is the server's (its patterns could stall the kernel's
+    loop), and the kernel trusts no result anyway (it is sanitised and shown as data)."""
+
+    async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
+        return None
+
+
+MAX_LISTED = 128
+
+
+def usable_tools(listed: list[types.Tool]) -> tuple[list[McpTool], dict[str, str]]:
+    """The tools that pass the record's checks; the others by name, with the reason (a
+    server is not refused for one bad tool)."""
+    tools: list[McpTool] = []
+    skipped: dict[str, str] = {}
+    for tool in listed:
+        name = str(tool.name)[:80]
+        if len(tools) >= MAX_TOOLS:
+            skipped[name] = f"more than {MAX_TOOLS} tools"
+            continue
+        try:
+            tools.append(tool_record(tool))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            skipped[name] = f"{where}: {first['msg']}"[:200]
+        if len(skipped) >= MAX_LISTED:
+            break
+    return tools, skipped
 
 
 def tool_record(tool: types.Tool) -> McpTool:
@@ -99,6 +134,8 @@ class McpConnection:
         self.folder: Path | None = None
         self.session: ClientSession | None = None
         self.tools: list[McpTool] = []
+        self.skipped: dict[str, str] = {}  # tools not offered, and why
+        self.stopped_by = ""  # the kernel stopped it (not a crash): why
         self.server_info = ""
         self.started_at = 0.0
         self.start_ms = 0.0
@@ -199,23 +236,23 @@ class McpConnection:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         started = time.perf_counter()
-        self.folder, options = sandbox_socket_dir(
-            self.manager.root, f"mcp-{self.server.name}-{uuid.uuid4().hex[:8]}"
-        )
-        await self._listen(self.folder, options)
-        config = template_config(
-            "mcp-server",
-            plugin_name=f"mcp-{self.server.name}",
-            image=self.server.image,
-            project_dir=self.project,
-            kernel_socket_dir=self.folder,
-            environment=server_environment(self.server),
-        )
-        # a --path server starts in its folder; others in the project (read-only)
-        cwd = SERVER_DIR if self.server.path else "/workspace" if self.project else "/tmp"  # noqa: S108
-        command = [*HOST_COMMAND, "--cwd", cwd, "--", *self.server.command]
         try:
-            self.sandbox = await asyncio.to_thread(self.manager.create, config, command)
+            self.folder, options = sandbox_socket_dir(
+                self.manager.root, f"mcp-{self.server.name}-{uuid.uuid4().hex[:8]}"
+            )
+            await self._listen(self.folder, options)
+            config = template_config(
+                "mcp-server",
+                plugin_name=f"mcp-{self.server.name}",
+                image=self.server.image,
+                project_dir=self.project,
+                kernel_socket_dir=self.folder,
+                environment=server_environment(self.server),
+            )
+            # a --path server starts in its folder; others in the project (read-only)
+            cwd = SERVER_DIR if self.server.path else "/workspace" if self.project else "/tmp"  # noqa: S108
+            command = [*HOST_COMMAND, "--cwd", cwd, "--", *self.server.command]
+            self.sandbox = await self._create(config, command)
             self._sandbox_id = self.sandbox.sandbox_id
             watch = asyncio.create_task(self._watch_start())
             try:
@@ -230,6 +267,22 @@ class McpConnection:
             raise
         self.started_at = time.time()
         self.start_ms = round((time.perf_counter() - started) * 1000, 1)
+
+    async def _create(self, config: Any, command: list[str]) -> Sandbox:
+        """The sandbox, made in a thread; if the start is cancelled meanwhile, the
+        sandbox made after all is destroyed (never left running unowned)."""
+        making = asyncio.ensure_future(asyncio.to_thread(self.manager.create, config, command))
+        try:
+            return await asyncio.shield(making)
+        except asyncio.CancelledError:
+
+            def late(done: asyncio.Future[Sandbox]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    made = done.result()
+                    threading.Thread(target=self.manager.destroy, args=(made,), daemon=True).start()
+
+            making.add_done_callback(late)
+            raise
 
     async def _watch_start(self) -> None:
         """While starting: a sandbox that exits (a host that cannot start) ends the wait."""
@@ -294,10 +347,10 @@ class McpConnection:
         self._read_send, self._write_recv = read_send, write_recv
         writer = asyncio.create_task(self._writer())
         try:
-            async with ClientSession(read_recv, write_send) as session:
+            async with _Session(read_recv, write_send) as session:
                 result = await session.initialize()
                 listed = await session.list_tools()
-                self.tools = [tool_record(tool) for tool in listed.tools]
+                self.tools, self.skipped = usable_tools(listed.tools)
                 info = result.server_info
                 self.server_info = f"{info.name} {info.version}"[:200] if info else ""
                 self.session = session
@@ -306,9 +359,7 @@ class McpConnection:
                     await self._ended.wait()
         except BaseException as exc:
             if not self._ready.done():
-                self._ready.set_exception(
-                    exc if isinstance(exc, Exception) else McpServerFailed("start cancelled")
-                )
+                self._ready.set_exception(self._start_error(exc))
                 self._ready.exception()  # retrieved: start() reports the end, not this
             if not isinstance(exc, Exception):
                 raise
@@ -319,6 +370,22 @@ class McpConnection:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
+
+    def _start_error(self, exc: BaseException) -> Exception:
+        """What a failed initialise or tools/list is to the caller: never an
+        ExceptionGroup of the SDK's task group, always the server's failure."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        if isinstance(exc, FluffyError):
+            return exc
+        if not isinstance(exc, Exception):
+            return McpServerFailed(f"the start of the MCP server {self.server.name} was cancelled")
+        return McpServerFailed(
+            f"the MCP server {self.server.name} did not initialise",
+            why=f"{type(exc).__name__}: {str(exc)[:500]}",
+            fix="Check that the command starts a stdio MCP server (it must answer "
+            "initialize and tools/list on its standard output).",
+        )
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """``tools/call``; the server's end fails it at once (the SDK fails the requests
@@ -341,15 +408,22 @@ class McpConnection:
         except Exception as exc:  # an MCP error answer, or the connection's end
             if self._ended.is_set():
                 raise await self.failure("exited during the call") from None
-            raise McpServerFailed(
-                f"the MCP server {self.server.name} failed {tool}",
-                why=f"{type(exc).__name__}: {str(exc)[:500]}",
-                fix="Check the arguments against the tool's schema, or report it to "
-                "the server's authors.",
+            # the server answered with an error: the tool failed, the server is fine
+            raise ToolFailed(
+                f"mcp.{self.server.name}.{tool} failed: {str(exc)[:300]}",
+                why=f"the MCP server answered with an error ({type(exc).__name__})",
+                fix="Check the arguments against the tool's schema and try again, or do "
+                "something else.",
             ) from None
         return result_dict(result)
 
     async def failure(self, what: str) -> McpServerFailed:
+        if self.stopped_by:  # the kernel ended it: nothing for the caller to fix
+            return McpServerFailed(
+                f"the MCP server {self.server.name} was stopped during the call",
+                why=self.stopped_by,
+                fix="Call the tool again: the server starts anew.",
+            )
         code, why = self.exit or (None, "")
         return McpServerFailed(
             f"the MCP server {self.server.name} {what}",

@@ -26,12 +26,16 @@ def mcp_methods(router: ToolRouter) -> dict[str, Handler]:
         mcp = router.mcp
         if mcp is None:
             return {"servers": [], "stopped": [], "tools": 0}
-        specs, stopped = await mcp.reload()
+        specs, stopped, changed = await mcp.reload()
         router.registry.replace(PREFIX, specs)
+        for allowed in router.session_allowed.values():  # a yes was for the server then
+            allowed.difference_update(
+                {t for t in allowed if t.split(".")[1:2] and t.split(".")[1] in changed}
+            )
         if router.audit is not None:
             router.audit.record_nowait(
                 Event(
-                    "mcp_server_stopped" if stopped else "mcp_servers_loaded",
+                    "mcp_servers_loaded",
                     caller="user",
                     input_summary=f"MCP servers reloaded: {', '.join(sorted(mcp.servers))}"[:500]
                     or "no MCP servers",

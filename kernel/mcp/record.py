@@ -19,6 +19,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fluffy.errors import McpServerInvalid, MergeRefused
+from fluffy.kernel.mcp.schema import schema_problem
 from fluffy.kernel.merge.paths import read_existing, write_atomic
 
 RECORD_DIR: Final = ".fluffy/mcp"
@@ -26,7 +27,7 @@ NAME_PATTERN: Final = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
 TOOL_PATTERN: Final = r"^[A-Za-z0-9_-]{1,64}$"
 IMAGE_PATTERN: Final = r"^fluffy/mcp-server:[0-9a-f]{12,64}$"
 MAX_RECORD_BYTES: Final = 256 * 1024
-MAX_TOOLS: Final = 64
+MAX_TOOLS: Final = 128
 MAX_DESCRIPTION: Final = 2000
 MAX_SCHEMA_BYTES: Final = 16 * 1024
 MAX_ARGS: Final = 64
@@ -63,6 +64,9 @@ class McpTool(BaseModel):
             raise ValueError(f"the input schema is over {MAX_SCHEMA_BYTES} bytes")
         if value.get("type", "object") != "object":
             raise ValueError("the input schema must describe an object")
+        problem = schema_problem(value)  # a provider would refuse every request with it
+        if problem is not None:
+            raise ValueError(f"the input schema is {problem}")
         return value
 
 

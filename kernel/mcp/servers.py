@@ -22,9 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from fluffy.errors import (
     EngineUnavailable,
     FluffyError,
@@ -32,11 +29,13 @@ from fluffy.errors import (
     McpServerNotFound,
     ToolInputInvalid,
     ToolNotFound,
+    ToolTimeout,
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.mcp.connection import McpConnection
 from fluffy.kernel.mcp.record import McpServer, load_records
+from fluffy.kernel.mcp.schema import argument_errors, validator_for
 from fluffy.kernel.tools.breaker import BreakerBoard
 from fluffy.kernel.tools.registry import ToolSpec
 
@@ -62,7 +61,7 @@ def split_name(tool: str) -> tuple[str, str]:
 def tool_specs(server: McpServer) -> list[ToolSpec]:
     specs = []
     for tool in server.tools:
-        note = f"[MCP server {server.name}, sandboxed; reads nothing of the project it is not shown, writes none of it] "  # noqa: E501
+        note = f"[MCP server {server.name}: runs in its own sandbox, may read the project, changes none of it] "  # noqa: E501
         specs.append(
             ToolSpec(
                 name=f"{PREFIX}{server.name}.{tool.name}",
@@ -108,8 +107,10 @@ class McpServers:
         self.running: dict[str, _Running] = {}
         self.starts: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._validators: dict[str, Draft202012Validator | None] = {}
+        self._validators: dict[str, Any] = {}
         self._reaper: asyncio.Task[None] | None = None
+        #: a start that failed, and when (calls that waited for it fail with it)
+        self._start_failed: dict[str, tuple[float, McpServerFailed]] = {}
 
     # -- the records ---------------------------------------------------------------------
     def load(self) -> list[ToolSpec]:
@@ -120,20 +121,27 @@ class McpServers:
             log.warning("MCP server record %s not loaded: %s", name, problem)
         return [spec for server in self.servers.values() for spec in tool_specs(server)]
 
-    async def reload(self) -> tuple[list[ToolSpec], list[str]]:
-        """Read the records again; stop servers removed or changed.  (specs, stopped)."""
+    async def reload(self) -> tuple[list[ToolSpec], list[str], list[str]]:
+        """Read the records again; stop servers removed or changed.  (specs, stopped,
+        changed: every server whose record is new, different or gone)."""
         before = dict(self.servers)
         specs = self.load()
+        changed = sorted(
+            n for n in {*before, *self.servers} if before.get(n) != self.servers.get(n)
+        )
         stopped = []
         for name in list(self.running):
-            if self.servers.get(name) != before.get(name):
+            if name in changed:
                 await self.stop(name, "its registration changed")
                 stopped.append(name)
-        return specs, stopped
+        for name in changed:
+            self._start_failed.pop(name, None)
+        return specs, stopped, changed
 
     # -- calling -------------------------------------------------------------------------
     def check_arguments(self, tool: str, args: Any) -> None:
-        """The arguments against the tool's schema, before policy or the server see them."""
+        """The arguments against the tool's schema, before policy or the server see them
+        (in linear time: :mod:`fluffy.kernel.mcp.schema`)."""
         if not isinstance(args, dict):
             raise ToolInputInvalid(f"{tool}: arguments must be an object")
         name, short = split_name(tool)
@@ -142,15 +150,9 @@ class McpServers:
         if found is None:
             raise ToolNotFound(f"there is no MCP tool {tool!r}")
         if tool not in self._validators:
-            try:
-                Draft202012Validator.check_schema(found.input_schema)
-                self._validators[tool] = Draft202012Validator(found.input_schema)
-            except SchemaError:
-                self._validators[tool] = None  # the server checks what it cannot state
+            self._validators[tool] = validator_for(found.input_schema)
         validator = self._validators[tool]
-        if validator is None:
-            return
-        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+        errors = argument_errors(validator, args) if validator is not None else []
         if errors:
             first = errors[0]
             where = "/".join(str(p) for p in first.path) or "(the arguments)"
@@ -165,27 +167,34 @@ class McpServers:
         if name not in self.servers:
             raise McpServerNotFound(f"there is no MCP server {name!r} in this project")
         ticket = self.breakers.before(f"mcp:{name}")
+        running: _Running | None = None
         try:
             running = await self._running(name)
             running.in_flight += 1
-            async with running.calls:
-                running.last_used = time.monotonic()
-                if short not in {t.name for t in running.connection.tools}:
-                    raise ToolNotFound(
-                        f"the MCP server {name} no longer lists {short}",
-                        fix="Ask the user to add the server again (`fluffy mcp add`) to "
-                        "refresh its tools.",
-                    )
-                try:
-                    result = await running.connection.call(short, args, timeout_s)
-                finally:
+            try:
+                async with running.calls:
                     running.last_used = time.monotonic()
-                    running.in_flight -= 1
+                    if short not in {t.name for t in running.connection.tools}:
+                        raise ToolNotFound(
+                            f"the MCP server {name} no longer lists {short}",
+                            fix="Ask the user to add the server again (`fluffy mcp add`) "
+                            "to refresh its tools.",
+                        )
+                    result = await running.connection.call(short, args, timeout_s)
+            finally:
+                running.last_used = time.monotonic()
+                running.in_flight -= 1
         except McpServerFailed as exc:
             self.breakers.failure(ticket, exc)
-            await self._failed(name, exc)
+            if running is not None:
+                await self._failed(name, running, exc)
             raise
-        except BaseException:
+        except ToolTimeout as exc:  # a server that hangs is started anew for the next call
+            self.breakers.failure(ticket, exc)
+            if running is not None:
+                await self._stop(name, running, "a call timed out")
+            raise
+        except BaseException:  # the tool said no, or the caller gave up: the server is fine
             self.breakers.release(ticket)
             raise
         self.breakers.success(ticket)
@@ -195,14 +204,24 @@ class McpServers:
         running = self.running.get(name)
         if running is not None and running.connection.alive:
             return running
+        waited = time.monotonic()
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             running = self.running.get(name)
             if running is not None and running.connection.alive:
                 return running
+            failed = self._start_failed.get(name)
+            if failed is not None and failed[0] >= waited:
+                raise failed[1]  # it failed while this call waited: no second try now
             if running is not None:  # it ended: say so, then start it again
-                await self._failed(name, await running.connection.failure("had exited"))
-            return await self._start(name)
+                await self._failed(name, running, await running.connection.failure("had exited"))
+            try:
+                return await self._start(name)
+            except McpServerFailed as exc:
+                self._start_failed[name] = (time.monotonic(), exc)
+                said = {"exit_code": "", "why": exc.why[:400], "when": "starting"}
+                self._audit("mcp_server_failed", name, exc.what, None, said)
+                raise
 
     async def _start(self, name: str) -> _Running:
         if self.manager is None:
@@ -215,6 +234,13 @@ class McpServers:
         kwargs = {} if self.start_timeout_s is None else {"start_timeout_s": self.start_timeout_s}
         connection = McpConnection(manager, server, project=self.project, **kwargs)
         await connection.start()
+        if self.servers.get(name) is not server:  # reloaded meanwhile: not this record
+            await connection.close()
+            raise McpServerFailed(
+                f"the MCP server {name} was changed or removed while it started",
+                why="its record was read again (fluffy mcp add or remove)",
+                fix="Call the tool again if it is still offered.",
+            )
         running = _Running(connection)
         self.running[name] = running
         self.starts[name] = self.starts.get(name, 0) + 1
@@ -238,9 +264,15 @@ class McpServers:
             self._reaper = asyncio.create_task(self._reap(), name="mcp-idle")
         return running
 
-    async def _failed(self, name: str, exc: FluffyError) -> None:
-        running = self.running.pop(name, None)
-        if running is None:
+    def _take(self, name: str, running: _Running) -> bool:
+        """Forget ``running`` if it is still the server's (a newer one is left alone)."""
+        if self.running.get(name) is running:
+            del self.running[name]
+            return True
+        return False
+
+    async def _failed(self, name: str, running: _Running, exc: FluffyError) -> None:
+        if not self._take(name, running):
             return
         code = running.connection.exit[0] if running.connection.exit else None
         sandbox_id = running.connection.sandbox_id
@@ -251,10 +283,15 @@ class McpServers:
         )  # fmt: skip
 
     async def stop(self, name: str, reason: str) -> None:
-        running = self.running.pop(name, None)
-        if running is None:
+        running = self.running.get(name)
+        if running is not None:
+            await self._stop(name, running, reason)
+
+    async def _stop(self, name: str, running: _Running, reason: str) -> None:
+        if not self._take(name, running):
             return
         sandbox_id = running.connection.sandbox_id
+        running.connection.stopped_by = reason
         await running.connection.close()
         self._audit(
             "mcp_server_stopped", name, f"MCP server {name} stopped: {reason}",

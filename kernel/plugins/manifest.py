@@ -184,6 +184,11 @@ class PluginManifest(BaseModel):
     @model_validator(mode="after")
     def _tools_in_namespace(self) -> PluginManifest:
         namespace = namespace_of(self.name)
+        if namespace == "mcp":  # mcp.* names MCP servers' tools (ADR-046)
+            raise ValueError(
+                f"name: {self.name!r} would own the tool namespace 'mcp', which is kept for "
+                "MCP servers' tools (mcp.SERVER.TOOL)"
+            )
         seen: set[str] = set()
         for index, tool in enumerate(self.tools):
             if tool.name in seen:

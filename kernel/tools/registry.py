@@ -213,10 +213,10 @@ class Registry:
             self.specs[spec.name] = spec
 
     def replace(self, prefix: str, specs: list[ToolSpec]) -> None:
-        """Swap every tool whose name starts with ``prefix`` for ``specs`` (MCP reload)."""
-        for name in [n for n in self.specs if n.startswith(prefix)]:
+        """Swap the MCP tools whose names start with ``prefix`` for ``specs`` (reload)."""
+        for name in [n for n, s in self.specs.items() if n.startswith(prefix) and s.route == "mcp"]:
             del self.specs[name]
-        self.add([spec for spec in specs if spec.name.startswith(prefix)])
+        self.add([spec for spec in specs if spec.name.startswith(prefix) and spec.route == "mcp"])
 
     def plugins(self) -> set[str]:
         return {spec.plugin for spec in self.specs.values() if spec.plugin is not None}

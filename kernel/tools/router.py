@@ -39,6 +39,7 @@ from fluffy.errors import (
     ToolFailed,
     ToolInputInvalid,
     ToolNotFound,
+    ToolRefused,
     ToolUnavailable,
 )
 from fluffy.kernel.audit.entry import Event
@@ -75,6 +76,8 @@ from fluffy.kernel.workflow.store import SessionRow
 log = logging.getLogger("fluffy.kernel.tools")
 
 READ_RETRY_DELAY_S = 0.1
+#: An MCP call held for review shows the user all its arguments; longer ones are refused.
+MAX_SHOWN_ARGUMENTS = 16_000
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 _ENCODE = msgspec.json.Encoder(enc_hook=repr).encode
 #: Runs a plugin call under the scheduler: (template, call id, coroutine factory,
@@ -324,11 +327,12 @@ class ToolRouter:
         """The policy's say on each path the call names; ``asked`` gets each request (as
         data: the meta-policy trial replays them from the call's audit entry)."""
         spec = call.spec
-        caller = (
-            Caller(spec.plugin, frozenset({"ai", "core_plugin"}))
-            if spec.route == "plugin" and spec.plugin
-            else Caller("ai", frozenset({"ai"}))
-        )
+        if spec.route == "plugin" and spec.plugin:
+            caller = Caller(spec.plugin, frozenset({"ai", "core_plugin"}))
+        elif spec.route == "mcp" and spec.plugin:  # an MCP server: third-party code
+            caller = Caller(spec.plugin, frozenset({"ai", "mcp", "third_party"}))
+        else:
+            caller = Caller("ai", frozenset({"ai"}))
         size = self._size_after(call)
         named = [p for p in sorted(call.writes) if p] or [
             p for p in sorted(call.reads) if p not in ("", ".")
@@ -499,17 +503,28 @@ class ToolRouter:
         if spec.name in self.session_allowed.get(sid, set()):
             call.reviewed = "allowed for this session by the user"
             return
-        if self.reviewer is None:
+        family = spec.name.rsplit(".", 1)[0]
+        if self.reviewer is None or call.priority != TURN_PRIORITY:
             raise PolicyError(
                 f"{spec.name} needs the user's review",
-                why=call.review or "",
-                fix="Only a running task can ask the user; allow it with a policy rule "
-                f"(syscall: {spec.name.rsplit('.', 1)[0]}.*, action: allow).",
+                why=(call.review or "")
+                + "; only a model's turn asks the user (this call came from a client)",
+                fix=f"Allow it with a policy rule (syscall: {family}.*, action: allow).",
+            )
+        # the user sees every argument the server will get, or is not asked at all
+        shown_args = json.dumps(call.args, sort_keys=True, ensure_ascii=False, indent=1)
+        if len(shown_args) > MAX_SHOWN_ARGUMENTS:
+            raise ToolRefused(
+                f"{spec.name} was not run: its arguments are too long to show the user",
+                why=f"{len(shown_args)} characters; a call is reviewed only in full "
+                f"(at most {MAX_SHOWN_ARGUMENTS})",
+                fix=f"Call it with shorter arguments, or ask the user to allow {family}.* "
+                "with a policy rule.",
             )
         shown = {
             "review_id": call.call_id,
             "tool": spec.name,
-            "arguments": summarize(call.args)[:2000],
+            "arguments": shown_args,
             "reason": call.review,
             "description": spec.description[:300],
         }
@@ -522,11 +537,10 @@ class ToolRouter:
             call.reviewed = "allowed once by the user"
         else:
             reason = str(decision.get("reason") or "").strip()
-            raise PolicyError(
+            raise ToolRefused(
                 f"the user refused {spec.name}",
                 why=(f'they said: "{reason}"' if reason else "the call was held for review")
                 + f" ({call.review})",
-                fix="Do something else, or ask the user what they want.",
             )
 
     def _expect(self, session: SessionRow, tool: str) -> None:
@@ -942,7 +956,7 @@ def _denied_fix(rule: str | None) -> str:
 def _decision(call: _Call | None, output: Any) -> str | None:
     """The policy decision a tool_result entry carries."""
     if isinstance(output, FluffyError):
-        refused = output.code.startswith(("policy.", "tool.unavailable"))
+        refused = output.code.startswith(("policy.", "tool.unavailable", "tool.refused"))
         return "denied" if refused else ("allowed" if call is not None else None)
     if call is None:
         return None

@@ -107,6 +107,7 @@ def fake_server(name: str = "fake", **changes: Any) -> McpServer:
         ),
         McpTool(name="crash"),
         McpTool(name="sleep"),
+        McpTool(name="fail"),
     ]
     fields: dict[str, Any] = {
         "name": name,

@@ -73,7 +73,12 @@ def test_a_held_call_shown_before_a_resume_is_found_through_the_kernel() -> None
     sid = kernel.call("session.create")["session_id"]
     first = Context(renderer=Seen(), options=OPTIONS)
     handle("what time is it", kernel, sid, STATUS, first)
-    later = Context(renderer=Seen(), options=OPTIONS)  # a new prompt (fluffy session resume)
+    seen = Seen()
+    later = Context(renderer=seen, options=OPTIONS)  # a new prompt (fluffy session resume)
+    first_answer = handle("/approve", kernel, sid, STATUS, later)
+    assert "waits for your answer (shown above)" in first_answer.text
+    assert seen.events[-1]["type"] == "tool_review"  # shown before anything is decided
+    assert not kernel.methods("tool.decide")
     reply = handle("/approve", kernel, sid, STATUS, later)
     assert reply.text == "allowed mcp.time.get_current_time"
     assert kernel.methods("tool.pending")

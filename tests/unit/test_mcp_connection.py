@@ -6,16 +6,24 @@ circuit breaker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fluffy.errors import CircuitOpen, McpServerFailed, ToolInputInvalid, ToolNotFound
+from fluffy.errors import (
+    CircuitOpen,
+    McpServerFailed,
+    ToolFailed,
+    ToolInputInvalid,
+    ToolNotFound,
+)
 from fluffy.kernel.mcp.connection import McpConnection, result_dict
-from fluffy.kernel.mcp.record import save_record
+from fluffy.kernel.mcp.record import McpTool, save_record
 from fluffy.kernel.mcp.servers import McpServers, split_name, tool_specs
 from fluffy.kernel.tools.breaker import BreakerBoard
 from tests.unit.mcp_support import fake_server
@@ -34,7 +42,7 @@ def test_a_session_lists_the_tools_and_calls_one(local_manager: Any) -> None:
             await connection.close()
 
     tools, info, answer = asyncio.run(run())
-    assert tools == ["echo", "connect", "interfaces", "crash", "sleep"]
+    assert tools == ["echo", "connect", "interfaces", "fail", "crash", "sleep"]
     assert info == "fluffy-test-server 1.0"
     assert answer == {"is_error": False, "content": [{"type": "text", "text": "hello"}]}
     assert local_manager.destroyed  # closing destroys the sandbox
@@ -238,6 +246,105 @@ def test_tool_names_and_specs() -> None:
     with pytest.raises(ToolNotFound):
         split_name("mcp.git")
     specs = tool_specs(fake_server("fake"))
-    assert [s.name for s in specs] == ["mcp.fake.echo", "mcp.fake.crash", "mcp.fake.sleep"]
+    assert [s.name for s in specs] == [
+        "mcp.fake.echo",
+        "mcp.fake.crash",
+        "mcp.fake.sleep",
+        "mcp.fake.fail",
+    ]
     assert {s.kind for s in specs} == {"external"} and {s.route for s in specs} == {"mcp"}
     assert all("mcp" in s.tags and "third_party" in s.tags for s in specs)
+
+
+def test_a_server_that_refuses_to_initialise_fails_with_the_reason(local_manager: Any) -> None:
+    async def run() -> McpServerFailed:
+        server = fake_server(command=[*fake_server().command, "--broken-init"])
+        connection = McpConnection(local_manager, server, start_timeout_s=20)
+        with pytest.raises(McpServerFailed) as caught:  # never an ExceptionGroup
+            await connection.start()
+        return caught.value
+
+    error = asyncio.run(run())
+    assert "did not initialise" in error.what
+    assert "this server cannot start" in error.why and error.fix
+
+
+def test_a_tool_error_leaves_the_server_running_and_the_circuit_closed(
+    tmp_path: Path, local_manager: Any
+) -> None:
+    board = BreakerBoard(threshold=2, cooldown_s=60)
+    servers = _servers(tmp_path, local_manager, breakers=board)
+
+    async def run() -> None:
+        try:
+            for _ in range(3):
+                with pytest.raises(ToolFailed) as caught:
+                    await servers.call("mcp.fake.fail", {}, 10)
+                assert "the arguments make no sense" in caught.value.what
+            assert (await servers.call("mcp.fake.echo", {"text": "ok"}, 10))["content"]
+        finally:
+            await servers.close()
+
+    asyncio.run(run())
+    assert len(local_manager.created) == 1
+
+
+def test_a_call_cancelled_while_it_waits_for_its_turn_is_not_counted_as_running(
+    tmp_path: Path, local_manager: Any
+) -> None:
+    servers = _servers(tmp_path, local_manager)
+
+    async def run() -> int:
+        try:
+            busy = [
+                asyncio.ensure_future(servers.call("mcp.fake.sleep", {"seconds": 0.5}, 10))
+                for _ in range(4)
+            ]
+            await asyncio.sleep(0.3 if servers.running else 0)
+            while not servers.running:
+                await asyncio.sleep(0.05)
+            waiting = asyncio.ensure_future(servers.call("mcp.fake.echo", {"text": "x"}, 10))
+            await asyncio.sleep(0.05)
+            waiting.cancel()
+            await asyncio.gather(*busy, return_exceptions=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            return next(iter(servers.running.values())).in_flight
+        finally:
+            await servers.close()
+
+    assert asyncio.run(run()) == 0
+
+
+def test_a_hostile_schema_pattern_cannot_stall_the_kernel(tmp_path: Path) -> None:
+    """``^(a+)+$`` backtracks for hours in Python's re on 40 characters; the kernel's
+    check runs RE2 (linear), and a schema with patternProperties is not used at all."""
+    evil = {"type": "object", "properties": {"q": {"type": "string", "pattern": "^(a+)+$"}}}
+    both = {"type": "object", "patternProperties": {"^(a+)+$": {"type": "string"}},
+            "additionalProperties": False}  # fmt: skip
+    tools = [McpTool(name="evil", input_schema=evil), McpTool(name="both", input_schema=both)]
+    save_record(tmp_path, fake_server("bad", tools=tools))
+    servers = McpServers(tmp_path, None)
+    servers.load()
+    started = time.perf_counter()
+    with pytest.raises(ToolInputInvalid) as caught:
+        servers.check_arguments("mcp.bad.evil", {"q": "a" * 40 + "!"})
+    servers.check_arguments("mcp.bad.evil", {"q": "aaaa"})
+    servers.check_arguments("mcp.bad.both", {"a" * 40 + "!": "x"})  # the server checks it
+    assert time.perf_counter() - started < 1.0
+    assert "does not match" in caught.value.what
+
+
+def test_a_tool_whose_schema_is_no_json_schema_is_left_out(tmp_path: Path) -> None:
+    from mcp import types
+
+    from fluffy.kernel.mcp.connection import usable_tools
+
+    listed = [
+        types.Tool(name="good", input_schema={"type": "object"}),
+        types.Tool(name="broken", input_schema={"type": "object", "properties": 5}),
+        types.Tool(name="bad.name", input_schema={"type": "object"}),
+    ]
+    tools, skipped = usable_tools(listed)
+    assert [t.name for t in tools] == ["good"]
+    assert set(skipped) == {"broken", "bad.name"} and "JSON schema" in skipped["broken"]

@@ -29,7 +29,12 @@ def test_a_record_round_trips_and_is_removed(tmp_path: Path) -> None:
     assert path == tmp_path / ".fluffy" / "mcp" / "time.json"
     servers, problems = load_records(tmp_path)
     assert list(servers) == ["time"] and not problems
-    assert servers["time"].tool_names() == ["mcp.time.echo", "mcp.time.crash", "mcp.time.sleep"]
+    assert servers["time"].tool_names() == [
+        "mcp.time.echo",
+        "mcp.time.crash",
+        "mcp.time.sleep",
+        "mcp.time.fail",
+    ]
     assert remove_record(tmp_path, "time") and not remove_record(tmp_path, "time")
     assert load_records(tmp_path) == ({}, {})
 

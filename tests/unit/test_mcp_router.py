@@ -12,6 +12,7 @@ import pytest
 
 from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.record import save_record
+from fluffy.kernel.tools.router import TURN_PRIORITY
 from tests.unit.mcp_support import fake_server
 from tests.unit.test_tool_router import Harness
 
@@ -62,7 +63,10 @@ def test_an_unmatched_mcp_call_asks_the_user_each_time(tmp_path: Path, local_man
 
     async def body(router: Any, sid: str) -> list[dict[str, Any]]:
         assert "mcp.fake.echo" in await router.available(sid)
-        return [await router.call(sid, "mcp.fake.echo", {"text": t}) for t in ("a", SECRET)]
+        return [
+            await router.call(sid, "mcp.fake.echo", {"text": t}, priority=TURN_PRIORITY)
+            for t in ("a", SECRET)
+        ]
 
     first, second = _run(harness, local_manager, asker, body)
     assert first["ok"] and first["output"]["content"][0]["text"] == "a"
@@ -81,7 +85,8 @@ def test_allowed_for_the_session_is_not_asked_again(tmp_path: Path, local_manage
 
     async def body(router: Any, sid: str) -> None:
         for text in ("a", "b", "c"):
-            assert (await router.call(sid, "mcp.fake.echo", {"text": text}))["ok"]
+            answer = await router.call(sid, "mcp.fake.echo", {"text": text}, priority=TURN_PRIORITY)
+            assert answer["ok"]
 
     _run(harness, local_manager, asker, body)
     assert len(asker.shown) == 1
@@ -94,14 +99,17 @@ def test_a_refused_call_never_starts_the_server(tmp_path: Path, local_manager: A
     asker = Asker({"decision": "deny", "reason": "not now"})
 
     async def body(router: Any, sid: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await router.call(sid, "mcp.fake.echo", {"text": "a"})
+        answer: dict[str, Any] = await router.call(
+            sid, "mcp.fake.echo", {"text": "a"}, priority=TURN_PRIORITY
+        )
         return answer
 
     answer = _run(harness, local_manager, asker, body)
     assert not answer["ok"]
-    assert answer["error"]["code"] == "policy.invalid"
+    assert answer["error"]["code"] == "tool.refused"  # the user's no: no quarantine count
     assert "the user refused mcp.fake.echo" in answer["error"]["what"]
     assert '"not now"' in answer["error"]["why"]
+    assert answer["error"]["fix"]
     assert not local_manager.created
     assert harness.entries("tool_result")[0]["policy_decision"] == "denied"
 
@@ -179,6 +187,43 @@ def test_reload_offers_a_server_added_while_the_kernel_runs(
 
     names, answer = _run(harness, local_manager, Asker(), body)
     assert "mcp.other.echo" in names and "mcp.fake.echo" in names
-    assert answer["tools"] == 6
+    assert answer["tools"] == 8  # four tools of each server
     loaded = harness.entries("mcp_servers_loaded")
     assert loaded and loaded[0]["metadata"]["servers"] == "fake,other"
+
+
+def test_the_user_sees_every_argument_or_is_not_asked(tmp_path: Path, local_manager: Any) -> None:
+    """A hostile model cannot hide a payload behind a cut summary: the user is shown the
+    arguments whole (secret-looking ones too: it is their own terminal); arguments too
+    long to show are refused without asking."""
+    harness = _harness(tmp_path)
+    asker = Asker({"decision": "allow"})
+    payload = "x" * 600 + "PAYLOAD"
+
+    async def body(router: Any, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        shown = await router.call(sid, "mcp.fake.echo", {"text": payload}, priority=TURN_PRIORITY)
+        long = await router.call(
+            sid, "mcp.fake.echo", {"text": "y" * 20_000}, priority=TURN_PRIORITY
+        )
+        return shown, long
+
+    shown, long = _run(harness, local_manager, asker, body)
+    assert shown["ok"] and "PAYLOAD" in asker.shown[0]["arguments"]
+    assert len(asker.shown) == 1  # the long one was never put to the user
+    assert long["error"]["code"] == "tool.refused" and "too long" in long["error"]["what"]
+
+
+def test_a_client_s_direct_call_is_never_put_to_the_user(
+    tmp_path: Path, local_manager: Any
+) -> None:
+    """Only the model's turn asks; a tool.call from a client cannot borrow its review."""
+    harness = _harness(tmp_path)
+    asker = Asker({"decision": "allow"})
+
+    async def body(router: Any, sid: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await router.call(sid, "mcp.fake.echo", {"text": "a"})
+        return answer
+
+    answer = _run(harness, local_manager, asker, body)
+    assert answer["error"]["code"] == "policy.invalid" and not asker.shown
+    assert "only a model's turn asks the user" in answer["error"]["why"]

@@ -41,6 +41,11 @@ TOOLS = [
         "inputSchema": {"type": "object", "properties": {}},
     },
     {
+        "name": "fail",
+        "description": "Answer with a JSON-RPC error (invalid params).",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    {
         "name": "crash",
         "description": "Exit at once, without an answer.",
         "inputSchema": {"type": "object", "properties": {}},
@@ -86,6 +91,12 @@ def answer(message: dict[str, object]) -> dict[str, object] | None:
         return None  # a notification
     params = message.get("params") or {}
     assert isinstance(params, dict)
+    if method == "initialize" and "--broken-init" in sys.argv:
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32603, "message": "this server cannot start"}}  # fmt: skip
+    if method == "tools/call" and params.get("name") == "fail":
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32602, "message": "the arguments make no sense"}}  # fmt: skip
     if method == "initialize":
         result: dict[str, object] = {
             "protocolVersion": params.get("protocolVersion", "2025-06-18"),
