@@ -31,7 +31,7 @@ from fluffy.cli.project import env_for_task, first_run_block, init_project, show
 from fluffy.cli.render import status_word, stdout, use_theme
 from fluffy.cli.session_view import Renderer, SessionRenderer, error_fields, status_line
 from fluffy.cli.turns import OnReview, cursor, follow
-from fluffy.errors import FluffyError, ModeDenied
+from fluffy.errors import ConfigError, FluffyError, ModeDenied
 from fluffy.settings import Price
 
 COMMANDS = slash.COMMANDS
@@ -320,9 +320,16 @@ def run(
             stdout.print("  (started for this session: leaving stops it)")
         if interactive:
             turns = script_turns(script) if script else None
+            try:
+                options: dict[str, Any] | None = message_options(settings, turns)
+            except ConfigError as exc:  # the prompt still decides what waits, lists, ...
+                options = None
+                stdout.print(f"[yellow]WARN:[/] {escape(exc.what)}: tasks are not sent from "
+                             f"this prompt; /approve, /reject and the other commands work. "
+                             f"{escape(exc.fix)}")  # fmt: skip
             ctx = Context(
                 renderer=SessionRenderer(stdout, prices=settings.prices, palette=shown),
-                options=message_options(settings, turns),
+                options=options,
                 prepare=lambda: env_for_task(Path(project), stdout),
                 prices=settings.prices,
             )

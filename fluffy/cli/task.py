@@ -178,13 +178,24 @@ def run_task(args: argparse.Namespace) -> int:
             kernel_decides=args.yes,  # auto_approve: the kernel approves where policy allows
         )
         state = client.call("session.get", {"session_id": sid}) or session
-    if end.get("status") == "waiting_review" and end.get("tool_review"):
+        owned = kernel.owned
+    family = str(end.get("tool")).rsplit(".", 1)[0]
+    if end.get("status") == "waiting_review" and end.get("tool_review") and owned:
+        # the turn lives in the kernel this command started, which stops as it leaves
+        notes.print(
+            f"The call to {end.get('tool')} was not made: it needs your answer, and there "
+            "is no terminal here to ask on. This command started the kernel and stops it "
+            "as it leaves, so the task ends here. Run it on a terminal (it asks there), at "
+            "the prompt (`fluffy`), or with a running kernel (`fluffy start`), or allow "
+            f"{family}.* with a rule in .fluffy/policy.yaml."
+        )
+    elif end.get("status") == "waiting_review" and end.get("tool_review"):
         where = f" --project {project}" if Path.cwd().resolve() != project else ""
         notes.print(
             f"The call to {end.get('tool')} waits for your answer (session {sid}). Run "
             f"`fluffy session resume {sid}{where}` (or `fluffy` in the project), then "
             "/approve, /approve all (for this session) or /reject; a rule allowing "
-            f"{str(end.get('tool')).rsplit('.', 1)[0]}.* in .fluffy/policy.yaml stops the asking."
+            f"{family}.* in .fluffy/policy.yaml stops the asking."
         )
     elif end.get("status") == "waiting_review":
         where = f" --project {project}" if Path.cwd().resolve() != project else ""

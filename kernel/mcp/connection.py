@@ -60,6 +60,11 @@ HOST_COMMAND = ["/opt/fluffy/venv/bin/python3", "-m", "fluffy.sandboxes.mcp_host
 def server_environment(server: McpServer) -> dict[str, str]:
     """What the server's process sees: its own venv first, a private HOME, its env."""
     return {
+        # the project belongs to another uid than the sandbox's: git-based servers
+        # (mcp-server-git) would refuse it as "dubious ownership" without this
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
         **server.env,
         "PATH": SERVER_PATH,
         "HOME": "/tmp",  # noqa: S108 - the sandbox's own tmpfs

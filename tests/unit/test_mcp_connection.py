@@ -348,3 +348,13 @@ def test_a_tool_whose_schema_is_no_json_schema_is_left_out(tmp_path: Path) -> No
     tools, skipped = usable_tools(listed)
     assert [t.name for t in tools] == ["good"]
     assert set(skipped) == {"broken", "bad.name"} and "JSON schema" in skipped["broken"]
+
+
+def test_a_server_sees_its_own_venv_first_and_may_read_a_project_of_another_uid() -> None:
+    from fluffy.kernel.mcp.connection import server_environment
+
+    env = server_environment(fake_server(env={"TZ": "UTC", "GIT_CONFIG_COUNT": "0"}))
+    assert env["PATH"].startswith("/opt/mcp/venv/bin:") and env["HOME"] == "/tmp"
+    assert env["TZ"] == "UTC" and env["GIT_CONFIG_COUNT"] == "0"  # the record's own wins
+    default = server_environment(fake_server())
+    assert (default["GIT_CONFIG_KEY_0"], default["GIT_CONFIG_VALUE_0"]) == ("safe.directory", "*")
