@@ -32,6 +32,11 @@ _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
 _PORT = re.compile(r"[0-9]{1,5}\Z")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: What an entry may be (said when one is not).
+ENTRY_SYNTAX = (
+    "entries are 'host', 'host:port', '*.domain[:port]', 'IPv4[:port]' or '[IPv6][:port]' "
+    "(port 443 when none is given)"
+)
 
 
 class AuthorityError(ValueError):
@@ -149,27 +154,32 @@ class Rule:
     ip: IPAddress | None = None
 
     @classmethod
-    def parse(cls, entry: str) -> Rule:
+    def read(cls, entry: str) -> Rule:
+        """``entry`` as a rule; :class:`AuthorityError` (saying why) if it is not one."""
         text = entry.strip()
+        host_text, port = split_authority(text, DEFAULT_PORT)
+        wildcard = host_text.startswith("*.")
+        if wildcard:
+            host_text = host_text[2:]
+        if "*" in host_text:
+            raise AuthorityError("'*' is allowed only as the whole first label, '*.domain'")
+        host, ip = normalise_host(host_text)
+        if wildcard and ip is not None:
+            raise AuthorityError("a wildcard cannot cover IP addresses")
+        if wildcard and "." not in host:
+            raise AuthorityError("a wildcard needs a domain of two labels or more")
+        return cls(text, host, port, wildcard, ip)
+
+    @classmethod
+    def parse(cls, entry: str) -> Rule:
+        """:meth:`read` for policy.yaml: a bad entry is a :class:`PolicyError` naming it."""
         try:
-            host_text, port = split_authority(text, DEFAULT_PORT)
-            wildcard = host_text.startswith("*.")
-            if wildcard:
-                host_text = host_text[2:]
-            if "*" in host_text:
-                raise AuthorityError("'*' is allowed only as the whole first label, '*.domain'")
-            host, ip = normalise_host(host_text)
-            if wildcard and ip is not None:
-                raise AuthorityError("a wildcard cannot cover IP addresses")
-            if wildcard and "." not in host:
-                raise AuthorityError("a wildcard needs a domain of two labels or more")
+            return cls.read(entry)
         except AuthorityError as exc:
             raise PolicyError(
                 f"network_whitelist entry {entry!r} is invalid: {exc}",
-                why="entries are 'host', 'host:port', '*.domain[:port]', 'IPv4[:port]' "
-                "or '[IPv6][:port]' (port 443 when none is given)",
+                why=ENTRY_SYNTAX,
             ) from None
-        return cls(text, host, port, wildcard, ip)
 
     def matches(self, target: Target) -> bool:
         if target.port != self.port:
@@ -216,6 +226,18 @@ class AllowList:
             if rule.matches(target):
                 return rule.entry
         return None
+
+    def covers(self, rule: Rule) -> bool:
+        """Whether every target ``rule`` admits is admitted here too (a wildcard is
+        covered by the same or a wider wildcard on its port, never by hostnames)."""
+        if not rule.wildcard:
+            return self.match(Target(rule.host, rule.port, rule.ip)) is not None
+        return any(
+            mine.wildcard
+            and mine.port == rule.port
+            and (rule.host == mine.host or rule.host.endswith("." + mine.host))
+            for mine in self.rules
+        )
 
     def __len__(self) -> int:
         return len(self.rules)

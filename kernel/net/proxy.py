@@ -3,11 +3,13 @@
 Restricted sandboxes run with ``--network none``; the only way out is a Unix socket of
 this proxy bind-mounted into them.  It tunnels ``CONNECT host:port`` to targets that
 policy.yaml's ``network_whitelist`` admits (:class:`~fluffy.kernel.net.allowlist.AllowList`)
-and refuses everything else.  It never terminates TLS: it sees the authority, never the
-content.
+and refuses everything else.  A socket may be narrowed further (``start(..., hosts=)``:
+an MCP server's own ``allowed_hosts``): a target must then be admitted by both lists.
+It never terminates TLS: it sees the authority, never the content.
 
 Answers: non-CONNECT -> 405 (``Allow: CONNECT``); malformed head or authority -> 400;
-head too large -> 431; head too slow -> 408; not allow-listed -> 403; too many tunnels
+head too large -> 431; head too slow -> 408; not allow-listed (or not among the
+socket's own hosts) -> 403; too many tunnels
 or audit down -> 503; dial failure -> 502; otherwise ``200 Connection established``
 and bytes both ways until both sides have closed (half-close is passed on).
 
@@ -65,6 +67,7 @@ class ProxyRecord:
     host: str = ""
     port: int = 0
     rule: str | None = None  # the network_whitelist entry that admitted it
+    host_rule: str | None = None  # the socket's own entry that admitted it, if it has hosts
     reason: str = ""
     session: str | None = None  # session_of(tag), when the proxy was given one
     bytes_up: int = 0  # sandbox -> target
@@ -85,6 +88,7 @@ class _Listener:
     server: asyncio.Server
     inode: int
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    hosts: AllowList | None = None  # this socket's own narrower list (None: the policy's)
 
 
 class ConnectProxy:
@@ -124,8 +128,12 @@ class ConnectProxy:
         tag: str = "",
         mode: int = 0o660,
         owner: tuple[int, int] | None = None,
+        hosts: AllowList | None = None,
     ) -> None:
         """Listen on ``socket_path``; its connections are audited under ``tag``.
+
+        ``hosts`` narrows this socket: a target must be in it *and* in the policy's
+        list (which :meth:`reload` may change; ``hosts`` stays as given).
 
         The socket is bound under a short temporary name in the same folder, given its
         mode (and owner), then renamed into place: a client never sees the path before
@@ -148,7 +156,7 @@ class ConnectProxy:
             assert task is not None
             listener_tasks.add(task)
             try:
-                await self._serve(reader, writer, tag)
+                await self._serve(reader, writer, tag, hosts)
             except asyncio.CancelledError:
                 # stop()/close() cut it; end quietly (asyncio 3.11 would log the cancel)
                 pass
@@ -167,7 +175,7 @@ class ConnectProxy:
             with contextlib.suppress(FileNotFoundError):
                 staging.unlink()
             raise
-        self._listeners[path] = _Listener(path, tag, server, inode, listener_tasks)
+        self._listeners[path] = _Listener(path, tag, server, inode, listener_tasks, hosts)
 
     async def stop(self, socket_path: str | Path) -> None:
         """Stop one socket (a sandbox ended): its open tunnels are cut, the path removed."""
@@ -206,7 +214,11 @@ class ConnectProxy:
 
     # -- one connection ----------------------------------------------------------
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tag: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        tag: str,
+        hosts: AllowList | None = None,
     ) -> None:
         started = time.monotonic()
         self.stats["connections"] += 1
@@ -220,11 +232,11 @@ class ConnectProxy:
             if self._active > self.max_tunnels:
                 await self._refuse(writer, record, 503, f"more than {self.max_tunnels} tunnels")
                 return
-            target, early = await self._decide(reader, writer, record)
+            target, early = await self._decide(reader, writer, record, hosts)
             if target is None:
                 return
             tunnelled = True
-            await self._tunnel(reader, writer, target, early, record, started)
+            await self._tunnel(reader, writer, target, early, record, started, hosts)
         except HeadRejected as exc:
             await self._refuse(writer, record, exc.status, exc.reason)
         finally:
@@ -239,7 +251,11 @@ class ConnectProxy:
                     await writer.wait_closed()
 
     async def _decide(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: ProxyRecord
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        record: ProxyRecord,
+        hosts: AllowList | None = None,
     ) -> tuple[Target | None, bytes]:
         """Read and judge the head; answer refusals here.  (target, early bytes) if allowed."""
         try:
@@ -283,7 +299,20 @@ class ConnectProxy:
                 decision="deny",
             )
             return None, b""
+        own = hosts.match(target) if hosts is not None else None
+        if hosts is not None and own is None:
+            await self._refuse(
+                writer,
+                record,
+                403,
+                "not in the sandbox's allowed hosts",
+                body=f"fluffy: {target.authority} is not among the hosts "
+                f"{record.tag or 'this sandbox'} may reach",
+                decision="deny",
+            )
+            return None, b""
         record.decision, record.status, record.rule = "allow", 200, rule
+        record.host_rule = own
         if not await self._record(record):
             await respond(writer, 503, "fluffy: the audit log is unavailable; nothing is let out")
             return None, b""
@@ -326,11 +355,12 @@ class ConnectProxy:
         early: bytes,
         record: ProxyRecord,
         started: float,
+        hosts: AllowList | None = None,
     ) -> None:
         record.phase = "close"
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                up_reader, up_writer = await self._open(target)
+                up_reader, up_writer = await self._open(target, hosts)
         except DialRefused as exc:
             record.decision, record.status, record.reason = "deny", 403, clip(str(exc))
             record.duration_ms = round((time.monotonic() - started) * 1000, 3)
@@ -358,7 +388,9 @@ class ConnectProxy:
             # shielded: a tunnel cut by stop()/close() still gets its close record
             await asyncio.shield(self._record(record))
 
-    async def _open(self, target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(
+        self, target: Target, hosts: AllowList | None = None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to ``target``: made by the gate when there is one (L1 has no
         network; the gate re-checks and resolves on the host), else dialled here."""
         if self._dial is not None:
@@ -366,14 +398,15 @@ class ConnectProxy:
                 self._dial, target.host, target.port, self.connect_timeout_s
             )
             return await asyncio.open_connection(sock=sock)
-        return await asyncio.open_connection(await self._address(target), target.port)
+        return await asyncio.open_connection(await self._address(target, hosts), target.port)
 
-    async def _address(self, target: Target) -> str:
+    async def _address(self, target: Target, hosts: AllowList | None = None) -> str:
         """The address to dial, resolved once (the connection goes to the address that was
         checked: no second lookup to rebind).  A name that resolves to a loopback, private,
         link-local or otherwise non-public address is refused (:class:`DialRefused`) unless
-        an IP entry of the allow-list names that address: a hostname rule never opens the
-        host's or the LAN's services by way of DNS."""
+        an IP entry of the allow-list (and of the socket's own ``hosts``, when it has
+        them) names that address: a hostname rule never opens the host's or the LAN's
+        services by way of DNS."""
         if target.ip is not None:
             return str(target.ip)
         infos = await asyncio.get_running_loop().getaddrinfo(
@@ -381,7 +414,10 @@ class ConnectProxy:
         )
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
-            if public(address) or self._allow.allows(str(address), target.port) is not None:
+            if public(address) or (
+                self._allow.allows(str(address), target.port) is not None
+                and (hosts is None or hosts.allows(str(address), target.port) is not None)
+            ):
                 return str(address)
         if not infos:
             raise OSError(f"{target.host} has no address")

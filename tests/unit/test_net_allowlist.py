@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fluffy.errors import PolicyError
-from fluffy.kernel.net.allowlist import AllowList, AuthorityError, parse_target
+from fluffy.kernel.net.allowlist import AllowList, AuthorityError, Rule, parse_target
 
 pytestmark = pytest.mark.unit
 
@@ -100,6 +100,40 @@ def test_invalid_entries_are_refused_naming_the_entry(entry: str) -> None:
     assert repr(entry) in info.value.what
     assert "network_whitelist" in info.value.what
     assert "host:port" in info.value.why
+
+
+def test_read_says_why_an_entry_is_not_one_without_naming_the_policy() -> None:
+    assert Rule.read(" API.example.com:8443 ").entry == "API.example.com:8443"
+    with pytest.raises(AuthorityError, match=r"'\*' is allowed only"):
+        Rule.read("a.*.example.com")
+    with pytest.raises(AuthorityError, match="cannot cover IP"):
+        Rule.read("*.10.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("entry", "covered"),
+    [
+        ("api.example.com", True),  # a hostname rule
+        ("API.example.com.", True),
+        ("api.example.com:8443", False),  # another port
+        ("deep.sub.example.org", True),  # under the wildcard
+        ("example.org", False),  # a wildcard does not admit its apex
+        ("*.sub.example.org", True),  # a narrower wildcard
+        ("*.example.org", True),  # the same wildcard
+        ("*.co.example.org", True),
+        ("*.example.org:8080", False),
+        ("*.example.com", False),  # hostnames never cover a wildcard
+        ("127.0.0.1:8080", True),
+        ("127.0.0.2:8080", False),
+    ],
+)
+def test_covers_says_whether_a_rule_admits_nothing_more_than_the_list(
+    entry: str, covered: bool
+) -> None:
+    allow = AllowList.from_entries(["api.example.com", "*.example.org", "127.0.0.1:8080"])
+    assert allow.covers(Rule.read(entry)) is covered
+    # a wider wildcard is not covered by a narrower one
+    assert not AllowList.from_entries(["*.sub.example.org"]).covers(Rule.read("*.example.org"))
 
 
 def test_a_single_string_instead_of_a_list_is_refused() -> None:

@@ -391,3 +391,68 @@ def test_a_name_resolving_to_loopback_needs_an_ip_entry(tmp_path: Path) -> None:
 
     with loopback_server() as port:
         asyncio.run(main(port))
+
+
+def test_a_socket_with_its_own_hosts_needs_both_lists(tmp_path: Path) -> None:
+    """An MCP server's socket: a target must be in the policy's list and in its own."""
+
+    async def main(port: int, other: int) -> None:
+        recorder = Recorder()
+        policy = [f"127.0.0.1:{port}", f"127.0.0.1:{other}"]
+        proxy = ConnectProxy(AllowList.from_entries(policy), recorder)
+        narrow, wide = tmp_path / "narrow.sock", tmp_path / "wide.sock"
+        own = AllowList.from_entries([f"127.0.0.1:{port}", "api.example.com"])
+        await proxy.start(narrow, tag="mcp:web", hosts=own)
+        await proxy.start(wide, tag="ai")
+        try:
+            assert (await get_through(narrow, port)).endswith(b"hello from /x")
+            decision, _close = await recorder.wait_for(2)
+            assert (decision.rule, decision.host_rule) == (policy[0], f"127.0.0.1:{port}")
+            # in the policy's list, not in the socket's own: refused, and audited so
+            refused = await ask(narrow, f"CONNECT 127.0.0.1:{other} HTTP/1.1\r\n\r\n".encode())
+            assert refused.startswith(b"HTTP/1.1 403 ")
+            assert refused.endswith(
+                f"fluffy: 127.0.0.1:{other} is not among the hosts mcp:web may reach\n".encode()
+            )
+            denied = (await recorder.wait_for(3))[2]
+            assert (denied.tag, denied.decision, denied.status) == ("mcp:web", "deny", 403)
+            assert denied.reason == "not in the sandbox's allowed hosts"
+            # in the socket's own list, not in the policy's: the policy's refusal
+            refused = await ask(narrow, b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
+            assert b"is not in policy.yaml network_whitelist" in refused
+            # the other socket keeps the policy's whole list
+            assert (await get_through(wide, other)).endswith(b"hello from /x")
+            # a reload narrows the policy's list under the socket's own too
+            proxy.reload(AllowList.from_entries([f"127.0.0.1:{other}"]))
+            refused = await ask(narrow, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+            assert b"is not in policy.yaml network_whitelist" in refused
+        finally:
+            await proxy.close()
+
+    with loopback_server() as port, loopback_server() as other:
+        asyncio.run(main(port, other))
+
+
+def test_a_name_resolving_to_loopback_needs_an_ip_entry_in_the_sockets_hosts_too(
+    tmp_path: Path,
+) -> None:
+    async def main(port: int) -> None:
+        recorder = Recorder()
+        both = [f"localhost:{port}", f"127.0.0.1:{port}"]
+        proxy = ConnectProxy(AllowList.from_entries(both), recorder)
+        await proxy.start(tmp_path / "a.sock", hosts=AllowList.from_entries([both[0]]))
+        await proxy.start(tmp_path / "b.sock", hosts=AllowList.from_entries(both))
+        try:
+            answer = await ask(
+                tmp_path / "a.sock", f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode()
+            )
+            assert answer.startswith(b"HTTP/1.1 403")
+            assert b"resolves to a private or loopback address" in answer
+            head, _reader, writer = await connect(tmp_path / "b.sock", f"localhost:{port}")
+            assert head == b"HTTP/1.1 200 Connection established\r\n\r\n"
+            writer.close()
+        finally:
+            await proxy.close()
+
+    with loopback_server() as port:
+        asyncio.run(main(port))
