@@ -4,7 +4,10 @@
 (wheels only) and builds its image offline (:mod:`fluffy.images.mcpenv`), starts the
 server once in its sandbox to list its tools, shows what it would offer, and records it
 in ``.fluffy/mcp/NAME.json`` when the user agrees (on a terminal, or ``--yes``).  A
-step that fails stops there with the reason: nothing is recorded.  ``remove`` deletes
+step that fails stops there with the reason: nothing is recorded.  ``--allow-host``
+records the hosts the server may reach through the kernel's proxy (each must also be in
+policy.yaml's ``network_whitelist``: one that is not is warned about, not refused); the
+probe that lists the tools runs without network all the same.  ``remove`` deletes
 the record.  When a kernel runs for the project, both ask it to read the records again
 (``mcp.reload``, audited), so the change applies to the next model request.
 """
@@ -74,12 +77,43 @@ def _draft(args: argparse.Namespace) -> Any:
             path=str(Path(args.path).expanduser().resolve()) if args.path else None,
             image="fluffy/mcp-server:" + "0" * 24,
             env=_env(args.env or []),
+            allowed_hosts=list(args.allow_host or []),
         )
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise McpServerInvalid(f"cannot register {args.name}: {problems}") from None
+
+
+def _unlisted_hosts(project: Path, hosts: list[str]) -> tuple[list[str], str | None]:
+    """The hosts the policy's network_whitelist does not admit (the proxy will refuse
+    them), and why none could be checked (a policy that does not load)."""
+    from fluffy.kernel.net.allowlist import AllowList, Rule
+    from fluffy.kernel.project.defaults import project_policy
+
+    if not hosts:
+        return [], None
+    try:
+        allow = AllowList.from_entries(project_policy(project)[0].network_whitelist)
+    except FluffyError as exc:
+        return list(hosts), exc.what
+    return [host for host in hosts if not allow.covers(Rule.read(host))], None
+
+
+def _host_warnings(project: Path, hosts: list[str]) -> list[str]:
+    unlisted, problem = _unlisted_hosts(project, hosts)
+    if not unlisted:
+        return []
+    entries = "".join(f"\n    - '{host}'" for host in unlisted)
+    said = f" (the policy does not load: {problem})" if problem else ""
+    return [
+        f"{', '.join(unlisted)} {'is' if len(unlisted) == 1 else 'are'} not in the "
+        f"network_whitelist of .fluffy/policy.yaml{said}: the kernel's proxy refuses "
+        "them until the policy allows them too. To let the server reach them, add to "
+        f".fluffy/policy.yaml:\n  network_whitelist:{entries}\nthen restart fluffy (the "
+        "engine gate reads the list when the kernel starts)."
+    ]
 
 
 def _base_image(engine: Any) -> str:
@@ -117,7 +151,8 @@ def _probe(
             f"the server {draft.name} did not start in its sandbox: {exc.what}",
             why=exc.why,
             fix="Check the command (it runs with the packages' venv first on PATH, the "
-            "project read-only at /workspace, no network). Nothing was recorded.",
+            "project read-only at /workspace, and no network: the probe that lists its "
+            "tools runs without the proxy, even with --allow-host). Nothing was recorded.",
         ) from exc
     finally:
         manager.close()
@@ -147,7 +182,12 @@ def _show(server: Any, built: bool) -> None:
     if server.path:
         stdout.print(f"  folder   {escape(server.path)} (copied into the image)")
     stdout.print(f"  image    {escape(server.image)}{' (built now)' if built else ''}")
-    stdout.print("  sandbox  no network, project read-only, 512 MiB, started on first use")
+    network = (
+        f"network only to {', '.join(server.allowed_hosts)} (through the kernel's proxy)"
+        if server.allowed_hosts
+        else "no network"
+    )
+    stdout.print(f"  sandbox  {escape(network)}, project read-only, 512 MiB, started on first use")
     for tool in server.tools:
         first = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
         stdout.print(f"  tool     mcp.{escape(server.name)}.{escape(tool.name)}: {escape(first)}")
@@ -191,6 +231,9 @@ def cmd_add(args: argparse.Namespace) -> int:
                 "kept in .fluffy/mcp/ in the project, where the model and other servers "
                 "can read them; prefer a server that needs no secret here"
             )
+    warnings = _host_warnings(project, draft.allowed_hosts)
+    for warning in warnings:
+        stderr.print(f"[yellow]warning:[/] {escape(warning)}")
     started = time.monotonic()
     with connect() as engine:
         base = _base_image(engine)
@@ -202,7 +245,8 @@ def cmd_add(args: argparse.Namespace) -> int:
             say=lambda text: say(f"· {escape(text)}"),
         )
         draft = draft.model_copy(update={"image": built.image, "packages": built.packages})
-        say(f"· starting {escape(draft.name)} in its sandbox to list its tools")
+        quiet = " (without network: the proxy serves its calls)" if draft.allowed_hosts else ""
+        say(f"· starting {escape(draft.name)} in its sandbox to list its tools{quiet}")
         tools, info, skipped = _probe(engine, draft, project, base)
     server = draft.model_validate(
         {**draft.model_dump(), "tools": [t.model_dump() for t in tools], "server_info": info,
@@ -225,6 +269,7 @@ def cmd_add(args: argparse.Namespace) -> int:
                 "tools_left_out": skipped,
                 "record": str(path),
                 "kernel_reloaded": reloaded is not None,
+                "warnings": warnings,
                 "seconds": round(time.monotonic() - started, 1),
             }
         )
@@ -297,12 +342,20 @@ def add_parser(sub: Any) -> None:
     actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
     add = actions.add_parser(
         "add",
-        help="register a stdio MCP server: fluffy mcp add NAME [--pip PKG] [--path DIR] -- CMD",
+        help="register a stdio MCP server: fluffy mcp add NAME [--pip PKG] [--path DIR] "
+        "[--allow-host HOST[:PORT]] -- CMD",
     )
     add.add_argument("name", help="its name: tools are offered as mcp.NAME.TOOL")
     add.add_argument("--pip", action="append", metavar="PKG", help="a package to install")
     add.add_argument("--path", help="a folder with the server's code (copied into its image)")
     add.add_argument("--env", action="append", metavar="NAME=VALUE", help="a variable")
+    add.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="HOST[:PORT]",
+        help="a host it may reach through the kernel's proxy (port 443 unless given; "
+        "network_whitelist syntax, and policy.yaml's network_whitelist must allow it too)",
+    )
     add.add_argument("--replace", action="store_true", help="register an existing name anew")
     add.add_argument("--yes", "-y", action="store_true", help="add without asking")
     add.add_argument("--project", help="the project folder (default: .)")

@@ -19,6 +19,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.ipc.server import Handler
+from fluffy.kernel.mcp.connection import PROXY_TAG as MCP_TAG
 from fluffy.kernel.net.allowlist import AllowList
 from fluffy.kernel.net.dial import gate_dialler
 from fluffy.kernel.net.proxy import ConnectProxy, ProxyRecord
@@ -60,11 +61,13 @@ def proxy_auditor(audit: AuditLog | None) -> Callable[[ProxyRecord], Awaitable[N
         if audit is None:
             return
         decision = {"allow": "allowed", "deny": "denied"}.get(item.decision)
+        mcp = item.tag.startswith(MCP_TAG)  # an MCP server's socket: mcp:NAME
         await audit.record(
             Event(
                 "network_request",
-                caller="sandbox:ai-provider",
-                session_id=item.session or item.tag or None,
+                caller=f"sandbox:mcp-{item.tag[len(MCP_TAG) :]}" if mcp else "sandbox:ai-provider",
+                tool_name=f"mcp.{item.tag[len(MCP_TAG) :]}" if mcp else None,
+                session_id=None if mcp else item.session or item.tag or None,
                 syscall_type="net.connect",
                 policy_decision=decision if item.phase == "decision" else None,
                 policy_rule_name=item.rule,
@@ -77,6 +80,7 @@ def proxy_auditor(audit: AuditLog | None) -> Callable[[ProxyRecord], Awaitable[N
                     "decision": item.decision,
                     "bytes_up": str(item.bytes_up),
                     "bytes_down": str(item.bytes_down),
+                    **({"host_rule": item.host_rule} if item.host_rule else {}),
                 },
             )
         )
@@ -133,9 +137,13 @@ async def assemble_ai(
     )
 
     async def start_proxy(
-        path: Path, tag: str, mode: int, owner: tuple[int, int] | None
+        path: Path,
+        tag: str,
+        mode: int,
+        owner: tuple[int, int] | None,
+        hosts: AllowList | None = None,
     ) -> Callable[[], Awaitable[None]]:
-        await proxy.start(path, tag=tag, mode=mode, owner=owner)
+        await proxy.start(path, tag=tag, mode=mode, owner=owner, hosts=hosts)
 
         async def stop() -> None:
             await proxy.stop(path)
@@ -155,6 +163,8 @@ async def assemble_ai(
         else None,
     )
     runner.slots = tools.scheduler  # every turn's sandbox under the limits (ADR-043)
+    if tools.router.mcp is not None:  # MCP servers with allowed_hosts (ADR-046)
+        tools.router.mcp.start_proxy = start_proxy
     store = await ConversationStore.open(state_dir)
     memory = Memory(
         store, context_window=context_window, test_globs=tools.router.workflow.test_globs

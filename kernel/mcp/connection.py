@@ -4,6 +4,11 @@ The server runs in a long-lived ``mcp-server`` sandbox; :mod:`fluffy.sandboxes.
 mcp_host` connects to this sandbox's own socket and makes the connection the server's
 stdin and stdout, so the kernel speaks MCP's stdio transport (one JSON-RPC message per
 line) with the server itself.  Only the sandbox user may connect (SO_PEERCRED), once.
+A server with ``allowed_hosts`` also gets ``proxy.sock`` in its folder: a socket of the
+kernel's CONNECT proxy narrowed to those hosts (and the policy's network_whitelist),
+which the host turns into ``HTTP(S)_PROXY`` on the sandbox's loopback (its seccomp
+profile is then ``standard-net``: IP sockets, on a sandbox whose only interface is
+``lo``); a server without them has no way out at all.
 The lines are the transport of the official ``mcp`` SDK's
 :class:`~mcp.client.session.ClientSession` (the stream pair its stdio client builds), so
 the protocol -- initialisation, version negotiation, ``tools/list``, ``tools/call`` --
@@ -25,6 +30,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import output_tail
 from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
 from fluffy.kernel.mcp.record import MAX_TOOLS, McpServer, McpTool
+from fluffy.kernel.net.allowlist import AllowList
 
 log = logging.getLogger("fluffy.kernel.mcp")
 
@@ -55,6 +62,14 @@ SERVER_PATH = "/opt/mcp/venv/bin:/usr/local/bin:/usr/bin:/bin"
 SERVER_DIR = "/opt/mcp/server"
 #: fluffy's own interpreter: the server's venv comes first on the PATH it is given
 HOST_COMMAND = ["/opt/fluffy/venv/bin/python3", "-m", "fluffy.sandboxes.mcp_host"]
+#: The proxy's socket as the sandbox sees it (its folder is mounted at /run/fluffy).
+PROXY_SOCKET = "/run/fluffy/proxy.sock"
+#: Its proxy socket's tag is this and the server's name (the audit tells them apart).
+PROXY_TAG = "mcp:"
+#: Starts a proxy socket (path, tag, mode, owner, the server's hosts); returns its stop.
+McpProxyStarter = Callable[
+    [Path, str, int, "tuple[int, int] | None", AllowList], Awaitable[Callable[[], Awaitable[None]]]
+]
 
 
 def server_environment(server: McpServer) -> dict[str, str]:
@@ -127,10 +142,15 @@ class McpConnection:
         *,
         project: Path | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        start_proxy: McpProxyStarter | None = None,
     ) -> None:
         self.manager = manager
         self.server = server
         self.project = project
+        #: None: the server runs without network even if it has allowed_hosts (the probe
+        #: of `fluffy mcp add` only lists tools)
+        self.start_proxy = start_proxy
+        self.stop_proxy: Callable[[], Awaitable[None]] | None = None
         self.start_timeout_s = start_timeout_s
         self.listener: asyncio.AbstractServer | None = None
         self.allowed_uid: int | None = None
@@ -246,6 +266,15 @@ class McpConnection:
                 self.manager.root, f"mcp-{self.server.name}-{uuid.uuid4().hex[:8]}"
             )
             await self._listen(self.folder, options)
+            hosts = self.server.hosts()
+            if hosts is not None and self.start_proxy is not None:
+                self.stop_proxy = await self.start_proxy(
+                    self.folder / "proxy.sock",
+                    PROXY_TAG + self.server.name,
+                    options["mode"],
+                    options.get("owner"),
+                    hosts,
+                )
             config = template_config(
                 "mcp-server",
                 plugin_name=f"mcp-{self.server.name}",
@@ -253,10 +282,14 @@ class McpConnection:
                 project_dir=self.project,
                 kernel_socket_dir=self.folder,
                 environment=server_environment(self.server),
+                # with the proxy: IP sockets, to reach the forwarder on the sandbox's
+                # loopback (still --network none: lo is the only interface)
+                **({"seccomp_profile": "standard-net"} if self.stop_proxy is not None else {}),
             )
             # a --path server starts in its folder; others in the project (read-only)
             cwd = SERVER_DIR if self.server.path else "/workspace" if self.project else "/tmp"  # noqa: S108
-            command = [*HOST_COMMAND, "--cwd", cwd, "--", *self.server.command]
+            proxy = ["--proxy", PROXY_SOCKET] if self.stop_proxy is not None else []
+            command = [*HOST_COMMAND, "--cwd", cwd, *proxy, "--", *self.server.command]
             self.sandbox = await self._create(config, command)
             self._sandbox_id = self.sandbox.sandbox_id
             watch = asyncio.create_task(self._watch_start())
@@ -448,6 +481,10 @@ class McpConnection:
                 await asyncio.to_thread(self.manager.destroy, sandbox)
         if self.stream is not None:
             self.stream.close()
+        if self.stop_proxy is not None:  # its tunnels are cut with the sandbox gone
+            stop, self.stop_proxy = self.stop_proxy, None
+            with contextlib.suppress(Exception):
+                await stop()
         if self.listener is not None:
             self.listener.close()
             with contextlib.suppress(Exception):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fluffy.errors import McpServerInvalid, MergeRefused
 from fluffy.kernel.mcp.schema import schema_problem
 from fluffy.kernel.merge.paths import read_existing, write_atomic
+from fluffy.kernel.net.allowlist import ENTRY_SYNTAX, AllowList, AuthorityError, Rule
 
 RECORD_DIR: Final = ".fluffy/mcp"
 NAME_PATTERN: Final = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
@@ -31,6 +32,7 @@ MAX_TOOLS: Final = 128
 MAX_DESCRIPTION: Final = 2000
 MAX_SCHEMA_BYTES: Final = 16 * 1024
 MAX_ARGS: Final = 64
+MAX_HOSTS: Final = 32
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 #: Variables a server may not set: the sandbox's own plumbing.
 RESERVED_ENV: Final = frozenset({"PATH", "HOME", "PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH"})
@@ -83,6 +85,9 @@ class McpServer(BaseModel):
     image: str = Field(pattern=IMAGE_PATTERN)
     packages: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    #: what it may reach through the kernel's proxy (network_whitelist syntax; each also
+    #: needs the policy's network_whitelist); none: no network at all
+    allowed_hosts: list[str] = Field(default_factory=list, max_length=MAX_HOSTS)
     tools: list[McpTool] = Field(default_factory=list, max_length=MAX_TOOLS)
     server_info: str = Field(default="", max_length=200)
     added_at: float = 0.0
@@ -109,6 +114,19 @@ class McpServer(BaseModel):
             _printable(text, key)
         return value
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        entries = []
+        for entry in value:
+            try:
+                entries.append(Rule.read(entry).entry)
+            except AuthorityError as exc:
+                raise ValueError(f"the host {entry!r} is invalid: {exc} ({ENTRY_SYNTAX})") from None
+        if len({e.lower() for e in entries}) != len(entries):
+            raise ValueError("a host is given twice")
+        return entries
+
     @field_validator("tools")
     @classmethod
     def _unique(cls, value: list[McpTool]) -> list[McpTool]:
@@ -116,6 +134,12 @@ class McpServer(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError("two tools have the same name")
         return value
+
+    def hosts(self) -> AllowList | None:
+        """Its own allow-list for the proxy; None when it may reach nothing."""
+        if not self.allowed_hosts:
+            return None
+        return AllowList(Rule.read(entry) for entry in self.allowed_hosts)
 
     def tool_names(self) -> list[str]:
         return [f"mcp.{self.name}.{tool.name}" for tool in self.tools]

@@ -33,7 +33,7 @@ from fluffy.errors import (
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.mcp.connection import McpConnection
+from fluffy.kernel.mcp.connection import McpConnection, McpProxyStarter
 from fluffy.kernel.mcp.record import McpServer, load_records
 from fluffy.kernel.mcp.schema import argument_errors, validator_for
 from fluffy.kernel.tools.breaker import BreakerBoard
@@ -102,6 +102,9 @@ class McpServers:
         self.idle_s = idle_s
         self.breakers = breakers or BreakerBoard(threshold=THRESHOLD, cooldown_s=COOLDOWN_S)
         self.start_timeout_s = start_timeout_s
+        #: the kernel's CONNECT proxy, for servers with allowed_hosts (set once the AI
+        #: layer, which owns the proxy, is assembled); None: they run without network
+        self.start_proxy: McpProxyStarter | None = None
         self.servers: dict[str, McpServer] = {}
         self.problems: dict[str, str] = {}
         self.running: dict[str, _Running] = {}
@@ -232,7 +235,11 @@ class McpServers:
         manager = await asyncio.to_thread(self.manager)
         server = self.servers[name]
         kwargs = {} if self.start_timeout_s is None else {"start_timeout_s": self.start_timeout_s}
-        connection = McpConnection(manager, server, project=self.project, **kwargs)
+        connection = McpConnection(
+            manager, server, project=self.project, start_proxy=self.start_proxy, **kwargs
+        )
+        if server.allowed_hosts and self.start_proxy is None:
+            log.warning("MCP server %s: no proxy in this kernel, it runs without network", name)
         await connection.start()
         if self.servers.get(name) is not server:  # reloaded meanwhile: not this record
             await connection.close()
@@ -258,6 +265,9 @@ class McpServers:
                 "tools": ",".join(listed)[:400],
                 "tools_changed": "yes" if listed != recorded else "no",
                 "server_info": connection.server_info,
+                "allowed_hosts": ",".join(server.allowed_hosts)[:400]
+                if connection.stop_proxy is not None
+                else "",
             },
         )
         if self._reaper is None or self._reaper.done():
@@ -326,6 +336,7 @@ class McpServers:
                     "command": server.command,
                     "image": server.image,
                     "tools": [t.name for t in server.tools],
+                    "allowed_hosts": server.allowed_hosts,
                     "running": bool(running and running.connection.alive),
                     "sandbox_id": running.connection.sandbox_id if running else None,
                     "starts": self.starts.get(name, 0),

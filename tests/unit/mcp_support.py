@@ -51,6 +51,9 @@ class LocalManager:
     def create(self, config: Any, command: list[str], *, call_id: str = "") -> Sandbox:
         self.created.append(config)
         cut = command.index("--")
+        # the sandbox's /run/fluffy is the socket folder itself here
+        proxy = ["--proxy", str(config.kernel_socket_dir / "proxy.sock")]
+        host_options = proxy if "--proxy" in command[:cut] else []
         env = {
             **{k: v for k, v in os.environ.items() if k != "FLUFFY_MCP_SOCKET"},
             **config.environment,
@@ -58,7 +61,7 @@ class LocalManager:
             "FLUFFY_MCP_SOCKET": str(config.kernel_socket_dir / "mcp.sock"),
         }
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fluffy.sandboxes.mcp_host", *command[cut:]],
+            [sys.executable, "-m", "fluffy.sandboxes.mcp_host", *host_options, *command[cut:]],
             env=env,
             stdin=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -125,7 +128,7 @@ def local_manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     import fluffy.kernel.containers.sandboxio as sandboxio
 
     monkeypatch.setattr(sandboxio, "sandbox_identity", lambda: (os.getuid(), os.getgid()))
-    manager = LocalManager(tmp_path / "sandbox-state")
+    manager = LocalManager(tmp_path / "s")  # short: socket paths have a limit
     manager.root.mkdir()
     yield manager
     manager.kill_all()

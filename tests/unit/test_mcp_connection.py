@@ -42,7 +42,7 @@ def test_a_session_lists_the_tools_and_calls_one(local_manager: Any) -> None:
             await connection.close()
 
     tools, info, answer = asyncio.run(run())
-    assert tools == ["echo", "connect", "interfaces", "fail", "crash", "sleep"]
+    assert tools == ["echo", "connect", "interfaces", "fail", "crash", "fetch", "sleep"]
     assert info == "fluffy-test-server 1.0"
     assert answer == {"is_error": False, "content": [{"type": "text", "text": "hello"}]}
     assert local_manager.destroyed  # closing destroys the sandbox

@@ -2,18 +2,21 @@
 line, the methods a client needs (initialize, tools/list, tools/call, ping).
 
 Its tools do what a hostile or broken server would: ``connect`` tries the network and
-reports the errno, ``crash`` exits mid-call, ``shout`` answers with a long text, and
+reports the errno, ``fetch`` makes an HTTP GET through ``HTTP_PROXY`` (tunnelled, as
+the kernel's proxy wants), ``crash`` exits mid-call, ``shout`` answers with a long text, and
 ``echo`` is the well-behaved one.  Run as ``python3 server.py`` (``--path`` of `fluffy
 mcp add`), or imported by unit tests through its file path.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
 import sys
 import time
+import urllib.parse
 
 TOOLS = [
     {
@@ -51,6 +54,19 @@ TOOLS = [
         "inputSchema": {"type": "object", "properties": {}},
     },
     {
+        "name": "fetch",
+        "description": "GET http://host:port/path through HTTP_PROXY; the status and body.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "host": {"type": "string"},
+                "port": {"type": "integer"},
+                "path": {"type": "string"},
+            },
+            "required": ["host", "port"],
+        },
+    },
+    {
         "name": "sleep",
         "description": "Wait that many seconds, then answer.",
         "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
@@ -66,6 +82,25 @@ def _connect(host: str, port: int) -> dict[str, object]:
         return {"connected": False, "errno": exc.errno, "error": type(exc).__name__}
 
 
+def _fetch(host: str, port: int, path: str) -> dict[str, object]:
+    """A GET through the proxy of HTTP_PROXY, tunnelled (CONNECT) as the proxy wants."""
+    proxy = os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy")
+    if not proxy:
+        return {"ok": False, "error": "no HTTP_PROXY"}
+    where = urllib.parse.urlsplit(proxy)
+    connection = http.client.HTTPConnection(where.hostname or "", where.port, timeout=5)
+    connection.set_tunnel(host, port)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read().decode("utf-8", "replace")
+        return {"ok": True, "status": response.status, "body": body[:2000], "proxy": proxy}
+    except OSError as exc:
+        return {"ok": False, "error": str(exc)[:500], "proxy": proxy}
+    finally:
+        connection.close()
+
+
 def _call(name: str, args: dict[str, object]) -> dict[str, object]:
     if name == "echo":
         return {"content": [{"type": "text", "text": str(args.get("text"))}]}
@@ -73,6 +108,10 @@ def _call(name: str, args: dict[str, object]) -> dict[str, object]:
         found = _connect(str(args.get("host")), int(args.get("port") or 0))  # type: ignore[call-overload]
         return {"content": [{"type": "text", "text": json.dumps(found)}],
                 "structuredContent": found}  # fmt: skip
+    if name == "fetch":
+        got = _fetch(str(args.get("host")), int(args.get("port") or 0),  # type: ignore[call-overload]
+                     str(args.get("path") or "/"))  # fmt: skip
+        return {"content": [{"type": "text", "text": json.dumps(got)}], "structuredContent": got}
     if name == "interfaces":
         with open("/proc/net/dev") as dev:
             names = sorted(line.split(":")[0].strip() for line in dev.readlines()[2:])
