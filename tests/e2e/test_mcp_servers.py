@@ -3,7 +3,9 @@ Podman): the reference server ``mcp-server-time`` (its packages downloaded on th
 installed offline) and a small stdio server of the tests' own (``--path``), added with
 `fluffy mcp add` while the kernel runs.  A scripted model calls their tools: one call
 allowed by a rule, one held for the user and allowed, one refused; a crashed server is
-started again; the server's attempts at the network fail inside its sandbox."""
+started again; the server's attempts at the network fail inside its sandbox.  A server
+added with ``--allow-host`` reaches that loopback HTTP server through the kernel's proxy
+(and, in L1, the gate's dial) and is refused one only the policy allows."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks._proxy import loopback_server
 from fluffy.ipc.client import SyncClient
 from tests.e2e.project_kernel import ROOT, audit, fluffy, project_kernel
 from tests.e2e.test_tdd_decisions import Session
@@ -208,3 +211,80 @@ def test_the_server_cannot_reach_the_network(kit: dict[str, Any]) -> None:
     assert tried == {"connected": False, "errno": 1, "error": "PermissionError"}  # EPERM
     assert interfaces["summary"] == "lo"
     assert not seen  # nothing reached the host
+
+
+WEB_RULE = """
+  - name: web-tools
+    match: {syscall: "mcp.web.*"}
+    action: allow
+"""
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def net_kit(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A kernel whose policy allows two loopback HTTP servers, and a server ``web`` added
+    with --allow-host for one of them (and a host the policy does not allow)."""
+    runtime = str(request.param)
+    base = tmp_path_factory.mktemp(f"mcpnet-{runtime}")
+    with loopback_server() as port, loopback_server() as other:
+        allowed = f"\nnetwork_whitelist: ['127.0.0.1:{port}', '127.0.0.1:{other}']\n"
+
+        def prepare(project: Path) -> None:
+            policy = project / ".fluffy" / "policy.yaml"
+            policy.write_text(policy.read_text() + WEB_RULE + allowed)
+
+        with project_kernel(runtime, base, prepare) as kit:
+            hosts = ["--allow-host", f"127.0.0.1:{port}", "--allow-host", "api.example.com"]
+            added = _add(kit, "web", "--path", str(PROBE), *hosts, "--", "python3", "server.py")
+            assert added.returncode == 0, added.stdout + added.stderr
+            kit.update(added=json.loads(added.stdout), port=port, other=other)
+            with SyncClient(str(kit["socket"]), timeout=600) as client:
+                kit["client"] = client
+                yield kit
+
+
+def _answer(result: dict[str, Any]) -> dict[str, Any]:
+    try:
+        answer: dict[str, Any] = json.loads(result["summary"])
+    except ValueError:
+        raise AssertionError(f"not the tool's JSON answer: {result}") from None
+    return answer
+
+
+def test_a_server_reaches_its_allowed_host_through_the_proxy_and_no_other(
+    net_kit: dict[str, Any],
+) -> None:
+    port, other = net_kit["port"], net_kit["other"]
+    added = net_kit["added"]
+    assert added["server"]["allowed_hosts"] == [f"127.0.0.1:{port}", "api.example.com"]
+    [warning] = added["warnings"]  # the policy does not allow api.example.com
+    assert warning.startswith("api.example.com is not in the network_whitelist")
+    session = Session(net_kit["client"])
+    fetch = "mcp.web.fetch"
+    turns = [
+        {"say": "Fetch both.", "calls": [_call(fetch, host="127.0.0.1", port=port, path="/ok"),
+                                         _call(fetch, host="127.0.0.1", port=other)]},
+        {"say": "Done.", "calls": []},
+    ]  # fmt: skip
+    session.start("fetch through the proxy", turns, auto_approve=True)
+    end = session.until("turn_end")
+    assert end["status"] == "done", session.events[-6:]
+    fetched, refused = (_answer(e) for e in session.events if e["type"] == "tool_result")
+    assert fetched["ok"] and fetched["status"] == 200, fetched
+    assert fetched["body"] == "hello from /ok"
+    assert fetched["proxy"].startswith("http://127.0.0.1:")  # the sandbox's forwarder
+    assert not refused["ok"] and "403" in refused["error"], refused
+    requests = [e for e in audit(net_kit, "network_request") if e["caller"] == "sandbox:mcp-web"]
+    decided = {
+        (e["input_summary"], e["policy_decision"], e["deny_reason"])
+        for e in requests
+        if e["metadata"]["phase"] == "decision"
+    }
+    assert decided == {
+        (f"CONNECT 127.0.0.1:{port}", "allowed", None),
+        (f"CONNECT 127.0.0.1:{other}", "denied", "not in the sandbox's allowed hosts"),
+    }
+    closed = [e for e in requests if e["metadata"]["phase"] == "close"]
+    assert closed and int(closed[0]["metadata"]["bytes_down"]) > 0
