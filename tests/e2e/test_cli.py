@@ -44,7 +44,13 @@ def test_doctor_json_names_the_engine(engine: object, images: dict[str, str]) ->
     sandboxes = {n: s for n, s in names.items() if n.startswith("sandbox:")}
     assert sandboxes == {
         f"sandbox:{t}": "ok"
-        for t in ("ai-provider", "code-executor", "policy-sandbox", "integration-test")
+        for t in (
+            "ai-provider",
+            "code-executor",
+            "policy-sandbox",
+            "integration-test",
+            "mcp-server",
+        )
     }
 
 
