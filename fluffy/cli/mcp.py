@@ -196,8 +196,8 @@ def _show(server: Any, built: bool) -> None:
     )
 
 
-def _reload(project: Path) -> dict[str, Any] | None:
-    """Ask a running kernel to read the records again (None: no kernel runs)."""
+def _ask_kernel(project: Path, method: str) -> dict[str, Any] | None:
+    """``method``'s answer from the project's running kernel (None: no kernel runs)."""
     from fluffy.cli.connect import CALL_TIMEOUT_S
     from fluffy.cli.plugin import _kernel_socket
     from fluffy.ipc.client import SyncClient
@@ -206,8 +206,13 @@ def _reload(project: Path) -> dict[str, Any] | None:
     if sock is None:
         return None
     with SyncClient(str(sock), timeout=CALL_TIMEOUT_S) as client:
-        answer: dict[str, Any] = client.call("mcp.reload", {})
+        answer: dict[str, Any] = client.call(method, {})
     return answer
+
+
+def _reload(project: Path) -> dict[str, Any] | None:
+    """Ask a running kernel to read the records again (None: no kernel runs)."""
+    return _ask_kernel(project, "mcp.reload")
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -288,15 +293,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     project = _project(args)
     servers, problems = load_records(project)
-    live: dict[str, dict[str, Any]] = {}
-    from fluffy.cli.plugin import _kernel_socket
-
-    if _kernel_socket(str(project)) is not None:
-        from fluffy.cli.connect import CALL_TIMEOUT_S
-        from fluffy.ipc.client import SyncClient
-
-        with SyncClient(str(_kernel_socket(str(project))), timeout=CALL_TIMEOUT_S) as client:
-            live = {row["name"]: row for row in client.call("mcp.list", {})["servers"]}
+    listed = _ask_kernel(project, "mcp.list")
+    live = {row["name"]: row for row in (listed or {}).get("servers", [])}
     if args.json:
         rows = [
             {**server.model_dump(mode="json"), "kernel": live.get(name)}

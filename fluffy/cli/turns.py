@@ -126,10 +126,7 @@ def _decide(
                 {"session_id": session_id, "grant": decision == "approve", "request_id": shown},
             )
         except FluffyError as exc:
-            renderer.render({"type": "notice", "level": "error", **_error(exc)})
-            end = ended("waiting_review", next=position, error=_error(exc))
-            renderer.render(end)
-            return end
+            return _refused(renderer, exc, next=position)
         return None
     if decision not in ("approve", "reject", "add_tests"):
         end = ended("waiting_review", plan_id=plan_id, next=position)
@@ -140,11 +137,16 @@ def _decide(
     try:
         client.call(f"review.{decision}", {"session_id": session_id, "plan_id": plan_id})
     except FluffyError as exc:  # e.g. policy does not let this change be accepted
-        renderer.render({"type": "notice", "level": "error", **_error(exc)})
-        end = ended("waiting_review", plan_id=plan_id, next=position, error=_error(exc))
-        renderer.render(end)
-        return end
+        return _refused(renderer, exc, plan_id=plan_id, next=position)
     return None
+
+
+def _refused(renderer: Renderer, exc: FluffyError, **end: Any) -> dict[str, Any]:
+    """The kernel refused the person's answer: say why; the review stays open."""
+    renderer.render({"type": "notice", "level": "error", **_error(exc)})
+    waiting = ended("waiting_review", error=_error(exc), **end)
+    renderer.render(waiting)
+    return waiting
 
 
 #: How the person's answer on a held tool call is said to the kernel (tool.decide).
@@ -173,10 +175,7 @@ def _decide_call(
             {"session_id": session_id, "review_id": shown, "decision": CALL_ANSWERS[decision]},
         )
     except FluffyError as exc:
-        renderer.render({"type": "notice", "level": "error", **_error(exc)})
-        end = ended("waiting_review", next=position, error=_error(exc))
-        renderer.render(end)
-        return end
+        return _refused(renderer, exc, next=position)
     return None
 
 
