@@ -11,7 +11,7 @@ from typing import Any
 
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.ipc.server import CallContext, Handler
-from fluffy.kernel.mcp.servers import PREFIX
+from fluffy.kernel.mcp.servers import PREFIX, split_name
 from fluffy.kernel.tools.router import ToolRouter
 from fluffy.kernel.workflow.methods import _user_only
 
@@ -29,9 +29,7 @@ def mcp_methods(router: ToolRouter) -> dict[str, Handler]:
         specs, stopped, changed = await mcp.reload()
         router.registry.replace(PREFIX, specs)
         for allowed in router.session_allowed.values():  # a yes was for the server then
-            allowed.difference_update(
-                {t for t in allowed if t.split(".")[1:2] and t.split(".")[1] in changed}
-            )
+            allowed.difference_update({t for t in allowed if split_name(t)[0] in changed})
         if router.audit is not None:
             router.audit.record_nowait(
                 Event(
