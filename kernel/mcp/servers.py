@@ -112,6 +112,9 @@ class McpServers:
         self._locks: dict[str, asyncio.Lock] = {}
         self._validators: dict[str, Any] = {}
         self._reaper: asyncio.Task[None] | None = None
+        #: connections being closed: a close runs to its end even when its caller is
+        #: cancelled (the reaper at kernel stop), and close() waits for them all
+        self._closing: set[asyncio.Task[None]] = set()
         #: a start that failed, and when (calls that waited for it fail with it)
         self._start_failed: dict[str, tuple[float, McpServerFailed]] = {}
 
@@ -286,7 +289,7 @@ class McpServers:
             return
         code = running.connection.exit[0] if running.connection.exit else None
         sandbox_id = running.connection.sandbox_id
-        await running.connection.close()
+        await self._close(running)
         self._audit(
             "mcp_server_failed", name, exc.what, sandbox_id,
             {"exit_code": str(code), "why": exc.why[:400]},
@@ -302,11 +305,17 @@ class McpServers:
             return
         sandbox_id = running.connection.sandbox_id
         running.connection.stopped_by = reason
-        await running.connection.close()
+        await self._close(running)
         self._audit(
             "mcp_server_stopped", name, f"MCP server {name} stopped: {reason}",
             sandbox_id, {"reason": reason},
         )  # fmt: skip
+
+    async def _close(self, running: _Running) -> None:
+        task = asyncio.create_task(running.connection.close(), name="mcp-close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        await asyncio.shield(task)
 
     async def _reap(self) -> None:
         while self.running:
@@ -323,6 +332,8 @@ class McpServers:
                 await self._reaper
         for name in list(self.running):
             await self.stop(name, "the kernel stopped")
+        if self._closing:  # a stop the reaper began finishes before the kernel goes
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- what the user sees --------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:

@@ -226,6 +226,33 @@ def test_an_idle_server_is_stopped(tmp_path: Path, local_manager: Any) -> None:
     assert local_manager.destroyed
 
 
+def test_a_kernel_stop_during_an_idle_stop_still_removes_the_sandbox(
+    tmp_path: Path, local_manager: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reaper is cancelled at kernel stop; a stop it had begun must still end
+    # with the sandbox destroyed (a slow engine makes the window wide)
+    destroy = local_manager.destroy
+
+    def slow_destroy(sandbox: Any) -> Any:
+        time.sleep(0.5)
+        return destroy(sandbox)
+
+    monkeypatch.setattr(local_manager, "destroy", slow_destroy)
+    servers = _servers(tmp_path, local_manager, idle_s=0.1)
+
+    async def run() -> None:
+        await servers.call("mcp.fake.echo", {"text": "x"}, 10)
+        for _ in range(100):
+            if not servers.running:
+                break
+            await asyncio.sleep(0.02)
+        assert not servers.running and not local_manager.destroyed  # the stop is under way
+        await servers.close()
+
+    asyncio.run(run())
+    assert len(local_manager.destroyed) == 1
+
+
 def test_arguments_are_checked_against_the_tool_schema_before_anything_runs(
     tmp_path: Path, local_manager: Any
 ) -> None:
