@@ -6,7 +6,7 @@ sandbox gets :data:`BASE_ENV` (the values of ``images/python-base/Dockerfile``),
 ``extra`` -- filtered again, because ``extra`` is how a host secret would leak:
 
 * names that look like credentials are dropped: the prefixes and suffixes of
-  KarnEvil9's shell-handler filter (``docs: related-karnevil9-architecture.md``,
+  KarnEvil9's shell-handler filter (``docs/design/related-karnevil9-architecture.md``,
   "Environment Variable Sanitization": prefixes ``AWS_ AZURE_ GCP_ GOOGLE_ OPENAI_
   ANTHROPIC_ GITHUB_ GITLAB_``, suffixes ``TOKEN SECRET PASSWORD CREDENTIAL API_KEY
   PRIVATE_KEY``) plus fluffy's own additions (:data:`SECRET_PREFIXES`,
