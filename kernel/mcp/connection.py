@@ -38,7 +38,6 @@ import anyio
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
 from fluffy.errors import FluffyError, McpServerFailed, ToolFailed, ToolTimeout
 from fluffy.ipc.transport import peer_identity
@@ -47,7 +46,8 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import output_tail
 from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
-from fluffy.kernel.mcp.record import MAX_TOOLS, McpServer, McpTool
+from fluffy.kernel.mcp.record import McpServer, McpTool
+from fluffy.kernel.mcp.results import result_dict, usable_tools
 from fluffy.kernel.net.allowlist import AllowList
 
 log = logging.getLogger("fluffy.kernel.mcp")
@@ -96,40 +96,6 @@ class _Session(ClientSession):
 
     async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
         return None
-
-
-MAX_LISTED = 128
-
-
-def usable_tools(listed: list[types.Tool]) -> tuple[list[McpTool], dict[str, str]]:
-    """The tools that pass the record's checks; the others by name, with the reason (a
-    server is not refused for one bad tool)."""
-    tools: list[McpTool] = []
-    skipped: dict[str, str] = {}
-    for tool in listed:
-        name = str(tool.name)[:80]
-        if len(tools) >= MAX_TOOLS:
-            skipped[name] = f"more than {MAX_TOOLS} tools"
-            continue
-        try:
-            tools.append(tool_record(tool))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            skipped[name] = f"{where}: {first['msg']}"[:200]
-        if len(skipped) >= MAX_LISTED:
-            break
-    return tools, skipped
-
-
-def tool_record(tool: types.Tool) -> McpTool:
-    annotations = tool.annotations
-    return McpTool(
-        name=tool.name,
-        description=(tool.description or "")[:2000],
-        input_schema=dict(tool.input_schema or {"type": "object"}),
-        read_only=bool(annotations is not None and annotations.read_only_hint),
-    )
 
 
 class McpConnection:
@@ -491,34 +457,3 @@ class McpConnection:
                 await self.listener.wait_closed()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
-
-
-#: What the model gets of a content item (MCP: text, image, audio, resource, link).
-def _content(item: Any) -> dict[str, Any]:
-    kind = getattr(item, "type", "")
-    if kind == "text":
-        return {"type": "text", "text": str(item.text)}
-    if kind in ("image", "audio"):
-        size = len(str(getattr(item, "data", "")) or "") * 3 // 4
-        return {"type": kind, "mime_type": str(getattr(item, "mime_type", "")), "bytes": size,
-                "note": f"{kind} content is not passed to the model"}  # fmt: skip
-    if kind == "resource":
-        resource = item.resource
-        text = getattr(resource, "text", None)
-        body = {"text": str(text)} if text is not None else {"note": "binary resource"}
-        return {"type": "resource", "uri": str(resource.uri), **body}
-    if kind == "resource_link":
-        return {"type": "resource_link", "uri": str(item.uri), "name": str(item.name)}
-    return {"type": str(kind) or "unknown", "note": "content of an unknown type"}
-
-
-def result_dict(result: Any) -> dict[str, Any]:
-    """A ``tools/call`` result as the router returns it (then sanitised and capped)."""
-    out: dict[str, Any] = {
-        "is_error": bool(getattr(result, "is_error", False)),
-        "content": [_content(item) for item in (getattr(result, "content", None) or [])],
-    }
-    structured = getattr(result, "structured_content", None)
-    if structured is not None:
-        out["structured"] = structured
-    return out

@@ -22,8 +22,9 @@ from fluffy.errors import (
     ToolInputInvalid,
     ToolNotFound,
 )
-from fluffy.kernel.mcp.connection import McpConnection, result_dict
+from fluffy.kernel.mcp.connection import McpConnection
 from fluffy.kernel.mcp.record import McpTool, save_record
+from fluffy.kernel.mcp.results import result_dict
 from fluffy.kernel.mcp.servers import McpServers, split_name, tool_specs
 from fluffy.kernel.tools.breaker import BreakerBoard
 from tests.unit.mcp_support import fake_server
@@ -365,7 +366,7 @@ def test_a_hostile_schema_pattern_cannot_stall_the_kernel(tmp_path: Path) -> Non
 def test_a_tool_whose_schema_is_no_json_schema_is_left_out(tmp_path: Path) -> None:
     from mcp import types
 
-    from fluffy.kernel.mcp.connection import usable_tools
+    from fluffy.kernel.mcp.results import usable_tools
 
     listed = [
         types.Tool(name="good", input_schema={"type": "object"}),
