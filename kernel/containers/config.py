@@ -2,7 +2,7 @@
 
 A config is validated with pydantic; limits use the design's units ("512MiB", "300s").
 What is *not* here on purpose: no-new-privileges, read-only root, the user, capabilities
-and the engine socket — those are constants (:data:`runtime.HARDENED`), not options.
+and the engine socket — those are constants (:mod:`hardening`), not options.
 """
 
 from __future__ import annotations

@@ -9,15 +9,12 @@ import docker
 
 from fluffy.errors import EngineNotFound
 from fluffy.kernel.containers.errors import engine_call
+from fluffy.kernel.containers.hardening import Hardening, harden
 from fluffy.kernel.containers.runtime import (
-    HARDENED,
     ContainerSpec,
     ContainerState,
     ContainerStatus,
     ExecResult,
-    check_mounts,
-    check_user,
-    missing_profile,
 )
 
 
@@ -26,6 +23,40 @@ def _status(value: str) -> ContainerStatus:
         return ContainerStatus(value)
     except ValueError:
         return ContainerStatus.DEAD  # "removing", "restarting": not a state fluffy uses
+
+
+def docker_container_config(hardening: Hardening) -> dict[str, Any]:
+    """The container-level keywords of ``create_container`` for ``hardening``."""
+    return {
+        "user": hardening.user,
+        # Config.NetworkDisabled, beside NetworkMode none: Docker's own "no network"
+        "network_disabled": hardening.network_mode == "none",
+    }
+
+
+def docker_host_config(hardening: Hardening) -> dict[str, Any]:
+    """The keywords of ``create_host_config`` for ``hardening`` (a mechanical mapping:
+    every decision is :func:`~fluffy.kernel.containers.hardening.harden`'s)."""
+    security_opt = [f"no-new-privileges:{str(hardening.no_new_privileges).lower()}"]
+    security_opt.append(f"seccomp={hardening.seccomp_json}")
+    return {
+        "binds": {
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+            for m in hardening.binds
+        },
+        "tmpfs": {t.target: t.option_text for t in hardening.tmpfs},
+        "mem_limit": hardening.memory_bytes,
+        "memswap_limit": hardening.memory_swap_bytes,
+        "nano_cpus": hardening.nano_cpus,
+        "pids_limit": hardening.pids_limit,
+        "network_mode": hardening.network_mode,
+        "read_only": hardening.read_only_rootfs,
+        "cap_drop": list(hardening.cap_drop),
+        "cap_add": list(hardening.cap_add) or None,
+        "security_opt": security_opt,
+        "ipc_mode": hardening.ipc_mode,
+        "init": hardening.init,
+    }
 
 
 class DockerRuntime:
@@ -57,43 +88,22 @@ class DockerRuntime:
             return bool(self._api.ping())
 
     def host_config(self, spec: ContainerSpec) -> dict[str, Any]:
-        mounts = check_mounts(spec.mounts)
-        if not spec.seccomp_json:
-            raise missing_profile(spec)
-        security_opt = [f"no-new-privileges:{str(HARDENED.no_new_privileges).lower()}"]
-        if spec.seccomp_json:
-            security_opt.append(f"seccomp={spec.seccomp_json}")
-        binds = {
-            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
-        }
-        config: dict[str, Any] = self._api.create_host_config(
-            binds=binds,  # type: ignore[arg-type]
-            tmpfs=spec.tmpfs,
-            mem_limit=spec.memory_bytes,
-            memswap_limit=spec.memory_bytes,
-            nano_cpus=spec.nano_cpus,
-            pids_limit=spec.pids_limit,
-            network_mode=HARDENED.network_mode,
-            read_only=HARDENED.read_only_rootfs,
-            cap_drop=["ALL"] if HARDENED.cap_drop_all else [],
-            security_opt=security_opt,
-            ipc_mode="private",
-            init=False,
-        )
+        hardening = harden(spec, seccomp="json")
+        config: dict[str, Any] = self._api.create_host_config(**docker_host_config(hardening))
         return config
 
     def create(self, spec: ContainerSpec) -> str:
+        hardening = harden(spec, seccomp="json")
         with engine_call(f"create container {spec.name} from {spec.image}"):
             created = self._api.create_container(
                 spec.image,
                 command=spec.command,
                 name=spec.name,
-                user=check_user(spec.user),
                 working_dir=spec.workdir,
                 environment=spec.environment,
                 labels=spec.labels,
-                network_disabled=True,
-                host_config=self.host_config(spec),
+                **docker_container_config(hardening),
+                host_config=self._api.create_host_config(**docker_host_config(hardening)),
             )
         return str(created["Id"])
 

@@ -15,15 +15,12 @@ from podman.errors import ImageNotFound as PodmanImageNotFound
 
 from fluffy.errors import EngineNotFound
 from fluffy.kernel.containers.errors import engine_call
+from fluffy.kernel.containers.hardening import Hardening, harden
 from fluffy.kernel.containers.runtime import (
-    HARDENED,
     ContainerSpec,
     ContainerState,
     ContainerStatus,
     ExecResult,
-    check_mounts,
-    check_user,
-    missing_profile,
 )
 
 _STATUS = {
@@ -50,6 +47,52 @@ def _listed_state(attrs: dict[str, Any]) -> ContainerState:
         status=_STATUS.get(str(status).lower(), ContainerStatus.DEAD),
         labels=dict(attrs.get("Labels") or {}),
     )
+
+
+def podman_payload(hardening: Hardening) -> dict[str, Any]:
+    """The podman SDK's create keywords for ``hardening`` (a mechanical mapping: every
+    decision is :func:`~fluffy.kernel.containers.hardening.harden`'s).  Podman has no
+    ``network_disabled`` (the SDK drops it): its network namespace "none" is the same
+    thing, a namespace with loopback only."""
+    return {
+        "user": hardening.user,
+        "mounts": [
+            {"type": "bind", "source": str(m.source), "target": m.target, "read_only": m.read_only}
+            for m in hardening.binds
+        ],
+        "network_mode": hardening.network_mode,
+        "read_only": hardening.read_only_rootfs,
+        "no_new_privileges": hardening.no_new_privileges,
+        "cap_drop": list(hardening.cap_drop),
+        "cap_add": list(hardening.cap_add),
+        "mem_limit": hardening.memory_bytes,
+        "memswap_limit": hardening.memory_swap_bytes,
+        "nano_cpus": hardening.nano_cpus,
+        "pids_limit": hardening.pids_limit,
+        "ipc_mode": hardening.ipc_mode,
+        "seccomp_profile_path": str(hardening.seccomp_path),
+    }
+
+
+def podman_body(body: dict[str, Any], hardening: Hardening) -> dict[str, Any]:
+    """The SDK's rendered request, completed with what the SDK cannot say: tmpfs mounts
+    with all their options (it keeps only size and mode: noexec would be dropped, and the
+    tmpfs left executable)."""
+    return {
+        **body,
+        "mounts": [
+            *(body.get("mounts") or []),
+            *(
+                {
+                    "destination": t.target,
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "options": list(t.options),
+                }
+                for t in hardening.tmpfs
+            ),
+        ],
+    }
 
 
 class PodmanRuntime:
@@ -79,51 +122,20 @@ class PodmanRuntime:
             return bool(self._client.ping())
 
     def create(self, spec: ContainerSpec) -> str:
-        checked = check_mounts(spec.mounts)
-        mounts: list[dict[str, Any]] = [
-            {"type": "bind", "source": str(m.source), "target": m.target, "read_only": m.read_only}
-            for m in checked
-        ]
-        if spec.seccomp_path is None:
-            raise missing_profile(spec)
+        hardening = harden(spec, seccomp="path")
         payload: dict[str, Any] = {
             "image": spec.image,
             "command": spec.command,
             "name": spec.name,
-            "user": check_user(spec.user),
             "working_dir": spec.workdir,
             "environment": spec.environment,
             "labels": spec.labels,
-            "mounts": mounts,
-            "network_mode": HARDENED.network_mode,
-            "read_only": HARDENED.read_only_rootfs,
-            "no_new_privileges": HARDENED.no_new_privileges,
-            "cap_drop": ["ALL"] if HARDENED.cap_drop_all else [],
-            "mem_limit": spec.memory_bytes,
-            "memswap_limit": spec.memory_bytes,  # no swap beyond the limit (as on Docker)
-            "nano_cpus": spec.nano_cpus,
-            "pids_limit": spec.pids_limit,
-            "ipc_mode": "private",
-            "seccomp_profile_path": str(spec.seccomp_path),
+            **podman_payload(hardening),
         }
         if self.rootless:
             payload["userns_mode"] = "keep-id"
         with engine_call(f"create container {spec.name} from {spec.image}"):
-            body = self._client.containers._render_payload(payload)
-            # the SDK keeps only size/mode of a mount's options (noexec would be dropped,
-            # and the tmpfs left executable): tmpfs mounts go in with every option
-            body["mounts"] = [
-                *(body.get("mounts") or []),
-                *(
-                    {
-                        "destination": target,
-                        "type": "tmpfs",
-                        "source": "tmpfs",
-                        "options": options.split(","),
-                    }
-                    for target, options in spec.tmpfs.items()
-                ),
-            ]
+            body = podman_body(self._client.containers._render_payload(payload), hardening)
             response = self._client.api.post(
                 "/containers/create",
                 headers={"content-type": "application/json"},

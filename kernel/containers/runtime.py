@@ -4,11 +4,11 @@ Implementations: :class:`~fluffy.kernel.containers.docker_runtime.DockerRuntime`
 Engine API), :class:`~fluffy.kernel.containers.podman_runtime.PodmanRuntime` (Podman's own
 API) and :class:`~fluffy.kernel.containers.memory_runtime.MemoryRuntime` (unit tests).
 
-A runtime turns a :class:`ContainerSpec` into a container.  The security settings that
-are not options (read-only root, no capabilities, no-new-privileges, the unprivileged
-user, no network, never the engine socket) are applied by every implementation from
-:data:`HARDENED`, not taken from the spec; :func:`check_mounts` refuses any mount that
-could expose the engine.
+A runtime turns a :class:`ContainerSpec` into a container.  The security settings are
+written once, in :mod:`~fluffy.kernel.containers.hardening` (read-only root, no
+capabilities, no-new-privileges, the unprivileged user, no network, the limits, the
+seccomp profile, checked mounts): each runtime only translates that description into its
+engine's call; :func:`check_mounts` refuses any mount that could expose the engine.
 """
 
 from __future__ import annotations
@@ -62,19 +62,6 @@ def check_user(user: str) -> str:
             fix="Run the kernel as a user other than root.",
         )
     return user
-
-
-@dataclass(frozen=True)
-class Hardening:
-    """Settings no caller can change (the design: hardcoded, not configurable)."""
-
-    read_only_rootfs: bool = True
-    no_new_privileges: bool = True
-    cap_drop_all: bool = True
-    network_mode: str = "none"
-
-
-HARDENED = Hardening()
 
 
 class ContainerStatus(enum.StrEnum):

@@ -14,7 +14,6 @@ from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox, SandboxSt
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.memory_runtime import Behaviour, MemoryRuntime
 from fluffy.kernel.containers.runtime import (
-    HARDENED,
     LABEL_MANAGED,
     LABEL_SANDBOX,
     LABEL_SESSION,
@@ -183,8 +182,13 @@ def test_the_spec_carries_limits_labels_mounts_and_the_profile(
 
 
 def test_hardening_is_constant() -> None:
-    assert HARDENED.read_only_rootfs and HARDENED.no_new_privileges and HARDENED.cap_drop_all
-    assert HARDENED.network_mode == "none"
+    from fluffy.kernel.containers.hardening import harden
+
+    spec = ContainerSpec(name="x", image="i", command=["true"], labels={}, seccomp_json="{}")
+    hardening = harden(spec, seccomp="json")
+    assert hardening.read_only_rootfs and hardening.no_new_privileges
+    assert hardening.cap_drop == ("ALL",) and hardening.cap_add == ()
+    assert hardening.network_mode == "none"
 
 
 def test_sandboxes_run_as_the_kernel_user_never_root(
