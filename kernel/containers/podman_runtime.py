@@ -67,7 +67,9 @@ def podman_payload(hardening: Hardening) -> dict[str, Any]:
         "cap_add": list(hardening.cap_add),
         "mem_limit": hardening.memory_bytes,
         "memswap_limit": hardening.memory_swap_bytes,
-        "nano_cpus": hardening.nano_cpus,
+        # the SDK drops nano_cpus without a word: the limit as the CFS quota it means
+        "cpu_period": hardening.cpu_period_us,
+        "cpu_quota": hardening.cpu_quota_us,
         "pids_limit": hardening.pids_limit,
         "ipc_mode": hardening.ipc_mode,
         "seccomp_profile_path": str(hardening.seccomp_path),
