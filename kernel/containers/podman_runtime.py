@@ -73,6 +73,7 @@ def podman_payload(hardening: Hardening) -> dict[str, Any]:
         "pids_limit": hardening.pids_limit,
         "ipc_mode": hardening.ipc_mode,
         "seccomp_profile_path": str(hardening.seccomp_path),
+        "init": hardening.init,
     }
 
 
