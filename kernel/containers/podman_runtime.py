@@ -49,6 +49,10 @@ def _listed_state(attrs: dict[str, Any]) -> ContainerState:
     )
 
 
+#: Podman's tmpfs option for "start empty" (its default copies the image's files in).
+TMPFS_EMPTY = "notmpcopyup"
+
+
 def podman_payload(hardening: Hardening) -> dict[str, Any]:
     """The podman SDK's create keywords for ``hardening`` (a mechanical mapping: every
     decision is :func:`~fluffy.kernel.containers.hardening.harden`'s).  Podman has no
@@ -80,7 +84,8 @@ def podman_payload(hardening: Hardening) -> dict[str, Any]:
 def podman_body(body: dict[str, Any], hardening: Hardening) -> dict[str, Any]:
     """The SDK's rendered request, completed with what the SDK cannot say: tmpfs mounts
     with all their options (it keeps only size and mode: noexec would be dropped, and the
-    tmpfs left executable)."""
+    tmpfs left executable), and empty: Podman copies the image's files at the target into
+    a tmpfs unless told ``notmpcopyup``; Docker never does."""
     return {
         **body,
         "mounts": [
@@ -90,7 +95,7 @@ def podman_body(body: dict[str, Any], hardening: Hardening) -> dict[str, Any]:
                     "destination": t.target,
                     "type": "tmpfs",
                     "source": "tmpfs",
-                    "options": list(t.options),
+                    "options": [*t.options, TMPFS_EMPTY],
                 }
                 for t in hardening.tmpfs
             ),
