@@ -13,7 +13,7 @@ from typing import Any
 from podman.api import prepare_body
 from podman.errors import ImageNotFound as PodmanImageNotFound
 
-from fluffy.errors import EngineNotFound
+from fluffy.errors import EngineNotFound, EngineOperationFailed, ImageNotFound
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.hardening import Hardening, harden
 from fluffy.kernel.containers.runtime import (
@@ -142,15 +142,25 @@ class PodmanRuntime:
         }
         if self.rootless:
             payload["userns_mode"] = "keep-id"
-        with engine_call(f"create container {spec.name} from {spec.image}"):
-            body = podman_body(self._client.containers._render_payload(payload), hardening)
-            response = self._client.api.post(
-                "/containers/create",
-                headers={"content-type": "application/json"},
-                data=prepare_body(body),
-            )
-            response.raise_for_status(not_found=PodmanImageNotFound)
-            return str(response.json()["Id"])
+        action = f"create container {spec.name} from {spec.image}"
+        try:
+            with engine_call(action):
+                body = podman_body(self._client.containers._render_payload(payload), hardening)
+                response = self._client.api.post(
+                    "/containers/create",
+                    headers={"content-type": "application/json"},
+                    data=prepare_body(body),
+                )
+                response.raise_for_status(not_found=PodmanImageNotFound)
+                return str(response.json()["Id"])
+        except EngineOperationFailed as exc:
+            # Podman answers a missing image with a 500 ("image not known"), Docker
+            # with a 404: tell it apart by asking, as Docker's answer would
+            with engine_call(f"look up image {spec.image}"):
+                present = self._client.images.exists(spec.image)
+            if not present:
+                raise ImageNotFound(f"cannot {action}: image not found") from exc
+            raise
 
     def _get(self, container_id: str) -> Any:
         with engine_call(f"find container {container_id[:12]}"):
