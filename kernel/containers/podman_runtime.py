@@ -183,7 +183,13 @@ class PodmanRuntime:
 
     def remove(self, container_id: str) -> None:
         with engine_call(f"remove container {container_id[:12]}"):
-            self._client.containers.remove(container_id, force=True, v=True)
+            # the SDK's remove cannot say timeout=0: Podman would give a running
+            # container 10 s to stop, Docker kills it at once
+            response = self._client.api.delete(
+                f"/containers/{container_id}",
+                params={"force": True, "volumes": True, "timeout": 0},
+            )
+            response.raise_for_status()
 
     def inspect(self, container_id: str) -> ContainerState:
         try:
