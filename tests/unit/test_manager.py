@@ -28,9 +28,16 @@ from fluffy.kernel.containers.runtime import (
 IMAGES = {t: f"fluffy/test:{t}" for t in TEMPLATES}
 
 
+def _runtime() -> MemoryRuntime:
+    runtime = MemoryRuntime()
+    for ref in IMAGES.values():
+        runtime.add_image(ref)
+    return runtime
+
+
 @pytest.fixture()
 def runtime() -> MemoryRuntime:
-    return MemoryRuntime()
+    return _runtime()
 
 
 @pytest.fixture()
@@ -138,7 +145,7 @@ def test_a_transient_start_failure_is_retried_once(
                 raise EngineOperationFailed("runc start failed: exit status 1")
             super().start(container_id)
 
-    flaky = Once()
+    flaky = Once(images=dict(runtime.images))
     retrying = ContainerManager(flaky, IMAGES, session_id="r1", root=manager.root)
     sandbox = retrying.create(template_config("code-executor"), ["true"])
     assert sandbox.state is SandboxState.RUNNING and len(flaky.containers) == 1
@@ -435,7 +442,7 @@ def test_seccomp_files_are_written_safely_from_many_threads(tmp_path: Path) -> N
 
     def make() -> None:
         try:
-            own = ContainerManager(MemoryRuntime(), IMAGES, session_id="t", root=tmp_path)
+            own = ContainerManager(_runtime(), IMAGES, session_id="t", root=tmp_path)
             start.wait()
             found.append(own._seccomp_file("standard"))
         except BaseException as exc:
