@@ -123,7 +123,20 @@ class ExecResult:
 
 @runtime_checkable
 class ContainerRuntime(Protocol):
-    """What the container manager needs from an engine."""
+    """What the container manager needs from an engine.
+
+    The contract, which tests/runtime_conformance.py checks on every implementation:
+    ``create`` applies :mod:`~fluffy.kernel.containers.hardening` and refuses what it
+    refuses (:class:`SandboxConfigError`), a name in use and a missing image
+    (``EngineOperationFailed``, ``ImageNotFound``); a container is CREATED (exit code
+    0, no output) until started; ``wait`` returns the exit code (again if asked again)
+    or raises ``EngineTimeout``; ``kill`` and a ``stop`` past its timeout leave it
+    EXITED with 137; ``pause``, ``resume``, ``kill`` and ``run`` refuse a container
+    not in the state they need (``EngineOperationFailed``); ``remove`` removes even a
+    running one at once; a removed container is MISSING to ``inspect`` and
+    ``EngineNotFound`` to everything else, a second ``remove`` included (the manager's
+    destroy is what is idempotent); ``logs`` carries both streams, ``output`` each.
+    """
 
     name: str
     #: Whether ``inspect`` sets ``oom_killed`` (else a SIGKILL nobody sent is read as OOM).
