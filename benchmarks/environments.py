@@ -93,9 +93,9 @@ def run(files: int, runs: int) -> dict[str, Any]:
     from fluffy.images.builder import build_images
     from fluffy.images.environment import ensure_environment
     from fluffy.images.spec import REQUIREMENTS_DIR
+    from fluffy.images.templates import template_images
     from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
     from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import template_images
     from fluffy.kernel.containers.images import ImageStore
 
     root = Path(tempfile.mkdtemp(prefix="fluffy-bench-env-"))

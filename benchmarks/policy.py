@@ -64,8 +64,8 @@ def extension_path(n: int) -> dict[str, object]:
     import tempfile
     from pathlib import Path
 
+    from fluffy.images.templates import open_manager
     from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import open_manager
     from fluffy.kernel.policy.extensions import ExtensionHost
 
     with tempfile.TemporaryDirectory() as tmp, connect() as engine:

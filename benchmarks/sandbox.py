@@ -33,9 +33,10 @@ import time
 from pathlib import Path
 
 from benchmarks._stats import percentile
+from fluffy.images.templates import open_manager
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.engine import Engine, connect
-from fluffy.kernel.containers.factory import open_manager, open_runtime
+from fluffy.kernel.containers.factory import open_runtime
 from fluffy.kernel.containers.manager import ContainerManager
 
 

@@ -189,8 +189,8 @@ def sandbox_checks(engine: Any) -> list[Check]:
     """Per template: a probe in a real sandbox shows its seccomp profile applies."""
     import json
 
+    from fluffy.images.templates import open_manager
     from fluffy.kernel.containers.config import TEMPLATES, template_config
-    from fluffy.kernel.containers.factory import open_manager
     from fluffy.seccomp.cases import SECCOMP_CASES, SELF_TEST
 
     checks: list[Check] = []

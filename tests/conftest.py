@@ -101,7 +101,7 @@ def connect_engine(name: str) -> Any:
 def sandbox_manager(request: pytest.FixtureRequest) -> Iterator[object]:
     """A container manager on each engine, with that engine's images current."""
     from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.factory import open_manager
+    from fluffy.images.templates import open_manager
 
     with connect_engine(request.param) as connected:
         build_images(connected)

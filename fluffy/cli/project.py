@@ -127,8 +127,8 @@ def ensure_env(
 ) -> tuple[Any, bool]:
     """The project's environment, built with progress when missing: (record, built)."""
     from fluffy.images.environment import ensure_environment
+    from fluffy.images.templates import template_images
     from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import template_images
 
     state = state or _state(project)
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -200,8 +200,8 @@ def cmd_env_build(args: argparse.Namespace) -> int:
 
 
 def cmd_env_status(args: argparse.Namespace) -> int:
+    from fluffy.images.templates import template_images
     from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import template_images
     from fluffy.kernel.project.envstate import choose
 
     project = _project(args)

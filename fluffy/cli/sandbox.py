@@ -19,9 +19,9 @@ EXIT_TIMEOUT, EXIT_OOM = 124, 137
 
 
 def cmd_sandbox_run(args: argparse.Namespace) -> int:
+    from fluffy.images.templates import open_manager
     from fluffy.kernel.containers.config import template_config
     from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import open_manager
     from fluffy.kernel.containers.lifecycle import FailureReason
 
     command = [part for part in args.cmd if part != "--"] if args.cmd else []

@@ -1,13 +1,13 @@
-"""Wire an engine to a runtime and a container manager."""
+"""Wire an engine to a runtime.
+
+Which image a template runs, and a manager built on both, are
+:mod:`fluffy.images.templates`' (the image builder uses this package, not the reverse).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from fluffy.errors import ImageNotFound
 from fluffy.kernel.containers.docker_runtime import DockerRuntime
 from fluffy.kernel.containers.engine import Engine
-from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import ContainerRuntime
 
 
@@ -23,26 +23,3 @@ def open_runtime(engine: Engine, *, compat: bool = False) -> ContainerRuntime:
 
         return PodmanRuntime(engine.info.url)
     return DockerRuntime(engine.client, engine.info.url)
-
-
-def template_images(engine: Engine) -> dict[str, str]:
-    """Sandbox template -> current image ref; refuses images that are missing or stale."""
-    from fluffy.images.builder import plan_images
-    from fluffy.images.spec import spec_for_template
-    from fluffy.kernel.containers.config import TEMPLATES
-
-    plan = {status.name: status for status in plan_images(engine)}
-    images: dict[str, str] = {}
-    for template in TEMPLATES:
-        status = plan[spec_for_template(template).name]
-        if status.state != "current":
-            raise ImageNotFound(
-                f"image {status.ref} for the {template} sandbox is {status.state}",
-                why="sandboxes run only from images built from this fluffy's sources",
-            )
-        images[template] = status.ref
-    return images
-
-
-def open_manager(engine: Engine, **kwargs: Any) -> ContainerManager:
-    return ContainerManager(open_runtime(engine), template_images(engine), **kwargs)

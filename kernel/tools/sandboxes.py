@@ -76,8 +76,8 @@ def sandbox_images(engine: Engine, env: Mapping[str, str]) -> dict[str, str]:
     the newest image of each name by its fluffy label is used.
     """
     from fluffy.images.spec import IMAGES_DIR, LABEL_IMAGE, spec_for_template
+    from fluffy.images.templates import template_images
     from fluffy.kernel.containers.config import TEMPLATES
-    from fluffy.kernel.containers.factory import template_images
     from fluffy.kernel.containers.images import ImageStore
 
     if (IMAGES_DIR / "python-base" / "Dockerfile").is_file():

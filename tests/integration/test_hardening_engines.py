@@ -124,7 +124,7 @@ def _inside(manager: ContainerManager, container_id: str) -> dict[str, Any]:
 def _sandbox_seen_by(
     engine: Engine, config: SandboxConfig, root: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    from fluffy.kernel.containers.factory import template_images
+    from fluffy.images.templates import template_images
 
     manager = ContainerManager(open_runtime(engine), template_images(engine), root=root)
     sandbox = manager.create(config, ["sleep", "60"])

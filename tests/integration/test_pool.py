@@ -167,7 +167,7 @@ def test_a_killed_kernel_leaves_no_pool_sandbox_after_restart(tmp_path: Path, ru
 # -- the plugin runner with a real engine --------------------------------------------------
 @pytest.fixture()
 def manager(runtime: str) -> Iterator[ContainerManager]:
-    from fluffy.kernel.containers.factory import open_manager
+    from fluffy.images.templates import open_manager
 
     with connect_engine(runtime) as connected:
         opened = open_manager(connected)

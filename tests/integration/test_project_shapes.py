@@ -20,8 +20,8 @@ import pytest
 from fluffy.errors import PackageUnavailable
 from fluffy.images.environment import ensure_environment
 from fluffy.images.spec import REQUIREMENTS_DIR
+from fluffy.images.templates import template_images
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
-from fluffy.kernel.containers.factory import template_images
 from tests.conftest import connect_engine
 from tests.integration.tool_support import Kernel
 from tests.project_support import fixture_wheels, local_index, pip_env, session_steps, shape
