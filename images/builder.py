@@ -3,7 +3,8 @@
 ``build_images`` is what ``fluffy images build`` and ``scripts/setup`` run.  For each
 image, parents first: compute the tag from the inputs (no engine work but one
 inspect), and only if that tag is missing stage a build context (Dockerfile folder,
-lock, wheels, fluffy's source) and build it.  The result is recorded in
+the shared install stage in front of the Dockerfile, lock, wheels, fluffy's source) and
+build it.  The result is recorded in
 ``$FLUFFY_HOME/state/images.json`` for the kernel and ``fluffy doctor``.
 """
 
@@ -125,11 +126,21 @@ def plan_images(
     return result
 
 
+def dockerfile(spec: ImageSpec) -> str:
+    """The Dockerfile ``spec`` is built from: its own, behind the shared install stage
+    (images/stages/install.Dockerfile) if it carries fluffy.  Both are hashed."""
+    own = (spec.directory / "Dockerfile").read_text()
+    if spec.install_stage is None:
+        return own
+    return spec.install_stage.read_text().rstrip("\n") + "\n\n" + own
+
+
 def _stage_context(spec: ImageSpec, dest: Path, arch: str, reporter: Reporter) -> None:
     for rel, src in context_files(spec).items():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target)
+    (dest / "Dockerfile").write_text(dockerfile(spec))
     if spec.lock_path is not None:
         wheels = ensure_wheelhouse(spec.lock_path, arch, reporter.message)
         (dest / "wheels").mkdir()

@@ -1,9 +1,9 @@
 """Content-hash tags: an image's tag is a hash of everything that goes into it.
 
 The hash covers every file staged into the build context (Dockerfile folder, the
-pinned lock, fluffy's own source when the image carries it), the identity of the
-parent (the base image's ID, or the parent fluffy image's tag), the target
-architecture and Python, and :data:`HASH_SCHEME`.  Wheels are not hashed: the lock
+shared install stage, the pinned lock, fluffy's own source when the image carries it),
+the identity of the parent (the base image's ID, or the parent fluffy image's tag), the
+target architecture and Python, and :data:`HASH_SCHEME`.  Wheels are not hashed: the lock
 pins them.  If the hash's tag already exists, the image is current and nothing runs.
 """
 
@@ -16,8 +16,11 @@ from pathlib import Path
 from fluffy.images.spec import IMAGE_PYTHON, ImageSpec
 from fluffy.paths import package_root
 
-#: Bump when the hashing rules or the staging layout change.
+#: Bump when the hashing rules or the staging layout change.  (The shared install stage
+#: did not need it: it is a hashed context file of exactly the images it goes into.)
 HASH_SCHEME = "fluffy-image-v1"
+#: The shared install stage's name in a build context (spec.INSTALL_STAGE).
+INSTALL_STAGE_NAME = "install.Dockerfile"
 #: Length of the hex tag (64 bits: collisions are not a practical concern here).
 TAG_LENGTH = 16
 #: What of fluffy's package goes into images that carry fluffy.
@@ -49,6 +52,8 @@ def context_files(spec: ImageSpec) -> dict[str, Path]:
     for path in sorted(spec.directory.iterdir()):
         if path.is_file():
             files[path.name] = path
+    if spec.install_stage is not None:
+        files[INSTALL_STAGE_NAME] = spec.install_stage
     if spec.lock_path is not None:
         files["requirements.lock"] = spec.lock_path
     if spec.with_fluffy:

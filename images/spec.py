@@ -28,6 +28,8 @@ LABEL_IMAGE = "org.fluffy.image"
 LABEL_HASH = "org.fluffy.content-hash"
 
 IMAGES_DIR = Path(__file__).resolve().parent
+#: The install stage every image that carries fluffy shares (relative to the source dir).
+INSTALL_STAGE = Path("stages") / "install.Dockerfile"
 REQUIREMENTS_DIR = IMAGES_DIR / "requirements"
 
 
@@ -57,6 +59,12 @@ class ImageSpec:
     @property
     def lock_path(self) -> Path | None:
         return self.source_dir / "requirements" / f"{self.lock}.lock" if self.lock else None
+
+    @property
+    def install_stage(self) -> Path | None:
+        """The shared stage put in front of the image's Dockerfile (images that carry
+        fluffy: their Dockerfile is the final stage only), or None."""
+        return self.source_dir / INSTALL_STAGE if self.with_fluffy else None
 
 
 IMAGES: tuple[ImageSpec, ...] = (

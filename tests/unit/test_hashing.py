@@ -95,7 +95,18 @@ def test_context_names_the_lock_and_dockerfile() -> None:
     files = context_files(get_spec("code-executor"))
     assert files["Dockerfile"].name == "Dockerfile"
     assert files["requirements.lock"].name == "code-executor.lock"
+    assert files["install.Dockerfile"] == IMAGES_DIR / "stages" / "install.Dockerfile"
     assert "requirements.lock" not in context_files(get_spec("python-base"))
+    assert "install.Dockerfile" not in context_files(get_spec("python-base"))
+
+
+def test_the_shared_install_stage_changes_every_image_that_carries_it(tree: Path) -> None:
+    names = ("python-base", "kernel", "code-executor", "policy-sandbox", "ai-provider")
+    before = {n: _hash(n, tree) for n in names}
+    stage = tree / "stages" / "install.Dockerfile"
+    stage.write_text(stage.read_text() + "RUN true\n")
+    after = {n: _hash(n, tree) for n in names}
+    assert [n for n in names if after[n] != before[n]] == list(names[1:])
 
 
 @settings(
@@ -113,6 +124,7 @@ def test_any_single_byte_change_in_any_context_file_changes_the_tag(
     path = {
         "Dockerfile": tree / "code-executor" / "Dockerfile",
         "requirements.lock": tree / "requirements" / "code-executor.lock",
+        "install.Dockerfile": tree / "stages" / "install.Dockerfile",
     }[rel]
     original = path.read_bytes()
     index = data.draw(st.integers(0, len(original) - 1), label="offset")

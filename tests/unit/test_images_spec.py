@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import ConfigError
-from fluffy.images.spec import IMAGES, REQUIREMENTS_DIR, build_order, get_spec, spec_for_template
+from fluffy.images.builder import dockerfile
+from fluffy.images.spec import (
+    IMAGES,
+    IMAGES_DIR,
+    INSTALL_STAGE,
+    REQUIREMENTS_DIR,
+    build_order,
+    get_spec,
+    spec_for_template,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +56,7 @@ def test_each_lock_pins_everything_its_input_names(spec) -> None:  # type: ignor
 
 @pytest.mark.parametrize("spec", IMAGES, ids=lambda s: s.name)
 def test_dockerfiles_are_classic_builder_and_end_unprivileged(spec) -> None:  # type: ignore[no-untyped-def]
-    text = (spec.directory / "Dockerfile").read_text()
+    text = dockerfile(spec)  # as built: the shared install stage in front, if any
     assert "--mount" not in text and "# syntax" not in text  # no BuildKit-only features
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1] == "10001:10001"
@@ -77,3 +86,18 @@ def test_unknown_image_name_lists_the_choices() -> None:
     with pytest.raises(ConfigError) as info:
         get_spec("nope")
     assert "kernel" in info.value.fix
+
+
+def test_the_install_stage_is_written_once() -> None:
+    stage = IMAGES_DIR / INSTALL_STAGE
+    dockerfiles = [IMAGES_DIR / spec.name / "Dockerfile" for spec in IMAGES]
+    installing = [p for p in [stage, *dockerfiles] if "pip install" in p.read_text()]
+    assert installing == [stage]
+    for spec in IMAGES:
+        built = dockerfile(spec)
+        own = (spec.directory / "Dockerfile").read_text()
+        if spec.with_fluffy:
+            assert built.count(" AS install") == 1 and built.endswith(own)
+            assert "COPY --from=install /opt/fluffy /opt/fluffy" in own
+        else:
+            assert built == own
