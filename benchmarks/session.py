@@ -37,6 +37,7 @@ DEMO = ROOT / "examples" / "demo-project"
 
 
 async def _rounds(rounds: int) -> dict[str, Any]:
+    from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
     from fluffy.kernel.ai.assemble import assemble_ai
     from fluffy.kernel.audit.entry import Event
     from fluffy.kernel.audit.log import AuditLog
@@ -48,7 +49,6 @@ async def _rounds(rounds: int) -> dict[str, Any]:
     from fluffy.kernel.tools.assemble import assemble_tools
     from fluffy.kernel.workflow.machine import Workflow
     from fluffy.kernel.workflow.store import WorkflowStore
-    from fluffy.sandboxes.ai.types import ProviderConfig, ScriptedCall, ScriptedTurn
 
     with tempfile.TemporaryDirectory(prefix="fluffy-bench-") as tmp:
         project = Path(tmp) / "project"

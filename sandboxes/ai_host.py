@@ -30,9 +30,7 @@ from typing import Any
 import msgspec
 
 from fluffy.errors import FluffyError
-from fluffy.ipc.client import AsyncClient
-from fluffy.plugins.sdk.run import scrub_environment
-from fluffy.sandboxes.ai.types import (
+from fluffy.ipc.ai_types import (
     Done,
     ProviderConfig,
     ProviderError,
@@ -40,6 +38,8 @@ from fluffy.sandboxes.ai.types import (
     decode_messages,
     decode_tools,
 )
+from fluffy.ipc.client import AsyncClient
+from fluffy.plugins.sdk.run import scrub_environment
 
 SOCKET = "/run/fluffy/kernel.sock"
 PROXY = "/run/fluffy/proxy.sock"

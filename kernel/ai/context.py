@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from fluffy.errors import ConfigError
+from fluffy.ipc.ai_types import Message, kernel_note
 from fluffy.kernel.ai.prompt import (
     base_prompt,
     context_cost,
@@ -33,7 +34,6 @@ from fluffy.kernel.ai.prompt import (
 from fluffy.kernel.ai.summary import fallback_summary, summary_request, transcript
 from fluffy.kernel.ai.tokens import estimate_tokens, message_tokens, messages_tokens
 from fluffy.kernel.tools.sanitizer import cut
-from fluffy.sandboxes.ai.types import Message, kernel_note
 
 __all__ = [
     "ContextWindow",

@@ -4,7 +4,7 @@ Same SQLite file as the audit log and the workflow (``db_path(state_dir)``), its
 connection and tables:
 
 - ``conversation``: one row per message, ``(session_id, seq)`` ordered, the message as
-  msgspec JSON of the shared :class:`~fluffy.sandboxes.ai.types.Message`;
+  msgspec JSON of the shared :class:`~fluffy.ipc.ai_types.Message`;
 - ``conversation_meta``: per session the title (the first user message, 60
   characters), the running summary and how many messages it covers
   (``summarised_upto``), the user's pins, the number of user turns;
@@ -30,12 +30,12 @@ import aiosqlite
 import msgspec
 
 from fluffy.errors import ConfigError, SessionNotFound
+from fluffy.ipc.ai_types import Message, ToolCall
 from fluffy.kernel.ai.tokens import estimate_tokens
 from fluffy.kernel.ai.usage import USAGE_SCHEMA
 from fluffy.kernel.audit.entry import now_ms
 from fluffy.kernel.sanitize import redact
 from fluffy.kernel.workflow.store import open_state_db
-from fluffy.sandboxes.ai.types import Message, ToolCall
 
 SCHEMA: Final = (
     """

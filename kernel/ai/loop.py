@@ -42,6 +42,16 @@ from fluffy.errors import (
     TurnRunning,
     WorkflowError,
 )
+from fluffy.ipc.ai_types import (
+    AIResponse,
+    Message,
+    ProviderConfig,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolDefinition,
+    kernel_note,
+)
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.memory import Memory
@@ -52,16 +62,6 @@ from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.ai.usage import Tally
 from fluffy.kernel.tools.router import TURN_PRIORITY, ToolRouter
 from fluffy.kernel.tools.scheduling import run_ordered
-from fluffy.sandboxes.ai.types import (
-    AIResponse,
-    Message,
-    ProviderConfig,
-    StreamEvent,
-    TextDelta,
-    ToolCall,
-    ToolDefinition,
-    kernel_note,
-)
 
 log = logging.getLogger("fluffy.kernel.ai")
 

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fluffy.errors import FluffyError, SessionNotFound
+from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
 from fluffy.kernel.ai.context import ContextWindow, TokenBudget, build_messages, pins_tokens
 from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.instructions import Instructions
@@ -24,7 +25,6 @@ from fluffy.kernel.ai.tokens import estimate_tokens
 from fluffy.kernel.ai.usage import Calibration, Tally, UsageLedger
 from fluffy.kernel.tools.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow
-from fluffy.sandboxes.ai.types import Message, ToolDefinition, Usage
 
 log = logging.getLogger("fluffy.kernel.ai")
 

@@ -13,11 +13,11 @@ from typing import Any
 import msgspec
 
 from fluffy.errors import InvalidPayload
+from fluffy.ipc.ai_types import ProviderConfig
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.workflow.machine import LOCK_KEY
 from fluffy.kernel.workflow.methods import _params, _user_only, _view
-from fluffy.sandboxes.ai.types import ProviderConfig
 
 MAX_TEXT = 100_000
 MAX_WAIT_MS = 30_000

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from fluffy.errors import WorkflowError
+from fluffy.ipc.ai_types import ToolDefinition
 from fluffy.kernel.ai.tokens import estimate_tokens, json_tokens
 from fluffy.kernel.tools.availability import PROTECTED_GLOBS
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.states import MODES, STATES
-from fluffy.sandboxes.ai.types import ToolDefinition
 
 TOOLS_BUDGET: Final = 3000
 SUMMARY_CHARS: Final = 100

@@ -42,6 +42,13 @@ from fluffy.errors import (
     SandboxConfigError,
     ToolTransient,
 )
+from fluffy.ipc.ai_types import (
+    AIResponse,
+    Message,
+    ProviderConfig,
+    StreamEvent,
+    ToolDefinition,
+)
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
@@ -50,13 +57,6 @@ from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.kernel.tools.router import TURN_PRIORITY  # as the turn's tool calls
 from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
-from fluffy.sandboxes.ai.types import (
-    AIResponse,
-    Message,
-    ProviderConfig,
-    StreamEvent,
-    ToolDefinition,
-)
 
 log = logging.getLogger("fluffy.kernel.ai")
 

@@ -18,10 +18,10 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final
 
+from fluffy.ipc.ai_types import Message, ToolCall
 from fluffy.kernel.ai.prompt import one_line
 from fluffy.kernel.ai.tokens import estimate_tokens
 from fluffy.kernel.tools.sanitizer import CHARS_PER_TOKEN, cut
-from fluffy.sandboxes.ai.types import Message, ToolCall
 
 SUMMARY_TOKENS: Final = 2000
 #: The transcript sent for summarising is cut to this many tokens (middle first).

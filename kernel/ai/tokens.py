@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable
 from typing import Any, Final
 
+from fluffy.ipc.ai_types import Message
 from fluffy.kernel.tools.sanitizer import estimate_tokens as _chars_to_tokens
-from fluffy.sandboxes.ai.types import Message
 
 #: Role, separators and the provider's per-message framing.
 MESSAGE_OVERHEAD: Final = 4

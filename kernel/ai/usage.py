@@ -1,6 +1,6 @@
 """Token usage: what the providers reported, per turn and per session (ADR-044).
 
-Every model request's :class:`~fluffy.sandboxes.ai.types.Usage` is added to the
+Every model request's :class:`~fluffy.ipc.ai_types.Usage` is added to the
 ``ai_usage`` table of the state database (same file and connection as the conversation):
 one row per (session, turn, model) with the request count, how many of those requests
 reported usage at all, and input / output / cached-input tokens.  ``/usage`` and
@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import aiosqlite
 
+from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
 from fluffy.kernel.ai.tokens import estimate_tokens, json_tokens, messages_tokens
 from fluffy.kernel.audit.entry import now_ms
-from fluffy.sandboxes.ai.types import Message, ToolDefinition, Usage
 
 USAGE_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS ai_usage (

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 
+from fluffy.ipc.ai_types import AIProviderAdapter, ProviderConfig, ProviderError
 from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
 from fluffy.sandboxes.ai.openai import OpenAIAdapter
 from fluffy.sandboxes.ai.scripted import ScriptedAdapter
-from fluffy.sandboxes.ai.types import AIProviderAdapter, ProviderConfig, ProviderError
 
 PROVIDERS = ("scripted", "openai", "anthropic")
 

@@ -17,15 +17,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from fluffy.sandboxes.ai.calls import (
-    CallAssembler,
-    ToolNames,
-    finish_stream,
-    make_call,
-    stream_cut,
-)
-from fluffy.sandboxes.ai.httpio import Endpoint, context_too_long, is_context_length, redact
-from fluffy.sandboxes.ai.types import (
+from fluffy.ipc.ai_types import (
     AIResponse,
     ErrorKind,
     Message,
@@ -38,6 +30,14 @@ from fluffy.sandboxes.ai.types import (
     ToolResult,
     Usage,
 )
+from fluffy.sandboxes.ai.calls import (
+    CallAssembler,
+    ToolNames,
+    finish_stream,
+    make_call,
+    stream_cut,
+)
+from fluffy.sandboxes.ai.httpio import Endpoint, context_too_long, is_context_length, redact
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from fluffy.sandboxes.ai.types import (
+from fluffy.ipc.ai_types import (
     AIResponse,
     Done,
     ProviderError,

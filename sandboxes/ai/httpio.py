@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 
+from fluffy.ipc.ai_types import ProviderError
 from fluffy.sandboxes.ai.sse import SSEEvent, iter_lines, iter_sse
-from fluffy.sandboxes.ai.types import ProviderError
 
 T = TypeVar("T")
 

@@ -16,6 +16,18 @@ from typing import Any
 import httpx
 import msgspec
 
+from fluffy.ipc.ai_types import (
+    AIResponse,
+    Message,
+    ProviderConfig,
+    ProviderError,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    Usage,
+)
 from fluffy.sandboxes.ai.calls import (
     CallAssembler,
     ToolNames,
@@ -30,18 +42,6 @@ from fluffy.sandboxes.ai.httpio import (
     provider_code,
     provider_message,
     redact,
-)
-from fluffy.sandboxes.ai.types import (
-    AIResponse,
-    Message,
-    ProviderConfig,
-    ProviderError,
-    StreamEvent,
-    TextDelta,
-    ToolCall,
-    ToolDefinition,
-    ToolResult,
-    Usage,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -101,7 +101,7 @@ def test_ai_provider_has_its_adapters(engine: Engine, images: dict[str, str]) ->
         images["ai-provider"],
         "python3",
         "-c",
-        "import httpx, fluffy.sandboxes.ai_host, fluffy.sandboxes.ai.types; print('ok')",
+        "import httpx, fluffy.sandboxes.ai_host, fluffy.ipc.ai_types; print('ok')",
     )
     assert code == 0 and out.strip() == "ok", err
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fluffy.sandboxes.ai.types import AIResponse, Done, StreamEvent
+from fluffy.ipc.ai_types import AIResponse, Done, StreamEvent
 
 
 def done(events: list[StreamEvent]) -> AIResponse:

@@ -8,9 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
-from fluffy.sandboxes.ai.calls import ToolNames
-from fluffy.sandboxes.ai.types import (
+from fluffy.ipc.ai_types import (
     AIResponse,
     Message,
     ProviderConfig,
@@ -23,6 +21,8 @@ from fluffy.sandboxes.ai.types import (
     ToolDefinition,
     ToolResult,
 )
+from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
+from fluffy.sandboxes.ai.calls import ToolNames
 from tests.fakes import FakeAnthropicServer, RefusingProxy, Reply
 from tests.fakes.llm_wire import sse
 from tests.unit.ai_support import done

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluffy.errors import ConfigError, WorkflowError
+from fluffy.ipc.ai_types import Message, ToolCall, ToolDefinition
 from fluffy.kernel.ai.context import (
     CONTINUE,
     ContextWindow,
@@ -29,7 +30,6 @@ from fluffy.kernel.ai.context import (
 from fluffy.kernel.ai.prompt import PINNED_HEADER, SUMMARY_HEADER, TOOLS_HEADER
 from fluffy.kernel.ai.tokens import estimate_tokens, message_tokens, messages_tokens
 from fluffy.kernel.workflow.states import MODES, STATES
-from fluffy.sandboxes.ai.types import Message, ToolCall, ToolDefinition
 from fluffy.settings import MIN_CONTEXT_WINDOW
 
 pytestmark = pytest.mark.unit

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import pytest
 
 from fluffy.errors import ConfigError, SessionNotFound
+from fluffy.ipc.ai_types import Message, ProviderConfig, ToolCall
 from fluffy.kernel.ai.conversation import DAY_MS, PINS_TOKENS, ConversationStore, title_of
 from fluffy.kernel.audit.entry import now_ms
 from fluffy.kernel.audit.store import db_path
 from fluffy.kernel.workflow.store import WorkflowStore
-from fluffy.sandboxes.ai.types import Message, ProviderConfig, ToolCall
 
 pytestmark = pytest.mark.unit
 T = TypeVar("T")

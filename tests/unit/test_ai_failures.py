@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from fluffy.ipc.ai_types import Message, ProviderConfig, ProviderError, TextDelta
 from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
 from fluffy.sandboxes.ai.httpio import retry_after
 from fluffy.sandboxes.ai.openai import OpenAIAdapter
-from fluffy.sandboxes.ai.types import Message, ProviderConfig, ProviderError, TextDelta
 from fluffy.sandboxes.ai_host import run_request
 from tests.fakes import Fail, FakeAnthropicServer, FakeOpenAIServer, Reply, Reset
 from tests.fakes.llm_wire import ANTHROPIC_TOO_LONG, OPENAI_TOO_LONG, sse

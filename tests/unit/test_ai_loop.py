@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
 from fluffy.kernel.ai.assemble import AiLayer, assemble_ai
 from fluffy.kernel.policy.model import load_policy
 from fluffy.kernel.tools.assemble import ToolPath
-from fluffy.sandboxes.ai.types import ProviderConfig, ScriptedCall, ScriptedTurn
 from tests.unit.test_tool_router import SECRET, Harness
 
 pytestmark = pytest.mark.unit
@@ -145,8 +145,8 @@ def test_a_second_message_while_a_turn_runs_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_call_left_unanswered_gets_a_result_before_the_model_sees_it() -> None:
+    from fluffy.ipc.ai_types import Message, ToolCall
     from fluffy.kernel.ai.memory import answered
-    from fluffy.sandboxes.ai.types import Message, ToolCall
 
     calls = [ToolCall("c1", "fs.read", {"path": "a"}), ToolCall("c2", "test.run", {})]
     history = [

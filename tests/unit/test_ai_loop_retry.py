@@ -14,10 +14,10 @@ import msgspec
 import pytest
 
 from fluffy.errors import ContextTooLong, ProviderBusy
+from fluffy.ipc.ai_types import Message
 from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.tools.assemble import ToolPath
-from fluffy.sandboxes.ai.types import Message
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness
 

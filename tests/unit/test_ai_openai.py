@@ -11,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluffy.sandboxes.ai.calls import WIRE_NAME, ToolNames
-from fluffy.sandboxes.ai.openai import OpenAIAdapter
-from fluffy.sandboxes.ai.types import (
+from fluffy.ipc.ai_types import (
     AIResponse,
     Done,
     Message,
@@ -28,6 +26,8 @@ from fluffy.sandboxes.ai.types import (
     ToolDefinition,
     ToolResult,
 )
+from fluffy.sandboxes.ai.calls import WIRE_NAME, ToolNames
+from fluffy.sandboxes.ai.openai import OpenAIAdapter
 from tests.fakes import Fail, FakeOpenAIServer, RefusingProxy, Reply
 from tests.fakes.llm_wire import sse
 from tests.unit.ai_support import done

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from fluffy.errors import ContextTooLong, ProviderBusy, ProviderFailed
+from fluffy.ipc.ai_types import AIResponse, TextDelta
 from fluffy.kernel.ai.provider import failure
 from fluffy.kernel.ai.retry import Retry, RetryPolicy, with_retries
-from fluffy.sandboxes.ai.types import AIResponse, TextDelta
 from fluffy.sandboxes.ai_host import run_request
 from tests.fakes import Fail, FakeAnthropicServer, FakeOpenAIServer, Reply, Reset
 

@@ -7,11 +7,7 @@ import json
 import httpx
 import pytest
 
-from fluffy.sandboxes.ai.adapters import make_adapter
-from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
-from fluffy.sandboxes.ai.openai import OpenAIAdapter
-from fluffy.sandboxes.ai.scripted import ScriptedAdapter, text_chunks, turn_index
-from fluffy.sandboxes.ai.types import (
+from fluffy.ipc.ai_types import (
     Done,
     Message,
     ProviderConfig,
@@ -26,6 +22,10 @@ from fluffy.sandboxes.ai.types import (
     ToolCallStart,
     ToolResult,
 )
+from fluffy.sandboxes.ai.adapters import make_adapter
+from fluffy.sandboxes.ai.anthropic import AnthropicAdapter
+from fluffy.sandboxes.ai.openai import OpenAIAdapter
+from fluffy.sandboxes.ai.scripted import ScriptedAdapter, text_chunks, turn_index
 
 pytestmark = pytest.mark.unit
 
@@ -147,8 +147,8 @@ def test_no_repr_shows_the_key() -> None:
 
 
 def test_the_kernels_own_notes_do_not_restart_the_script() -> None:
+    from fluffy.ipc.ai_types import Message
     from fluffy.sandboxes.ai.scripted import turn_index
-    from fluffy.sandboxes.ai.types import Message
 
     history = [
         Message(role="user", content="Add error handling"),

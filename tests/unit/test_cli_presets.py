@@ -10,8 +10,8 @@ import pytest
 from fluffy.cli.connect import message_options
 from fluffy.cli.endpoint import allowlist_hint, endpoint
 from fluffy.cli.task import task_parser
+from fluffy.ipc.ai_types import Message, ProviderConfig, TextDelta
 from fluffy.sandboxes.ai.openai import OpenAIAdapter
-from fluffy.sandboxes.ai.types import Message, ProviderConfig, TextDelta
 from fluffy.settings import load_settings
 from tests.fakes import FakeOpenAIServer, Reply
 

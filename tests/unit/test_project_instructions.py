@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fluffy.errors import FluffyError
+from fluffy.ipc.ai_types import Message
 from fluffy.kernel.ai import instructions
 from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.conversation import ConversationStore
@@ -21,7 +22,6 @@ from fluffy.kernel.ai.instructions import END, FRAME, MAX_TOTAL_BYTES, read_inst
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.methods import ai_methods
 from fluffy.kernel.tools.assemble import ToolPath
-from fluffy.sandboxes.ai.types import Message
 from fluffy.settings import MIN_CONTEXT_WINDOW
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness

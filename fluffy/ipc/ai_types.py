@@ -1,7 +1,9 @@
 """Provider-neutral messages, tool calls and stream events (the design's Provider Adapter).
 
 The kernel and the ai-provider sandbox exchange these as msgspec structs over IPC; each
-adapter converts them to and from its provider's wire format.
+adapter converts them to and from its provider's wire format.  Both sides import them from
+here, the wire layer below both (the L1 kernel never imports L2 code: docs/architecture.md,
+"Layers"); L2 images carry ``fluffy/ipc`` whole (``images/spec.py``, ``SANDBOX_PARTS``).
 """
 
 from __future__ import annotations
