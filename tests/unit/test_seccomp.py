@@ -117,7 +117,7 @@ def test_only_standard_net_may_create_inet_sockets() -> None:
 def _trial(profile: str, cases: list[str], tmp_path: Path) -> dict[str, object]:
     env = {**os.environ, "FLUFFY_PROBE_TMP": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "fluffy.seccomp.trial", profile, *cases],
+        [sys.executable, "-m", "fluffy.sandboxes.seccomp_trial", profile, *cases],
         capture_output=True,
         text=True,
         env=env,
