@@ -14,50 +14,13 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from fluffy._version import __version__
+from fluffy.doctor_kernel import kernel_checks
+from fluffy.doctor_report import Check, Report
 from fluffy.errors import FluffyError
 from fluffy.paths import state_dir
-
-Status = Literal["ok", "warn", "fail"]
-
-
-@dataclass
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail}
-        if self.fix:
-            out["fix"] = self.fix
-        if self.data:
-            out["data"] = self.data
-        return out
-
-
-@dataclass
-class Report:
-    checks: list[Check]
-    engine: dict[str, Any] | None
-
-    @property
-    def ok(self) -> bool:
-        return all(check.status != "fail" for check in self.checks)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "fluffy_version": __version__,
-            "engine": self.engine,
-            "checks": [check.as_dict() for check in self.checks],
-        }
 
 
 def check_python() -> Check:
@@ -294,8 +257,6 @@ def run_doctor() -> Report:
     checks = [check() for check in CHECKS]
     more, engine = engine_checks()
     checks.extend(more)
-    from fluffy.doctor_kernel import kernel_checks
-
     checks.extend(kernel_checks(Path.cwd()))
     if os.environ.get("FLUFFY_RUNTIME") and engine is None:
         checks[-1].detail += f" (FLUFFY_RUNTIME={os.environ['FLUFFY_RUNTIME']})"

@@ -8,7 +8,7 @@ from pathlib import Path
 from fluffy.bootstrap import l1
 from fluffy.bootstrap.engine import BootstrapError, detect
 from fluffy.bootstrap.supervisor import paths, read_json
-from fluffy.doctor import Check
+from fluffy.doctor_report import Check
 from fluffy.paths import fluffy_home
 
 
