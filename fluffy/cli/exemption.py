@@ -25,7 +25,7 @@ from fluffy.cli.connect import ask
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.cli.safetext import visible
 from fluffy.errors import ExemptionDenied, KernelNotRunning, SessionNotFound
-from fluffy.kernel.workflow.exemptions import CATEGORIES
+from fluffy.kernel.policy.tdd_settings import CATEGORIES
 
 USAGE = "/exempt <category> <path> [<path> ...] -- <reason>"
 

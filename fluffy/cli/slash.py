@@ -72,7 +72,7 @@ def simple(
         return f"unpinned; {len(answer.get('pins') or [])} pin(s) left"
     if name == "/exempt":
         from fluffy.cli.exemption import USAGE, parse_exempt, request
-        from fluffy.kernel.workflow.exemptions import CATEGORIES
+        from fluffy.kernel.policy.tdd_settings import CATEGORIES
 
         parsed = parse_exempt(rest)
         if parsed is None:

@@ -17,13 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fluffy.errors import ConfigError, FluffyError, PolicyError
 from fluffy.kernel.audit.storage import StorageSettings
-from fluffy.kernel.tools.settings import MergeSettings, SchedulerSettings, ToolSettings
-from fluffy.kernel.workflow.exemptions import (
+from fluffy.kernel.policy.tdd_settings import (
     DEFAULT_EXEMPTIONS,
     Category,
     ExemptionRule,
     TechDebtSettings,
 )
+from fluffy.kernel.tools.settings import MergeSettings, SchedulerSettings, ToolSettings
 from fluffy.kernel.yamltext import YamlSyntax, load_yaml_node
 from fluffy.units import parse_size
 

@@ -20,7 +20,6 @@ its rounded ``line-rate`` attributes.  Anything malformed raises
 from __future__ import annotations
 
 import json
-import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Literal, cast
 
 from fluffy.errors import CoverageFormatError
+from fluffy.kernel.policy.tdd_settings import check_thresholds
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 FORMATS = ("coverage.py-json", "cobertura", "lcov")
@@ -268,16 +268,6 @@ _RESTORE = "switch to strict mode and write tests that restore coverage"
 def _num(value: float) -> str:
     text = f"{value:.2f}"
     return text[:-1] if text.endswith("0") else text
-
-
-def check_thresholds(min_delta: float, warning: float, lockout: float) -> None:
-    """ValueError unless lockout <= warning <= 0 and warning <= min_delta (all finite)."""
-    if not (math.isfinite(warning) and math.isfinite(lockout) and lockout <= warning <= 0):
-        raise ValueError(f"need lockout <= warning <= 0 points, got {lockout!r} and {warning!r}")
-    if not (math.isfinite(min_delta) and warning <= min_delta):
-        raise ValueError(
-            f"need warning <= min_delta points (a finite number), got {warning!r} and {min_delta!r}"
-        )
 
 
 def judge_budget(

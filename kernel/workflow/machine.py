@@ -36,6 +36,7 @@ from fluffy.errors import (
 from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import Caller, Decision, Request
+from fluffy.kernel.policy.tdd_settings import DEFAULT_EXEMPTIONS, ExemptionRule, TechDebtSettings
 from fluffy.kernel.workflow.baseline import read_baseline, write_baseline
 from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
 from fluffy.kernel.workflow.evidence import (
@@ -46,12 +47,7 @@ from fluffy.kernel.workflow.evidence import (
     TreeSnapshot,
     snapshot_trees,
 )
-from fluffy.kernel.workflow.exemptions import (
-    DEFAULT_EXEMPTIONS,
-    ExemptionRule,
-    TechDebtSettings,
-    check_exemption,
-)
+from fluffy.kernel.workflow.exemptions import check_exemption
 from fluffy.kernel.workflow.states import (
     EVENTS,
     MODES,

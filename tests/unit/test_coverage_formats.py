@@ -655,7 +655,7 @@ def test_budget_rejects_min_delta_below_the_warning(min_delta: float) -> None:
 
 
 def test_policy_checks_the_tech_debt_settings() -> None:
-    from fluffy.kernel.workflow.exemptions import TechDebtSettings
+    from fluffy.kernel.policy.tdd_settings import TechDebtSettings
 
     assert TechDebtSettings().baseline_file == ".fluffy/coverage-baseline.json"
     with pytest.raises(ValueError, match="warning <= min_delta"):
@@ -689,7 +689,7 @@ def test_policy_checks_the_tech_debt_settings() -> None:
 def test_the_baseline_file_is_a_plain_json_file_in_fluffy(owned: str) -> None:
     from fluffy.errors import PolicyError
     from fluffy.kernel.policy.model import parse_policy
-    from fluffy.kernel.workflow.exemptions import TechDebtSettings
+    from fluffy.kernel.policy.tdd_settings import TechDebtSettings
 
     with pytest.raises(ValueError, match=r"\.fluffy/<name>\.json"):
         TechDebtSettings(baseline_file=owned)
