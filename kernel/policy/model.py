@@ -23,7 +23,7 @@ from fluffy.kernel.policy.tdd_settings import (
     ExemptionRule,
     TechDebtSettings,
 )
-from fluffy.kernel.tools.settings import MergeSettings, SchedulerSettings, ToolSettings
+from fluffy.kernel.policy.tool_settings import MergeSettings, SchedulerSettings, ToolSettings
 from fluffy.kernel.yamltext import YamlSyntax, load_yaml_node
 from fluffy.units import parse_size
 

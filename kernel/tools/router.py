@@ -52,6 +52,7 @@ from fluffy.kernel.merge.paths import read_regular, safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.tokens import TokenUse
+from fluffy.kernel.policy.tool_settings import ToolSettings
 from fluffy.kernel.scheduler.scheduler import Scheduler
 from fluffy.kernel.scheduler.task import PRIORITY_HIGH, PRIORITY_NORMAL
 from fluffy.kernel.tools import availability
@@ -65,7 +66,6 @@ from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.registry import Registry, ToolSpec
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import CHANGING_KINDS, run_ordered
-from fluffy.kernel.tools.settings import ToolSettings
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage

@@ -30,6 +30,7 @@ from fluffy.errors import (
     TaskCancelled,
     ToolFailed,
 )
+from fluffy.kernel.policy.tool_settings import SchedulerSettings
 from fluffy.kernel.scheduler.scheduler import Scheduler
 from fluffy.kernel.scheduler.task import (
     NO_SANDBOX,
@@ -42,7 +43,6 @@ from fluffy.kernel.scheduler.task import (
 )
 from fluffy.kernel.tools.parallel import PlannedCall, conflicts
 from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.settings import SchedulerSettings
 
 log = logging.getLogger("fluffy.kernel.scheduler")
 

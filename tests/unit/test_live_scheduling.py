@@ -108,8 +108,8 @@ def test_the_policy_sandbox_reserves_its_slot_without_queueing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fluffy.kernel.policy import rules as rules_module
+    from fluffy.kernel.policy.tool_settings import SchedulerSettings
     from fluffy.kernel.tools.scheduling import SchedulerBridge
-    from fluffy.kernel.tools.settings import SchedulerSettings
 
     monkeypatch.setattr(rules_module, "ExtensionHost", FakeHost)
     folder = tmp_path / "rules"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from fluffy.kernel.policy.tool_settings import SchedulerSettings
 from fluffy.kernel.tools.pool import POOL_PRIORITY, PoolLimits, SandboxPool
 from fluffy.kernel.tools.router import CALL_PRIORITY, TURN_PRIORITY
 from fluffy.kernel.tools.scheduling import SchedulerBridge
-from fluffy.kernel.tools.settings import SchedulerSettings
 from tests.unit.test_pool import Maker, recipe, settle, sync
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from fluffy.errors import SchedulerError
+from fluffy.kernel.policy.tool_settings import SchedulerSettings
 from fluffy.kernel.scheduler import Task, TaskHandle
 from fluffy.kernel.tools.scheduling import SchedulerBridge, _Preemptor
-from fluffy.kernel.tools.settings import SchedulerSettings
 from tests.unit.test_scheduler import async_test
 
 

@@ -2,7 +2,9 @@
 
 They are security settings (what the AI gets to see, what merges without a human, how
 much runs at once), so they live in the policy file and change only through
-``policy.update`` (design: Configuration Hierarchy).
+``policy.update`` (design: Configuration Hierarchy).  The policy file's schema
+(:mod:`fluffy.kernel.policy.model`) reads them and the tool router obeys them, so they
+live in the policy package, below the tools that import the policy.
 """
 
 from __future__ import annotations
