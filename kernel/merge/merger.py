@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.errors import FluffyError, MergeConflict, MergeError, MergeRefused
+from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.merge.gitmerge import apply_git_step, prepare_git
 from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, OperationLog, StepResult
 from fluffy.kernel.merge.patch import count_diff_lines
@@ -47,7 +48,6 @@ from fluffy.kernel.merge.paths import (
     write_atomic,
 )
 from fluffy.kernel.merge.staging import MAX_VIEW_BYTES, StagedChange, Staging, is_binary, sha256
-from fluffy.kernel.policy.globs import GlobSet
 
 #: Paths whose change always needs the user's review (gitignore syntax).  Secrets and
 #: keys; CI definitions; files that run code at install/build time or pin dependencies;

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fluffy.errors import MergeRefused
-from fluffy.kernel.policy.globs import GlobSet
+from fluffy.kernel.globs import GlobSet
 
 #: Always protected (gitignore syntax); callers may add globs, never remove these.
 DEFAULT_PROTECTED: tuple[str, ...] = (".fluffy/**", ".git/**", ".fluffy", ".git")

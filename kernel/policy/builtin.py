@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from fluffy.kernel.globs import GlobSet, literal_roots
 from fluffy.kernel.policy.engine import READ_ONLY, BuiltinRule, EvalContext, Request, Verdict
-from fluffy.kernel.policy.globs import GlobSet, literal_roots
 
 MAX_BUILTINS = 10
 POLICY_GLOBS = (

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fluffy.kernel.policy.globs import GlobSet, literal_roots
+from fluffy.kernel.globs import GlobSet, literal_roots
 from fluffy.kernel.policy.model import Match, PolicyFile, Rule
 from fluffy.kernel.policy.paths import PathEscape, normalize
 from fluffy.kernel.policy.tokens import TokenStore, TokenUse

@@ -13,7 +13,7 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 
-from fluffy.kernel.policy.globs import GlobSet
+from fluffy.kernel.globs import GlobSet
 
 DEFAULT_TTL_S = 30.0
 

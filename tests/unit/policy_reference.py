@@ -6,8 +6,8 @@ with pathspec built on the spot.  The real engine must always agree with it.
 
 from __future__ import annotations
 
+from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.policy.engine import Request
-from fluffy.kernel.policy.globs import GlobSet
 from fluffy.kernel.policy.model import Match, PolicyFile
 
 L2 = {"ai-provider", "code-executor", "policy-sandbox", "integration-test"}

@@ -125,7 +125,7 @@ def test_require_review_is_never_weaker_than_allow(
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_glob_matching_agrees_with_git_check_ignore(tmp_path: Path) -> None:
-    from fluffy.kernel.policy.globs import GlobSet
+    from fluffy.kernel.globs import GlobSet
 
     # Trees as projects have them: folders named like folders, files like files.  (Git's
     # per-level evaluation differs from pathspec when a folder is named like a file and a
@@ -164,7 +164,7 @@ def test_glob_matching_agrees_with_git_check_ignore(tmp_path: Path) -> None:
 @settings(max_examples=300)
 @given(st.lists(st.sampled_from(GLOBS), min_size=1, max_size=5), st.sampled_from(PATHS))
 def test_an_exclusion_always_wins_wherever_it_stands(globs: list[str], path: str) -> None:
-    from fluffy.kernel.policy.globs import GlobSet
+    from fluffy.kernel.globs import GlobSet
 
     excluded = GlobSet([g[1:] for g in globs if g.startswith("!")] or ["/nothing-at-all"])
     if excluded.match(path):

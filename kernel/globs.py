@@ -3,7 +3,9 @@
 pathspec implements the patterns (``**``, ``*``, anchoring); this adds git's directory
 rule (once a parent directory matches, everything below it matches, gitignore(5)) and the
 design's priority: exclusions (``!pattern``) always win over inclusions, wherever they
-stand.  ``tests/unit`` checks inclusions against ``git check-ignore``.
+stand.  ``tests/unit`` checks inclusions against ``git check-ignore``.  A kernel-wide
+helper (like :mod:`fluffy.kernel.yamltext`): the policy engine and the merge both match
+paths with it, and neither imports the other for it.
 """
 
 from __future__ import annotations
