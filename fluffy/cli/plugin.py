@@ -48,8 +48,8 @@ def _evaluate(project: Path) -> Any:
 
 
 async def _with_registry(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T:
-    from fluffy.kernel.plugins.install import open_home
     from fluffy.kernel.plugins.store import PluginStore
+    from fluffy.kernel.tools.plugin_activation import open_home
 
     store = PluginStore.default()
     registry = await open_home(store, _evaluate(Path(getattr(args, "project", None) or ".")))

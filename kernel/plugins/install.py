@@ -14,6 +14,8 @@ can read it from a read-only mount); the kernel activates what it lists at start
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,7 @@ from typing import Any
 
 from fluffy.kernel.plugins.errors import PluginNotFound, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest
-from fluffy.kernel.plugins.precheck import Evaluate, precheck
-from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry, Reserved
+from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry
 from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import PluginStore, inspect_tree
 
@@ -59,18 +60,15 @@ class InstallPlan:
         }
 
 
-async def open_home(store: PluginStore, evaluate: Evaluate) -> PluginRegistry:
-    """The install registry of ``store``, pre-checking against ``evaluate``'s policy."""
-    from fluffy.kernel.tools.fastpath import kernel_tools
-    from fluffy.kernel.tools.registry import Registry
-
-    return await PluginRegistry.open(
-        store.registry_file,
-        rollback_journal=True,
-        store=store,
-        reserved=Reserved.of(Registry.builtin(kernel_tools())),
-        precheck=lambda manifest: precheck(evaluate, manifest),
-    )
+def read_home(store: PluginStore) -> dict[str, tuple[str, str | None]]:
+    """name -> (state, reason) of the install registry, read-only (missing: no plugins)."""
+    path = store.registry_file
+    if not path.is_file():
+        return {}
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5)) as db:
+        rows = db.execute("SELECT name, state, reason FROM plugins").fetchall()
+    return {str(name): (str(state), reason) for name, state, reason in rows}
 
 
 async def plan(registry: PluginRegistry, source: Path) -> InstallPlan:

@@ -39,7 +39,6 @@ from fluffy.errors import InvalidPayload
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import CallContext, Handler
-from fluffy.kernel.plugins.activate import Activated, read_home
 from fluffy.kernel.plugins.errors import (
     PluginError,
     PluginInstallDenied,
@@ -47,13 +46,14 @@ from fluffy.kernel.plugins.errors import (
     PluginNotConfirmed,
     PluginRejected,
 )
-from fluffy.kernel.plugins.install import InstallPlan
+from fluffy.kernel.plugins.install import InstallPlan, read_home
 from fluffy.kernel.plugins.precheck import precheck
 from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import MAX_FILES, PluginStore, write_tree
 from fluffy.kernel.plugins.wire import decode_files, tree_digest
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, Request
+from fluffy.kernel.tools.plugin_activation import Activated
 
 RULE = "kernel.plugin_install"
 REVIEW_DIR = "plugin-review"

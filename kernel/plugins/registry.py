@@ -48,7 +48,6 @@ from fluffy.kernel.plugins.store import PluginStore
 
 if TYPE_CHECKING:  # the CLI uses the registry without the audit log's machinery
     from fluffy.kernel.audit.log import AuditLog
-    from fluffy.kernel.tools.registry import Registry
 
 State = Literal["DISCOVERED", "REGISTERED", "REJECTED", "LOADED", "ACTIVE", "UNLOADED", "DISABLED"]
 THIRD_PARTY: Final = "third_party"
@@ -125,11 +124,6 @@ class Reserved:
     @property
     def namespaces(self) -> set[str]:
         return {tool.split(".", 1)[0] for tool in self.tools}
-
-    @classmethod
-    def of(cls, tools: Registry) -> Reserved:
-        """What the built-in tool registry owns: plugin names, tool names (namespaces)."""
-        return cls(plugins=set(tools.plugins()), tools=set(tools.specs))
 
 
 def _row_info(row: sqlite3.Row | tuple[Any, ...]) -> PluginInfo:

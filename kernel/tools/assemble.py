@@ -25,7 +25,6 @@ from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.memory import MemoryGuard
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
-from fluffy.kernel.plugins.activate import Activated, activate
 from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.model import PolicyFile
@@ -36,6 +35,7 @@ from fluffy.kernel.tools.capabilities import Capabilities
 from fluffy.kernel.tools.envfilter import sandbox_environment
 from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
 from fluffy.kernel.tools.methods import tool_methods
+from fluffy.kernel.tools.plugin_activation import Activated, activate
 from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.pool import PoolLimits, SandboxPool
 from fluffy.kernel.tools.registry import Registry

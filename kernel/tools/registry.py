@@ -30,6 +30,7 @@ from typing import Any, Literal
 from fluffy.errors import ToolInputInvalid, ToolNotFound
 from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
+from fluffy.kernel.plugins.registry import Reserved
 from fluffy.kernel.tools.fastpath import WORKFLOW_TOOLS
 
 Route = Literal["fast", "plugin", "kernel", "mcp"]
@@ -232,3 +233,8 @@ class Registry:
 
     def names(self, keep: Callable[[ToolSpec], bool] = lambda _: True) -> list[str]:
         return sorted(name for name, spec in self.specs.items() if keep(spec))
+
+
+def reserved_by(tools: Registry) -> Reserved:
+    """What ``tools`` owns, so no third-party plugin may take it: plugin and tool names."""
+    return Reserved(plugins=set(tools.plugins()), tools=set(tools.specs))

@@ -10,15 +10,15 @@ import pytest
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.plugins.activate import activate, read_home
 from fluffy.kernel.plugins.errors import PluginRejected
-from fluffy.kernel.plugins.install import install, open_home, plan
+from fluffy.kernel.plugins.install import install, plan, read_home
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
 from fluffy.kernel.tools.fastpath import kernel_tools
+from fluffy.kernel.tools.plugin_activation import activate, open_home
 from fluffy.kernel.tools.registry import Registry
 from tests.unit.plugin_support import EXAMPLE, make_plugin, manifest, tool
 

@@ -20,7 +20,6 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
-from fluffy.kernel.plugins.activate import activate
 from fluffy.kernel.plugins.errors import (
     PluginInstallDenied,
     PluginInstallRefused,
@@ -28,7 +27,7 @@ from fluffy.kernel.plugins.errors import (
     PluginNotConfirmed,
     PluginRejected,
 )
-from fluffy.kernel.plugins.install import install, open_home, plan
+from fluffy.kernel.plugins.install import install, plan
 from fluffy.kernel.plugins.methods import REVIEW_DIR, plugin_methods
 from fluffy.kernel.plugins.store import PluginStore, read_tree
 from fluffy.kernel.plugins.wire import encode_files, tree_digest
@@ -37,6 +36,7 @@ from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import PolicyFile, parse_policy
 from fluffy.kernel.tools.fastpath import kernel_tools
+from fluffy.kernel.tools.plugin_activation import activate, open_home
 from fluffy.kernel.tools.registry import Registry
 from tests.unit.plugin_support import make_plugin, manifest
 

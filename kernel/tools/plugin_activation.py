@@ -10,11 +10,13 @@ built-ins, its capabilities pre-checked against *this* project's policy; then it
 loaded (every file hash recomputed: a changed plugin is DISABLED and the refusal
 audited) and enabled.  ACTIVE plugins' tools join the tool registry, tagged
 ``third_party``.  Nothing here stops the kernel: a plugin that fails stays out.
+
+It lives with the tools because it turns plugins into tools: the tools import the plugin
+machinery (:mod:`fluffy.kernel.plugins`), which never imports the tools back.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
 from dataclasses import dataclass, field
@@ -23,25 +25,16 @@ from pathlib import Path
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.store import db_path
+from fluffy.kernel.plugins.install import read_home
 from fluffy.kernel.plugins.precheck import Evaluate, precheck
-from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry, Reserved
+from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry
 from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import PluginStore
+from fluffy.kernel.tools.fastpath import kernel_tools
 from fluffy.kernel.tools.pluginjob import ThirdPartyCode
-from fluffy.kernel.tools.registry import Registry, ToolSpec, third_party_specs
+from fluffy.kernel.tools.registry import Registry, ToolSpec, reserved_by, third_party_specs
 
 log = logging.getLogger("fluffy.kernel.plugins")
-
-
-def read_home(store: PluginStore) -> dict[str, tuple[str, str | None]]:
-    """name -> (state, reason) of the install registry, read-only (missing: no plugins)."""
-    path = store.registry_file
-    if not path.is_file():
-        return {}
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5)) as db:
-        rows = db.execute("SELECT name, state, reason FROM plugins").fetchall()
-    return {str(name): (str(state), reason) for name, state, reason in rows}
 
 
 @dataclass
@@ -84,6 +77,17 @@ async def _bring_up(registry: PluginRegistry, store: PluginStore, name: str) -> 
     return await registry.enable(name)
 
 
+async def open_home(store: PluginStore, evaluate: Evaluate) -> PluginRegistry:
+    """The install registry of ``store``, pre-checking against ``evaluate``'s policy."""
+    return await PluginRegistry.open(
+        store.registry_file,
+        rollback_journal=True,
+        store=store,
+        reserved=reserved_by(Registry.builtin(kernel_tools())),
+        precheck=lambda manifest: precheck(evaluate, manifest),
+    )
+
+
 async def activate(
     state_dir: Path,
     tools: Registry,
@@ -99,7 +103,7 @@ async def activate(
         registry = await PluginRegistry.open(
             db_path(state_dir),
             store=store,
-            reserved=Reserved.of(tools),
+            reserved=reserved_by(tools),
             precheck=lambda manifest: precheck(evaluate, manifest),
             audit=audit,
         )
