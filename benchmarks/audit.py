@@ -9,7 +9,7 @@ figure is measured ``--repeat`` times (the write figures on fresh databases each
 each after an ``os.sync()`` so no earlier write-back competes with their fsyncs; verify
 on one database, built and synced once) and the median is reported, with the single
 runs beside it (``*_runs_per_s``); latency percentiles pool the runs' samples.
-The process first takes the kernel's interpreter settings (``kernel/runtime.py``).
+The process first takes the kernel's interpreter settings (``kernel/process_tuning.py``).
 
 - ``buffered_per_s``: operational ``syscall`` events (summaries, rule name, duration,
   sandbox id, a 4-key metadata map, spelled out like ``kernel/audit/observer.py`` does;
@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._stats import percentile
-from fluffy.kernel import runtime
+from fluffy.kernel import process_tuning
 from fluffy.kernel.audit.entry import _BASE, Event, genesis_hash, stored
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.ranges import workers
@@ -416,7 +416,7 @@ def _verify(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    runtime.tune()  # the kernel process's interpreter settings (its switch interval)
+    process_tuning.tune()  # the kernel process's interpreter settings (its switch interval)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.audit")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--entries", type=int, default=50_000, help="buffered events")

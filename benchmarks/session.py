@@ -41,7 +41,7 @@ async def _rounds(rounds: int) -> dict[str, Any]:
     from fluffy.kernel.ai.assemble import assemble_ai
     from fluffy.kernel.audit.entry import Event
     from fluffy.kernel.audit.log import AuditLog
-    from fluffy.kernel.memory import MemoryGuard
+    from fluffy.kernel.memory_guard import MemoryGuard
     from fluffy.kernel.policy.audited import AuditedPolicy
     from fluffy.kernel.policy.builtin import default_builtins
     from fluffy.kernel.policy.engine import PolicyEngine

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fluffy import __version__
 from fluffy.errors import ConfigError
-from fluffy.kernel import runtime
+from fluffy.kernel import process_tuning
 from fluffy.kernel.ai.assemble import assemble_ai
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
@@ -26,7 +26,7 @@ from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.audit.storage import StorageSettings
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
-from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.plugins.methods import plugin_methods
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
@@ -189,5 +189,5 @@ async def serve(
 
 def main(socket_path: Path, state_dir: Path, project: Path | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    runtime.tune()
+    process_tuning.tune()
     return asyncio.run(serve(socket_path, state_dir, project))

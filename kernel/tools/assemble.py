@@ -23,7 +23,7 @@ from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.ipc.server import Handler
 from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.servers import McpServers
-from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
 from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy

@@ -44,13 +44,13 @@ def test_the_audit_benchmark_runs_small_and_reports_its_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from benchmarks import audit
-    from fluffy.kernel import runtime
+    from fluffy.kernel import process_tuning
 
     small = ["--entries", "300", "--sync-entries", "16", "--callers", "4", "--repeat", "2"]
     before = sys.getswitchinterval()
     try:
         assert audit.main(["--json", *small, "--sync-warmup", "5", "--verify-entries", "400"]) == 0
-        assert sys.getswitchinterval() == pytest.approx(runtime.SWITCH_INTERVAL_S)
+        assert sys.getswitchinterval() == pytest.approx(process_tuning.SWITCH_INTERVAL_S)
     finally:
         sys.setswitchinterval(before)  # the rest of the suite keeps the default
     result = json.loads(capsys.readouterr().out)

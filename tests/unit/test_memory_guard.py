@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fluffy.kernel.memory import MemoryGuard, level_of, read_memory
+from fluffy.kernel.memory_guard import MemoryGuard, level_of, read_memory
 
 
 def _v2(root: Path, usage: int, limit: str) -> Path:

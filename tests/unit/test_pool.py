@@ -13,7 +13,7 @@ import pytest
 
 from fluffy.errors import EngineOperationFailed
 from fluffy.kernel.containers.lifecycle import Sandbox
-from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.tools.pool import (
     PoolLimits,
     Recipe,

@@ -14,7 +14,7 @@ from fluffy.errors import MergeConflict, ToolFailed, ToolTransient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.memory import MemoryGuard
+from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-log = logging.getLogger("fluffy.kernel.memory")
+log = logging.getLogger("fluffy.kernel.memory")  # the name logs have always carried
 
 Level = Literal["ok", "shed", "evict", "unknown"]
 SHED_AT, EVICT_AT = 0.80, 0.90
