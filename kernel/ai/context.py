@@ -32,7 +32,7 @@ from fluffy.kernel.ai.prompt import (
     workflow_line,
 )
 from fluffy.kernel.ai.summary import fallback_summary, summary_request, transcript
-from fluffy.kernel.ai.tokens import estimate_tokens, message_tokens, messages_tokens
+from fluffy.kernel.ai.token_estimate import estimate_tokens, message_tokens, messages_tokens
 from fluffy.kernel.tools.sanitizer import cut
 
 __all__ = [

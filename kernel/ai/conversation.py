@@ -15,7 +15,7 @@ connection and tables:
 
 Only messages are stored.  The store never sees provider credentials: it accepts
 :class:`Message` values only, and known secret shapes in message text are redacted
-(:func:`fluffy.kernel.sanitize.redact`) before they are written, as everything else the
+(:func:`fluffy.kernel.redaction.redact`) before they are written, as everything else the
 kernel records is.
 """
 
@@ -31,10 +31,10 @@ import msgspec
 
 from fluffy.errors import ConfigError, SessionNotFound
 from fluffy.ipc.ai_types import Message, ToolCall
-from fluffy.kernel.ai.tokens import estimate_tokens
+from fluffy.kernel.ai.token_estimate import estimate_tokens
 from fluffy.kernel.ai.usage import USAGE_SCHEMA
 from fluffy.kernel.audit.entry import now_ms
-from fluffy.kernel.sanitize import redact
+from fluffy.kernel.redaction import redact
 from fluffy.kernel.workflow.store import open_state_db
 
 SCHEMA: Final = (

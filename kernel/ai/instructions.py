@@ -14,7 +14,7 @@ They are *untrusted project content*: whoever can write the project wrote them. 
 - all of them together are capped at :data:`MAX_TOTAL_BYTES`; what is cut is said, in
   the prompt and in ``/status``;
 - control and escape characters, bidirectional overrides and zero-width characters are
-  removed, and secret-shaped strings redacted (:mod:`fluffy.kernel.sanitize`), before the
+  removed, and secret-shaped strings redacted (:mod:`fluffy.kernel.redaction`), before the
   text reaches the prompt;
 - the prompt frames them as the project's conventions which never override fluffy's
   rules, the workflow state or the policy.  Nothing in them can give the model a right:
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from fluffy.kernel.ai.tokens import estimate_tokens
-from fluffy.kernel.sanitize import redact
+from fluffy.kernel.ai.token_estimate import estimate_tokens
+from fluffy.kernel.redaction import redact
 
 #: Read in this order (the first ones get the budget first).
 INSTRUCTION_FILES: Final = ("AGENTS.md", "CLAUDE.md", ".fluffy/instructions.md")

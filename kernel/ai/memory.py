@@ -21,7 +21,7 @@ from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.prompt import base_prompt
 from fluffy.kernel.ai.summary import fallback_summary
-from fluffy.kernel.ai.tokens import estimate_tokens
+from fluffy.kernel.ai.token_estimate import estimate_tokens
 from fluffy.kernel.ai.usage import Calibration, Tally, UsageLedger
 from fluffy.kernel.tools.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow

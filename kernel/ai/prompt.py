@@ -18,7 +18,7 @@ from typing import Final
 
 from fluffy.errors import WorkflowError
 from fluffy.ipc.ai_types import ToolDefinition
-from fluffy.kernel.ai.tokens import estimate_tokens, json_tokens
+from fluffy.kernel.ai.token_estimate import estimate_tokens, json_tokens
 from fluffy.kernel.tools.availability import PROTECTED_GLOBS
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.states import MODES, STATES

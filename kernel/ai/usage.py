@@ -22,7 +22,7 @@ from typing import Any, Final
 import aiosqlite
 
 from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
-from fluffy.kernel.ai.tokens import estimate_tokens, json_tokens, messages_tokens
+from fluffy.kernel.ai.token_estimate import estimate_tokens, json_tokens, messages_tokens
 from fluffy.kernel.audit.entry import now_ms
 
 USAGE_SCHEMA: Final = """

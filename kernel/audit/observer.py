@@ -3,7 +3,7 @@
 The IPC server hands each finished call to :class:`SyscallAuditor` (allowed, denied,
 unknown methods, malformed frames, refused connections); it records a buffered
 ``syscall`` entry with the decision, the rule, and input/output summaries that are
-redacted (:mod:`fluffy.kernel.sanitize`) and truncated to 500 characters.
+redacted (:mod:`fluffy.kernel.redaction`) and truncated to 500 characters.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import msgspec
 from fluffy.kernel.audit.entry import Event, truncate
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import CallRecord
-from fluffy.kernel.sanitize import redact
+from fluffy.kernel.redaction import redact
 
 _encode = msgspec.json.Encoder(enc_hook=repr).encode
 

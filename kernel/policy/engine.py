@@ -19,7 +19,7 @@ from typing import Literal
 
 from fluffy.kernel.globs import GlobSet, literal_roots
 from fluffy.kernel.policy.model import Match, PolicyFile, Rule
-from fluffy.kernel.policy.paths import PathEscape, normalize
+from fluffy.kernel.policy.request_paths import PathEscape, normalize
 from fluffy.kernel.policy.tokens import TokenStore, TokenUse
 
 Result = Literal["allow", "deny", "require_review"]

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
 
 from fluffy.errors import CircuitOpen, ConfigError, FluffyError
-from fluffy.kernel.sanitize import redact
+from fluffy.kernel.redaction import redact
 
 Clock = Callable[[], float]
 BreakerState = Literal["closed", "open", "half_open"]

@@ -13,7 +13,7 @@ sandbox gets :data:`BASE_ENV` (the values of ``images/python-base/Dockerfile``),
   :data:`SECRET_SUFFIXES`, :data:`SECRET_WORDS`);
 * names that change how programs load code (``LD_PRELOAD``, ``PYTHONPATH``, ...) and
   the fixed names themselves (``PATH``, ``HOME``, ...) cannot be set;
-* values that contain a known secret shape (:mod:`fluffy.kernel.sanitize`) are dropped
+* values that contain a known secret shape (:mod:`fluffy.kernel.redaction`) are dropped
   whatever their name;
 * malformed names or values (``=``, NUL, empty name) are dropped.
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from fluffy.kernel.sanitize import Redactor
+from fluffy.kernel.redaction import Redactor
 
 #: The image's own values (images/python-base/Dockerfile ``ENV``), plus HOME and TMPDIR.
 BASE_ENV: Final[Mapping[str, str]] = {

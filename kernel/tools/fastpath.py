@@ -27,7 +27,7 @@ from pathspec import GitIgnoreSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fluffy.errors import ToolFailed, ToolInputInvalid
-from fluffy.kernel.policy.paths import PathEscape, normalize
+from fluffy.kernel.policy.request_paths import PathEscape, normalize
 from fluffy.kernel.project.viewfiles import ignored_dir, ignored_file
 
 BINARY_PROBE = 8192

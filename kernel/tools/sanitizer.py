@@ -4,7 +4,7 @@ Design (Output Sanitization): applied to every tool result before the AI sees it
 policy check.  Two steps, in this order:
 
 1. **Redact** every string of the (JSON-able) result -- values and object keys -- with
-   :class:`fluffy.kernel.sanitize.Redactor`: the high-confidence prefixes (``sk-``,
+   :class:`fluffy.kernel.redaction.Redactor`: the high-confidence prefixes (``sk-``,
    ``ghp_``, ``gho_``, ``AKIA``, ``xox-``, ``glpat-``, ``npm_``, ...) plus policy.yaml's
    ``tools.redact_patterns``.  No generic "long random string" detection.
 2. **Truncate** if the result is over ``max_result_tokens``.  Tokens are *estimated* as
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from fluffy.errors import ConfigError, ToolFailed
-from fluffy.kernel.sanitize import Redactor
+from fluffy.kernel.redaction import Redactor
 
 Strategy = Literal["head", "tail", "middle"]
 STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)

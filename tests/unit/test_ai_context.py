@@ -28,7 +28,7 @@ from fluffy.kernel.ai.context import (
     workflow_line,
 )
 from fluffy.kernel.ai.prompt import PINNED_HEADER, SUMMARY_HEADER, TOOLS_HEADER
-from fluffy.kernel.ai.tokens import estimate_tokens, message_tokens, messages_tokens
+from fluffy.kernel.ai.token_estimate import estimate_tokens, message_tokens, messages_tokens
 from fluffy.kernel.workflow.states import MODES, STATES
 from fluffy.settings import MIN_CONTEXT_WINDOW
 

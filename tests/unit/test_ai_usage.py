@@ -13,7 +13,7 @@ from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
 from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.methods import ai_methods
-from fluffy.kernel.ai.tokens import messages_tokens
+from fluffy.kernel.ai.token_estimate import messages_tokens
 from fluffy.kernel.ai.usage import MAX_SCALE, Calibration, UsageLedger, tools_tokens
 from fluffy.kernel.tools.assemble import ToolPath
 from tests.unit.test_ai_loop import _events, _script, run

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluffy.errors import ConfigError, ToolFailed
-from fluffy.kernel.sanitize import SECRET_PATTERNS, Redactor, may_hold_secret, redact
+from fluffy.kernel.redaction import SECRET_PATTERNS, Redactor, may_hold_secret, redact
 from fluffy.kernel.tools.sanitizer import (
     DEFAULT_STRATEGIES,
     OutputSanitizer,
