@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,10 +200,13 @@ def play(
     script: SessionScript,
     provider: dict[str, Any],
     renderer: Any,
+    follow: Callable[..., object],
 ) -> SessionDemo:
-    """Send the task, let the kernel's session loop run it, and follow its events."""
-    from fluffy.cli.turns import follow
+    """Send the task, let the kernel's session loop run it, and follow its events.
 
+    ``follow`` is the CLI's :func:`fluffy.cli.turns.follow`, passed in by the command
+    so that this module, which tests and benchmarks import, never imports the CLI.
+    """
     demo = SessionDemo(project, provider=str(provider.get("name")))
     started = time.perf_counter()
     seen: list[dict[str, Any]] = []

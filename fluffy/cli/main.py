@@ -108,6 +108,7 @@ def cmd_demo_session(args: argparse.Namespace) -> int:
     from fluffy.cli.connect import detected_provider, message_options, settings_for
     from fluffy.cli.lifecycle import start_kernel, stop_kernel
     from fluffy.cli.session_view import JsonRenderer, SessionRenderer
+    from fluffy.cli.turns import follow
     from fluffy.demo import demo_project
     from fluffy.demo_session import DEFAULT_SCRIPT, fresh_project, load_script, play, verify_audit
     from fluffy.paths import fluffy_home
@@ -134,7 +135,7 @@ def cmd_demo_session(args: argparse.Namespace) -> int:
     shown = use_theme(settings.theme)
     renderer = JsonRenderer(lambda _: None) if args.json else SessionRenderer(stdout, palette=shown)
     try:
-        demo = play(files["run"] / "kernel.sock", project, script, provider, renderer)
+        demo = play(files["run"] / "kernel.sock", project, script, provider, renderer, follow)
     finally:
         stop_kernel(str(project))
     demo.audit_ok = verify_audit(files["state"], files["witness"])
