@@ -17,7 +17,7 @@ SANDBOX_PARTS = (
     "__init__.py",
     "_version.py",
     "py.typed",
-    "errors.py",
+    "errors",
     "ipc",
     "sandboxes",
     "seccomp",

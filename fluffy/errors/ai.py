@@ -1,0 +1,51 @@
+"""Errors of the AI session and its provider."""
+
+from __future__ import annotations
+
+from fluffy.errors.tree import FluffyError
+
+
+class AiError(FluffyError):
+    code = "ai.error"
+    default_why = "the AI session could not go on"
+
+
+class ProviderFailed(AiError):
+    code = "ai.provider_failed"
+    default_why = "the AI provider's request failed"
+    default_fix = "Check the provider settings (fluffy config show) and try again."
+
+
+class ProviderBusy(ProviderFailed):
+    """A failure a later attempt may fix: rate limit, overload, 5xx, a dropped connection.
+
+    ``kind`` is the sandbox's classification; ``retry_after_s`` the wait the provider
+    asked for (None: it named none).  The kernel's retry policy reads both (ADR-044).
+    """
+
+    code = "ai.provider_busy"
+    retryable = True
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        why: str | None = None,
+        fix: str | None = None,
+        kind: str = "server",
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(what, why=why, fix=fix)
+        self.kind = kind
+        self.retry_after_s = retry_after_s
+
+
+class ContextTooLong(ProviderFailed):
+    """The provider refused the prompt: it does not fit the model's context window."""
+
+    code = "ai.context_too_long"
+    default_why = "the provider refused the prompt as longer than the model's context window"
+    default_fix = (
+        "Start a new session, or set context_window to the model's real window "
+        "(`fluffy config set context_window N`)."
+    )

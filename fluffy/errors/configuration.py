@@ -1,0 +1,17 @@
+"""Errors of fluffy's configuration and policy files."""
+
+from __future__ import annotations
+
+from fluffy.errors.tree import FluffyError
+
+
+class ConfigError(FluffyError):
+    code = "config.invalid"
+    default_fix = "Correct the named setting and run the command again."
+
+
+class PolicyError(FluffyError):
+    """A policy file (or a request to the policy engine) is malformed; blocks start-up."""
+
+    code = "policy.invalid"
+    default_fix = "Correct the policy file; `fluffy policy validate FILE` checks it."
