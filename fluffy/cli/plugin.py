@@ -81,7 +81,7 @@ def _show_plan(summary: dict[str, Any]) -> None:
 
 
 def _confirmed(args: argparse.Namespace, name: str) -> bool:
-    from fluffy.kernel.plugins.errors import PluginNotConfirmed
+    from fluffy.errors import PluginNotConfirmed
 
     if args.yes:
         return True
@@ -146,8 +146,8 @@ def _install_on_host(args: argparse.Namespace, project: str) -> int:
 def _install_through_kernel(args: argparse.Namespace, project: str, sock: Path) -> int:
     """The kernel reviews the bytes read here and records the answer; they are installed."""
     from fluffy.cli.connect import CALL_TIMEOUT_S
+    from fluffy.errors import PluginInstallRefused, PluginNotConfirmed
     from fluffy.ipc.client import SyncClient
-    from fluffy.kernel.plugins.errors import PluginInstallRefused, PluginNotConfirmed
     from fluffy.kernel.plugins.install import InstallPlan, install
     from fluffy.kernel.plugins.manifest import read_manifest_text
     from fluffy.kernel.plugins.store import read_tree
@@ -203,7 +203,7 @@ def _install_through_kernel(args: argparse.Namespace, project: str, sock: Path) 
 
 def _decline(client: Any, asked: dict[str, Any], digest: str) -> None:
     """Tell the kernel the user said no: it records the refusal (and answers with it)."""
-    from fluffy.kernel.plugins.errors import PluginNotConfirmed
+    from fluffy.errors import PluginNotConfirmed
 
     with contextlib.suppress(PluginNotConfirmed):
         client.call("plugin.install", {**asked, "approve": False, "digest": digest})
@@ -243,7 +243,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _info_of(registry: Any, name: str) -> Any:
-    from fluffy.kernel.plugins.errors import PluginNotFound
+    from fluffy.errors import PluginNotFound
 
     info = registry.get(name)
     if info is None:
@@ -322,7 +322,7 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     """A refused install exits 1 (nothing installed); other errors exit 3 like `fluffy`."""
 
     def run(args: argparse.Namespace) -> int:
-        from fluffy.kernel.plugins.errors import PluginError, PluginNotConfirmed
+        from fluffy.errors import PluginError, PluginNotConfirmed
 
         try:
             return func(args)

@@ -16,9 +16,8 @@ Syscall API changes are listed in CHANGELOG.md, each marked breaking / non-break
 
 from __future__ import annotations
 
-from fluffy.errors import VersionUnsupported
+from fluffy.errors import PluginIncompatible, VersionUnsupported
 from fluffy.ipc.protocol import CURRENT_API_VERSION, SUPPORTED_API_VERSIONS, negotiate
-from fluffy.kernel.plugins.errors import PluginIncompatible
 
 __all__ = [
     "CURRENT_API_VERSION",

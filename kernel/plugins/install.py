@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fluffy.kernel.plugins.errors import PluginNotFound, PluginRejected
+from fluffy.errors import PluginNotFound, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest
 from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry
 from fluffy.kernel.plugins.scan import discover

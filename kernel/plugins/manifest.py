@@ -24,9 +24,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fluffy.errors import ConfigError
+from fluffy.errors import ConfigError, PluginManifestInvalid, PluginManifestYaml
 from fluffy.kernel.containers.config import TEMPLATES
-from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginManifestYaml
 from fluffy.kernel.policy.engine import READ_ONLY
 from fluffy.kernel.yamltext import YamlSyntax, load_yaml
 from fluffy.plugins.sdk.definition import PLUGIN_NAME, TOOL_NAME

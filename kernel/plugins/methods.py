@@ -35,17 +35,17 @@ from typing import Annotated, Any
 
 import msgspec
 
-from fluffy.errors import InvalidPayload
-from fluffy.kernel.audit.entry import Event
-from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.ipc.server import CallContext, Handler
-from fluffy.kernel.plugins.errors import (
+from fluffy.errors import (
+    InvalidPayload,
     PluginError,
     PluginInstallDenied,
     PluginInstallRefused,
     PluginNotConfirmed,
     PluginRejected,
 )
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.ipc.server import CallContext, Handler
 from fluffy.kernel.plugins.install import InstallPlan, read_home
 from fluffy.kernel.plugins.precheck import precheck
 from fluffy.kernel.plugins.scan import discover

@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import aiosqlite
 
-from fluffy.kernel.audit.entry import Event, now_ms
-from fluffy.kernel.audit.store import PRAGMAS
-from fluffy.kernel.plugins.errors import (
+from fluffy.errors import (
     PluginError,
     PluginNotFound,
     PluginRejected,
     PluginStateError,
     PluginTampered,
 )
+from fluffy.kernel.audit.entry import Event, now_ms
+from fluffy.kernel.audit.store import PRAGMAS
 from fluffy.kernel.plugins.handshake import check_min_api_version
 from fluffy.kernel.plugins.manifest import PluginManifest, parse_manifest
 from fluffy.kernel.plugins.scan import Discovered, scan

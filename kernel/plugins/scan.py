@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from fluffy.kernel.plugins.errors import PluginError, PluginManifestInvalid
+from fluffy.errors import PluginError, PluginManifestInvalid
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
 from fluffy.kernel.plugins.store import FileEntry, inspect_tree, read_capped
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from fluffy.kernel.plugins.errors import (
+from fluffy.errors import (
     PluginInstallRefused,
     PluginNotFound,
     PluginRejected,

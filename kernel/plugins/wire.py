@@ -19,8 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fluffy.errors import InvalidPayload
-from fluffy.kernel.plugins.errors import PluginInstallRefused
+from fluffy.errors import InvalidPayload, PluginInstallRefused
 from fluffy.kernel.plugins.store import MAX_FILE_BYTES, MAX_FILES, check_rel, sha256
 
 #: Largest plugin (all files) sent to a kernel: 2 MiB, 2.7 MiB as base64 in a 4 MiB frame.

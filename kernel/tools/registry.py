@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fluffy.errors import ToolInputInvalid, ToolNotFound
-from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginRejected
+from fluffy.errors import PluginManifestInvalid, PluginRejected, ToolInputInvalid, ToolNotFound
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
 from fluffy.kernel.plugins.registry import Reserved
 from fluffy.kernel.tools.fastpath import WORKFLOW_TOOLS

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from fluffy.errors import PluginRejected
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.plugins.errors import PluginRejected
 from fluffy.kernel.plugins.install import install, plan, read_home
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.plugins.tagging import TaggedPolicy

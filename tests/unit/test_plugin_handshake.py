@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from fluffy.errors import PolicyError, VersionUnsupported
+from fluffy.errors import PluginIncompatible, PolicyError, VersionUnsupported
 from fluffy.ipc.client import AsyncClient, SyncClient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
-from fluffy.kernel.plugins.errors import PluginIncompatible
 from fluffy.kernel.plugins.handshake import (
     CURRENT_API_VERSION,
     api_window,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fluffy.cli import plugin as cli
-from fluffy.kernel.plugins.errors import PluginNotConfirmed
+from fluffy.errors import PluginNotConfirmed
 from fluffy.kernel.plugins.store import read_tree
 from tests.unit.plugin_support import make_plugin
 from tests.unit.test_plugin_install_review import kernel, sync

@@ -13,20 +13,22 @@ from typing import Any
 
 import pytest
 
-from fluffy.errors import ConnectionClosed, FluffyError, InvalidPayload
-from fluffy.ipc.client import SyncClient
-from fluffy.kernel.audit.entry import Event
-from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.ipc.methods import default_methods
-from fluffy.kernel.ipc.server import KernelServer
-from fluffy.kernel.plugins.errors import (
+from fluffy.errors import (
+    ConnectionClosed,
+    FluffyError,
+    InvalidPayload,
     PluginInstallDenied,
     PluginInstallRefused,
     PluginManifestInvalid,
     PluginNotConfirmed,
     PluginRejected,
 )
+from fluffy.ipc.client import SyncClient
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.query import Filters, entries
+from fluffy.kernel.ipc.methods import default_methods
+from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.plugins.install import install, plan
 from fluffy.kernel.plugins.methods import REVIEW_DIR, plugin_methods
 from fluffy.kernel.plugins.store import PluginStore, read_tree

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fluffy.kernel.plugins.errors import PluginManifestInvalid, PluginManifestYaml
+from fluffy.errors import PluginManifestInvalid, PluginManifestYaml
 from fluffy.kernel.plugins.manifest import (
     CAPABILITIES,
     MAX_MANIFEST_BYTES,

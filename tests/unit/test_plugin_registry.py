@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from fluffy.errors import PluginNotFound, PluginStateError, PluginTampered
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
 from fluffy.kernel.audit.store import db_path
-from fluffy.kernel.plugins.errors import PluginNotFound, PluginStateError, PluginTampered
 from fluffy.kernel.plugins.precheck import precheck
 from fluffy.kernel.plugins.registry import PluginRegistry, Reserved
 from fluffy.kernel.plugins.scan import discover, scan
@@ -291,7 +291,7 @@ def test_the_capability_precheck_warns_but_never_blocks(tmp_path: Path) -> None:
 
 
 def test_the_install_flow_installs_nothing_for_a_hostile_plugin(tmp_path: Path) -> None:
-    from fluffy.kernel.plugins.errors import PluginError
+    from fluffy.errors import PluginError
     from fluffy.kernel.plugins.install import install, plan, remove
 
     store = PluginStore(tmp_path / "store")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fluffy.errors import PluginInstallRefused, PluginRejected, PluginTampered
 from fluffy.kernel.plugins import store as store_module
-from fluffy.kernel.plugins.errors import PluginInstallRefused, PluginRejected, PluginTampered
 from fluffy.kernel.plugins.store import MAX_FILE_BYTES, PluginStore, inspect_tree
 from tests.unit.plugin_support import make_plugin
 
@@ -171,7 +171,7 @@ def test_remove_deletes_the_copy_and_its_record(tmp_path: Path, store: PluginSto
     store.install(make_plugin(tmp_path / "src"), "demo-tool", "1.0.0")
     store.remove("demo-tool")
     assert store.get("demo-tool") is None and not (store.root / "demo-tool").exists()
-    from fluffy.kernel.plugins.errors import PluginNotFound
+    from fluffy.errors import PluginNotFound
 
     with pytest.raises(PluginNotFound):
         store.remove("demo-tool")

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from fluffy.errors import PluginTampered
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
-from fluffy.kernel.plugins.errors import PluginTampered
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
 from fluffy.kernel.tools.plugins import PluginRunner
