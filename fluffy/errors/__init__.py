@@ -59,10 +59,10 @@ tree at exactly one boundary per foreign library, e.g.
     │   ├── ModeDenied                workflow.mode_denied
     │   ├── SessionNotFound           workflow.session_not_found
     │   ├── EvidenceError             workflow.evidence_invalid
-    │   ├── CoverageFormatError       workflow.coverage_invalid
-    │   ├── TurnRunning               ai.turn_running
-    │   └── Quarantined               ai.quarantined
+    │   └── CoverageFormatError       workflow.coverage_invalid
     ├── AiError                       ai.error
+    │   ├── TurnRunning               ai.turn_running
+    │   ├── Quarantined               ai.quarantined
     │   └── ProviderFailed            ai.provider_failed
     │       ├── ProviderBusy          ai.provider_busy
     │       └── ContextTooLong        ai.context_too_long
@@ -107,6 +107,8 @@ from fluffy.errors.ai import (
     ContextTooLong,
     ProviderBusy,
     ProviderFailed,
+    Quarantined,
+    TurnRunning,
 )
 from fluffy.errors.configuration import (
     ConfigError,
@@ -199,10 +201,8 @@ from fluffy.errors.workflow import (
     ExemptionMismatch,
     ExemptionPending,
     ModeDenied,
-    Quarantined,
     SessionNotFound,
     TransitionDenied,
-    TurnRunning,
     WorkflowError,
 )
 

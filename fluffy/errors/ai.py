@@ -10,6 +10,22 @@ class AiError(FluffyError):
     default_why = "the AI session could not go on"
 
 
+class TurnRunning(AiError):
+    """The session already runs a turn; it takes one message at a time."""
+
+    code = "ai.turn_running"
+    default_why = "a session works on one task at a time"
+    default_fix = "Wait for it to finish (or cancel it with Ctrl-C / session.cancel)."
+
+
+class Quarantined(AiError):
+    """The session is quarantined (read-only) after repeated refusals."""
+
+    code = "ai.quarantined"
+    default_why = "too many of the session's tool calls were refused"
+    default_fix = "Look at what was refused (fluffy audit log), then lift it with /unquarantine."
+
+
 class ProviderFailed(AiError):
     code = "ai.provider_failed"
     default_why = "the AI provider's request failed"

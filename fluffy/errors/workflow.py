@@ -57,15 +57,3 @@ class CoverageFormatError(WorkflowError):
     code = "workflow.coverage_invalid"
     default_why = "the coverage report is not coverage.py JSON, Cobertura XML or lcov"
     default_fix = "Produce coverage with `pytest --cov --cov-report=json` (or xml / lcov)."
-
-
-class TurnRunning(WorkflowError):
-    code = "ai.turn_running"
-    default_why = "a session works on one task at a time"
-    default_fix = "Wait for it to finish (or cancel it with Ctrl-C / session.cancel)."
-
-
-class Quarantined(WorkflowError):
-    code = "ai.quarantined"
-    default_why = "too many of the session's tool calls were refused"
-    default_fix = "Look at what was refused (fluffy audit log), then lift it with /unquarantine."

@@ -4,7 +4,20 @@ import re
 
 import pytest
 
-from fluffy.errors import EngineUnavailable, FluffyError, ImageNotFound, all_error_classes
+from fluffy.errors import (
+    AiError,
+    EngineUnavailable,
+    FluffyError,
+    ImageNotFound,
+    Quarantined,
+    TurnRunning,
+    WorkflowError,
+    all_error_classes,
+)
+
+#: Areas whose classes sit under another area's branch, on purpose: a project's test
+#: environment (env.*) is an image fluffy builds, so its errors are image errors.
+BORROWED_AREAS = {"env": "image"}
 
 
 def test_every_error_has_a_unique_dotted_code() -> None:
@@ -39,3 +52,25 @@ def test_with_context_prefixes_the_message_and_keeps_the_code() -> None:
 def test_errors_are_exceptions_of_the_one_tree() -> None:
     with pytest.raises(FluffyError):
         raise ImageNotFound("x")
+
+
+def _branch(cls: type[FluffyError]) -> type[FluffyError]:
+    """The child of FluffyError that ``cls`` descends from (its branch of the tree)."""
+    return next(
+        c for c in reversed(cls.__mro__) if c is not FluffyError and issubclass(c, FluffyError)
+    )
+
+
+def test_every_class_sits_in_the_branch_its_code_names() -> None:
+    misplaced = []
+    for cls in all_error_classes()[1:]:
+        area, branch_area = cls.code.split(".")[0], _branch(cls).code.split(".")[0]
+        if BORROWED_AREAS.get(area, area) != branch_area:
+            misplaced.append(f"{cls.__name__} ({cls.code}) under {_branch(cls).__name__}")
+    assert misplaced == []
+
+
+def test_a_running_turn_and_a_quarantine_are_ai_errors_not_workflow_errors() -> None:
+    for cls in (TurnRunning, Quarantined):
+        assert issubclass(cls, AiError) and not issubclass(cls, WorkflowError), cls
+    assert (TurnRunning.code, Quarantined.code) == ("ai.turn_running", "ai.quarantined")
