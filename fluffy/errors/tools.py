@@ -14,7 +14,12 @@ class ToolError(FluffyError):
 
 
 class ToolUnavailable(ToolError):
-    """The design's ToolUnavailableError: the tool exists but not in this state."""
+    """The design's ToolUnavailableError: the tool exists but not in this state.
+
+    Its wire form adds the design's fields, among them ``error``: the design's tag for
+    it, spelled from :attr:`code` (``tool.unavailable`` -> ``tool_unavailable``), so
+    the class has one code and the tag cannot drift from it.
+    """
 
     code = "tool.unavailable"
     default_why = "the TDD workflow allows other tools (or other paths) in this state"
@@ -39,7 +44,7 @@ class ToolUnavailable(ToolError):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data.update(
-            error="tool_unavailable",
+            error=self.code.replace(".", "_"),
             tool_name=self.tool_name,
             current_state=self.current_state,
             reason=self.reason,

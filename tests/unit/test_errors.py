@@ -10,6 +10,7 @@ from fluffy.errors import (
     FluffyError,
     ImageNotFound,
     Quarantined,
+    ToolUnavailable,
     TurnRunning,
     WorkflowError,
     all_error_classes,
@@ -74,3 +75,19 @@ def test_a_running_turn_and_a_quarantine_are_ai_errors_not_workflow_errors() -> 
     for cls in (TurnRunning, Quarantined):
         assert issubclass(cls, AiError) and not issubclass(cls, WorkflowError), cls
     assert (TurnRunning.code, Quarantined.code) == ("ai.turn_running", "ai.quarantined")
+
+
+def test_tool_unavailable_has_one_code_and_its_design_tag_is_spelled_from_it() -> None:
+    error = ToolUnavailable(
+        "fs.write is not available in test_writing",
+        tool_name="fs.write",
+        current_state="test_writing",
+        reason="only tests may be written now",
+        available_tools=["fs.read"],
+    )
+    data = error.to_dict()
+    assert data["code"] == "tool.unavailable"
+    assert data["error"] == "tool_unavailable"  # the wire shows the design's tag as before
+    assert data["why"] == "only tests may be written now" and data["available_tools"] == ["fs.read"]
+    extra = [k for k in vars(ToolUnavailable) if k.endswith(("code", "_tag")) and k != "code"]
+    assert extra == []
