@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from fluffy.bootstrap.engine import BootstrapError, detect
+import fluffy.errors as errors
+from fluffy.bootstrap.engine import as_dict, detect
 from fluffy.bootstrap.supervisor import Supervisor
 
 
@@ -40,9 +41,9 @@ def kernel_image(home: Path, env: dict[str, str]) -> str:
             json.loads((home / "state" / "images.json").read_text())["images"]["kernel"]["ref"]
         )
     except (OSError, ValueError, KeyError, TypeError):
-        raise BootstrapError(
-            "image.not_found",
+        raise errors.ImageNotFound(
             "the kernel image is not built",
+            why="",
             fix="Run `fluffy images build` (scripts/setup does it).",
         ) from None
 
@@ -57,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         env = settings(home)
         project = str(Path(args.project).resolve())
         if not Path(project).is_dir():
-            raise BootstrapError("config.invalid", f"project {project} is not a directory")
+            raise errors.ConfigError(f"project {project} is not a directory", why="", fix="")
         Supervisor(detect(env), project, home, kernel_image(home, env)).run()
-    except BootstrapError as error:
-        print(json.dumps({"ok": False, "error": error.to_dict()}), file=sys.stderr, flush=True)
+    except errors.FluffyError as error:
+        print(json.dumps({"ok": False, "error": as_dict(error)}), file=sys.stderr, flush=True)
         return 3
     return 0
 

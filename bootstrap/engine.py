@@ -8,6 +8,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import fluffy.errors as errors  # the one error tree (standard library only, like the bootstrap)
 from fluffy.gate import wire
 
 API = "/v1.41"
@@ -17,15 +18,9 @@ SOCKETS = {
 }
 
 
-class BootstrapError(Exception):
-    """A structured failure: code, what, why, fix (printed as JSON or ERROR/Reason/Fix)."""
-
-    def __init__(self, code: str, what: str, why: str = "", fix: str = "") -> None:
-        super().__init__(what)
-        self.code, self.what, self.why, self.fix = code, what, why, fix
-
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "what": self.what, "why": self.why, "fix": self.fix}
+def as_dict(error: errors.FluffyError) -> dict[str, str]:
+    """The bootstrap's shape of an error (JSON on stderr, the status file): 4 fields."""
+    return {"code": error.code, "what": error.what, "why": error.why, "fix": error.fix}
 
 
 def install_guide() -> str:
@@ -55,9 +50,9 @@ class Engine:
                 self.socket_path, method, API + path, payload, timeout
             )
         except OSError as exc:
-            raise BootstrapError(
-                "engine.unavailable",
+            raise errors.EngineUnavailable(
                 f"the {self.kind} engine at {self.socket_path} failed: {exc}",
+                why="",
                 fix="Check that the engine is running.",
             ) from None
         if raw and status < 400:
@@ -66,7 +61,8 @@ class Engine:
         data = json.loads(raw_data) if as_json else raw_data.decode(errors="replace")
         if status >= 400:
             message = data.get("message", data) if isinstance(data, dict) else data
-            raise BootstrapError("engine.operation_failed", f"{method} {path}: {status} {message}")
+            what = f"{method} {path}: {status} {message}"
+            raise errors.EngineOperationFailed(what, why="", fix="")
         return data
 
 
@@ -74,9 +70,9 @@ def _candidates(env: dict[str, str]) -> list[tuple[str, str]]:
     wanted = env.get("FLUFFY_RUNTIME", "").strip().lower()
     kinds = [wanted] if wanted else ["docker", "podman"]
     if wanted and wanted not in SOCKETS:
-        raise BootstrapError(
-            "config.invalid",
+        raise errors.ConfigError(
             f"FLUFFY_RUNTIME={wanted!r} is not docker or podman",
+            why="",
             fix="Set FLUFFY_RUNTIME to docker or podman, or unset it.",
         )
     found = []
@@ -96,11 +92,10 @@ def detect(env: dict[str, str]) -> Engine:
         engine = Engine(kind, path)
         try:
             engine.call("GET", "/_ping", timeout=5)
-        except BootstrapError:
+        except errors.EngineError:
             continue
         return engine
-    raise BootstrapError(
-        "engine.unavailable",
+    raise errors.EngineUnavailable(
         "no container engine answers",
         why="fluffy runs its kernel and sandboxes in containers (Docker or Podman)",
         fix=install_guide(),

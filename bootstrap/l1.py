@@ -9,7 +9,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from fluffy.bootstrap.engine import BootstrapError, Engine
+from fluffy.bootstrap.engine import Engine
+from fluffy.errors import EngineError
 from fluffy.gate import wire
 
 KERNEL_UID = 10000  # used when the host user is root: the kernel never runs as root
@@ -100,7 +101,7 @@ def start(engine: Engine, body: dict[str, Any], name: str) -> str:
 def remove(engine: Engine, name: str) -> None:
     try:
         engine.call("DELETE", f"/containers/{name}?force=true", timeout=30)
-    except BootstrapError as exc:
+    except EngineError as exc:
         if "404" not in exc.what and "no such" not in exc.what.lower():
             raise
 
@@ -108,7 +109,7 @@ def remove(engine: Engine, name: str) -> None:
 def running(engine: Engine, name: str) -> bool:
     try:
         state = engine.call("GET", f"/containers/{name}/json", timeout=10)["State"]
-    except BootstrapError:
+    except EngineError:
         return False
     return bool(state.get("Running"))
 
@@ -118,7 +119,7 @@ def logs(engine: Engine, name: str, tail: int = 15) -> str:
     try:
         data = engine.call("GET", f"/containers/{name}/logs?stdout=1&stderr=1&tail={tail}",
                            timeout=10, raw=True)  # fmt: skip
-    except BootstrapError:
+    except EngineError:
         return ""
     out, i = [], 0
     while i + 8 <= len(data) and data[i] in (0, 1, 2) and data[i + 1 : i + 4] == b"\0\0\0":
@@ -131,7 +132,7 @@ def logs(engine: Engine, name: str, tail: int = 15) -> str:
 def stop(engine: Engine, name: str, timeout: int = 15) -> None:
     try:
         engine.call("POST", f"/containers/{name}/stop?t={timeout}", timeout=timeout + 15)
-    except BootstrapError as exc:
+    except EngineError as exc:
         if "304" not in exc.what and "404" not in exc.what:
             raise
 

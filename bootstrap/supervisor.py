@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fluffy.errors as errors
 from fluffy.bootstrap import l1
-from fluffy.bootstrap.engine import BootstrapError, Engine
+from fluffy.bootstrap.engine import Engine, as_dict
 from fluffy.gate.server import start_for
 
 MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (0.2, 1.0, 3.0)
@@ -99,9 +100,9 @@ class Supervisor:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BootstrapError(
-                "bootstrap.already_running",
+            raise errors.KernelAlreadyRunning(
                 f"a kernel for {self.project} is already supervised",
+                why="",
                 fix="Use `fluffy status`, or `fluffy stop` first.",
             ) from None
         return fd
@@ -165,20 +166,19 @@ class Supervisor:
             output = l1.logs(self.engine, self.name)
             self.save(last_output=output[-3000:])
             why = "its last output: " + (output[-1500:] or "(none)")
-            raise BootstrapError("kernel.unhealthy", "the kernel did not answer", why=why)
+            raise errors.KernelStartFailed("the kernel did not answer", why=why, fix="")
 
     def restart(self, why: str) -> None:
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < WINDOW_S] + [now]
         if len(self.restarts) > MAX_RESTARTS:
             output = self.status.get("last_output") or l1.logs(self.engine, self.name)
-            error = BootstrapError(
-                "kernel.crash_loop",
+            error = errors.KernelCrashLoop(
                 f"the kernel failed {len(self.restarts)} times within 5 minutes",
                 why=f"last failure: {why}\nthe kernel's last output:\n{output[-1500:]}",
                 fix=f"Read the kernel's output above (also in {self.p['log']}) and fix its cause.",
             )
-            self.save(health="failed", error=error.to_dict())
+            self.save(health="failed", error=as_dict(error))
             l1.remove(self.engine, self.name)
             raise error
         delay = BACKOFF_S[min(len(self.restarts) - 1, len(BACKOFF_S) - 1)]
@@ -188,7 +188,7 @@ class Supervisor:
             return
         try:
             self.launch()
-        except BootstrapError as exc:
+        except errors.FluffyError as exc:
             if not self.stop_requested():
                 self.restart(exc.what)
 
@@ -208,7 +208,7 @@ class Supervisor:
                              (self.p["run"], self.p["state"]), root)  # fmt: skip
             try:
                 self.launch()
-            except BootstrapError as exc:
+            except errors.FluffyError as exc:
                 self.restart(exc.what)
             failures = 0
             while not self.stopping:
@@ -229,7 +229,7 @@ class Supervisor:
             self.p["status"].unlink(missing_ok=True)
         finally:
             if not stopped:  # an error ends the supervisor: never leave L1 unsupervised
-                with contextlib.suppress(BootstrapError):
+                with contextlib.suppress(errors.EngineError):
                     l1.stop(self.engine, self.name)
             l1.remove(self.engine, self.name)
             gate.shutdown() if "gate" in locals() else None

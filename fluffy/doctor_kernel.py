@@ -6,16 +6,17 @@ import stat
 from pathlib import Path
 
 from fluffy.bootstrap import l1
-from fluffy.bootstrap.engine import BootstrapError, detect
+from fluffy.bootstrap.engine import detect
 from fluffy.bootstrap.supervisor import paths, read_json
 from fluffy.doctor_report import Check
+from fluffy.errors import FluffyError
 from fluffy.paths import fluffy_home
 
 
 def _flags(container: str, runtime: str) -> Check:
     try:
         info = detect({"FLUFFY_RUNTIME": runtime}).call("GET", f"/containers/{container}/json")
-    except BootstrapError as exc:
+    except FluffyError as exc:
         return Check(
             "L1 flags", "fail", exc.what, "Restart the kernel: `fluffy stop && fluffy start`."
         )

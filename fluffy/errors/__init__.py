@@ -50,6 +50,8 @@ tree at exactly one boundary per foreign library, e.g.
     ├── KernelError                   kernel.error
     │   ├── KernelNotRunning          kernel.not_running
     │   ├── KernelStartFailed         kernel.start_failed
+    │   ├── KernelAlreadyRunning      kernel.already_running
+    │   ├── KernelCrashLoop           kernel.crash_loop
     │   └── KernelOverloaded          kernel.overloaded
     ├── WorkflowError                 workflow.error
     │   ├── TransitionDenied          workflow.transition_denied
@@ -153,6 +155,8 @@ from fluffy.errors.kernel import (
     AuditQueryError,
     AuditUnavailable,
     DependencyFailed,
+    KernelAlreadyRunning,
+    KernelCrashLoop,
     KernelError,
     KernelNotRunning,
     KernelOverloaded,
@@ -240,6 +244,8 @@ __all__ = [
     "InternalError",
     "InvalidPayload",
     "IpcError",
+    "KernelAlreadyRunning",
+    "KernelCrashLoop",
     "KernelError",
     "KernelNotRunning",
     "KernelOverloaded",

@@ -42,6 +42,22 @@ class KernelStartFailed(KernelError):
     default_fix = "Run `fluffy doctor`; the bootstrap's log is under ~/.fluffy/projects/."
 
 
+class KernelAlreadyRunning(KernelError):
+    """A second bootstrap was started for a project whose kernel is supervised already."""
+
+    code = "kernel.already_running"
+    default_why = "one bootstrap supervises a project's kernel (it holds the project's lock file)"
+    default_fix = "Use `fluffy status`, or `fluffy stop` first."
+
+
+class KernelCrashLoop(KernelError):
+    """The bootstrap gave up: the kernel failed more often than its restart budget allows."""
+
+    code = "kernel.crash_loop"
+    default_why = "the bootstrap restarts a failed kernel 3 times within 5 minutes, then stops"
+    default_fix = "Read the kernel's output in the bootstrap's log and fix its cause."
+
+
 class KernelOverloaded(KernelError):
     code = "kernel.overloaded"
     retryable = True

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,17 @@ import pytest
 from fluffy.bootstrap import __main__ as boot_main
 from fluffy.bootstrap import engine as boot_engine
 from fluffy.bootstrap import l1
-from fluffy.bootstrap.engine import BootstrapError, Engine
+from fluffy.bootstrap.engine import Engine
+from fluffy.errors import (
+    ConfigError,
+    EngineUnavailable,
+    FluffyError,
+    ImageNotFound,
+    KernelAlreadyRunning,
+    all_error_classes,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_engine_gives_the_install_guide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -20,7 +34,7 @@ def test_no_engine_gives_the_install_guide(monkeypatch: pytest.MonkeyPatch, tmp_
         "SOCKETS",
         {"docker": (str(tmp_path / "d.sock"),), "podman": (str(tmp_path / "p.sock"),)},
     )
-    with pytest.raises(BootstrapError) as caught:
+    with pytest.raises(EngineUnavailable) as caught:
         boot_engine.detect({})
     error = caught.value
     assert error.code == "engine.unavailable"
@@ -28,8 +42,9 @@ def test_no_engine_gives_the_install_guide(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_an_unknown_runtime_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(BootstrapError, match="FLUFFY_RUNTIME"):
+    with pytest.raises(ConfigError, match="FLUFFY_RUNTIME") as caught:
         boot_engine.detect({"FLUFFY_RUNTIME": "lxc"})
+    assert caught.value.code == "config.invalid"
 
 
 def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
@@ -96,8 +111,9 @@ def test_settings_are_read_without_validation(
     assert boot_main.kernel_image(tmp_path, env) == "k:1"
     (tmp_path / "bootstrap.json").write_text("{not json")
     assert "FLUFFY_RUNTIME" not in boot_main.settings(tmp_path)
-    with pytest.raises(BootstrapError, match="not built"):
+    with pytest.raises(ImageNotFound, match="not built") as caught:
         boot_main.kernel_image(tmp_path, {})
+    assert caught.value.code == "engine.image_not_found"  # the tree's name (was image.not_found)
 
 
 def test_a_missing_project_is_a_structured_error(
@@ -105,7 +121,92 @@ def test_a_missing_project_is_a_structured_error(
 ) -> None:
     assert boot_main.main(["run", "--project", str(tmp_path / "nope")]) == 3
     error = json.loads(capsys.readouterr().err)["error"]
-    assert error["code"] == "config.invalid"
+    assert error == {
+        "code": "config.invalid",
+        "what": f"project {tmp_path / 'nope'} is not a directory",
+        "why": "",
+        "fix": "",
+    }
+
+
+def test_the_bootstrap_raises_only_classes_of_the_one_error_tree() -> None:
+    tree = {cls.__name__: cls for cls in all_error_classes()}
+    used: set[str] = set()
+    for path in sorted((ROOT / "bootstrap").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            # no error class of its own: every failure is a class of fluffy.errors
+            assert not isinstance(node, ast.ClassDef) or not any(
+                isinstance(b, ast.Name) and b.id.endswith(("Error", "Exception"))
+                for b in node.bases
+            ), (path.name, node.name)
+            if isinstance(node, ast.ImportFrom) and node.module == "fluffy.errors":
+                used.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                used.update([node.attr] if node.value.id == "errors" else [])
+    assert used and used <= set(tree), used - set(tree)
+    emitted = {tree[name].code for name in used if name != "FluffyError"}
+    assert "image.not_found" not in emitted and "engine.image_not_found" in emitted
+    assert {"kernel.already_running", "kernel.crash_loop", "kernel.start_failed"} <= emitted
+
+
+def test_the_bootstrap_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
+    """-I -S: no site-packages, no PYTHONPATH; the bootstrap and fluffy.errors still import,
+    and a failure is printed in the bootstrap's shape with a code of the tree."""
+    script = (
+        "import json, runpy, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        f"sys.argv = ['fluffy.bootstrap', 'run', '--project', {str(tmp_path / 'nope')!r}]\n"
+        "try:\n"
+        "    runpy.run_module('fluffy.bootstrap', run_name='__main__')\n"
+        "except SystemExit as end:\n"
+        "    outside = sorted({m.split('.')[0] for m in sys.modules}\n"
+        "                     - set(sys.stdlib_module_names) - {'fluffy', '__main__'})\n"
+        "    print(json.dumps({'exit': end.code, 'outside': outside}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(done.stdout) == {"exit": 3, "outside": []}, done.stderr
+    error = json.loads(done.stderr)["error"]
+    assert sorted(error) == ["code", "fix", "what", "why"] and error["code"] == "config.invalid"
+
+
+def test_a_second_supervisor_is_refused_with_a_code_of_the_tree(tmp_path: Path) -> None:
+    from fluffy.bootstrap.supervisor import Supervisor
+
+    first = Supervisor(Engine("docker", str(tmp_path / "none.sock")), str(tmp_path), tmp_path, "i")
+    held = first.lock()
+    try:
+        second = Supervisor(
+            Engine("docker", str(tmp_path / "none.sock")), str(tmp_path), tmp_path, "i"
+        )
+        with pytest.raises(KernelAlreadyRunning) as caught:
+            second.lock()
+        assert caught.value.code == "kernel.already_running"
+        assert caught.value.fix == "Use `fluffy status`, or `fluffy stop` first."
+    finally:
+        os.close(held)
+
+
+def test_a_crash_loop_is_written_to_the_status_in_the_bootstraps_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fluffy.bootstrap import supervisor as boot_supervisor
+
+    sup = boot_supervisor.Supervisor(
+        Engine("docker", str(tmp_path / "none.sock")), str(tmp_path), tmp_path, "i"
+    )
+    sup.p["base"].mkdir(parents=True)
+    monkeypatch.setattr(boot_supervisor.l1, "remove", lambda engine, name: None)
+    sup.restarts = [time.monotonic()] * boot_supervisor.MAX_RESTARTS
+    with pytest.raises(FluffyError) as caught:
+        sup.restart("health check failed")
+    assert caught.value.code == "kernel.crash_loop"
+    status = boot_supervisor.read_json(sup.p["status"])
+    assert status is not None and status["health"] == "failed"
+    assert sorted(status["error"]) == ["code", "fix", "what", "why"]
+    assert status["error"]["code"] == "kernel.crash_loop"
+    assert "health check failed" in status["error"]["why"]
 
 
 def _log_with(state: Path, entries: dict[int, str]) -> None:
