@@ -28,14 +28,6 @@ def test_every_error_has_a_unique_dotted_code() -> None:
         assert re.fullmatch(r"[a-z]+\.[a-z_]+", code), code
 
 
-def test_every_error_class_is_drawn_in_the_module_docstring() -> None:
-    import fluffy.errors
-
-    doc = fluffy.errors.__doc__ or ""
-    for cls in all_error_classes():
-        assert re.search(rf"\b{cls.__name__}\s+{re.escape(cls.code)}\b", doc), cls.__name__
-
-
 def test_defaults_and_overrides_of_why_and_fix() -> None:
     error = EngineUnavailable("no engine")
     assert error.why and error.fix  # class defaults
