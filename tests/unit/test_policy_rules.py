@@ -144,6 +144,7 @@ class SlowHost:
     """Stands in for the policy sandbox (its start takes a while; no container)."""
 
     live: list[SlowHost] = []
+    began: list[SlowHost] = []  # starts under way (a test waits for one, not a fixed time)
 
     def __init__(self, manager: object, folder: Path) -> None:
         self.rules_dir = folder
@@ -153,6 +154,7 @@ class SlowHost:
     def start(self) -> None:
         import time
 
+        SlowHost.began.append(self)
         time.sleep(0.5)
         self.running = True
         SlowHost.live.append(self)
@@ -226,12 +228,17 @@ def test_a_caller_hanging_up_leaves_no_policy_sandbox_running(
 
     monkeypatch.setattr(rules_module, "ExtensionHost", SlowHost)
     SlowHost.live.clear()
+    SlowHost.began.clear()
 
     async def main() -> None:
         update, _, audit, state = await _kernel(tmp_path)
         await update(CLI, {"rules": {"a.py": PASS}})  # a plan: its sandbox is stopped
         task = asyncio.create_task(update(CLI, {"rules": {"b.py": PASS}}))
-        await asyncio.sleep(0.2)
+        for _ in range(200):  # until the candidate's start is under way
+            if len(SlowHost.began) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert len(SlowHost.began) == 2
         task.cancel()  # the connection dropped while the candidate was starting
         with pytest.raises(asyncio.CancelledError):
             await task
