@@ -60,7 +60,8 @@ from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
 from fluffy.kernel.ai.retry import Retry, RetryPolicy, with_retries
 from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.ai.usage import Tally
-from fluffy.kernel.tools.router import TURN_PRIORITY, ToolRouter
+from fluffy.kernel.tools.routedcall import TURN_PRIORITY
+from fluffy.kernel.tools.router import ToolRouter
 from fluffy.kernel.tools.scheduling import run_ordered
 
 log = logging.getLogger("fluffy.kernel.ai")

@@ -55,7 +55,7 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
-from fluffy.kernel.tools.router import TURN_PRIORITY  # as the turn's tool calls
+from fluffy.kernel.tools.routedcall import TURN_PRIORITY  # as the turn's tool calls
 from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
 
 log = logging.getLogger("fluffy.kernel.ai")

@@ -20,7 +20,7 @@ from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
 from fluffy.kernel.tools.capabilities import Capabilities, Scope, token_ref
-from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.tools.staging import check_uses
 from fluffy.sandboxes.plugin_host import present_capability
 
 POLICY = """capabilities:
@@ -64,8 +64,7 @@ def check(
         token_ops=None,
     )
     outcome = SimpleNamespace(token=token, result=result, connection=connection)
-    router = SimpleNamespace(policy=engine)
-    ToolRouter._check_uses(router, call, outcome, result["changes"])  # type: ignore[arg-type]
+    check_uses(call, outcome, result["changes"], runner=None, policy=engine)  # type: ignore[arg-type]
     return call
 
 
@@ -161,9 +160,9 @@ def test_changes_without_the_call_s_token_are_refused_where_tokens_are_issued(
         session=SimpleNamespace(state="code_writing", mode="strict"),
     )
     outcome = SimpleNamespace(token=None, result={"changes": []}, connection="sock:1")
-    router = SimpleNamespace(policy=engine, runner=SimpleNamespace(capabilities=caps))
+    runner = SimpleNamespace(capabilities=caps)
     with pytest.raises(MergeRefused) as info:
-        ToolRouter._check_uses(router, call, outcome, [{"path": "src/a.py"}])  # type: ignore[arg-type]
+        check_uses(call, outcome, [{"path": "src/a.py"}], runner=runner, policy=engine)  # type: ignore[arg-type]
     assert "without the call's capability token" in info.value.what
 
 

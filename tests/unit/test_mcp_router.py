@@ -12,7 +12,7 @@ import pytest
 
 from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.record import save_record
-from fluffy.kernel.tools.router import TURN_PRIORITY
+from fluffy.kernel.tools.routedcall import TURN_PRIORITY
 from tests.unit.mcp_support import fake_server
 from tests.unit.test_tool_router import Harness
 

@@ -183,8 +183,8 @@ def test_messages_are_parsed(message: str, kind: str, target: str, name: str) ->
 
 
 def test_a_run_stopped_by_the_sandboxs_pid_limit_says_so() -> None:
-    from fluffy.kernel.tools.router import _limit_hit
+    from fluffy.kernel.tools.testrun import limit_hit
 
-    note = _limit_hit("E   RuntimeError: can't start new thread", "code-executor")
+    note = limit_hit("E   RuntimeError: can't start new thread", "code-executor")
     assert note is not None and "allows 100 processes and threads" in note
-    assert _limit_hit("E   assert 1 == 2", "code-executor") is None
+    assert limit_hit("E   assert 1 == 2", "code-executor") is None

@@ -516,12 +516,8 @@ def test_the_trial_replays_a_plugin_s_call_with_the_tags_it_was_judged_with(
 
 
 def test_a_refusal_says_where_the_refusing_rule_lives() -> None:
-    from fluffy.kernel.tools.router import _denied_fix
+    from fluffy.kernel.tools.authorise import denied_fix
 
-    assert "(.fluffy/rules)" in _denied_fix("ext:no-todo") and "no-todo" in _denied_fix(
-        "ext:no-todo"
-    )
-    assert "built-in rule" in _denied_fix("builtin:policy-files")
-    assert ".fluffy/policy.yaml" in _denied_fix("write-src") and _denied_fix(None) == _denied_fix(
-        "x"
-    )
+    assert "(.fluffy/rules)" in denied_fix("ext:no-todo") and "no-todo" in denied_fix("ext:no-todo")
+    assert "built-in rule" in denied_fix("builtin:policy-files")
+    assert ".fluffy/policy.yaml" in denied_fix("write-src") and denied_fix(None) == denied_fix("x")

@@ -1,0 +1,83 @@
+"""An MCP server's tool call, with the user's yes first when policy asks for review.
+
+Only a model's turn asks the user (a client's direct call is refused instead), and the
+user sees every argument the server will get, or is not asked at all (ADR-046).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fluffy.errors import PolicyError, ToolRefused
+from fluffy.kernel.mcp.servers import McpServers
+from fluffy.kernel.tools.routedcall import TURN_PRIORITY, Reviewer, RoutedCall
+
+#: An MCP call held for review shows the user all its arguments; longer ones are refused.
+MAX_SHOWN_ARGUMENTS = 16_000
+
+
+async def call_mcp(
+    call: RoutedCall,
+    *,
+    mcp: McpServers,
+    reviewer: Reviewer | None,
+    session_allowed: dict[str, set[str]],
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Run ``call`` on its MCP server (``session_allowed``: the tools the user allowed
+    for the rest of a session, by session id; a yes for the session is added to it)."""
+    if call.review is not None:
+        await ask_user(call, reviewer=reviewer, session_allowed=session_allowed)
+    result = await mcp.call(call.spec.name, call.args, timeout_s)
+    running = mcp.running.get(call.spec.name.split(".")[1])
+    call.sandbox_id = running.connection.sandbox_id if running else None
+    return result
+
+
+async def ask_user(
+    call: RoutedCall, *, reviewer: Reviewer | None, session_allowed: dict[str, set[str]]
+) -> None:
+    spec, sid = call.spec, call.session.id
+    if spec.name in session_allowed.get(sid, set()):
+        call.reviewed = "allowed for this session by the user"
+        return
+    family = spec.name.rsplit(".", 1)[0]
+    if reviewer is None or call.priority != TURN_PRIORITY:
+        raise PolicyError(
+            f"{spec.name} needs the user's review",
+            why=(call.review or "")
+            + "; only a model's turn asks the user (this call came from a client)",
+            fix=f"Allow it with a policy rule (syscall: {family}.*, action: allow).",
+        )
+    # the user sees every argument the server will get, or is not asked at all
+    shown_args = json.dumps(call.args, sort_keys=True, ensure_ascii=False, indent=1)
+    if len(shown_args) > MAX_SHOWN_ARGUMENTS:
+        raise ToolRefused(
+            f"{spec.name} was not run: its arguments are too long to show the user",
+            why=f"{len(shown_args)} characters; a call is reviewed only in full "
+            f"(at most {MAX_SHOWN_ARGUMENTS})",
+            fix=f"Call it with shorter arguments, or ask the user to allow {family}.* "
+            "with a policy rule.",
+        )
+    shown = {
+        "review_id": call.call_id,
+        "tool": spec.name,
+        "arguments": shown_args,
+        "reason": call.review,
+        "description": spec.description[:300],
+    }
+    decision = await reviewer(sid, shown)
+    said = str(decision.get("decision"))
+    if said == "allow_session":
+        session_allowed.setdefault(sid, set()).add(spec.name)
+        call.reviewed = "allowed for this session by the user"
+    elif said == "allow":
+        call.reviewed = "allowed once by the user"
+    else:
+        reason = str(decision.get("reason") or "").strip()
+        raise ToolRefused(
+            f"the user refused {spec.name}",
+            why=(f'they said: "{reason}"' if reason else "the call was held for review")
+            + f" ({call.review})",
+        )

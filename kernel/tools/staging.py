@@ -1,0 +1,177 @@
+"""What a plugin's sandbox returns, checked and staged; a prepared commit, applied.
+
+A write tool's sandbox returns a change list: each change must be to a path the call
+was authorised for and be one use of the call's capability token (ADR-041), and the
+session must still be in the state the call was allowed in; only then is it ingested
+into the session's staging area (the project changes at the merge in ``reviewing``).
+``git.commit``'s prepared commit is merged into the repository by the merger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fluffy.errors import MergeConflict, MergeRefused, ToolUnavailable
+from fluffy.kernel.merge.ingest import ingest
+from fluffy.kernel.merge.merger import Merger
+from fluffy.kernel.policy.audited import AuditedPolicy
+from fluffy.kernel.policy.engine import Caller, Request
+from fluffy.kernel.policy.tokens import TokenUse
+from fluffy.kernel.tools.capabilities import token_ref
+from fluffy.kernel.tools.flow import Flow
+from fluffy.kernel.tools.pluginjob import PluginOutcome
+from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.routedcall import RoutedCall
+from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.workflow.machine import Workflow
+
+
+async def stage(
+    call: RoutedCall,
+    outcome: PluginOutcome,
+    *,
+    runner: PluginRunner | None,
+    policy: AuditedPolicy,
+    flow: Flow,
+    workflow: Workflow,
+    workspaces: Workspaces,
+    protected: list[str],
+    available: Callable[[str], Awaitable[list[str]]],
+) -> dict[str, Any]:
+    """Stage a write call's changes (``available``: the tools a session has now)."""
+    changes = outcome.result.get("changes")
+    if not isinstance(changes, list):
+        raise MergeRefused(f"{call.spec.name} returned no change list")
+    for change in changes:
+        path = change.get("path") if isinstance(change, dict) else None
+        if path not in call.writes:
+            raise MergeRefused(
+                f"{call.spec.plugin} tried to change {path!r}, which this call was not "
+                f"allowed to write",
+                why=f"the call was authorised for {', '.join(sorted(call.writes))} only",
+            )
+    check_uses(call, outcome, changes, runner=runner, policy=policy)
+    async with flow.lock(call.session.id):
+        now = await workflow.get(call.session.id)
+        if now.state != call.session.state:
+            raise ToolUnavailable(
+                f"{call.spec.name} finished after the session moved on to {now.state}",
+                tool_name=call.spec.name,
+                current_state=now.state,
+                reason=f"it was allowed in {call.session.state}; nothing was staged",
+                available_tools=await available(now.id),
+            )
+        stage = workspaces.get(call.session.id)
+        staged = await asyncio.to_thread(
+            ingest, outcome.call_dir, changes, stage, protected=protected
+        )
+    if call.review:
+        reasons = list(call.session.data.get("review_required", []))
+        await workflow.annotate(
+            call.session.id, "review_required", review_required=[*reasons, call.review]
+        )
+    diff = await asyncio.to_thread(stage.diff)
+    return {
+        "staged": [c.path for c in staged],
+        "note": "staged: tests and reads see it now; the project changes when the "
+        "merge is approved in reviewing",
+        "review_required": call.review,
+        "diff": diff[-8000:],
+    }
+
+
+def check_uses(
+    call: RoutedCall,
+    outcome: PluginOutcome,
+    changes: list[Any],
+    *,
+    runner: PluginRunner | None,
+    policy: AuditedPolicy,
+) -> None:
+    """Each change is one use of the call's token, presented by the sandbox with a
+    nonce: checked by the policy engine (token fast path, built-ins still run).  A
+    change the token does not cover -- another path, a use too many, a replayed
+    nonce, a token of another sandbox or connection -- is refused: nothing staged."""
+    token = outcome.token
+    if call.capability is None:
+        return
+    if token is None:
+        if getattr(runner, "capabilities", None) is None:
+            return  # this kernel issues no tokens (no engine: tests)
+        raise MergeRefused(
+            f"{call.spec.plugin} returned changes without the call's capability token",
+            why="its host never took a token for this call",
+            fix="Nothing was staged; call the tool again.",
+        )
+    spec, session = call.spec, call.session
+    presented = outcome.result.get("capability")
+    token_id = presented.get("token") if isinstance(presented, dict) else None
+    uses = presented.get("uses") if isinstance(presented, dict) else None
+    uses = uses if isinstance(uses, list) else []
+    caller = Caller(
+        spec.plugin or "plugin",
+        frozenset({"ai", "core_plugin"}),
+        token.container_id,
+        outcome.connection,
+    )
+    used = 0
+    for index, change in enumerate(changes):
+        path = change.get("path") if isinstance(change, dict) else None
+        use = uses[index] if index < len(uses) and isinstance(uses[index], dict) else {}
+        nonce = use.get("nonce")
+        shown = (
+            TokenUse(token_id, nonce)
+            if isinstance(token_id, str)
+            and use.get("path") == path
+            and isinstance(nonce, int)
+            and not isinstance(nonce, bool)
+            else None
+        )
+        decision = policy.evaluate(
+            Request(
+                syscall=spec.name,
+                caller=caller,
+                path=path if isinstance(path, str) else None,
+                state=session.state,
+                mode=session.mode,
+                sandbox=spec.template,
+                token=shown,
+            )
+        )
+        if decision.result != "allow" or not decision.by_token:
+            raise MergeRefused(
+                f"{spec.plugin}'s change to {path!r} was not covered by the call's "
+                "capability token",
+                why="; ".join(decision.reasons)
+                if decision.result == "deny" and decision.decided_by
+                else "a change needs the call's token, for its own path, once, with a "
+                "nonce greater than the last (none, another or a replayed one was shown)",
+                fix="Nothing was staged; call the tool again.",
+            )
+        used += 1
+    call.token = token_ref(token.token_id)
+    call.token_ops = f"{used}/{token.max_ops}"
+
+
+async def commit(
+    call: RoutedCall, outcome: PluginOutcome, *, merger: Merger, flow: Flow
+) -> dict[str, Any]:
+    """Apply ``git.commit``'s prepared commit to the repository."""
+    result = await asyncio.to_thread(merger.merge_git, outcome.call_dir, outcome.result)
+    problems = [*result.conflicts, *result.refused]
+    if result.status != "completed" or problems:
+        raise MergeConflict(
+            "the commit was prepared but not applied to the repository",
+            why="; ".join(f"{p.path}: {p.reason}" for p in problems) or result.status,
+            fix="Look at `git status` and `git log`, then call git.commit again.",
+        )
+    steps = await flow.committed(call.session.id)
+    return {
+        "commit": outcome.result.get("commit"),
+        "ref": outcome.result.get("ref"),
+        "files": outcome.result.get("files", []),
+        "merged": list(getattr(result, "merged", [])),
+        "workflow": [s.to_dict() for s in steps],
+    }

@@ -1,0 +1,153 @@
+"""``test.run``: the tests run in a sandbox, their evidence recorded for the workflow.
+
+The kernel lays down the session's view for the run (its tree hashes are the
+evidence's), runs pytest in the test plugin's sandbox, reads the junit and coverage
+reports the plugin wrote (regular files only, capped), records the run and, in
+``test_writing``, the red verdict, and moves the workflow on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
+from fluffy.kernel.merge.paths import read_regular, safe_relpath
+from fluffy.kernel.tools.flow import Flow
+from fluffy.kernel.tools.pluginjob import PluginOutcome
+from fluffy.kernel.tools.routedcall import RoutedCall
+from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
+from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
+from fluffy.kernel.workflow.evidence import TestRun, parse_junit
+from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.store import SessionRow
+
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+
+
+async def run_tests(
+    call: RoutedCall,
+    *,
+    preparer: TestPreparer | None,
+    flow: Flow,
+    workflow: Workflow,
+    workspaces: Workspaces,
+    sandbox: Callable[[RoutedCall, TestPlan], Awaitable[PluginOutcome]],
+    release: Callable[[PluginOutcome], Awaitable[None]],
+    expect: Callable[[SessionRow, str], None],
+) -> dict[str, Any]:
+    """Run ``call`` (a test.run; ``preparer``: its environment and the session's view,
+    None without an engine): ``sandbox`` runs it in the plugin's sandbox with the
+    plan's view and environment, ``release`` ends that sandbox, ``expect`` warms the
+    pool for the session's next tool."""
+    session_id = call.session.id
+    before = await flow.before_test_run(session_id)
+    if preparer is None:
+        raise EngineUnavailable(
+            "test.run needs a sandbox, and this kernel has no container engine",
+            fix="Start Docker or Podman (`scripts/setup`), then restart the kernel.",
+        )
+    stage = workspaces.get(session_id)
+    # the evidence's tree hashes are the kernel's: of the view it lays down for the run
+    state = (await workflow.get(session_id)).state
+    plan = await asyncio.to_thread(
+        preparer.prepare,
+        session_id,
+        stage.overlay(),
+        stage.tree,
+        workflow.test_globs,
+        coverage=state != "test_writing",  # the tech-debt budget reads green runs only
+    )
+    tests, sources = plan.synced.tests, plan.synced.sources
+    started = time.time()
+    clock = time.monotonic()
+    outcome = await sandbox(call, plan)
+    try:
+        result = outcome.result
+        junit = output_file(outcome, result.get("junit"))
+        cases = (
+            parse_junit(junit, name="the test run's junit report", any_failure=plan.custom)
+            if junit
+            else []
+        )
+        coverage: CoverageReport | None = None
+        raw_coverage = output_file(outcome, result.get("coverage"))
+        if raw_coverage:
+            try:
+                coverage = parse_coverage(raw_coverage, name="coverage.json")
+            except FluffyError:
+                coverage = None
+        exit_code = int(result.get("exit_code", -1))
+    finally:
+        await release(outcome)
+    if junit is None and exit_code not in (0, 5):
+        raise ToolInputInvalid(
+            f"test.run: pytest exited with {exit_code} and wrote no report",
+            why=str(result.get("output_tail", ""))[-1500:],
+            fix="Fix the collection error shown, then run the tests again.",
+        )
+    run = TestRun(
+        command=("test.run", json.dumps(call.args, sort_keys=True)),
+        exit_code=exit_code,
+        cases=tuple(cases),
+        tests=tests,
+        sources=sources,
+        started_at=started,
+        duration_s=time.monotonic() - clock,
+    )
+    await workflow.record_test_run(session_id, run, coverage)
+    verdict = await workflow.red_verdict(session_id, run) if state == "test_writing" else None
+    after, review = await flow.after_test_run(session_id, run)
+    failed = [
+        {"id": c.id, "message": c.message[:500]} for c in cases if c.outcome in ("failed", "error")
+    ]
+    answer: dict[str, Any] = {
+        "exit_code": exit_code,
+        "counts": run.counts,
+        "failed": failed[:50],
+        "coverage_percent": None if coverage is None else round(coverage.percent, 2),
+        "output_tail": str(result.get("output_tail", ""))[-4000:],
+        "workflow": [s.to_dict() for s in (*before, *after)],
+    }
+    if verdict is not None:  # test_writing: red or not, and why (what the user sees)
+        answer["red"], answer["red_reason"] = verdict
+    if plan.choice is not None and plan.choice.note:
+        answer["environment"] = plan.choice.note
+    said = " ".join([str(result.get("output_tail", "")), *(c.message for c in cases)])
+    limit = limit_hit(said, call.spec.template)
+    if limit:
+        answer["limits"] = limit
+    if review is not None:
+        answer["review"] = review
+    if review is not None and (await workflow.get(session_id)).state == "committing":
+        expect(call.session, "git.commit")  # merged: the commit comes next
+    return answer
+
+
+#: What a test's output says when the sandbox's pid limit stopped it.
+_PID_LIMIT = ("can't start new thread", "Resource temporarily unavailable", "[Errno 11]")
+
+
+def limit_hit(output: str, template: str) -> str | None:
+    """A note when the tests ran into the sandbox's process limit (not the code's bug)."""
+    if not any(sign in output for sign in _PID_LIMIT):
+        return None
+    from fluffy.kernel.containers.config import TEMPLATES
+
+    pids = TEMPLATES[template].max_pids if template in TEMPLATES else "a few"
+    return (
+        f"the test sandbox allows {pids} processes and threads in all (the {template} "
+        "template's limit); a test that starts more fails there, not in the code"
+    )
+
+
+def output_file(outcome: PluginOutcome, name: Any) -> bytes | None:
+    """A file the plugin named in its result, read without following links (capped)."""
+    if not isinstance(name, str) or not name:
+        return None
+    data: bytes = read_regular(outcome.call_dir, safe_relpath(name), MAX_REPORT_BYTES)
+    return data
