@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -50,19 +48,17 @@ from fluffy.ipc.ai_types import (
     TextDelta,
     ToolCall,
     ToolDefinition,
-    kernel_note,
 )
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.memory import Memory
-from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
 from fluffy.kernel.ai.retry import Retry, RetryPolicy, with_retries
+from fluffy.kernel.ai.reviews import TurnReviews
 from fluffy.kernel.ai.summary import summary_request
-from fluffy.kernel.ai.usage import Tally
-from fluffy.kernel.tools.routedcall import TURN_PRIORITY
+from fluffy.kernel.ai.toolcalls import TurnCalls
+from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.tools.scheduling import run_ordered
 
 log = logging.getLogger("fluffy.kernel.ai")
 
@@ -73,38 +69,10 @@ STREAM_KEEP_S = 600.0
 #: 120 s): a fresh one takes over, so a request never runs into the limit.
 RENEW_AFTER_S = 60.0
 MAX_ROUNDS = 50
-DENIAL_CODES = frozenset({"tool.unavailable", "policy.invalid", "ai.quarantined"})
-#: A tool result in the conversation is at most this long (the router already truncated
-#: it to its token budget; this bounds the JSON wrapping).
-RESULT_CHARS = 40_000
 
 Audit = Callable[..., Awaitable[None]]
 #: Reads (and audits) the project's instructions: (session id or None, caller) -> them.
 InstructionSource = Callable[[str | None, str], Awaitable[Instructions]]
-
-
-@dataclass
-class Turn:
-    turn_id: str
-    session_id: str
-    text: str
-    provider: ProviderConfig
-    auto_approve: bool
-    max_rounds: int
-    task: asyncio.Task[None] | None = None
-    status: str = "running"
-    review: asyncio.Future[dict[str, Any]] | None = None
-    final_text: str = ""
-    provider_session: ProviderSession | None = None
-    ended: bool = False
-    started: float = field(default_factory=time.monotonic)
-    #: the id of the tool call waiting for the user's yes (one at a time: review_lock)
-    tool_review: str | None = None
-    tool_shown: dict[str, Any] | None = None  # what the user is asked about it
-    review_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    usage: Tally = field(default_factory=Tally)  # the providers' reported token counts
-    #: the project's instructions, read once at the start of the turn
-    instructions: Instructions | None = None
 
 
 class SessionLoop:
@@ -134,6 +102,9 @@ class SessionLoop:
         #: per round, what the ai-provider sandbox waited for the kernel (benchmarks)
         self.round_gaps: deque[float] = deque(maxlen=10_000)
         router.reviewer = self.review_call
+        #: a response's tool calls, and the user's decisions a turn waits for
+        self.tool_calls = TurnCalls(self)
+        self.decisions = TurnReviews(self)
         #: the wait between a request's attempts (tests: a fake clock)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
@@ -167,12 +138,12 @@ class SessionLoop:
         turn = Turn(uuid.uuid4().hex[:12], session_id, text, provider, auto_approve, max_rounds)
         self.turns[session_id] = turn  # reserved before any await: one turn per session
         try:
-            await self._emit(
+            await self.emit(
                 turn, {"type": "turn_start", "turn_id": turn.turn_id, "text": turn.text}
             )
             if session.state == "idle":  # before answering: the caller sees planning
                 await self.router.workflow.fire(session_id, "user_message")
-                await self._steps(turn, "idle", {})
+                await self.emit_steps(turn, "idle", {})
         except BaseException as exc:
             turn.status = "failed"
             what = exc.what if isinstance(exc, FluffyError) else type(exc).__name__
@@ -222,9 +193,9 @@ class SessionLoop:
             turn.status = "waiting_review"
             turn.tool_review = str(shown.get("review_id"))
             turn.tool_shown = dict(shown)
-            await self._emit(turn, {"type": "tool_review", "kernel_decides": False, **shown})
+            await self.emit(turn, {"type": "tool_review", "kernel_decides": False, **shown})
             try:
-                return await self._wait_for_user(turn)
+                return await self.decisions.wait_for_user(turn)
             finally:
                 turn.tool_review = turn.tool_shown = None
 
@@ -248,7 +219,7 @@ class SessionLoop:
     async def lift_quarantine(self, session_id: str) -> None:
         await self.router.workflow.annotate(session_id, "quarantine_lifted", quarantined=None)
         self.denials[session_id] = 0
-        await self._audit(session_id, "quarantine lifted by the user", {"by": "user"})
+        await self.note_audit(session_id, "quarantine lifted by the user", {"by": "user"})
         await self.stream(session_id).emit(
             {"type": "notice", "level": "info", "what": "quarantine lifted", "why": "", "fix": ""}
         )
@@ -261,10 +232,10 @@ class SessionLoop:
                     await turn.task
 
     # -- a turn -----------------------------------------------------------------------
-    async def _emit(self, turn: Turn, event: dict[str, Any]) -> None:
+    async def emit(self, turn: Turn, event: dict[str, Any]) -> None:
         await self.stream(turn.session_id).emit(event)
 
-    async def _steps(self, turn: Turn, before: str, answer: dict[str, Any]) -> None:
+    async def emit_steps(self, turn: Turn, before: str, answer: dict[str, Any]) -> None:
         """Every state the call passed through (a test run may pass several), in order."""
         output = answer.get("output") if answer.get("ok") else None
         steps: list[Any] = []
@@ -278,21 +249,21 @@ class SessionLoop:
         for step in steps:
             if not isinstance(step, dict):
                 continue
-            # a merge's budget notices come with the merge (_budget_notices)
+            # a merge's budget notices come with the merge (reviews.py)
             notes = step.get("notes") if step.get("event") != "merge_approved" else None
             for note in notes or []:
-                await self._emit(
+                await self.emit(
                     turn,
                     {"type": "notice", "level": "warn", "what": str(note), "why": "", "fix": ""},
                 )
             if step.get("to") and step.get("from") == current:
-                await self._emit(
+                await self.emit(
                     turn,
                     {"type": "state", "from": current, "to": step["to"], "mode": session.mode},
                 )
                 current = str(step["to"])
         if session.state != current:
-            await self._emit(
+            await self.emit(
                 turn, {"type": "state", "from": current, "to": session.state, "mode": session.mode}
             )
 
@@ -333,7 +304,7 @@ class SessionLoop:
         asyncio.get_running_loop().call_later(STREAM_KEEP_S, stream.trim)
         if turn.status == "running":
             turn.status = "done"
-        await self._emit(
+        await self.emit(
             turn,
             {
                 "type": "turn_end",
@@ -385,10 +356,10 @@ class SessionLoop:
 
     async def _rounds(self, turn: Turn) -> None:
         for _ in range(turn.max_rounds):
-            calls = await self._ask(turn)
+            calls = await self.ask(turn)
             if not calls:
                 return
-            stop = await self._calls(turn, calls)
+            stop = await self.tool_calls.run(turn, calls)
             if stop:
                 return
         turn.status = "failed"
@@ -398,7 +369,7 @@ class SessionLoop:
             fix="Give a narrower task, or raise max_rounds (fluffy config set max_rounds N).",
         )
 
-    async def _ask(self, turn: Turn, only: frozenset[str] | None = None) -> list[ToolCall]:
+    async def ask(self, turn: Turn, only: frozenset[str] | None = None) -> list[ToolCall]:
         """One model request (the tools of the state, or just ``only``); its tool calls."""
         sid = turn.session_id
         session = await self.router.workflow.get(sid)
@@ -450,7 +421,7 @@ class SessionLoop:
         async def on_event(event: StreamEvent) -> None:
             if isinstance(event, TextDelta):
                 text.append(event.content)
-                await self._emit(turn, {"type": "text_delta", "content": event.content})
+                await self.emit(turn, {"type": "text_delta", "content": event.content})
 
         async def attempt() -> AIResponse:
             text.clear()
@@ -459,7 +430,7 @@ class SessionLoop:
 
         async def announce(retry: Retry) -> None:
             # a stream cut after some text: the next attempt's answer replaces it
-            await self._emit(turn, retry.event(restart=bool(text)))
+            await self.emit(turn, retry.event(restart=bool(text)))
 
         if self.durable is not None:
             await self.durable()
@@ -467,7 +438,7 @@ class SessionLoop:
         try:
             response = await with_retries(attempt, policy, announce, sleep=self.sleep)
         except ContextTooLong as exc:
-            await self._emit(
+            await self.emit(
                 turn,
                 {
                     "type": "notice",
@@ -506,343 +477,6 @@ class SessionLoop:
             turn.session_id, turn.turn_id, model, response.usage, sent, tools or []
         )
 
-    async def _calls(self, turn: Turn, calls: list[ToolCall]) -> bool:
-        """Run one response's calls; True when the turn must stop (quarantine)."""
-        sid = turn.session_id
-        tools = [call.name for call in calls]
-        planned, changes = self.router.plan(tools, [call.arguments for call in calls])
-        answers: list[dict[str, Any]] = [{} for _ in calls]
-
-        async def one(i: int) -> dict[str, Any]:
-            answers[i] = await self._one(turn, calls[i])
-            return answers[i]
-
-        async def refuse(i: int, error: FluffyError) -> dict[str, Any]:
-            answers[i] = await self.router.refused(sid, tools[i], calls[i].arguments, error)
-            await self._emit(
-                turn,
-                {
-                    "type": "tool_result",
-                    "call_id": calls[i].id,
-                    "tool_name": tools[i],
-                    "ok": False,
-                    "summary": error.what,
-                    "duration_ms": 0.0,
-                    "error": _short_error(answers[i].get("error")),
-                },
-            )
-            return answers[i]
-
-        try:
-            done = await run_ordered(
-                self.router.steps, planned, tools, changes, one, refuse, priority=TURN_PRIORITY
-            )
-            for i, answer in enumerate(done):
-                answers[i] = answer
-        finally:
-            # every call gets its result, even a cancelled turn's: providers refuse a
-            # conversation with a tool call left unanswered
-            for i, answer in enumerate(answers):
-                if not answer:
-                    answers[i] = {"ok": False, "error": {"code": "ai.cancelled",
-                                  "what": "the call was cancelled before it finished"}}  # fmt: skip
-            results_messages = [
-                Message(
-                    role="tool",
-                    content=_tool_content(answer),
-                    tool_call_id=call.id,
-                    name=call.name,
-                )
-                for call, answer in zip(calls, answers, strict=True)
-            ]
-            await asyncio.shield(self.memory.append(sid, results_messages))
-        session = await self.router.workflow.get(sid)
-        if session.data.get("quarantined"):
-            turn.status = "quarantined"
-            return True
-        for call, answer in zip(calls, answers, strict=True):
-            await self._after(turn, call, answer)
-        return False
-
-    async def _one(self, turn: Turn, call: ToolCall) -> dict[str, Any]:
-        sid = turn.session_id
-        before = (await self.router.workflow.get(sid)).state
-        await self._emit(
-            turn,
-            {
-                "type": "tool_executing",
-                "call_id": call.id,
-                "tool_name": call.name,
-                "description": describe_call(call.name, call.arguments),
-            },
-        )
-        started = time.perf_counter()
-        answer = await self._execute(turn, call)
-        duration = (time.perf_counter() - started) * 1000
-        error = answer.get("error") if not answer.get("ok") else None
-        await self._emit(
-            turn,
-            {
-                "type": "tool_result",
-                "call_id": call.id,
-                "tool_name": call.name,
-                "ok": bool(answer.get("ok")),
-                "summary": summarize_result(call.name, call.arguments, answer),
-                "duration_ms": round(duration, 2),
-                "error": _short_error(error) if error else None,
-            },
-        )
-        await self._steps(turn, str(before), answer)
-        if error and _is_denial(error):
-            await self._denied(turn)
-        return answer
-
-    async def _execute(self, turn: Turn, call: ToolCall) -> dict[str, Any]:
-        sid = turn.session_id
-        if call.invalid_arguments is not None:
-            error = {
-                "code": "tool.input_invalid",
-                "what": f"{call.name}: the arguments are not a JSON object",
-                "why": call.invalid_arguments[:200],
-                "fix": "Call the tool again with a JSON object of its parameters.",
-            }
-            return {"ok": False, "error": error, "tool": call.name}
-        session = await self.router.workflow.get(sid)
-        if session.data.get("quarantined"):
-            spec = None
-            try:
-                spec = self.router.registry.get(call.name)
-            except FluffyError:
-                spec = None
-            if spec is None or spec.kind != "read":
-                exc = Quarantined(f"{call.name} refused: the session is quarantined (read-only)")
-                return {"ok": False, "error": exc.to_dict(), "tool": call.name}
-        return await self.router.call(
-            sid, call.name, call.arguments, call_id=call.id, priority=TURN_PRIORITY
-        )
-
-    async def _denied(self, turn: Turn) -> None:
-        sid = turn.session_id
-        count = self.denials.get(sid, 0) + 1
-        self.denials[sid] = count
-        session = await self.router.workflow.get(sid)
-        if count < self.quarantine_after or session.data.get("quarantined"):
-            return
-        reason = f"{count} tool calls were refused in this session"
-        await self.router.workflow.annotate(sid, "quarantined", quarantined=reason)
-        await self._audit(sid, f"session quarantined: {reason}", {"denials": str(count)})
-        await self._emit(turn, {"type": "quarantine", "denials": count, "reason": reason})
-
-    async def _after(self, turn: Turn, call: ToolCall, answer: dict[str, Any]) -> None:
-        """Reviews and commits that a call brought about."""
-        if not answer.get("ok"):
-            return
-        output = answer.get("output")
-        if not isinstance(output, dict):
-            return
-        if call.name == "git.commit":
-            message = call.arguments.get("message") if isinstance(call.arguments, dict) else ""
-            await self._emit(
-                turn, {"type": "commit", "sha": output.get("commit"), "message": message}
-            )
-        review = output.get("review")
-        if call.name == "test.run" and isinstance(review, dict):
-            await self._review(turn, review)
-        if call.name == "workflow.request_exemption" and output.get("held_for_review"):
-            await self._exemption(turn, output)
-
-    async def _wait_for_user(self, turn: Turn) -> dict[str, Any]:
-        """Park the turn until the user decides (``resolve_review``); no idle sandbox."""
-        assert turn.review is not None
-        if turn.provider_session is not None:  # the wait may be long
-            self.round_gaps.extend(turn.provider_session.gaps)
-            await turn.provider_session.close()
-            turn.provider_session = None
-        decision = await turn.review
-        turn.review = None
-        turn.status = "running"
-        return decision
-
-    async def _exemption(self, turn: Turn, output: dict[str, Any]) -> None:
-        """The AI asked for a TDD exemption: only the user grants it (never --yes)."""
-        sid = turn.session_id
-        asked = dict(output.get("exemption") or {})
-        held = await self.router.workflow.get(sid)
-        before = held.state
-        pending = held.data.get("exemption_pending") or {}
-        if pending.get("request_id") != asked.get("request_id"):  # decided meanwhile
-            note = (
-                f"The exemption request {asked.get('request_id')} no longer waits (the user "
-                f"decided on it). Workflow state: {held.state}."
-            )
-            await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
-            return
-        turn.review = asyncio.get_running_loop().create_future()
-        turn.status = "waiting_review"
-        # the user decides on the request shown here, by its id (workflow.decide_exemption)
-        shown = {k: pending[k] for k in ("request_id", "category", "paths", "reason")}
-        await self._emit(turn, {"type": "exemption", "kernel_decides": False, **shown})
-        decision = await self._wait_for_user(turn)
-        session = await self.router.workflow.get(sid)
-        if session.state != before:  # granted: the explore flow starts
-            await self._emit(
-                turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
-            )
-        if decision["decision"] == "grant":
-            note = (
-                f"The user granted the {asked.get('category')} exemption for "
-                f"{', '.join(asked.get('paths') or [])}. Workflow state: {session.state}. "
-                "Change only those files, then run test.run."
-            )
-        else:
-            reason = str(decision.get("reason") or "").strip()
-            said = f' They said: "{reason}".' if reason else ""
-            note = (
-                f"The user refused the exemption.{said} Workflow state: {session.state}. "
-                "Follow the TDD flow: a failing test first."
-            )
-        await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
-
-    async def _review(self, turn: Turn, review: dict[str, Any]) -> None:
-        sid = turn.session_id
-        if review.get("auto_merged"):
-            await self._budget_notices(turn, review)
-            merged = list(review.get("merged") or [])
-            await self._emit(
-                turn,
-                {
-                    "type": "merged",
-                    "files": len(merged),
-                    "paths": merged,
-                    "auto": True,
-                    "reason": "tests pass, no sensitive files, "
-                    f"{review.get('diff_lines', '?')} lines changed",
-                },
-            )
-            return
-        shown = await self._show(sid)
-        session = await self.router.workflow.get(sid)
-        # --yes stands for the user on size and sensitive files; a policy require_review
-        # rule asks for a person, so that review waits like any other
-        auto = turn.auto_approve and not session.data.get("review_required")
-        if not auto and shown["can_add_tests"]:
-            shown["tests_requested"] = await self._review_round(turn)
-        if not auto:  # ready before anyone is told: an approval can come at once
-            turn.review = asyncio.get_running_loop().create_future()
-            turn.status = "waiting_review"
-        await self._emit(turn, {"type": "review", "auto": False, "kernel_decides": auto, **shown})
-        if auto:
-            # shielded: a cancelled turn must not leave a merge half-recorded
-            outcome = await asyncio.shield(
-                self.router.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
-            )
-            decision: dict[str, Any] = {"decision": "approve", "result": outcome}
-        else:
-            decision = await self._wait_for_user(turn)
-        result = decision.get("result") or {}
-        if decision["decision"] == "approve":
-            await self._budget_notices(turn, result)
-            await self._emit(
-                turn,
-                {
-                    "type": "merged",
-                    "files": len(result.get("merged") or []),
-                    "paths": list(result.get("merged") or []),
-                    "auto": False,
-                    "reason": "approved by the user",
-                },
-            )
-            note = (
-                "The user approved the merge; the changes are in the project. "
-                f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
-            )
-        elif decision["decision"] == "add_tests":
-            session = await self.router.workflow.get(sid)
-            await self._emit(
-                turn,
-                {"type": "state", "from": "reviewing", "to": session.state, "mode": session.mode},
-            )
-            note = (
-                "The user wants tests for this change before the merge; the staged change "
-                f"stays as it is. Workflow state: {result.get('state', 'retroactive_testing')}. "
-                "Write tests that cover the change (test files only), then run test.run: "
-                "the change comes back for review with its tests."
-            )
-        else:
-            reason = str(decision.get("reason") or "").strip()
-            said = f' They said: "{reason}".' if reason else " Ask the user what to change."
-            note = (
-                "The user rejected the merge; the staged changes were discarded. "
-                f"Workflow state: {result.get('state')}.{said}"
-            )
-        await self.memory.append(sid, [Message(role="user", content=kernel_note(note))])
-
-    async def _review_round(self, turn: Turn) -> str | None:
-        """Before a person decides on an explore change, the model may ask for tests
-        first (workflow.add_tests, one round); the person sees the request and decides."""
-        sid = turn.session_id
-        if "workflow.add_tests" not in self.router.registry.specs:
-            return None
-        ask = (
-            "The change waits for the user's review. If it should get tests before it is "
-            "merged, call workflow.add_tests with the reason (the user decides); otherwise "
-            "say so in one sentence, without tools."
-        )
-        await self.memory.append(sid, [Message(role="user", content=kernel_note(ask))])
-        calls = await self._ask(turn, only=frozenset({"workflow.add_tests"}))
-        if calls:
-            await self._calls(turn, calls)
-        session = await self.router.workflow.get(sid)
-        requested = session.data.get("tests_requested")
-        return str(requested) if requested else None
-
-    async def _budget_notices(self, turn: Turn, merge: dict[str, Any]) -> None:
-        """A merge's tech-debt notices (coverage below min_delta or past the warning)."""
-        for message in merge.get("budget") or []:
-            await self._emit(
-                turn,
-                {"type": "notice", "level": "warn", "what": str(message), "why": "", "fix": ""},
-            )
-
-    async def _show(self, session_id: str) -> dict[str, Any]:
-        stage = self.router.workspaces.get(session_id)
-        plan = await asyncio.to_thread(self.router.merger.plan, stage, tests_pass=True)
-        session = await self.router.workflow.get(session_id)
-        exempted = bool(session.data.get("exemption"))
-        return {
-            "plan_id": plan.plan_id,
-            "files": [c.path for c in plan.changes],
-            "lines": plan.diff_lines,
-            "diff": plan.diff[:20_000],
-            "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
-            # explore changes may get tests first (review.add_tests, /add-tests)
-            "can_add_tests": session.mode != "strict" and not exempted,
-        }
-
-    async def _audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:
+    async def note_audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:
         if self.audit is not None:
             await self.audit(session_id, summary, metadata)
-
-
-def _is_denial(error: dict[str, Any]) -> bool:
-    """Refusals that count toward quarantine: policy, state, and paths out of bounds."""
-    code = str(error.get("code"))
-    if code in DENIAL_CODES:
-        return True
-    text = f"{error.get('what', '')} {error.get('why', '')}"
-    return code == "tool.input_invalid" and ("outside the project" in text or ".." in text)
-
-
-def _short_error(error: Any) -> dict[str, Any]:
-    if not isinstance(error, dict):
-        return {"what": str(error), "why": "", "fix": ""}
-    # "error" is the design's ToolUnavailableError tag ("tool_unavailable") where there is one
-    return {k: error.get(k, "") for k in ("code", "error", "what", "why", "fix")}
-
-
-def _tool_content(answer: dict[str, Any]) -> str:
-    body = {k: answer[k] for k in ("ok", "output", "error", "session") if answer.get(k)}
-    text = json.dumps(body, ensure_ascii=False, default=str)
-    if len(text) > RESULT_CHARS:
-        text = text[: RESULT_CHARS // 2] + " ...[cut]... " + text[-RESULT_CHARS // 2 :]
-    return text

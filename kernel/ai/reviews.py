@@ -1,0 +1,197 @@
+"""The user's decisions inside a turn: merge reviews and TDD exemptions.
+
+A test run that brings the session to ``reviewing`` either auto-merges or shows the
+review and parks the turn (its provider sandbox closed) until the user approves,
+rejects or asks for tests (``--yes`` approves at once unless a policy rule asks for a
+person); an explore change may first get one round in which the model asks for tests.
+An exemption the AI asks for is only ever granted by the user.  Each decision reaches
+the model as a kernel note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from fluffy.ipc.ai_types import Message, kernel_note
+from fluffy.kernel.ai.turn import Turn
+
+if TYPE_CHECKING:
+    from fluffy.kernel.ai.loop import SessionLoop
+
+
+class TurnReviews:
+    """Asks the user and waits, for a turn of ``loop``."""
+
+    def __init__(self, loop: SessionLoop) -> None:
+        self.loop = loop
+
+    async def wait_for_user(self, turn: Turn) -> dict[str, Any]:
+        """Park the turn until the user decides (``resolve_review``); no idle sandbox."""
+        assert turn.review is not None
+        if turn.provider_session is not None:  # the wait may be long
+            self.loop.round_gaps.extend(turn.provider_session.gaps)
+            await turn.provider_session.close()
+            turn.provider_session = None
+        decision = await turn.review
+        turn.review = None
+        turn.status = "running"
+        return decision
+
+    async def exemption(self, turn: Turn, output: dict[str, Any]) -> None:
+        """The AI asked for a TDD exemption: only the user grants it (never --yes)."""
+        sid = turn.session_id
+        asked = dict(output.get("exemption") or {})
+        held = await self.loop.router.workflow.get(sid)
+        before = held.state
+        pending = held.data.get("exemption_pending") or {}
+        if pending.get("request_id") != asked.get("request_id"):  # decided meanwhile
+            note = (
+                f"The exemption request {asked.get('request_id')} no longer waits (the user "
+                f"decided on it). Workflow state: {held.state}."
+            )
+            await self.loop.memory.append(sid, [Message(role="user", content=kernel_note(note))])
+            return
+        turn.review = asyncio.get_running_loop().create_future()
+        turn.status = "waiting_review"
+        # the user decides on the request shown here, by its id (workflow.decide_exemption)
+        shown = {k: pending[k] for k in ("request_id", "category", "paths", "reason")}
+        await self.loop.emit(turn, {"type": "exemption", "kernel_decides": False, **shown})
+        decision = await self.wait_for_user(turn)
+        session = await self.loop.router.workflow.get(sid)
+        if session.state != before:  # granted: the explore flow starts
+            await self.loop.emit(
+                turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
+            )
+        if decision["decision"] == "grant":
+            note = (
+                f"The user granted the {asked.get('category')} exemption for "
+                f"{', '.join(asked.get('paths') or [])}. Workflow state: {session.state}. "
+                "Change only those files, then run test.run."
+            )
+        else:
+            reason = str(decision.get("reason") or "").strip()
+            said = f' They said: "{reason}".' if reason else ""
+            note = (
+                f"The user refused the exemption.{said} Workflow state: {session.state}. "
+                "Follow the TDD flow: a failing test first."
+            )
+        await self.loop.memory.append(sid, [Message(role="user", content=kernel_note(note))])
+
+    async def review(self, turn: Turn, review: dict[str, Any]) -> None:
+        sid = turn.session_id
+        if review.get("auto_merged"):
+            await self._budget_notices(turn, review)
+            merged = list(review.get("merged") or [])
+            await self.loop.emit(
+                turn,
+                {
+                    "type": "merged",
+                    "files": len(merged),
+                    "paths": merged,
+                    "auto": True,
+                    "reason": "tests pass, no sensitive files, "
+                    f"{review.get('diff_lines', '?')} lines changed",
+                },
+            )
+            return
+        shown = await self._show(sid)
+        session = await self.loop.router.workflow.get(sid)
+        # --yes stands for the user on size and sensitive files; a policy require_review
+        # rule asks for a person, so that review waits like any other
+        auto = turn.auto_approve and not session.data.get("review_required")
+        if not auto and shown["can_add_tests"]:
+            shown["tests_requested"] = await self._review_round(turn)
+        if not auto:  # ready before anyone is told: an approval can come at once
+            turn.review = asyncio.get_running_loop().create_future()
+            turn.status = "waiting_review"
+        await self.loop.emit(
+            turn, {"type": "review", "auto": False, "kernel_decides": auto, **shown}
+        )
+        if auto:
+            # shielded: a cancelled turn must not leave a merge half-recorded
+            outcome = await asyncio.shield(
+                self.loop.router.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
+            )
+            decision: dict[str, Any] = {"decision": "approve", "result": outcome}
+        else:
+            decision = await self.wait_for_user(turn)
+        result = decision.get("result") or {}
+        if decision["decision"] == "approve":
+            await self._budget_notices(turn, result)
+            await self.loop.emit(
+                turn,
+                {
+                    "type": "merged",
+                    "files": len(result.get("merged") or []),
+                    "paths": list(result.get("merged") or []),
+                    "auto": False,
+                    "reason": "approved by the user",
+                },
+            )
+            note = (
+                "The user approved the merge; the changes are in the project. "
+                f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
+            )
+        elif decision["decision"] == "add_tests":
+            session = await self.loop.router.workflow.get(sid)
+            await self.loop.emit(
+                turn,
+                {"type": "state", "from": "reviewing", "to": session.state, "mode": session.mode},
+            )
+            note = (
+                "The user wants tests for this change before the merge; the staged change "
+                f"stays as it is. Workflow state: {result.get('state', 'retroactive_testing')}. "
+                "Write tests that cover the change (test files only), then run test.run: "
+                "the change comes back for review with its tests."
+            )
+        else:
+            reason = str(decision.get("reason") or "").strip()
+            said = f' They said: "{reason}".' if reason else " Ask the user what to change."
+            note = (
+                "The user rejected the merge; the staged changes were discarded. "
+                f"Workflow state: {result.get('state')}.{said}"
+            )
+        await self.loop.memory.append(sid, [Message(role="user", content=kernel_note(note))])
+
+    async def _review_round(self, turn: Turn) -> str | None:
+        """Before a person decides on an explore change, the model may ask for tests
+        first (workflow.add_tests, one round); the person sees the request and decides."""
+        sid = turn.session_id
+        if "workflow.add_tests" not in self.loop.router.registry.specs:
+            return None
+        ask = (
+            "The change waits for the user's review. If it should get tests before it is "
+            "merged, call workflow.add_tests with the reason (the user decides); otherwise "
+            "say so in one sentence, without tools."
+        )
+        await self.loop.memory.append(sid, [Message(role="user", content=kernel_note(ask))])
+        calls = await self.loop.ask(turn, only=frozenset({"workflow.add_tests"}))
+        if calls:
+            await self.loop.tool_calls.run(turn, calls)
+        session = await self.loop.router.workflow.get(sid)
+        requested = session.data.get("tests_requested")
+        return str(requested) if requested else None
+
+    async def _budget_notices(self, turn: Turn, merge: dict[str, Any]) -> None:
+        """A merge's tech-debt notices (coverage below min_delta or past the warning)."""
+        for message in merge.get("budget") or []:
+            await self.loop.emit(
+                turn,
+                {"type": "notice", "level": "warn", "what": str(message), "why": "", "fix": ""},
+            )
+
+    async def _show(self, session_id: str) -> dict[str, Any]:
+        stage = self.loop.router.workspaces.get(session_id)
+        plan = await asyncio.to_thread(self.loop.router.merger.plan, stage, tests_pass=True)
+        session = await self.loop.router.workflow.get(session_id)
+        exempted = bool(session.data.get("exemption"))
+        return {
+            "plan_id": plan.plan_id,
+            "files": [c.path for c in plan.changes],
+            "lines": plan.diff_lines,
+            "diff": plan.diff[:20_000],
+            "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
+            # explore changes may get tests first (review.add_tests, /add-tests)
+            "can_add_tests": session.mode != "strict" and not exempted,
+        }

@@ -1,0 +1,42 @@
+"""One turn of a session: what it runs with and how far it got.
+
+A turn is ``session.message``'s task: the user's text, the provider it talks to, its
+status (running, waiting_review, done, failed, cancelled, quarantined), the review it
+waits for, and the usage the providers reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluffy.ipc.ai_types import ProviderConfig
+from fluffy.kernel.ai.instructions import Instructions
+from fluffy.kernel.ai.provider import ProviderSession
+from fluffy.kernel.ai.usage import Tally
+
+
+@dataclass
+class Turn:
+    turn_id: str
+    session_id: str
+    text: str
+    provider: ProviderConfig
+    auto_approve: bool
+    max_rounds: int
+    task: asyncio.Task[None] | None = None
+    status: str = "running"
+    review: asyncio.Future[dict[str, Any]] | None = None
+    final_text: str = ""
+    provider_session: ProviderSession | None = None
+    ended: bool = False
+    started: float = field(default_factory=time.monotonic)
+    #: the id of the tool call waiting for the user's yes (one at a time: review_lock)
+    tool_review: str | None = None
+    tool_shown: dict[str, Any] | None = None  # what the user is asked about it
+    review_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    usage: Tally = field(default_factory=Tally)  # the providers' reported token counts
+    #: the project's instructions, read once at the start of the turn
+    instructions: Instructions | None = None
