@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.findings import Report
 from fluffy.kernel.audit.storage import archives
 from fluffy.kernel.audit.store import BACKUP_DIR, connect_ro, db_path, migrate_layout
-from fluffy.kernel.audit.verify import Report, verify
+from fluffy.kernel.audit.verify import verify
 
 KEEP_BACKUPS = 5
 Outcome = Literal["ok", "tampered", "recovered", "restored_backup", "new_database"]

@@ -7,32 +7,28 @@ the log recorded), and the newest entry must match the head witnessed outside th
 table (``audit.head``, or a witness the bootstrap keeps).  The first problem is located
 and classified:
 
-``modified``     an entry's content no longer matches its hash (or was re-hashed)
-``deleted``      entries are missing from the middle (a sequence gap or renumbering)
-``inserted``     an entry that was never chained sits between two entries
-``reordered``    an entry sits at the wrong place in the chain
-``truncated``    the newest entries were deleted
-``rolled_back``  an older copy of the database was restored
-``replaced``     the database is not the chain the checkpoint witnessed
+modified, deleted, inserted, reordered, truncated, rolled back or replaced (the kinds
+are in :mod:`fluffy.kernel.audit.findings`, the classifying in
+:mod:`fluffy.kernel.audit.classify`).  Large intact files are checked in parallel first
+(:mod:`fluffy.kernel.audit.ranges`).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
 
 import msgspec
 
 from fluffy.kernel.audit import ranges
+from fluffy.kernel.audit.chainrows import Chain, read_row, read_rows, recompute_hash
+from fluffy.kernel.audit.classify import classify
 from fluffy.kernel.audit.entry import _BASE, _encode, genesis_hash
+from fluffy.kernel.audit.findings import Kind, Problem, Report
 from fluffy.kernel.audit.storage import archives
 from fluffy.kernel.audit.store import (
     SELECT_ROWS,
-    STORED,
     Head,
     connect_ro,
     db_path,
@@ -41,81 +37,10 @@ from fluffy.kernel.audit.store import (
     read_meta,
     unpack,
 )
-
-Kind = Literal[
-    "modified", "deleted", "inserted", "reordered", "truncated", "rolled_back", "replaced"
-]
+from fluffy.kernel.audit.tablecheck import appended_problem, layout_problem
 
 
-@dataclass(frozen=True)
-class Problem:
-    kind: Kind
-    seq: int | None
-    file: str
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "id": self.seq, "file": self.file, "detail": self.detail}
-
-
-@dataclass
-class Report:
-    ok: bool = True
-    entries: int = 0
-    first_seq: int | None = None
-    last_seq: int | None = None
-    head: Head | None = None
-    checkpoint: Head | None = None
-    witness: Head | None = None
-    files: list[str] = field(default_factory=list)
-    problem: Problem | None = None
-    breaks: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def fail(self, problem: Problem) -> None:
-        if self.problem is None:
-            self.problem = problem
-        self.ok = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "entries": self.entries,
-            "first_id": self.first_seq,
-            "last_id": self.last_seq,
-            "head": self.head.to_dict() if self.head else None,
-            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
-            "witness": self.witness.to_dict() if self.witness else None,
-            "files": self.files,
-            "problem": self.problem.to_dict() if self.problem else None,
-            "recorded_breaks": self.breaks,
-            "warnings": self.warnings,
-            "seconds": round(self.seconds, 3),
-        }
-
-
-def _hash(body: tuple[Any, ...]) -> str:
-    digest = _BASE.copy()
-    digest.update(_encode(body))
-    return digest.hexdigest()
-
-
-def _rows(conn: sqlite3.Connection, after: int | None = None) -> Iterator[tuple[Any, ...]]:
-    if after is None:
-        cursor = conn.execute(SELECT_ROWS + " ORDER BY seq")
-    else:
-        cursor = conn.execute(SELECT_ROWS + " WHERE seq > ? ORDER BY seq", (after,))
-    while batch := cursor.fetchmany(4096):
-        yield from map(unpack, batch)
-
-
-def _row(conn: sqlite3.Connection, seq: int) -> tuple[Any, ...] | None:
-    stored = conn.execute(SELECT_ROWS + " WHERE seq = ?", (seq,)).fetchone()
-    return None if stored is None else unpack(stored)
-
-
-def _overlap(conn: sqlite3.Connection, chain: _Chain) -> int | None:
+def _overlap(conn: sqlite3.Connection, chain: Chain) -> int | None:
     """The last archived seq when this file still holds an exact copy of archived entries.
 
     A rotation interrupted between renaming the archive and deleting its rows from the
@@ -127,7 +52,7 @@ def _overlap(conn: sqlite3.Connection, chain: _Chain) -> int | None:
     prev: tuple[int, str] | None = None
     query = SELECT_ROWS + " WHERE seq <= ? ORDER BY seq"
     for row in map(unpack, conn.execute(query, (chain.prev_seq,))):
-        if _hash(row[:-1]) != row[-1] or (
+        if recompute_hash(row[:-1]) != row[-1] or (
             prev is not None and (row[0] != prev[0] + 1 or row[2] != prev[1])
         ):
             return None
@@ -135,138 +60,7 @@ def _overlap(conn: sqlite3.Connection, chain: _Chain) -> int | None:
     return chain.prev_seq if prev == (chain.prev_seq, chain.prev_hash) else None
 
 
-@dataclass
-class _Chain:
-    """Where the scan stands between files."""
-
-    prev_hash: str | None = None
-    prev_seq: int = 0
-    prev_row: tuple[Any, ...] | None = None
-    deletions: dict[tuple[int, str], str] = field(default_factory=dict)
-    fast: bool = False  # the last file was checked by the parallel fast path
-
-
-def _renumbered(conn: sqlite3.Connection, row: tuple[Any, ...], home: int) -> bool:
-    """Is ``row`` the entry ``home`` with only its seq changed (and ``home`` now empty)?"""
-    if home == row[0] or _hash((home, *row[1:-1])) != row[-1]:
-        return False
-    return conn.execute("SELECT 1 FROM audit_log WHERE seq = ?", (home,)).fetchone() is None
-
-
-def _classify(
-    conn: sqlite3.Connection,
-    name: str,
-    row: tuple[Any, ...],
-    chain: _Chain,
-    hash_ok: bool,
-    witnessed: tuple[Head | None, ...] = (),
-) -> Problem:
-    seq = int(row[0])
-    stored = row[-1]
-    links: dict[Any, int] = {}
-    followers = []  # entries naming the hash the chain stopped at (renumbered ones?)
-    for other in _rows(conn):  # one decoding pass over the file
-        links[other[2]] = other[0]
-        if other[2] == chain.prev_hash:
-            followers.append(other)
-    if not hash_ok:
-        before = conn.execute("SELECT seq FROM audit_log WHERE hash = ?", (row[2],)).fetchone()
-        home = before[0] + 1 if before is not None else 1
-        if (before is not None or row[2] == genesis_hash(row[1])) and _renumbered(conn, row, home):
-            return Problem(
-                "modified", home, name, f"entry {home}'s sequence number was changed to {seq}"
-            )
-        holder = links.get(stored)
-        if holder is not None and holder != seq + 1:
-            return Problem(
-                "reordered",
-                seq,
-                name,
-                f"entry {seq} holds the entry that belongs before entry {holder}",
-            )
-        body = list(row[:-1])
-        for delta in (1, 2, 3, -1, -2, -3):
-            body[0] = seq - delta
-            if _hash(tuple(body)) == stored:
-                if delta > 0:
-                    return Problem(
-                        "inserted",
-                        seq - 1,
-                        name,
-                        f"{delta} entr{'y' if delta == 1 else 'ies'} inserted before entry "
-                        f"{seq}; the entries after were renumbered",
-                    )
-                return Problem(
-                    "deleted",
-                    seq,
-                    name,
-                    f"{-delta} entr{'y' if delta == -1 else 'ies'} deleted before entry {seq}; "
-                    "the entries after were renumbered",
-                )
-        return Problem("modified", seq, name, f"entry {seq}'s content does not match its hash")
-    if chain.prev_row is not None and seq != chain.prev_seq + 1:
-        first, last = chain.prev_seq + 1, seq - 1
-        for moved in followers:
-            if _renumbered(conn, moved, first):
-                return Problem(
-                    "modified",
-                    first,
-                    name,
-                    f"entry {first}'s sequence number was changed to {moved[0]}",
-                )
-        span = f"entry {first}" if first == last else f"entries {first}..{last}"
-        return Problem("deleted", first, name, f"{span} missing (the chain jumps to {seq})")
-    if chain.prev_row is None and seq == 1:
-        return Problem(
-            "modified",
-            1,
-            name,
-            "the genesis entry's prev_hash is not SHA-256('genesis:' + its timestamp)",
-        )
-    if chain.prev_row is None and seq < 1:
-        return Problem("inserted", seq, name, f"entry {seq} precedes the genesis entry")
-    if chain.prev_row is None:
-        return Problem(
-            "deleted",
-            1,
-            name,
-            f"the chain starts at entry {seq}, which is neither the genesis entry nor "
-            "anchored to a recorded archive",
-        )
-    # hash fine, sequence fine, but it does not name its predecessor
-    prev_seq = chain.prev_seq
-    pp = conn.execute("SELECT hash FROM audit_log WHERE seq = ?", (prev_seq - 1,)).fetchone()
-    if pp is not None and row[2] == pp[0]:
-        return Problem("inserted", prev_seq, name, f"entry {prev_seq} was never part of the chain")
-    later = conn.execute(
-        "SELECT seq FROM audit_log WHERE hash = ? AND seq != ?", (row[2], prev_seq)
-    ).fetchone()
-    if later is not None:
-        twin = _row(conn, later[0] + 1)
-        if twin is not None and twin[2] == row[2]:  # a fork: entry later+1 is the real successor
-            return Problem(
-                "inserted",
-                seq,
-                name,
-                f"entry {seq} claims to follow entry {later[0]}, which entry {twin[0]} follows",
-            )
-        return Problem("reordered", seq, name, f"entry {seq} follows entry {later[0]} in the chain")
-    if any(h is not None and (h.seq, h.hash) == (prev_seq, chain.prev_hash) for h in witnessed):
-        return Problem(
-            "inserted",
-            seq,
-            name,
-            f"entry {seq} does not follow entry {prev_seq}, which the checkpoint witnessed",
-        )
-    return Problem(
-        "modified",
-        prev_seq,
-        name,
-        f"entry {prev_seq} was changed and re-hashed (entry {seq} names a different hash)",
-    )
-
-
-def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: Report) -> None:
+def _special(seq: int, event_type: str, raw: str | None, chain: Chain, report: Report) -> None:
     try:
         data = msgspec.json.decode(raw) if raw else {}
     except (msgspec.DecodeError, RecursionError):
@@ -280,7 +74,7 @@ def _special(seq: int, event_type: str, raw: str | None, chain: _Chain, report: 
         chain.deletions[(int(data["last_seq"]), str(last_hash or ""))] = "recorded"
 
 
-def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
+def _fast(conn: sqlite3.Connection, path: Path, chain: Chain, report: Report) -> bool:
     """Large intact files: check in parallel, then only the edges sequentially."""
     lo, hi = conn.execute("SELECT MIN(seq), MAX(seq) FROM audit_log").fetchone()
     # The writer sets the file's own head with its rows: an intact file ends there (a
@@ -312,7 +106,7 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     # found by the walk itself, which read every row's event type (an index on them is
     # the file owner's to rebuild without a row: integrity_check sees it, verify would not)
     for seq in whole.specials:
-        row = _row(conn, seq)
+        row = read_row(conn, seq)
         if row is not None:
             _special(row[0], row[3], row[-2], chain, report)
     if report.first_seq is None:
@@ -322,80 +116,10 @@ def _fast(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     return True
 
 
-def _appended(conn: sqlite3.Connection, name: str, after: int) -> Problem | None:
-    """The first entry after ``after`` whose stored bytes are not its canonical encoding.
-
-    The fast check hashes the stored bytes; up to the witnessed head they are what the
-    log wrote.  Entries after it were hashed by whoever appended them: decoded and
-    encoded again, each must give the same hash (as the sequential scan requires).
-    """
-    for row in _rows(conn, after):
-        if _hash(row[:-1]) != row[-1]:
-            seq = int(row[0])
-            return Problem(
-                "modified",
-                seq,
-                name,
-                f"entry {seq} is not an entry the log writes (its stored bytes are not the "
-                "canonical encoding of its fields, or a copy in the table differs from it)",
-            )
-    return None
-
-
-def _layout(conn: sqlite3.Connection, name: str, after: int) -> Problem | None:
-    """What is wrong with the file's ``audit_log`` as a table the log writes, if anything.
-
-    It must exist, have the columns of :data:`STORED`, and be a table whose ``seq`` is
-    the row id.  As the row id every entry has a distinct integer seq; a table rebuilt
-    otherwise (or a view) can hold NULL, REAL or repeated numbers, which the checks (and
-    ``seq BETWEEN``) do not see.  SQLite reads a row-id alias with its ``Rowid`` opcode,
-    any other column with ``Column``.
-    """
-    kind = conn.execute("SELECT type FROM sqlite_schema WHERE name = 'audit_log'").fetchone()
-    if kind is None:
-        return Problem(
-            "truncated",
-            after + 1,
-            name,
-            "the file has no audit_log table (the log creates it before it writes anything)",
-        )
-    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)"))
-    if columns != STORED:
-        if "entry" not in columns and "input_summary" in columns:
-            return Problem(
-                "modified",
-                None,
-                name,
-                "the file has the audit layout of an earlier fluffy: start fluffy once (the "
-                "kernel converts the database, its archives and backups), then verify again",
-            )
-        return Problem(
-            "modified",
-            None,
-            name,
-            f"the audit_log table has the columns {', '.join(columns)}, not "
-            f"{', '.join(STORED)} (the log never creates such a table)",
-        )
-    try:
-        plan = conn.execute("EXPLAIN SELECT seq FROM audit_log NOT INDEXED")  # the table itself
-        opcodes = {row[1] for row in plan}
-    except sqlite3.Error:
-        opcodes = set()
-    if kind != ("table",) or "Rowid" not in opcodes or "Column" in opcodes:
-        return Problem(
-            "modified",
-            None,
-            name,
-            "the audit_log table was rebuilt: seq is no longer its row id, so entries "
-            "can lack a number or share one (the log never creates such a table)",
-        )
-    return None
-
-
-def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
+def _scan(conn: sqlite3.Connection, path: Path, chain: Chain, report: Report) -> bool:
     name = path.name
     chain.fast = False
-    problem = _layout(conn, name, chain.prev_seq)
+    problem = layout_problem(conn, name, chain.prev_seq)
     if problem is not None:
         report.fail(problem)
         return False
@@ -404,7 +128,7 @@ def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     # on seq finds them) they must also be the canonical encoding the scan rebuilds.
     witnessed = [h.seq for h in (report.checkpoint, report.witness) if h is not None]
     if ok and chain.fast and witnessed:
-        appended = _appended(conn, name, min(witnessed))
+        appended = appended_problem(conn, name, min(witnessed))
         if appended is not None:
             report.problem = None
             report.fail(appended)
@@ -412,7 +136,7 @@ def _scan(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -
     return ok
 
 
-def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Report) -> bool:
+def _scan_chain(conn: sqlite3.Connection, path: Path, chain: Chain, report: Report) -> bool:
     name = path.name
     meta = read_meta(conn)
     if chain.prev_row is None and chain.prev_hash is None and "anchor_seq" in meta:
@@ -437,7 +161,7 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Rep
     prev_hash, prev_seq = chain.prev_hash, chain.prev_seq
     prev_row = chain.prev_row
     count = 0
-    for row in _rows(conn, after):
+    for row in read_rows(conn, after):
         body = row[:-1]
         digest = _BASE.copy()
         digest.update(_encode(body))
@@ -451,7 +175,7 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: _Chain, report: Rep
             if prev_row is None and chain.prev_hash is not None and prev_seq > 0:
                 chain.prev_row = ()  # anchored start: gaps still count as deletions
             witnessed = (report.checkpoint, report.witness)
-            report.fail(_classify(conn, name, row, chain, computed == row[-1], witnessed))
+            report.fail(classify(conn, name, row, chain, computed == row[-1], witnessed))
             report.entries += count
             return False
         if row[3] == "audit_archive_deleted" or row[3] == "audit_chain_break":
@@ -552,7 +276,7 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
     started = time.perf_counter()
     report = Report(witness=witness)
     path = db_path(state_dir)
-    chain = _Chain()
+    chain = Chain()
     try:
         report.checkpoint = read_head(head_path(state_dir)) if checkpoint else None
     except ValueError as exc:

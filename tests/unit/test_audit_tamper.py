@@ -43,6 +43,7 @@ from fluffy.kernel.audit.entry import (
     entry_hash,
     genesis_hash,
 )
+from fluffy.kernel.audit.findings import Report
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.store import (
     HEAD_NAME,
@@ -56,7 +57,7 @@ from fluffy.kernel.audit.store import (
     read_head,
     unpack,
 )
-from fluffy.kernel.audit.verify import Report, verify
+from fluffy.kernel.audit.verify import verify
 from tests.audit_support import change_entry, entry_fields, rewrite_in_earlier_layout
 
 DAY_MS = 86_400_000
