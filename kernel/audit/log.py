@@ -17,15 +17,16 @@ WAL checkpoints run every 1,000 writes, 400 commits or 60 s; storage rules (rota
 retention, size) run between commits (:mod:`fluffy.kernel.audit.storage`).
 
 Speed (``python -m benchmarks.audit``, docs/benchmarks.md): a commit is ONE call of
-:func:`_write_batch` (multi-row inserts, head, commit, then the checkpoint file), the
-head moves once per commit in the same transaction (a per-row trigger cost ~3 µs a
-row), and WAL checkpoints RESTART the WAL instead of truncating it (see
-:data:`CHECKPOINT_MODE`).  Where the call runs (ADR-026):
+:func:`~fluffy.kernel.audit.sqlwrites.write_batch` (multi-row inserts, head, commit,
+then the checkpoint file), the head moves once per commit in the same transaction (a
+per-row trigger cost ~3 µs a row), and WAL checkpoints RESTART the WAL instead of
+truncating it (see :data:`~fluffy.kernel.audit.sqlwrites.CHECKPOINT_MODE`).  Where the
+call runs (ADR-026):
 
 * a batch somebody waits for (a security event, :meth:`flush`) of at most
   :data:`INLINE_ROWS` rows is committed on the event loop's own thread while small
   commits have lately been fast (:data:`INLINE_BUDGET_S`, a moving average of their
-  measured time), and only if the write lock is free at once (:func:`_write_now`):
+  measured time), and only if the write lock is free at once (``write_now``):
   handing it to the connection's thread and back costs two thread wake-ups, ~110 µs
   on the benchmark machine, a third of a durable one-row commit;
 * anything else (the buffered operational rows, slow commits, a lock another of the
@@ -41,20 +42,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from fluffy.errors import AuditUnavailable
+from fluffy.kernel.audit import sqlwrites
 from fluffy.kernel.audit.entry import (
     _BASE,
     SYNC_EVENTS,
@@ -67,9 +66,7 @@ from fluffy.kernel.audit.storage import Storage, StorageSettings
 from fluffy.kernel.audit.store import (
     AUDIT_SCHEMA,
     BUSY_TIMEOUT_MS,
-    INSERT_SQL,
     PRAGMAS,
-    STORED,
     Head,
     HeadFile,
     db_path,
@@ -88,12 +85,6 @@ WAL_CHECKPOINT_WRITES = 1000
 # one caller 1,700-1,800 events/s without this, 2,200-2,900 with it; WAL ~1,600 pages).
 WAL_CHECKPOINT_COMMITS = 400
 WAL_CHECKPOINT_S = 60.0
-# RESTART (not TRUNCATE) keeps the WAL file, so the next commits overwrite it in place
-# and their fdatasync need not grow the file (ext4 journals every size change: on the
-# benchmark machine a durable one-row commit into a reused WAL took ~80 µs less than
-# into a growing one, of ~300 µs).  journal_size_limit bounds what is kept (SQLite
-# trims the WAL to it at the first commit after a checkpoint); close() still truncates.
-CHECKPOINT_MODE = "RESTART"
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
 # A waited-for batch is committed on the event loop's thread (no thread hand-off) when
 # it holds at most INLINE_ROWS rows and such small commits have lately taken at most
@@ -105,100 +96,6 @@ WAL_SIZE_LIMIT = 8 * 1024 * 1024
 INLINE_ROWS = 64
 INLINE_BUDGET_S = 0.002
 COMMIT_EWMA = 0.2
-HEAD_SQL = "INSERT OR REPLACE INTO audit_meta VALUES ('head_seq', ?), ('head_hash', ?)"
-CHAIN_SQL = "INSERT OR REPLACE INTO audit_meta VALUES ('chain_id', ?)"
-
-
-# Rows go in by multi-row INSERTs of up to INSERT_ROWS rows: executemany steps every row
-# on its own (and drops and retakes the GIL around each step); one statement per 100
-# rows made the benchmark's buffered figure ~10 % better.
-INSERT_ROWS = 100
-
-
-@functools.lru_cache(maxsize=INSERT_ROWS)
-def _insert_sql(count: int) -> str:
-    one = "(" + ", ".join("?" * len(STORED)) + ")"
-    return INSERT_SQL + (", " + one) * (count - 1)
-
-
-def _insert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-    flat = chain.from_iterable
-    for start in range(0, len(rows), INSERT_ROWS):
-        part = rows[start : start + INSERT_ROWS]
-        conn.execute(_insert_sql(len(part)), list(flat(part)))
-
-
-def _write_batch(
-    conn: sqlite3.Connection,
-    rows: Sequence[tuple[Any, ...]],
-    new_chain: str | None,
-    headfile: HeadFile,
-    head: Head | None,
-) -> OSError | None:
-    """Runs on the connection's thread: one transaction, then the checkpoint file.
-
-    The rows, the chain id and the head in ``audit_meta`` commit together
-    (``synchronous=FULL``: durable when ``commit`` returns); only then is ``audit.head``
-    rewritten, so it never runs ahead of the database.  A failed commit raises (nothing
-    is kept); a failed checkpoint write is returned (the rows are committed).
-    """
-    try:
-        if new_chain:
-            conn.execute(CHAIN_SQL, (new_chain,))
-        if rows:
-            _insert(conn, rows)
-            last = rows[-1]
-            conn.execute(HEAD_SQL, (last[0], last[-1]))
-        conn.commit()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            conn.rollback()
-        raise
-    if head is not None:
-        try:
-            headfile.write(head, durable=False)
-        except OSError as exc:
-            return exc
-    return None
-
-
-def _write_now(conn: sqlite3.Connection, *args: Any) -> tuple[bool, OSError | None]:
-    """:func:`_write_batch` on the event loop's thread, never waiting for a lock.
-
-    The kernel's other connections to the file (workflow store, conversations) can hold
-    the write lock across an ``await``; waiting here (``busy_timeout``) would block the
-    very loop that must run for them to commit.  So the transaction is taken at once
-    (``BEGIN IMMEDIATE``; the caller has set no busy timeout) or not at all:
-    ``(False, None)`` then, and the caller hands the batch to the connection's thread,
-    which may wait.
-    """
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            return False, None
-        raise
-    try:
-        return True, _write_batch(conn, *args)
-    except BaseException:
-        if conn.in_transaction:  # _write_batch rolls back; never leave one open
-            with contextlib.suppress(Exception):
-                conn.rollback()
-        raise
-
-
-def _wal_checkpoint(conn: sqlite3.Connection, headfile: HeadFile) -> str:
-    """Runs on the connection's thread: RESTART checkpoint, then fsync ``audit.head``."""
-    error = ""
-    try:
-        conn.execute(f"PRAGMA wal_checkpoint({CHECKPOINT_MODE})")
-    except sqlite3.Error as exc:  # a long reader: try again next time
-        error = str(exc)
-    try:
-        headfile.sync()
-    except OSError as exc:
-        error = error or f"audit.head not synced: {exc}"
-    return error
 
 
 @dataclass
@@ -458,10 +355,10 @@ class AuditLog:
                     done, failed = False, None
                     if self._inline(batch):
                         self._lock_wait(False)
-                        done, failed = _write_now(self.db._conn, *args)
+                        done, failed = sqlwrites.write_now(self.db._conn, *args)
                         self.stats.inline_commits += done
                     if not done:
-                        failed = await self._run(_write_batch, *args)
+                        failed = await self._run(sqlwrites.write_batch, *args)
                 finally:  # failed commits count too; big batches say nothing of small ones
                     if len(rows) <= INLINE_ROWS:
                         spent = (time.perf_counter() - started) * 1000
@@ -510,7 +407,7 @@ class AuditLog:
             self._since_checkpoint and time.monotonic() - self._last_checkpoint >= WAL_CHECKPOINT_S
         )
         if due:
-            error = await self._run(_wal_checkpoint, self._headfile)
+            error = await self._run(sqlwrites.wal_checkpoint, self._headfile)
             if error:
                 log.warning("WAL checkpoint failed: %s", error)
             else:

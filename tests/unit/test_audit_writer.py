@@ -21,7 +21,7 @@ import aiosqlite
 import pytest
 
 from fluffy.errors import AuditUnavailable
-from fluffy.kernel.audit import log as log_module
+from fluffy.kernel.audit import sqlwrites
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import INLINE_BUDGET_S, INLINE_ROWS, AuditLog
 from fluffy.kernel.audit.store import HEAD_SIZE, Head, HeadFile, db_path, read_head
@@ -42,13 +42,13 @@ def _count(state: Path) -> int:
 def threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(thread name, rows) of every commit the writer makes."""
     seen: list[tuple[str, int]] = []
-    real: Callable[..., Any] = log_module._write_batch
+    real: Callable[..., Any] = sqlwrites.write_batch
 
     def spy(conn: sqlite3.Connection, rows: list[Any], *args: Any) -> Any:
         seen.append((threading.current_thread().name, len(rows)))
         return real(conn, rows, *args)
 
-    monkeypatch.setattr(log_module, "_write_batch", spy)
+    monkeypatch.setattr(sqlwrites, "write_batch", spy)
     return seen
 
 
@@ -120,7 +120,7 @@ def test_a_failed_commit_fails_its_caller_and_the_row_is_kept_for_the_next(
 ) -> None:
     """``before``: the write fails before any SQL ran; ``inside``: the INSERT fails in the
     open transaction (a trigger stands in for the disk)."""
-    real: Callable[..., Any] = log_module._write_batch
+    real: Callable[..., Any] = sqlwrites.write_batch
     failures = [sqlite3.OperationalError("disk I/O error")]
 
     def flaky(*args: Any) -> Any:
@@ -132,7 +132,7 @@ def test_a_failed_commit_fails_its_caller_and_the_row_is_kept_for_the_next(
         log = await AuditLog.open(tmp_path)
         await log.record(Event("kernel_start"))
         if where == "before":
-            monkeypatch.setattr(log_module, "_write_batch", flaky)
+            monkeypatch.setattr(sqlwrites, "write_batch", flaky)
         else:
             await log.db.execute(
                 "CREATE TEMP TRIGGER boom BEFORE INSERT ON main.audit_log "
