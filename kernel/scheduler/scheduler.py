@@ -25,13 +25,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Generic, TypeVar, cast
 
-from fluffy.errors import DependencyFailed, SchedulerError, TaskCancelled
+from fluffy.errors import SchedulerError, TaskCancelled
+from fluffy.kernel.scheduler import figures
 from fluffy.kernel.scheduler.preempt import Preemptor, RunningTask, decide, pick_victim
 from fluffy.kernel.scheduler.queue import Entry, ReadyQueue
+from fluffy.kernel.scheduler.record import (
+    TaskRecord,
+    check_submittable,
+    dependency_error,
+    headline,
+    holds_slot,
+)
 from fluffy.kernel.scheduler.task import (
     NO_SANDBOX,
-    TASK_STATES,
-    TERMINAL_STATES,
     Limits,
     SchedulerStats,
     Task,
@@ -45,49 +51,6 @@ log = logging.getLogger("fluffy.kernel.scheduler")
 T = TypeVar("T")
 MIN_WAIT_S: Final = 0.001  # floor of a computed sleep, so a timer never spins the loop
 FAILED_PASS_BACKOFF_S: Final = 1.0
-
-
-@dataclass(eq=False)
-class _Record:
-    task: Task[Any]
-    seq: int
-    handle: TaskHandle
-    pending: set[str] = field(default_factory=set)  # dependencies not yet completed
-    dependents: list[str] = field(default_factory=list)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    runner: asyncio.Task[None] | None = None
-    runner_exited: bool = False
-    run_priority: int = 0  # effective priority when (re)dispatched
-    start_seq: int = 0  # order of first start (newest = highest)
-    run_since: float | None = None  # start of the current running interval
-    run_time: float = 0.0  # running time before run_since
-    unpreemptable: bool = False  # its pause failed once; never picked again
-
-    @property
-    def id(self) -> str:
-        return self.task.id
-
-    @property
-    def terminal(self) -> bool:
-        return self.task.state in TERMINAL_STATES
-
-    def elapsed(self, now: float) -> float:
-        return self.run_time + (now - self.run_since if self.run_since is not None else 0.0)
-
-    def deadline(self) -> float | None:
-        if self.run_since is None:
-            return None
-        return self.run_since + (self.task.max_duration_s - self.run_time)
-
-
-def _holds_slot(rec: _Record) -> bool:
-    return rec.task.sandbox_template != NO_SANDBOX
-
-
-def _headline(error: BaseException | None) -> str | None:
-    if error is None:
-        return None
-    return getattr(error, "what", None) or str(error) or type(error).__name__
 
 
 @dataclass(frozen=True)
@@ -126,8 +89,8 @@ class Scheduler:
         self._accepting_work = accepting_work
         self._recheck_s = recheck_s
         self._queue = ReadyQueue(age_threshold_s)
-        self._records: dict[str, _Record] = {}
-        self._running: dict[str, _Record] = {}  # tasks holding a slot
+        self._records: dict[str, TaskRecord] = {}
+        self._running: dict[str, TaskRecord] = {}  # tasks holding a slot
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -141,7 +104,7 @@ class Scheduler:
     def submit(self, task: Task[T]) -> TaskRef[T]:
         """Accept ``task`` (returns at once); it runs when its turn comes."""
         rec = self._register(task)
-        failed: _Record | None = None
+        failed: TaskRecord | None = None
         for dep_id in task.dependencies:
             dep = self._records[dep_id]
             dep.dependents.append(task.id)
@@ -150,7 +113,7 @@ class Scheduler:
             elif dep.task.state != "completed":
                 rec.pending.add(dep_id)
         if failed is not None:
-            self._finish(rec, "failed", error=self._dependency_error(rec, failed))
+            self._finish(rec, "failed", error=dependency_error(rec, failed))
         elif not rec.pending:
             self._enqueue(rec, self._clock())
         self._wake.set()
@@ -173,28 +136,10 @@ class Scheduler:
         self._wake.set()
         return TaskRef(task.id, self)
 
-    def _register(self, task: Task[Any]) -> _Record:
-        if self._closed:
-            raise SchedulerError(
-                f"cannot submit task {task.id}: the scheduler is closed",
-                why="close() was called; a closed scheduler takes no new tasks",
-            )
-        if task.id in self._records:
-            raise SchedulerError(
-                f"task id {task.id!r} is already taken",
-                why="ids name tasks and dependency edges, so they must be unique",
-                fix="Give every task a fresh id.",
-            )
-        unknown = [d for d in task.dependencies if d not in self._records]
-        if unknown:
-            raise SchedulerError(
-                f"task {task.id} depends on unknown task(s): {', '.join(unknown)}",
-                why="dependencies must be submitted before the tasks that need them "
-                "(this is what makes dependency cycles impossible)",
-                fix="Submit the dependencies first, then this task.",
-            )
+    def _register(self, task: Task[Any]) -> TaskRecord:
+        check_submittable(task, self._records, closed=self._closed)
         self._seq += 1
-        rec = _Record(task, self._seq, TaskHandle(task.id))
+        rec = TaskRecord(task, self._seq, TaskHandle(task.id))
         task.state, task.result, task.error = "waiting_dependency", None, None
         self._records[task.id] = rec
         return rec
@@ -233,56 +178,17 @@ class Scheduler:
 
     def get(self, task_id: str) -> TaskSnapshot:
         rec = self._record(task_id)
-        now = self._clock()
-        if rec.id in self._queue:
-            effective = self._queue.effective(rec.id, now)
-        elif rec.task.state == "running":
-            effective = rec.run_priority
-        else:
-            effective = rec.task.priority
-        return TaskSnapshot(
-            id=rec.id,
-            type=rec.task.type,
-            priority=rec.task.priority,
-            effective_priority=effective,
-            state=rec.task.state,
-            sandbox_template=rec.task.sandbox_template,
-            dependencies=rec.task.dependencies,
-            elapsed_s=rec.elapsed(now),
-            reason=_headline(rec.task.error),
-        )
+        return figures.snapshot(rec, self._queue, self._clock())
 
     def stats(self) -> SchedulerStats:
-        by_state: dict[TaskState, int] = dict.fromkeys(TASK_STATES, 0)
-        for rec in self._records.values():
-            by_state[rec.task.state] += 1
-        holders = [r for r in self._running.values() if _holds_slot(r)]
-        running: Counter[str] = Counter(
-            r.task.sandbox_template for r in holders if r.task.state == "running"
-        )
-        now = self._clock()
-        queued: Counter[str] = Counter(
-            str(self._queue.effective(task_id, now))
-            for task_id in self._records
-            if task_id in self._queue
-        )
-        over = max(0, len(holders) - self.limits.global_max)
-        per_template: Counter[str] = Counter(r.task.sandbox_template for r in holders)
-        over_templates = sum(
-            max(0, n - self.limits.for_template(t)) for t, n in per_template.items()
-        )
-        return SchedulerStats(
-            by_state=by_state,
-            running_by_template=dict(running),
-            running_by_priority=dict(Counter(str(r.run_priority) for r in holders)),
-            queued_by_priority=dict(queued),
-            yielding=sum(1 for r in holders if r.task.yields),
-            over_limit=max(over, over_templates),
-            accepting_work=self._accepting(),
-            paused_total=self._totals["paused"],
-            resumed_total=self._totals["resumed"],
-            destroyed_total=self._totals["destroyed"],
-            timed_out_total=self._totals["timed_out"],
+        return figures.stats(
+            self._records,
+            self._running,
+            self._queue,
+            self.limits,
+            now=self._clock(),
+            accepting=self._accepting(),
+            totals=self._totals,
         )
 
     def slots(self) -> list[tuple[str, bool]]:
@@ -290,7 +196,7 @@ class Scheduler:
         return [
             (r.task.sandbox_template, r.task.yields)
             for r in self._running.values()
-            if _holds_slot(r)
+            if holds_slot(r)
         ]
 
     def wake(self) -> None:
@@ -368,7 +274,7 @@ class Scheduler:
             holders = [
                 r
                 for r in self._running.values()
-                if _holds_slot(r) and not (r.task.yields and r.run_priority > effective)
+                if holds_slot(r) and not (r.task.yields and r.run_priority > effective)
             ]
             in_template = sum(1 for r in holders if r.task.sandbox_template == template)
             template_full = in_template >= self.limits.for_template(template)
@@ -391,19 +297,19 @@ class Scheduler:
                 return True
         return False
 
-    def _victim(self, priority: int, template: str | None) -> _Record | None:
+    def _victim(self, priority: int, template: str | None) -> TaskRecord | None:
         running = [
             RunningTask(r.id, r.task.sandbox_template, r.run_priority, r.start_seq)
             for r in self._running.values()
             if r.task.state == "running"
             and not r.unpreemptable
             and not r.task.yields  # it gives its slot up by itself
-            and _holds_slot(r)
+            and holds_slot(r)
         ]
         choice = pick_victim(running, priority=priority, template=template)
         return None if choice is None else self._records[choice.task_id]
 
-    async def _launch(self, rec: _Record, effective: int, entry: Entry, now: float) -> None:
+    async def _launch(self, rec: TaskRecord, effective: int, entry: Entry, now: float) -> None:
         self._queue.remove(rec.id)
         if not entry.paused:
             self._start(rec, effective, now)
@@ -417,7 +323,7 @@ class Scheduler:
             log.warning("could not resume task %s: %s", rec.id, exc)
             error = TaskCancelled(
                 f"task {rec.id} could not be resumed after preemption",
-                why=_headline(exc),
+                why=headline(exc),
                 fix="Submit it again.",
             )
             self._finish(rec, "failed", error=error)
@@ -428,7 +334,7 @@ class Scheduler:
         rec.handle._resume()
         self._totals["resumed"] += 1
 
-    def _start(self, rec: _Record, effective: int, now: float) -> None:
+    def _start(self, rec: TaskRecord, effective: int, now: float) -> None:
         rec.run_priority = effective
         self._running[rec.id] = rec  # holds the slot from here on
         self._start_seq += 1
@@ -437,7 +343,7 @@ class Scheduler:
         rec.runner = asyncio.create_task(self._run(rec), name=f"fluffy-task-{rec.id}")
         rec.runner.add_done_callback(partial(self._runner_exited, rec))
 
-    async def _pause(self, victim: _Record) -> None:
+    async def _pause(self, victim: TaskRecord) -> None:
         assert self._preemptor is not None
         victim.handle._pause()
         try:
@@ -450,13 +356,13 @@ class Scheduler:
         if victim.terminal:
             return
         now = self._clock()
-        self._stop_clock(victim, now)
+        victim.stop_clock(now)
         self._running.pop(victim.id, None)
         self._queue.push(Entry(victim.id, victim.run_priority, victim.seq, now, paused=True))
         victim.task.state = "paused"
         self._totals["paused"] += 1
 
-    async def _destroy(self, victim: _Record, requester: _Record, priority: int) -> None:
+    async def _destroy(self, victim: TaskRecord, requester: TaskRecord, priority: int) -> None:
         assert self._preemptor is not None
         error = TaskCancelled(
             f"task {victim.id} was preempted: its sandbox was destroyed for task {requester.id}",
@@ -488,7 +394,7 @@ class Scheduler:
 
     # -- runners and bookkeeping -------------------------------------------------------
 
-    async def _run(self, rec: _Record) -> None:
+    async def _run(self, rec: TaskRecord) -> None:
         try:
             value = await rec.task.run(rec.handle)
         except asyncio.CancelledError:
@@ -499,7 +405,7 @@ class Scheduler:
         else:
             self._finish(rec, "completed", value=value, cancel_runner=False)
 
-    def _runner_exited(self, rec: _Record, _runner: asyncio.Task[None]) -> None:
+    def _runner_exited(self, rec: TaskRecord, _runner: asyncio.Task[None]) -> None:
         rec.runner_exited = True
         if not rec.terminal:  # cancelled before its first step
             error = TaskCancelled(f"task {rec.id} was cancelled before it began")
@@ -509,7 +415,7 @@ class Scheduler:
 
     def _finish(
         self,
-        rec: _Record,
+        rec: TaskRecord,
         state: TaskState,
         *,
         value: object = None,
@@ -533,14 +439,14 @@ class Scheduler:
             source = failed.pop()
             for dep_id in source.dependents:
                 dependent = self._records[dep_id]
-                reason = self._dependency_error(dependent, source)
+                reason = dependency_error(dependent, source)
                 if self._terminate(dependent, "failed", None, reason, cancel_runner=True):
                     failed.append(dependent)
         return True
 
     def _terminate(
         self,
-        rec: _Record,
+        rec: TaskRecord,
         state: TaskState,
         value: object,
         error: BaseException | None,
@@ -550,7 +456,7 @@ class Scheduler:
         """Move one task to a terminal state and free its slot (False if it had ended)."""
         if rec.terminal:
             return False
-        self._stop_clock(rec, self._clock())
+        rec.stop_clock(self._clock())
         self._queue.remove(rec.id)
         self._running.pop(rec.id, None)
         rec.task.state, rec.task.result, rec.task.error = state, value, error
@@ -561,25 +467,12 @@ class Scheduler:
         self._wake.set()
         return True
 
-    def _dependency_error(self, rec: _Record, failed: _Record) -> DependencyFailed:
-        verb = "was cancelled" if failed.task.state == "cancelled" else "failed"
-        return DependencyFailed(
-            f"dependency failed: {failed.id}",
-            why=f"{rec.id} depends on {failed.id}, which {verb}: {_headline(failed.task.error)}",
-        )
-
-    def _enqueue(self, rec: _Record, now: float) -> None:
+    def _enqueue(self, rec: TaskRecord, now: float) -> None:
         rec.task.state = "queued"
         self._queue.push(Entry(rec.id, rec.task.priority, rec.seq, now, ages=not rec.task.yields))
         self._wake.set()
 
-    @staticmethod
-    def _stop_clock(rec: _Record, now: float) -> None:
-        if rec.run_since is not None:
-            rec.run_time += now - rec.run_since
-            rec.run_since = None
-
-    def _record(self, task_id: str) -> _Record:
+    def _record(self, task_id: str) -> TaskRecord:
         try:
             return self._records[task_id]
         except KeyError:
