@@ -37,7 +37,8 @@ from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
 from fluffy.kernel.tools.methods import tool_methods
 from fluffy.kernel.tools.plugin_activation import Activated, activate
 from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.pool import PoolLimits, SandboxPool
+from fluffy.kernel.tools.pool import SandboxPool
+from fluffy.kernel.tools.poolslots import PoolLimits
 from fluffy.kernel.tools.registry import Registry
 from fluffy.kernel.tools.router import ToolRouter
 from fluffy.kernel.tools.sandboxes import KernelSandboxes, audit_observer

@@ -53,11 +53,24 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fluffy.errors import FluffyError
-from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.scheduler.task import PRIORITY_IDLE
+from fluffy.kernel.tools.poolslots import (
+    Lease,
+    Maker,
+    PoolLimits,
+    Recipe,
+    Slot,
+    Slots,
+    folder_identity,
+    host_memory_free,
+)
+
+#: The pool's API; Recipe, Slot and folder_identity live in poolslots (the plugin
+#: runner imports them from here).
+__all__ = ["POOL_PRIORITY", "Recipe", "SandboxPool", "Slot", "folder_identity"]
 
 log = logging.getLogger("fluffy.kernel.pool")
 
@@ -75,123 +88,12 @@ CLOSE_WAIT_S = 60.0
 POOL_PRIORITY = PRIORITY_IDLE
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """Everything a plugin sandbox is made of: equal recipes make equal sandboxes."""
-
-    plugin: str
-    module: str
-    template: str
-    project: Path
-    staged_dir: Path | None
-    image: str | None
-    max_duration: str
-    environment: tuple[tuple[str, str], ...]
-    #: a third-party plugin's (never pooled: see the module docstring)
-    third_party: bool = False
-    #: (device, inode) of the mounted folders, in the order project, staged
-    identity: tuple[tuple[int, int], ...] = ()
-
-
-def folder_identity(*folders: Path | None) -> tuple[tuple[int, int], ...]:
-    """(device, inode) of each folder (0, 0 for None or a missing one)."""
-    out = []
-    for folder in folders:
-        try:
-            info = folder.stat() if folder is not None else None
-        except OSError:
-            info = None
-        out.append((info.st_dev, info.st_ino) if info is not None else (0, 0))
-    return tuple(out)
-
-
-class Lease(Protocol):
-    on_lost: Callable[[], None] | None
-
-    def release(self) -> None: ...
-
-
-class Slots(Protocol):
-    """The scheduler's side (:class:`fluffy.kernel.tools.scheduling.SchedulerBridge`)."""
-
-    def free(self, template: str) -> int:
-        """Slots free now with nothing queued: may the pool take one?"""
-
-    def room(self, template: str) -> int:
-        """Slots the running work leaves: how many sandboxes may the pool keep?"""
-
-    async def lease(
-        self, template: str, key: str, *, priority: int, kind: Any, yields: bool = False
-    ) -> Any: ...
-
-
-class Waiter(Protocol):
-    """What the pool reads of a slot's job: has its host asked for work, or hung up."""
-
-    waiting: asyncio.Event
-    lost: bool
-
-
-@dataclass(eq=False)
-class Slot:
-    """A created, started sandbox of one recipe, waiting for exactly one call."""
-
-    recipe: Recipe
-    binding: str
-    job: Waiter
-    sandbox: Sandbox
-    image_ref: str = ""
-    image_id: str = ""
-    generation: int = 0
-    made_at: float = field(default_factory=time.monotonic)
-    lease: Lease | None = None  # its scheduler slot while the pool holds it
-
-    @property
-    def ready(self) -> bool:
-        return self.job.waiting.is_set() and not self.job.lost
-
-
-class Maker(Protocol):
-    """The runner's side: makes and destroys slots, reads an image's current id."""
-
-    async def open_slot(self, recipe: Recipe) -> Slot: ...
-
-    async def close_slot(self, slot: Slot) -> None: ...
-
-    async def image_id(self, ref: str) -> str: ...
-
-
-@dataclass
-class PoolLimits:
-    enabled: bool = True
-    max_idle: int = 4
-    idle_after_s: float = 120.0
-    min_free_memory: float = 0.15
-    #: template -> at most this many idle (the scheduler's per-template limit)
-    per_template: dict[str, int] = field(default_factory=dict)
-    global_max: int = 4
-
-
 @dataclass
 class _Demand:
     misses: deque[float] = field(default_factory=deque)
     last: float = 0.0
     failed_until: float = 0.0
     failures: int = 0
-
-
-def host_memory_free(meminfo: Path = Path("/proc/meminfo")) -> float | None:
-    """MemAvailable / MemTotal of the machine (the sandboxes' memory is the host's)."""
-    values: dict[str, int] = {}
-    try:
-        for line in meminfo.read_text().splitlines():
-            name, _, rest = line.partition(":")
-            if name in ("MemTotal", "MemAvailable"):
-                values[name] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    total, free = values.get("MemTotal"), values.get("MemAvailable")
-    return free / total if total and free is not None else None
 
 
 class SandboxPool:

@@ -26,7 +26,8 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import LABEL_SANDBOX
 from fluffy.kernel.tools.envfilter import sandbox_environment
 from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.pool import PoolLimits, SandboxPool
+from fluffy.kernel.tools.pool import SandboxPool
+from fluffy.kernel.tools.poolslots import PoolLimits
 from tests.conftest import connect_engine
 from tests.integration.tool_support import FLUFFY, Kernel, call, demo_project
 

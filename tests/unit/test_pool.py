@@ -14,10 +14,10 @@ import pytest
 from fluffy.errors import EngineOperationFailed
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.memory_guard import MemoryGuard
-from fluffy.kernel.tools.pool import (
+from fluffy.kernel.tools.pool import SandboxPool
+from fluffy.kernel.tools.poolslots import (
     PoolLimits,
     Recipe,
-    SandboxPool,
     Slot,
     folder_identity,
     host_memory_free,

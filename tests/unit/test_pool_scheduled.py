@@ -8,7 +8,8 @@ import asyncio
 from pathlib import Path
 
 from fluffy.kernel.policy.tool_settings import SchedulerSettings
-from fluffy.kernel.tools.pool import POOL_PRIORITY, PoolLimits, SandboxPool
+from fluffy.kernel.tools.pool import POOL_PRIORITY, SandboxPool
+from fluffy.kernel.tools.poolslots import PoolLimits
 from fluffy.kernel.tools.routedcall import CALL_PRIORITY, TURN_PRIORITY
 from fluffy.kernel.tools.scheduling import SchedulerBridge
 from tests.unit.test_pool import Maker, recipe, settle, sync
