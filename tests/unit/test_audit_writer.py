@@ -21,9 +21,10 @@ import aiosqlite
 import pytest
 
 from fluffy.errors import AuditUnavailable
+from fluffy.kernel.audit import log as log_module
 from fluffy.kernel.audit import sqlwrites
 from fluffy.kernel.audit.entry import Event
-from fluffy.kernel.audit.log import INLINE_BUDGET_S, INLINE_ROWS, AuditLog
+from fluffy.kernel.audit.log import INLINE_ROWS, AuditLog
 from fluffy.kernel.audit.store import HEAD_SIZE, Head, HeadFile, db_path, read_head
 from fluffy.kernel.audit.verify import verify
 
@@ -55,8 +56,16 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 LOOP = threading.main_thread().name
 
 
+@pytest.fixture()
+def budget(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A commit budget a loaded machine's commits stay under (the real one, 2 ms, is
+    for a quiet disk): the tests check where commits go, not how fast the disk is."""
+    monkeypatch.setattr(log_module, "INLINE_BUDGET_S", 0.25)
+    return 0.25
+
+
 def test_an_awaited_event_commits_on_the_loop_thread_and_is_on_disk_when_it_returns(
-    tmp_path: Path, threads: list[tuple[str, int]]
+    tmp_path: Path, threads: list[tuple[str, int]], budget: float
 ) -> None:
     async def scenario() -> None:
         log = await AuditLog.open(tmp_path)
@@ -93,12 +102,12 @@ def test_buffered_rows_and_big_batches_commit_off_the_loop_thread(
 
 
 def test_slow_commits_go_to_the_connection_thread_until_they_are_fast_again(
-    tmp_path: Path, threads: list[tuple[str, int]]
+    tmp_path: Path, threads: list[tuple[str, int]], budget: float
 ) -> None:
     async def scenario() -> int:
         log = await AuditLog.open(tmp_path)
         await log.record(Event("kernel_start"))
-        log.stats.commit_ms = 25 * INLINE_BUDGET_S * 1000  # as if the disk had stalled
+        log.stats.commit_ms = 25 * budget * 1000  # as if the disk had stalled
         before = len(threads)
         await log.record(_policy(0))
         assert threads[before][0] != LOOP  # over budget: not on the loop's thread
