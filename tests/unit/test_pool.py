@@ -50,9 +50,11 @@ class Maker:
         self.fail: Exception | None = None
         self.delay = 0.0
         self.image_delay = 0.0
+        self.begun: list[Recipe] = []  # slots whose making has started
         self._ids = itertools.count()
 
     async def open_slot(self, recipe: Recipe) -> Slot:
+        self.begun.append(recipe)
         await asyncio.sleep(self.delay)
         if self.fail is not None:
             raise self.fail
@@ -341,9 +343,14 @@ async def test_a_sandbox_made_while_its_folder_is_discarded_is_dropped(tmp_path:
     await settle(subject, 1)
     maker.delay = 0.3
     subject.expect(b)
-    await asyncio.sleep(0.1)  # b's sandbox is being made ...
+    async with asyncio.timeout(5):
+        while b not in maker.begun:
+            await asyncio.sleep(0.01)  # b's sandbox is being made ...
     subject.invalidate("session ended", folder=other)  # ... when its folder goes
-    await asyncio.sleep(0.5)
+    async with asyncio.timeout(5):
+        while len(maker.opened) < 2 or maker.opened[1] not in maker.closed:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # nothing more is on its way
     assert b not in subject.idle and maker.opened[1] in maker.closed
     assert a in subject.idle  # the others stay
     await subject.close()
