@@ -74,8 +74,10 @@ class SandboxConfig(BaseModel):
         return int(self.cpu_limit * 1_000_000_000)
 
 
-#: The design's templates.  "restricted" network reaches only the kernel's proxy socket
-#: (a later module); until then those sandboxes have no network at all.
+#: The design's templates.  Every sandbox's container has no network (``--network
+#: none``); "restricted" means the kernel also puts a socket of its CONNECT proxy
+#: (:mod:`fluffy.kernel.net.proxy`) in the sandbox's folder, narrowed to the policy's
+#: network_whitelist, and that socket is its only way out.
 TEMPLATES: dict[str, SandboxConfig] = {
     "ai-provider": SandboxConfig(
         template="ai-provider",
