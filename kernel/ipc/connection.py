@@ -294,10 +294,10 @@ class Connection(asyncio.Protocol):
             self.observe(message, started, error=error)
             return
         method = message.method or ""
-        handler = server.methods.get(method)
-        if handler is None:
+        syscall = server.table.syscall(method)
+        if syscall is None:
             error = UnknownMethod(
-                f"unknown method {method!r}; methods: {', '.join(sorted(server.methods))}"
+                f"unknown method {method!r}; methods: {', '.join(sorted(server.table))}"
             )
             server.count(error.code)
             self.write(error_response(message.id, error))
@@ -305,9 +305,17 @@ class Connection(asyncio.Protocol):
             return
         server.count("requests")
         assert self.context is not None
+        try:  # the caller and the params are checked before any handler runs
+            params = syscall.accept(self.context, message.params)
+        except Exception as exc:
+            reply, refused = self.failure(message.id, method, exc)
+            self.write(reply)
+            self.observe(message, started, error=refused)
+            return
+        handler: Handler = syscall.handler
         if inspect.iscoroutinefunction(handler):
             self.in_flight[message.id] = None
-            task = asyncio.ensure_future(self.run_async(handler, message))
+            task = asyncio.ensure_future(self.run_async(handler, message, params))
             if message.id in self.in_flight:
                 self.in_flight[message.id] = task
             if len(self.in_flight) >= self.limits.max_in_flight and not self.paused:
@@ -318,7 +326,7 @@ class Connection(asyncio.Protocol):
         token = decision_var.set(None)
         result, failed = None, None
         try:
-            result = handler(self.context, message.params)
+            result = handler(self.context, params)
             reply = encode(IpcMessage(id=message.id, type="response", result=result))
         except Exception as exc:  # every failure becomes a response
             reply, failed = self.failure(message.id, method, exc)
@@ -326,12 +334,12 @@ class Connection(asyncio.Protocol):
         self.observe(message, started, result, failed, handled=True)
         decision_var.reset(token)
 
-    async def run_async(self, handler: Handler, message: IpcMessage) -> None:
+    async def run_async(self, handler: Handler, message: IpcMessage, params: Any) -> None:
         started = time.perf_counter()
         decision_var.set(None)  # this task's own copy of the context
         result, failed = None, None
         try:
-            result = await handler(self.context, message.params)  # type: ignore[arg-type]
+            result = await handler(self.context, params)  # type: ignore[arg-type]
             reply = encode(IpcMessage(id=message.id, type="response", result=result))
         except asyncio.CancelledError:
             raise

@@ -36,6 +36,7 @@ from fluffy.kernel.ipc.context import (
     Observer,
     note_decision,
 )
+from fluffy.kernel.ipc.syscalls import SyscallTable
 
 __all__ = [
     "UNAUDITED",
@@ -72,6 +73,9 @@ class Listener:
 
 @dataclass
 class KernelServer:
+    """Serves ``methods``: a :class:`SyscallTable`, or plain handlers (a sandbox socket's
+    small table, see :meth:`SyscallTable.untyped`)."""
+
     methods: Mapping[str, Handler]
     limits: Limits = field(default_factory=Limits)
     stats: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -83,6 +87,10 @@ class KernelServer:
     memory: Callable[[], dict[str, Any]] | None = None
     #: the scheduler's figures (limits, running and queued by template and priority)
     scheduler: Callable[[], dict[str, Any]] | None = None
+    table: SyscallTable = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table = SyscallTable.untyped(self.methods)
 
     async def listen(
         self,

@@ -1,0 +1,216 @@
+"""The kernel's syscall table: each IPC method declared once, typed, closed.
+
+A :class:`Syscall` declares one method: its name, its parameters as a msgspec
+``Struct`` with ``forbid_unknown_fields`` (decoded strictly -- no coercion -- before the
+handler runs), its result type, who may call it and the API version that introduced
+it.  A :class:`SyscallTable` is a set of them; a name declared twice is an error when
+the table is built, so a kernel with two handlers for one name never starts.
+
+The server (:mod:`.connection`) looks a method up, refuses a caller the declaration
+does not admit (``ipc.peer_rejected``) and params that do not decode
+(``ipc.invalid_payload``, naming the field), and only then runs the handler with the
+typed params.  Indexing a table (``table["kernel.ping"]``) gives the same checked call
+as a plain ``(context, params)`` function.
+
+Who may call: ``CLI`` is the user's own socket (binding ``"cli"``): only the user
+starts tasks, approves merges, decides exemptions.  ``ANY`` is any socket the table is
+served on; a handler that treats a plugin caller differently (``session.create``
+judges a plugin's mode change as the plugin's) does so itself.  A sandbox's own socket
+(``tool.next``, ``ai.next``, ``policy.next``) serves its own small table, built
+:meth:`SyscallTable.untyped` from plain handlers: those check their params themselves.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.kernel.ipc.context import CallContext, Handler
+
+#: the user's CLI socket only (binding ``"cli"``)
+CLI: Literal["cli"] = "cli"
+#: any socket the table is served on
+ANY: Literal["any"] = "any"
+Callers = Literal["cli", "any"]
+
+#: a result that is a free-form JSON object (its fields are documented in docs/ipc.md)
+Free = dict[str, Any]
+
+P = TypeVar("P")
+
+WHY = (
+    "the kernel decodes each syscall's params strictly before anything runs: an unknown "
+    "field, a missing one or a value of the wrong type is refused, never coerced"
+)
+
+
+class NoParams(msgspec.Struct, forbid_unknown_fields=True):
+    """The params of a syscall that takes none (``null`` or ``{}`` on the wire)."""
+
+
+class DuplicateSyscall(ValueError):
+    """Two declarations of one method name: a bug in the kernel, found at start-up."""
+
+
+@dataclass(frozen=True)
+class Syscall(Generic[P]):
+    """One IPC method, declared once."""
+
+    name: str
+    #: the params' Struct (``forbid_unknown_fields``); None: untyped (a sandbox socket)
+    params: type[P] | None
+    handler: Callable[[CallContext, P], Any]
+    #: the result's type: a Struct, a documented type, or ``Free``
+    result: Any
+    #: the API version that introduced it (CHANGELOG.md)
+    since: int
+    callers: Callers = ANY
+    #: what a CLI-only call does, for the refusal: "only the user may {refusal}"
+    refusal: str = ""
+    fix: str = "Ask the user to do it in the fluffy CLI."
+
+    def admit(self, context: CallContext) -> None:
+        """Refuse a caller the declaration does not admit (before anything runs)."""
+        if self.callers == CLI and context.binding != "cli":
+            raise PeerRejected(
+                f"only the user may {self.refusal or 'call ' + self.name}",
+                why=f"this connection is {context.binding}, not the CLI's socket",
+                fix=self.fix,
+            )
+
+    def decode(self, params: Any) -> P:
+        """The params as the declared Struct (``null``: no fields given)."""
+        if self.params is None:
+            return params  # type: ignore[no-any-return]
+        try:
+            return msgspec.convert({} if params is None else params, self.params, strict=True)
+        except msgspec.ValidationError as exc:
+            raise InvalidPayload(
+                f"{self.name}: {explain(exc)}",
+                why=WHY,
+                fix=f"Send {signature(self.params)} (docs/ipc.md, the method table).",
+            ) from None
+
+    def accept(self, context: CallContext, params: Any) -> P:
+        self.admit(context)
+        return self.decode(params)
+
+    def with_handler(self, handler: Callable[[CallContext, P], Any]) -> Syscall[P]:
+        return replace(self, handler=handler)
+
+    def checked(self) -> Handler:
+        """A plain ``(context, params)`` handler: admit, decode, then run (sync or async
+        like the declared handler)."""
+        handler = self.handler
+        if inspect.iscoroutinefunction(handler):
+
+            async def run_async(context: CallContext, params: Any) -> Any:
+                return await handler(context, self.accept(context, params))
+
+            return run_async
+
+        def run(context: CallContext, params: Any) -> Any:
+            return handler(context, self.accept(context, params))
+
+        return run
+
+
+_MISSING = re.compile(r"Object missing required field `([^`]*)`(?: - at `\$([^`]*)`)?")
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$([^`]*)`)?")
+_AT = re.compile(r"(.*) - at `\$([^`]*)`")
+
+
+def explain(error: msgspec.ValidationError) -> str:
+    """msgspec's message with the field named as the caller wrote it:
+    ``missing request_id``, ``unknown field extra``, ``provider.model: expected ...``."""
+    text = str(error)
+    if found := _MISSING.fullmatch(text):
+        return f"params: missing {_field(found[2], found[1])}"
+    if found := _UNKNOWN.fullmatch(text):
+        return f"params: unknown field {_field(found[2], found[1])}"
+    if found := _AT.fullmatch(text):
+        return f"params.{_field(found[2])}: {found[1][:1].lower()}{found[1][1:]}"
+    return f"params: {text[:1].lower()}{text[1:]}"  # the params themselves (not an object)
+
+
+def _field(at: str | None, name: str = "") -> str:
+    path = (at or "").lstrip(".")
+    return f"{path}.{name}" if path and name else path or name
+
+
+def signature(params: type[Any]) -> str:
+    """``{session_id, text, provider?}``: the fields a Struct takes (``?``: optional)."""
+    fields = msgspec.structs.fields(params)
+    names = [f.encode_name + ("" if f.required else "?") for f in fields]
+    return "{" + ", ".join(names) + "}" if names else "no params (null or {})"
+
+
+class SyscallTable(Mapping[str, Handler]):
+    """A closed set of syscalls; a name declared twice raises :class:`DuplicateSyscall`.
+
+    As a mapping it gives each method's checked handler (admit, decode, run).
+    """
+
+    def __init__(self, *groups: Iterable[Syscall[Any]] | SyscallTable) -> None:
+        self._syscalls: dict[str, Syscall[Any]] = {}
+        self._plain: Mapping[str, Handler] | None = None
+        for group in groups:
+            for syscall in group.syscalls() if isinstance(group, SyscallTable) else group:
+                first = self._syscalls.get(syscall.name)
+                if first is not None:
+                    raise DuplicateSyscall(
+                        f"the syscall {syscall.name!r} is declared twice "
+                        f"({_where(first)} and {_where(syscall)}): one would shadow the other. "
+                        "Fix: keep one declaration."
+                    )
+                self._syscalls[syscall.name] = syscall
+
+    @classmethod
+    def untyped(cls, methods: Mapping[str, Handler]) -> SyscallTable:
+        """A table of plain handlers (a sandbox socket's): params passed as sent, any
+        caller on that socket; the handlers check both themselves.  The mapping is
+        asked for each name (a plugin socket's answers every other name with a denial)."""
+        if isinstance(methods, SyscallTable):
+            return methods
+        table = cls()
+        table._plain = methods
+        return table
+
+    def syscall(self, name: str) -> Syscall[Any] | None:
+        found = self._syscalls.get(name)
+        if found is None and self._plain is not None:
+            handler = self._plain.get(name)
+            return None if handler is None else Syscall(name, None, handler, Any, since=0)
+        return found
+
+    def syscalls(self) -> list[Syscall[Any]]:
+        return list(self._syscalls.values())
+
+    def replaced(self, name: str, handler: Callable[[CallContext, Any], Any]) -> SyscallTable:
+        """This table with one method's handler replaced (its declaration kept)."""
+        return SyscallTable(
+            s.with_handler(handler) if s.name == name else s for s in self._syscalls.values()
+        )
+
+    def __getitem__(self, name: str) -> Handler:
+        found = self.syscall(name)
+        if found is None:
+            raise KeyError(name)
+        return found.checked()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._plain if self._plain is not None else self._syscalls)
+
+    def __len__(self) -> int:
+        return len(self._plain if self._plain is not None else self._syscalls)
+
+
+def _where(syscall: Syscall[Any]) -> str:
+    handler = syscall.handler
+    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', '?')}"
