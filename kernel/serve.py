@@ -13,12 +13,13 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from fluffy import __version__
 from fluffy.errors import ConfigError
 from fluffy.kernel import process_tuning
-from fluffy.kernel.ai.assemble import assemble_ai
+from fluffy.kernel.ai.assemble import AiLayer, assemble_ai
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
@@ -26,6 +27,7 @@ from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.audit.storage import StorageSettings
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
+from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.plugins.methods import plugin_methods
 from fluffy.kernel.policy.audited import AuditedPolicy
@@ -35,7 +37,7 @@ from fluffy.kernel.policy.methods import policy_methods
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.policy.rules import BrokenRules, ProjectRules, rules_dir
 from fluffy.kernel.project.defaults import project_policy
-from fluffy.kernel.project.layout import detect_layout
+from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.project.methods import project_methods
 from fluffy.kernel.tools.assemble import ToolPath, assemble_tools
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
@@ -104,6 +106,34 @@ async def load_rules(
     return rules
 
 
+def kernel_syscalls(
+    *,
+    workflow: Workflow,
+    accepting_work: Callable[[], bool],
+    front: AuditedPolicy,
+    policy_path: Path | None,
+    state_dir: Path,
+    audit: AuditLog,
+    reloaded: Callable[[PolicyFile], None],
+    default_text: str | None,
+    rules: ProjectRules | None,
+    project: Path | None,
+    layout: Layout | None,
+    tools: ToolPath,
+    ai: AiLayer,
+) -> SyscallTable:
+    """The kernel's syscall table: every feature's declarations joined into one closed
+    set (a name declared twice raises :class:`DuplicateSyscall` here, at start-up)."""
+    return SyscallTable(
+        default_methods(),
+        workflow_methods(workflow, accepting_work),
+        policy_methods(front, policy_path, state_dir, audit, reloaded, default_text, rules),
+        project_methods(project, layout, default_text is not None, tools.environment),
+        plugin_methods(front, audit, state_dir, lambda: tools.plugins),
+        ai.methods(tools.methods()),
+    )
+
+
 async def serve(
     socket_path: Path,
     state_dir: Path,
@@ -149,14 +179,21 @@ async def serve(
     guard.check()
     watcher = asyncio.create_task(guard.watch(), name="memory-guard")
     policy_path = project / ".fluffy" / "policy.yaml" if project is not None else None
-    methods = {
-        **default_methods(),
-        **workflow_methods(workflow, lambda: guard.accepting_work),
-        **policy_methods(front, policy_path, state_dir, audit, reloaded, default_text, rules),
-        **project_methods(project, layout, default_text is not None, tools.environment),
-        **plugin_methods(front, audit, state_dir, lambda: tools.plugins),
-        **ai.methods(tools.methods()),
-    }
+    methods = kernel_syscalls(
+        workflow=workflow,
+        accepting_work=lambda: guard.accepting_work,
+        front=front,
+        policy_path=policy_path,
+        state_dir=state_dir,
+        audit=audit,
+        reloaded=reloaded,
+        default_text=default_text,
+        rules=rules,
+        project=project,
+        layout=layout,
+        tools=tools,
+        ai=ai,
+    )
     server = KernelServer(methods, limits or Limits())
     server.observer = SyscallAuditor(audit, lambda: workflow.current)
     server.audit_head = lambda: audit.durable_head.to_dict() if audit.durable_head.seq else None

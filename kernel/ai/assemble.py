@@ -18,7 +18,7 @@ from fluffy.kernel.ai.provider import ProviderRunner
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
-from fluffy.kernel.ipc.server import Handler
+from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.mcp.connection import PROXY_TAG as MCP_TAG
 from fluffy.kernel.net.allowlist import AllowList
 from fluffy.kernel.net.dial import gate_dialler
@@ -39,10 +39,10 @@ class AiLayer:
     #: policy.yaml session.max_rounds: the ceiling of a turn's model rounds
     max_rounds: int = 50
 
-    def methods(self, tool_methods: dict[str, Handler]) -> dict[str, Handler]:
+    def methods(self, tool_methods: SyscallTable) -> SyscallTable:
         """The session methods, and the review methods hooked to wake waiting turns."""
         hooked = with_review_hooks(tool_methods, self.loop)
-        return {**hooked, **ai_methods(self.loop, max_rounds=lambda: self.max_rounds)}
+        return SyscallTable(hooked, ai_methods(self.loop, max_rounds=lambda: self.max_rounds))
 
     def reload(self, policy: PolicyFile) -> None:
         self.proxy.reload(AllowList.from_entries(policy.network_whitelist))

@@ -1,22 +1,23 @@
-"""The kernel's method table (closed: anything not listed is refused, nothing runs).
+"""``kernel.ping``, the one syscall of API 0 (health check and identity).
 
-Method names are the design's syscall names; later modules add theirs (``fs.read``,
-``fs.write``, ``test.run``, ...).  Each handler takes ``(context, params)``.
+Each feature declares its own syscalls beside its code (``workflow/methods.py``,
+``ai/methods.py``, ...) as :class:`~fluffy.kernel.ipc.syscalls.Syscall` records; the
+kernel joins them into one :class:`~fluffy.kernel.ipc.syscalls.SyscallTable`
+(:func:`fluffy.kernel.serve.kernel_syscalls`), closed: anything not listed is refused
+and nothing runs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fluffy.errors import InvalidPayload
 from fluffy.ipc.protocol import KERNEL_VERSION
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import Free, NoParams, Syscall, SyscallTable
 
 
-def ping(context: CallContext, params: Any) -> dict[str, Any]:
+def ping(context: CallContext, params: NoParams) -> dict[str, Any]:
     """Health check; shows the caller's identity and the audit head (for an outside witness)."""
-    if params not in (None, {}):
-        raise InvalidPayload("kernel.ping takes no parameters")
     peer = context.peer
     head, memory = context.server.audit_head, context.server.memory
     scheduler = context.server.scheduler
@@ -38,5 +39,5 @@ def ping(context: CallContext, params: Any) -> dict[str, Any]:
     }
 
 
-def default_methods() -> dict[str, Handler]:
-    return {"kernel.ping": ping}
+def default_methods() -> SyscallTable:
+    return SyscallTable([Syscall("kernel.ping", NoParams, ping, Free, since=0)])

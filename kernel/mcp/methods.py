@@ -10,19 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from fluffy.kernel.audit.entry import Event
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
 from fluffy.kernel.mcp.servers import PREFIX, split_name
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.workflow.methods import _user_only
 
 
-def mcp_methods(router: ToolRouter) -> dict[str, Handler]:
-    async def list_servers(context: CallContext, params: Any) -> dict[str, Any]:
+def mcp_methods(router: ToolRouter) -> SyscallTable:
+    async def list_servers(context: CallContext, params: NoParams) -> dict[str, Any]:
         servers = router.mcp.status() if router.mcp is not None else []
         return {"servers": servers}
 
-    async def reload(context: CallContext, params: Any) -> dict[str, Any]:
-        _user_only(context, "reload the project's MCP servers")
+    async def reload(context: CallContext, params: NoParams) -> dict[str, Any]:
         mcp = router.mcp
         if mcp is None:
             return {"servers": [], "stopped": [], "tools": 0}
@@ -47,4 +46,17 @@ def mcp_methods(router: ToolRouter) -> dict[str, Handler]:
             )
         return {"servers": mcp.status(), "stopped": stopped, "tools": len(specs)}
 
-    return {"mcp.list": list_servers, "mcp.reload": reload}
+    return SyscallTable(
+        [
+            Syscall("mcp.list", NoParams, list_servers, Free, since=1),
+            Syscall(
+                "mcp.reload",
+                NoParams,
+                reload,
+                Free,
+                since=1,
+                callers=CLI,
+                refusal="reload the project's MCP servers",
+            ),
+        ]
+    )

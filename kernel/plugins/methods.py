@@ -45,7 +45,8 @@ from fluffy.errors import (
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import Free, Syscall, SyscallTable
 from fluffy.kernel.plugins.install import InstallPlan, read_home
 from fluffy.kernel.plugins.precheck import precheck
 from fluffy.kernel.plugins.scan import discover
@@ -71,20 +72,6 @@ class InstallParams(msgspec.Struct, forbid_unknown_fields=True):
     digest: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
 
 
-def _params(params: Any) -> InstallParams:
-    try:
-        found = msgspec.convert(params, InstallParams)
-    except msgspec.ValidationError as exc:
-        raise InvalidPayload(
-            f"plugin.install: {exc}",
-            fix="Send {source: str, files: [{path, data (base64)}], approve?: bool, "
-            "digest?: str} (the CLI does: `fluffy plugin install PATH`).",
-        ) from None
-    if found.approve is not None and found.digest is None:
-        raise InvalidPayload("plugin.install: an answer (approve) names the plan's digest")
-    return found
-
-
 def _as_source(error: PluginError, folder: Path, source: str) -> PluginError:
     """The error with the kernel's private review folder named as the user's folder."""
     here = str(folder)
@@ -101,7 +88,7 @@ def plugin_methods(
     state_dir: Path,
     plugins: Callable[[], Activated | None],
     store: PluginStore | None = None,
-) -> dict[str, Handler]:
+) -> SyscallTable:
     """``plugins``: the kernel's activated plugins (their registry knows the names taken)."""
     home = store or PluginStore.default()
 
@@ -195,8 +182,9 @@ def plugin_methods(
         )
         return error
 
-    async def install(context: CallContext, params: Any) -> dict[str, Any]:
-        asked = _params(params)
+    async def install(context: CallContext, asked: InstallParams) -> dict[str, Any]:
+        if asked.approve is not None and asked.digest is None:
+            raise InvalidPayload("plugin.install: an answer (approve) names the plan's digest")
         if context.binding != "cli":
             raise await refuse(
                 context,
@@ -259,4 +247,5 @@ def plugin_methods(
         )
         return {"approved": True, "plan": shown}
 
-    return {"plugin.install": install}
+    # callers: any -- a call from another socket is refused *and recorded* by the handler
+    return SyscallTable([Syscall("plugin.install", InstallParams, install, Free, since=1)])

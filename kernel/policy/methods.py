@@ -18,10 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from fluffy.errors import InvalidPayload, PolicyError
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import Free, NoParams, Syscall, SyscallTable
 from fluffy.kernel.policy.audited import AuditedPolicy, recent_requests
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.extensions import ExtensionHost
@@ -36,6 +39,16 @@ from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.policy.rules import ProjectRules, check_changes
 
 Reloaded = Callable[[PolicyFile], None]
+
+
+class UpdateParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``text`` and/or ``rules``; ``approve`` applies the plan (the user's CLI only)."""
+
+    text: str | None = None
+    #: the project's rules to change: name -> new text (None: remove the rule)
+    rules: dict[str, str | None] | None = None
+    approve: bool = False
+    phrase: str | None = None
 
 
 async def _shielded_start(rules: ProjectRules, after: dict[str, str]) -> ExtensionHost | None:
@@ -78,7 +91,7 @@ def policy_methods(
     on_reload: Reloaded | None = None,
     default_text: str | None = None,
     rules: ProjectRules | None = None,
-) -> dict[str, Handler]:
+) -> SyscallTable:
     """``default_text``: the defaults the kernel applies while the file does not exist;
     ``rules``: the project's extension rules (``policy.update`` may change them too)."""
 
@@ -89,9 +102,7 @@ def policy_methods(
 
     lock = asyncio.Lock()
 
-    async def get(context: CallContext, params: Any) -> dict[str, Any]:
-        if params not in (None, {}):
-            raise InvalidPayload("policy.get takes no parameters")
+    async def get(context: CallContext, params: NoParams) -> dict[str, Any]:
         is_file = policy_path is not None and policy_path.is_file()
         found, unreadable = _read_rules(rules)
         return {
@@ -102,31 +113,28 @@ def policy_methods(
             "rules_error": unreadable,
         }
 
-    async def update(context: CallContext, params: Any) -> dict[str, Any]:
-        if not isinstance(params, dict) or not (
-            isinstance(params.get("text"), str) or params.get("rules") is not None
-        ):
+    async def update(context: CallContext, params: UpdateParams) -> dict[str, Any]:
+        if params.text is None and params.rules is None:
             raise InvalidPayload(
                 "policy.update needs {text?: str, rules?: {name: text|null}, approve?: bool, "
                 "phrase?: str} with text or rules"
             )
-        unknown = set(params) - {"text", "rules", "approve", "phrase"}
-        if unknown:
-            raise InvalidPayload(f"policy.update: unknown parameters {', '.join(sorted(unknown))}")
         if policy_path is None:
             raise PolicyError(
                 "this kernel has no project, so no policy file to change",
                 fix="Start the kernel with --project.",
             )
-        changes = params.get("rules")
+        changes = params.rules
         if changes is not None and rules is None:
             raise PolicyError("this kernel has no project rules folder to change")
         async with lock:  # one update at a time: each is planned on what is in force
             return await _update(context, params, changes)
 
-    async def _update(context: CallContext, params: dict[str, Any], changes: Any) -> dict[str, Any]:
+    async def _update(
+        context: CallContext, params: UpdateParams, changes: dict[str, str | None] | None
+    ) -> dict[str, Any]:
         assert policy_path is not None
-        text = params["text"] if isinstance(params.get("text"), str) else current_text()
+        text = params.text if params.text is not None else current_text()
         is_user = context.binding == "cli"
         caller = Caller("user") if is_user else Caller(context.plugin_name or "plugin")
         decision = front.evaluate(Request("policy.update", caller))
@@ -157,14 +165,14 @@ def policy_methods(
                 "ai_changes": plan.ai_changed,
                 "rules": sorted(after) if after is not None else None,
             }
-            if not params.get("approve"):
+            if not params.approve:
                 return answer
             if decision.result == "deny" or not is_user:
                 raise PolicyError(
                     "the policy update was not approved by the user",
                     why="policy.update always requires human review, given on the CLI",
                 )
-            if plan.needs_phrase and params.get("phrase") != CONFIRM_PHRASE:
+            if plan.needs_phrase and params.phrase != CONFIRM_PHRASE:
                 raise PolicyError(
                     f"{plan.breaking} breaking changes need the confirmation phrase",
                     fix=f'Send the phrase exactly: "{CONFIRM_PHRASE}".',
@@ -194,9 +202,9 @@ def policy_methods(
 
     async def _apply(
         plan: UpdatePlan,
-        params: dict[str, Any],
+        params: UpdateParams,
         text: str,
-        changes: Any,
+        changes: dict[str, str | None] | None,
         after: dict[str, str] | None,
         candidate: ExtensionHost | None,
         decided_by: str | None,
@@ -226,12 +234,19 @@ def policy_methods(
             metadata=metadata,
         )
         await audit.record(event)  # on record before anything changes (raises: nothing done)
-        if "text" in params and (text != before or not policy_path.is_file()):
-            apply_update(policy_path, plan, reviewed=True, phrase=params.get("phrase"))
+        if params.text is not None and (text != before or not policy_path.is_file()):
+            apply_update(policy_path, plan, reviewed=True, phrase=params.phrase)
         if changes is not None and rules is not None:
             await asyncio.to_thread(rules.install, changes, candidate)
         front.swap(plan.engine)
         if on_reload is not None:
             on_reload(plan.policy)
 
-    return {"policy.get": get, "policy.update": update}
+    return SyscallTable(
+        [
+            Syscall("policy.get", NoParams, get, Free, since=1),
+            # any caller may ask for a plan; only the user's CLI applies one (checked in
+            # the handler, after the plan: a plugin's attempt is judged and audited)
+            Syscall("policy.update", UpdateParams, update, Free, since=1),
+        ]
+    )

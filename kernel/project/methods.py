@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fluffy.errors import InvalidPayload
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import Free, NoParams, Syscall, SyscallTable
 from fluffy.kernel.project.layout import Layout
 
 EnvStatus = Callable[[], dict[str, Any] | None]
@@ -25,10 +25,8 @@ def project_methods(
     layout: Layout | None,
     default_policy: bool,
     environment: EnvStatus | None = None,
-) -> dict[str, Handler]:
-    async def info(context: CallContext, params: Any) -> dict[str, Any]:
-        if params not in (None, {}):
-            raise InvalidPayload("project.info takes no parameters")
+) -> SyscallTable:
+    async def info(context: CallContext, params: NoParams) -> dict[str, Any]:
         has_config = project is not None and (project / ".fluffy").is_dir()
         env = await asyncio.to_thread(environment) if environment is not None else None
         return {
@@ -42,4 +40,4 @@ def project_methods(
             "environment": env,
         }
 
-    return {"project.info": info}
+    return SyscallTable([Syscall("project.info", NoParams, info, Free, since=1)])

@@ -20,7 +20,7 @@ from typing import Any
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.containers.runtime import sandbox_identity
-from fluffy.kernel.ipc.server import Handler
+from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.memory_guard import MemoryGuard
@@ -108,8 +108,10 @@ class ToolPath:
     scheduler: SchedulerBridge
     plugins: Activated | None = None
 
-    def methods(self) -> dict[str, Handler]:
-        return {**tool_methods(self.router, self.scheduler.figures), **mcp_methods(self.router)}
+    def methods(self) -> SyscallTable:
+        return SyscallTable(
+            tool_methods(self.router, self.scheduler.figures), mcp_methods(self.router)
+        )
 
     def pool_stats(self) -> dict[str, Any] | None:
         """The warm pool's figures (idle sandboxes, taken, missed, ...); None: no pool."""

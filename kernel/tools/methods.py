@@ -1,8 +1,9 @@
-"""The tool path's syscalls: ``tool.*``, ``review.*`` and ``session.message``.
+"""The tool path's syscalls: ``tool.*`` and ``review.*``.
 
 ``tool.call`` / ``tool.batch`` are the AI's tool calls (relayed by the CLI's socket
-here; in [8/9] the kernel's session loop calls the router directly).  Only the user
-(the CLI's socket) approves or rejects a merge, or sends the message that starts a task.
+here; the kernel's session loop calls the router directly).  Only the user (the CLI's
+socket) approves or rejects a merge; ``session.message``, which starts a task, is the
+AI layer's (``kernel/ai/methods.py``).
 Plugin sandboxes never see these methods: each has its own socket with only
 ``tool.next`` / ``tool.result``.
 """
@@ -13,60 +14,74 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from fluffy.errors import InvalidPayload
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.workflow.methods import _params, _user_only, _view
+from fluffy.kernel.workflow.methods import OptionalSessionParams, SessionParams
 
 MAX_BATCH = 32
 
 
+class CallParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    tool: str
+    args: dict[str, Any] | None = None  # None: {}
+    call_id: str | None = None
+
+
+class BatchParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    calls: list[dict[str, Any]]  # each {tool, args}; at most MAX_BATCH
+
+
+class ApproveParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    plan_id: str  # the plan review.show answered: an approval is for what was shown
+
+
+class AddTestsParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    plan_id: str | None = None
+
+
+class RejectParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    plan_id: str | None = None
+    reason: str | None = None
+
+
 def tool_methods(
     router: ToolRouter, scheduler: Callable[[], dict[str, Any]] | None = None
-) -> dict[str, Handler]:
+) -> SyscallTable:
     flow = router.flow
 
-    async def list_tools(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, (), ("session_id",))
-        available = await router.available(p["session_id"]) if p.get("session_id") else None
+    async def list_tools(context: CallContext, p: OptionalSessionParams) -> dict[str, Any]:
+        available = await router.available(p.session_id) if p.session_id else None
         return {
             "tools": [spec.public() for spec in sorted(router.tools(), key=lambda s: s.name)],
             "available": available,
         }
 
-    async def call(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id", "tool"), ("args", "call_id"))
-        return await router.call(
-            str(p["session_id"]), str(p["tool"]), p.get("args") or {}, call_id=p.get("call_id")
-        )
+    async def call(context: CallContext, p: CallParams) -> dict[str, Any]:
+        return await router.call(p.session_id, p.tool, p.args or {}, call_id=p.call_id)
 
-    async def batch(context: CallContext, params: Any) -> list[dict[str, Any]]:
-        p = _params(params, ("session_id", "calls"))
-        calls = p["calls"]
-        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-            raise InvalidPayload("calls must be a list of {tool, args} objects")
-        if len(calls) > MAX_BATCH:
+    async def batch(context: CallContext, p: BatchParams) -> list[dict[str, Any]]:
+        if len(p.calls) > MAX_BATCH:
             raise InvalidPayload(f"at most {MAX_BATCH} calls in one batch")
-        return await router.batch(str(p["session_id"]), calls)
+        return await router.batch(p.session_id, p.calls)
 
-    async def status(context: CallContext, params: Any) -> dict[str, Any]:
+    async def status(context: CallContext, p: NoParams) -> dict[str, Any]:
         return {
             "breakers": {k: v.to_dict() for k, v in router.breakers.snapshot().items()},
             "fast_path": router.settings.fast_path,
             "scheduler": scheduler() if scheduler is not None else None,
         }
 
-    async def message(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id", "text"))
-        _user_only(context, "start a task")
-        session = await router.workflow.get(str(p["session_id"]))
-        if session.state == "idle":
-            session = (await router.workflow.fire(session.id, "user_message")).session
-        return _view(session)
-
-    async def review_show(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id",))
-        session = await router.workflow.get(str(p["session_id"]))  # a real session first
+    async def review_show(context: CallContext, p: SessionParams) -> dict[str, Any]:
+        session = await router.workflow.get(p.session_id)  # a real session first
         stage = router.workspaces.get(session.id)
         plan = await asyncio.to_thread(router.merger.plan, stage, tests_pass=True)
         return {
@@ -79,33 +94,49 @@ def tool_methods(
             "diff": plan.diff,
         }
 
-    async def approve(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id", "plan_id"))  # what the user was shown
-        _user_only(context, "approve a merge")
-        return await flow.approve(str(p["session_id"]), by="user", plan_id=str(p["plan_id"]))
+    async def approve(context: CallContext, p: ApproveParams) -> dict[str, Any]:
+        return await flow.approve(p.session_id, by="user", plan_id=p.plan_id)
 
-    async def add_tests(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id",), ("plan_id",))
-        _user_only(context, "ask for tests before a merge")
-        plan_id = p.get("plan_id")
-        return await flow.add_tests(
-            str(p["session_id"]), by="user", plan_id=None if plan_id is None else str(plan_id)
-        )
+    async def add_tests(context: CallContext, p: AddTestsParams) -> dict[str, Any]:
+        return await flow.add_tests(p.session_id, by="user", plan_id=p.plan_id)
 
-    async def reject(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id",), ("plan_id", "reason"))
-        _user_only(context, "reject a merge")
-        session = await router.workflow.get(str(p["session_id"]))
+    async def reject(context: CallContext, p: RejectParams) -> dict[str, Any]:
+        session = await router.workflow.get(p.session_id)
         return await flow.reject(session.id)
 
-    return {
-        "tool.list": list_tools,
-        "tool.call": call,
-        "tool.batch": batch,
-        "tool.status": status,
-        "session.message": message,
-        "review.show": review_show,
-        "review.approve": approve,
-        "review.reject": reject,
-        "review.add_tests": add_tests,
-    }
+    return SyscallTable(
+        [
+            Syscall("tool.list", OptionalSessionParams, list_tools, Free, since=1),
+            Syscall("tool.call", CallParams, call, Free, since=1),
+            Syscall("tool.batch", BatchParams, batch, list[Free], since=1),
+            Syscall("tool.status", NoParams, status, Free, since=1),
+            Syscall("review.show", SessionParams, review_show, Free, since=1),
+            Syscall(
+                "review.approve",
+                ApproveParams,
+                approve,
+                Free,
+                since=1,
+                callers=CLI,
+                refusal="approve a merge",
+            ),
+            Syscall(
+                "review.reject",
+                RejectParams,
+                reject,
+                Free,
+                since=1,
+                callers=CLI,
+                refusal="reject a merge",
+            ),
+            Syscall(
+                "review.add_tests",
+                AddTestsParams,
+                add_tests,
+                Free,
+                since=1,
+                callers=CLI,
+                refusal="ask for tests before a merge",
+            ),
+        ]
+    )

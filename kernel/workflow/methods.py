@@ -3,34 +3,57 @@
 The caller's identity comes from the socket binding, never from the request: only the
 CLI's socket speaks for the user (``approved`` is honoured from it alone); a plugin that
 asks for a mode change is the plugin, and the policy engine judges it as such.
+``session.cancel`` is the AI layer's (``kernel/ai/methods.py``): it stops a running turn,
+then cancels the workflow's session.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from fluffy.errors import InvalidPayload, KernelOverloaded, PeerRejected
-from fluffy.kernel.ipc.server import CallContext, Handler
+import msgspec
+
+from fluffy.errors import KernelOverloaded
+from fluffy.kernel.ipc.context import CallContext
+from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
 from fluffy.kernel.policy.engine import Caller
 from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.states import Mode
 from fluffy.kernel.workflow.store import SessionRow
 
 
-def _params(
-    params: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise InvalidPayload("params must be an object")
-    unknown = set(params) - set(required) - set(optional)
-    missing = [key for key in required if key not in params]
-    if unknown or missing:
-        missing_text = ", ".join(missing) or "nothing"
-        unknown_text = ", ".join(sorted(unknown)) or "nothing"
-        raise InvalidPayload(f"params: missing {missing_text}; unknown {unknown_text}")
-    return params
+class CreateParams(msgspec.Struct, forbid_unknown_fields=True):
+    mode: str = "strict"
+    approved: bool = False  # honoured from the CLI's socket only
+
+
+class OptionalSessionParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str | None = None  # None: the latest session
+
+
+class SessionParams(msgspec.Struct, forbid_unknown_fields=True):
+    """The params of a syscall about one session."""
+
+    session_id: str
+
+
+class SetModeParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    mode: str
+    approved: bool = False  # honoured from the CLI's socket only
+
+
+class ExemptionParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    category: str
+    paths: list[str]
+    reason: str
+
+
+#: a session as the workflow syscalls answer it (``_view``): session_id, mode, state,
+#: exemption, exemption_pending, unverified, updated_at
+SessionView = Free
 
 
 def _view(session: SessionRow) -> dict[str, Any]:
@@ -46,18 +69,6 @@ def _view(session: SessionRow) -> dict[str, Any]:
     }
 
 
-def _user_only(
-    context: CallContext, what: str, fix: str = "Ask the user to do it in the fluffy CLI."
-) -> None:
-    """Refuse a call that did not come over the user's CLI socket."""
-    if context.binding != "cli":
-        raise PeerRejected(
-            f"only the user may {what}",
-            why=f"this connection is {context.binding}, not the CLI's socket",
-            fix=fix,
-        )
-
-
 def _caller(context: CallContext) -> tuple[Caller, bool]:
     if context.binding == "cli":
         return Caller("user"), True
@@ -66,57 +77,51 @@ def _caller(context: CallContext) -> tuple[Caller, bool]:
 
 def workflow_methods(
     workflow: Workflow, accepting_work: Callable[[], bool] = lambda: True
-) -> dict[str, Handler]:
-    async def create(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, (), ("mode", "approved"))
+) -> SyscallTable:
+    async def create(context: CallContext, p: CreateParams) -> dict[str, Any]:
         if not accepting_work():
             raise KernelOverloaded("no new session now: the kernel is short of memory")
         caller, is_user = _caller(context)  # a plugin asking for a mode is judged as itself
-        approved = bool(p.get("approved")) and is_user
-        session = await workflow.new_session(p.get("mode", "strict"), caller, approved=approved)
+        approved = p.approved and is_user
+        # a mode not in MODES is refused by set_mode (ModeDenied names the modes)
+        session = await workflow.new_session(cast(Mode, p.mode), caller, approved=approved)
         return _view(session)
 
-    async def get(context: CallContext, params: Any) -> dict[str, Any] | None:
-        p = _params(params, (), ("session_id",))
-        session_id = p.get("session_id") or await workflow.store.latest_session()
+    async def get(context: CallContext, p: OptionalSessionParams) -> dict[str, Any] | None:
+        session_id = p.session_id or await workflow.store.latest_session()
         return _view(await workflow.get(session_id)) if session_id else None
 
-    async def set_mode(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id", "mode"), ("approved",))
+    async def set_mode(context: CallContext, p: SetModeParams) -> dict[str, Any]:
         caller, is_user = _caller(context)
-        approved = bool(p.get("approved")) and is_user
+        approved = p.approved and is_user
         # the policy front notes its decision (and the request) for this call's audit entry
-        outcome = await workflow.set_mode(p["session_id"], p["mode"], caller, approved=approved)
+        outcome = await workflow.set_mode(p.session_id, p.mode, caller, approved=approved)
         return _view(outcome.session)
 
-    async def exemption(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id", "category", "paths", "reason"))
-        _user_only(  # granted at once: only the user's own request is
-            context,
-            "grant themselves a TDD exemption",
-            fix="The AI asks with the workflow.request_exemption tool; the user decides.",
-        )
-        if not isinstance(p["paths"], list) or not all(isinstance(x, str) for x in p["paths"]):
-            raise InvalidPayload("paths must be a list of strings")
-        outcome = await workflow.request_exemption(
-            p["session_id"], str(p["category"]), p["paths"], str(p["reason"])
-        )
+    async def exemption(context: CallContext, p: ExemptionParams) -> dict[str, Any]:
+        outcome = await workflow.request_exemption(p.session_id, p.category, p.paths, p.reason)
         return _view(outcome.session)
 
-    async def cancel(context: CallContext, params: Any) -> dict[str, Any]:
-        p = _params(params, ("session_id",))
-        return _view((await workflow.cancel(p["session_id"])).session)
+    async def history(context: CallContext, p: SessionParams) -> list[dict[str, Any]]:
+        await workflow.get(p.session_id)  # verified against the chain first
+        return await workflow.store.history(p.session_id)
 
-    async def history(context: CallContext, params: Any) -> list[dict[str, Any]]:
-        p = _params(params, ("session_id",))
-        await workflow.get(p["session_id"])  # verified against the chain first
-        return await workflow.store.history(p["session_id"])
-
-    return {
-        "session.history": history,
-        "session.create": create,
-        "session.get": get,
-        "session.set_mode": set_mode,
-        "session.cancel": cancel,
-        "workflow.request_exemption": exemption,
-    }
+    return SyscallTable(
+        [
+            Syscall("session.history", SessionParams, history, list[Free], since=1),
+            Syscall("session.create", CreateParams, create, SessionView, since=1),
+            Syscall("session.get", OptionalSessionParams, get, SessionView | None, since=1),
+            Syscall("session.set_mode", SetModeParams, set_mode, SessionView, since=1),
+            Syscall(
+                "workflow.request_exemption",
+                ExemptionParams,
+                exemption,
+                SessionView,
+                since=1,
+                # granted at once: only the user's own request is
+                callers=CLI,
+                refusal="grant themselves a TDD exemption",
+                fix="The AI asks with the workflow.request_exemption tool; the user decides.",
+            ),
+        ]
+    )

@@ -4,6 +4,8 @@
 modes (debug needs ``approved``), and a turn whose events are scripted as pages.  A
 page holding a review that needs a person holds back the later pages until
 ``review.approve`` / ``review.reject`` arrives, as the kernel's waiting turn does.
+What the CLI sends is decoded against the kernel's own declarations first (the served
+syscall table), so a CLI test fails on params the real kernel would refuse.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fluffy.errors import (
     SessionNotFound,
     UnknownMethod,
 )
+from unit.kernel_table import served_table
 
 
 def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[str, Any]]:
@@ -69,6 +72,9 @@ class FakeKernel:
 
     # -- the socket ---------------------------------------------------------------------
     def call(self, method: str, params: Any = None) -> Any:
+        declared = served_table().syscall(method)
+        if declared is not None:
+            declared.decode(params)  # ipc.invalid_payload, as the kernel answers
         params = dict(params or {})
         self.calls.append((method, params))
         handler = getattr(self, "m_" + method.replace(".", "_"), None)

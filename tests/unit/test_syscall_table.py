@@ -1,0 +1,244 @@
+"""The typed syscall table: one declaration per method, checked before any handler runs.
+
+On a real Unix socket: strict params (wrong type, unknown field, missing field, not an
+object) and a CLI-only method from another socket are refused with the stable codes,
+nothing runs, the connection stays open, and the audit observer sees a denial.  On the
+kernel's served table (built by kernel/serve.py's own function): a name declared twice
+stops start-up, every declaration is well-formed, and the table, docs/ipc.md's method
+table and CHANGELOG.md's list are the same set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+import msgspec
+import pytest
+
+from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.ipc.client import AsyncClient
+from fluffy.ipc.protocol import CURRENT_API_VERSION
+from fluffy.kernel.ipc.context import CallContext, CallRecord
+from fluffy.kernel.ipc.methods import default_methods
+from fluffy.kernel.ipc.server import KernelServer
+from fluffy.kernel.ipc.syscalls import (
+    ANY,
+    CLI,
+    DuplicateSyscall,
+    Free,
+    NoParams,
+    Syscall,
+    SyscallTable,
+)
+from fluffy.kernel.workflow.methods import workflow_methods
+from unit.kernel_table import served_table
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+class EchoParams(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+    approved: bool = False
+    limit: int | None = None
+    paths: list[str] = []
+
+
+ran: list[Any] = []
+
+
+async def echo(context: CallContext, params: EchoParams) -> dict[str, Any]:
+    ran.append(params)
+    return {"session_id": params.session_id, "approved": params.approved, "typed": True}
+
+
+def optional(context: CallContext, params: NoParams) -> str:
+    ran.append(params)
+    return "ok"
+
+
+TABLE = SyscallTable(
+    default_methods(),
+    [
+        Syscall("test.echo", EchoParams, echo, Free, since=1),
+        Syscall("test.none", NoParams, optional, str, since=1),
+        Syscall("test.user", NoParams, optional, str, since=1, callers=CLI, refusal="do it"),
+    ],
+)
+
+
+def run(coro: Awaitable[T]) -> T:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def serve(tmp: Path, binding: str = "cli") -> tuple[KernelServer, list[CallRecord], str]:
+    server = KernelServer(TABLE)
+    seen: list[CallRecord] = []
+    server.observer = seen.append
+    path = tmp / "run" / "kernel.sock"
+    await server.listen(path, binding=binding)
+    return server, seen, str(path)
+
+
+REFUSED = [
+    ({"session_id": 7}, "params.session_id: expected `str`, got `int`"),
+    ({"session_id": "s", "approved": 1}, "params.approved: expected `bool`, got `int`"),
+    ({"session_id": "s", "limit": "5"}, "params.limit: expected `int | null`, got `str`"),
+    ({"session_id": "s", "paths": ["a", 2]}, "params.paths[1]: expected `str`, got `int`"),
+    ({"session_id": "s", "mode": "x"}, "params: unknown field mode"),
+    ({"approved": True}, "params: missing session_id"),
+    (None, "params: missing session_id"),
+    (["s"], "params: expected `object`, got `array`"),
+]
+
+
+@pytest.mark.parametrize(("params", "said"), REFUSED)
+def test_params_are_decoded_strictly_before_the_handler_runs(
+    tmp_path: Path, params: Any, said: str
+) -> None:
+    async def main() -> None:
+        ran.clear()
+        server, seen, path = await serve(tmp_path)
+        client = await AsyncClient.connect(path)
+        with pytest.raises(InvalidPayload) as caught:
+            await client.call("test.echo", params)
+        # the connection stays open: the next call is served
+        answer = await client.call("test.echo", {"session_id": "s", "approved": True})
+        await client.close()
+        await server.close()
+        assert caught.value.what == f"test.echo: {said}"
+        assert caught.value.fix is not None and "{session_id, approved?" in caught.value.fix
+        assert ran == [EchoParams("s", approved=True)]  # the refused call never ran
+        assert answer == {"session_id": "s", "approved": True, "typed": True}
+        refusal = next(r for r in seen if r.error is not None)
+        assert (refusal.method, refusal.decision, refusal.rule) == (
+            "test.echo",
+            "denied",
+            "kernel.method_table",
+        )
+        assert refusal.error.code == "ipc.invalid_payload"
+
+    run(main())
+
+
+@pytest.mark.parametrize("params", [None, {}])
+def test_no_params_is_the_empty_struct(tmp_path: Path, params: Any) -> None:
+    async def main() -> None:
+        ran.clear()
+        server, _, path = await serve(tmp_path)
+        client = await AsyncClient.connect(path)
+        assert await client.call("test.none", params) == "ok"
+        with pytest.raises(InvalidPayload, match=r"test\.none: params: unknown field x"):
+            await client.call("test.none", {"x": 1})
+        await client.close()
+        await server.close()
+        assert ran == [NoParams()]
+
+    run(main())
+
+
+def test_a_cli_only_syscall_refuses_another_socket_before_reading_params(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        ran.clear()
+        server, seen, path = await serve(tmp_path, binding="sb-1")
+        client = await AsyncClient.connect(path)
+        with pytest.raises(PeerRejected) as caught:
+            await client.call("test.user", {"junk": True})  # refused as the caller first
+        assert await client.call("test.none") == "ok"  # open; any caller may call this
+        await client.close()
+        await server.close()
+        assert caught.value.what == "only the user may do it"
+        assert "sb-1" in (caught.value.why or "")
+        assert ran == [NoParams()]
+        (refusal,) = [r for r in seen if r.error is not None]
+        assert refusal.decision == "denied" and refusal.error.code == "ipc.peer_rejected"
+
+    run(main())
+
+
+def test_the_cli_socket_may_call_a_cli_only_syscall(tmp_path: Path) -> None:
+    async def main() -> None:
+        server, _, path = await serve(tmp_path, binding="cli")
+        client = await AsyncClient.connect(path)
+        assert await client.call("test.user") == "ok"
+        await client.close()
+        await server.close()
+
+    run(main())
+
+
+def test_a_name_declared_twice_is_an_error_at_start_up() -> None:
+    again = Syscall("session.create", NoParams, optional, str, since=1)
+    with pytest.raises(DuplicateSyscall, match=r"'session\.create' is declared twice"):
+        SyscallTable(workflow_methods(SimpleNamespace()), [again])  # type: ignore[arg-type]
+    with pytest.raises(DuplicateSyscall, match=r"'test\.none' is declared twice"):
+        SyscallTable(TABLE, [Syscall("test.none", NoParams, optional, str, since=1)])
+
+
+def test_every_served_declaration_is_typed_closed_and_versioned() -> None:
+    table = served_table()
+    assert table.syscall("session.message") is not None  # the AI layer's, not the tools'
+    for syscall in table.syscalls():
+        assert syscall.params is not None, syscall.name
+        assert issubclass(syscall.params, msgspec.Struct), syscall.name
+        assert syscall.params.__struct_config__.forbid_unknown_fields, syscall.name
+        assert 0 <= syscall.since <= CURRENT_API_VERSION, syscall.name
+        assert syscall.callers in (CLI, ANY), syscall.name
+        assert syscall.result is not None, syscall.name
+
+
+def test_every_cli_only_served_syscall_refuses_a_plugin_socket() -> None:
+    table = served_table()
+    plugin: Any = SimpleNamespace(binding="tool:demo:c1", plugin_name="demo")
+    cli_only = [s for s in table.syscalls() if s.callers == CLI]
+    assert {s.name for s in cli_only} >= {"session.message", "review.approve", "tool.decide"}
+    for syscall in cli_only:
+        with pytest.raises(PeerRejected, match=r"^only the user may "):
+            syscall.admit(plugin)
+        assert syscall.refusal, f"{syscall.name} says what only the user may do"
+
+
+def _doc_table() -> dict[str, tuple[int, str]]:
+    """docs/ipc.md's method table: name -> (since, who)."""
+    text = (ROOT / "docs" / "ipc.md").read_text(encoding="utf-8")
+    section = text.split("## Method table (closed)", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| method | since | who | params | result |", 1)[1]
+    table = table.split("\n\n", 1)[0]
+    rows: dict[str, tuple[int, str]] = {}
+    for line in table.splitlines():
+        found = re.match(r"\| `([a-z_.]+)` \| (\d+) \| ([^|]+) \|", line)
+        if found:
+            assert found[1] not in rows, f"docs/ipc.md lists {found[1]} twice"
+            rows[found[1]] = (int(found[2]), found[3].strip())
+    return rows
+
+
+def _changelog_list() -> dict[str, tuple[int, str]]:
+    """CHANGELOG.md's list of the syscalls served: name -> (since, who)."""
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    section = text.split("## The syscalls served", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, tuple[int, str]] = {}
+    for found in re.finditer(r"^- `([a-z_.]+)` \(API (\d+)(?:; ([^)]+))?\)$", section, re.M):
+        assert found[1] not in rows, f"CHANGELOG.md lists {found[1]} twice"
+        rows[found[1]] = (int(found[2]), found[3] or "any")
+    return rows
+
+
+def test_the_served_table_docs_and_changelog_are_the_same_set() -> None:
+    served = {s.name: s for s in served_table().syscalls()}
+    docs, changelog = _doc_table(), _changelog_list()
+    assert len(served) > 30
+    assert set(docs) == set(served), "docs/ipc.md's method table vs the served table"
+    assert set(changelog) == set(served), "CHANGELOG.md's list vs the served table"
+    for name, syscall in served.items():
+        who = "CLI only" if syscall.callers == CLI else "any"
+        assert docs[name][0] == syscall.since, f"docs/ipc.md: since of {name}"
+        assert docs[name][1].startswith(who), f"docs/ipc.md: who of {name}"
+        assert changelog[name] == (syscall.since, who), f"CHANGELOG.md: {name}"
