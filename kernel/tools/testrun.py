@@ -22,7 +22,8 @@ from fluffy.kernel.tools.routedcall import RoutedCall
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
-from fluffy.kernel.workflow.evidence import TestRun, parse_junit
+from fluffy.kernel.workflow.evidence import TestRun
+from fluffy.kernel.workflow.junit import parse_junit
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
 

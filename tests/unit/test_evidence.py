@@ -18,15 +18,13 @@ from hypothesis import strategies as st
 
 from fluffy.errors import EvidenceError
 from fluffy.kernel.workflow.evidence import (
-    MAX_REPORT_BYTES,
     WHAT_IS_RED,
-    TestCase,
     TestRun,
     TreeSnapshot,
-    parse_junit,
     run_pytest,
     snapshot_trees,
 )
+from fluffy.kernel.workflow.junit import MAX_REPORT_BYTES, TestCase, parse_junit
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_ADD = "from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"

@@ -13,7 +13,8 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.model import parse_policy
-from fluffy.kernel.workflow.evidence import TestCase, TestRun, snapshot_trees
+from fluffy.kernel.workflow.evidence import TestRun, snapshot_trees
+from fluffy.kernel.workflow.junit import TestCase
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import WorkflowStore
 

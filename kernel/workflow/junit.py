@@ -1,0 +1,186 @@
+"""pytest's JUnit XML report, read into one :class:`TestCase` per test.
+
+:func:`parse_junit` is the only reader of a report the kernel trusts as evidence
+(:mod:`fluffy.kernel.workflow.evidence` judges the cases it returns).  It refuses
+DOCTYPEs, reports over 32 MiB and malformed XML with :class:`EvidenceError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+from xml.parsers import expat
+
+from fluffy.errors import EvidenceError
+
+Outcome = Literal["passed", "failed", "error", "skipped"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+# pytest's crash message for an assertion: "assert x == y" (rewritten) or "AssertionError[: ..]".
+_ASSERTION = re.compile(r"(assert\b|AssertionError\b)")
+_CRASH_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?::.*)?)$")
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test's result as pytest reported it in JUnit XML."""
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    file: str
+    outcome: Outcome
+    assertion: bool
+    message: str
+    #: The file of the innermost traceback frame (where the failure was raised), as the
+    #: report prints it; "" when the report has no traceback.
+    origin: str = ""
+
+    def raised_in_test(self) -> bool:
+        """The failure was raised by the test's own file (not by code it called)."""
+        origin = self.origin.removeprefix("/workspace/")
+        return bool(origin) and (origin == self.file or origin.endswith("/" + self.file))
+
+
+class _Refused(Exception):
+    """Raised inside expat callbacks; mapped to :class:`EvidenceError`."""
+
+
+def _node_id(classname: str, name: str, file: str) -> tuple[str, str]:
+    """Rebuild pytest's node id (and file) from JUnit's dotted ``classname`` + ``name``.
+
+    pytest writes ``tests/test_a.py::TestK::test_m`` as classname ``tests.test_a.TestK``,
+    name ``test_m``, and a module's collection error as classname ``""``, name
+    ``tests.test_a``.  xunit1's ``file`` attribute (``run_pytest`` asks for it) makes
+    this exact; without it, trailing capitalised parts are taken to be ``Test*`` classes.
+    """
+    if file:
+        file = file.replace("\\", "/")
+        dotted = (file[:-3] if file.endswith(".py") else file).replace("/", ".")
+        if not classname and name == dotted:
+            return file, file
+        if classname == dotted or classname.startswith(dotted + "."):
+            rest = [p for p in classname[len(dotted) :].split(".") if p]
+            return "::".join([file, *rest, name]), file
+    if not classname:
+        path = name.replace(".", "/") + ".py" if name else ""
+        return path, path
+    parts = classname.split(".")
+    classes: list[str] = []
+    while len(parts) > 1 and parts[-1][:1].isupper():
+        classes.insert(0, parts.pop())
+    path = "/".join(parts) + ".py"
+    return "::".join([path, *classes, name]), path
+
+
+#: A traceback frame's location: ``path:line: ...`` (pytest's long, short and line
+#: styles) or ``File "path", line N`` (native).
+_FRAME = re.compile(r'^(?:(?P<a>[^\s:"][^:]*):\d+: |\s*File "(?P<b>[^"]+)", line \d+)')
+
+
+def _innermost(text: str) -> str:
+    """The file of the last (innermost) frame of a traceback text, or ""."""
+    found = ""
+    for line in text.splitlines():
+        match = _FRAME.match(line)
+        if match:
+            found = match.group("a") or match.group("b") or found
+    return found
+
+
+def _crash_line(text: str) -> str:
+    """The last ``E   SomeError: ...`` line of a traceback text, or ``""``."""
+    for line in reversed(text.splitlines()):
+        match = _CRASH_LINE.match(line.strip()) if line.startswith("E ") else None
+        if match:
+            return match.group(1)
+    return ""
+
+
+def parse_junit(
+    xml: bytes, *, name: str = "junit report", any_failure: bool = False
+) -> list[TestCase]:
+    """Parse pytest's ``--junitxml`` output into one :class:`TestCase` per node id.
+
+    A ``<failure>`` child means the test body failed (``outcome="failed"``); it counts as
+    an assertion only when pytest's crash message is ``assert ...`` or
+    ``AssertionError...``.  An ``<error>`` child (setup, teardown, collection) is
+    ``"error"``; ``<skipped>`` (skip and xfail) is ``"skipped"``.  pytest reports a test
+    that fails *and* errors in teardown twice; the worse outcome wins.  DOCTYPEs (and so
+    entity declarations), reports over 32 MiB and malformed XML raise
+    :class:`EvidenceError` -- never any other exception.  ``any_failure``: a report of
+    another test runner (a project's own command), where every ``<failure>`` is a failed
+    assertion (JUnit's own meaning) and ``<error>`` an unexpected exception.
+    """
+    if len(xml) > MAX_REPORT_BYTES:
+        raise EvidenceError(f"{name} is too large", why=f"{len(xml)} bytes > {MAX_REPORT_BYTES}")
+    cases: dict[str, TestCase] = {}
+    current: dict[str, Any] | None = None
+    capture: list[str] | None = None
+    root: list[str] = []
+
+    def refuse_doctype(*_: object) -> None:
+        raise _Refused("it declares a DOCTYPE (refused: entity expansion)")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        nonlocal current, capture
+        if not root:
+            root.append(tag)
+            if tag not in ("testsuites", "testsuite"):
+                raise _Refused(f"its root element is <{tag}>, not <testsuites>")
+        if tag == "testcase":
+            if current is not None:
+                raise _Refused("a <testcase> is nested in another")
+            current = {"attrs": attrs, "kind": "passed", "message": "", "text": ""}
+        elif current is not None and tag in ("failure", "error", "skipped"):
+            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+            if _RANK[kind] > _RANK[current["kind"]]:
+                current.update(kind=kind, message=attrs.get("message", ""), text="")
+                capture = []
+
+    def data(text: str) -> None:
+        if capture is not None:
+            capture.append(text)
+
+    def end(tag: str) -> None:
+        nonlocal current, capture
+        if tag in ("failure", "error", "skipped") and current is not None and capture is not None:
+            current["text"], capture = "".join(capture), None
+        elif tag == "testcase" and current is not None:
+            _add_case(cases, current, any_failure)
+            current = None
+
+    parser = expat.ParserCreate()
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    parser.StartDoctypeDeclHandler = refuse_doctype
+    parser.EntityDeclHandler = refuse_doctype
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = data
+    try:
+        parser.Parse(bytes(xml), True)
+    except _Refused as exc:
+        raise EvidenceError(f"{name} was refused", why=str(exc)) from None
+    except (expat.ExpatError, ValueError, LookupError, TypeError) as exc:
+        raise EvidenceError(f"{name} is not well-formed XML", why=str(exc)) from None
+    return list(cases.values())
+
+
+def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], any_failure: bool) -> None:
+    attrs: dict[str, str] = raw["attrs"]
+    if "name" not in attrs:
+        raise _Refused("a <testcase> has no name attribute")
+    node, file = _node_id(attrs.get("classname", ""), attrs["name"], attrs.get("file", ""))
+    outcome = cast(Outcome, raw["kind"])
+    lines = str(raw["message"]).strip().splitlines()
+    message = lines[0] if lines else ""
+    crash = _crash_line(raw["text"])
+    if message in ("", "collection failure") and crash:
+        message = f"{message}: {crash}" if message else crash
+    assertion = outcome == "failed" and (any_failure or bool(_ASSERTION.match(message)))
+    old = cases.get(node)
+    if old is None or _RANK[outcome] > _RANK[old.outcome]:
+        origin = _innermost(raw["text"])
+        cases[node] = TestCase(node, file, outcome, assertion, message[:200], origin[:500])
