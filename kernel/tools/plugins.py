@@ -29,16 +29,16 @@ from there and refuses code whose tools differ from the manifest.  Copying the v
 bytes (rather than mounting the store) leaves no window between check and use, and needs
 no extra mount.
 
-A plugin's socket serves ``tool.next``, ``tool.files`` and ``tool.result`` only.  Anything else a
-plugin calls on it is denied (``policy.*``) and audited as a ``syscall`` entry naming
-the plugin, whether or not the method is among its declared capabilities.
+A plugin's socket (:mod:`.pluginsocket`) serves ``tool.next``, ``tool.files`` and
+``tool.result`` only.  Anything else a plugin calls on it is denied (``policy.*``) and
+audited as a ``syscall`` entry naming the plugin, whether or not the method is among its
+declared capabilities.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import time
@@ -49,45 +49,33 @@ from typing import Any
 
 from fluffy.errors import (
     FluffyError,
-    InvalidPayload,
     KernelOverloaded,
-    PolicyError,
     SandboxExited,
     ToolFailed,
     ToolTimeout,
     ToolTransient,
 )
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox
-from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET, ContainerManager
-from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
+from fluffy.kernel.containers.manager import ContainerManager
+from fluffy.kernel.containers.sandboxio import socket_dir
 from fluffy.kernel.ipc.server import (
-    CallContext,
-    CallRecord,
-    Handler,
     KernelServer,
     Limits,
-    note_decision,
 )
-from fluffy.kernel.plugins.handshake import check_negotiated
-from fluffy.kernel.tools.callfiles import WRITER, parse_files, write_files
 from fluffy.kernel.tools.capabilities import Capabilities, Scope
 from fluffy.kernel.tools.pluginjob import (
-    DECLARED_TOOLS,
-    PLUGIN_CODE_DIR,
     CallRequest,
     Job,
     NeverTaken,
     PluginOutcome,
-    SocketMethods,
     ThirdPartyCode,
     connection_key,
-    first_done,
     open_call_dir,
     plugin_error,
 )
+from fluffy.kernel.tools.pluginsocket import PluginSocket, await_reply, stage_code
 from fluffy.kernel.tools.pool import Recipe, SandboxPool, Slot, folder_identity
 
 log = logging.getLogger("fluffy.kernel.tools")
@@ -119,197 +107,32 @@ class PluginRunner:
         self.jobs: dict[str, Job] = {}
         self.servers: dict[str, KernelServer] = {}
         self._cleanup: set[asyncio.Task[None]] = set()
-        #: Active third-party plugins by name (set by the kernel at start-up).
-        self.third_party: dict[str, ThirdPartyCode] = {}
+        #: What the plugins' sockets serve (the host's side of each call).
+        self.socket = PluginSocket(self.jobs, audit)
         #: Warm sandboxes (None: every call makes its own).
         self.pool: SandboxPool | None = None
-        #: Issues the capability tokens of calls that write (None: no tokens).
-        self.capabilities: Capabilities | None = None
+
+    @property
+    def third_party(self) -> dict[str, ThirdPartyCode]:
+        """Active third-party plugins by name (set by the kernel at start-up)."""
+        return self.socket.third_party
+
+    @third_party.setter
+    def third_party(self, code: dict[str, ThirdPartyCode]) -> None:
+        self.socket.third_party = code
+
+    @property
+    def capabilities(self) -> Capabilities | None:
+        """Issues the capability tokens of calls that write (None: no tokens)."""
+        return self.socket.capabilities
+
+    @capabilities.setter
+    def capabilities(self, capabilities: Capabilities | None) -> None:
+        self.socket.capabilities = capabilities
 
     def manager(self) -> ContainerManager:
         """The container manager (opened on first use: call it off the event loop)."""
         return self._manager()
-
-    # -- the plugin side's methods ------------------------------------------------------
-    def _job_of(self, context: CallContext) -> Job:
-        job = self.jobs.get(context.binding)
-        if job is None:
-            raise InvalidPayload("this socket has no tool call")
-        return job
-
-    async def _next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
-        job = self._job_of(context)
-        job.waiting.set()
-        try:
-            await job.placed.wait()  # a call is assigned (a pooled sandbox waits here)
-        except asyncio.CancelledError:
-            if not job.placed.is_set():
-                job.lost = True  # the host hung up while idle: never hand this one out
-            raise
-        if job.handed:  # one call per sandbox: the host exits on None
-            return None
-        check_negotiated(job.plugin, context.api_version, job.min_api_version)
-        job.handed = True
-        job.context = context
-        job.handed_at = time.perf_counter()
-        job.connected.set()
-        work: dict[str, Any] = {
-            "call_id": job.call_id,
-            "tool": job.tool,
-            "args": job.args,
-            "session_mode": job.session_mode,
-            "sandbox_id": job.sandbox_id,
-        }
-        if job.settings:
-            work["settings"] = job.settings
-        if job.capability is not None and self.capabilities is not None:
-            work["capability"] = await self._issue(job, context)
-        return work
-
-    async def _issue(self, job: Job, context: CallContext) -> dict[str, Any]:
-        """The call's token, bound to this sandbox and the connection that took it."""
-        assert job.capability is not None and self.capabilities is not None
-        container_id = job.sandbox.container_id if job.sandbox is not None else None
-        token = await self.capabilities.issue(
-            job.capability,
-            container_id=container_id or job.sandbox_id,
-            connection=connection_key(context),
-            ttl_s=job.timeout_s or 30.0,
-            call_id=job.call_id,
-            plugin=job.plugin,
-            sandbox_id=job.sandbox_id,
-        )
-        if self.jobs.get(context.binding) is not job:  # torn down while it was recorded
-            self.capabilities.expire(token.token_id, job.call_id, why="the call ended first")
-        else:
-            job.token = token
-        return {
-            "token": token.token_id,
-            "syscall": token.syscall,
-            "paths": sorted(token.paths or ()),
-            "max_ops": token.max_ops,
-        }
-
-    def _taker(self, context: CallContext, method: str) -> Job:
-        """The call, if ``context`` is the connection that took it and it is unanswered:
-        code the call runs (a test) can reach the same socket, but cannot answer or send
-        files in the plugin's name."""
-        job = self._job_of(context)
-        if job.context is None or context.connection is not job.context.connection:
-            raise InvalidPayload(
-                f"{method} must come from the connection that took the call (tool.next)"
-            )
-        if job.future.done():
-            raise InvalidPayload("this call was answered already")
-        return job
-
-    async def _files(self, context: CallContext, params: Any) -> None:
-        job = self._taker(context, "tool.files")
-        if job.files_refused is not None:
-            raise InvalidPayload(f"this call's files were refused already: {job.files_refused}")
-        if job.sending.locked() or job.sandbox is None:
-            raise InvalidPayload("tool.files comes one frame at a time, after tool.next")
-        async with job.sending:
-            try:
-                pieces = parse_files(params, job.call_id)
-                folder = job.sandbox.output_dir / job.call_id
-                await asyncio.get_running_loop().run_in_executor(
-                    WRITER, write_files, folder, pieces, job.received
-                )
-            except InvalidPayload as exc:
-                job.files_refused = exc.what
-                raise
-
-    async def _result(self, context: CallContext, params: Any) -> None:
-        job = self._taker(context, "tool.result")
-        if not isinstance(params, dict) or params.get("call_id") != job.call_id:
-            raise InvalidPayload("tool.result must name the call it answers (call_id)")
-        async with job.sending:  # the files in flight are written first
-            if job.future.done():
-                raise InvalidPayload("this call was answered already")
-            if job.files_refused is not None:  # the call failed: its files are incomplete
-                params = {
-                    "call_id": job.call_id,
-                    "ok": False,
-                    "error": {
-                        "code": "tool.failed",
-                        "message": f"the call's output files were refused: {job.files_refused}",
-                    },
-                }
-            job.future.set_result(params)
-
-    # -- the plugin's socket: two methods, everything else denied and audited ------------
-    def _socket_methods(self, plugin: str) -> SocketMethods:
-        code = self.third_party.get(plugin)
-        declared = code.capabilities if code is not None else ()
-
-        def deny(method: str) -> Handler:
-            def denied(context: CallContext, params: Any) -> None:
-                if method in declared:
-                    reason = (
-                        f"{method} is among {plugin}'s required capabilities, but a plugin's "
-                        "socket serves tool.next, tool.files and tool.result only"
-                    )
-                else:
-                    reason = (
-                        f"{method} is not among {plugin}'s required capabilities "
-                        f"({', '.join(declared) or 'none declared'})"
-                    )
-                note_decision("denied", "kernel.plugin_socket", reason)
-                raise PolicyError(
-                    f"plugin {plugin} may not call {method}",
-                    why=reason,
-                    fix="A plugin works through its ToolContext (the view, its output "
-                    "folder, commands in its sandbox); its socket has no other syscalls.",
-                )
-
-            return denied
-
-        methods: dict[str, Handler] = {
-            "tool.next": self._next,
-            "tool.files": self._files,
-            "tool.result": self._result,
-        }
-        return SocketMethods(methods, deny)
-
-    def _observer(self) -> Callable[[CallRecord], None] | None:
-        """Audits what a plugin's socket refused (its two own methods are not entries)."""
-        if self.audit is None:
-            return None
-        auditor = SyscallAuditor(self.audit)
-
-        def observe(record: CallRecord) -> None:
-            if record.decision == "denied":
-                auditor(record)
-
-        return observe
-
-    def _stage_code(self, code: ThirdPartyCode, folder: Path) -> list[str]:
-        """Write the plugin's verified files into the call folder; the host's command."""
-        _, files = code.store.read_verified(code.name)  # PluginTampered: nothing runs
-        target = folder / PLUGIN_CODE_DIR
-        for rel, data in files.items():
-            path = target / rel
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-            path.write_bytes(data)
-            path.chmod(0o644)
-        for sub in [target, *(p for p in target.rglob("*") if p.is_dir())]:
-            sub.chmod(0o755)
-        declared = folder / DECLARED_TOOLS
-        declared.write_text(json.dumps(code.tools), encoding="utf-8")
-        declared.chmod(0o644)
-        inside = f"{KERNEL_SOCKET_TARGET}/{PLUGIN_CODE_DIR}"
-        return [
-            "python3",
-            "-m",
-            "fluffy.sandboxes.plugin_host",
-            "--plugin-dir",
-            inside,
-            "--entry",
-            code.entry,
-            "--declared",
-            f"{KERNEL_SOCKET_TARGET}/{DECLARED_TOOLS}",
-        ]
 
     # -- making a sandbox ----------------------------------------------------------------
     def recipe(
@@ -346,8 +169,8 @@ class PluginRunner:
         slot_id = uuid.uuid4().hex[:12]
         binding = f"tool:{plugin}:{slot_id}"
         folder, options = socket_dir(self.root, f"tool-{slot_id}")
-        server = KernelServer(self._socket_methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
-        server.observer = self._observer()
+        server = KernelServer(self.socket.methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
+        server.observer = self.socket.observer()
         code = self.third_party.get(plugin)
         job = Job(
             "",
@@ -365,7 +188,7 @@ class PluginRunner:
         try:
             command = ["python3", "-m", "fluffy.sandboxes.plugin_host", recipe.module]
             if code is not None:
-                command = await asyncio.to_thread(self._stage_code, code, folder)
+                command = await asyncio.to_thread(stage_code, code, folder)
             await server.listen(folder / "kernel.sock", binding=binding, **options)
             config = template_config(
                 recipe.template,
@@ -479,7 +302,9 @@ class PluginRunner:
         created = time.perf_counter()
         manager = self.manager()  # opened already: it made this sandbox
         try:
-            reply = await self._await_reply(job, sandbox, call.timeout_s, manager)
+            reply = await await_reply(
+                job, sandbox, call.timeout_s, self.start_timeout_s, manager.runtime
+            )
             done = time.perf_counter()
         except BaseException as exc:
             failure = _failure_of(exc)
@@ -518,41 +343,6 @@ class PluginRunner:
         return PluginOutcome(
             result, Path(f"/proc/self/fd/{fd}"), sandbox, timings, fd, job.token, connection
         )
-
-    async def _await_reply(
-        self, job: Job, sandbox: Sandbox, timeout_s: float, manager: ContainerManager
-    ) -> dict[str, Any]:
-        assert sandbox.container_id is not None
-        container_id = sandbox.container_id
-        runtime = manager.runtime
-        exited = asyncio.ensure_future(
-            asyncio.to_thread(runtime.wait, container_id, timeout_s + self.start_timeout_s)
-        )
-        try:
-            try:
-                await asyncio.wait_for(
-                    first_done(job.connected.wait(), exited), self.start_timeout_s
-                )
-            except TimeoutError:
-                raise ToolTransient(
-                    f"the {sandbox.template} sandbox for {job.tool} did not connect within "
-                    f"{self.start_timeout_s:.0f}s",
-                    fix="Check `fluffy doctor` and the engine's load.",
-                ) from None
-            if not job.connected.is_set():
-                raise SandboxExited(
-                    f"the plugin sandbox for {job.tool} exited before asking for work",
-                    why=output_tail(runtime, container_id),
-                )
-            try:
-                return await asyncio.wait_for(first_done(job.future, exited, value=True), timeout_s)
-            except TimeoutError:
-                raise ToolTimeout(
-                    f"{job.tool} did not finish within {timeout_s:g}s",
-                    fix="Raise tools.call_timeout in policy.yaml, or make the work smaller.",
-                ) from None
-        finally:
-            exited.cancel()
 
     async def release(self, outcome: PluginOutcome) -> None:
         """Destroy the call's sandbox (and its output folder) in the background."""

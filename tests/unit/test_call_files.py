@@ -115,7 +115,7 @@ async def a_call(tmp_path: Path) -> AsyncIterator[tuple[Job, Path]]:
     """Call c1 of plugin demo, handed to a sandbox whose folder is ``tmp_path/out``, served
     on a real socket: (the job, the socket)."""
     runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
-    server = KernelServer(runner._socket_methods("demo"))
+    server = KernelServer(runner.socket.methods("demo"))
     job = Job("c1", "demo.echo", {}, "strict", plugin="demo")
     job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
     job.sandbox.output_dir.mkdir()

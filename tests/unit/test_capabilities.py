@@ -182,7 +182,7 @@ def test_a_token_issued_as_its_call_ends_is_revoked_at_once(tmp_path: Path) -> N
         job.capability = Scope("fs.write", ("src/a.py",))
         # the teardown ran while the issue was being recorded: the job is no longer there
         context = SimpleNamespace(binding="tool-x", connection=object())
-        shown = await runner._issue(job, context)  # type: ignore[arg-type]
+        shown = await runner.socket.issue(job, context)  # type: ignore[arg-type]
         assert job.token is None and shown["token"] not in engine.tokens.tokens
         await audit.close()
 

@@ -93,8 +93,8 @@ def test_a_plugin_socket_denies_and_audits_everything_but_its_own_methods(tmp_pa
         runner.third_party[plugin] = ThirdPartyCode(
             PluginStore(tmp_path / "store"), plugin, "plugin.py", 1, [tool()], ("fs.read",)
         )
-        server = KernelServer(runner._socket_methods(plugin))
-        server.observer = runner._observer()
+        server = KernelServer(runner.socket.methods(plugin))
+        server.observer = runner.socket.observer()
         runner.jobs[binding] = Job("c1", "demo.echo", {}, "strict", 1, plugin)
         runner.jobs[binding].placed.set()
         sock = tmp_path / "ipc" / "kernel.sock"

@@ -23,6 +23,7 @@ from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
 from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.pluginsocket import stage_code
 from tests.unit.plugin_support import make_plugin, manifest, plugin_code, tool
 
 pytestmark = pytest.mark.unit
@@ -44,14 +45,14 @@ async def serve_one(
     runner = PluginRunner(no_engine, tmp_path, environment=dict)
     runner.third_party["demo-tool"] = code_of(store)
     folder = Path(tempfile.mkdtemp(prefix="fluffy-tp-", dir="/tmp"))  # short socket path
-    command = await asyncio.to_thread(runner._stage_code, runner.third_party["demo-tool"], folder)
+    command = await asyncio.to_thread(stage_code, runner.third_party["demo-tool"], folder)
     binding = "tool:demo-tool:c1"
     job = Job("c1", "demo.echo", args, "strict", 1, "demo-tool")
     job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "received")
     job.sandbox.output_dir.mkdir(exist_ok=True)
     job.placed.set()
     runner.jobs[binding] = job
-    server = KernelServer(runner._socket_methods("demo-tool"))
+    server = KernelServer(runner.socket.methods("demo-tool"))
     await server.listen(folder / "kernel.sock", binding=binding)
     roots = {name: tmp_path / name for name in ("workspace", "staged", "output")}
     for root in roots.values():
@@ -95,10 +96,9 @@ async def serve_one(
 def test_the_staged_code_is_the_verified_copy_and_the_command_loads_it(tmp_path: Path) -> None:
     store = PluginStore(tmp_path / "store")
     installed = store.install(make_plugin(tmp_path / "src"), "demo-tool", "1.0.0")
-    runner = PluginRunner(no_engine, tmp_path, environment=dict)
     folder = tmp_path / "call"
     folder.mkdir()
-    command = runner._stage_code(code_of(store), folder)
+    command = stage_code(code_of(store), folder)
     assert command == [
         "python3",
         "-m",
@@ -115,7 +115,7 @@ def test_the_staged_code_is_the_verified_copy_and_the_command_loads_it(tmp_path:
         assert (folder / "plugin" / rel).stat().st_mode & 0o777 == 0o644
     (installed.path / "plugin.py").write_text("PLUGIN = 'tampered'\n")
     with pytest.raises(PluginTampered):
-        runner._stage_code(code_of(store), tmp_path)
+        stage_code(code_of(store), tmp_path)
 
 
 def test_the_host_serves_a_plugin_loaded_from_its_entry_file(tmp_path: Path) -> None:
