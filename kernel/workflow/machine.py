@@ -17,17 +17,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from fluffy.errors import (
-    ExemptionDenied,
-    ExemptionMismatch,
-    ExemptionPending,
     FluffyError,
     ModeDenied,
     SessionNotFound,
@@ -47,7 +43,7 @@ from fluffy.kernel.workflow.evidence import (
     TreeSnapshot,
     snapshot_trees,
 )
-from fluffy.kernel.workflow.exemptions import check_exemption
+from fluffy.kernel.workflow.exemption_requests import ExemptionRequests
 from fluffy.kernel.workflow.states import (
     EVENTS,
     MODES,
@@ -57,7 +53,7 @@ from fluffy.kernel.workflow.states import (
     flow_of,
     next_state,
 )
-from fluffy.kernel.workflow.store import SessionRow, WorkflowStore
+from fluffy.kernel.workflow.store import Outcome, SessionRow, WorkflowStore
 
 
 class Evaluator(Protocol):
@@ -68,16 +64,6 @@ class Evaluator(Protocol):
 
 BASELINE_KEY = "coverage_baseline"
 LOCK_KEY = "explore_locked"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a transition did (warnings: e.g. a coverage drop that was allowed)."""
-
-    session: SessionRow
-    from_state: str
-    event: str
-    warnings: list[str] = field(default_factory=list)
 
 
 class Workflow:
@@ -111,6 +97,8 @@ class Workflow:
         self.lock = asyncio.Lock()
         #: (session id, mode, state) of the newest change, for the audit entries of calls
         self.current: tuple[str | None, str, str] = (None, "strict", "idle")
+        #: exemption requests, held and decided (called with the lock held)
+        self.requests = ExemptionRequests(self)
 
     # -- sessions -----------------------------------------------------------------------
     async def new_session(
@@ -498,9 +486,7 @@ class Workflow:
     ) -> Outcome:
         """The user's own request: granted at once when the category's globs cover it."""
         async with self.lock:
-            return await self._request_exemption_unlocked(
-                session_id, category, paths, reason, by=by
-            )
+            return await self.requests.grant(session_id, category, paths, reason, by=by)
 
     async def hold_exemption(
         self, session_id: str, category: str, paths: Sequence[str], reason: str
@@ -512,45 +498,7 @@ class Workflow:
         request has an id, recorded and shown to the user, that the decision must name.
         """
         async with self.lock:
-            session = await self.get(session_id)
-            self._exemption_state(session)
-            note = _exemption_note(category, paths, reason, by="ai")
-            waiting = session.data.get("exemption_pending")
-            if waiting:
-                await self._refuse_second_request(session, note, waiting)
-            request_id = _request_id()
-            note["request_id"] = request_id
-            await self._audit_exemption("exemption_requested", session, note, "held for review")
-            await self._check_exemption(session, category, paths, reason, note)
-            pending = {
-                "request_id": request_id,
-                "category": category,
-                "paths": list(paths),
-                "reason": reason,
-            }
-            updated = replace(
-                session,
-                data={**session.data, "exemption_pending": pending},
-                updated_at=now_ms(),
-            )
-            await self._save(updated, "exemption_held", session.state, note)
-            return updated
-
-    async def _refuse_second_request(
-        self, session: SessionRow, note: dict[str, str], waiting: dict[str, Any]
-    ) -> None:
-        """ExemptionPending, on the record: a second request must not replace the first."""
-        held = str(waiting.get("request_id") or "")
-        what = (
-            f"another exemption request ({held}: {waiting.get('category')} for "
-            f"{', '.join(str(p) for p in waiting.get('paths') or [])}) waits for the user's "
-            "decision"
-        )
-        refused = {**note, "refused_because": what[:400], "pending_request_id": held}
-        await self._audit_exemption(
-            "exemption_denied", session, refused, f"refused: {held} waits for the user"
-        )
-        raise ExemptionPending(what)
+            return await self.requests.hold(session_id, category, paths, reason)
 
     async def decide_exemption(
         self,
@@ -564,45 +512,8 @@ class Workflow:
         """The user's decision on the AI's held request ``request_id`` (the one they were
         shown): ExemptionMismatch when the request that waits is another one."""
         async with self.lock:
-            session = await self.get(session_id)
-            pending = session.data.get("exemption_pending")
-            if not pending:
-                raise ExemptionDenied(
-                    "no exemption request waits for your decision",
-                    fix="/exempt asks for one yourself.",
-                )
-            category, paths = str(pending["category"]), list(pending["paths"])
-            reason = str(pending["reason"])
-            held = str(pending.get("request_id") or "")
-            if not held or request_id != held:
-                raise ExemptionMismatch(
-                    f"the exemption request {request_id or '(no id)'} is not the one that "
-                    "waits for your decision",
-                    why=f"the request that waits is {held or '(no id)'}: {category} for "
-                    f"{', '.join(paths)[:400]} (reason: {reason[:400]})",
-                    fix=(
-                        f"Decide on it by its id if that is what you mean ({held})."
-                        if held
-                        else "/cancel drops it; the AI may then ask again."
-                    ),
-                )
-            data = {k: v for k, v in session.data.items() if k != "exemption_pending"}
-            cleared = replace(session, data=data, updated_at=now_ms())
-            note = _exemption_note(category, paths, reason, by=by)
-            note["request_id"] = held
-            if not grant:
-                note["refused_because"] = why[:400]
-                await self._save(cleared, "exemption_refused", session.state, note)
-                await self._audit_exemption(
-                    "exemption_denied",
-                    session,
-                    note,
-                    f"refused by {by}" + (f": {why}" if why else ""),
-                )
-                return Outcome(cleared, session.state, "exemption_refused")
-            await self._save(cleared, "exemption_decided", session.state, note)
-            return await self._request_exemption_unlocked(
-                session_id, category, paths, reason, by=by, requested_by="ai", request_id=held
+            return await self.requests.decide(
+                session_id, grant, request_id=request_id, by=by, why=why
             )
 
     async def set_mode(
@@ -612,85 +523,7 @@ class Workflow:
         async with self.lock:
             return await self._set_mode_unlocked(session_id, mode, caller, approved=approved)
 
-    # -- exemptions and modes ---------------------------------------------------------------
-    @staticmethod
-    def _exemption_state(session: SessionRow) -> None:
-        if session.state not in ("planning", "test_writing"):
-            raise ExemptionDenied(
-                f"an exemption cannot start in {session.state}",
-                why="exemptions replace the TDD flow before code is written",
-                fix="Ask for it while planning (or /cancel first).",
-            )
-
-    async def _audit_exemption(
-        self, kind: str, session: SessionRow, note: dict[str, str], outcome: str
-    ) -> None:
-        if self.audit is None:
-            return
-        await self.audit.record(
-            Event(
-                kind,
-                caller=note.get("by", "user"),
-                session_id=session.id,
-                session_mode=session.mode,
-                state_machine_state=session.state,
-                input_summary=f"{note['category']}: {note['reason']}",
-                output_summary=outcome,
-                metadata=note,
-            )
-        )
-
-    async def _check_exemption(
-        self,
-        session: SessionRow,
-        category: str,
-        paths: Sequence[str],
-        reason: str,
-        note: dict[str, str],
-    ) -> ExemptionRule:
-        """The category's rule, or ExemptionDenied -- a refusal on the record."""
-        try:
-            return check_exemption(self.exemptions, category, paths, reason)
-        except ExemptionDenied as exc:
-            refused = {**note, "refused_because": f"{exc.what}: {exc.why}"[:400]}
-            await self._audit_exemption(
-                "exemption_denied", session, refused, f"refused by policy: {exc.what}"
-            )
-            raise
-
-    async def _request_exemption_unlocked(
-        self,
-        session_id: str,
-        category: str,
-        paths: Sequence[str],
-        reason: str,
-        *,
-        by: str = "user",
-        requested_by: str | None = None,
-        request_id: str = "",
-    ) -> Outcome:
-        session = await self.get(session_id)
-        self._exemption_state(session)
-        note = _exemption_note(category, paths, reason, by=by)
-        if requested_by is None:  # the AI's request was on record when it was held
-            await self._audit_exemption("exemption_requested", session, note, f"asked by {by}")
-        else:
-            note["requested_by"] = requested_by
-            note["request_id"] = request_id
-        rule = await self._check_exemption(session, category, paths, reason, note)
-        data = await self._entering(session, "exploring", "exemption_granted")
-        data.pop("exemption_pending", None)
-        data["exemption"] = {
-            "category": category,
-            "paths": list(paths),
-            "reason": reason,
-            "condition": rule.condition or "",
-        }
-        updated = replace(session, state="exploring", data=data, updated_at=now_ms())
-        await self._save(updated, "exemption_granted", session.state, note)
-        await self._audit_exemption("exemption_granted", updated, note, f"granted by {by}")
-        return Outcome(updated, session.state, "exemption_granted")
-
+    # -- modes ------------------------------------------------------------------------------
     async def _set_mode_unlocked(
         self, session_id: str, mode: str, caller: Caller, *, approved: bool = False
     ) -> Outcome:
@@ -732,20 +565,6 @@ class Workflow:
         if needs_review and not approved:
             return f"{mode} mode requires review and was not approved"
         return None
-
-
-def _exemption_note(category: str, paths: Sequence[str], reason: str, *, by: str) -> dict[str, str]:
-    return {
-        "category": category,
-        "paths": ",".join(paths)[:400],
-        "reason": reason[:400],
-        "by": by,
-    }
-
-
-def _request_id() -> str:
-    """A held request's id: fresh and never reused (the user decides on exactly it)."""
-    return "ex-" + secrets.token_hex(8)
 
 
 def _summary(run: TestRun) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -71,6 +71,16 @@ class SessionRow:
     mode: str
     state: str
     data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a transition did (warnings: e.g. a coverage drop that was allowed)."""
+
+    session: SessionRow
+    from_state: str
+    event: str
+    warnings: list[str] = field(default_factory=list)
 
 
 class WorkflowStore:
