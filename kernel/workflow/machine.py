@@ -16,25 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from fluffy.errors import (
-    FluffyError,
-    ModeDenied,
-    SessionNotFound,
-    TransitionDenied,
-)
+from fluffy.errors import ModeDenied, SessionNotFound, TransitionDenied
 from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import Caller, Decision, Request
 from fluffy.kernel.policy.tdd_settings import DEFAULT_EXEMPTIONS, ExemptionRule, TechDebtSettings
-from fluffy.kernel.workflow.baseline import read_baseline, write_baseline
-from fluffy.kernel.workflow.coverage import CoverageReport, judge_budget
+from fluffy.kernel.workflow.budget import LOCK_KEY as LOCK_KEY  # kernel/ai/methods reads it
+from fluffy.kernel.workflow.budget import CoverageBudget
+from fluffy.kernel.workflow.coverage import CoverageReport
 from fluffy.kernel.workflow.evidence import (
     DEFAULT_TEST_GLOBS,
     MissingProof,
@@ -60,10 +55,6 @@ class Evaluator(Protocol):
     """The policy engine, or the kernel's audited front of it."""
 
     def evaluate(self, request: Request) -> Decision: ...
-
-
-BASELINE_KEY = "coverage_baseline"
-LOCK_KEY = "explore_locked"
 
 
 class Workflow:
@@ -99,6 +90,8 @@ class Workflow:
         self.current: tuple[str | None, str, str] = (None, "strict", "idle")
         #: exemption requests, held and decided (called with the lock held)
         self.requests = ExemptionRequests(self)
+        #: the tech-debt budget and the coverage baseline it is measured against
+        self.budget = CoverageBudget(self)
 
     # -- sessions -----------------------------------------------------------------------
     async def new_session(
@@ -214,7 +207,7 @@ class Workflow:
                     what, why="nobody approved the merge", fix="Approve it with /approve."
                 )
             if name == "approved_within_budget" and not data.get("exemption"):
-                return await self._budget(session)
+                return await self.budget.check(session)
             return []
         if name in ("code_changed", "tests_changed"):
             tests, sources = self.snapshot(session.id)
@@ -283,54 +276,6 @@ class Workflow:
             raise TransitionDenied(what, why="the latest run passes", fix="Move on to review.")
         return []
 
-    async def baseline(self) -> tuple[CoverageReport | None, list[str]]:
-        """The coverage baseline (the project's baseline file) and notes on what is wrong
-        with it (missing, corrupt, changed since the kernel wrote it)."""
-        cached = await self.store.get_meta(BASELINE_KEY)
-        if not self._baseline_file_here():  # fluffy's state holds it (no .fluffy/ here)
-            return (CoverageReport.from_dict(_json(cached)) if cached else None), []
-        return await asyncio.to_thread(
-            read_baseline, self.project, self.tech_debt.baseline_file, cached
-        )
-
-    def _baseline_file_here(self) -> bool:
-        """Whether the baseline is a file in the project: only in one that has fluffy's
-        folder (``fluffy init``).  A project fluffy runs on with its defaults gets no
-        .fluffy/ written into it; its baseline stays in fluffy's state database."""
-        return (self.project / ".fluffy").is_dir()
-
-    async def _budget(self, session: SessionRow) -> list[str]:
-        """The tech-debt budget of the session's change: explore commits are locked out
-        past the lockout threshold; any other change below min_delta gets a notice."""
-        latest = await self._latest(session)
-        current = latest[2] if latest else None
-        if current is None:
-            return [f"no coverage was recorded for this {session.mode} commit; the budget "
-                    "was not checked"]  # fmt: skip
-        baseline, notes = await self.baseline()
-        settings = self.tech_debt
-        verdict = judge_budget(
-            baseline,
-            current,
-            min_delta=settings.min_delta,
-            warning_threshold=settings.warning_threshold,
-            lockout_threshold=settings.lockout_threshold,
-        )
-        if session.mode == "strict":  # tests came first: a notice, never a lock
-            if verdict.ok:
-                return notes
-            return [*notes, f"{verdict.message.split(':')[0]}: below min_delta "
-                    f"({settings.min_delta:g} points) in a strict-mode change; commit "
-                    "allowed, with this notice on record"]  # fmt: skip
-        if verdict.level == "lock":
-            await self.store.set_meta(LOCK_KEY, _dumps(baseline.to_dict()) if baseline else "")
-            raise TransitionDenied(
-                ON_FAIL["approved_within_budget"],
-                why=verdict.message,
-                fix="Switch to strict mode (/strict) and write tests that restore coverage.",
-            )
-        return [*notes, *([] if verdict.ok else [verdict.message])]
-
     # -- transitions ----------------------------------------------------------------------
     async def _fire_unlocked(
         self,
@@ -393,7 +338,7 @@ class Workflow:
             data["unverified"] = True
         if target == "idle":
             if event == "commit_complete":
-                notes = await self._after_commit(session)
+                notes = await self.budget.after_commit(session)
                 if notes:
                     data["baseline_notes"] = notes
             for key in (
@@ -407,29 +352,10 @@ class Workflow:
                 data.pop(key, None)
         return data
 
-    async def _after_commit(self, session: SessionRow) -> list[str]:
-        """Strict commits move the coverage baseline (and lift an explore lock they
-        restore): the kernel writes the baseline file, and keeps a copy in its database."""
-        if session.mode != "strict" or session.data.get("exemption"):
-            return []
-        latest = await self._latest(session)
-        if latest is None or latest[2] is None:
-            return []
-        current = latest[2]
-        locked = await self.store.get_meta(LOCK_KEY)
-        if locked is not None:
-            before = CoverageReport.from_dict(_json(locked)) if locked else None
-            if before is None or current.percent >= before.percent:
-                await self.store.delete_meta(LOCK_KEY)
-        rel = self.tech_debt.baseline_file
-        notes: list[str] = []
-        try:
-            if self._baseline_file_here():
-                await asyncio.to_thread(write_baseline, self.project, rel, current, session.id)
-        except (OSError, FluffyError) as exc:  # the commit stands; the budget notes it later
-            notes.append(f"cannot write the coverage baseline file {rel}: {exc}")
-        await self.store.set_meta(BASELINE_KEY, _dumps(current.to_dict()))
-        return notes
+    async def baseline(self) -> tuple[CoverageReport | None, list[str]]:
+        """The coverage baseline (the project's baseline file) and notes on what is wrong
+        with it (missing, corrupt, changed since the kernel wrote it)."""
+        return await self.budget.baseline()
 
     async def check_budget(self, session_id: str) -> list[str]:
         """The budget check, asked *before* a merge writes the project (explore commits:
@@ -438,7 +364,7 @@ class Workflow:
             session = await self.get(session_id)
             if session.data.get("exemption"):  # an exemption spends no budget
                 return []
-            return await self._budget(session)
+            return await self.budget.check(session)
 
     async def annotate(self, session_id: str, note: str, **values: Any) -> SessionRow:
         """Keep ``values`` in the session's data (chained like a transition; no state change).
@@ -573,13 +499,3 @@ def _summary(run: TestRun) -> str:
         f"latest run: {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['error']} errors (exit {run.exit_code})"
     )
-
-
-def _json(raw: str) -> Any:
-
-    return json.loads(raw)
-
-
-def _dumps(value: Any) -> str:
-
-    return json.dumps(value, sort_keys=True)
