@@ -3,8 +3,11 @@
 :class:`Workflow` moves sessions along the tables of :mod:`~fluffy.kernel.workflow.states`.
 Guards read evidence the kernel recorded itself (:meth:`Workflow.record_test_run`: a
 :class:`~fluffy.kernel.workflow.evidence.TestRun` the kernel executed) and the project
-tree; never what the AI says.  A failed guard raises :class:`TransitionDenied` with the
-design's ``on_fail`` text as *what*, the evidence's reason as *why*, and a fix.
+tree; never what the AI says (:mod:`~fluffy.kernel.workflow.guards`).  A failed guard
+raises :class:`TransitionDenied` with the design's ``on_fail`` text as *what*, the
+evidence's reason as *why*, and a fix.  TDD exemptions are requested and decided in
+:mod:`~fluffy.kernel.workflow.exemption_requests`; the tech-debt budget is
+:mod:`~fluffy.kernel.workflow.budget`'s.
 
 Every transition is persisted (chained state log) and audited (``state_transition``,
 written synchronously).  Mode changes go through the policy engine
@@ -39,10 +42,10 @@ from fluffy.kernel.workflow.evidence import (
     snapshot_trees,
 )
 from fluffy.kernel.workflow.exemption_requests import ExemptionRequests
+from fluffy.kernel.workflow.guards import Guards
 from fluffy.kernel.workflow.states import (
     EVENTS,
     MODES,
-    ON_FAIL,
     Mode,
     State,
     flow_of,
@@ -92,6 +95,8 @@ class Workflow:
         self.requests = ExemptionRequests(self)
         #: the tech-debt budget and the coverage baseline it is measured against
         self.budget = CoverageBudget(self)
+        #: the checks a transition must pass, on kernel facts only
+        self.guards = Guards(self)
 
     # -- sessions -----------------------------------------------------------------------
     async def new_session(
@@ -196,86 +201,6 @@ class Workflow:
         """(tests, sources) of the project as the session's tools see it."""
         return snapshot_trees(self.project, self.test_globs, self.overlay_of(session_id))
 
-    # -- guards -----------------------------------------------------------------------------
-    async def _guard(self, name: str, session: SessionRow) -> list[str]:
-        """Check ``name``; raise TransitionDenied, or return warnings."""
-        what = ON_FAIL[name]
-        data = session.data
-        if name in ("approved", "approved_within_budget"):
-            if not data.get("merge_approved"):
-                raise TransitionDenied(
-                    what, why="nobody approved the merge", fix="Approve it with /approve."
-                )
-            if name == "approved_within_budget" and not data.get("exemption"):
-                return await self.budget.check(session)
-            return []
-        if name in ("code_changed", "tests_changed"):
-            tests, sources = self.snapshot(session.id)
-            key, tree = (
-                ("tests_base", tests) if name == "tests_changed" else ("sources_base", sources)
-            )
-            if key not in data:
-                raise TransitionDenied(
-                    what,
-                    why="this state has no snapshot of the tree to compare with",
-                    fix="/cancel and start the flow again.",
-                )
-            base = TreeSnapshot(data[key])
-            exemption = data.get("exemption")
-            if exemption:  # an exemption covers its paths and nothing else
-                changed = tree.changed_since(base) | tests.changed_since(
-                    TreeSnapshot(data.get("tests_base", {}))
-                )
-                outside = sorted(changed - set(exemption.get("paths", [])))
-                if outside:
-                    raise TransitionDenied(
-                        what,
-                        why=f"the {exemption.get('category')} exemption does not cover "
-                        f"{', '.join(outside[:5])}",
-                        fix="Undo those changes, or /cancel and follow the TDD flow.",
-                    )
-            if not tree.changed_since(base):
-                raise TransitionDenied(
-                    what,
-                    why="no file changed since this state began",
-                    fix="Make the change first (writes go through fs.write).",
-                )
-            return []
-        latest = await self._latest(session)
-        since = int(data.get("runs_since", 0))
-        if latest is None or latest[0] <= since:
-            raise TransitionDenied(
-                what,
-                why="no test run was recorded by the kernel in this state",
-                fix="Run the tests with test.run.",
-            )
-        _, run, _ = latest
-        if run.is_stale(self.project, self.test_globs, self.overlay_of(session.id)):
-            raise TransitionDenied(
-                what,
-                why="files changed since the latest test run, so it proves nothing now",
-                fix="Run the tests again with test.run.",
-            )
-        if name == "red":
-            base = TreeSnapshot(data.get("tests_base", {}))
-            proves = self.proof(session.id)
-            if not run.is_red(base, proves):
-                raise TransitionDenied(
-                    what,
-                    why=run.red_reason(base, proves),
-                    fix="Write a test for the new behaviour and see it fail on an assertion "
-                    "or on the code it needs.",
-                )
-        elif name == "green" and not run.is_green():
-            raise TransitionDenied(
-                what, why=_summary(run), fix="Fix the code until every test passes."
-            )
-        elif name == "green_or_no_tests" and not (run.is_green() or run.counts["found"] == 0):
-            raise TransitionDenied(what, why=_summary(run), fix="Fix the code or the tests.")
-        elif name == "failing" and run.is_green():
-            raise TransitionDenied(what, why="the latest run passes", fix="Move on to review.")
-        return []
-
     # -- transitions ----------------------------------------------------------------------
     async def _fire_unlocked(
         self,
@@ -303,7 +228,7 @@ class Workflow:
         if event == "merge_approved":
             data["merge_approved"] = bool(approved)
         session = replace(session, data=data)
-        warnings = await self._guard(transition.guard, session) if transition.guard else []
+        warnings = await self.guards.check(transition.guard, session) if transition.guard else []
         data = await self._entering(session, transition.to, event)
         warnings += data.pop("baseline_notes", [])
         updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
@@ -491,11 +416,3 @@ class Workflow:
         if needs_review and not approved:
             return f"{mode} mode requires review and was not approved"
         return None
-
-
-def _summary(run: TestRun) -> str:
-    counts = run.counts
-    return (
-        f"latest run: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['error']} errors (exit {run.exit_code})"
-    )

@@ -2,7 +2,7 @@
 
 Two flows: *strict* (TDD: tests first, red, then code) and *explore* (explore and debug
 modes, and granted TDD exemptions).  Each row is (from, event) -> (to, guard); a guard
-names a check in :mod:`fluffy.kernel.workflow.machine` whose ``on_fail`` text is the
+names a check in :mod:`fluffy.kernel.workflow.guards` whose ``on_fail`` text is the
 design's.  Any state goes to ``idle`` on ``cancel``.
 """
 
