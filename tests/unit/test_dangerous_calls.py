@@ -6,10 +6,8 @@ no longer makes one must leave the list (it stays exact)."""
 from __future__ import annotations
 
 import ast
-import subprocess
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.repo_files import ROOT, tracked
 
 _EXEC = {"execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
          "system", "popen", "fork", "forkpty", "spawnv", "spawnl", "posix_spawn",
@@ -79,16 +77,11 @@ def _kinds(tree: ast.AST) -> set[str]:
 
 
 def _found() -> dict[str, set[str]]:
-    listed = subprocess.run(
-        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
     found = {}
-    for name in listed:
-        if name.startswith(("tests/", "benchmarks/", "scripts/")):
-            continue
-        kinds = _kinds(ast.parse((ROOT / name).read_text(encoding="utf-8")))
+    for path in tracked("*.py", skip=("tests/", "benchmarks/", "scripts/")):
+        kinds = _kinds(ast.parse(path.read_text(encoding="utf-8")))
         if kinds:
-            found[name] = kinds
+            found[str(path.relative_to(ROOT))] = kinds
     return found
 
 

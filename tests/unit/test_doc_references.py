@@ -5,21 +5,17 @@ the repository (the commissioning folder a clone does not have)."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.repo_files import ROOT, tracked
+
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 DESIGN_PATH = re.compile(r"docs/design/[A-Za-z0-9_.-]+\.md")
 OUTSIDE = re.compile(r"\.\./shared/|/work/shared/")
 
 
 def _tracked(*patterns: str) -> list[Path]:
-    out = subprocess.run(
-        ["git", "ls-files", "--", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    vendored = "docs/design/"
-    return [ROOT / line for line in out.splitlines() if line and not line.startswith(vendored)]
+    return tracked(*patterns, skip=("docs/design/",))  # the vendored design is cited, not read
 
 
 def test_the_design_is_vendored() -> None:
