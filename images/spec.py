@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fluffy.kernel.containers.config import LABEL_IMAGE as LABEL_IMAGE
+from fluffy.kernel.containers.config import TEMPLATE_IMAGES
+
 #: The design's base.  Override with FLUFFY_BASE_IMAGE (e.g. a local mirror's copy).
 DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
 #: The Python in the base image; wheels are downloaded for it (bookworm ships 3.11).
@@ -23,8 +26,8 @@ SANDBOX_PARTS = (
     "seccomp",
     "plugins",
 )
-#: Labels every fluffy image carries (the garbage collector and doctor find them so).
-LABEL_IMAGE = "org.fluffy.image"
+#: Labels every fluffy image carries (the garbage collector and doctor find them so);
+#: the kernel finds a sandbox's image by LABEL_IMAGE too, so it is declared there.
 LABEL_HASH = "org.fluffy.content-hash"
 
 IMAGES_DIR = Path(__file__).resolve().parent
@@ -67,6 +70,11 @@ class ImageSpec:
         return self.source_dir / INSTALL_STAGE if self.with_fluffy else None
 
 
+def _served_by(name: str) -> tuple[str, ...]:
+    """The sandbox templates that run the image ``name`` (the kernel's TEMPLATE_IMAGES)."""
+    return tuple(t for t, image in TEMPLATE_IMAGES.items() if image == name)
+
+
 IMAGES: tuple[ImageSpec, ...] = (
     ImageSpec(
         name="python-base",
@@ -86,7 +94,7 @@ IMAGES: tuple[ImageSpec, ...] = (
         lock="ai-provider",
         with_fluffy=True,
         fluffy_parts=SANDBOX_PARTS,
-        templates=("ai-provider",),
+        templates=_served_by("ai-provider"),
     ),
     ImageSpec(
         name="code-executor",
@@ -96,7 +104,7 @@ IMAGES: tuple[ImageSpec, ...] = (
         with_fluffy=True,
         fluffy_parts=SANDBOX_PARTS,
         # an MCP server's own image is built FROM this one (images/mcpenv.py)
-        templates=("code-executor", "integration-test", "mcp-server"),
+        templates=_served_by("code-executor"),
     ),
     ImageSpec(
         name="policy-sandbox",
@@ -105,7 +113,7 @@ IMAGES: tuple[ImageSpec, ...] = (
         lock="policy-sandbox",
         with_fluffy=True,
         fluffy_parts=SANDBOX_PARTS,
-        templates=("policy-sandbox",),
+        templates=_served_by("policy-sandbox"),
     ),
 )
 

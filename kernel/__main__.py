@@ -57,6 +57,30 @@ def self_check() -> dict[str, object]:
     }
 
 
+def _serve(args: list[str]) -> int:
+    """``serve``: the same kernel as ``fluffy kernel serve``, without the CLI's imports."""
+    import argparse
+    from pathlib import Path
+
+    from fluffy.errors import FluffyError
+    from fluffy.kernel.serve import main as serve_main
+
+    parser = argparse.ArgumentParser(prog="python3 -m fluffy.kernel serve")
+    parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    parser.add_argument("--state-dir", required=True, help="the kernel's state folder")
+    parser.add_argument("--project", help="the project directory")
+    given = parser.parse_args(args)
+    project = Path(given.project).resolve() if given.project else None
+    try:
+        return serve_main(Path(given.socket).absolute(), Path(given.state_dir).absolute(), project)
+    except FluffyError as error:  # the design's display: what, why, fix, code
+        for label, text in (("ERROR", error.what), ("Reason", error.why), ("Fix", error.fix)):
+            if text:
+                print(f"{label}: {text}", file=sys.stderr)
+        print(f"({error.code})", file=sys.stderr)
+        return 3  # the CLI's EXIT_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["self-check"]:
@@ -64,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, sort_keys=True))
         return 0 if report["ok"] else 1
     if args[:1] == ["serve"]:  # what bootstrap runs in the L1 container
-        from fluffy.cli.main import main as cli_main
-
-        return cli_main(["kernel", *args])
+        return _serve(args[1:])
     print(
         "usage: python3 -m fluffy.kernel self-check | serve --socket S --state-dir D",
         file=sys.stderr,

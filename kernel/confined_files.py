@@ -1,4 +1,4 @@
-"""Confined file access for merges: safe relative paths, no-follow walks, atomic writes.
+"""Confined file access: safe relative paths, no-follow walks, atomic writes.
 
 Every path the kernel takes from a sandbox goes through :func:`safe_relpath` (relative,
 normalised, never ``..``, never inside ``.git``) and :class:`ProtectedPaths`.  Every file

@@ -40,6 +40,7 @@ from fluffy.kernel.project.defaults import project_policy
 from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.project.methods import project_methods
 from fluffy.kernel.tools.assemble import ToolPath, assemble_tools
+from fluffy.kernel.tools.sandboxes import ImageChooser
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.methods import workflow_methods
@@ -139,6 +140,7 @@ async def serve(
     state_dir: Path,
     project: Path | None = None,
     limits: Limits | None = None,
+    images: ImageChooser | None = None,
 ) -> int:
     if project is not None and not project.is_dir():
         raise ConfigError(
@@ -165,7 +167,7 @@ async def serve(
     )
     guard = MemoryGuard()
     tools = await assemble_tools(
-        state_dir, project, policy, workflow, front, audit, guard, layout=layout
+        state_dir, project, policy, workflow, front, audit, guard, layout=layout, images=images
     )
     ai = await assemble_ai(state_dir, policy, tools, audit)
     rules = await load_rules(project, state_dir, policy, tools, front, audit)
@@ -224,7 +226,11 @@ async def serve(
     return 0
 
 
-def main(socket_path: Path, state_dir: Path, project: Path | None) -> int:
+def main(
+    socket_path: Path, state_dir: Path, project: Path | None, images: ImageChooser | None = None
+) -> int:
+    """Serve until stopped; ``images`` chooses the sandboxes' images (None: in L1, by
+    FLUFFY_IMAGES or label; see :func:`~fluffy.kernel.tools.sandboxes.sandbox_images`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     process_tuning.tune()
-    return asyncio.run(serve(socket_path, state_dir, project))
+    return asyncio.run(serve(socket_path, state_dir, project, images=images))

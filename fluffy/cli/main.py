@@ -91,10 +91,19 @@ def cmd_images_prune(args: argparse.Namespace) -> int:
 def cmd_kernel_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from fluffy.images.spec import IMAGES_DIR
+    from fluffy.images.templates import template_images
     from fluffy.kernel.serve import main as serve_main
 
     project = Path(args.project).resolve() if args.project else None
-    return serve_main(Path(args.socket).absolute(), Path(args.state_dir).absolute(), project)
+    # on a host with fluffy's image sources, sandboxes run only current images
+    sources = (IMAGES_DIR / "python-base" / "Dockerfile").is_file()
+    return serve_main(
+        Path(args.socket).absolute(),
+        Path(args.state_dir).absolute(),
+        project,
+        images=template_images if sources else None,
+    )
 
 
 def cmd_demo_session(args: argparse.Namespace) -> int:

@@ -163,8 +163,8 @@ async def assemble_ai(
         else None,
     )
     runner.slots = tools.scheduler  # every turn's sandbox under the limits (ADR-043)
-    if tools.router.mcp is not None:  # MCP servers with allowed_hosts (ADR-046)
-        tools.router.mcp.start_proxy = start_proxy
+    if tools.mcp is not None:  # MCP servers with allowed_hosts (ADR-046)
+        tools.mcp.start_proxy = start_proxy
     store = await ConversationStore.open(state_dir)
     memory = Memory(
         store, context_window=context_window, test_globs=tools.router.workflow.test_globs

@@ -128,6 +128,18 @@ TEMPLATES: dict[str, SandboxConfig] = {
     ),
 }
 
+#: The image (by its fluffy name) each template runs; images/spec.py builds these images
+#: and the kernel finds them by :data:`LABEL_IMAGE`.
+TEMPLATE_IMAGES: dict[str, str] = {
+    "ai-provider": "ai-provider",
+    "code-executor": "code-executor",
+    "policy-sandbox": "policy-sandbox",
+    "integration-test": "code-executor",
+    "mcp-server": "code-executor",  # an MCP server's own image is built FROM it
+}
+#: The label naming a fluffy image (every image images/ builds carries it).
+LABEL_IMAGE = "org.fluffy.image"
+
 
 def template_config(name: str, **overrides: object) -> SandboxConfig:
     """The template's config with ``overrides`` applied (and validated again)."""

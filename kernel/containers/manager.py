@@ -34,6 +34,7 @@ from fluffy.errors import (
     FluffyError,
     SandboxConfigError,
 )
+from fluffy.kernel.confined_files import write_atomic
 from fluffy.kernel.containers.config import SandboxConfig
 from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox, SandboxState
 from fluffy.kernel.containers.runtime import (
@@ -48,7 +49,6 @@ from fluffy.kernel.containers.runtime import (
     check_mounts,
     sandbox_user,
 )
-from fluffy.kernel.merge.paths import write_atomic
 from fluffy.paths import state_dir
 from fluffy.process import pid_alive
 from fluffy.seccomp.compile import oci_json

@@ -12,17 +12,16 @@ from typing import Any
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
-from fluffy.kernel.mcp.servers import PREFIX, split_name
+from fluffy.kernel.mcp.servers import PREFIX, McpServers, split_name
 from fluffy.kernel.tools.router import ToolRouter
 
 
-def mcp_methods(router: ToolRouter) -> SyscallTable:
+def mcp_methods(router: ToolRouter, mcp: McpServers | None) -> SyscallTable:
     async def list_servers(context: CallContext, params: NoParams) -> dict[str, Any]:
-        servers = router.mcp.status() if router.mcp is not None else []
+        servers = mcp.status() if mcp is not None else []
         return {"servers": servers}
 
     async def reload(context: CallContext, params: NoParams) -> dict[str, Any]:
-        mcp = router.mcp
         if mcp is None:
             return {"servers": [], "stopped": [], "tools": 0}
         specs, stopped, changed = await mcp.reload()

@@ -19,8 +19,8 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fluffy.errors import McpServerInvalid, MergeRefused
+from fluffy.kernel.confined_files import read_existing, write_atomic
 from fluffy.kernel.mcp.schema import schema_problem
-from fluffy.kernel.merge.paths import read_existing, write_atomic
 from fluffy.kernel.net.allowlist import ENTRY_SYNTAX, AllowList, AuthorityError, Rule
 
 RECORD_DIR: Final = ".fluffy/mcp"

@@ -206,6 +206,11 @@ class McpServers:
         self.breakers.success(ticket)
         return result
 
+    def sandbox_of(self, tool: str) -> str | None:
+        """The sandbox id of the running server behind ``tool`` (mcp.NAME.TOOL)."""
+        running = self.running.get(split_name(tool)[0])
+        return running.connection.sandbox_id if running is not None else None
+
     async def _running(self, name: str) -> _Running:
         running = self.running.get(name)
         if running is not None and running.connection.alive:

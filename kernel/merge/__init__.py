@@ -13,6 +13,14 @@ diffs), :mod:`.staging`, :mod:`.ingest`, :mod:`.oplog` (the mini WAL), :mod:`.gi
 :mod:`.merger`.
 """
 
+from fluffy.kernel.confined_files import (
+    DEFAULT_PROTECTED,
+    ProtectedPaths,
+    read_existing,
+    read_regular,
+    safe_relpath,
+    write_atomic,
+)
 from fluffy.kernel.merge.ingest import MAX_FILE_BYTES, ingest
 from fluffy.kernel.merge.merger import (
     DEFAULT_SENSITIVE,
@@ -31,14 +39,6 @@ from fluffy.kernel.merge.patch import (
     parse_patch,
     parse_single,
     unified_diff,
-)
-from fluffy.kernel.merge.paths import (
-    DEFAULT_PROTECTED,
-    ProtectedPaths,
-    read_existing,
-    read_regular,
-    safe_relpath,
-    write_atomic,
 )
 from fluffy.kernel.merge.staging import StagedChange, Staging
 

@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fluffy.errors import MergeConflict, MergeRefused
-from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, StepResult
-from fluffy.kernel.merge.paths import (
+from fluffy.kernel.confined_files import (
     parent_dir,
     read_existing,
     read_regular,
@@ -38,6 +37,7 @@ from fluffy.kernel.merge.paths import (
     relative_parts,
     write_atomic,
 )
+from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, StepResult
 
 MAX_OBJECT_BYTES = 64 * 1024 * 1024  # one compressed object
 MAX_INFLATED_BYTES = 256 * 1024 * 1024  # one object once inflated

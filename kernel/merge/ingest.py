@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fluffy.errors import MergeError, MergeRefused, PatchRejected
+from fluffy.kernel.confined_files import ProtectedPaths, read_regular, refused, safe_relpath
 from fluffy.kernel.merge.patch import apply_patch, parse_single
-from fluffy.kernel.merge.paths import ProtectedPaths, read_regular, refused, safe_relpath
 from fluffy.kernel.merge.staging import StagedChange, Staging
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -36,7 +36,7 @@ def ingest(
 ) -> list[StagedChange]:
     """Validate every change, then stage them all; returns what is now staged for them.
 
-    ``protected`` adds globs to :data:`~fluffy.kernel.merge.paths.DEFAULT_PROTECTED`.
+    ``protected`` adds globs to :data:`~fluffy.kernel.confined_files.DEFAULT_PROTECTED`.
     Raises MergeRefused / PatchRejected (nothing staged) on the first bad change.
     """
     if not isinstance(changes, list | tuple):

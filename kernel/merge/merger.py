@@ -34,11 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.errors import FluffyError, MergeConflict, MergeError, MergeRefused
-from fluffy.kernel.globs import GlobSet
-from fluffy.kernel.merge.gitmerge import apply_git_step, prepare_git
-from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, OperationLog, StepResult
-from fluffy.kernel.merge.patch import count_diff_lines
-from fluffy.kernel.merge.paths import (
+from fluffy.kernel.confined_files import (
     ProtectedPaths,
     file_sha256,
     read_existing,
@@ -47,6 +43,10 @@ from fluffy.kernel.merge.paths import (
     safe_relpath,
     write_atomic,
 )
+from fluffy.kernel.globs import GlobSet
+from fluffy.kernel.merge.gitmerge import apply_git_step, prepare_git
+from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, OperationLog, StepResult
+from fluffy.kernel.merge.patch import count_diff_lines
 from fluffy.kernel.merge.staging import MAX_VIEW_BYTES, StagedChange, Staging, is_binary, sha256
 
 #: Paths whose change always needs the user's review (gitignore syntax).  Secrets and

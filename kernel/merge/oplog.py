@@ -23,7 +23,7 @@ from typing import Literal
 import msgspec
 
 from fluffy.errors import MergeError
-from fluffy.kernel.merge.paths import read_existing, relative_parts, write_atomic
+from fluffy.kernel.confined_files import read_existing, relative_parts, write_atomic
 
 Status = Literal["in_progress", "completed", "failed"]
 Kind = Literal["files", "git"]

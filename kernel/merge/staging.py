@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.errors import MergeError, MergeRefused
-from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
-from fluffy.kernel.merge.paths import (
+from fluffy.kernel.confined_files import (
     file_sha256,
     read_existing,
     remove_file,
     safe_relpath,
     write_atomic,
 )
+from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
 
 #: Largest file the view reads (project or staged), in bytes.
 MAX_VIEW_BYTES = 64 * 1024 * 1024

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from fluffy.errors import FluffyError, PolicyError, SandboxRunFailed
+from fluffy.kernel.confined_files import remove_file, write_atomic
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.merge.paths import remove_file, write_atomic
 from fluffy.kernel.policy.engine import ExtensionRule, Request, Verdict
 from fluffy.kernel.policy.extensions import ExtensionHost
 

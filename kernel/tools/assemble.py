@@ -41,7 +41,7 @@ from fluffy.kernel.tools.pool import SandboxPool
 from fluffy.kernel.tools.poolslots import PoolLimits
 from fluffy.kernel.tools.registry import Registry
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.tools.sandboxes import KernelSandboxes, audit_observer
+from fluffy.kernel.tools.sandboxes import ImageChooser, KernelSandboxes, audit_observer
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import SchedulerBridge
 from fluffy.kernel.tools.testprep import TestPreparer
@@ -107,10 +107,12 @@ class ToolPath:
     runner: PluginRunner | None
     scheduler: SchedulerBridge
     plugins: Activated | None = None
+    #: the project's MCP servers (ADR-046), the router's ``mcp``; None: no project
+    mcp: McpServers | None = None
 
     def methods(self) -> SyscallTable:
         return SyscallTable(
-            tool_methods(self.router, self.scheduler.figures), mcp_methods(self.router)
+            tool_methods(self.router, self.scheduler.figures), mcp_methods(self.router, self.mcp)
         )
 
     def pool_stats(self) -> dict[str, Any] | None:
@@ -146,8 +148,8 @@ class ToolPath:
             self.runner.pool.invalidate("the policy was reloaded")
 
     async def close(self) -> None:
-        if self.router.mcp is not None:
-            await self.router.mcp.close()
+        if self.mcp is not None:
+            await self.mcp.close()
         await self.scheduler.close()
         if self.runner is not None:
             await self.runner.close()
@@ -168,13 +170,18 @@ async def assemble_tools(
     *,
     engine: bool = True,
     layout: Layout | None = None,
+    images: ImageChooser | None = None,
 ) -> ToolPath:
     root = project or state_dir
     layout = layout or detect_layout(root)
     workspaces = Workspaces(state_dir, root)
     workflow.overlay = workspaces.overlay
     merger = _merger(root, state_dir, policy)
-    sandboxes = KernelSandboxes(state_dir, project) if engine and project is not None else None
+    sandboxes = (
+        KernelSandboxes(state_dir, project, images=images)
+        if engine and project is not None
+        else None
+    )
     if sandboxes is not None and audit is not None:
         sandboxes.observer = audit_observer(audit, asyncio.get_running_loop())
     runner = (
@@ -259,7 +266,7 @@ async def assemble_tools(
         log.error("could not complete an interrupted merge: %s", exc)
     if sandboxes is not None:
         threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
-    return ToolPath(router, sandboxes, runner, scheduler, plugins)
+    return ToolPath(router, sandboxes, runner, scheduler, plugins, mcp)
 
 
 def _mcp_servers(

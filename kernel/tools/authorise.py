@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fluffy.errors import MergeRefused, PolicyError, ToolInputInvalid
-from fluffy.kernel.merge.paths import safe_relpath
+from fluffy.kernel.confined_files import safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.tools.capabilities import Scope

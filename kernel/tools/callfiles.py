@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.errors import FluffyError, InvalidPayload
+from fluffy.kernel.confined_files import relative_parts
 from fluffy.kernel.containers.manager import OUTPUT_MAX_BYTES
-from fluffy.kernel.merge.paths import relative_parts
 
 MAX_CALL_BYTES = OUTPUT_MAX_BYTES  # the sandbox's /output tmpfs holds no more
 MAX_CALL_FILES = 20_000  # files and folders

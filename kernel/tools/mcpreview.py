@@ -7,20 +7,30 @@ user sees every argument the server will get, or is not asked at all (ADR-046).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from fluffy.errors import PolicyError, ToolRefused
-from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.tools.routedcall import TURN_PRIORITY, Reviewer, RoutedCall
 
 #: An MCP call held for review shows the user all its arguments; longer ones are refused.
 MAX_SHOWN_ARGUMENTS = 16_000
 
 
+class McpCalls(Protocol):
+    """What the router needs of the project's MCP servers (kernel/mcp/servers.py's
+    ``McpServers``, which builds on the tool registry: the router only sees this)."""
+
+    def check_arguments(self, tool: str, args: Any) -> None: ...
+
+    async def call(self, tool: str, args: dict[str, Any], timeout_s: float) -> dict[str, Any]: ...
+
+    def sandbox_of(self, tool: str) -> str | None: ...
+
+
 async def call_mcp(
     call: RoutedCall,
     *,
-    mcp: McpServers,
+    mcp: McpCalls,
     reviewer: Reviewer | None,
     session_allowed: dict[str, set[str]],
     timeout_s: float,
@@ -30,8 +40,7 @@ async def call_mcp(
     if call.review is not None:
         await ask_user(call, reviewer=reviewer, session_allowed=session_allowed)
     result = await mcp.call(call.spec.name, call.args, timeout_s)
-    running = mcp.running.get(call.spec.name.split(".")[1])
-    call.sandbox_id = running.connection.sandbox_id if running else None
+    call.sandbox_id = mcp.sandbox_of(call.spec.name)
     return result
 
 

@@ -37,7 +37,6 @@ from fluffy.errors import (
     ToolNotFound,
 )
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.tool_settings import ToolSettings
@@ -48,7 +47,7 @@ from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.callaudit import finish, record_execute
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
-from fluffy.kernel.tools.mcpreview import call_mcp
+from fluffy.kernel.tools.mcpreview import McpCalls, call_mcp
 from fluffy.kernel.tools.parallel import PlannedCall
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.plugins import PluginRunner
@@ -96,7 +95,7 @@ class ToolRouter:
         schedule: Schedule = _direct,
         accepting_work: Callable[[], bool] = lambda: True,
         tests: TestPreparer | None = None,
-        mcp: McpServers | None = None,
+        mcp: McpCalls | None = None,
     ) -> None:
         self.project = project
         self.registry = registry

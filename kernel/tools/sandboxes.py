@@ -67,28 +67,30 @@ def engine_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def sandbox_images(engine: Engine, env: Mapping[str, str]) -> dict[str, str]:
-    """Sandbox template -> image ref.
+#: Chooses each template's image on ``engine`` (template -> image ref).  On a host with
+#: fluffy's image sources, the caller passes images/templates.py's ``template_images``,
+#: which refuses images that are not current for the sources (content hashes recomputed).
+ImageChooser = Callable[[Engine], dict[str, str]]
 
-    Where fluffy's image sources are at hand (the kernel on a host), the images must be
-    current for them (content hashes recomputed).  In L1 the kernel image carries no
-    Dockerfiles: the bootstrap passes the refs it built (FLUFFY_IMAGES, name -> ref), or
-    the newest image of each name by its fluffy label is used.
+
+def sandbox_images(
+    engine: Engine, env: Mapping[str, str], chooser: ImageChooser | None = None
+) -> dict[str, str]:
+    """Sandbox template -> image ref: ``chooser``'s, or else (in L1, where the kernel
+    image carries no Dockerfiles) the refs the bootstrap built (FLUFFY_IMAGES, name ->
+    ref), or the newest image of each name by its fluffy label.
     """
-    from fluffy.images.spec import IMAGES_DIR, LABEL_IMAGE, spec_for_template
-    from fluffy.images.templates import template_images
-    from fluffy.kernel.containers.config import TEMPLATES
+    from fluffy.kernel.containers.config import LABEL_IMAGE, TEMPLATE_IMAGES
     from fluffy.kernel.containers.images import ImageStore
 
-    if (IMAGES_DIR / "python-base" / "Dockerfile").is_file():
-        return template_images(engine)
+    if chooser is not None:
+        return chooser(engine)
     given: dict[str, str] = {}
     with contextlib.suppress(ValueError, TypeError):
         given = {str(k): str(v) for k, v in json.loads(env.get("FLUFFY_IMAGES") or "{}").items()}
     store = ImageStore(engine)
     images: dict[str, str] = {}
-    for template in TEMPLATES:
-        name = spec_for_template(template).name
+    for template, name in TEMPLATE_IMAGES.items():
         if name not in given:
             found = [i for i in store.list_by_label(f"{LABEL_IMAGE}={name}") if i.get("RepoTags")]
             if not found:
@@ -106,9 +108,14 @@ class KernelSandboxes:
     """Opens the manager once (engine connection, current images), thread-safe."""
 
     def __init__(
-        self, state_dir: Path, project: Path | None, env: Mapping[str, str] | None = None
+        self,
+        state_dir: Path,
+        project: Path | None,
+        env: Mapping[str, str] | None = None,
+        images: ImageChooser | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.images = images
         self.project = project
         self.env = dict(os.environ if env is None else env)
         self.instance = uuid.uuid4().hex[:12]
@@ -132,7 +139,7 @@ class KernelSandboxes:
                 engine = connect(engine_env(self.env), timeout=30)
                 self._manager = ContainerManager(
                     open_runtime(engine, compat=bool(self.env.get("FLUFFY_ENGINE_GATE"))),
-                    sandbox_images(engine, self.env),
+                    sandbox_images(engine, self.env, self.images),
                     session_id=self.instance,
                     root=self.state_dir / "sandboxes",
                     host_path=host_path_mapper(self.env, self.project, self.state_dir),

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
-from fluffy.kernel.merge.paths import read_regular, safe_relpath
+from fluffy.kernel.confined_files import read_regular, safe_relpath
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall

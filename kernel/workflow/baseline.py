@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.errors import CoverageFormatError
-from fluffy.kernel.merge.paths import write_atomic
+from fluffy.kernel.confined_files import write_atomic
 from fluffy.kernel.workflow.coverage import MAX_REPORT_BYTES, CoverageReport
 
 VERSION = 1

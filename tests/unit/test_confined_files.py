@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import MergeError, MergeRefused, PatchRejected
-from fluffy.kernel.merge.ingest import ingest
-from fluffy.kernel.merge.patch import unified_diff
-from fluffy.kernel.merge.paths import (
+from fluffy.kernel.confined_files import (
     ProtectedPaths,
     read_existing,
     read_regular,
     safe_relpath,
     write_atomic,
 )
+from fluffy.kernel.merge.ingest import ingest
+from fluffy.kernel.merge.patch import unified_diff
 from fluffy.kernel.merge.staging import Staging
 
 # -- safe_relpath ---------------------------------------------------------------------

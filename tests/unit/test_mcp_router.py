@@ -45,9 +45,9 @@ def _run(harness: Harness, manager: Any, asker: Asker | None, body: Any) -> Any:
     async def main() -> Any:
         tools, sid = await harness.open()
         router = tools.router
-        assert router.mcp is not None
-        router.mcp.manager = lambda: manager
-        router.mcp.start_timeout_s = 20
+        assert tools.mcp is not None and router.mcp is tools.mcp
+        tools.mcp.manager = lambda: manager
+        tools.mcp.start_timeout_s = 20
         router.reviewer = asker
         try:
             return await body(router, sid)
@@ -181,7 +181,7 @@ def test_reload_offers_a_server_added_while_the_kernel_runs(
     async def body(router: Any, sid: str) -> tuple[list[str], dict[str, Any]]:
         save_record(harness.project, fake_server("other"))
         context = type("Context", (), {"binding": "cli"})()
-        answer = await mcp_methods(router)["mcp.reload"](context, {})
+        answer = await mcp_methods(router, router.mcp)["mcp.reload"](context, {})
         names = sorted(n for n in router.registry.specs if n.startswith("mcp."))
         return names, answer
 

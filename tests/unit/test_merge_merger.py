@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import MergeConflict, MergeError
+from fluffy.kernel.confined_files import write_atomic
 from fluffy.kernel.merge import merger as merger_module
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.oplog import MergeOperation, pending
-from fluffy.kernel.merge.paths import write_atomic
 from fluffy.kernel.merge.staging import Staging
 
 

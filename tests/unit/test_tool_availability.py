@@ -220,7 +220,7 @@ def test_unknown_states_or_modes_are_a_bug_not_a_refusal() -> None:
 def test_fluffys_own_folder_is_protected_in_any_case(path: str) -> None:
     """A case-insensitive file system (macOS, Windows) opens `.FLUFFY/policy.yaml` as
     `.fluffy/policy.yaml`: every check refuses it whatever its case."""
-    from fluffy.kernel.merge.paths import ProtectedPaths
+    from fluffy.kernel.confined_files import ProtectedPaths
     from fluffy.kernel.policy.builtin import default_builtins
     from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
     from fluffy.kernel.policy.model import PolicyFile
