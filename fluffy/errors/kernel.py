@@ -58,6 +58,14 @@ class KernelCrashLoop(KernelError):
     default_fix = "Read the kernel's output in the bootstrap's log and fix its cause."
 
 
+class DuplicateSyscall(KernelStartFailed):
+    """Two declarations of one IPC method name: a bug in the kernel, found at start-up."""
+
+    code = "kernel.duplicate_syscall"
+    default_why = "one declaration would shadow the other, so the kernel refuses to start"
+    default_fix = "Keep one declaration of the method (a bug in fluffy: please report it)."
+
+
 class KernelOverloaded(KernelError):
     code = "kernel.overloaded"
     retryable = True

@@ -30,7 +30,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.errors import DuplicateSyscall, InvalidPayload, PeerRejected
 from fluffy.kernel.ipc.context import CallContext, Handler
 
 #: the user's CLI socket only (binding ``"cli"``)
@@ -52,10 +52,6 @@ WHY = (
 
 class NoParams(msgspec.Struct, forbid_unknown_fields=True):
     """The params of a syscall that takes none (``null`` or ``{}`` on the wire)."""
-
-
-class DuplicateSyscall(ValueError):
-    """Two declarations of one method name: a bug in the kernel, found at start-up."""
 
 
 @dataclass(frozen=True)
@@ -166,8 +162,7 @@ class SyscallTable(Mapping[str, Handler]):
                 if first is not None:
                     raise DuplicateSyscall(
                         f"the syscall {syscall.name!r} is declared twice "
-                        f"({_where(first)} and {_where(syscall)}): one would shadow the other. "
-                        "Fix: keep one declaration."
+                        f"({_where(first)} and {_where(syscall)})"
                     )
                 self._syscalls[syscall.name] = syscall
 

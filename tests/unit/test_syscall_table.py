@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 
-from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.errors import DuplicateSyscall, InvalidPayload, KernelStartFailed, PeerRejected
 from fluffy.ipc.client import AsyncClient
 from fluffy.ipc.protocol import CURRENT_API_VERSION
 from fluffy.kernel.ipc.context import CallContext, CallRecord
@@ -29,7 +29,6 @@ from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.ipc.syscalls import (
     ANY,
     CLI,
-    DuplicateSyscall,
     Free,
     NoParams,
     Syscall,
@@ -176,8 +175,12 @@ def test_the_cli_socket_may_call_a_cli_only_syscall(tmp_path: Path) -> None:
 
 def test_a_name_declared_twice_is_an_error_at_start_up() -> None:
     again = Syscall("session.create", NoParams, optional, str, since=1)
-    with pytest.raises(DuplicateSyscall, match=r"'session\.create' is declared twice"):
+    with pytest.raises(DuplicateSyscall, match=r"'session\.create' is declared twice") as caught:
         SyscallTable(workflow_methods(SimpleNamespace()), [again])  # type: ignore[arg-type]
+    # the kernel refuses to start, and says so as the tree's error (code, why, fix)
+    assert isinstance(caught.value, KernelStartFailed)
+    assert caught.value.to_dict()["code"] == "kernel.duplicate_syscall"
+    assert "shadow" in caught.value.why and "one declaration" in caught.value.fix
     with pytest.raises(DuplicateSyscall, match=r"'test\.none' is declared twice"):
         SyscallTable(TABLE, [Syscall("test.none", NoParams, optional, str, since=1)])
 
