@@ -25,7 +25,6 @@ from fluffy.errors import (
     PeerRejected,
     ReadTimeout,
     TooManyConnections,
-    UnknownMethod,
 )
 from fluffy.ipc.protocol import (
     CONNECTION_ID,
@@ -296,12 +295,7 @@ class Connection(asyncio.Protocol):
         method = message.method or ""
         syscall = server.table.syscall(method)
         if syscall is None:
-            error = UnknownMethod(
-                f"unknown method {method!r}; methods: {', '.join(sorted(server.table))}"
-            )
-            server.count(error.code)
-            self.write(error_response(message.id, error))
-            self.observe(message, started, error=error)
+            self.refuse(message, started)
             return
         server.count("requests")
         assert self.context is not None
@@ -332,6 +326,20 @@ class Connection(asyncio.Protocol):
             reply, failed = self.failure(message.id, method, exc)
         self.write(reply)
         self.observe(message, started, result, failed, handled=True)
+        decision_var.reset(token)
+
+    def refuse(self, message: IpcMessage, started: float) -> None:
+        """A name the table does not declare: its refusal (``ipc.unknown_method``, or
+        the table's own, which may note the decision its audit entry carries)."""
+        assert self.context is not None
+        method = message.method or ""
+        token = decision_var.set(None)
+        try:
+            self.server.table.refuse(self.context, method)
+        except Exception as exc:
+            reply, refused = self.failure(message.id, method, exc)
+        self.write(reply)
+        self.observe(message, started, error=refused, handled=True)
         decision_var.reset(token)
 
     async def run_async(self, handler: Handler, message: IpcMessage, params: Any) -> None:

@@ -15,9 +15,14 @@ as a plain ``(context, params)`` function.
 Who may call: ``CLI`` is the user's own socket (binding ``"cli"``): only the user
 starts tasks, approves merges, decides exemptions.  ``ANY`` is any socket the table is
 served on; a handler that treats a plugin caller differently (``session.create``
-judges a plugin's mode change as the plugin's) does so itself.  A sandbox's own socket
-(``tool.next``, ``ai.next``, ``policy.next``) serves its own small table, built
-:meth:`SyscallTable.untyped` from plain handlers: those check their params themselves.
+judges a plugin's mode change as the plugin's) does so itself.  An :class:`OwnSocket`
+is one kind of sandbox on its own socket (bindings ``tool:...``, ``ai:...``,
+``policy-sandbox``): a sandbox's socket (``tool.next``, ``ai.next``, ``policy.next``)
+serves its own small table of such declarations, typed like the kernel's.
+
+A name a table does not declare is ``ipc.unknown_method``, unless the table was built
+with its own refusal (``undeclared``): a plugin's socket answers every other name with
+a denial that it audits.
 """
 
 from __future__ import annotations
@@ -26,18 +31,41 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, NoReturn, TypeVar
 
 import msgspec
 
-from fluffy.errors import DuplicateSyscall, InvalidPayload, PeerRejected
+from fluffy.errors import DuplicateSyscall, InvalidPayload, PeerRejected, UnknownMethod
 from fluffy.kernel.ipc.context import CallContext, Handler
 
 #: the user's CLI socket only (binding ``"cli"``)
 CLI: Literal["cli"] = "cli"
 #: any socket the table is served on
 ANY: Literal["any"] = "any"
-Callers = Literal["cli", "any"]
+
+
+@dataclass(frozen=True)
+class OwnSocket:
+    """One kind of sandbox, on its own socket: the bindings ``kind`` and ``kind:...``.
+
+    The kernel makes that socket for that one sandbox and names it with
+    :meth:`binding`; a method declared for it is refused on any other socket (the
+    CLI's, another kind of sandbox's), before its params are read.
+    """
+
+    kind: str
+    #: who that is, as docs/ipc.md and CHANGELOG.md say it ("a plugin sandbox")
+    who: str
+
+    def binding(self, *parts: str) -> str:
+        """The binding of one such socket: ``kind:part:part``."""
+        return ":".join((self.kind, *parts))
+
+    def admits(self, binding: str) -> bool:
+        return binding == self.kind or binding.startswith(self.kind + ":")
+
+
+Callers = Literal["cli", "any"] | OwnSocket
 
 #: a result that is a free-form JSON object (its fields are documented in docs/ipc.md)
 Free = dict[str, Any]
@@ -78,6 +106,12 @@ class Syscall(Generic[P]):
                 f"only the user may {self.refusal or 'call ' + self.name}",
                 why=f"this connection is {context.binding}, not the CLI's socket",
                 fix=self.fix,
+            )
+        if isinstance(self.callers, OwnSocket) and not self.callers.admits(context.binding):
+            raise PeerRejected(
+                f"{self.name} is served to {self.callers.who} on its own socket only",
+                why=f"this connection is {context.binding}, not a {self.callers.kind} socket",
+                fix="Call it from inside that sandbox, on the socket the kernel gave it.",
             )
 
     def decode(self, params: Any) -> P:
@@ -147,15 +181,27 @@ def signature(params: type[Any]) -> str:
     return "{" + ", ".join(names) + "}" if names else "no params (null or {})"
 
 
+#: How a table refuses a name it does not declare: it raises (a FluffyError), and may
+#: note the decision its audit entry carries (``note_decision``).
+Undeclared = Callable[[CallContext, str], None]
+
+
 class SyscallTable(Mapping[str, Handler]):
     """A closed set of syscalls; a name declared twice raises :class:`DuplicateSyscall`.
 
     As a mapping it gives each method's checked handler (admit, decode, run).
+    ``undeclared`` refuses every other name (default: ``ipc.unknown_method``); a table
+    joined from this one keeps its declarations only.
     """
 
-    def __init__(self, *groups: Iterable[Syscall[Any]] | SyscallTable) -> None:
+    def __init__(
+        self,
+        *groups: Iterable[Syscall[Any]] | SyscallTable,
+        undeclared: Undeclared | None = None,
+    ) -> None:
         self._syscalls: dict[str, Syscall[Any]] = {}
         self._plain: Mapping[str, Handler] | None = None
+        self._undeclared = undeclared
         for group in groups:
             for syscall in group.syscalls() if isinstance(group, SyscallTable) else group:
                 first = self._syscalls.get(syscall.name)
@@ -187,10 +233,17 @@ class SyscallTable(Mapping[str, Handler]):
     def syscalls(self) -> list[Syscall[Any]]:
         return list(self._syscalls.values())
 
+    def refuse(self, context: CallContext, name: str) -> NoReturn:
+        """Refuse ``name``, which this table does not declare (nothing else runs)."""
+        if self._undeclared is not None:
+            self._undeclared(context, name)
+        raise UnknownMethod(f"unknown method {name!r}; methods: {', '.join(sorted(self))}")
+
     def replaced(self, name: str, handler: Callable[[CallContext, Any], Any]) -> SyscallTable:
         """This table with one method's handler replaced (its declaration kept)."""
         return SyscallTable(
-            s.with_handler(handler) if s.name == name else s for s in self._syscalls.values()
+            (s.with_handler(handler) if s.name == name else s for s in self._syscalls.values()),
+            undeclared=self._undeclared,
         )
 
     def __getitem__(self, name: str) -> Handler:
