@@ -14,9 +14,11 @@ folder no sandbox mounts:
 * each file written in order (a piece must start where the last one ended), never
   twice; sizes are checked against :data:`MAX_CALL_BYTES` before anything is decoded,
   files and folders together against :data:`MAX_CALL_FILES`;
-* a refused frame fails the call: nothing more is accepted, and its result is replaced
-  by the refusal (what the files are is the sandbox's word either way, and the kernel
-  reads them as untrusted).
+* a frame refused here fails the call: nothing more is accepted, and its result is
+  replaced by the refusal (what the files are is the sandbox's word either way, and the
+  kernel reads them as untrusted).  A frame whose params do not decode as
+  :class:`FilesParams` is refused by the socket before any of it is read: it writes
+  nothing, and fluffy's plugin host turns that refusal into the call's failure too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from fluffy.errors import FluffyError, InvalidPayload
 from fluffy.kernel.confined_files import relative_parts
@@ -55,31 +58,43 @@ class Received:
     folders: set[tuple[str, ...]] = field(default_factory=set)
 
 
-def parse_files(params: Any, call_id: str) -> list[Piece]:
+class FilePiece(msgspec.Struct, forbid_unknown_fields=True):
+    """One piece of an output file: ``data`` (base64) written at ``offset`` of ``path``."""
+
+    path: str
+    offset: int
+    data: str
+
+
+class FilesParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``tool.files``: one frame of a call's output files."""
+
+    call_id: str
+    files: list[FilePiece]
+
+
+def parse_files(params: FilesParams, call_id: str) -> list[Piece]:
     """The pieces of one ``tool.files`` frame, names checked, data not yet decoded."""
-    if not isinstance(params, dict) or params.get("call_id") != call_id:
+    if params.call_id != call_id:
         raise InvalidPayload("tool.files must name the call it belongs to (call_id)")
-    entries = params.get("files")
-    if not isinstance(entries, list) or not 0 < len(entries) <= MAX_ENTRIES:
+    if not 0 < len(params.files) <= MAX_ENTRIES:
         raise InvalidPayload(f"tool.files carries a list of 1 to {MAX_ENTRIES} pieces")
     pieces = []
-    for entry in entries:
+    for entry in params.files:
+        name, offset = entry.path, entry.offset
+        if offset < 0:
+            raise InvalidPayload(
+                "a tool.files piece is {path, offset (an integer >= 0), data (base64)}"
+            )
         try:
-            name, offset, data = entry["path"], entry["offset"], entry["data"]
-            if type(offset) is not int or offset < 0 or not isinstance(data, str):
-                raise ValueError("offset or data")
             parts = relative_parts(name)
         except FluffyError as exc:
             raise InvalidPayload(f"a tool.files path is refused: {exc.why or exc}") from None
-        except (KeyError, TypeError, ValueError):
-            raise InvalidPayload(
-                "a tool.files piece is {path, offset (an integer >= 0), data (base64)}"
-            ) from None
         if len(parts) > MAX_PARTS or len(name) > MAX_NAME:
             raise InvalidPayload(
                 f"a tool.files path has more than {MAX_PARTS} components or {MAX_NAME} characters"
             )
-        pieces.append((parts, offset, data))
+        pieces.append((parts, offset, entry.data))
     return pieces
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from fluffy.errors import (
     ToolTransient,
 )
 from fluffy.kernel.containers.lifecycle import Sandbox
-from fluffy.kernel.ipc.server import CallContext, Handler
+from fluffy.kernel.ipc.server import CallContext
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.policy.tokens import CapabilityToken
 from fluffy.kernel.tools.callfiles import Received
@@ -132,23 +131,6 @@ class CallRequest:
 
 class NeverTaken(Exception):
     """A pooled sandbox failed before its host took the call (run it in a fresh one)."""
-
-
-class SocketMethods(Mapping[str, Handler]):
-    """A plugin socket's method table: its own methods, and a denial for any other name."""
-
-    def __init__(self, served: dict[str, Handler], deny: Callable[[str], Handler]) -> None:
-        self.served = served
-        self.deny = deny
-
-    def __getitem__(self, method: str) -> Handler:
-        return self.served.get(method) or self.deny(method)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.served)
-
-    def __len__(self) -> int:
-        return len(self.served)
 
 
 async def first_done(awaitable: Any, exited: asyncio.Future[int], *, value: bool = False) -> Any:

@@ -75,7 +75,12 @@ from fluffy.kernel.tools.pluginjob import (
     open_call_dir,
     plugin_error,
 )
-from fluffy.kernel.tools.pluginsocket import PluginSocket, await_reply, stage_code
+from fluffy.kernel.tools.pluginsocket import (
+    PLUGIN_SANDBOX,
+    PluginSocket,
+    await_reply,
+    stage_code,
+)
 from fluffy.kernel.tools.pool import Recipe, SandboxPool, Slot, folder_identity
 
 log = logging.getLogger("fluffy.kernel.tools")
@@ -167,7 +172,7 @@ class PluginRunner:
         it against the reference's current one before handing the sandbox out)."""
         plugin = recipe.plugin
         slot_id = uuid.uuid4().hex[:12]
-        binding = f"tool:{plugin}:{slot_id}"
+        binding = PLUGIN_SANDBOX.binding(plugin, slot_id)
         folder, options = socket_dir(self.root, f"tool-{slot_id}")
         server = KernelServer(self.socket.methods(plugin), limits=PLUGIN_SOCKET_LIMITS)
         server.observer = self.socket.observer()

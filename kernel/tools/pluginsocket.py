@@ -1,7 +1,9 @@
 """The plugin host's side of a call: its socket, its staged code, its answer.
 
 A plugin's socket serves ``tool.next``, ``tool.files`` and ``tool.result`` only
-(:class:`PluginSocket`); anything else it calls is denied and audited.  A third-party
+(:class:`PluginSocket`), declared like the kernel's syscalls (typed params, decoded
+strictly before a handler runs; callable on a plugin sandbox's own socket only);
+anything else it calls is denied and audited.  A third-party
 plugin's verified files are written into the call folder by :func:`stage_code`, and
 :func:`await_reply` waits for the host to connect and answer.  The sandboxes themselves
 are made and torn down by :class:`~fluffy.kernel.tools.plugins.PluginRunner`.
@@ -16,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from fluffy.errors import InvalidPayload, PolicyError, SandboxExited, ToolTimeout, ToolTransient
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
@@ -23,19 +27,32 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET
 from fluffy.kernel.containers.runtime import ContainerRuntime
 from fluffy.kernel.containers.sandboxio import output_tail
-from fluffy.kernel.ipc.server import CallContext, CallRecord, Handler, note_decision
+from fluffy.kernel.ipc.server import CallContext, CallRecord, note_decision
+from fluffy.kernel.ipc.syscalls import Free, NoParams, OwnSocket, Syscall, SyscallTable
 from fluffy.kernel.plugins.handshake import check_negotiated
-from fluffy.kernel.tools.callfiles import WRITER, parse_files, write_files
+from fluffy.kernel.tools.callfiles import WRITER, FilesParams, parse_files, write_files
 from fluffy.kernel.tools.capabilities import Capabilities
 from fluffy.kernel.tools.pluginjob import (
     DECLARED_TOOLS,
     PLUGIN_CODE_DIR,
     Job,
-    SocketMethods,
     ThirdPartyCode,
     connection_key,
     first_done,
 )
+
+#: A plugin's sandbox, on its own socket (bindings ``tool:PLUGIN:SLOT``).
+PLUGIN_SANDBOX = OwnSocket("tool", "a plugin sandbox")
+
+
+class ToolResultParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``tool.result``: the answer to the call (:mod:`fluffy.plugins.sdk.execute`)."""
+
+    call_id: str
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None  # {code, message, retryable}
+    duration_ms: float | None = None
 
 
 class PluginSocket:
@@ -56,7 +73,7 @@ class PluginSocket:
             raise InvalidPayload("this socket has no tool call")
         return job
 
-    async def next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
+    async def next(self, context: CallContext, params: NoParams) -> dict[str, Any] | None:
         job = self.job_of(context)
         job.waiting.set()
         try:
@@ -122,7 +139,7 @@ class PluginSocket:
             raise InvalidPayload("this call was answered already")
         return job
 
-    async def files(self, context: CallContext, params: Any) -> None:
+    async def files(self, context: CallContext, params: FilesParams) -> None:
         job = self.taker(context, "tool.files")
         if job.files_refused is not None:
             raise InvalidPayload(f"this call's files were refused already: {job.files_refused}")
@@ -139,15 +156,16 @@ class PluginSocket:
                 job.files_refused = exc.what
                 raise
 
-    async def result(self, context: CallContext, params: Any) -> None:
+    async def result(self, context: CallContext, params: ToolResultParams) -> None:
         job = self.taker(context, "tool.result")
-        if not isinstance(params, dict) or params.get("call_id") != job.call_id:
+        if params.call_id != job.call_id:
             raise InvalidPayload("tool.result must name the call it answers (call_id)")
         async with job.sending:  # the files in flight are written first
             if job.future.done():
                 raise InvalidPayload("this call was answered already")
+            reply: dict[str, Any] = msgspec.to_builtins(params)  # the fields sent
             if job.files_refused is not None:  # the call failed: its files are incomplete
-                params = {
+                reply = {
                     "call_id": job.call_id,
                     "ok": False,
                     "error": {
@@ -155,41 +173,42 @@ class PluginSocket:
                         "message": f"the call's output files were refused: {job.files_refused}",
                     },
                 }
-            job.future.set_result(params)
+            job.future.set_result(reply)
 
     # -- the socket: its methods, everything else denied and audited ------------------
-    def methods(self, plugin: str) -> SocketMethods:
+    def methods(self, plugin: str) -> SyscallTable:
+        """The socket's table for ``plugin``'s sandbox: every other name is denied."""
         code = self.third_party.get(plugin)
         declared = code.capabilities if code is not None else ()
 
-        def deny(method: str) -> Handler:
-            def denied(context: CallContext, params: Any) -> None:
-                if method in declared:
-                    reason = (
-                        f"{method} is among {plugin}'s required capabilities, but a plugin's "
-                        "socket serves tool.next, tool.files and tool.result only"
-                    )
-                else:
-                    reason = (
-                        f"{method} is not among {plugin}'s required capabilities "
-                        f"({', '.join(declared) or 'none declared'})"
-                    )
-                note_decision("denied", "kernel.plugin_socket", reason)
-                raise PolicyError(
-                    f"plugin {plugin} may not call {method}",
-                    why=reason,
-                    fix="A plugin works through its ToolContext (the view, its output "
-                    "folder, commands in its sandbox); its socket has no other syscalls.",
+        def deny(context: CallContext, method: str) -> None:
+            if method in declared:
+                reason = (
+                    f"{method} is among {plugin}'s required capabilities, but a plugin's "
+                    "socket serves tool.next, tool.files and tool.result only"
                 )
+            else:
+                reason = (
+                    f"{method} is not among {plugin}'s required capabilities "
+                    f"({', '.join(declared) or 'none declared'})"
+                )
+            note_decision("denied", "kernel.plugin_socket", reason)
+            raise PolicyError(
+                f"plugin {plugin} may not call {method}",
+                why=reason,
+                fix="A plugin works through its ToolContext (the view, its output "
+                "folder, commands in its sandbox); its socket has no other syscalls.",
+            )
 
-            return denied
-
-        methods: dict[str, Handler] = {
-            "tool.next": self.next,
-            "tool.files": self.files,
-            "tool.result": self.result,
-        }
-        return SocketMethods(methods, deny)
+        own = PLUGIN_SANDBOX
+        return SyscallTable(
+            [
+                Syscall("tool.next", NoParams, self.next, Free | None, since=1, callers=own),
+                Syscall("tool.files", FilesParams, self.files, None, since=1, callers=own),
+                Syscall("tool.result", ToolResultParams, self.result, None, since=1, callers=own),
+            ],
+            undeclared=deny,
+        )
 
     def observer(self) -> Callable[[CallRecord], None] | None:
         """Audits what a plugin's socket refused (its two own methods are not entries)."""

@@ -22,9 +22,10 @@ from fluffy.ipc.client import SyncClient
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.tools import callfiles
-from fluffy.kernel.tools.callfiles import Received, parse_files, write_files
+from fluffy.kernel.tools.callfiles import FilesParams, Received, parse_files, write_files
 from fluffy.kernel.tools.pluginjob import Job
 from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.pluginsocket import PluginSocket
 from fluffy.plugins.sdk import ship
 
 pytestmark = pytest.mark.unit
@@ -34,10 +35,20 @@ def piece(path: str, data: bytes, offset: int = 0) -> dict[str, Any]:
     return {"path": path, "offset": offset, "data": base64.b64encode(data).decode()}
 
 
+FILES = PluginSocket({}, None).methods("demo").syscall("tool.files")
+assert FILES is not None
+
+
+def frame_of(call_id: str, pieces: list[dict[str, Any]]) -> FilesParams:
+    """A ``tool.files`` frame as the socket decodes it (strictly: InvalidPayload)."""
+    decoded: FilesParams = FILES.decode({"call_id": call_id, "files": pieces})
+    return decoded
+
+
 def receive(folder: Path, *frames: list[dict[str, Any]]) -> Received:
     received = Received()
     for frame in frames:
-        write_files(folder, parse_files({"call_id": "c1", "files": frame}, "c1"), received)
+        write_files(folder, parse_files(frame_of("c1", frame), "c1"), received)
     return received
 
 
@@ -180,6 +191,6 @@ def test_a_refused_frame_fails_the_call_and_folders_count(tmp_path: Path) -> Non
     assert not (tmp_path / "out" / "c1" / "a").exists()  # a later piece never makes a file
     received = Received()
     deep = ["d"] * 31
-    write_files(tmp_path / "k", parse_files({"call_id": "c", "files": [
-        piece("/".join([*deep, "f"]), b"")]}, "c"), received)  # fmt: skip
+    write_files(tmp_path / "k", parse_files(frame_of("c", [
+        piece("/".join([*deep, "f"]), b"")]), "c"), received)  # fmt: skip
     assert received.files == 32  # 31 folders and the file count against the cap

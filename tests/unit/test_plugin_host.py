@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from fluffy.kernel.ipc.server import CallContext, KernelServer
-from fluffy.kernel.tools.callfiles import Received, parse_files, write_files
+from fluffy.kernel.ipc.syscalls import SyscallTable
+from fluffy.kernel.tools.callfiles import FilesParams, Received, parse_files, write_files
+from fluffy.kernel.tools.pluginsocket import PLUGIN_SANDBOX, PluginSocket, ToolResultParams
 
 MODULE = "fluffy_test_demo_plugin"
 PLUGIN_SOURCE = textwrap.dedent(
@@ -107,12 +110,19 @@ class FakeKernel:
         self.handed.put_nowait(context)
         return job
 
-    def files(self, context: CallContext, params: Any) -> None:
-        call_id = str(params.get("call_id")) if isinstance(params, dict) else ""
+    def files(self, context: CallContext, params: FilesParams) -> None:
+        call_id = params.call_id
         write_files(self.received / call_id, parse_files(params, call_id), Received())
 
-    def result(self, context: CallContext, params: Any) -> None:
-        self.results.put_nowait((context, params))
+    def result(self, context: CallContext, params: ToolResultParams) -> None:
+        self.results.put_nowait((context, msgspec.to_builtins(params)))
+
+    def table(self) -> SyscallTable:
+        """The plugin socket's own declarations (params decoded as the kernel does),
+        answered by this fake."""
+        table = PluginSocket({}, None).methods("demo-tool")
+        table = table.replaced("tool.next", self.next).replaced("tool.files", self.files)
+        return table.replaced("tool.result", self.result)
 
 
 @dataclass
@@ -144,12 +154,11 @@ async def sandbox(tmp_path: Path, *extra: str) -> AsyncIterator[Sandbox]:
     (workspace / "hello.txt").write_text("old\n")
     kernel = FakeKernel(tmp_path / "received")
     kernel.received.mkdir()
-    server = KernelServer(
-        {"tool.next": kernel.next, "tool.files": kernel.files, "tool.result": kernel.result}
-    )
+    server = KernelServer(kernel.table())
     folder = Path(tempfile.mkdtemp(prefix="fluffy-host-", dir="/tmp"))  # short socket path
     sock = folder / "kernel.sock"
-    await server.listen(sock, binding="sb-test", allowed_uids=frozenset({os.getuid()}))
+    binding = PLUGIN_SANDBOX.binding("demo-tool", "sb-test")
+    await server.listen(sock, binding=binding, allowed_uids=frozenset({os.getuid()}))
     env = {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(modules),

@@ -1,0 +1,119 @@
+"""The sandboxes' own sockets serve typed tables, checked before any handler runs.
+
+On a real Unix socket, for each sandbox's socket: params of the wrong type or with an
+unknown field are refused (``ipc.invalid_payload``, the field named), the handler never
+runs, and the connection goes on to serve the next, well-formed call; a method of one
+kind of sandbox is refused on any other socket (``ipc.peer_rejected``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.ipc.client import SyncClient
+from fluffy.kernel.containers.lifecycle import Sandbox
+from fluffy.kernel.ipc.server import KernelServer
+from fluffy.kernel.tools.pluginjob import Job
+from fluffy.kernel.tools.plugins import PluginRunner
+
+pytestmark = pytest.mark.unit
+
+
+@asynccontextmanager
+async def plugin_call(tmp_path: Path, binding: str) -> AsyncIterator[tuple[Job, str]]:
+    """Call c1 of plugin demo on a real socket with ``binding``: (the job, the socket)."""
+    runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
+    server = KernelServer(runner.socket.methods("demo"))
+    job = Job("c1", "demo.echo", {}, "strict", plugin="demo")
+    job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
+    job.sandbox.output_dir.mkdir()
+    job.placed.set()
+    runner.jobs[binding] = job
+    sock = tmp_path / "ipc" / "kernel.sock"
+    await server.listen(sock, binding=binding)
+    try:
+        yield job, str(sock)
+    finally:
+        await server.close()
+
+
+PIECE = {"path": "a.txt", "offset": 0, "data": "eA=="}
+PLUGIN_REFUSED = [
+    (
+        "tool.result",
+        {"call_id": "c1", "ok": "yes", "result": {}},
+        "tool.result: params.ok: expected `bool`, got `str`",
+    ),
+    (
+        "tool.result",
+        {"call_id": "c1", "ok": True, "result": {}, "extra": 1},
+        "tool.result: params: unknown field extra",
+    ),
+    (
+        "tool.files",
+        {"call_id": "c1", "files": [{**PIECE, "offset": "0"}]},
+        "tool.files: params.files[0].offset: expected `int`, got `str`",
+    ),
+    (
+        "tool.files",
+        {"call_id": "c1", "files": [{**PIECE, "mode": 0o755}]},
+        "tool.files: params: unknown field files[0].mode",
+    ),
+    ("tool.next", {"wait": True}, "tool.next: params: unknown field wait"),
+]
+
+
+@pytest.mark.parametrize(("method", "params", "said"), PLUGIN_REFUSED)
+def test_a_plugin_socket_decodes_params_strictly_before_its_handler_runs(
+    tmp_path: Path, method: str, params: dict[str, Any], said: str
+) -> None:
+    async def main() -> dict[str, Any]:
+        async with plugin_call(tmp_path, "tool:demo:c1") as (job, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="demo") as host:
+                    if method != "tool.next":
+                        assert host.call("tool.next")["call_id"] == "c1"
+                    with pytest.raises(InvalidPayload) as caught:
+                        host.call(method, params)
+                    assert caught.value.what == said
+                    # nothing ran: no answer, no file, the call's files not refused
+                    assert not job.future.done() and job.files_refused is None
+                    assert job.handed is (method != "tool.next")
+                    assert not (tmp_path / "out" / "c1").exists()
+                    if method == "tool.next":  # the same connection is served on
+                        assert host.call("tool.next")["call_id"] == "c1"
+                    host.call("tool.files", {"call_id": "c1", "files": [PIECE]})
+                    host.call("tool.result", {"call_id": "c1", "ok": True, "result": {}})
+
+            await asyncio.to_thread(calls)
+            return await asyncio.wait_for(job.future, 5)
+
+    assert asyncio.run(main()) == {"call_id": "c1", "ok": True, "result": {}}
+    assert (tmp_path / "out" / "c1" / "a.txt").read_bytes() == b"x"
+
+
+def test_a_plugin_sockets_methods_are_refused_on_another_socket(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with plugin_call(tmp_path, "cli") as (job, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="demo") as client:
+                    with pytest.raises(PeerRejected) as caught:
+                        client.call("tool.next")
+                    assert caught.value.what == (
+                        "tool.next is served to a plugin sandbox on its own socket only"
+                    )
+                    assert "this connection is cli" in (caught.value.why or "")
+
+            await asyncio.to_thread(calls)
+            assert not job.waiting.is_set() and not job.handed  # the handler never ran
+
+    asyncio.run(main())
