@@ -3,8 +3,10 @@
 For a turn the kernel makes a private socket folder holding two sockets, mounted
 read-only at /run/fluffy in the sandbox:
 
-* ``kernel.sock`` — a server offering only ``ai.next`` / ``ai.event`` / ``ai.result``
-  (the binding names the turn: identity comes from the socket, not from the sandbox);
+* ``kernel.sock`` — a server offering only ``ai.next`` / ``ai.event`` / ``ai.result``,
+  declared like the kernel's syscalls (typed params, decoded strictly before a handler
+  runs; callable on an ai-provider sandbox's own socket only), its binding naming the
+  turn: identity comes from the socket, not from the sandbox;
 * ``proxy.sock`` — the CONNECT proxy (:mod:`fluffy.kernel.net.proxy`), the sandbox's
   only way out, tagged with the session so every request is audited against it.
 
@@ -55,6 +57,7 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
+from fluffy.kernel.ipc.syscalls import Free, NoParams, OwnSocket, Syscall, SyscallTable
 from fluffy.kernel.tools.routedcall import TURN_PRIORITY  # as the turn's tool calls
 from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
 
@@ -66,7 +69,29 @@ EventSink = Callable[[StreamEvent], Awaitable[None]]
 ProxyStarter = Callable[
     [Path, str, int, "tuple[int, int] | None"], Awaitable[Callable[[], Awaitable[None]]]
 ]
-_EVENTS = msgspec.json.Decoder(list[StreamEvent])
+#: The ai-provider sandbox of one turn, on its own socket (bindings ``ai:SESSION:TURN``).
+AI_SANDBOX = OwnSocket("ai", "the ai-provider sandbox")
+
+
+class AiEventParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``ai.event``: stream events of the current job, in order."""
+
+    job_id: str
+    events: list[StreamEvent] = []
+
+
+class AiResultParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``ai.result``: the current job's answer (``fluffy.sandboxes.ai_host.run_request``).
+
+    ``error`` is the adapter's failure as it says it (``what``, ``why``, ``fix``,
+    ``kind``, ``retryable``, ``retry_after_s``): :func:`failure` reads it field by field.
+    """
+
+    job_id: str
+    ok: bool
+    response: AIResponse | None = None
+    error: dict[str, Any] | None = None
+    duration_ms: float | None = None
 
 
 @dataclass
@@ -75,7 +100,7 @@ class _Job:
     body: dict[str, Any]
     on_event: EventSink
     active_at: float = field(default_factory=time.monotonic)  # the last sign of progress
-    future: asyncio.Future[dict[str, Any]] = field(
+    future: asyncio.Future[AiResultParams] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
@@ -104,7 +129,18 @@ class ProviderSession:
         self._answered_at: float | None = None
 
     # -- the sandbox's methods --------------------------------------------------------
-    async def _next(self, context: CallContext, params: Any) -> dict[str, Any] | None:
+    def methods(self) -> SyscallTable:
+        """What this turn's socket serves (to its ai-provider sandbox only)."""
+        own = AI_SANDBOX
+        return SyscallTable(
+            [
+                Syscall("ai.next", NoParams, self._next, Free | None, since=1, callers=own),
+                Syscall("ai.event", AiEventParams, self._event, None, since=1, callers=own),
+                Syscall("ai.result", AiResultParams, self._result, None, since=1, callers=own),
+            ]
+        )
+
+    async def _next(self, context: CallContext, params: NoParams) -> dict[str, Any] | None:
         self.connected.set()
         job = await self.queue.get()
         self.current = job
@@ -113,27 +149,23 @@ class ProviderSession:
             self._answered_at = None
         return None if job is None else job.body
 
-    def _job(self, params: Any) -> _Job:
+    def _job(self, job_id: str) -> _Job:
         job = self.current
-        if job is None or not isinstance(params, dict) or params.get("job_id") != job.job_id:
+        if job is None or job_id != job.job_id:
             raise InvalidPayload("ai.event / ai.result must name the current job (job_id)")
         return job
 
-    async def _event(self, context: CallContext, params: Any) -> None:
-        job = self._job(params)
-        try:
-            events = _EVENTS.decode(msgspec.json.encode(params.get("events") or []))
-        except msgspec.ValidationError as exc:
-            raise InvalidPayload(f"ai.event: malformed events: {exc}") from None
+    async def _event(self, context: CallContext, params: AiEventParams) -> None:
+        job = self._job(params.job_id)
         job.active_at = time.monotonic()
-        for event in events:
+        for event in params.events:
             await job.on_event(event)
 
-    async def _result(self, context: CallContext, params: Any) -> None:
-        job = self._job(params)
+    async def _result(self, context: CallContext, params: AiResultParams) -> None:
+        job = self._job(params.job_id)
         self._answered_at = time.perf_counter()
         if not job.future.done():
-            job.future.set_result(dict(params))
+            job.future.set_result(params)
 
     # -- the kernel's side ------------------------------------------------------------
     async def request(
@@ -178,14 +210,11 @@ class ProviderSession:
                 fix="Check that the model server is up and allow-listed; then retry.",
             )
         reply = job.future.result()
-        if not reply.get("ok"):
-            raise failure(reply.get("error"))
-        try:
-            return msgspec.convert(reply.get("response"), AIResponse)
-        except msgspec.ValidationError as exc:
-            raise ProviderFailed(
-                f"the ai-provider sandbox sent a malformed response: {exc}"
-            ) from None
+        if not reply.ok:
+            raise failure(reply.error)
+        if reply.response is None:
+            raise ProviderFailed("the ai-provider sandbox answered ok without a response")
+        return reply.response
 
     async def close(self) -> None:
         if self.closed:
@@ -257,7 +286,7 @@ class ProviderRunner:
                 fix="Start the kernel through fluffy (`fluffy` or `fluffy start` in the "
                 "project), or `fluffy kernel serve --project DIR`.",
             )
-        binding = f"ai:{session_id}:{turn_id}"
+        binding = AI_SANDBOX.binding(session_id, turn_id)
         # the sandbox user, or this process's own uid for a child process (tests)
         uid = sandbox_identity()[0] if self.launcher == "sandbox" else os.geteuid()
         folder, options = socket_dir(self.root, f"ai-{turn_id}", uid)
@@ -271,9 +300,7 @@ class ProviderRunner:
             except BaseException:
                 await self.teardown(session)
                 raise
-        server = KernelServer(
-            {"ai.next": session._next, "ai.event": session._event, "ai.result": session._result}
-        )
+        server = KernelServer(session.methods())
         session.server = server
         if self.observer is not None:
             server.observer = self.observer

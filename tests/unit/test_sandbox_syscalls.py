@@ -13,11 +13,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from unittest.mock import MagicMock
 
 import pytest
 
 from fluffy.errors import InvalidPayload, PeerRejected
+from fluffy.ipc.ai_types import StreamEvent, TextDelta
 from fluffy.ipc.client import SyncClient
+from fluffy.kernel.ai.provider import AI_SANDBOX, ProviderSession, _Job
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.tools.pluginjob import Job
@@ -115,5 +118,92 @@ def test_a_plugin_sockets_methods_are_refused_on_another_socket(tmp_path: Path) 
 
             await asyncio.to_thread(calls)
             assert not job.waiting.is_set() and not job.handed  # the handler never ran
+
+    asyncio.run(main())
+
+
+@asynccontextmanager
+async def ai_turn(
+    tmp_path: Path, binding: str
+) -> AsyncIterator[tuple[ProviderSession, _Job, list[StreamEvent], str]]:
+    """A turn's socket with one job queued: (its session, the job, its events, the socket)."""
+    session = ProviderSession(MagicMock(), binding, tmp_path)
+    server = KernelServer(session.methods())
+    seen: list[StreamEvent] = []
+
+    async def on_event(event: StreamEvent) -> None:
+        seen.append(event)
+
+    job = _Job("j1", {"job_id": "j1", "messages": []}, on_event)
+    await session.queue.put(job)
+    sock = tmp_path / "ipc" / "kernel.sock"
+    await server.listen(sock, binding=binding)
+    try:
+        yield session, job, seen, str(sock)
+    finally:
+        await server.close()
+
+
+AI_REFUSED = [
+    (
+        "ai.event",
+        {"job_id": "j1", "events": [{"type": "text_delta", "content": 5}]},
+        "ai.event: params.events[0].content: expected `str`, got `int`",
+    ),
+    ("ai.event", {"job_id": 1, "events": []}, "ai.event: params.job_id: expected `str`, got `int`"),
+    (
+        "ai.result",
+        {"job_id": "j1", "ok": True, "extra": 1},
+        "ai.result: params: unknown field extra",
+    ),
+    (
+        "ai.result",
+        {"job_id": "j1", "ok": True, "response": {"text": ["hi"]}},
+        "ai.result: params.response.text: expected `str`, got `array`",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "params", "said"), AI_REFUSED)
+def test_an_ai_socket_decodes_params_strictly_before_its_handler_runs(
+    tmp_path: Path, method: str, params: dict[str, Any], said: str
+) -> None:
+    async def main() -> tuple[Any, list[StreamEvent]]:
+        async with ai_turn(tmp_path, AI_SANDBOX.binding("s1", "t1")) as (session, job, seen, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="ai-provider") as host:
+                    assert host.call("ai.next") == {"job_id": "j1", "messages": []}
+                    with pytest.raises(InvalidPayload) as caught:
+                        host.call(method, params)
+                    assert caught.value.what == said
+                    assert seen == [] and not job.future.done()  # nothing ran
+                    assert session._answered_at is None
+                    event = {"type": "text_delta", "content": "hi"}
+                    host.call("ai.event", {"job_id": "j1", "events": [event]})
+                    host.call("ai.result", {"job_id": "j1", "ok": True, "response": {"text": "hi"}})
+
+            await asyncio.to_thread(calls)
+            return await asyncio.wait_for(job.future, 5), seen
+
+    reply, seen = asyncio.run(main())
+    assert seen == [TextDelta("hi")]
+    assert reply.ok is True and reply.response is not None and reply.response.text == "hi"
+
+
+def test_an_ai_sockets_methods_are_refused_on_another_socket(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with ai_turn(tmp_path, "tool:demo:c1") as (session, _, _, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="demo") as client:
+                    with pytest.raises(PeerRejected) as caught:
+                        client.call("ai.next")
+                    assert caught.value.what == (
+                        "ai.next is served to the ai-provider sandbox on its own socket only"
+                    )
+
+            await asyncio.to_thread(calls)
+            assert not session.connected.is_set() and session.current is None
 
     asyncio.run(main())
