@@ -3,9 +3,12 @@
 The kernel starts one ``policy-sandbox`` container (strict seccomp, no network, the rule
 files mounted read-only) running :mod:`fluffy.sandboxes.policy_host`, which connects to
 its own kernel socket and long-polls for work (``policy.next``), answering with
-``policy.verdict``.  Calling an :class:`ExtensionHost` is the engine's extension rule: it
-waits at most 100 ms (design); a timeout, a crash or a broken answer is a deny, and the
-sandbox is restarted.
+``policy.verdict`` (declared like the kernel's syscalls: typed params, decoded strictly
+before a handler runs, callable on the policy sandbox's own socket only).  Calling an
+:class:`ExtensionHost` is the engine's extension rule: it waits at most 100 ms (design);
+a timeout, a crash or a broken answer is a deny, and the sandbox is restarted (an
+answer whose params do not decode is refused to the sandbox and never resolves the
+job: it times out, a deny).
 """
 
 from __future__ import annotations
@@ -24,20 +27,50 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from fluffy.errors import FluffyError, SandboxRunFailed
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
-from fluffy.kernel.policy.engine import Request, Verdict
+from fluffy.kernel.ipc.syscalls import Free, NoParams, OwnSocket, Syscall, SyscallTable
+from fluffy.kernel.policy.engine import Request, Verdict, Vote
 
 log = logging.getLogger("fluffy.kernel.policy")
 
 EVALUATION_TIMEOUT_S = 0.1
 RESTART_ATTEMPTS = 4
 START_TIMEOUT_S = 30.0
-VOTES = frozenset({"allow", "deny", "require_review", "pass"})
+#: The policy sandbox, on its own socket (binding ``policy-sandbox``).
+POLICY_SANDBOX = OwnSocket("policy-sandbox", "the policy sandbox")
+
+
+class RuleVote(msgspec.Struct, forbid_unknown_fields=True):
+    """One extension rule's vote (``fluffy.sandboxes.policy_host.run_rules``)."""
+
+    rule: str
+    vote: Vote
+    reason: str
+
+
+class VerdictParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``policy.verdict``: the rules' votes on the job ``policy.next`` handed out."""
+
+    job: str
+    verdicts: list[RuleVote]
+
+
+def extension_syscalls(host: ExtensionHost) -> SyscallTable:
+    """What the policy sandbox's socket serves (to that sandbox only)."""
+    own = POLICY_SANDBOX
+    return SyscallTable(
+        [
+            Syscall("policy.next", NoParams, host._next, Free, since=1, callers=own),
+            Syscall("policy.verdict", VerdictParams, host._verdict, None, since=1, callers=own),
+        ]
+    )
 
 
 class ExtensionHost:
@@ -55,7 +88,7 @@ class ExtensionHost:
         self.timeout_s = timeout_s
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="policy-ext", daemon=True)
-        self.server = KernelServer({"policy.next": self._next, "policy.verdict": self._verdict})
+        self.server = KernelServer(extension_syscalls(self))
         self.jobs: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
         self.pending: dict[str, Future[list[Verdict]]] = {}
         self.sandbox: Sandbox | None = None
@@ -95,7 +128,9 @@ class ExtensionHost:
         )
         self._folders.append(socket_dir)
         self._call(
-            self.server.listen(socket_dir / "kernel.sock", binding="policy-sandbox", **options)
+            self.server.listen(
+                socket_dir / "kernel.sock", binding=POLICY_SANDBOX.binding(), **options
+            )
         )
         config = template_config(
             "policy-sandbox",
@@ -178,29 +213,20 @@ class ExtensionHost:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     # -- IPC methods (run on the host's loop) ---------------------------------------
-    async def _next(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def _next(self, context: CallContext, params: NoParams) -> dict[str, Any]:
         assert self.jobs is not None and self._connected is not None
         self._connected.set()
         job_id, request = await self.jobs.get()
         return {"job": job_id, "request": request}
 
-    def _verdict(self, context: CallContext, params: Any) -> None:
+    def _verdict(self, context: CallContext, params: VerdictParams) -> None:
         with self._pending_lock:
-            future = self.pending.pop(str(params.get("job")), None)
+            future = self.pending.pop(params.job, None)
         if future is None or future.done():
             return
-        try:
-            verdicts = [
-                Verdict(f"ext:{item['rule']}", "extension", item["vote"], str(item["reason"]))
-                for item in params["verdicts"]
-                if item["vote"] in VOTES
-            ]
-            if len(verdicts) != len(params["verdicts"]):
-                raise ValueError("unknown vote")
-        except (KeyError, TypeError, ValueError) as exc:
-            future.set_exception(SandboxRunFailed(f"malformed verdicts: {exc}"))
-            return
-        future.set_result(verdicts)
+        future.set_result(
+            [Verdict(f"ext:{v.rule}", "extension", v.vote, v.reason) for v in params.verdicts]
+        )
 
     # -- evaluation -------------------------------------------------------------------
     def evaluate_raw(self, request: dict[str, Any], timeout: float) -> list[Verdict]:

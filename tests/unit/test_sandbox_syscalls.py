@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,11 @@ from fluffy.ipc.client import SyncClient
 from fluffy.kernel.ai.provider import AI_SANDBOX, ProviderSession, _Job
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
+from fluffy.kernel.policy.engine import Verdict
+from fluffy.kernel.policy.extensions import POLICY_SANDBOX, ExtensionHost
 from fluffy.kernel.tools.pluginjob import Job
 from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.sandboxes.policy_host import run_rules
 
 pytestmark = pytest.mark.unit
 
@@ -207,3 +211,105 @@ def test_an_ai_sockets_methods_are_refused_on_another_socket(tmp_path: Path) -> 
             assert not session.connected.is_set() and session.current is None
 
     asyncio.run(main())
+
+
+@asynccontextmanager
+async def policy_job(
+    tmp_path: Path, binding: str
+) -> AsyncIterator[tuple[ExtensionHost, Future[list[Verdict]], str]]:
+    """The policy sandbox's socket (its host not started: no container, no thread of its
+    own) with job 1 queued: (the host, the job's future, the socket)."""
+    host = ExtensionHost(MagicMock(), tmp_path)
+    host.jobs, host._connected = asyncio.Queue(), asyncio.Event()
+    future: Future[list[Verdict]] = Future()
+    host.pending["1"] = future
+    await host.jobs.put(("1", {"syscall": "fs.read"}))
+    sock = tmp_path / "ipc" / "kernel.sock"
+    await host.server.listen(sock, binding=binding)
+    try:
+        yield host, future, str(sock)
+    finally:
+        await host.server.close()
+        host.loop.close()
+
+
+POLICY_REFUSED = [
+    (
+        {"job": "1", "verdicts": [{"rule": "r", "vote": "maybe", "reason": ""}]},
+        "policy.verdict: params.verdicts[0].vote: invalid enum value 'maybe'",
+    ),
+    ({"job": 1, "verdicts": []}, "policy.verdict: params.job: expected `str`, got `int`"),
+    ({"job": "1", "verdicts": [], "extra": 1}, "policy.verdict: params: unknown field extra"),
+]
+
+
+@pytest.mark.parametrize(("params", "said"), POLICY_REFUSED)
+def test_the_policy_socket_decodes_params_strictly_before_its_handler_runs(
+    tmp_path: Path, params: dict[str, Any], said: str
+) -> None:
+    async def main() -> list[Verdict]:
+        async with policy_job(tmp_path, POLICY_SANDBOX.binding()) as (_, future, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="policy-sandbox") as host:
+                    job = host.call("policy.next")
+                    assert job == {"job": "1", "request": {"syscall": "fs.read"}}
+                    with pytest.raises(InvalidPayload) as caught:
+                        host.call("policy.verdict", params)
+                    assert caught.value.what == said
+                    assert not future.done()  # nothing ran
+                    vote = {"rule": "r", "vote": "deny", "reason": "no"}
+                    host.call("policy.verdict", {"job": "1", "verdicts": [vote]})
+
+            await asyncio.to_thread(calls)
+            return future.result(5)
+
+    assert asyncio.run(main()) == [Verdict("ext:r", "extension", "deny", "no")]
+
+
+def test_the_policy_sockets_methods_are_refused_on_another_socket(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with policy_job(tmp_path, AI_SANDBOX.binding("s1", "t1")) as (host, _, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="ai-provider") as client:
+                    with pytest.raises(PeerRejected) as caught:
+                        client.call("policy.next")
+                    assert caught.value.what == (
+                        "policy.next is served to the policy sandbox on its own socket only"
+                    )
+
+            await asyncio.to_thread(calls)
+            assert host._connected is not None and not host._connected.is_set()
+
+    asyncio.run(main())
+
+
+def test_the_policy_hosts_own_answers_decode(tmp_path: Path) -> None:
+    """What fluffy's policy host sends (votes, a rule that raises, one that returns junk)
+    is what policy.verdict declares."""
+
+    def crash(request: dict[str, Any]) -> Any:
+        raise RuntimeError("boom")
+
+    rules = [
+        ("votes", lambda request: [{"vote": "allow", "reason": request["syscall"]}]),
+        ("abstains", lambda request: None),
+        ("crashes", crash),
+        ("junk", lambda request: {"vote": "maybe"}),
+    ]
+
+    async def main() -> list[Verdict]:
+        async with policy_job(tmp_path, POLICY_SANDBOX.binding()) as (_, future, sock):
+
+            def calls() -> None:
+                with SyncClient(sock, plugin_name="policy-sandbox") as host:
+                    job = host.call("policy.next")
+                    verdicts = run_rules(rules, job["request"])
+                    host.call("policy.verdict", {"job": job["job"], "verdicts": verdicts})
+
+            await asyncio.to_thread(calls)
+            return future.result(5)
+
+    votes = [(v.rule, v.vote) for v in asyncio.run(main())]
+    assert votes == [("ext:votes", "allow"), ("ext:crashes", "deny"), ("ext:junk", "deny")]
