@@ -19,7 +19,7 @@ import asyncio
 import collections
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,10 +73,9 @@ class Listener:
 
 @dataclass
 class KernelServer:
-    """Serves ``methods``: a :class:`SyscallTable`, or plain handlers (a sandbox socket's
-    small table, see :meth:`SyscallTable.untyped`)."""
+    """Serves ``table`` (the kernel's syscalls, or a sandbox socket's own small table)."""
 
-    methods: Mapping[str, Handler]
+    table: SyscallTable
     limits: Limits = field(default_factory=Limits)
     stats: collections.Counter[str] = field(default_factory=collections.Counter)
     listeners: list[Listener] = field(default_factory=list)
@@ -87,10 +86,6 @@ class KernelServer:
     memory: Callable[[], dict[str, Any]] | None = None
     #: the scheduler's figures (limits, running and queued by template and priority)
     scheduler: Callable[[], dict[str, Any]] | None = None
-    table: SyscallTable = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.table = SyscallTable.untyped(self.methods)
 
     async def listen(
         self,

@@ -87,8 +87,8 @@ class Syscall(Generic[P]):
     """One IPC method, declared once."""
 
     name: str
-    #: the params' Struct (``forbid_unknown_fields``); None: untyped (a sandbox socket)
-    params: type[P] | None
+    #: the params' Struct (``forbid_unknown_fields``)
+    params: type[P]
     handler: Callable[[CallContext, P], Any]
     #: the result's type: a Struct, a documented type, or ``Free``
     result: Any
@@ -116,8 +116,6 @@ class Syscall(Generic[P]):
 
     def decode(self, params: Any) -> P:
         """The params as the declared Struct (``null``: no fields given)."""
-        if self.params is None:
-            return params  # type: ignore[no-any-return]
         try:
             return msgspec.convert({} if params is None else params, self.params, strict=True)
         except msgspec.ValidationError as exc:
@@ -200,7 +198,6 @@ class SyscallTable(Mapping[str, Handler]):
         undeclared: Undeclared | None = None,
     ) -> None:
         self._syscalls: dict[str, Syscall[Any]] = {}
-        self._plain: Mapping[str, Handler] | None = None
         self._undeclared = undeclared
         for group in groups:
             for syscall in group.syscalls() if isinstance(group, SyscallTable) else group:
@@ -212,23 +209,8 @@ class SyscallTable(Mapping[str, Handler]):
                     )
                 self._syscalls[syscall.name] = syscall
 
-    @classmethod
-    def untyped(cls, methods: Mapping[str, Handler]) -> SyscallTable:
-        """A table of plain handlers (a sandbox socket's): params passed as sent, any
-        caller on that socket; the handlers check both themselves.  The mapping is
-        asked for each name (a plugin socket's answers every other name with a denial)."""
-        if isinstance(methods, SyscallTable):
-            return methods
-        table = cls()
-        table._plain = methods
-        return table
-
     def syscall(self, name: str) -> Syscall[Any] | None:
-        found = self._syscalls.get(name)
-        if found is None and self._plain is not None:
-            handler = self._plain.get(name)
-            return None if handler is None else Syscall(name, None, handler, Any, since=0)
-        return found
+        return self._syscalls.get(name)
 
     def syscalls(self) -> list[Syscall[Any]]:
         return list(self._syscalls.values())
@@ -253,10 +235,10 @@ class SyscallTable(Mapping[str, Handler]):
         return found.checked()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._plain if self._plain is not None else self._syscalls)
+        return iter(self._syscalls)
 
     def __len__(self) -> int:
-        return len(self._plain if self._plain is not None else self._syscalls)
+        return len(self._syscalls)
 
 
 def _where(syscall: Syscall[Any]) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 from fluffy.errors import (
@@ -26,6 +27,7 @@ from fluffy.ipc.client import AsyncClient, SyncClient
 from fluffy.ipc.protocol import HEADER, SUPPORTED_API_VERSIONS, encode
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import CallContext, KernelServer, Limits
+from fluffy.kernel.ipc.syscalls import NoParams, Syscall, SyscallTable
 
 T = TypeVar("T")
 
@@ -34,22 +36,34 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-async def slow(context: CallContext, params: Any) -> Any:
-    await asyncio.sleep(float(params["seconds"]))
-    return params["tag"]
+class SlowParams(msgspec.Struct, forbid_unknown_fields=True):
+    seconds: float
+    tag: int | str
 
 
-async def events(context: CallContext, params: Any) -> str:
+async def slow(context: CallContext, params: SlowParams) -> Any:
+    await asyncio.sleep(params.seconds)
+    return params.tag
+
+
+async def events(context: CallContext, params: NoParams) -> str:
     for n in range(3):
         context.send_event("test.tick", {"n": n})
     return "sent"
 
 
-def boom(context: CallContext, params: Any) -> None:
+def boom(context: CallContext, params: NoParams) -> None:
     raise RuntimeError("secret internal detail")
 
 
-METHODS = {**default_methods(), "test.slow": slow, "test.events": events, "test.boom": boom}
+METHODS = SyscallTable(
+    default_methods(),
+    [
+        Syscall("test.slow", SlowParams, slow, Any, since=1),
+        Syscall("test.events", NoParams, events, str, since=1),
+        Syscall("test.boom", NoParams, boom, None, since=1),
+    ],
+)
 
 
 async def start(tmp: Path, **limits: Any) -> tuple[KernelServer, str]:

@@ -169,11 +169,12 @@ def test_the_policy_sandbox_reserves_its_slot_without_queueing(
 def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> None:
     from fluffy.kernel.ipc.methods import ping
     from fluffy.kernel.ipc.server import KernelServer
+    from fluffy.kernel.ipc.syscalls import SyscallTable
 
     async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
         lease = await tools.scheduler.lease("ai-provider", "t", priority=2, kind="ai_generate")
         status = await tools.methods()["tool.status"](None, None)  # type: ignore[arg-type]
-        server = KernelServer({})
+        server = KernelServer(SyscallTable())
         server.scheduler = tools.scheduler.figures
 
         class Context:

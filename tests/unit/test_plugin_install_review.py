@@ -29,6 +29,7 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
 from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
+from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.plugins.install import install, plan
 from fluffy.kernel.plugins.methods import REVIEW_DIR, plugin_methods
 from fluffy.kernel.plugins.store import PluginStore, read_tree
@@ -98,7 +99,9 @@ async def kernel(tmp_path: Path, policy: str = ALLOW_READ) -> Any:
         state, Registry.builtin(kernel_tools()), front.engine.evaluate, audit, store
     )
     server = KernelServer(
-        {**default_methods(), **plugin_methods(front, audit, state, lambda: activated, store)}
+        SyscallTable(
+            default_methods(), plugin_methods(front, audit, state, lambda: activated, store)
+        )
     )
     cli, plugin = tmp_path / "run" / "kernel.sock", tmp_path / "sb" / "kernel.sock"
     await server.listen(cli)
