@@ -2,7 +2,8 @@
 
 The handlers close over the kernel's objects (workflow, policy front, tool router, ...);
 here those are stand-ins, since only the declarations are read: names, params types,
-callers, since.  Nothing is called on them while the table is built.
+callers, since.  Nothing is called on them while the table is built.  The same goes for
+the tables of the sandboxes' own sockets (:func:`sandbox_tables`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from pathlib import Path
 from unittest.mock import MagicMock
 
 from fluffy.kernel.ai.assemble import AiLayer
+from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.ipc.syscalls import SyscallTable
+from fluffy.kernel.policy.extensions import extension_syscalls
 from fluffy.kernel.serve import kernel_syscalls
 from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.tools.pluginsocket import PluginSocket
 
 
 @cache
@@ -36,3 +40,13 @@ def served_table() -> SyscallTable:
         tools=tools,
         ai=ai,
     )
+
+
+def sandbox_tables() -> dict[str, SyscallTable]:
+    """The tables the sandboxes' own sockets serve, built by the code that serves them."""
+    session = ProviderSession(MagicMock(), "ai:s:t", Path("/nonexistent/ai"))
+    return {
+        "plugin": PluginSocket({}, None).methods("demo"),
+        "ai-provider": session.methods(),
+        "policy": extension_syscalls(MagicMock()),
+    }

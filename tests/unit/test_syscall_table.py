@@ -5,7 +5,10 @@ object) and a CLI-only method from another socket are refused with the stable co
 nothing runs, the connection stays open, and the audit observer sees a denial.  On the
 kernel's served table (built by kernel/serve.py's own function): a name declared twice
 stops start-up, every declaration is well-formed, and the table, docs/ipc.md's method
-table and CHANGELOG.md's list are the same set.
+table and CHANGELOG.md's list are the same set.  The same for the tables of the
+sandboxes' own sockets (each for its own kind of sandbox only), against docs/ipc.md's
+"Sandbox sockets" table and CHANGELOG.md's list of them; tests/unit/test_sandbox_syscalls.py
+refuses their malformed params on real sockets.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from fluffy.kernel.ipc.syscalls import (
     CLI,
     Free,
     NoParams,
+    OwnSocket,
     Syscall,
     SyscallTable,
 )
 from fluffy.kernel.workflow.methods import workflow_methods
-from unit.kernel_table import served_table
+from unit.kernel_table import sandbox_tables, served_table
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -208,10 +212,10 @@ def test_every_cli_only_served_syscall_refuses_a_plugin_socket() -> None:
         assert syscall.refusal, f"{syscall.name} says what only the user may do"
 
 
-def _doc_table() -> dict[str, tuple[int, str]]:
-    """docs/ipc.md's method table: name -> (since, who)."""
+def _doc_table(heading: str = "## Method table (closed)") -> dict[str, tuple[int, str]]:
+    """docs/ipc.md's method table under ``heading``: name -> (since, who)."""
     text = (ROOT / "docs" / "ipc.md").read_text(encoding="utf-8")
-    section = text.split("## Method table (closed)", 1)[1].split("\n## ", 1)[0]
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     table = section.split("| method | since | who | params | result |", 1)[1]
     table = table.split("\n\n", 1)[0]
     rows: dict[str, tuple[int, str]] = {}
@@ -223,10 +227,13 @@ def _doc_table() -> dict[str, tuple[int, str]]:
     return rows
 
 
-def _changelog_list() -> dict[str, tuple[int, str]]:
-    """CHANGELOG.md's list of the syscalls served: name -> (since, who)."""
+def _changelog_list(sandboxes: bool = False) -> dict[str, tuple[int, str]]:
+    """CHANGELOG.md's list of the syscalls served (the main socket's, or the sandboxes'
+    own sockets'): name -> (since, who)."""
     text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     section = text.split("## The syscalls served", 1)[1].split("\n## ", 1)[0]
+    main, _, own = section.partition("\n### The sandboxes' own sockets")
+    section = own if sandboxes else main
     rows: dict[str, tuple[int, str]] = {}
     for found in re.finditer(r"^- `([a-z_.]+)` \(API (\d+)(?:; ([^)]+))?\)$", section, re.M):
         assert found[1] not in rows, f"CHANGELOG.md lists {found[1]} twice"
@@ -242,6 +249,39 @@ def test_the_served_table_docs_and_changelog_are_the_same_set() -> None:
     assert set(changelog) == set(served), "CHANGELOG.md's list vs the served table"
     for name, syscall in served.items():
         who = "CLI only" if syscall.callers == CLI else "any"
+        assert docs[name][0] == syscall.since, f"docs/ipc.md: since of {name}"
+        assert docs[name][1].startswith(who), f"docs/ipc.md: who of {name}"
+        assert changelog[name] == (syscall.since, who), f"CHANGELOG.md: {name}"
+
+
+def test_every_sandbox_declaration_is_typed_closed_and_for_its_own_socket() -> None:
+    served = {s.name for s in served_table().syscalls()}
+    for kind, table in sandbox_tables().items():
+        (own,) = {s.callers for s in table.syscalls()}  # one kind of sandbox per table
+        assert isinstance(own, OwnSocket), kind
+        for syscall in table.syscalls():
+            assert syscall.name not in served, syscall.name
+            assert issubclass(syscall.params, msgspec.Struct), syscall.name
+            assert syscall.params.__struct_config__.forbid_unknown_fields, syscall.name
+            assert 0 <= syscall.since <= CURRENT_API_VERSION, syscall.name
+    plugin: Any = SimpleNamespace(binding="tool:demo:c1", plugin_name="demo")
+    cli: Any = SimpleNamespace(binding="cli", plugin_name="")
+    for syscall in sandbox_tables()["plugin"].syscalls():
+        syscall.admit(plugin)
+        with pytest.raises(PeerRejected, match=r"on its own socket only$"):
+            syscall.admit(cli)
+
+
+def test_the_sandbox_tables_docs_and_changelog_are_the_same_set() -> None:
+    declared = {s.name: s for t in sandbox_tables().values() for s in t.syscalls()}
+    docs = _doc_table("## Sandbox sockets (closed)")
+    changelog = _changelog_list(sandboxes=True)
+    assert len(declared) == 8
+    assert set(docs) == set(declared), "docs/ipc.md's sandbox sockets vs the declarations"
+    assert set(changelog) == set(declared), "CHANGELOG.md's sandbox list vs the declarations"
+    for name, syscall in declared.items():
+        assert isinstance(syscall.callers, OwnSocket)
+        who = syscall.callers.who
         assert docs[name][0] == syscall.since, f"docs/ipc.md: since of {name}"
         assert docs[name][1].startswith(who), f"docs/ipc.md: who of {name}"
         assert changelog[name] == (syscall.since, who), f"CHANGELOG.md: {name}"
