@@ -58,7 +58,12 @@ def self_check() -> dict[str, object]:
 
 
 def _serve(args: list[str]) -> int:
-    """``serve``: the same kernel as ``fluffy kernel serve``, without the CLI's imports."""
+    """``serve``: the same kernel as ``fluffy kernel serve``, without the CLI's imports.
+
+    The bootstrap runs it in L1, where the kernel image has no image sources: the
+    sandboxes' images are the ones it names (FLUFFY_IMAGES) or the newest by label.  On
+    a host, ``fluffy kernel serve`` also checks that they are current for the sources.
+    """
     import argparse
     from pathlib import Path
 
@@ -73,12 +78,17 @@ def _serve(args: list[str]) -> int:
     project = Path(given.project).resolve() if given.project else None
     try:
         return serve_main(Path(given.socket).absolute(), Path(given.state_dir).absolute(), project)
-    except FluffyError as error:  # the design's display: what, why, fix, code
-        for label, text in (("ERROR", error.what), ("Reason", error.why), ("Fix", error.fix)):
+    except FluffyError as error:  # the design's display (fluffy/cli/render.py's, plain)
+        shown = (("ERROR", error.what), ("Reason", error.why), ("Fix", error.fix),
+                 ("Context", error.context))  # fmt: skip
+        for label, text in shown:
             if text:
                 print(f"{label}: {text}", file=sys.stderr)
         print(f"({error.code})", file=sys.stderr)
         return 3  # the CLI's EXIT_ERROR
+    except KeyboardInterrupt:  # before the kernel's own signal handlers are in place
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
