@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +17,11 @@ import pytest
 
 from fluffy.errors import InvalidPayload
 from fluffy.ipc.client import SyncClient
-from fluffy.kernel.containers.lifecycle import Sandbox
-from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.tools import callfiles
 from fluffy.kernel.tools.callfiles import FilesParams, Received, parse_files, write_files
-from fluffy.kernel.tools.pluginjob import Job
-from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.pluginsocket import PluginSocket
 from fluffy.plugins.sdk import ship
+from tests.unit.plugin_socket_support import plugin_call
 
 pytestmark = pytest.mark.unit
 
@@ -121,25 +116,6 @@ def test_gaps_repeats_links_and_the_cap_are_refused(
     assert not (kernel / "b").exists()
 
 
-@asynccontextmanager
-async def a_call(tmp_path: Path) -> AsyncIterator[tuple[Job, Path]]:
-    """Call c1 of plugin demo, handed to a sandbox whose folder is ``tmp_path/out``, served
-    on a real socket: (the job, the socket)."""
-    runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
-    server = KernelServer(runner.socket.methods("demo"))
-    job = Job("c1", "demo.echo", {}, "strict", plugin="demo")
-    job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
-    job.sandbox.output_dir.mkdir()
-    job.placed.set()
-    runner.jobs["tool:demo:c1"] = job
-    sock = tmp_path / "ipc" / "kernel.sock"
-    await server.listen(sock, binding="tool:demo:c1")
-    try:
-        yield job, sock
-    finally:
-        await server.close()
-
-
 def test_only_the_connection_that_took_the_call_may_send_its_files(tmp_path: Path) -> None:
     async def main() -> list[str]:
         said: list[str] = []
@@ -162,7 +138,7 @@ def test_only_the_connection_that_took_the_call_may_send_its_files(tmp_path: Pat
                 with pytest.raises(InvalidPayload, match="answered already"):
                     host.call("tool.files", frame)
 
-        async with a_call(tmp_path) as (_, sock):
+        async with plugin_call(tmp_path) as (_, sock):
             await asyncio.to_thread(calls, sock)
         return said
 
@@ -182,7 +158,7 @@ def test_a_refused_frame_fails_the_call_and_folders_count(tmp_path: Path) -> Non
                     host.call("tool.files", {"call_id": "c1", "files": [piece("b", b"x")]})
                 host.call("tool.result", {"call_id": "c1", "ok": True, "result": {}})
 
-        async with a_call(tmp_path) as (job, sock):
+        async with plugin_call(tmp_path) as (job, sock):
             await asyncio.to_thread(calls, sock)
             return await asyncio.wait_for(job.future, 5)
 

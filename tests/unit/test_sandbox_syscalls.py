@@ -22,33 +22,13 @@ from fluffy.errors import InvalidPayload, PeerRejected
 from fluffy.ipc.ai_types import StreamEvent, TextDelta
 from fluffy.ipc.client import SyncClient
 from fluffy.kernel.ai.provider import AI_SANDBOX, ProviderSession, _Job
-from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.policy.engine import Verdict
 from fluffy.kernel.policy.extensions import POLICY_SANDBOX, ExtensionHost
-from fluffy.kernel.tools.pluginjob import Job
-from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.sandboxes.policy_host import run_rules
+from tests.unit.plugin_socket_support import plugin_call
 
 pytestmark = pytest.mark.unit
-
-
-@asynccontextmanager
-async def plugin_call(tmp_path: Path, binding: str) -> AsyncIterator[tuple[Job, str]]:
-    """Call c1 of plugin demo on a real socket with ``binding``: (the job, the socket)."""
-    runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
-    server = KernelServer(runner.socket.methods("demo"))
-    job = Job("c1", "demo.echo", {}, "strict", plugin="demo")
-    job.sandbox = Sandbox("sb1", "code-executor", "n", output_dir=tmp_path / "out")
-    job.sandbox.output_dir.mkdir()
-    job.placed.set()
-    runner.jobs[binding] = job
-    sock = tmp_path / "ipc" / "kernel.sock"
-    await server.listen(sock, binding=binding)
-    try:
-        yield job, str(sock)
-    finally:
-        await server.close()
 
 
 PIECE = {"path": "a.txt", "offset": 0, "data": "eA=="}
@@ -85,7 +65,7 @@ def test_a_plugin_socket_decodes_params_strictly_before_its_handler_runs(
         async with plugin_call(tmp_path, "tool:demo:c1") as (job, sock):
 
             def calls() -> None:
-                with SyncClient(sock, plugin_name="demo") as host:
+                with SyncClient(str(sock), plugin_name="demo") as host:
                     if method != "tool.next":
                         assert host.call("tool.next")["call_id"] == "c1"
                     with pytest.raises(InvalidPayload) as caught:
@@ -112,7 +92,7 @@ def test_a_plugin_sockets_methods_are_refused_on_another_socket(tmp_path: Path) 
         async with plugin_call(tmp_path, "cli") as (job, sock):
 
             def calls() -> None:
-                with SyncClient(sock, plugin_name="demo") as client:
+                with SyncClient(str(sock), plugin_name="demo") as client:
                     with pytest.raises(PeerRejected) as caught:
                         client.call("tool.next")
                     assert caught.value.what == (
