@@ -17,7 +17,7 @@ from fluffy.ipc.ai_types import ProviderConfig
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
-from fluffy.kernel.workflow.machine import LOCK_KEY
+from fluffy.kernel.workflow.budget import LOCK_KEY
 from fluffy.kernel.workflow.methods import SessionParams, SessionView, _view
 
 MAX_TEXT = 100_000

@@ -30,8 +30,7 @@ from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import Caller, Decision, Request
 from fluffy.kernel.policy.tdd_settings import DEFAULT_EXEMPTIONS, ExemptionRule, TechDebtSettings
-from fluffy.kernel.workflow.budget import LOCK_KEY as LOCK_KEY  # kernel/ai/methods reads it
-from fluffy.kernel.workflow.budget import CoverageBudget
+from fluffy.kernel.workflow.budget import LOCK_KEY, CoverageBudget
 from fluffy.kernel.workflow.coverage import CoverageReport
 from fluffy.kernel.workflow.evidence import (
     DEFAULT_TEST_GLOBS,
