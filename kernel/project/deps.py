@@ -16,16 +16,17 @@ The sources, each optional:
 * a lock file (``uv.lock``, ``poetry.lock``, ``pdm.lock``) becomes *constraints*: the
   versions it pins, applied to whatever the sources above ask for.
 
-A requirement fluffy cannot fetch offline (a path, a git URL, an editable) is left out
-and named in :attr:`Requirements.skipped`.  :func:`env_inputs` hashes exactly the files
-read, so the environment is rebuilt when one of them changes.
+Every line is parsed as data (:mod:`fluffy.kernel.project.reqlines`) and re-rendered from
+its parts; a line fluffy will not fetch (a URL, VCS, a local path, a pip option, a name
+that does not parse) is never passed on and is named, with its file and line, in
+:attr:`Requirements.refused`.  :func:`env_inputs` hashes exactly the files read, so the
+environment is rebuilt when one of them changes.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,27 +36,19 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from fluffy.kernel.project.files import (
-    read_ini,
-    read_text,
-    read_toml,
-    strings,
-    table,
-)
+from fluffy.kernel.project.files import read_ini, read_text, read_toml, strings, table
+from fluffy.kernel.project.lockfiles import LOCK_FILES, Locked, pipfile_lock, toml_lock
+from fluffy.kernel.project.reqfiles import RequirementsReader, requirement_files
+from fluffy.kernel.project.reqlines import Refusal, line_of, requirement, requirement_line
+
+__all__ = ["Requirements", "collect_requirements", "env_inputs", "env_key", "input_files",
+           "poetry_spec", "requirement_files"]  # fmt: skip
 
 #: Extras and dependency groups that hold what the tests need.
 TEST_SETS = frozenset({"test", "tests", "testing", "dev", "develop", "development"})
-LOCK_FILES = ("uv.lock", "poetry.lock", "pdm.lock", "Pipfile.lock")
 BASE_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "Pipfile")
-_REQ_FILE = re.compile(r"(.*[-_])?requirements([-_.].*)?\.(txt|in)$|^(dev|test)s?[-_].*\.txt$")
-_MAX_INCLUDE_DEPTH = 5
-#: Requirements files for other jobs than testing (docs, linters, type checks, releases).
-_NOT_FOR_TESTS = (
-    *("doc", "lint", "mypy", "typecheck", "typing", "packaging", "release"),
-    *("publish", "style", "format", "pre-commit", "ruff", "flake8", "black"),
-)
-#: A locked package with one of these keys is not from an index.
-_LOCAL_KEYS = ("editable", "virtual", "directory", "path", "git", "url")
+#: PEP 517's default backend, for a project that declares none.
+DEFAULT_BUILD_REQUIRES = ["setuptools>=40.8.0", "wheel"]
 
 
 @dataclass
@@ -70,7 +63,16 @@ class Requirements:
     name: str | None = None
     lock: str | None = None
     sources: list[str] = field(default_factory=list)
+    #: Notes on what was not read (a file that does not parse, a Poetry ``||`` range).
     skipped: list[str] = field(default_factory=list)
+    #: Lines never fetched (URLs, VCS, paths, options), each with its file and line.
+    refused: list[Refusal] = field(default_factory=list)
+    #: ``name==version`` -> the sha256s a lock or a ``--hash`` allows for its files
+    hashes: dict[str, set[str]] = field(default_factory=dict)
+    #: Where each requirement was read (line -> "file:line"), for errors that name it.
+    origins: dict[str, str] = field(default_factory=dict)
+    #: Every requirements or constraints file read (includes too): the environment's inputs.
+    files: list[str] = field(default_factory=list)
 
     @property
     def names(self) -> set[str]:
@@ -87,52 +89,49 @@ class Requirements:
         """Whether an environment is worth building (anything to install)."""
         return bool(self.requirements) or self.installable
 
+    def add(self, line: str, where: str) -> None:
+        """One PEP 508 requirement, parsed (a URL, path or option is refused)."""
+        kept = requirement_line(line, where, self.refused)
+        if kept is not None:
+            self.requirements.append(kept)
+            self.origins.setdefault(kept, where)
 
-def requirement_files(root: Path) -> list[str]:
-    """Requirements files at the root and under ``requirements/`` (docs files left out)."""
-    found: list[str] = []
-    for folder in (".", "requirements"):
-        base = root if folder == "." else root / folder
-        try:
-            names = sorted(p.name for p in base.iterdir() if p.is_file() and not p.is_symlink())
-        except OSError:
-            continue
-        for name in names:
-            if any(word in name.lower() for word in _NOT_FOR_TESTS):
-                continue
-            if (folder == "requirements" and name.endswith((".txt", ".in"))) or _REQ_FILE.match(
-                name
-            ):
-                found.append(name if folder == "." else f"{folder}/{name}")
-    # a .txt compiled from a .in (pip-tools) is the pinned one: prefer it
-    return [f for f in found if not (f.endswith(".in") and f[:-3] + ".txt" in found)]
+    def constrain(self, line: str, where: str) -> None:
+        """One constraint, already parsed and rendered by the reader."""
+        self.constraints.append(line)
+        self.origins.setdefault(line, where)
+
+    def take(self, locked: Locked) -> None:
+        self.lock = locked.name
+        self.refused += locked.refused
+        for line in locked.requirements:
+            self.requirements.append(line)
+            self.origins.setdefault(line, str(locked.name))
+        for line in locked.constraints:
+            self.constrain(line, str(locked.name))
+        for key, digests in locked.hashes.items():
+            self.hashes.setdefault(key, set()).update(digests)
 
 
 def _norm(name: str) -> str:
     return canonicalize_name(name)
 
 
-def _parse(line: str, notes: list[str], origin: str) -> Requirement | None:
-    try:
-        return Requirement(line)
-    except InvalidRequirement:
-        notes.append(f"{origin}: {line!r} is not a requirement fluffy can fetch")
-        return None
+class _Source:
+    """A configuration file's text, to name the line an entry came from."""
 
+    def __init__(self, rel: str, text: str | None) -> None:
+        self.rel, self.text = rel, text
 
-def _add(out: Requirements, line: str, origin: str) -> None:
-    """Add one PEP 508 requirement (self-references expand the project's own extras)."""
-    req = _parse(line, out.skipped, origin)
-    if req is None:
-        return
-    if req.url:
-        out.skipped.append(f"{req.name} ({origin}): a direct URL ({req.url[:80]})")
-        return
-    out.requirements.append(str(req))
+    def where(self, needle: str) -> str:
+        return f"{self.rel}:{line_of(self.text, needle) or '?'}"
+
+    def add(self, out: Requirements, line: str) -> None:
+        out.add(line, self.where(line))
 
 
 # -- pyproject.toml -------------------------------------------------------------------
-def _groups(pyproject: dict[str, Any], out: Requirements) -> None:
+def _groups(pyproject: dict[str, Any], src: _Source, out: Requirements) -> None:
     groups = table(pyproject, "dependency-groups")
 
     def expand(name: str, seen: set[str]) -> list[str]:
@@ -151,11 +150,11 @@ def _groups(pyproject: dict[str, Any], out: Requirements) -> None:
     for key in groups:
         if _norm(key) in TEST_SETS:
             for line in expand(_norm(key), set()):
-                _add(out, line, f"dependency group {key}")
+                src.add(out, line)
             out.sources.append(f"dependency group `{key}`")
 
 
-def _project_table(pyproject: dict[str, Any], out: Requirements) -> None:
+def _project_table(pyproject: dict[str, Any], src: _Source, out: Requirements) -> None:
     project = table(pyproject, "project")
     if not project:
         return
@@ -164,7 +163,7 @@ def _project_table(pyproject: dict[str, Any], out: Requirements) -> None:
     own = _norm(out.name) if out.name else None
     extras = table(project, "optional-dependencies")
     wanted = {key for key in extras if _norm(key) in TEST_SETS}
-    lines = [(d, "dependencies") for d in strings(project.get("dependencies"))]
+    lines = list(strings(project.get("dependencies")))
     if lines:
         out.sources.append("`[project] dependencies`")
     queue = sorted(wanted)
@@ -176,13 +175,15 @@ def _project_table(pyproject: dict[str, Any], out: Requirements) -> None:
         done.add(extra)
         out.sources.append(f"extra `{extra}`")
         for line in strings(extras.get(extra)):
-            req = _parse(line, out.skipped, f"extra {extra}")
-            if req is not None and own is not None and _norm(req.name) == own:
+            req = requirement(line, src.where(line), out.refused)
+            if req is None:
+                continue
+            if own is not None and _norm(req.name) == own:
                 queue.extend(k for k in extras if _norm(k) in {_norm(e) for e in req.extras})
                 continue  # the project itself: installed from the tree, never fetched
-            lines.append((line, f"extra {extra}"))
-    for line, origin in lines:
-        _add(out, line, origin)
+            lines.append(line)
+    for line in lines:
+        src.add(out, line)
 
 
 _RANGE = re.compile(r"^([\^~])\s*(\d+(?:\.\d+){0,2})(\S*)$")
@@ -218,14 +219,16 @@ def poetry_spec(spec: str) -> str | None:
     return ",".join(parts)
 
 
-def _poetry_entry(name: str, value: Any, origin: str, out: Requirements) -> None:
+def _poetry_entry(name: str, value: Any, src: _Source, out: Requirements) -> None:
     if _norm(name) == "python":
         return
+    where = src.where(name)
     extras: list[str] = []
     marker = ""
     if isinstance(value, dict):
         if any(k in value for k in ("path", "git", "url", "file")):
-            out.skipped.append(f"{name} ({origin}): a path, git or URL dependency")
+            out.refused.append(Refusal(where, name, "a path, git or URL dependency, not a "
+                                       "release from the package index"))  # fmt: skip
             return
         if value.get("optional"):
             return
@@ -237,13 +240,13 @@ def _poetry_entry(name: str, value: Any, origin: str, out: Requirements) -> None
         value = "*"
     spec = poetry_spec(str(value))
     if spec is None:
-        out.skipped.append(f"{name} ({origin}): the constraint {value!r} (the lock decides)")
+        out.skipped.append(f"{name} ({where}): the constraint {value!r} (the lock decides)")
         spec = ""
     line = name + (f"[{','.join(extras)}]" if extras else "") + spec
-    _add(out, line + (f"; {marker}" if marker else ""), origin)
+    out.add(line + (f"; {marker}" if marker else ""), where)
 
 
-def _poetry(pyproject: dict[str, Any], out: Requirements) -> None:
+def _poetry(pyproject: dict[str, Any], src: _Source, out: Requirements) -> None:
     poetry = table(pyproject, "tool", "poetry")
     if not poetry:
         return
@@ -251,16 +254,16 @@ def _poetry(pyproject: dict[str, Any], out: Requirements) -> None:
     out.name = out.name or (name if isinstance(name, str) else None)
     deps = table(poetry, "dependencies")
     for dep, value in deps.items():
-        _poetry_entry(dep, value, "poetry dependencies", out)
+        _poetry_entry(dep, value, src, out)
     if deps:
         out.sources.append("`[tool.poetry.dependencies]`")
     for group, body in table(poetry, "group").items():
         if _norm(group) in TEST_SETS:
             for dep, value in table(body, "dependencies").items():
-                _poetry_entry(dep, value, f"poetry group {group}", out)
+                _poetry_entry(dep, value, src, out)
             out.sources.append(f"poetry group `{group}`")
     for dep, value in table(poetry, "dev-dependencies").items():
-        _poetry_entry(dep, value, "poetry dev-dependencies", out)
+        _poetry_entry(dep, value, src, out)
 
 
 # -- setup.cfg / setup.py -----------------------------------------------------------
@@ -268,6 +271,7 @@ def _setup_cfg(root: Path, out: Requirements) -> None:
     cfg = read_ini(root, "setup.cfg", out.skipped)
     if cfg is None:
         return
+    src = _Source("setup.cfg", read_text(root, "setup.cfg"))
     name = cfg.get("metadata", "name", fallback=None)
     out.name = out.name or name
     if cfg.has_section("options") or cfg.has_section("metadata"):
@@ -282,7 +286,7 @@ def _setup_cfg(root: Path, out: Requirements) -> None:
                 out.sources.append(f"setup.cfg extra `{extra}`")
     for line in (raw.split("#", 1)[0].strip() for raw in lines):
         if line:
-            _add(out, line, "setup.cfg")
+            src.add(out, line)
 
 
 def _literal(node: ast.AST, names: Mapping[str, ast.AST]) -> Any:
@@ -298,6 +302,7 @@ def _setup_py(root: Path, out: Requirements) -> None:
     text = read_text(root, "setup.py", 1024 * 1024)
     if text is None:
         return
+    src = _Source("setup.py", text)
     out.installable = True
     try:
         tree = ast.parse(text)
@@ -319,140 +324,78 @@ def _setup_py(root: Path, out: Requirements) -> None:
             value = _literal(keyword.value, names) if keyword.arg else None
             if keyword.arg in ("install_requires", "tests_require"):
                 for line in strings(value):
-                    _add(out, line, f"setup.py {keyword.arg}")
+                    src.add(out, line)
             elif keyword.arg == "extras_require" and isinstance(value, dict):
                 for extra, lines in value.items():
                     if isinstance(extra, str) and _norm(extra.split(":")[0]) in TEST_SETS:
                         for line in strings(lines):
-                            _add(out, line, f"setup.py extra {extra}")
+                            src.add(out, line)
         out.sources.append("setup.py (literal arguments)")
         return
 
 
-# -- Pipfile, requirements files, locks -------------------------------------------------
+# -- Pipfile, requirements files, build requirements ------------------------------------
 def _pipfile(root: Path, out: Requirements) -> None:
-    locked = read_text(root, "Pipfile.lock")
+    locked = pipfile_lock(root)
     if locked is not None:
-        try:
-            data = json.loads(locked)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            for section in ("default", "develop"):
-                for name, entry in table(data, section).items():
-                    if not isinstance(entry, dict) or "version" not in entry:
-                        out.skipped.append(f"{name} (Pipfile.lock): not from an index")
-                        continue
-                    marker = entry.get("markers")
-                    line = f"{name}{entry['version']}" + (f"; {marker}" if marker else "")
-                    _add(out, line, "Pipfile.lock")
-            out.lock = "Pipfile.lock"
-            out.sources.append("Pipfile.lock")
-            return
+        out.take(locked)
+        out.sources.append("Pipfile.lock")
+        return
     pipfile = read_toml(root, "Pipfile", out.skipped)
+    src = _Source("Pipfile", read_text(root, "Pipfile"))
     for section in ("packages", "dev-packages"):
         for name, value in table(pipfile, section).items():
-            _poetry_entry(name, value if value != "*" else "*", f"Pipfile {section}", out)
+            _poetry_entry(name, value, src, out)
     if pipfile:
         out.sources.append("Pipfile")
 
 
-def _requirements_text(
-    root: Path, rel: str, out: Requirements, depth: int = 0, seen: set[str] | None = None
-) -> None:
-    seen = set() if seen is None else seen
-    if rel in seen or depth > _MAX_INCLUDE_DEPTH:
-        return
-    seen.add(rel)
-    text = read_text(root, rel, 4 * 1024 * 1024)
-    if text is None:
-        out.skipped.append(f"{rel}: not readable")
-        return
-    folder = rel.rsplit("/", 1)[0] if "/" in rel else ""
-    for raw in text.replace("\\\n", " ").splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith(("-r ", "--requirement ", "-c ", "--constraint ")):
-            target = line.split(None, 1)[1].strip()
-            joined = f"{folder}/{target}" if folder else target
-            if line.startswith(("-c", "--constraint")):
-                _constraints_file(root, joined, out)
-            else:
-                _requirements_text(root, joined, out, depth + 1, seen)
-            continue
-        if line.startswith(("-e", "--editable", ".", "/")) or line.startswith("-"):
-            if not line.startswith(("--hash", "-i", "--index-url", "--extra-index-url")):
-                out.skipped.append(f"{rel}: {line[:80]!r} (an option or a local install)")
-            continue
-        _add(out, line.split(" --hash", 1)[0], rel)
-
-
-def _constraints_file(root: Path, rel: str, out: Requirements) -> None:
-    text = read_text(root, rel, 4 * 1024 * 1024) or ""
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].split(" --hash", 1)[0].strip()
-        if line and not line.startswith("-"):
-            out.constraints.append(line)
-
-
-def _lock(root: Path, out: Requirements) -> None:
-    for name in ("uv.lock", "poetry.lock", "pdm.lock"):
-        data = read_toml(root, name, out.skipped)
-        if data is None:
-            continue
-        own = _norm(out.name) if out.name else None
-        for package in data.get("package") or []:
-            if not isinstance(package, dict):
-                continue
-            pname, version = package.get("name"), package.get("version")
-            source = package.get("source")
-            source = source if isinstance(source, dict) else {}
-            if any(k in source or k in package for k in _LOCAL_KEYS) or source.get("type") in (
-                "directory",
-                "git",
-                "url",
-                "file",
-            ):
-                continue  # the project itself, or not from an index
-            if isinstance(pname, str) and isinstance(version, str) and _norm(pname) != own:
-                out.constraints.append(f"{pname}=={version}")
-        out.lock = name
-        out.sources.append(f"versions pinned by {name}")
-        return
+def _build_requires(build: dict[str, Any], src: _Source, out: Requirements) -> None:
+    """``[build-system] requires``, parsed like every other line (a URL here would run its
+    backend on this machine at download time)."""
+    for line in strings(build.get("requires")):
+        kept = requirement_line(line, src.where(line), out.refused)
+        if kept is not None:
+            out.build_requires.append(kept)
 
 
 def collect_requirements(root: Path) -> Requirements:
     """The project's requirement set (see the module docstring)."""
     out = Requirements()
     pyproject = read_toml(root, "pyproject.toml", out.skipped) or {}
+    src = _Source("pyproject.toml", read_text(root, "pyproject.toml"))
     build = table(pyproject, "build-system")
     out.installable = bool(build)
     declared = "requires" in build  # PEP 518: present (even empty) means exactly these
-    out.build_requires = strings(build.get("requires"))
-    _project_table(pyproject, out)
-    _groups(pyproject, out)
-    _poetry(pyproject, out)
+    _build_requires(build, src, out)
+    _project_table(pyproject, src, out)
+    _groups(pyproject, src, out)
+    _poetry(pyproject, src, out)
     _setup_cfg(root, out)
     _setup_py(root, out)
     _pipfile(root, out)
+    reader = RequirementsReader(root, out.refused, out.hashes)
     for rel in requirement_files(root):
         before = len(out.requirements)
-        _requirements_text(root, rel, out)
+        reader.requirements(rel, out.add, out.constrain)
         if len(out.requirements) > before:
             out.sources.append(rel)
-    if out.lock is None:
-        _lock(root, out)
+    out.files = reader.read
+    if out.lock is None and (locked := toml_lock(root, out.name, out.skipped)) is not None:
+        out.take(locked)
+        out.sources.append(f"versions pinned by {locked.name}")
     if out.installable and not declared:
-        out.build_requires = ["setuptools>=40.8.0", "wheel"]  # PEP 517's default backend
+        out.build_requires = list(DEFAULT_BUILD_REQUIRES)
     out.requirements = list(dict.fromkeys(out.requirements))
     out.constraints = list(dict.fromkeys(out.constraints))
     return out
 
 
 def input_files(root: Path) -> list[str]:
-    """The files an environment is built from (present ones only)."""
-    names = [*BASE_FILES, *LOCK_FILES, *requirement_files(root)]
+    """The files an environment is built from (present ones only): the project's
+    configuration, lock files, every requirements or constraints file read (includes
+    too), and the project's own wheels."""
+    names = [*BASE_FILES, *LOCK_FILES, *requirement_files(root), *collect_requirements(root).files]
     wheels = root / ".fluffy" / "wheels"
     if wheels.is_dir() and not wheels.is_symlink():
         names += sorted(f".fluffy/wheels/{p.name}" for p in wheels.glob("*.whl") if p.is_file())

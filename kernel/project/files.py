@@ -20,8 +20,21 @@ from typing import Any
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
+def inside(root: Path, rel: str) -> bool:
+    """Whether ``rel`` names a place inside ``root``: relative, no ``..``, and no folder on
+    the way that is a link leading out (the file itself is opened ``O_NOFOLLOW``)."""
+    if rel.startswith("/") or ".." in Path(rel).parts:
+        return False
+    real_root = os.path.realpath(root)
+    parent = os.path.realpath((root / rel).parent)
+    return parent == real_root or parent.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
 def read_text(root: Path, rel: str, limit: int = MAX_CONFIG_BYTES) -> str | None:
-    """A regular file's text (UTF-8, replace), or None: absent, a link, too big, a folder."""
+    """A regular file's text (UTF-8, replace), or None: absent, a link, too big, a folder,
+    or not inside ``root``."""
+    if not inside(root, rel):
+        return None
     path = root / rel
     try:
         info = os.lstat(path)

@@ -63,7 +63,14 @@ def test_requirements_files_with_includes_constraints_and_local_lines(tmp_path: 
     reqs = collect_requirements(tmp_path)
     assert set(reqs.requirements) == {"requests==2.0", "idna", "pytest>=8", "black==24.1"}
     assert reqs.constraints == ["idna==3.4"]
-    assert any("'-e .'" in s for s in reqs.skipped) and any("./local" in s for s in reqs.skipped)
+    refused = {r.where: r.text for r in reqs.refused}
+    assert refused == {  # the project itself (-e .) is installed anyway: not refused
+        "requirements/base.txt:4": "./local",
+        "requirements-dev.txt:3": "--index-url http://example.invalid/simple",
+    }
+    assert reqs.files == ["dev-requirements.txt", "requirements-dev.txt", "requirements.txt",
+                          "requirements/base.txt", "constraints.txt"]  # fmt: skip
+    assert "constraints.txt" in env_inputs(tmp_path)  # a change to an include rebuilds
     assert not reqs.installable and reqs.wanted()
 
 
@@ -103,7 +110,7 @@ mkdocs = "*"
 """})  # fmt: skip
     reqs = collect_requirements(tmp_path)
     assert reqs.requirements == ["requests<3,>=2.31", "rich[jupyter]<13.8,>=13.7", "pytest<9,>=8.0"]
-    assert any("local" in s for s in reqs.skipped)
+    assert [(r.where, r.text) for r in reqs.refused] == [("pyproject.toml:8", "local")]
 
 
 @pytest.mark.parametrize(
@@ -132,7 +139,7 @@ def test_setup_cfg_setup_py_and_pipfile_lock(tmp_path: Path) -> None:
     assert {"six", "pytest", "attrs>=20", "hypothesis", "idna==3.4"} <= set(reqs.requirements)
     assert 'mock==5.0; python_version >= "3.8"' in reqs.requirements
     assert "huge" not in reqs.requirements and reqs.installable
-    assert any("vcs" in s for s in reqs.skipped)
+    assert [r.text for r in reqs.refused] == ["vcs"]
 
 
 def test_no_dependencies_no_environment_and_the_key_follows_the_inputs(tmp_path: Path) -> None:
@@ -150,3 +157,94 @@ def test_no_dependencies_no_environment_and_the_key_follows_the_inputs(tmp_path:
     (tmp_path / ".fluffy" / "wheels").mkdir(parents=True)
     (tmp_path / ".fluffy" / "wheels" / "x-1-py3-none-any.whl").write_bytes(b"zip")
     assert ".fluffy/wheels/x-1-py3-none-any.whl" in env_inputs(tmp_path)
+
+
+# -- a hostile repository's lines never reach pip as written (issue 31) -----------------
+def test_build_requires_are_parsed_and_a_url_or_an_option_is_refused(tmp_path: Path) -> None:
+    make(tmp_path, {"pyproject.toml": """
+[build-system]
+requires = ["setuptools>=61", "x @ http://127.0.0.1:9/x-1.0.tar.gz",
+            "--extra-index-url=http://127.0.0.1:9/simple", "--no-binary=:all:",
+            "wheel ; python_version >= '3'"]
+[project]
+name = "calc"
+dependencies = ["git-dep @ git+https://example.invalid/r.git", "plain>=1"]
+"""})  # fmt: skip
+    reqs = collect_requirements(tmp_path)
+    assert reqs.build_requires == ["setuptools>=61", 'wheel; python_version >= "3"']
+    assert reqs.requirements == ["plain>=1"]
+    refused = {r.text: (r.where, r.why) for r in reqs.refused}
+    assert refused["x @ http://127.0.0.1:9/x-1.0.tar.gz"][0] == "pyproject.toml:3"
+    assert "direct URL" in refused["x @ http://127.0.0.1:9/x-1.0.tar.gz"][1]
+    assert "pip option" in refused["--extra-index-url=http://127.0.0.1:9/simple"][1]
+    assert "--no-binary=:all:" in refused
+    assert "VCS" in refused["git-dep @ git+https://example.invalid/r.git"][1]
+    assert refused["git-dep @ git+https://example.invalid/r.git"][0] == "pyproject.toml:8"
+
+
+def test_constraints_with_a_url_and_includes_out_of_the_project_are_refused(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("token-abc\n")
+    project = make(tmp_path / "p", {
+        "requirements.txt": "-c constraints.txt\nlib\n-r ../secret.txt\n-r /etc/passwd\n"
+                            "ok==1.0 --hash=sha256:" + "a" * 64 + " \\\n  --hash=sha256:"
+                            + "B" * 64 + "\n",
+        "constraints.txt": "lib @ http://127.0.0.1:9/lib-1.0.tar.gz\nlib[extra]==2.0\n",
+    })  # fmt: skip
+    reqs = collect_requirements(project)
+    assert reqs.constraints == ["lib==2.0"]  # extras dropped, the URL line refused
+    assert set(reqs.requirements) == {"lib", "ok==1.0"}
+    assert not any("token" in line for line in reqs.requirements)
+    assert reqs.hashes == {"ok==1.0": {"a" * 64, "b" * 64}}
+    wheres = {r.where for r in reqs.refused}
+    assert {"constraints.txt:1", "requirements.txt:3", "requirements.txt:4"} <= wheres
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["pkg @ http://127.0.0.1:9/pkg-1.0.tar.gz#", "pkg\\n--extra-index-url=http://x/", "-e ."],
+)
+def test_a_lock_entry_whose_name_is_not_a_name_is_refused(tmp_path: Path, name: str) -> None:
+    make(tmp_path, {
+        "pyproject.toml": "[project]\nname = 'calc'\ndependencies = ['wcwidth']\n",
+        "uv.lock": f'[[package]]\nname = "{name}"\nversion = "1.0"\n'
+                   'source = { registry = "https://pypi.org/simple" }\n'
+                   '[[package]]\nname = "wcwidth"\nversion = "0.2.13"\n'
+                   'source = { registry = "https://pypi.org/simple" }\n'
+                   'sdist = { url = "https://x/w.tar.gz", hash = "sha256:' + "c" * 64 + '" }\n'
+                   'wheels = [{ url = "https://x/w.whl", hash = "sha256:' + "d" * 64 + '" }]\n',
+    })  # fmt: skip
+    reqs = collect_requirements(tmp_path)
+    assert reqs.constraints == ["wcwidth==0.2.13"]
+    assert reqs.hashes == {"wcwidth==0.2.13": {"c" * 64, "d" * 64}}
+    assert [r.where for r in reqs.refused] == ["uv.lock:2"]
+    assert "\n" not in reqs.refused[0].text  # shown, never written out as a line
+
+
+def test_every_line_handed_on_parses_back_to_a_named_index_requirement(tmp_path: Path) -> None:
+    from packaging.requirements import Requirement
+
+    from fluffy.kernel.project.reqlines import check_line
+
+    make(tmp_path, {
+        "pyproject.toml": '[project]\nname = "a"\ndependencies = ["A.b_c[X,y] >= 1 ; os_name '
+                          "== 'posix'\", \"z@file:///etc\"]\n",
+        "requirements.txt": "q ==1.*\nr @ https://x/r.whl\n",
+    })  # fmt: skip
+    reqs = collect_requirements(tmp_path)
+    assert reqs.requirements == ['A.b_c[X,y]>=1; os_name == "posix"', "q==1.*"]
+    for line in [*reqs.requirements, *reqs.constraints, *reqs.build_requires]:
+        assert check_line(line) == line and Requirement(line).url is None
+    with pytest.raises(ValueError):
+        check_line("x @ https://example.invalid/x.whl")
+
+
+def test_a_requirements_folder_that_links_out_of_the_project_is_not_read(tmp_path: Path) -> None:
+    secrets = make(tmp_path / "home", {"keys/token-requirements.txt": "sekrit-token\n"})
+    project = make(tmp_path / "p", {"requirements.txt": "-r requirements/token-requirements.txt\n"})
+    (project / "requirements").symlink_to(secrets / "keys")
+    reqs = collect_requirements(project)
+    assert reqs.requirements == [] and "requirements/token-requirements.txt" not in reqs.files
+    assert [r.where for r in reqs.refused] == ["requirements/token-requirements.txt"]
