@@ -10,8 +10,12 @@ gives a new key.  The record ``<state>/envs/<key>/env.json`` tells the kernel wh
 to run ``test.run`` in and which files the install generated in the tree
 (``generated/``) for it to lay into the test sandbox's view.
 
-A requirement without a wheel for the image's platform stops the build with an error
-naming the package and the ways out (another version, a wheel in ``.fluffy/wheels/``).
+Nothing of the repository runs on this host (ADR-055): requirements are parsed as data
+(lines fluffy does not fetch are named, with file and line, and left out), the host
+downloads wheels only (:mod:`fluffy.images.envdownload`), a release with no wheel is
+built from its source archive offline in a container (:mod:`fluffy.images.sdists`), and
+the project's own install runs in the image build.  Each project's image has its own
+repository (``fluffy/env-<project id>``): one checkout cannot re-tag another's.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -31,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
-from fluffy.errors import EnvironmentFailed, FluffyError, PackageUnavailable
+from fluffy.bootstrap.supervisor import project_id
+from fluffy.errors import EnvironmentFailed, FluffyError
+from fluffy.images.envstage import Say, Stager, project_version, write_plan
+from fluffy.images.sdists import STAGE_LABELS
 from fluffy.images.spec import IMAGE_PYTHON, LABEL_IMAGE, REQUIREMENTS_DIR
-from fluffy.images.wheelhouse import linux_arch, target_args
+from fluffy.images.wheelhouse import linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.images import ImageStore
@@ -48,32 +52,23 @@ from fluffy.kernel.project.envstate import (
     record_path,
 )
 from fluffy.kernel.project.layout import detect_layout
-from fluffy.kernel.project.viewfiles import walk_project
-from fluffy.paths import cache_dir
+from fluffy.kernel.project.reqlines import Refusal, requirement_line
 
-ENV_REPOSITORY = "fluffy/project-env"
+ENV_REPOSITORY = "fluffy/env"
 ENV_IMAGE_NAME = "project-env"
 LABEL_PROJECT = "org.fluffy.project-path"
-#: Files of the project copied into the build for its own install, at most.
-MAX_PROJECT_BYTES = 512 * 1024 * 1024
-MAX_FILE_BYTES = 64 * 1024 * 1024
-DOCKERFILE = """\
+DOCKERFILE = f"""\
 # A project's test environment (fluffy env build): FROM fluffy's code-executor image,
 # its requirements installed offline from wheels the host downloaded.
 ARG BASE_IMAGE
-FROM ${BASE_IMAGE}
+FROM ${{BASE_IMAGE}}
+{STAGE_LABELS}
 USER root
 COPY . /build/
 RUN /opt/fluffy/venv/bin/python -m fluffy.sandboxes.envbuild /build && rm -rf /build
 USER 10001:10001
 WORKDIR /workspace
 """
-_NO_DIST = re.compile(
-    r"(?:No matching distribution found for|Could not find a version that satisfies the "
-    r"requirement)\s+([^\s(]+)"
-)
-
-Say = Callable[[str], None]
 
 
 @dataclass
@@ -90,7 +85,12 @@ class EnvPlan:
 
     @property
     def image(self) -> str:
-        return f"{ENV_REPOSITORY}:{self.key}"
+        return env_image(self.project, self.key)
+
+
+def env_image(project: Path, key: str) -> str:
+    """The project's environment image: a repository of its own (by the project's id)."""
+    return f"{ENV_REPOSITORY}-{project_id(str(project))}:{key}"
 
 
 def _pinned(name: str) -> str | None:
@@ -128,98 +128,26 @@ def plan_environment(project: Path, base_image: str) -> EnvPlan | None:
     )
 
 
-# -- downloading on the host ------------------------------------------------------------
-def _unavailable(stderr: str, what: str) -> FluffyError:
-    found = _NO_DIST.search(stderr)
-    if found is None:
-        return EnvironmentFailed(
-            f"cannot download the {what}",
-            why="`pip download` failed on this host: " + stderr.strip()[-1500:],
-            fix="Check that `pip download` works here (index, proxy, CA certificates), then "
-            "run `fluffy env build` again.",
-        )
-    named = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", found.group(1).strip("'\""))
-    name = named.group(0) if named else found.group(1)
-    return PackageUnavailable(
-        f"no wheel of {name} for CPython {IMAGE_PYTHON} on Linux",
-        why=f"{name} (a {what}) is published only as source, or not for this platform; "
-        "fluffy does not build packages on your machine (that would run their code "
-        "outside any sandbox)",
-        fix=f"Pin a version of {name} that has wheels, or build one yourself (`pip wheel "
-        f"{name} -w .fluffy/wheels/`) and put it in .fluffy/wheels/, then run `fluffy env "
-        "build` again.",
-    )
-
-
-def _download(args: list[str], dest: Path, find_links: list[Path], arch: str, what: str) -> None:
-    command = [
-        sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
-        *target_args(arch), "--dest", str(dest),
-        *(f"--find-links={p}" for p in find_links), *args,
-    ]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise _unavailable(proc.stderr + proc.stdout, what)
-
-
-def _version(project: Path) -> str:
-    """The version a VCS-versioned project would report (its last tag), else 0.0.0."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(project), "describe", "--tags", "--abbrev=0"],
-            capture_output=True, text=True, timeout=10, check=False,
-        ).stdout.strip()  # fmt: skip
-        return str(Version(out.lstrip("vV")))
-    except (OSError, subprocess.SubprocessError, InvalidVersion):
-        return "0.0.0"
-
-
-def _stage(plan: EnvPlan, context: Path, arch: str, say: Say) -> None:
-    wheels = context / "wheels"
-    wheels.mkdir(parents=True)
-    shared = cache_dir() / "env-wheels"
-    shared.mkdir(parents=True, exist_ok=True)
-    links = [shared]
-    own = plan.project / ".fluffy" / "wheels"
-    if own.is_dir():
-        links.append(own)
+# -- the build context (files only; see fluffy.images.envstage) -------------------------
+def _stage(plan: EnvPlan, context: Path, stager: Stager, say: Say) -> None:
     reqs = plan.requirements
     lines = [*reqs.requirements, *plan.extra]
+    for refusal in reqs.refused:
+        say(f"not fetched: {refusal}")
+    stager.take_own(plan.project)
     say(f"downloading {len(lines)} requirement(s) and what they need (host, wheels only)")
-    (context / "req.txt").write_text("\n".join(lines) + "\n")
-    (context / "con.txt").write_text("\n".join(reqs.constraints) + "\n")
-    _download(["-r", str(context / "req.txt"), "-c", str(context / "con.txt")],
-              wheels, links, arch, "requirement")  # fmt: skip
+    stager.fetch(lines, reqs.constraints, "requirement")
     if reqs.installable and reqs.build_requires:
         build = [*reqs.build_requires, *_backend_extras(reqs.build_requires)]
-        _download(build, wheels, links, arch, "build requirement")
-    for wheel in wheels.glob("*.whl"):
-        if not (shared / wheel.name).exists():
-            shutil.copy2(wheel, shared / wheel.name)
-    copied = 0
-    for entry in walk_project(plan.project):
-        if entry.size > MAX_FILE_BYTES:
-            continue
-        copied += entry.size
-        if copied > MAX_PROJECT_BYTES:
-            raise EnvironmentFailed(
-                f"the project is larger than {MAX_PROJECT_BYTES // 2**20} MiB",
-                why="its files are copied into the environment's build for its own install",
-                fix="Leave large data out of the project folder, or add them to .gitignore-"
-                "like folders fluffy skips (.venv, node_modules, build).",
-            )
-        target = context / "project" / entry.rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(plan.project / entry.rel, target)
-    (context / "project").mkdir(exist_ok=True)
-    document = {
+        stager.fetch(build, [], "build requirement")
+    stager.copy_project(plan.project, context / "project")
+    write_plan(context, {
         "requirements": lines,
         "constraints": reqs.constraints,
         "install_project": reqs.installable,
         "import_roots": plan.import_roots,
-        "version": _version(plan.project),
-    }
-    (context / "plan.json").write_text(json.dumps(document, indent=1))
+        "version": project_version(plan.project),
+    })  # fmt: skip
     (context / "Dockerfile").write_text(DOCKERFILE)
 
 
@@ -283,6 +211,14 @@ def _backend_extras(build_requires: list[str]) -> list[str]:
     return [e for name, extras in EDITABLE_REQUIRES.items() if name in names for e in extras]
 
 
+def _missing_build(report: dict[str, Any], refused: list[Refusal]) -> list[str]:
+    """What the project's backend asked for at install time (read in the build, so
+    untrusted), parsed like every other requirement."""
+    wanted = [str(m) for m in report.get("missing_build") or []][:20]
+    kept = [requirement_line(m, "the project's build backend", refused) for m in wanted]
+    return [k for k in kept if k is not None]
+
+
 def build_environment(
     engine: Engine,
     plan: EnvPlan,
@@ -294,12 +230,14 @@ def build_environment(
 ) -> EnvRecord:
     """Download, build the image (network off), record it under ``state``."""
     started = time.monotonic()
-    arch = linux_arch(engine.info.arch)
     store = ImageStore(engine)
     folder = record_path(state, plan.key).parent
+    refused = list(plan.requirements.refused)
     with tempfile.TemporaryDirectory(prefix="fluffy-env-") as tmp:
         context = Path(tmp)
-        _stage(plan, context, arch, say)
+        stager = Stager(engine, plan.base_image, state, context, linux_arch(engine.info.arch),
+                        plan.requirements.hashes, say)  # fmt: skip
+        _stage(plan, context, stager, say)
         for round_ in (1, 2):
             say(f"building {plan.image} (offline)")
             try:
@@ -317,17 +255,17 @@ def build_environment(
                     network_mode="none",
                 )
             except FluffyError as exc:
+                store.prune_dangling(LABEL_IMAGE)  # the failed build's steps
                 raise _build_error(exc) from exc
             if folder.exists():
                 shutil.rmtree(folder)
             folder.mkdir(parents=True)
             report = _extract_report(engine, plan.image, folder)
-            missing = [str(m) for m in report.get("missing_build") or []]
+            missing = _missing_build(report, refused)
             if not missing or round_ == 2:
                 break
             say(f"the project's build backend also needs {', '.join(missing)}: fetching")
-            _download(missing, context / "wheels", [cache_dir() / "env-wheels"], arch,
-                      "build requirement")  # fmt: skip
+            stager.fetch(missing, [], "build requirement")
     record = EnvRecord(
         key=plan.key,
         image=plan.image,
@@ -336,11 +274,13 @@ def build_environment(
         requirements=[*plan.requirements.requirements, *plan.extra],
         sources=plan.requirements.sources,
         skipped=plan.requirements.skipped,
+        refused=[str(r) for r in refused],
+        built_from_source=stager.built_from_source(),
         packages=report.get("packages", {}),
         modules=report.get("modules", []),
         generated=report.get("generated", []),
         project_installed=bool(report.get("project_installed")),
-        warnings=report.get("warnings", []),
+        warnings=[*stager.notes, *report.get("warnings", [])],
         python=str(report.get("python", "")),
         build_s=round(time.monotonic() - started, 1),
     )
@@ -348,7 +288,7 @@ def build_environment(
     tmp_path.write_text(json.dumps(asdict(record), indent=1, sort_keys=True))
     tmp_path.replace(record_path(state, plan.key))
     if owner is not None and os.geteuid() == 0:
-        for path in [folder.parent, folder, *folder.rglob("*")]:
+        for path in [folder.parent, *folder.parent.rglob("*")]:
             os.lchown(path, *owner)
     return record
 

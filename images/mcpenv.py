@@ -21,25 +21,28 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from fluffy.errors import FluffyError, McpServerInvalid
-from fluffy.images.environment import _download
+from fluffy.errors import FluffyError, McpServerInvalid, PackageUnavailable
+from fluffy.images.envdownload import pip_download
+from fluffy.images.sdists import STAGE_LABELS
 from fluffy.images.spec import LABEL_IMAGE
 from fluffy.images.wheelhouse import linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
+from fluffy.kernel.project.reqlines import Refusal, requirement_line
 
 MCP_REPOSITORY = "fluffy/mcp-server"
 MCP_IMAGE_NAME = "mcp-server"
-SCHEME = "mcp-image-1"
+SCHEME = "mcp-image-2"  # 2: build steps labelled build-stage
 SERVER_DIR = "/opt/mcp/server"
 MAX_FOLDER_BYTES = 64 * 1024 * 1024
 MAX_FOLDER_FILES = 5000
 SKIPPED = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache"})
-DOCKERFILE = """\
+DOCKERFILE = f"""\
 # An MCP server's sandbox image (fluffy mcp add): FROM fluffy's code-executor image, the
 # server's packages installed offline into its own venv from wheels the host downloaded.
 ARG BASE_IMAGE
-FROM ${BASE_IMAGE}
+FROM ${{BASE_IMAGE}}
+{STAGE_LABELS}
 USER root
 COPY . /build/
 RUN python3 -m venv /opt/mcp/venv \\
@@ -111,16 +114,25 @@ def _packages(wheels: Path) -> dict[str, str]:
 
 
 def _fetch(pip: list[str], wheels: Path, arch: str) -> None:
+    lines: list[str] = []
     for spec in pip:
-        if not spec.strip() or spec.lstrip().startswith("-") or "://" in spec or "@" in spec:
+        refused: list[Refusal] = []
+        line = requirement_line(spec, "--pip", refused)
+        if line is None:
             raise McpServerInvalid(
                 f"--pip {spec!r} is not a package requirement",
                 why="packages come from the index as wheels, named like `mcp-server-time` "
                 "or `mcp-server-time==2026.10.19` (no options, URLs or paths)",
                 fix="Name the package (and a version), or put the code in a folder and use --path.",
             )
+        lines.append(line)
     try:
-        _download(list(pip), wheels, [], arch, "MCP server package")
+        missing = pip_download(lines, [], wheels, [], arch, "MCP server package")
+        if missing is not None:
+            raise PackageUnavailable(
+                f"no wheel of {missing} for CPython 3.11 on Linux",
+                why="an MCP server's packages are installed from wheels only",
+            )
     except FluffyError as exc:
         raise McpServerInvalid(
             f"cannot install the server's packages: {exc.what}",

@@ -160,9 +160,19 @@ def ensure_env(
             f"{status_word('ok')} test environment built in {time.monotonic() - started:.1f} s: "
             f"{len(record.packages)} packages ({escape(', '.join(record.sources) or 'none')})"
         )
-        for warning in record.warnings:
-            console.print(f"     [yellow]note:[/] {escape(warning[:300])}")
+        _say_sources(record, console)
     return record, built
+
+
+def _say_sources(record: Any, console: Console) -> None:
+    """What a build fetched differently from what the project's files say: built from
+    source (offline, in a container), refused (never fetched), and notes."""
+    for made in getattr(record, "built_from_source", []):
+        console.print(f"     [cyan]built from source:[/] {escape(made[:300])}")
+    for refused in getattr(record, "refused", []):
+        console.print(f"     [yellow]not fetched:[/] {escape(refused[:400])}")
+    for warning in record.warnings:
+        console.print(f"     [yellow]note:[/] {escape(warning[:300])}")
 
 
 def env_for_task(project: Path, console: Console) -> None:
@@ -196,6 +206,7 @@ def cmd_env_build(args: argparse.Namespace) -> int:
         stdout.print("The project declares no dependencies: tests run in fluffy's own image.")
     elif not built:
         stdout.print(f"{status_word('ok')} test environment is current: {escape(record.image)}")
+        _say_sources(record, stdout)
     return 0
 
 
@@ -223,6 +234,8 @@ def cmd_env_status(args: argparse.Namespace) -> int:
             f"     {data['packages']} packages from {escape(', '.join(data['sources']) or '-')}; "
             f"project installed: {'yes' if data['project_installed'] else 'no (import roots)'}"
         )
+    if choice.record is not None:
+        _say_sources(choice.record, stdout)
     if choice.note:
         stdout.print(f"     {escape(choice.note)}")
     return 0 if choice.current else 1

@@ -49,6 +49,7 @@ from fluffy.errors.containers import (
     SandboxError,
     SandboxRunFailed,
     SandboxStateError,
+    WheelHashMismatch,
     WheelhouseError,
 )
 from fluffy.errors.ipc import (
@@ -217,6 +218,7 @@ __all__ = [
     "TurnRunning",
     "UnknownMethod",
     "VersionUnsupported",
+    "WheelHashMismatch",
     "WheelhouseError",
     "WorkflowError",
     "all_error_classes",

@@ -79,6 +79,12 @@ class PackageUnavailable(EnvironmentFailed):
     code = "env.package_unavailable"
 
 
+class WheelHashMismatch(EnvironmentFailed):
+    """A downloaded file is not one the project's lock file records (sha256)."""
+
+    code = "env.hash_mismatch"
+
+
 class SandboxError(FluffyError):
     code = "sandbox.error"
 

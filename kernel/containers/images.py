@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from fluffy.errors import EngineNotFound, ImageBuildFailed
+from fluffy.errors import EngineError, EngineNotFound, ImageBuildFailed
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.errors import engine_call
 
@@ -123,9 +123,25 @@ class ImageStore:
         return images
 
     def prune_dangling(self, label: str) -> None:
-        """Remove untagged images carrying ``label`` (intermediate build stages)."""
-        with engine_call(f"prune untagged images labelled {label}"):
-            self._api.prune_images(filters={"dangling": True, "label": label})  # type: ignore[no-untyped-call]
+        """Remove untagged images carrying ``label`` (intermediate build stages).  One in
+        use by a container stays (Podman refuses the whole prune for it: then each image
+        is removed on its own, and the ones in use are left)."""
+        try:
+            with engine_call(f"prune untagged images labelled {label}"):
+                self._api.prune_images(filters={"dangling": True, "label": label})  # type: ignore[no-untyped-call]
+            return
+        except EngineError:
+            pass
+        with engine_call(f"list untagged images labelled {label}"):
+            listed: list[dict[str, Any]] = self._api.images(
+                filters={"dangling": True, "label": label}
+            )
+        for image in listed:
+            try:
+                with engine_call(f"remove untagged image {image.get('Id')}"):
+                    self._api.remove_image(str(image.get("Id")))
+            except EngineError:
+                continue  # in use: a later prune takes it
 
     def remove(self, ref: str) -> None:
         with engine_call(f"remove image {ref}"):

@@ -19,7 +19,7 @@ from typing import Any
 from fluffy.kernel.project.deps import collect_requirements, env_inputs, env_key
 
 #: Bump when the environment's layout changes (every project rebuilds once).
-ENV_SCHEME = 1
+ENV_SCHEME = 2
 #: The interpreter of fluffy's images (images/spec.py IMAGE_PYTHON).
 ENV_PYTHON = "3.11"
 ENV_ROOT = "/opt/fluffy/env"
@@ -34,6 +34,10 @@ class EnvRecord:
     requirements: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: lines of the project's files never fetched (URL, VCS, path, option), with file:line
+    refused: list[str] = field(default_factory=list)
+    #: releases with no wheel, built from their sdists offline in a container
+    built_from_source: list[str] = field(default_factory=list)
     packages: dict[str, str] = field(default_factory=dict)
     modules: list[str] = field(default_factory=list)
     generated: list[str] = field(default_factory=list)
@@ -94,6 +98,8 @@ class EnvChoice:
             "project_installed": record.project_installed if record else False,
             "sources": record.sources if record else [],
             "warnings": record.warnings if record else [],
+            "refused": record.refused if record else [],
+            "built_from_source": record.built_from_source if record else [],
             "note": self.note,
         }
 

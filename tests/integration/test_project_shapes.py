@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fluffy.errors import PackageUnavailable
+from fluffy.errors import EnvironmentFailed
 from fluffy.images.environment import ensure_environment
 from fluffy.images.spec import REQUIREMENTS_DIR
 from fluffy.images.templates import template_images
@@ -125,14 +125,21 @@ def test_a_repository_of_each_shape_goes_green_and_merges(
 def test_a_package_without_a_wheel_is_named_with_the_fix(
     tmp_path: Path, runtime: str, index: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """fixturesrc has only an sdist, which would build with setuptools (it declares no
+    backend), and the index has no setuptools wheel: the error names both, with the ways
+    out, and nothing is recorded."""
     project = tmp_path / "repo"
     project.mkdir()
     (project / "requirements.txt").write_text("fixturelib\nfixturesrc\n")
-    with pytest.raises(PackageUnavailable) as caught:
+    with pytest.raises(EnvironmentFailed) as caught:
         build_env(project, tmp_path / "state", runtime, index, monkeypatch)
     error = caught.value
-    assert "fixturesrc" in error.what and ".fluffy/wheels/" in error.fix
-    assert not (tmp_path / "state" / "envs").exists()  # nothing recorded
+    assert "fixturesrc-1.0.tar.gz from source" in error.what and ".fluffy/wheels/" in error.fix
+    assert "setuptools" in error.what  # what it lacks: no wheel of its build backend here
+    assert not (tmp_path / "state" / "envs" / "built").exists() or not any(
+        (tmp_path / "state" / "envs" / "built").rglob("*.whl")
+    )
+    assert not list((tmp_path / "state" / "envs").glob("*/env.json"))  # nothing recorded
 
 
 def test_a_stale_environment_is_used_and_said(

@@ -30,7 +30,9 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "fluffy/doctor_kernel.py": ({"engine-socket"}, "checks the gate's socket exists"),
     # images are built on the host, never by the kernel
     "images/base.py": ({"subprocess"}, "debootstrap and tar for the Debian base"),
-    "images/environment.py": ({"subprocess"}, "git describe for a project environment's tag"),
+    "images/envdownload.py": ({"subprocess"}, "pip download of wheels (never an sdist)"),
+    "images/envstage.py": ({"subprocess"}, "git describe for a project environment's tag"),
+    "images/pyindex.py": ({"subprocess"}, "pip config list: the person's index settings"),
     "images/lock.py": ({"subprocess"}, "pip-compile of the requirements lock"),
     "images/wheelhouse.py": ({"subprocess"}, "pip download of the wheels the images install"),
     # the kernel: only the container layer speaks to the engine

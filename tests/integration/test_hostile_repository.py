@@ -1,0 +1,167 @@
+"""A repository written to attack the machine it is cloned on, against `fluffy env build`.
+
+Each sdist served here carries a build backend whose first act is to write a marker file
+at a host path: if any of it ran on this host, the marker is there.  On Docker and Podman:
+
+* the three routes a red-team pass used to run a backend at download time (a URL in
+  ``[build-system] requires``, one in a ``-c`` constraints file, one as a uv.lock name):
+  refused by file and line, never fetched, the marker never appears;
+* a release that really has no wheel is built from its sdist, offline in a container: the
+  environment imports it, the build says so, and still no marker on the host;
+* one project's own wheels (a trojaned pytest with a build tag) never reach another
+  project's environment, nor its own evidence tools.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fluffy.images.environment import ensure_environment
+from fluffy.images.spec import REQUIREMENTS_DIR
+from fluffy.images.templates import template_images
+from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
+from tests.conftest import connect_engine
+from tests.project_support import fixture_wheels, local_index, make_wheel, pip_env
+
+MARKER = Path("/tmp") / f"fluffy-hostile-marker-{os.getpid()}"  # a path on this host
+#: A PEP 517 backend that first tries to leave a mark on the machine it runs on.
+BACKEND = """\
+import base64, hashlib, os, zipfile
+try:
+    open({marker!r}, "w").write("the backend ran here")
+except OSError:
+    pass
+NAME, VERSION = {name!r}, "1.0"
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    dist = f"{{NAME}}-{{VERSION}}"
+    meta = f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{VERSION}}\\n"
+    tag = "Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    files = {{f"{{NAME}}.py": "BUILT_IN = 'a container'\\n",
+             f"{{dist}}.dist-info/METADATA": meta, f"{{dist}}.dist-info/WHEEL": tag}}
+    record = []
+    for rel, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{{rel}},sha256={{digest.decode()}},{{len(text.encode())}}")
+    record.append(f"{{dist}}.dist-info/RECORD,,")
+    name = f"{{dist}}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as archive:
+        for rel, text in files.items():
+            archive.writestr(rel, text)
+        archive.writestr(f"{{dist}}.dist-info/RECORD", "\\n".join(record) + "\\n")
+    return name
+"""
+
+
+def hostile_sdist(dest: Path, name: str) -> Path:
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+        'backend-path = ["."]\n',
+        "backend.py": BACKEND.format(marker=str(MARKER), name=name),
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+    }
+    path = dest / f"{name}-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-1.0/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from fluffy.kernel.containers.engine import connect
+
+    with connect() as engine:
+        arch = linux_arch(engine.info.arch)
+    folder = tmp_path_factory.mktemp("index")
+    fixture_wheels(folder, ensure_wheelhouse(REQUIREMENTS_DIR / "code-executor.lock", arch))
+    hostile_sdist(folder, "srconly")  # no wheel at all: built from source
+    hostile_sdist(folder, "evilurl")  # what the URL routes point at
+    with local_index(folder) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["docker", "podman"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    from fluffy.images.builder import build_images
+
+    with connect_engine(request.param) as connected:
+        build_images(connected)
+    return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def no_marker() -> Iterator[None]:
+    MARKER.unlink(missing_ok=True)
+    yield
+    assert not MARKER.exists(), "a repository's build backend ran on the host"
+
+
+def build(project: Path, state: Path, runtime: str, index: str, mp: pytest.MonkeyPatch) -> Any:
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        mp.delenv(key)
+    for key, value in pip_env(index).items():
+        mp.setenv(key, value)
+    with connect_engine(runtime) as engine:
+        return ensure_environment(engine, project, state, template_images(engine)["code-executor"])
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_repository_cannot_run_code_here_and_sdists_build_in_a_container(
+    tmp_path: Path, runtime: str, index: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = index.removesuffix("/simple/") + "/evilurl-1.0.tar.gz"
+    project = write(tmp_path / "repo", {
+        "pyproject.toml": f'[build-system]\nrequires = ["evilurl @ {url}", '
+                          '"--extra-index-url=http://127.0.0.1:9/simple"]\n'
+                          '[project]\nname = "calc"\nversion = "1"\n'
+                          'dependencies = ["fixturelib", "srconly"]\n',
+        "requirements.txt": "-c constraints.txt\nfixturedep\n",
+        "constraints.txt": f"fixturedep @ {url}\n",
+        "uv.lock": f'[[package]]\nname = "fixturedep @ {url}#"\nversion = "1.0"\n',
+        "calc/__init__.py": "",
+    })  # fmt: skip
+    record, built = build(project, tmp_path / "state", runtime, index, monkeypatch)
+    assert built and {"fixturelib", "srconly", "fixturedep"} <= set(record.packages)
+    refused = "\n".join(record.refused)
+    assert f"pyproject.toml:2: 'evilurl @ {url}'" in refused
+    assert "--extra-index-url" in refused and "constraints.txt:1" in refused
+    assert "uv.lock:2" in refused
+    assert record.built_from_source and record.built_from_source[0].startswith("srconly 1.0")
+    assert record.image.startswith("fluffy/env-")  # the project's own repository
+
+
+def test_one_projects_wheels_never_reach_another_project_or_the_evidence(
+    tmp_path: Path, runtime: str, index: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = write(tmp_path / "a", {"requirements.txt": "fixturelib\npytest\nmylib\n"})
+    (a / ".fluffy" / "wheels").mkdir(parents=True)
+    make_wheel(a / ".fluffy" / "wheels", "pytest", "99.0", {"pytest.py": "TROJAN = 1\n"})
+    make_wheel(a / ".fluffy" / "wheels", "mylib", "1.0", {"mylib.py": "MINE = 1\n"})
+    b = write(tmp_path / "b", {"requirements.txt": "fixturelib\npytest\n"})
+    record_a, _ = build(a, tmp_path / "state-a", runtime, index, monkeypatch)
+    assert record_a.packages["mylib"] == "1.0"  # its own wheel, for itself
+    assert record_a.packages["pytest"] != "99.0"  # never its own evidence tool
+    assert any("pytest" in note and "package index" in note for note in record_a.warnings)
+    record_b, _ = build(b, tmp_path / "state-b", runtime, index, monkeypatch)
+    assert record_b.packages["pytest"] == record_a.packages["pytest"] != "99.0"
+    assert "mylib" not in record_b.packages and record_a.image != record_b.image
