@@ -247,7 +247,26 @@ def _image_checks(engine: Any) -> list[Check]:
                     status.as_dict(),
                 )
             )
+    checks.append(_stray_check(engine))
     return checks
+
+
+def _stray_check(engine: Any) -> Check:
+    from fluffy.images.hygiene import find_strays
+
+    strays = find_strays(engine)
+    if not strays:
+        return Check("stray_images", "ok", "no stray fluffy images")
+    shown = "; ".join(f"{s.image_id[:19]} ({s.why})" for s in strays[:5])
+    more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+    return Check(
+        "stray_images",
+        "warn",
+        f"{len(strays)} stray fluffy image(s): {shown}{more}",
+        "Run `fluffy images prune` (never used as a sandbox image: fluffy takes images only "
+        "by their exact content-hash tag).",
+        {"strays": [s.as_dict() for s in strays]},
+    )
 
 
 CHECKS: list[Callable[[], Check]] = [check_python, check_dependencies, check_state_dir]

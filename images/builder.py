@@ -190,6 +190,7 @@ def build_images(
                     on_step=functools.partial(reporter.step, spec),
                 )
             except FluffyError as exc:
+                store.prune_dangling(LABEL_IMAGE)  # the failed build's steps
                 raise exc.with_context(f"image {spec.name}") from exc.__cause__
         built_any = True
         status = ImageStatus(
@@ -204,7 +205,10 @@ def build_images(
 
 
 def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list[str]:
-    """Remove fluffy images that are not current (old content hashes); return their refs."""
+    """Remove fluffy images that are not current (old content hashes) and stray ones
+    (:mod:`fluffy.images.hygiene`); return what was removed."""
+    from fluffy.images.hygiene import remove_strays
+
     current = {status.ref for status in plan_images(engine, specs=specs)}
     store = ImageStore(engine)
     removed: list[str] = []
@@ -217,7 +221,7 @@ def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list
                 store.remove(ref)
                 removed.append(ref)
     store.prune_dangling(LABEL_IMAGE)
-    return removed
+    return removed + remove_strays(engine)
 
 
 def write_manifest(engine: Engine, results: list[ImageStatus]) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fluffy.kernel.containers.config import LABEL_HASH as LABEL_HASH
 from fluffy.kernel.containers.config import LABEL_IMAGE as LABEL_IMAGE
 from fluffy.kernel.containers.config import TEMPLATE_IMAGES
 
@@ -26,9 +27,9 @@ SANDBOX_PARTS = (
     "seccomp",
     "plugins",
 )
-#: Labels every fluffy image carries (the garbage collector and doctor find them so);
-#: the kernel finds a sandbox's image by LABEL_IMAGE too, so it is declared there.
-LABEL_HASH = "org.fluffy.content-hash"
+#: Labels every fluffy image carries (LABEL_IMAGE, LABEL_HASH: the garbage collector and
+#: doctor find them so); the kernel finds a sandbox's image by both, so they are declared
+#: in kernel/containers/config.py.
 
 IMAGES_DIR = Path(__file__).resolve().parent
 #: The install stage every image that carries fluffy shares (relative to the source dir).

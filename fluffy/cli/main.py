@@ -84,7 +84,7 @@ def cmd_images_prune(args: argparse.Namespace) -> int:
     else:
         for ref in removed:
             stdout.print(f"removed {escape(ref)}")
-        stdout.print(f"{len(removed)} outdated image tag(s) removed.")
+        stdout.print(f"{len(removed)} outdated or stray image(s) removed.")
     return EXIT_OK
 
 

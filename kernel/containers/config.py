@@ -139,6 +139,8 @@ TEMPLATE_IMAGES: dict[str, str] = {
 }
 #: The label naming a fluffy image (every image images/ builds carries it).
 LABEL_IMAGE = "org.fluffy.image"
+#: The label holding an image's content hash: fluffy's images are tagged with exactly it.
+LABEL_HASH = "org.fluffy.content-hash"
 
 
 def template_config(name: str, **overrides: object) -> SandboxConfig:

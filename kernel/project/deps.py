@@ -414,7 +414,12 @@ def env_inputs(root: Path) -> dict[str, str]:
 
 
 def env_key(inputs: dict[str, str], base_image: str, python: str, scheme: int) -> str:
-    """The environment's cache key: its inputs, the image it builds on, the interpreter."""
+    """The environment's cache key: its inputs, the image it builds on, the interpreter.
+    The image by its bare name: the host calls it ``fluffy/code-executor:<hash>``, Podman
+    in L1 lists it as ``localhost/...`` and Docker may say ``docker.io/...`` -- one image,
+    so one key (``fluffy env`` and ``test.run`` agree)."""
+    for prefix in ("docker.io/", "localhost/"):
+        base_image = base_image.removeprefix(prefix)
     digest = hashlib.sha256(f"fluffy-env-v{scheme}\0{base_image}\0{python}\0".encode())
     for rel, sha in sorted(inputs.items()):
         digest.update(f"{rel}\0{sha}\0".encode())

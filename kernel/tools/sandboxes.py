@@ -14,14 +14,17 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from fluffy.errors import FluffyError, ImageNotFound
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.containers.config import LABEL_HASH, LABEL_IMAGE, TEMPLATE_IMAGES
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager, Observer
@@ -73,33 +76,48 @@ def engine_env(env: Mapping[str, str]) -> dict[str, str]:
 ImageChooser = Callable[[Engine], dict[str, str]]
 
 
+def exact_tags(image: dict[str, Any], name: str) -> list[str]:
+    """The tags of a listed image that name it exactly: ``fluffy/<name>:<content hash>``
+    where the hash is the image's own content-hash label.  An untagged image (Docker lists
+    ``<none>:<none>``) or a step of another build that inherited the label never does."""
+    labels = image.get("Labels") or {}
+    digest = labels.get(LABEL_HASH) if labels.get(LABEL_IMAGE) == name else None
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{12,64}", digest):
+        return []
+    want = f"fluffy/{name}:{digest}"
+    return [t for t in image.get("RepoTags") or []
+            if isinstance(t, str) and t.removeprefix("docker.io/").removeprefix("localhost/")
+            == want]  # fmt: skip
+
+
 def sandbox_images(
     engine: Engine, env: Mapping[str, str], chooser: ImageChooser | None = None
 ) -> dict[str, str]:
     """Sandbox template -> image ref: ``chooser``'s, or else (in L1, where the kernel
-    image carries no Dockerfiles) the refs the bootstrap built (FLUFFY_IMAGES, name ->
-    ref), or the newest image of each name by its fluffy label.
+    image carries no Dockerfiles) the refs the bootstrap names (FLUFFY_IMAGES, name ->
+    ref, from the host's image manifest), or the newest image of each name whose tag is
+    exactly its content hash (:func:`exact_tags`).
     """
-    from fluffy.kernel.containers.config import LABEL_IMAGE, TEMPLATE_IMAGES
     from fluffy.kernel.containers.images import ImageStore
 
     if chooser is not None:
         return chooser(engine)
     given: dict[str, str] = {}
-    with contextlib.suppress(ValueError, TypeError):
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
         given = {str(k): str(v) for k, v in json.loads(env.get("FLUFFY_IMAGES") or "{}").items()}
     store = ImageStore(engine)
     images: dict[str, str] = {}
     for template, name in TEMPLATE_IMAGES.items():
         if name not in given:
-            found = [i for i in store.list_by_label(f"{LABEL_IMAGE}={name}") if i.get("RepoTags")]
+            found = [(i, t) for i in store.list_by_label(f"{LABEL_IMAGE}={name}")
+                     for t in exact_tags(i, name)]  # fmt: skip
             if not found:
                 raise ImageNotFound(
                     f"no {name} image for the {template} sandbox",
+                    why="only an image tagged with its own content hash is used",
                     fix="Run `fluffy images build` on the host.",
                 )
-            newest = max(found, key=lambda i: int(i.get("Created") or 0))
-            given[name] = str(newest["RepoTags"][0])
+            given[name] = max(found, key=lambda pair: int(pair[0].get("Created") or 0))[1]
         images[template] = given[name]
     return images
 

@@ -9,13 +9,16 @@ at a host path: if any of it ran on this host, the marker is there.  On Docker a
 * a release that really has no wheel is built from its sdist, offline in a container: the
   environment imports it, the build says so, and still no marker on the host;
 * one project's own wheels (a trojaned pytest with a build tag) never reach another
-  project's environment, nor its own evidence tools.
+  project's environment, nor its own evidence tools;
+* a build that fails leaves no image a kernel could take for a sandbox image, and the
+  next environment is current for both `fluffy env` and the kernel's test run.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +26,14 @@ from typing import Any
 
 import pytest
 
+from fluffy.errors import EnvironmentFailed
 from fluffy.images.environment import ensure_environment
+from fluffy.images.hygiene import find_strays
 from fluffy.images.spec import REQUIREMENTS_DIR
 from fluffy.images.templates import template_images
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
+from fluffy.kernel.project.envstate import choose
+from fluffy.kernel.tools.sandboxes import sandbox_images
 from tests.conftest import connect_engine
 from tests.project_support import fixture_wheels, local_index, make_wheel, pip_env
 
@@ -165,3 +172,32 @@ def test_one_projects_wheels_never_reach_another_project_or_the_evidence(
     record_b, _ = build(b, tmp_path / "state-b", runtime, index, monkeypatch)
     assert record_b.packages["pytest"] == record_a.packages["pytest"] != "99.0"
     assert "mylib" not in record_b.packages and record_a.image != record_b.image
+
+
+def test_a_failed_build_leaves_nothing_a_kernel_could_take_for_its_image(
+    tmp_path: Path, runtime: str, index: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with connect_engine(runtime) as engine:
+        before = {s.image_id for s in find_strays(engine)}
+    broken = write(tmp_path / "broken", {"requirements.txt": "badwheel\n"})
+    wheels = broken / ".fluffy" / "wheels"
+    wheels.mkdir(parents=True)
+    # installs only inside the image build, where pip refuses a path out of site-packages
+    make_wheel(wheels, "badwheel", "1.0", {"../../../../escape.py": "X = 1\n"})
+    with pytest.raises(EnvironmentFailed, match="installing the requirements"):
+        build(broken, tmp_path / "state-broken", runtime, index, monkeypatch)
+    good = write(tmp_path / "good", {"requirements.txt": "fixturelib\n", "mod.py": ""})
+    state = tmp_path / "state-good"
+    record, _ = build(good, state, runtime, index, monkeypatch)
+    with connect_engine(runtime) as engine:
+        left = [s for s in find_strays(engine) if s.image_id not in before]
+        chosen = sandbox_images(engine, {})["code-executor"]  # how a kernel in L1 chooses
+        current = template_images(engine)["code-executor"]
+    assert left == [], [s.as_dict() for s in left]
+    assert chosen.removeprefix("localhost/").removeprefix("docker.io/") == current
+    choice = choose(good, state, chosen)  # test.run's view, from the ref the kernel holds
+    assert choice.current and choice.record is not None and choice.record.key == record.key
+    listed = subprocess.run([runtime, "images", "--filter", "dangling=true", "--filter",
+                             "label=org.fluffy.image=code-executor", "-q"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert listed.stdout.strip() == ""
