@@ -98,8 +98,11 @@ class TurnReviews:
         shown = await self._show(sid)
         session = await self.loop.router.workflow.get(sid)
         # --yes stands for the user on size and sensitive files; a policy require_review
-        # rule asks for a person, so that review waits like any other
-        auto = turn.auto_approve and not session.data.get("review_required")
+        # rule asks for a person, and so does changed test-support code (a green run may
+        # rest on it: kernel/merge/support.py), so those reviews wait like any other
+        auto = (
+            turn.auto_approve and not session.data.get("review_required") and not shown["support"]
+        )
         if not auto and shown["can_add_tests"]:
             shown["tests_requested"] = await self._review_round(turn)
         if not auto:  # ready before anyone is told: an approval can come at once
@@ -192,6 +195,7 @@ class TurnReviews:
             "lines": plan.diff_lines,
             "diff": plan.diff[:20_000],
             "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
+            "support": [str(change) for change in plan.support],
             # explore changes may get tests first (review.add_tests, /add-tests)
             "can_add_tests": session.mode != "strict" and not exempted,
         }

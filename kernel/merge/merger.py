@@ -48,6 +48,7 @@ from fluffy.kernel.merge.gitmerge import apply_git_step, prepare_git
 from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, OperationLog, StepResult
 from fluffy.kernel.merge.patch import count_diff_lines
 from fluffy.kernel.merge.staging import MAX_VIEW_BYTES, StagedChange, Staging, is_binary, sha256
+from fluffy.kernel.merge.support import SupportChange, support_changes
 
 #: Paths whose change always needs the user's review (gitignore syntax).  Secrets and
 #: keys; CI definitions; files that run code at install/build time or pin dependencies;
@@ -92,6 +93,9 @@ class MergePlan:
     diff_lines: int
     sensitive: list[str]
     binary: list[str]
+    #: test-support code the session changed (conftest.py, plugins, runner settings):
+    #: a green run may rest on it, so a person reviews it (kernel/merge/support.py)
+    support: list[SupportChange]
     tests_pass: bool
     auto: bool
     reasons: list[str]  # why it may not merge automatically (empty when auto)
@@ -115,6 +119,19 @@ class MergeResult:
     conflicts: list[MergeIssue] = field(default_factory=list)
     refused: list[MergeIssue] = field(default_factory=list)
     error: str | None = None
+
+
+def _view_reader(staging: Staging) -> Callable[[str], bytes | None]:
+    """The session's view of a path (staged, else the project's); None when absent or not
+    a file that can be read safely."""
+
+    def read(rel: str) -> bytes | None:
+        try:
+            return staging.read(rel)
+        except (OSError, FluffyError):
+            return None
+
+    return read
 
 
 def result_of(op: MergeOperation) -> MergeResult:
@@ -176,6 +193,7 @@ class Merger:
                 old = None
             if is_binary(old) or is_binary(staging.read(change.path)):
                 binary.append(change.path)
+        support = support_changes([c.path for c in changes], _view_reader(staging))
         reasons: list[str] = []
         if not changes:
             reasons.append("nothing is staged")
@@ -187,13 +205,27 @@ class Merger:
             reasons.append(f"binary files change: {', '.join(binary)}")
         if unreadable:
             reasons.append(f"the project's file cannot be read safely: {', '.join(unreadable)}")
+        if support:
+            reasons.append(
+                "test-support code changed, so the green run may rest on it: "
+                + "; ".join(str(s) for s in support)
+            )
         if lines >= self.max_auto_lines:
             reasons.append(
                 f"the diff has {lines} changed lines; auto-merge needs fewer than "
                 f"{self.max_auto_lines}"
             )
         return MergePlan(
-            staging, changes, diff, lines, sensitive, binary, tests_pass, not reasons, reasons
+            staging,
+            changes,
+            diff,
+            lines,
+            sensitive,
+            binary,
+            support,
+            tests_pass,
+            not reasons,
+            reasons,
         )
 
     # -- merging ---------------------------------------------------------------------

@@ -90,6 +90,7 @@ def tool_methods(
             "files": [c.path for c in plan.changes],
             "diff_lines": plan.diff_lines,
             "sensitive": list(plan.sensitive),
+            "support": [str(change) for change in plan.support],
             "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
             "diff": plan.diff,
         }

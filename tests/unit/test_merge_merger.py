@@ -180,7 +180,9 @@ def test_sensitive_paths_block_auto_merge(
     staging.stage(path, b"x\n")
     plan = Merger(project, state).plan(staging, tests_pass=True)
     assert not plan.auto and plan.sensitive == [path]
-    assert plan.reasons == [f"sensitive paths change: {path}"]
+    assert plan.reasons[0] == f"sensitive paths change: {path}"
+    # pyproject.toml also configures the test runner: named as test-support code too
+    assert [s.path for s in plan.support] == ([path] if path == "pyproject.toml" else [])
 
 
 def test_ordinary_paths_are_not_sensitive(project: Path, state: Path, staging: Staging) -> None:

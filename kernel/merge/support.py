@@ -1,0 +1,215 @@
+"""Test-support code a session changed: why its green run cannot merge on its own.
+
+A test run's outcome is written by the test process itself (pytest's JUnit report), and
+code loaded into that process can rewrite it: a ``conftest.py`` whose
+``pytest_runtest_makereport`` hook turns failures into passes made wrong code run
+"green" and auto-merge.  A repository's *existing* support code is the person's and keeps
+working; what a session changes of it is named here, and the merge then waits for a
+person's review that names it (``--yes`` does not stand in for it).
+
+Support code (by path or by content of a changed file):
+
+* ``conftest.py`` anywhere; ``sitecustomize.py``, ``usercustomize.py``, ``*.pth``;
+* the test runner's configuration: ``pytest.ini``, ``tox.ini``, ``setup.cfg``,
+  ``pyproject.toml``, ``.coveragerc``, ``pytest.toml``;
+* a module the configuration or a ``conftest.py`` loads as a pytest plugin (``-p NAME`` in
+  ``addopts``, ``pytest_plugins = [...]``);
+* any changed Python file that defines a pytest hook (``def pytest_*``), imports or names
+  pytest's internals (``_pytest``, ``pluggy``), registers a plugin (``pluginmanager``),
+  assigns into the ``pytest`` module, or schedules code at exit (``atexit``).
+
+The last item is a heuristic over what can be seen (a test module can still patch pytest
+in ways it does not name); docs/SECURITY.md says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import re
+import shlex
+import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+_LOADED_AT_START = ("sitecustomize.py", "usercustomize.py")
+_CONFIG = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", ".coveragerc", "pytest.toml")
+_INTERNAL_MODULES = ("_pytest", "pluggy")
+_ADDOPTS_PLUGIN = re.compile(r"^-p(?:=|$)?(.*)$")
+MAX_PARSE_BYTES = 2 * 1024 * 1024
+#: Hooks pytest honours in a test module itself; they parametrise, they do not report.
+_TEST_MODULE_HOOKS = frozenset({"pytest_generate_tests"})
+
+#: rel path -> the view's bytes of it (staged if staged, else the project's), or None
+Reader = Callable[[str], bytes | None]
+
+
+@dataclass(frozen=True)
+class SupportChange:
+    path: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.why})"
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None or len(data) > MAX_PARSE_BYTES:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def _addopts(name: str, text: str) -> list[str]:
+    """``addopts`` of a pytest configuration file, split like a shell would."""
+    raw: object = None
+    if name in ("pyproject.toml", "pytest.toml"):
+        try:
+            data = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError, ValueError):
+            return []
+        tool = data.get("tool") if name == "pyproject.toml" else data
+        section = tool.get("pytest") if isinstance(tool, dict) else None
+        if isinstance(section, dict):
+            section = section.get("ini_options", section)
+        raw = section.get("addopts") if isinstance(section, dict) else None
+    else:
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        try:
+            parser.read_string(text)
+        except (configparser.Error, ValueError):
+            return []
+        for section in ("pytest", "tool:pytest"):
+            if parser.has_option(section, "addopts"):
+                raw = parser.get(section, "addopts")
+    if isinstance(raw, list):
+        return [str(x) for x in raw]
+    try:
+        return shlex.split(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return []
+
+
+def plugin_modules(paths: Iterable[str], read: Reader) -> set[str]:
+    """Module names loaded as pytest plugins by the configuration or any conftest.py."""
+    found: set[str] = set()
+    for path in paths:
+        name = path.rsplit("/", 1)[-1]
+        if name not in (*_CONFIG, "conftest.py"):
+            continue
+        text = _text(read(path))
+        if text is None:
+            continue
+        if name in _CONFIG:
+            args = _addopts(name, text)
+            for i, arg in enumerate(args):
+                match = _ADDOPTS_PLUGIN.match(arg)
+                if match is None:
+                    continue
+                value = match.group(1) or (args[i + 1] if i + 1 < len(args) else "")
+                if value and not value.startswith("no:"):
+                    found.add(value)
+        elif name == "conftest.py":
+            found |= _pytest_plugins(text)
+    return found
+
+
+def _pytest_plugins(text: str) -> set[str]:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
+        ):
+            for item in ast.walk(node.value):
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    found.add(item.value)
+    return found
+
+
+def _module_paths(module: str) -> tuple[str, ...]:
+    rel = module.replace(".", "/")
+    return (f"{rel}.py", f"{rel}/__init__.py")
+
+
+def touches_machinery(text: str) -> str | None:
+    """Why a Python file reaches into the test process's reporting (None: it does not)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name.startswith("pytest_")
+            and node.name not in _TEST_MODULE_HOOKS
+        ):
+            return f"it defines the pytest hook {node.name}"
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            for name in names:
+                top = name.split(".")[0]
+                if top in _INTERNAL_MODULES:
+                    return f"it imports pytest's internals ({name})"
+                if top == "atexit":
+                    return "it runs code when the test process exits"
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.split(".")[0] in _INTERNAL_MODULES
+        ):
+            return f"it names pytest's internals ({node.value[:40]})"
+        if isinstance(node, ast.Attribute) and node.attr == "pluginmanager":
+            return "it registers with pytest's plugin manager"
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                while isinstance(target, ast.Attribute | ast.Subscript):
+                    target = target.value
+                if isinstance(target, ast.Name) and target.id == "pytest":
+                    return "it changes the pytest module"
+    return None
+
+
+def _where_plugins_are_named(changed: list[str]) -> list[str]:
+    """The configuration files at the root, and every conftest.py pytest would load for
+    the changed paths (the root's, each folder's on the way, the usual test folders')."""
+    found = [*_CONFIG, "conftest.py", "tests/conftest.py", "test/conftest.py"]
+    for path in changed:
+        parts = path.split("/")[:-1]
+        found += ["/".join([*parts[:i], "conftest.py"]) for i in range(1, len(parts) + 1)]
+    return list(dict.fromkeys(found))
+
+
+def support_changes(changed: Iterable[str], read: Reader) -> list[SupportChange]:
+    """The changed paths that are test-support code, each with why (module docstring)."""
+    changed = list(changed)
+    plugins = plugin_modules([*_where_plugins_are_named(changed), *changed], read)
+    plugin_files = {path: module for module in plugins for path in _module_paths(module)}
+    out: list[SupportChange] = []
+    for path in changed:
+        name = path.rsplit("/", 1)[-1]
+        if name == "conftest.py":
+            why = "pytest loads it into the test process: its hooks can rewrite results"
+        elif name in _LOADED_AT_START or name.endswith(".pth"):
+            why = "Python runs it when the test process starts"
+        elif name in _CONFIG:
+            why = "it configures the test runner (plugins, options)"
+        elif any(path == f or path.endswith("/" + f) for f in plugin_files):
+            module = next(m for f, m in plugin_files.items() if path == f or path.endswith("/" + f))
+            why = f"pytest loads it as the plugin {module}"
+        elif name.endswith(".py") and (text := _text(read(path))) is not None:
+            found = touches_machinery(text)
+            if found is None:
+                continue
+            why = found
+        else:
+            continue
+        out.append(SupportChange(path, why))
+    return out

@@ -1,0 +1,97 @@
+"""Test-support code a session changes never merges on a green run alone (issue 31)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fluffy.kernel.merge.merger import Merger
+from fluffy.kernel.merge.staging import Staging
+from fluffy.kernel.merge.support import support_changes, touches_machinery
+
+FORGE = """\
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+"""
+
+
+def _reader(files: dict[str, str]):  # type: ignore[no-untyped-def]
+    return lambda rel: files[rel].encode() if rel in files else None
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "why"),
+    [
+        ("tests/conftest.py", "import pytest\n", "pytest loads it"),
+        ("conftest.py", FORGE, "pytest loads it"),
+        ("src/sitecustomize.py", "x = 1\n", "when the test process starts"),
+        ("src/zz_patch.pth", "import os\n", "when the test process starts"),
+        ("pytest.ini", "[pytest]\naddopts = -q\n", "configures the test runner"),
+        ("pyproject.toml", "[project]\nname='x'\n", "configures the test runner"),
+        ("tests/test_new.py", "from _pytest import runner\n", "internals (_pytest)"),
+        ("tests/test_new.py", "import importlib\nm = importlib.import_module('_pytest.runner')\n",
+         "names pytest's internals"),
+        ("tests/test_new.py", "def pytest_runtest_logreport(report):\n    pass\n",
+         "hook pytest_runtest_logreport"),
+        ("tests/test_new.py", "import atexit\n", "when the test process exits"),
+        ("tests/test_new.py", "def test_x(request):\n    request.config.pluginmanager.register(1)\n",
+         "plugin manager"),
+        ("tests/test_new.py", "import pytest\npytest.TestReport.outcome = 'passed'\n",
+         "changes the pytest module"),
+    ],
+)  # fmt: skip
+def test_support_code_is_named_with_why(path: str, text: str, why: str) -> None:
+    (found,) = support_changes([path], _reader({path: text}))
+    assert found.path == path and why in found.why
+
+
+def test_plugins_named_by_the_configuration_or_a_conftest_are_support_code() -> None:
+    files = {
+        "pyproject.toml": "[tool.pytest.ini_options]\naddopts = ['-p', 'tests.plug', '-q']\n",
+        "tests/conftest.py": "pytest_plugins = ['helpers.fixtures']\n",
+        "tests/plug.py": "X = 1\n",
+        "helpers/fixtures.py": "Y = 1\n",
+        "tox.ini": "[pytest]\naddopts = -p=other.plugin -p no:cacheprovider\n",
+        "other/plugin/__init__.py": "Z = 1\n",
+    }
+    changed = ["tests/plug.py", "helpers/fixtures.py", "other/plugin/__init__.py"]
+    found = {c.path: c.why for c in support_changes(changed, _reader(files))}
+    assert found == {
+        "tests/plug.py": "pytest loads it as the plugin tests.plug",
+        "helpers/fixtures.py": "pytest loads it as the plugin helpers.fixtures",
+        "other/plugin/__init__.py": "pytest loads it as the plugin other.plugin",
+    }
+
+
+def test_ordinary_tests_and_code_are_not_support_code() -> None:
+    files = {
+        "tests/test_calc.py": "import pytest\nfrom calc import add\n\n"
+        "@pytest.mark.parametrize('x', [1])\ndef test_add(x, monkeypatch):\n"
+        "    monkeypatch.setattr('calc.K', 2)\n    assert add(x, 1) == 2\n",
+        "tests/test_gen.py": "def pytest_generate_tests(metafunc):\n    pass\n",
+        "src/calc.py": "def add(a, b):\n    return a + b\n",
+        "README.md": "# hi\n",
+    }
+    assert support_changes(list(files), _reader(files)) == []
+    assert touches_machinery("def broken(:\n") is None  # does not parse: nothing to see
+
+
+def test_the_merge_plan_waits_for_a_person_when_support_code_changed(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "conftest.py").write_text("import pytest\n")  # the person's: fine
+    (project / "calc.py").write_text("def sub(a, b):\n    return a - b\n")
+    merger = Merger(project, tmp_path / "state")
+    stage = Staging(tmp_path / "stage", project)
+    stage.stage("calc.py", b"def sub(a, b):\n    return 999\n")
+    assert merger.plan(stage, tests_pass=True).auto  # an ordinary change merges alone
+    stage.stage("tests/conftest.py", FORGE.encode())
+    plan = merger.plan(stage, tests_pass=True)
+    assert not plan.auto and [s.path for s in plan.support] == ["tests/conftest.py"]
+    assert any("tests/conftest.py (pytest loads it" in r for r in plan.reasons)
