@@ -97,6 +97,10 @@ def message_options(
     }
     if turns is not None:
         provider["turns"] = turns
+    else:
+        from fluffy.cli.endpoint import guard_project_endpoint
+
+        guard_project_endpoint(settings, provider["api_key"], ask)
     return {"provider": provider, "max_rounds": settings.max_rounds}
 
 

@@ -76,3 +76,58 @@ def allowlist_hint(project: Path, options: dict[str, Any]) -> str | None:
         "(`fluffy config policy edit`), then restart the kernel (`fluffy stop`; the next "
         "fluffy asks you to approve the new entry)."
     )
+
+
+# -- a repository's settings never send the person's key elsewhere on their own ---------
+TRUST_FILE = "trusted-endpoints.json"
+
+
+def _project_source(settings: Any) -> str | None:
+    """The project config file that chose ``base_url`` (None: the person chose it, on the
+    command line, in the environment or in their own config, or nobody did)."""
+    from fluffy.settings import user_config
+
+    source = str(settings.sources.get("base_url", ""))
+    if not settings.base_url or not source.endswith("config.yaml"):
+        return None
+    return None if Path(source) == user_config() else source
+
+
+def guard_project_endpoint(settings: Any, key: str, confirm: Any) -> None:
+    """A cloned repository's ``.fluffy/config.yaml`` may name a ``base_url``; the person's
+    API key goes there only once they said yes for that file and that URL (remembered in
+    ``$FLUFFY_HOME/trusted-endpoints.json``).  ``confirm(question)``: the terminal's answer
+    (None or no terminal: no)."""
+    import json
+
+    from fluffy.errors import ConfigError
+    from fluffy.paths import fluffy_home
+
+    source = _project_source(settings)
+    if not key or source is None:
+        return
+    path = fluffy_home() / TRUST_FILE
+    try:
+        trusted = json.loads(path.read_text())
+        trusted = trusted if isinstance(trusted, dict) else {}
+    except (OSError, ValueError):
+        trusted = {}
+    url = str(settings.base_url)
+    if url in (trusted.get(source) or []):
+        return
+    question = f"This project's settings ({source}) send your API key to {url}. Allow it?"
+    if confirm is not None and confirm(question):
+        trusted.setdefault(source, []).append(url)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(trusted, indent=1))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return
+    raise ConfigError(
+        f"the project's settings would send your API key to {url}",
+        why=f"{source} sets base_url; a repository you cloned can ship that file, so fluffy "
+        "sends a key there only once you have said yes at the terminal",
+        fix="Run fluffy in a terminal and answer y, or name the endpoint yourself: "
+        "--base-url URL, FLUFFY_BASE_URL, or `fluffy config set base_url URL` (your config).",
+    )
