@@ -130,6 +130,28 @@ def write_network_allowlist(
     return new
 
 
+#: kernel/tools/sandboxes.py PINNED_IMAGES (not imported: the engine SDK's import time)
+PINNED_IMAGES = "images.json"
+
+
+def pin_images(state: Path) -> None:
+    """Name the sandbox images for the kernel (``<state>/images.json``, which L1 reads):
+    the ones this fluffy built (its image manifest, where the kernel image comes from
+    too), so a kernel never picks another checkout's or version's newer build by label.
+    No manifest: the file goes, and the kernel takes the newest exact content-hash tag."""
+    from fluffy.paths import state_dir
+
+    target = state / PINNED_IMAGES
+    try:  # the manifest images/builder.py writes (`fluffy images build`)
+        built = json.loads((state_dir() / "images.json").read_text())["images"]
+        pinned = {str(name): str(entry["ref"]) for name, entry in built.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        target.unlink(missing_ok=True)
+        return
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_json(target, pinned)
+
+
 def launch_supervisor(
     project: str, *, detach: bool, confirm: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
@@ -148,6 +170,7 @@ def launch_supervisor(
         )
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    pin_images(p["state"])
     left_out = write_network_allowlist(project, p["base"] / "net.json", confirm)
     if left_out:
         stdout.print(

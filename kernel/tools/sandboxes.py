@@ -76,6 +76,19 @@ def engine_env(env: Mapping[str, str]) -> dict[str, str]:
 ImageChooser = Callable[[Engine], dict[str, str]]
 
 
+#: The sandbox images the host named for this kernel (``<state>/images.json``: name -> ref),
+#: written by the CLI from its image manifest as it starts the kernel.
+PINNED_IMAGES = "images.json"
+
+
+def pinned_images(state_dir: Path) -> dict[str, str]:
+    """The host's choice of sandbox images ({} when it named none)."""
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        data = json.loads((state_dir / PINNED_IMAGES).read_text())
+        return {str(k): str(v) for k, v in data.items()}
+    return {}
+
+
 def exact_tags(image: dict[str, Any], name: str) -> list[str]:
     """The tags of a listed image that name it exactly: ``fluffy/<name>:<content hash>``
     where the hash is the image's own content-hash label.  An untagged image (Docker lists
@@ -91,20 +104,25 @@ def exact_tags(image: dict[str, Any], name: str) -> list[str]:
 
 
 def sandbox_images(
-    engine: Engine, env: Mapping[str, str], chooser: ImageChooser | None = None
+    engine: Engine,
+    env: Mapping[str, str],
+    chooser: ImageChooser | None = None,
+    pinned: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Sandbox template -> image ref: ``chooser``'s, or else (in L1, where the kernel
-    image carries no Dockerfiles) the refs the bootstrap names (FLUFFY_IMAGES, name ->
-    ref, from the host's image manifest), or the newest image of each name whose tag is
-    exactly its content hash (:func:`exact_tags`).
+    image carries no Dockerfiles) the refs named by FLUFFY_IMAGES or ``pinned`` (name ->
+    ref: the host's image manifest, :data:`PINNED_IMAGES`), or the newest image of each
+    name whose tag is exactly its content hash (:func:`exact_tags`).
     """
     from fluffy.kernel.containers.images import ImageStore
 
     if chooser is not None:
         return chooser(engine)
-    given: dict[str, str] = {}
+    given: dict[str, str] = dict(pinned or {})
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        given = {str(k): str(v) for k, v in json.loads(env.get("FLUFFY_IMAGES") or "{}").items()}
+        given.update(
+            {str(k): str(v) for k, v in json.loads(env.get("FLUFFY_IMAGES") or "{}").items()}
+        )
     store = ImageStore(engine)
     images: dict[str, str] = {}
     for template, name in TEMPLATE_IMAGES.items():
@@ -157,7 +175,7 @@ class KernelSandboxes:
                 engine = connect(engine_env(self.env), timeout=30)
                 self._manager = ContainerManager(
                     open_runtime(engine, compat=bool(self.env.get("FLUFFY_ENGINE_GATE"))),
-                    sandbox_images(engine, self.env, self.images),
+                    sandbox_images(engine, self.env, self.images, pinned_images(self.state_dir)),
                     session_id=self.instance,
                     root=self.state_dir / "sandboxes",
                     host_path=host_path_mapper(self.env, self.project, self.state_dir),

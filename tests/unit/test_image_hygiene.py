@@ -75,3 +75,30 @@ def test_doctor_names_stray_fluffy_images() -> None:
     found = find_strays(_engine([*fine, *strays]))
     assert sorted(s.image_id for s in found) == sorted(s["Id"] for s in strays)
     assert all(s.why for s in found)
+
+
+def test_the_host_pins_the_images_it_built_for_the_kernel(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fluffy` names its own builds for L1 (a newer build of another checkout or version,
+    exact tag and all, is not taken), and the kernel reads them from its state folder."""
+    from fluffy.cli import lifecycle
+    from fluffy.kernel.tools import sandboxes
+
+    assert lifecycle.PINNED_IMAGES == sandboxes.PINNED_IMAGES
+    monkeypatch.setenv("FLUFFY_HOME", str(tmp_path / "home"))
+    state = tmp_path / "state"
+    lifecycle.pin_images(state)  # no manifest: nothing pinned
+    assert sandboxes.pinned_images(state) == {}
+    manifest = tmp_path / "home" / "state" / "images.json"
+    manifest.parent.mkdir(parents=True)
+    mine = "fluffy/code-executor:" + "ab" * 8
+    manifest.write_text(json.dumps({"images": {"code-executor": {"ref": mine}}}))
+    lifecycle.pin_images(state)
+    assert sandboxes.pinned_images(state) == {"code-executor": mine}
+    newer = _listed(["fluffy/code-executor:" + "cd" * 8], digest="cd" * 8, created=99)
+    others = [
+        _listed([f"fluffy/{n}:" + "ab" * 8], name=n) for n in ("ai-provider", "policy-sandbox")
+    ]
+    chosen = sandbox_images(_engine([newer, *others]), {}, None, sandboxes.pinned_images(state))
+    assert chosen["code-executor"] == mine
