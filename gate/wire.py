@@ -11,15 +11,9 @@ import socket
 from typing import Any
 
 
-def send(
-    path: str,
-    method: str,
-    target: str,
-    body: bytes = b"",
-    *,
-    content_type: str = "application/json",
-    timeout: float | None = None,
-) -> socket.socket:
+def send(path: str, method: str, target: str, body: bytes = b"", *,
+         content_type: str = "application/json",
+         timeout: float | None = None) -> socket.socket:  # fmt: skip
     """A connection to the socket at ``path`` with the request sent, its answer unread."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -52,9 +46,8 @@ def parse(data: bytes) -> tuple[int, bytes]:
     return response.status, response.read()
 
 
-def request(
-    path: str, method: str, target: str, body: bytes = b"", timeout: float | None = None
-) -> tuple[bytes, int, bytes]:
+def request(path: str, method: str, target: str, body: bytes = b"",
+            timeout: float | None = None) -> tuple[bytes, int, bytes]:  # fmt: skip
     """(the raw response, its status, its body)."""
     with send(path, method, target, body, timeout=timeout) as sock:
         data = b"".join(iter(lambda: sock.recv(65536), b""))
