@@ -5,7 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import socketserver
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -199,6 +204,47 @@ def test_on_rootless_podman_the_gate_itself_maps_the_users_uid(scope: rules.Scop
         rules.check_create(body(scope, UsernsMode="host"), scope)
 
 
+Answer = Callable[[str, str, bytes], tuple[int, Any]]
+
+
+@contextlib.contextmanager
+def fake_engine(sock: Path, answer: Answer) -> Iterator[list[tuple[str, str, bytes]]]:
+    """An HTTP server on ``sock`` answering ``answer(method, path, body)``; yields the
+    requests it got."""
+    got: list[tuple[str, str, bytes]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            got.append((self.command, self.path, body))
+            status, reply = answer(self.command, self.path, body)
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_DELETE = do_GET
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+        def get_request(self) -> tuple[Any, Any]:
+            request, _ = super().get_request()
+            return request, ("local", 0)  # BaseHTTPRequestHandler wants an address pair
+
+    server = Server(str(sock), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield got
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize(
     ("status", "answer", "want"),
     [
@@ -211,36 +257,11 @@ def test_on_rootless_podman_the_gate_itself_maps_the_users_uid(scope: rules.Scop
 def test_the_gate_asks_the_engine_whether_it_is_rootless(
     tmp_path: Path, status: int, answer: dict[str, Any], want: dict[str, str]
 ) -> None:
-    import http.server
-    import socketserver
-    import threading
-
     from fluffy.gate import wire
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = json.dumps(answer if self.path == "/v4.0.0/libpod/info" else {}).encode()
-            self.send_response(status if self.path == "/v4.0.0/libpod/info" else 404)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def info(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        return (status, answer) if path == "/v4.0.0/libpod/info" else (404, {})
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-        daemon_threads = True
-
-        def get_request(self) -> tuple[Any, Any]:
-            request, _ = super().get_request()
-            return request, ("local", 0)  # BaseHTTPRequestHandler wants an address pair
-
-    sock = tmp_path / "engine.sock"
-    server = Server(str(sock), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        assert wire.userns(str(sock)) == want
-    finally:
-        server.shutdown()
-        server.server_close()
+    with fake_engine(tmp_path / "engine.sock", info):
+        assert wire.userns(str(tmp_path / "engine.sock")) == want
     assert wire.userns(str(tmp_path / "absent.sock")) == {}
