@@ -2,8 +2,9 @@
 #
 # A request is matched against :data:`ROUTES` on its path without the API version prefix;
 # anything else is refused.  A container create body must be fluffy's hardened sandbox
-# template exactly: :func:`check_create` refuses every deviation and returns the body to
-# forward (the project's label forced, the seccomp profile replaced by the gate's copy).
+# template exactly: :func:`create_body` refuses every deviation and returns the body to
+# forward, serialised anew from what was checked (the project's label forced, the seccomp
+# profile replaced by the gate's copy on Podman).
 
 from __future__ import annotations
 
@@ -29,13 +30,18 @@ ROUTES = [
     ("POST", rf"/containers/{ID}/(start|stop|kill|wait|pause|unpause)", "own"),
     ("GET", rf"/containers/{ID}/(json|logs)", "own"), ("DELETE", rf"/containers/{ID}", "own"),
 ]  # fmt: skip
-#: Keys of a create body and of its HostConfig that may carry a value, and how it is
-#: checked; any other key must be absent or null (an empty MaskedPaths unmasks /proc).
-FREE = ("Cmd", "Env", "WorkingDir", "Labels", "Image", "User", "HostConfig", "NetworkDisabled",
-        "AttachStdout", "AttachStderr")  # fmt: skip
-HOST_KEYS = {"Binds", "Tmpfs", "Memory", "MemorySwap", "NanoCpus", "PidsLimit", "NetworkMode",
-             "ReadonlyRootfs", "CapDrop", "SecurityOpt", "IpcMode", "Init", "Privileged",
-             "CapAdd"}  # fmt: skip
+#: The create body the kernel sends (docker SDK create_container, captured through the gate
+#: on Docker and Podman), key by key: a type is a value checked below (lists and maps of
+#: strings), a dict the template of an object, anything else a fixed value, forwarded
+#: whether sent or not.  Keys match case-insensitively, as the engines' Go decoders match
+#: them; any other key is refused, whatever its value (an empty MaskedPaths unmasks /proc).
+HOST = {"Binds": list, "Tmpfs": dict, "Memory": int, "MemorySwap": int, "NanoCpus": int,
+        "PidsLimit": int, "SecurityOpt": list, "NetworkMode": "none", "ReadonlyRootfs": True,
+        "CapDrop": ["ALL"], "IpcMode": "private", "Init": False}  # fmt: skip
+TOP = {"Image": str, "User": str, "Cmd": list, "Env": list, "WorkingDir": str, "Labels": dict,
+       "HostConfig": HOST, "NetworkDisabled": True, "Tty": False, "OpenStdin": False,
+       "StdinOnce": False, "AttachStdin": False, "AttachStdout": True,
+       "AttachStderr": True}  # fmt: skip
 TMPFS_OPTIONS = {"rw", "noexec", "nosuid", "nodev"}
 UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, **dict.fromkeys("0123456789", 1)}  # tmpfs size=
 TMPFS_TARGETS = ("/tmp", "/output")  # noqa: S108 (the sandbox's own scratch and output)
@@ -95,74 +101,86 @@ def force_label(path: str, project_id: str) -> str:
     return f"{base}?{urlencode(params)}"
 
 
+def parse(body: bytes) -> Any:
+    """A create body, refused if the engine could read it otherwise (see below)."""
+    try:  # Go's decoder matches a key in any case and keeps the last: none twice
+        return json.loads(body or b"null", object_pairs_hook=_unique)
+    except (ValueError, RecursionError):
+        raise Refused("the create body is not JSON") from None
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({key.casefold() for key, _ in pairs}) < len(pairs):
+        raise Refused(f"a key is repeated in {[key for key, _ in pairs]!r:.200}")
+    return dict(pairs)
+
+
+def create_body(body: bytes, scope: Scope) -> bytes:
+    """The create to forward: the template as checked, serialised anew (keys canonical)."""
+    return json.dumps(check_create(parse(body), scope)).encode()
+
+
 def check_create(body: Any, scope: Scope) -> dict[str, Any]:
     """The body to forward, or :class:`Refused` naming the first deviation."""
-    if not isinstance(body, dict):
-        raise Refused("the create body is not a JSON object")
-    _extra(body, FREE, "the container", falsy=True)
-    image = body.get("Image")
+    out = _template(body, TOP, "")
+    image, user = out.get("Image"), str(out.get("User"))
     if not isinstance(image, str) or not IMAGE.match(image):
         raise Refused(f"image {image!r} is not one of fluffy's content-hash images")
-    user = str(body.get("User") or "")
     if not re.fullmatch(r"[1-9]\d*:\d+", user):
         raise Refused(f"user {user!r} is not a numeric non-root uid:gid")
-    if body.get("NetworkDisabled") is not True:
-        raise Refused("the container's network is not disabled")
-    env, cmd = body.get("Env") or [], body.get("Cmd") or []
-    if not all(isinstance(x, str) for x in [*env, *cmd]):
-        raise Refused("Env and Cmd must be lists of strings")
-    labels = body.get("Labels") or {}
-    if not isinstance(labels, dict):
-        raise Refused("Labels must be an object")
-    host = body.get("HostConfig")
-    if not isinstance(host, dict):
-        raise Refused("the create body has no HostConfig")
-    out = dict(body, Labels={**labels, PROJECT_LABEL: scope.project_id})
-    out["HostConfig"] = _check_host(host, scope)
+    # labels are data (matched exactly by the engines), the project's own forced
+    labels = {k: v for k, v in out.get("Labels", {}).items() if k.casefold() != PROJECT_LABEL}
+    out["Labels"] = {**labels, PROJECT_LABEL: scope.project_id}
+    out["HostConfig"] = _check_host(out.get("HostConfig", {}), scope)
     return out
 
 
-def _extra(data: dict[str, Any], allowed: Any, where: str, *, falsy: bool = False) -> None:
-    """No other key carries a value (``falsy``: false, 0 and empty count as none)."""
+def _template(data: Any, spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` with ``spec``'s keys and fixed values, or :class:`Refused`."""
+    if not isinstance(data, dict):
+        raise Refused(f"{where.rstrip('.') or 'the create body'} is not a JSON object")
+    names = {name.casefold(): name for name in spec}
+    out = {name: want for name, want in spec.items() if not isinstance(want, type | dict)}
     for key, value in data.items():
-        if key not in allowed and (value if falsy else value is not None):
-            raise Refused(f"{where} sets {key}, which fluffy's sandboxes never set")
+        name = names.get(key.casefold(), "")
+        want, shown = spec.get(name), f"{where}{name} {value!r:.80}"
+        if not name:
+            raise Refused(f"{where}{key} is set: fluffy's sandboxes never set it")
+        if isinstance(want, dict):
+            value = _template(value, want, f"{name}.")
+        elif isinstance(want, type):
+            items = value.values() if type(value) is dict else value if type(value) is list else ()
+            if type(value) is not want or not all(type(item) is str for item in items):
+                raise Refused(f"{shown} is not of the template's type ({want.__name__})")
+        elif json.dumps(value) != json.dumps(want):
+            raise Refused(f"{shown} is not {want!r}")
+        out[name] = value
+    return out
 
 
 def _check_host(host: dict[str, Any], scope: Scope) -> dict[str, Any]:
-    _extra(host, HOST_KEYS, "HostConfig")
-    fixed = {"NetworkMode": "none", "ReadonlyRootfs": True, "CapDrop": ["ALL"]}
-    for key, want in fixed.items():
-        if host.get(key) != want:
-            raise Refused(f"HostConfig.{key} is {host.get(key)!r}, not {want!r}")
-    for key in ("Privileged", "Init", "CapAdd"):
-        if host.get(key):
-            raise Refused(f"HostConfig.{key} is set: sandboxes get no privilege")
-    if host.get("IpcMode") not in (None, "private"):
-        raise Refused(f"HostConfig.IpcMode {host.get('IpcMode')!r} is not private")
     memory, cpus, pids = host.get("Memory"), host.get("NanoCpus"), host.get("PidsLimit")
     for name, value in (("Memory", memory), ("NanoCpus", cpus), ("PidsLimit", pids)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        if type(value) is not int or value <= 0:
             raise Refused(f"HostConfig.{name} must be a positive limit, not {value!r}")
     if host.get("MemorySwap") != memory:
         raise Refused("HostConfig.MemorySwap must equal Memory (no swap beyond the limit)")
     if (pids or 0) > 4096 or (cpus or 0) > 64 * 10**9:
         raise Refused("HostConfig limits exceed the sandbox maximums (4096 pids, 64 CPUs)")
-    tmpfs = host.get("Tmpfs") or {}
-    for target, options in tmpfs.items() if isinstance(tmpfs, dict) else [(None, None)]:
-        opts = set(str(options).split(","))
+    for target, options in host.get("Tmpfs", {}).items():
+        opts = set(options.split(","))
         sized = {o for o in opts if re.fullmatch(r"size=[1-9]\d{0,9}[kmg]?|mode=1?[0-7]{3}", o)}
         sizes = [int(o[5:].rstrip("kmg")) * UNITS[o[-1]] for o in sized if o[:5] == "size="]
         safe = {"noexec", "nosuid", "nodev"} <= opts and len(sizes) == 1 and sizes[0] <= 2**30
         if target not in TMPFS_TARGETS or not safe or opts - TMPFS_OPTIONS - sized:
             raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized noexec /tmp or /output")
-    return dict(host, Binds=[_check_bind(b, scope) for b in host.get("Binds") or []],
-                SecurityOpt=_check_security(host.get("SecurityOpt"), scope),
+    return dict(host, Binds=[_check_bind(b, scope) for b in host.get("Binds", [])],
+                SecurityOpt=_check_security(host.get("SecurityOpt", []), scope),
                 **scope.userns)  # fmt: skip
 
 
-def _check_bind(bind: Any, scope: Scope) -> str:
-    parts = bind.split(":") if isinstance(bind, str) else []
+def _check_bind(bind: str, scope: Scope) -> str:
+    parts = bind.split(":")
     if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[1].startswith("/"):
         raise Refused(f"bind {bind!r} is not source:target:ro|rw")
     # resolved here, and the resolved path is what the engine gets: a link planted by L1
@@ -178,9 +196,8 @@ def _check_bind(bind: Any, scope: Scope) -> str:
     return f"{real}:{parts[1]}:{parts[2]}"
 
 
-def _check_security(options: Any, scope: Scope) -> list[str]:
-    options = options if isinstance(options, list) else []
-    profile = [o for o in options if isinstance(o, str) and o.startswith("seccomp=")]
+def _check_security(options: list[str], scope: Scope) -> list[str]:
+    profile = [o for o in options if o.startswith("seccomp=")]
     rest = sorted(o for o in options if o not in profile)
     if rest != ["no-new-privileges:true"] or len(profile) != 1:
         raise Refused("SecurityOpt must be no-new-privileges:true and one seccomp profile")

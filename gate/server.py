@@ -125,11 +125,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _create(self, path: str, body: bytes) -> None:
         gate = self.server
-        try:
-            checked = rules.check_create(json.loads(body or b"null"), gate.scope)
-        except ValueError:
-            raise rules.Refused("the create body is not JSON") from None
-        data, status, created = gate.ask("POST", path, json.dumps(checked).encode())
+        data, status, created = gate.ask("POST", path, rules.create_body(body, gate.scope))
         if status == 201 and isinstance(created, dict) and created.get("Id"):
             with gate._lock:
                 gate.scope.owned.add(str(created["Id"]))

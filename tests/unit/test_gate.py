@@ -122,7 +122,7 @@ def test_every_deviation_is_refused(scope: rules.Scope, change: dict[str, Any], 
         ({"User": "0:0"}, "user"),
         ({"User": "root"}, "user"),
         ({"User": ""}, "user"),
-        ({"NetworkDisabled": False}, "network"),
+        ({"NetworkDisabled": False}, "NetworkDisabled"),
         ({"Entrypoint": ["sh"]}, "Entrypoint"),
         ({"HostConfig": None}, "HostConfig"),
     ],
@@ -132,6 +132,137 @@ def test_the_container_config_is_checked_too(
 ) -> None:
     with pytest.raises(rules.Refused, match=said):
         rules.check_create({**body(scope), **change}, scope)
+
+
+def raw(scope: rules.Scope, top: str = "", host: str = "", labels: str = "") -> bytes:
+    """The body of :func:`body` as JSON text, with ``top``, ``host`` and ``labels`` text
+    appended to the container, its HostConfig and its Labels (as L1 could send it)."""
+    sent = body(scope)
+    config = json.dumps(sent.pop("HostConfig"))[:-1] + host + "}"
+    tags = json.dumps(sent.pop("Labels"))[:-1] + labels + "}"
+    return f'{json.dumps(sent)[:-1]}, "HostConfig": {config}, "Labels": {tags}{top}}}'.encode()
+
+
+@pytest.mark.parametrize(
+    ("top", "host", "labels", "said"),
+    [
+        # the red team's body: Docker's decoder folds case and the later key wins
+        (', "hostconfig": null, "networkdisabled": false', "", "", "repeated"),
+        (', "HOSTCONFIG": {"NetworkMode": "bridge"}', "", "", "repeated"),
+        (', "Image": "fluffy/code-executor:' + "b" * 16 + '"', "", "", "repeated"),
+        (', "image": "debian:bookworm-slim"', "", "", "repeated"),
+        (', "Networ\u212adisabled": false', "", "", "repeated"),  # Kelvin sign: Go folds it
+        ("", ', "networkmode": "host"', "", "repeated"),
+        ("", ', "Memory": 0', "", "repeated"),
+        ("", ', "SECURITYOPT": []', "", "repeated"),
+        ("", "", ', "x": "2"', "repeated"),  # labels are data, but never two of one name
+        ("", "", ', "X": "2"', "repeated"),
+        # keys outside the template, whatever their value
+        (', "Entrypoint": null', "", "", "Entrypoint is set"),
+        (', "Hostname": ""', "", "", "Hostname is set"),
+        (', "Volumes": {}', "", "", "Volumes is set"),
+        (', "StopTimeout": 0', "", "", "StopTimeout is set"),
+        (', "NetworkingConfig": {"EndpointsConfig": {}}', "", "", "NetworkingConfig is set"),
+        (', "Privileged": true', "", "", "Privileged is set"),  # a HostConfig key, one up
+        ("", ', "privileged": false', "", "privileged is set"),
+        ("", ', "CapAdd": null', "", "CapAdd is set"),
+        ("", ', "CapAdd": []', "", "CapAdd is set"),
+        ("", ', "PidMode": ""', "", "PidMode is set"),
+        ("", ', "MaskedPaths": null', "", "MaskedPaths is set"),
+        ("", ', "LogConfig": {"Type": "none"}', "", "LogConfig is set"),
+        (', "OpenStdin": 0', "", "", "OpenStdin 0 is not False"),  # 0 is not false to Go
+        ("", "", ', "y": {"nested": "map"}', "type"),
+        ("", "", ', "y": 1', "type"),
+    ],
+)
+def test_keys_are_matched_as_the_engine_matches_them(
+    scope: rules.Scope, top: str, host: str, labels: str, said: str
+) -> None:
+    assert rules.create_body(raw(scope), scope)  # the template itself passes
+    with pytest.raises(rules.Refused, match=said):
+        rules.create_body(raw(scope, top, host, labels), scope)
+
+
+@pytest.mark.parametrize(
+    ("top", "host", "said"),
+    [
+        ({"Tty": True}, {}, "Tty True is not False"),
+        ({"Cmd": "sh -c id"}, {}, "type"),
+        ({"Env": None}, {}, "type"),
+        ({"Labels": []}, {}, "type"),
+        ({"User": 1000}, {}, "type"),
+        ({}, {"Init": None}, "Init None is not False"),
+        ({}, {"IpcMode": "host"}, "IpcMode 'host' is not 'private'"),
+        ({}, {"Binds": [1]}, "type"),
+        ({}, {"Binds": "/:/host:rw"}, "type"),
+        ({}, {"Tmpfs": {"/tmp": ["rw"]}}, "type"),
+        ({}, {"Memory": 2.0**26, "MemorySwap": 2.0**26}, "type"),
+        ({}, {"PidsLimit": True}, "type"),  # true is not 1 to Go
+    ],
+)
+def test_template_keys_hold_their_type_and_value(
+    scope: rules.Scope, top: dict[str, Any], host: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(rules.Refused, match=said):
+        rules.check_create({**body(scope, **host), **top}, scope)
+
+
+def test_a_key_in_another_case_is_the_engines_key_and_goes_on_canonical(
+    scope: rules.Scope,
+) -> None:
+    """One key in any case is what the engine reads: checked as that key, sent spelt
+    as the template spells it, and the fixed values sent whether L1 sent them or not."""
+    sent = body(scope)
+    sent["hostconfig"] = {k.upper(): v for k, v in sent.pop("HostConfig").items()}
+    sent["NETWORKDISABLED"] = sent.pop("NetworkDisabled")
+    out = json.loads(rules.create_body(json.dumps(sent).encode(), scope))
+    assert out == json.loads(rules.create_body(raw(scope), scope))
+    assert set(out) == set(rules.TOP) - {"Env", "WorkingDir"}
+    assert set(out["HostConfig"]) == set(rules.HOST)
+    assert out["HostConfig"]["Init"] is False and out["AttachStdin"] is False
+    weak = dict(sent, hostconfig=dict(sent["hostconfig"], NETWORKMODE="host"))
+    with pytest.raises(rules.Refused, match="NetworkMode 'host' is not 'none'"):
+        rules.create_body(json.dumps(weak).encode(), scope)
+
+
+@pytest.mark.parametrize(
+    "text", [b"", b"[]", b"null", b"{", b'{"Image": NaN}', b"[" * 100_000, b"\xff{}"]
+)
+def test_a_body_that_is_no_json_object_is_refused(scope: rules.Scope, text: bytes) -> None:
+    with pytest.raises(rules.Refused, match=r"JSON|type"):
+        rules.create_body(text, scope)
+
+
+def test_the_body_the_kernel_sends_passes_key_for_key(
+    scope: rules.Scope, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's own create (DockerRuntime, the docker SDK) is the template: every key
+    it sends is admitted with its value, and nothing else is forwarded."""
+    import docker
+
+    from fluffy.errors import FluffyError
+    from fluffy.kernel.containers.docker_runtime import DockerRuntime
+    from fluffy.kernel.containers.runtime import ContainerSpec, Mount
+
+    api, sent = docker.APIClient(base_url="unix:///nowhere", version="1.41"), []
+
+    def post(url: str, **kwargs: Any) -> Any:
+        sent.append(kwargs["data"])
+        raise docker.errors.APIError("captured")
+
+    monkeypatch.setattr(api, "_post", post, raising=False)
+    spec = ContainerSpec(
+        "fluffy-code-executor-1", "fluffy/code-executor:" + "c" * 16, ["python3", "-m", "x"],
+        {"org.fluffy.managed": "1", rules.PROJECT_LABEL: "abc123"},
+        (Mount(scope.project, "/workspace"), Mount(scope.writable[0] / "outputs", "/staged")),
+        "/workspace", {"HOME": "/tmp"}, seccomp_json=oci_json("standard"), user="10000:10000",
+        tmpfs={"/tmp": "rw,noexec,nosuid,nodev,size=64m"},
+    )  # fmt: skip
+    with pytest.raises(FluffyError, match="captured"):
+        DockerRuntime(type("Client", (), {"api": api})()).create(spec)
+    out = json.loads(rules.create_body(sent[0].encode(), scope))
+    assert out == json.loads(sent[0])
+    assert set(out) == set(rules.TOP) and set(out["HostConfig"]) == set(rules.HOST)
 
 
 def test_the_project_is_mounted_read_only_only(scope: rules.Scope) -> None:
