@@ -1,10 +1,11 @@
 # What the engine gate lets L1 ask of the engine (stdlib only, pure functions).
 #
-# A request is matched against :data:`ROUTES` on its path without the API version prefix;
-# anything else is refused.  A container create body must be fluffy's hardened sandbox
-# template exactly: :func:`create_body` refuses every deviation and returns the body to
-# forward, serialised anew from what was checked (the project's label forced, the seccomp
-# profile replaced by the gate's copy on Podman).
+# A request is matched against :data:`ROUTES` on its path without the API version prefix,
+# once the path is plain (no path the engine would read as another); anything else is
+# refused.  A container create body must be fluffy's hardened sandbox template exactly:
+# :func:`create_body` refuses every deviation and returns the body to forward, serialised
+# anew from what was checked (the project's label forced, the seccomp profile replaced by
+# the gate's copy on Podman).
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from urllib.parse import parse_qsl, urlencode
 
 PROJECT_LABEL = "org.fluffy.project"
 IMAGE = re.compile(r"^((docker\.io|localhost)/)?fluffy/[a-z0-9-]+:[0-9a-f]{12,64}$")
-VERSION = re.compile(r"^/v\d+(\.\d+)*(?=/)")
+VERSION = re.compile(r"^/v\d+\.\d+(?=/)")
+#: a path the engine could read as another: a . or .. segment, //, %-escapes, \, or a
+#: second version (the engines' routers clean or decode; the gate routes the plain form)
+UNPLAIN = re.compile(r"/\.\.?(/|$)|//|%|\\|^/v\d")
 ID = r"(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
 #: (method, path pattern, kind): "open" needs nothing more, "list" gets the project's
 #: label filter forced, "own" must name one of the project's containers.
@@ -78,7 +82,14 @@ def _canonical(text: str) -> str:
 
 def route(method: str, path: str) -> tuple[str, str | None]:
     """(kind, container reference) for an allowed request; :class:`Refused` otherwise."""
-    bare = VERSION.sub("", path.split("?", 1)[0], count=1)
+    bare, _, query = path.partition("?")
+    bare = VERSION.sub("", bare, count=1)
+    if UNPLAIN.search(bare) or ";" in query:  # a ; split the query before Go 1.17
+        raise Refused(f"{path[:200]} is not a plain path (., .., //, %, \\, ; or a 2nd version)")
+    # Docker reads a parameter's lower-case name, Podman any case: once, in lower case
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+    if len(set(names)) < len(names) or not all(re.fullmatch("[a-z_]+", n) for n in names):
+        raise Refused(f"a query parameter is repeated or not in lower case: {names!r:.200}")
     for want, pattern, kind in ROUTES:
         found = re.fullmatch(pattern, bare)
         if method == want and found:
@@ -91,7 +102,7 @@ def force_label(path: str, project_id: str) -> str:
     base, _, query = path.partition("?")
     params = dict(parse_qsl(query))
     try:
-        filters = json.loads(params.get("filters") or "{}")
+        filters = json.loads(params.get("filters") or "{}", object_pairs_hook=_unique)
         labels = filters.get("label") or []
         labels = list(labels) if isinstance(labels, list) else [k for k, v in labels.items() if v]
     except (ValueError, AttributeError, TypeError):

@@ -287,7 +287,7 @@ def test_a_link_planted_in_fluffys_folders_does_not_lead_the_mount_out(
     [
         ("POST", "/v1.41/containers/abc/exec"),
         ("POST", "/v1.41/exec/abc/start"),
-        ("POST", "/v1.41/images/create?fromImage=alpine"),
+        ("POST", "/v1.41/images/create"),
         ("POST", "/v1.41/build"),
         ("POST", "/v1.41/commit?container=abc"),
         ("GET", "/v1.41/containers/abc/archive?path=/"),
@@ -299,13 +299,53 @@ def test_a_link_planted_in_fluffys_folders_does_not_lead_the_mount_out(
         ("DELETE", "/v1.41/images/fluffy/kernel:abc"),
         ("POST", "/v1.41/networks/create"),
         ("POST", "/v1.41/plugins/pull"),
-        ("POST", "/v4.0.0/libpod/containers/create"),
-        ("GET", "/v1.41/containers/../../_ping"),
     ],
 )
 def test_operations_the_kernel_never_uses_are_refused(method: str, path: str) -> None:
     with pytest.raises(rules.Refused, match="not an operation"):
         rules.route(method, path)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "said"),
+    [
+        ("GET", "/v1.41/images/../containers/json", "plain"),  # Docker: 301, by luck
+        ("GET", "/v1.41/containers/../../_ping", "plain"),
+        ("GET", "/v1.41/images/./containers/json", "plain"),
+        ("GET", "/v1.41/images/fluffy/kernel:abc/./json", "plain"),
+        ("GET", "/v1.41/images/fluffy/kernel:abc/..", "plain"),
+        ("GET", "/v1.41//containers/json", "plain"),
+        ("GET", "//v1.41/containers/json", "plain"),
+        ("GET", "/v1.41/images/%2e%2e/containers/json", "plain"),
+        ("GET", "/v1.41/images/fluffy%2fkernel:abc/json", "plain"),
+        ("GET", "/v1.41/containers%2fjson", "plain"),
+        ("GET", "/v1.41/images\\..\\containers/json", "plain"),
+        ("GET", "/v1.41/v1.41/containers/json", "plain"),
+        ("GET", "/v1.41/v1.40/containers/json", "plain"),
+        ("POST", "/v4.0.0/libpod/containers/create", "plain"),
+        ("POST", "/v1/containers/create", "plain"),
+        ("GET", "/v1.41/containers/json;all=1", "operation"),
+        ("GET", "/v1.41/containers/json?all=1;filters={}", "plain"),
+        ("GET", "/v1.41/containers/json?filters={}&filters={}", "repeated"),
+        ("GET", '/v1.41/containers/json?Filters={"label":["a"]}', "lower case"),
+        ("GET", '/v1.41/volumes?FILTERS={"name":["a"]}', "lower case"),
+        ("GET", "/v1.41/containers/json?all=1&all=0", "repeated"),
+        ("POST", "/v1.41/containers/create?name=a&Name=b", "lower case"),
+        ("GET", "/v1.41/containers/json?%66ilters={}&filters={}", "repeated"),  # %-decoded
+        ("GET", "http://engine/v1.41/containers/json", "plain"),
+        ("GET", "/v1.41/images/fluffy/x/json/../../../containers/json", "plain"),
+        ("GET", "/v1.41/Containers/json", "operation"),
+    ],
+)
+def test_paths_are_refused_unless_plain(method: str, path: str, said: str) -> None:
+    with pytest.raises(rules.Refused, match=said):
+        rules.route(method, path)
+
+
+def test_a_list_filter_with_a_repeated_key_is_refused() -> None:
+    for filters in ('{"label": ["a=1"], "label": []}', '{"label": ["a=1"], "LABEL": []}'):
+        with pytest.raises(rules.Refused, match="repeated"):
+            rules.force_label(f"/v1.41/containers/json?filters={filters}", "abc")
 
 
 def test_the_kernels_operations_are_routed() -> None:
@@ -314,6 +354,8 @@ def test_the_kernels_operations_are_routed() -> None:
     assert rules.route("DELETE", "/containers/abc123?force=True&v=True") == ("own", "abc123")
     assert rules.route("GET", "/v1.41/images/fluffy/kernel:abc/json") == ("open", None)
     assert rules.route("POST", "/v1.41/containers/create?name=fluffy-x") == ("create", None)
+    assert rules.route("GET", "/v1.41/volumes?filters=%7B%7D") == ("list", None)
+    assert rules.route("GET", "/containers/json?all=1&trunc_cmd=0&size=0") == ("list", None)
 
 
 def test_lists_are_limited_to_the_project() -> None:
