@@ -19,7 +19,10 @@ from urllib.parse import parse_qsl, urlencode
 
 PROJECT_LABEL = "org.fluffy.project"
 IMAGE = re.compile(r"^((docker\.io|localhost)/)?fluffy/[a-z0-9-]+:[0-9a-f]{12,64}$")
-VERSION = re.compile(r"^/v\d+\.\d+(?=/)")
+VERSION = re.compile(r"^/v(\d+)\.(\d+)(?=/)")
+#: the oldest engine API the gate lets through (Docker 20.10, Podman 4): Docker applies a
+#: HostConfig sent to start in versions before 1.24, and older versions change defaults
+OLDEST_API = (1, 41)
 #: a path the engine could read as another: a . or .. segment, //, %-escapes, \, or a
 #: second version (the engines' routers clean or decode; the gate routes the plain form)
 UNPLAIN = re.compile(r"/\.\.?(/|$)|//|%|\\|^/v\d")
@@ -83,6 +86,8 @@ def _canonical(text: str) -> str:
 def route(method: str, path: str) -> tuple[str, str | None]:
     """(kind, container reference) for an allowed request; :class:`Refused` otherwise."""
     bare, _, query = path.partition("?")
+    if (version := VERSION.match(bare)) and (int(version[1]), int(version[2])) < OLDEST_API:
+        raise Refused(f"engine API {version[0][1:]} is older than the kernel's (1.41 or later)")
     bare = VERSION.sub("", bare, count=1)
     if UNPLAIN.search(bare) or ";" in query:  # a ; split the query before Go 1.17
         raise Refused(f"{path[:200]} is not a plain path (., .., //, %, \\, ; or a 2nd version)")

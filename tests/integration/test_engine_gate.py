@@ -122,7 +122,7 @@ def test_code_in_l1_cannot_reach_past_the_gate(l1: dict[str, Any]) -> None:  # n
             ("POST", "/v1.41/volumes/create"),
         ]
         for method, path in operations:
-            answer = _ask(l1, container, method, path, "{}")
+            answer = _ask(l1, container, method, path)
             assert answer["status"] == 403, (method, path, answer)
         # listing shows this project's sandboxes only (the foreign one is filtered out)
         listed = _ask(l1, container, "GET", "/v1.41/containers/json?all=1")

@@ -333,6 +333,11 @@ def test_operations_the_kernel_never_uses_are_refused(method: str, path: str) ->
         ("POST", "/v1.41/containers/create?name=a&Name=b", "lower case"),
         ("GET", "/v1.41/containers/json?%66ilters={}&filters={}", "repeated"),  # %-decoded
         ("GET", "http://engine/v1.41/containers/json", "plain"),
+        # before 1.24 Docker applies a HostConfig sent to start; before 1.41 other defaults
+        ("POST", "/v1.23/containers/abc/start", "older"),
+        ("POST", "/v1.40/containers/create", "older"),
+        ("GET", "/v1.12/containers/json", "older"),
+        ("GET", "/v0.41/_ping", "older"),
         ("GET", "/v1.41/images/fluffy/x/json/../../../containers/json", "plain"),
         ("GET", "/v1.41/Containers/json", "operation"),
     ],
@@ -351,6 +356,7 @@ def test_a_list_filter_with_a_repeated_key_is_refused() -> None:
 def test_the_kernels_operations_are_routed() -> None:
     assert rules.route("GET", "/v1.41/containers/json?all=1") == ("list", None)
     assert rules.route("POST", "/v1.43/containers/abc123/kill") == ("own", "abc123")
+    assert rules.route("POST", "/v1.41/containers/abc123/start") == ("own", "abc123")
     assert rules.route("DELETE", "/containers/abc123?force=True&v=True") == ("own", "abc123")
     assert rules.route("GET", "/v1.41/images/fluffy/kernel:abc/json") == ("open", None)
     assert rules.route("POST", "/v1.41/containers/create?name=fluffy-x") == ("create", None)
@@ -438,3 +444,47 @@ def test_the_gate_asks_the_engine_whether_it_is_rootless(
     with fake_engine(tmp_path / "engine.sock", info):
         assert wire.userns(str(tmp_path / "engine.sock")) == want
     assert wire.userns(str(tmp_path / "absent.sock")) == {}
+
+
+def test_the_gate_refuses_and_logs_before_the_engine_hears_of_it(
+    tmp_path: Path, scope: rules.Scope
+) -> None:
+    """Through the gate's socket: each attempt is a 403 and a line in the gate's log, and
+    the engine gets none of them; the template reaches it serialised anew."""
+    from fluffy.gate import server, wire
+
+    mine = {"Id": "mine", "Config": {"Labels": {rules.PROJECT_LABEL: scope.project_id}}}
+
+    def engine(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        return (201, {"Id": "new"}) if path.endswith("/create") else (200, mine)
+
+    red = raw(scope, ', "hostconfig": null, "networkdisabled": false')
+    attempts = [
+        ("POST", "/v1.41/containers/create", red, "repeated"),
+        ("POST", "/v1.41/containers/create", raw(scope, ', "Entrypoint": null'), "Entrypoint"),
+        ("GET", "/v1.41/images/../containers/json", b"", "plain"),
+        ("POST", "/v1.23/containers/mine/start", b'{"Privileged": true}', "older"),
+        ("POST", "/v1.41/containers/mine/start", b'{"Privileged": true}', "only a create"),
+        ("GET", '/v1.41/containers/json?Filters={"label":["x"]}', b"", "lower case"),
+    ]
+    log = tmp_path / "gate.log"
+    with fake_engine(tmp_path / "engine.sock", engine) as got:
+        gate = server.serve(tmp_path / "gate", str(tmp_path / "engine.sock"), scope, log)
+        try:
+            sock = str(tmp_path / "gate" / "engine.sock")
+            for method, path, sent, said in attempts:
+                _, status, answer = wire.request(sock, method, path, sent, timeout=10)
+                assert status == 403 and said in json.loads(answer)["message"], (path, answer)
+            assert got == []
+            _, status, _ = wire.request(sock, "POST", "/v1.41/containers/create", raw(scope))
+        finally:
+            gate.shutdown()
+            for each in (gate, gate.dialler):
+                assert each is not None
+                each.server_close()
+    assert status == 201 and len(got) == 1
+    assert got[0][1] == "/v1.41/containers/create"
+    assert got[0][2] == rules.create_body(raw(scope), scope)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["method"], e["path"]) for e in lines] == [(m, p) for m, p, *_ in attempts]
+    assert all(said in e["why"] for e, (*_, said) in zip(lines, attempts, strict=True))
