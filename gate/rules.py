@@ -120,9 +120,11 @@ def force_label(path: str, project_id: str) -> str:
 def parse(body: bytes) -> Any:
     """A create body, refused if the engine could read it otherwise (see below)."""
     try:  # Go's decoder matches a key in any case and keeps the last: none twice
-        return json.loads(body or b"null", object_pairs_hook=_unique)
+        data = json.loads(body or b"null", object_pairs_hook=_unique)
+        json.dumps(data, ensure_ascii=False).encode()  # a lone surrogate: U+FFFD to Go
+        return data
     except (ValueError, RecursionError):
-        raise Refused("the create body is not JSON") from None
+        raise Refused("the create body is not JSON or has a lone surrogate (Go: U+FFFD)") from None
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

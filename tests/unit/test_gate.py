@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
 import socketserver
 import threading
 from collections.abc import Callable, Iterator
@@ -231,6 +232,25 @@ def test_a_key_in_another_case_is_the_engines_key_and_goes_on_canonical(
 def test_a_body_that_is_no_json_object_is_refused(scope: rules.Scope, text: bytes) -> None:
     with pytest.raises(rules.Refused, match=r"JSON|type"):
         rules.create_body(text, scope)
+
+
+def test_a_lone_surrogate_that_the_engine_would_read_as_another_path_is_refused(
+    scope: rules.Scope,
+) -> None:
+    """Python keeps "\udcff" as a byte of a path (0xff), Go reads it as U+FFFD: the gate
+    would check one folder and the engine mount another, a link L1 planted to /."""
+    state = scope.writable[0]
+    os.mkdir(bytes(state) + b"/esc\xff")
+    (state / "esc\ufffd").symlink_to("/")
+    sent = raw(scope).replace(
+        b'"Binds": [', b'"Binds": ["' + str(state).encode() + b'/esc\\udcff:/x:rw", '
+    )
+    with pytest.raises(rules.Refused, match="surrogate"):
+        rules.create_body(sent, scope)
+    with pytest.raises(rules.Refused, match="surrogate"):
+        rules.create_body(raw(scope, labels=', "y": "\\ud800"'), scope)
+    paired = rules.create_body(raw(scope, labels=', "y": "\\ud83d\\ude00"'), scope)  # one emoji
+    assert json.loads(paired)["Labels"]["y"] == "\U0001f600"
 
 
 def test_the_body_the_kernel_sends_passes_key_for_key(
