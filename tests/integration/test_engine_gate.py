@@ -9,6 +9,7 @@ and must come back 403 with the refusal in the gate's log.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 from typing import Any
@@ -61,6 +62,56 @@ def _template(kit: dict[str, Any], image: str, **host: Any) -> dict[str, Any]:
     config.update(host)
     return {"Image": image, "User": "10001:10001", "Cmd": ["true"], "NetworkDisabled": True,
             "Labels": {}, "HostConfig": config}  # fmt: skip
+
+
+def _smuggle(kit: dict[str, Any], container: str, image: str, made: str) -> int:
+    """Bodies and paths that the engine reads otherwise than a naive check would, sent from
+    inside L1: each a 403 with its line in the gate's log, and no container made or
+    changed.  ``made``: one of the project's sandboxes, created (not started) by the gate.
+    Returns how many refusals were logged."""
+    valid = json.dumps(_template(kit, image))
+
+    def then(keys: str) -> str:  # the valid body with ``keys`` appended
+        return f"{valid[:-1]}, {keys}}}"
+
+    weak = json.dumps({"NetworkMode": "bridge", "Privileged": True, "Binds": ["/:/host:rw"]})
+    # Python keeps "\udcff" as the byte 0xff, Go reads U+FFFD: L1 plants a link named so
+    state = kit["paths"]["state"]
+    os.mkdir(bytes(state) + b"/esc\xff")
+    (state / "esc\ufffd").symlink_to("/")
+    escape = _template(kit, image, Binds=[f"{state}/esc\udcff:/host:rw"])
+    hostile = {"Privileged": True, "Binds": ["/:/host:rw"], "CapAdd": ["ALL"]}
+    create = "/v1.41/containers/create"
+    table = [  # (method, path, body, what the refusal says)
+        # the red team's: Docker folds key case and keeps the last one: HostConfig null
+        ("POST", create, then('"hostconfig": null, "networkdisabled": false'), "repeated"),
+        ("POST", create, then(f'"HOSTCONFIG": {weak}'), "repeated"),
+        ("POST", create, then('"Image": "debian:bookworm-slim"'), "repeated"),
+        ("POST", create, then('"Entrypoint": null, "Privileged": false'), "Entrypoint"),
+        ("POST", create, json.dumps(escape), "surrogate"),
+        ("POST", "/v1.40/containers/create", valid, "older"),
+        # Docker before API 1.24 applies a HostConfig sent to start
+        ("POST", f"/v1.23/containers/{made}/start", json.dumps(hostile), "older"),
+        ("POST", f"/v1.41/containers/{made}/start", json.dumps(hostile), "only a create"),
+        ("GET", "/v1.41/images/../containers/json", "", "plain path"),
+        ("GET", "/v1.41/images/%2e%2e/containers/json?all=1", "", "plain path"),
+        ("GET", "/v1.41/v1.41/containers/json", "", "plain path"),
+        ("GET", '/v1.41/containers/json?all=1&Filters={"status":["created"]}', "", "lower case"),
+    ]  # fmt: skip
+    label = f"label=org.fluffy.project={kit['paths']['base'].name}"
+    listed = [kit["cli"], "ps", "-a", "-q", "--no-trunc", "--filter", label]
+    before = subprocess.run(listed, capture_output=True, text=True, check=True).stdout
+    log = kit["paths"]["base"].with_suffix(".gate.log")
+    for method, path, body, said in table:
+        answer = _ask(kit, container, method, path, body)
+        assert answer["status"] == 403 and said in answer["body"], (path, body[-80:], answer)
+        entry = json.loads(log.read_text().splitlines()[-1])
+        assert (entry["method"], entry["path"]) == (method, path) and said in entry["why"], entry
+    assert subprocess.run(listed, capture_output=True, text=True, check=True).stdout == before
+    found = _inspect(kit["cli"], made)
+    assert found["State"]["Status"] in ("created", "configured"), found["State"]
+    assert found["HostConfig"]["Privileged"] is False and not found["HostConfig"].get("CapAdd")
+    return len(table)
 
 
 def test_code_in_l1_cannot_reach_past_the_gate(l1: dict[str, Any]) -> None:  # noqa: F811
@@ -133,13 +184,14 @@ def test_code_in_l1_cannot_reach_past_the_gate(l1: dict[str, Any]) -> None:  # n
         made = json.loads(accepted["body"])["Id"]
         labels = _inspect(l1["cli"], made)["Config"]["Labels"]
         assert labels["org.fluffy.project"] == kernel["Config"]["Labels"]["fluffy.project"]
+        smuggled = _smuggle(l1, container, image, made)
         assert _ask(l1, container, "DELETE", f"/v1.41/containers/{made}?force=1")["status"] == 204
         assert _inspect(l1["cli"], foreign)["State"]["Status"] in ("created", "configured")
     finally:
         subprocess.run([l1["cli"], "rm", "-f", foreign], capture_output=True, check=False)
     gate_log = l1["paths"]["base"].with_suffix(".gate.log").read_text().splitlines()
     log = [json.loads(line) for line in gate_log]
-    assert len(log) >= len(attempts) + len(operations)
+    assert len(log) >= len(attempts) + len(operations) + smuggled
     assert any("Privileged" in entry["why"] for entry in log)
     doctor = subprocess.run(
         [FLUFFY, "doctor", "--json"], cwd=l1["project"], env=l1["env"], capture_output=True,
