@@ -110,7 +110,7 @@ def force_label(path: str, project_id: str) -> str:
         filters = json.loads(params.get("filters") or "{}", object_pairs_hook=_unique)
         labels = filters.get("label") or []
         labels = list(labels) if isinstance(labels, list) else [k for k, v in labels.items() if v]
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         raise Refused("the list filter is not JSON of the engine's form") from None
     filters["label"] = [*labels, f"{PROJECT_LABEL}={project_id}"]
     params["filters"] = json.dumps(filters)

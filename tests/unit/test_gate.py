@@ -391,8 +391,9 @@ def test_lists_are_limited_to_the_project() -> None:
     assert query["all"] == ["1"]
     bare = parse_qs(rules.force_label("/v1.41/volumes", "abc").split("?", 1)[1])
     assert json.loads(bare["filters"][0]) == {"label": [f"{rules.PROJECT_LABEL}=abc"]}
-    with pytest.raises(rules.Refused):
-        rules.force_label("/containers/json?filters=notjson", "abc")
+    for filters in ("notjson", "[" * 100_000, '{"label": 1}'):  # deep: no RecursionError
+        with pytest.raises(rules.Refused, match="not JSON of the engine's form"):
+            rules.force_label(f"/containers/json?filters={filters}", "abc")
 
 
 def test_on_rootless_podman_the_gate_itself_maps_the_users_uid(scope: rules.Scope) -> None:
