@@ -120,10 +120,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding"):
             raise rules.Refused("chunked request bodies are not accepted")
-        length = int(self.headers.get("Content-Length") or 0)
-        if not 0 <= length <= MAX_BODY:
-            raise rules.Refused(f"a request body of {length} bytes")
-        return self.rfile.read(length) if length else b""
+        length = self.headers.get("Content-Length") or "0"  # digits only: int() takes 1_0
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY:
+            raise rules.Refused(f"a request body of {length[:30]!r} bytes")
+        return self.rfile.read(int(length))
 
     def _create(self, path: str, body: bytes) -> None:
         gate = self.server
