@@ -26,25 +26,22 @@ SECURITY = {
     "SecurityOpt": ["no-new-privileges:true"],
     "ReadonlyRootfs": True,
     "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},  # noqa: S108 (a private tmpfs)
-    "Memory": 1024 * 1024 * 1024,
-    "MemorySwap": 1024 * 1024 * 1024,
-    "PidsLimit": 256,
+    "Memory": 1024 * 1024 * 1024, "MemorySwap": 1024 * 1024 * 1024, "PidsLimit": 256,
     # none: the kernel's CONNECT proxy reaches allow-listed hosts only through the gate's
     # dialler on the host (fluffy.gate.net; ADR-036); sandboxes are --network none too
     "NetworkMode": "none",
     "Privileged": False,
     "NanoCpus": min(4, os.cpu_count() or 1) * 10**9,  # a runaway kernel leaves the host CPU
-}
+}  # fmt: skip
 ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
 INSIDE = "/fluffy"  # where L1 sees the project, its socket folder and its state
 
 
 def kernel_user(project: str) -> str:
-    """The user the kernel runs as: never root.  Under root, the project's owner (the
-    merge writes the project as that user), or KERNEL_UID for a root-owned project."""
-    uid, gid = os.getuid(), os.getgid()
-    if uid != 0:
-        return f"{uid}:{gid}"
+    """The kernel's user, never root: the caller's; under root the project's owner."""
+    # (the merge writes the project as its owner), or KERNEL_UID for a root-owned project
+    if os.getuid() != 0:
+        return f"{os.getuid()}:{os.getgid()}"
     owner = Path(project).stat()
     return f"{owner.st_uid}:{owner.st_gid}" if owner.st_uid else f"{KERNEL_UID}:{KERNEL_UID}"
 
@@ -58,9 +55,10 @@ def spec(
     engine: Engine,
     plugins: str | None = None,
 ) -> dict[str, Any]:
-    """The create body.  Mounts sit at fixed paths inside L1 (a host path under /root would
-    be unreachable for the non-root kernel); the host paths are passed on for the sibling
-    sandboxes' bind mounts, which the engine resolves on the host."""
+    """The create body of L1 for ``project``."""
+    # Mounts sit at fixed paths inside L1 (a host path under /root would be unreachable for
+    # the non-root kernel); the host paths are passed on for the sibling sandboxes' bind
+    # mounts, which the engine resolves on the host.
     I = INSIDE  # noqa: E741
     # no engine socket: the engine only through the gate (fluffy.gate), read-only
     gate = str(Path(run_dir).parent / "gate")
@@ -83,9 +81,8 @@ def spec(
     cmd = f"serve --socket {I}/run/kernel.sock --state-dir {I}/state --project {I}/project"
     env += ["HOME=/tmp", "PYTHONDONTWRITEBYTECODE=1", f"FLUFFY_ENGINE={engine.kind}",
             f"FLUFFY_ENGINE_SOCKET={I}/gate/engine.sock", "FLUFFY_ENGINE_GATE=1",
-            f"FLUFFY_HOST_PROJECT={project}",
-            f"FLUFFY_HOST_RUN={run_dir}", f"FLUFFY_HOST_STATE={state_dir}",
-            f"FLUFFY_PROJECT_ID={project_id}"]  # fmt: skip
+            f"FLUFFY_HOST_PROJECT={project}", f"FLUFFY_HOST_RUN={run_dir}",
+            f"FLUFFY_HOST_STATE={state_dir}", f"FLUFFY_PROJECT_ID={project_id}"]  # fmt: skip
     labels = {ROLE_LABEL: "l1-kernel", PROJECT_LABEL: project_id, "fluffy.project_path": project}
     return {"Image": image, "Entrypoint": entry, "Cmd": cmd.split(), "User": user, "Env": env,
             "Labels": labels, "HostConfig": host}  # fmt: skip
@@ -98,12 +95,17 @@ def start(engine: Engine, body: dict[str, Any], name: str) -> str:
     return str(created["Id"])
 
 
-def remove(engine: Engine, name: str) -> None:
+# engine.call, where an error naming one of ``ok`` (e.g. "404") is no error
+def _call(engine: Engine, method: str, path: str, timeout: int, ok: tuple[str, ...]) -> None:
     try:
-        engine.call("DELETE", f"/containers/{name}?force=true", timeout=30)
+        engine.call(method, path, timeout=timeout)
     except EngineError as exc:
-        if "404" not in exc.what and "no such" not in exc.what.lower():
+        if not any(code in exc.what.lower() for code in ok):
             raise
+
+
+def remove(engine: Engine, name: str) -> None:
+    _call(engine, "DELETE", f"/containers/{name}?force=true", 30, ("404", "no such"))
 
 
 def running(engine: Engine, name: str) -> bool:
@@ -130,11 +132,7 @@ def logs(engine: Engine, name: str, tail: int = 15) -> str:
 
 
 def stop(engine: Engine, name: str, timeout: int = 15) -> None:
-    try:
-        engine.call("POST", f"/containers/{name}/stop?t={timeout}", timeout=timeout + 15)
-    except EngineError as exc:
-        if "304" not in exc.what and "404" not in exc.what:
-            raise
+    _call(engine, "POST", f"/containers/{name}/stop?t={timeout}", timeout + 15, ("304", "404"))
 
 
 def _frame(sock: socket.socket, data: dict[str, Any]) -> None:
@@ -143,8 +141,7 @@ def _frame(sock: socket.socket, data: dict[str, Any]) -> None:
 
 
 def _read(sock: socket.socket) -> Any:
-    def exactly(n: int) -> bytes:
-        chunks = b""
+    def exactly(n: int, chunks: bytes = b"") -> bytes:
         while len(chunks) < n:
             if not (chunk := sock.recv(n - len(chunks))):
                 raise OSError("the kernel closed the connection")
