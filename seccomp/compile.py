@@ -12,6 +12,7 @@ import json
 from functools import cache
 from typing import Any
 
+from fluffy.seccomp.kernel_profile import KERNEL_PROFILE, kernel_rules
 from fluffy.seccomp.rules import EPERM, Rule, rules_for
 
 #: Architectures named in the OCI profile.  Syscalls through any other ABI (e.g. the
@@ -33,10 +34,18 @@ def _oci_args(rule: Rule) -> list[dict[str, Any]]:
     return out
 
 
-def to_oci(profile: str) -> dict[str, Any]:
-    """The OCI/Docker seccomp JSON object for ``profile``."""
+Owner = tuple[int, int]
+
+
+def profile_rules(profile: str, owner: Owner | None = None) -> list[Rule]:
+    """An L2 profile's rules, or L1's ``kernel`` profile with fchown to ``owner`` only."""
+    return kernel_rules(owner) if profile == KERNEL_PROFILE else rules_for(profile)
+
+
+def to_oci(profile: str, owner: Owner | None = None) -> dict[str, Any]:
+    """The OCI/Docker seccomp JSON object for ``profile`` (``owner``: the kernel's only)."""
     syscalls: list[dict[str, Any]] = []
-    for rule in rules_for(profile):
+    for rule in profile_rules(profile, owner):
         entry: dict[str, Any] = {
             "names": sorted(rule.names),
             "action": "SCMP_ACT_ALLOW" if rule.errno is None else "SCMP_ACT_ERRNO",
@@ -86,11 +95,13 @@ def _pyseccomp() -> Any:
     return pyseccomp
 
 
-def build_filter(profile: str, *, extra_deny: tuple[str, ...] = ()) -> Any:
+def build_filter(
+    profile: str, *, extra_deny: tuple[str, ...] = (), owner: Owner | None = None
+) -> Any:
     """A ``pyseccomp.SyscallFilter`` for the native architecture, not yet loaded.
 
     ``extra_deny`` removes syscalls the profile allows (the in-sandbox host uses it to
-    drop e.g. ``execve`` after start-up).
+    drop e.g. ``execve`` after start-up); ``owner`` is the ``kernel`` profile's.
     """
     seccomp = _pyseccomp()
     ops = {"eq": seccomp.EQ, "masked_eq": seccomp.MASKED_EQ}
@@ -98,7 +109,7 @@ def build_filter(profile: str, *, extra_deny: tuple[str, ...] = ()) -> Any:
     # Apply to every thread of the process, not only the caller (threads already running
     # would otherwise keep the looser filter).
     flt.set_attr(seccomp.Attr.CTL_TSYNC, 1)
-    for rule in rules_for(profile):
+    for rule in profile_rules(profile, owner):
         action = seccomp.ALLOW if rule.errno is None else seccomp.ERRNO(rule.errno)
         args = [
             seccomp.Arg(a.index, ops[a.op], a.mask, a.value)
