@@ -15,8 +15,10 @@ from fluffy.gate import wire
 
 KERNEL_UID = 10000  # used when the host user is root: the kernel never runs as root
 # A root-owned project: the kernel (uid 10000) holds these and nothing else, to read it,
-# write it and keep its owner; setpriv drops to 10000 before python starts.
-FILE_CAPS = ("dac_override", "fowner", "chown")
+# write it and keep its owner; setpriv drops to 10000 before python starts.  No CAP_FOWNER
+# (ADR-053): it sets a file's mode while the file is its own, then gives it away, and a
+# chown clears S_ISUID/S_ISGID, so it cannot make a setuid-root file.
+FILE_CAPS = ("dac_override", "chown")
 ROLE_LABEL = "fluffy.role"
 PROJECT_LABEL = "fluffy.project"
 

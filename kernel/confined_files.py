@@ -140,7 +140,8 @@ def _match_owner(fd: int, like: os.stat_result) -> None:
     """Give a file or folder the kernel just made the owner of ``like`` (the file it
     replaces, or the folder it is made in): a merge never changes who owns the user's
     project.  Possible when the kernel runs as that owner (nothing to do) or holds
-    CAP_CHOWN (a root-owned project); otherwise the kernel's own uid stays."""
+    CAP_CHOWN (a root-owned project); otherwise the kernel's own uid stays.  Modes are
+    set before: without CAP_FOWNER the kernel cannot chmod a file it gave away."""
     made = os.fstat(fd)
     if (made.st_uid, made.st_gid) != (like.st_uid, like.st_gid):
         with contextlib.suppress(PermissionError):
@@ -326,9 +327,9 @@ def write_atomic(
         try:
             try:
                 _write_all(fd, data)
-                _match_owner(fd, current or os.fstat(dir_fd))
-                if final_mode is not None:
-                    os.fchmod(fd, final_mode)  # after chown: it may clear setuid-like bits
+                if final_mode is not None:  # while the file is the kernel's: no CAP_FOWNER
+                    os.fchmod(fd, final_mode)
+                _match_owner(fd, current or os.fstat(dir_fd))  # clears S_ISUID/S_ISGID too
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -7,7 +7,10 @@ checks that it is refused with nothing written to the project and nothing staged
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -160,6 +163,43 @@ def test_write_atomic_keeps_the_owner_of_the_project(tmp_path: Path) -> None:
     write_atomic(project, "deep/new.py", b"x")
     for made in (project / "deep", project / "deep" / "new.py"):
         assert (made.stat().st_uid, made.stat().st_gid) == (1234, 1235), made
+
+
+WRITE_AS_KERNEL = """
+import sys
+from fluffy.kernel.confined_files import write_atomic
+write_atomic(sys.argv[1], "kept.py", b"new")
+write_atomic(sys.argv[1], "deep/new.sh", b"x", mode=0o755, dir_mode=0o750)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="replays L1's drop from root"
+)
+def test_write_atomic_keeps_owners_and_modes_with_only_the_kernels_capabilities(
+    tmp_path: Path,
+) -> None:
+    """A root-owned project's kernel: uid 10000 with L1's file capabilities only (no
+    CAP_FOWNER, so it can chmod only its own files): modes are set before the chown."""
+    from fluffy.bootstrap import l1
+    from fluffy.bootstrap.engine import Engine
+
+    project = tmp_path / "project"
+    project.mkdir()
+    old = project / "kept.py"
+    old.write_text("old")
+    old.chmod(0o640)
+    entry = l1.spec("img", str(project), "id", "r", "s", Engine("docker", "/nonexistent"))
+    drop = entry["Entrypoint"][: entry["Entrypoint"].index("--") + 1]  # L1's own setpriv
+    assert drop[0] == "setpriv" and not any("fowner" in flag for flag in drop)
+    done = subprocess.run([*drop, sys.executable, "-c", WRITE_AS_KERNEL, str(project)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert old.read_bytes() == b"new"
+    assert (old.stat().st_uid, old.stat().st_gid, stat.S_IMODE(old.stat().st_mode)) == (0, 0, 0o640)
+    for made, mode in ((project / "deep", 0o750), (project / "deep" / "new.sh", 0o755)):
+        info = made.stat()
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 0, mode), made
 
 
 def test_write_atomic_removes_a_stale_temp_of_its_name(tmp_path: Path) -> None:
