@@ -23,7 +23,7 @@ ROLE_LABEL = "fluffy.role"
 PROJECT_LABEL = "fluffy.project"
 
 # Constant: never derived from configuration (design: hard-coded security flags).
-SECURITY = {
+SECURITY: dict[str, Any] = {
     "CapDrop": ["ALL"],
     "SecurityOpt": ["no-new-privileges:true"],
     "ReadonlyRootfs": True,
@@ -37,6 +37,8 @@ SECURITY = {
 }  # fmt: skip
 ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
 INSIDE = "/fluffy"  # where L1 sees the project, its socket folder and its state
+#: fluffy.seccomp's reviewed profile for L1 itself (ADR-053), its fchown owner -1:-1
+PROFILE = Path(__file__).resolve().parents[1] / "seccomp" / "generated" / "l1" / "kernel.json"
 
 
 def kernel_user(project: str) -> str:
@@ -46,6 +48,20 @@ def kernel_user(project: str) -> str:
         return f"{os.getuid()}:{os.getgid()}"
     owner = Path(project).stat()
     return f"{owner.st_uid}:{owner.st_gid}" if owner.st_uid else f"{KERNEL_UID}:{KERNEL_UID}"
+
+
+# L1's SecurityOpt: no-new-privileges and its own seccomp profile (no setuid, setgid or
+# sticky modes, devices, symlinks; fchown only to the project's owner, the one rule that
+# depends on the project).  Podman's compatible API reads a profile from a file only: one
+# beside the project's folder (``base``), which L1 does not mount.
+def security_opt(project: str, base: Path, kind: str) -> list[str]:
+    profile, owner = json.loads(PROFILE.read_text()), Path(project).stat()
+    for arg in next(e for e in profile["syscalls"] if e["names"] == ["fchown"])["args"]:
+        arg["valueTwo"] = (owner.st_uid, owner.st_gid)[arg["index"] - 1]
+    text, path = json.dumps(profile), base.parent / f"{base.name}.seccomp.json"
+    if kind == "podman":
+        path.write_text(text)
+    return [*SECURITY["SecurityOpt"], f"seccomp={path if kind == 'podman' else text}"]
 
 
 def spec(
@@ -72,6 +88,7 @@ def spec(
         binds.append(f"{plugins}:{INSIDE}/plugins:ro")
         env.append(f"FLUFFY_PLUGIN_STORE={INSIDE}/plugins")
     host = dict(SECURITY, Binds=binds, **wire.userns(engine.socket_path))  # rootless: keep-id
+    host["SecurityOpt"] = security_opt(project, Path(run_dir).parent, engine.kind)
     user, entry = kernel_user(project), ENTRYPOINT
     if user == f"{KERNEL_UID}:{KERNEL_UID}" and os.getuid() == 0:  # a root-owned project
         caps = ",".join(["-all", *(f"+{c}" for c in FILE_CAPS)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -11,9 +12,23 @@ from fluffy.bootstrap.supervisor import paths, read_json
 from fluffy.doctor_report import Check
 from fluffy.errors import FluffyError
 from fluffy.paths import fluffy_home
+from fluffy.seccomp.compile import to_oci
+from fluffy.seccomp.kernel_profile import KERNEL_PROFILE
 
 
-def _flags(container: str, runtime: str) -> Check:
+def _own_profile(options: object, project: Path) -> bool:
+    """L1 runs under its own seccomp profile, fchown set to the project's owner (ADR-053):
+    inline for Docker, a file the bootstrap wrote for Podman."""
+    seccomp = [str(o)[8:] for o in options or [] if str(o).startswith("seccomp=")]  # type: ignore[attr-defined]
+    owner = project.stat()
+    try:
+        given = [json.loads(s if s.startswith("{") else Path(s).read_text()) for s in seccomp]
+    except (OSError, ValueError):
+        return False
+    return given == [to_oci(KERNEL_PROFILE, (owner.st_uid, owner.st_gid))]
+
+
+def _flags(container: str, runtime: str, project: Path) -> Check:
     try:
         info = detect({"FLUFFY_RUNTIME": runtime}).call("GET", f"/containers/{container}/json")
     except FluffyError as exc:
@@ -31,7 +46,7 @@ def _flags(container: str, runtime: str) -> Check:
             same = (actual == value or listed) and (not host.get("CapAdd") or dropped is True)
         elif key == "SecurityOpt":  # podman reports "no-new-privileges" without ":true"
             have = {str(opt).removesuffix(":true") for opt in actual or []}  # type: ignore[attr-defined]
-            same = {opt.removesuffix(":true") for opt in value} <= have  # type: ignore[attr-defined]
+            same = {opt.removesuffix(":true") for opt in value} <= have
         elif isinstance(value, dict | list):
             same = set(value) <= set(actual or [])  # type: ignore[call-overload]
         else:
@@ -40,6 +55,8 @@ def _flags(container: str, runtime: str) -> Check:
             wrong.append(key)
     if not user or (user.split(":")[0] in ("", "0", "root") and not dropped):
         wrong.append("User")
+    if not _own_profile(host.get("SecurityOpt"), project):
+        wrong.append("seccomp")
     if wrong:
         return Check(
             "L1 flags",
@@ -153,7 +170,9 @@ def kernel_checks(project: Path) -> list[Check]:
         )
     checks.append(
         _flags(
-            str(status.get("container_id") or status.get("container")), str(status.get("runtime"))
+            str(status.get("container_id") or status.get("container")),
+            str(status.get("runtime")),
+            project.resolve(),
         )
     )
     checks.append(_socket(p["run"]))

@@ -62,7 +62,9 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     )
     host = body["HostConfig"]
     for key, value in l1.SECURITY.items():
-        assert host[key] == value
+        assert host[key] == value or key == "SecurityOpt"
+    assert host["SecurityOpt"][:1] == l1.SECURITY["SecurityOpt"]  # and L1's own seccomp profile
+    assert host["SecurityOpt"][1].startswith('seccomp={"architectures"')  # inline for Docker
     assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
     if os.getuid() == 0:  # a root-owned project: setpriv drops to 10000 with 2 file caps
         assert body["User"] == "0:0" and body["Entrypoint"][0] == "setpriv"

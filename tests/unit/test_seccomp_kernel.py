@@ -1,6 +1,6 @@
-"""L1's own seccomp profile (``kernel``, ADR-053): golden JSON, its shape, and the filter
-loaded for real into a process on this host (root here, so every refusal below is the
-filter's, not a missing privilege's)."""
+"""L1's own seccomp profile (``kernel``, ADR-053): golden JSON, its shape, the bootstrap's
+copy, and the filter loaded for real into a process on this host (root here, so every
+refusal below is the filter's, not a missing privilege's)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from fluffy.bootstrap import l1
+from fluffy.bootstrap.engine import Engine
 from fluffy.gate import rules as gate_rules
 from fluffy.seccomp.compile import oci_json, to_oci
 from fluffy.seccomp.generate import GENERATED, generated_path
@@ -43,6 +47,7 @@ def test_the_checked_in_kernel_profile_is_the_generated_one() -> None:
     assert generated_path(KERNEL_PROFILE).read_text() == oci_json(KERNEL_PROFILE), (
         "seccomp/generated is stale: run `python -m fluffy.seccomp.generate`"
     )
+    assert l1.PROFILE.resolve() == generated_path(KERNEL_PROFILE).resolve()
 
 
 def test_the_engine_gate_never_takes_the_kernel_profile_for_a_sandbox() -> None:
@@ -71,6 +76,30 @@ def test_modes_owners_kinds_and_links_are_checked_or_denied() -> None:
     assert [a["valueTwo"] for a in chown["args"]] == list(NO_OWNER)
     (openat2,) = [e for e in profile["syscalls"] if e["names"] == ["openat2"]]
     assert openat2["action"] == "SCMP_ACT_ERRNO" and openat2["errnoRet"] == 38
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+def test_the_bootstrap_gives_l1_the_profile_with_the_projects_owner(
+    tmp_path: Path, kind: str
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    if os.geteuid() == 0:
+        os.chown(project, 0, 1234)  # a root-owned project whose group is a user's
+    owner = (project.stat().st_uid, project.stat().st_gid)
+    (tmp_path / "home" / "projects" / "abc").mkdir(parents=True)
+    run = tmp_path / "home" / "projects" / "abc" / "run"
+    sock = tmp_path / "engine.sock"
+    sock.write_text("")
+    body = l1.spec("img", str(project), "abc", str(run), str(run.parent / "state"),
+                   Engine(kind, str(sock)))  # fmt: skip
+    options = body["HostConfig"]["SecurityOpt"]
+    assert options[0] == "no-new-privileges:true" and len(options) == 2
+    given = options[1].removeprefix("seccomp=")
+    if kind == "podman":  # its compatible API reads a file: one L1 cannot reach
+        assert given == str(run.parent.with_suffix(".seccomp.json"))
+        given = Path(given).read_text()
+    assert json.loads(given) == to_oci(KERNEL_PROFILE, owner)
 
 
 #: Run in a child: load the kernel profile (fchown only to this process's own ids), then
@@ -177,3 +206,21 @@ def test_without_the_filter_the_same_process_could_do_it(tmp_path: Path) -> None
     assert target.stat().st_mode & 0o4000
     os.symlink("/etc/shadow", tmp_path / "shadow")
     assert (tmp_path / "shadow").is_symlink()
+
+
+def test_doctor_knows_l1s_profile_from_a_default_or_another_owners(tmp_path: Path) -> None:
+    from fluffy.doctor_kernel import _own_profile
+
+    project = tmp_path / "project"
+    project.mkdir()
+    owner = (project.stat().st_uid, project.stat().st_gid)
+    mine = json.dumps(to_oci(KERNEL_PROFILE, owner))
+    saved = tmp_path / "l1.seccomp.json"
+    saved.write_text(mine)
+    assert _own_profile(["no-new-privileges", f"seccomp={mine}"], project)  # Docker
+    assert _own_profile(["no-new-privileges", f"seccomp={saved}"], project)  # Podman
+    other = json.dumps(to_oci(KERNEL_PROFILE, (owner[0] + 1, owner[1])))
+    for options in ([], ["no-new-privileges"], ["seccomp=unconfined"], [f"seccomp={other}"],
+                    [f"seccomp={oci_json('standard')}"], [f"seccomp={tmp_path / 'gone'}"],
+                    [f"seccomp={mine}", f"seccomp={mine}"]):  # fmt: skip
+        assert not _own_profile(options, project), options
