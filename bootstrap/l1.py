@@ -35,7 +35,7 @@ SECURITY: dict[str, Any] = {
     "Privileged": False,
     "NanoCpus": min(4, os.cpu_count() or 1) * 10**9,  # a runaway kernel leaves the host CPU
 }  # fmt: skip
-ENTRYPOINT = ["python3", "-m", "fluffy.kernel"]
+ENTRYPOINT = ["python3", "-I", "-m", "fluffy.kernel"]  # -I: only fluffy's own modules
 INSIDE = "/fluffy"  # where L1 sees the project, its socket folder and its state
 #: fluffy.seccomp's reviewed profile for L1 itself (ADR-053), its fchown owner -1:-1
 PROFILE = Path(__file__).resolve().parents[1] / "seccomp" / "generated" / "l1" / "kernel.json"

@@ -106,12 +106,12 @@ def pip_download(
     except (InvalidRequirement, ValueError) as exc:
         raise EnvironmentFailed(f"refusing a {what} line", why=str(exc)) from exc
     command = [
-        sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
+        sys.executable, "-P", "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
         *target_args(arch), "--dest", str(dest),
         *(f"--find-links={p}" for p in find_links),
         "-r", str(folder / "requirements.txt"), "-c", str(folder / "constraints.txt"),
     ]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=folder)
     if proc.returncode == 0:
         return None
     output = proc.stderr + proc.stdout

@@ -43,8 +43,9 @@ def project_version(project: Path) -> str:
     try:
         out = subprocess.run(
             ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-             "-C", str(project), "describe", "--tags", "--abbrev=0"],
-            capture_output=True, text=True, timeout=10, check=False,
+             "-c", f"safe.directory={project}", "-C", str(project), "describe", "--tags",
+             "--abbrev=0"],
+            capture_output=True, text=True, timeout=10, check=False, cwd="/",
         ).stdout.strip()  # fmt: skip
         return str(Version(out.lstrip("vV")))
     except (OSError, subprocess.SubprocessError, InvalidVersion):

@@ -29,6 +29,7 @@ def resolve(requirements_in: Path, arch: str = "x86_64") -> list[tuple[str, str]
         report = Path(tmp, "report.json")
         cmd = [
             sys.executable,
+            "-P",  # never the current folder's modules (a project's own `pip/`)
             "-m",
             "pip",
             "install",

@@ -63,8 +63,8 @@ class PipSettings:
     def read(cls) -> PipSettings:
         """The index URLs and CA bundle pip would use here (its config and PIP_* vars)."""
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "list"],
-            capture_output=True, text=True, timeout=60, check=False,
+            [sys.executable, "-P", "-m", "pip", "config", "list"],
+            capture_output=True, text=True, timeout=60, check=False, cwd="/",
         )  # fmt: skip
         found: dict[str, dict[str, str]] = {}
         for line in proc.stdout.splitlines():

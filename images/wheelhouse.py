@@ -85,6 +85,7 @@ def ensure_wheelhouse(
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as tmp:
         cmd = [
             sys.executable,
+            "-P",  # never the current folder's modules (a project's own `pip/`)
             "-m",
             "pip",
             "download",
@@ -97,7 +98,7 @@ def ensure_wheelhouse(
             "--requirement",
             str(lock),
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if proc.returncode != 0:
             raise WheelhouseError(
                 f"cannot download the wheels pinned in {lock.name}",

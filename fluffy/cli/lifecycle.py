@@ -180,7 +180,18 @@ def launch_supervisor(
         )
     with p["log"].open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fluffy.bootstrap", "run", "--project", project],
+            # -P and cwd: the current folder is usually the project, whose own `fluffy/`
+            # or `sitecustomize.py` must never be what this Python imports
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "fluffy.bootstrap",
+                "run",
+                "--project",
+                str(Path(project).resolve()),
+            ],
+            cwd="/",
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

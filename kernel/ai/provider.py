@@ -339,7 +339,7 @@ class ProviderRunner:
             "ai-provider", plugin_name="ai-provider", kernel_socket_dir=folder, project_dir=None
         )
         manager = await asyncio.to_thread(self._manager)
-        command = ["python3", "-m", "fluffy.sandboxes.ai_host"]
+        command = ["python3", "-I", "-m", "fluffy.sandboxes.ai_host"]
         sandbox = await asyncio.to_thread(manager.create, config, command)
         session.sandbox = sandbox
         assert sandbox.container_id is not None

@@ -61,7 +61,7 @@ WATCH_S = 0.5
 SERVER_PATH = "/opt/mcp/venv/bin:/usr/local/bin:/usr/bin:/bin"
 SERVER_DIR = "/opt/mcp/server"
 #: fluffy's own interpreter: the server's venv comes first on the PATH it is given
-HOST_COMMAND = ["/opt/fluffy/venv/bin/python3", "-m", "fluffy.sandboxes.mcp_host"]
+HOST_COMMAND = ["/opt/fluffy/venv/bin/python3", "-I", "-m", "fluffy.sandboxes.mcp_host"]
 #: The proxy's socket as the sandbox sees it (its folder is mounted at /run/fluffy).
 PROXY_SOCKET = "/run/fluffy/proxy.sock"
 #: Its proxy socket's tag is this and the server's name (the audit tells them apart).

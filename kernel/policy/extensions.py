@@ -139,7 +139,7 @@ class ExtensionHost:
             max_duration="24h",  # the container lives long; each evaluation has 100 ms
         )
         self.sandbox = self.manager.create(
-            config, ["python3", "-m", "fluffy.sandboxes.policy_host"]
+            config, ["python3", "-I", "-m", "fluffy.sandboxes.policy_host"]
         )
         try:  # pre-warm: the first evaluation pays for imports and rule loading
             self._wait_connected(START_TIMEOUT_S)

@@ -191,7 +191,7 @@ class PluginRunner:
         self.servers[binding] = server
         sandbox: Sandbox | None = None
         try:
-            command = ["python3", "-m", "fluffy.sandboxes.plugin_host", recipe.module]
+            command = ["python3", "-I", "-m", "fluffy.sandboxes.plugin_host", recipe.module]
             if code is not None:
                 command = await asyncio.to_thread(stage_code, code, folder)
             await server.listen(folder / "kernel.sock", binding=binding, **options)

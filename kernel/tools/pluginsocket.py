@@ -240,6 +240,7 @@ def stage_code(code: ThirdPartyCode, folder: Path) -> list[str]:
     inside = f"{KERNEL_SOCKET_TARGET}/{PLUGIN_CODE_DIR}"
     return [
         "python3",
+        "-I",  # never the project's own `fluffy/` (the working folder is the project)
         "-m",
         "fluffy.sandboxes.plugin_host",
         "--plugin-dir",

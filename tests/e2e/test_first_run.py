@@ -82,6 +82,7 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
     holder.mkdir()
     project = holder / "repo"
     where = shape(project, str(setup["kind"]))
+    markers = plant_shadows(project, tmp_path / "markers")
     owner = int(setup["owner"])
     if owner:
         for path in [holder, project, *project.rglob("*")]:
@@ -100,8 +101,10 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
     done = subprocess.run(
         [FLUFFY, "add triple", "--script", str(script), "--yes", "--project", str(project)],
         env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        cwd=project,  # as a person runs it: inside the clone
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert not markers.exists() or not list(markers.iterdir()), list(markers.iterdir())
     out = done.stdout
     assert "No .fluffy/ here: fluffy applies its defaults" in out
     assert "red: 1 new or changed test(s) fail on missing code" in out
@@ -110,7 +113,7 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
         ["git", "-c", "safe.directory=*", "-C", str(project), "log", "--format=%s", "-2"],
         capture_output=True, text=True, check=True,
     ).stdout.split("\n")  # fmt: skip
-    assert log[:2] == ["Add triple", "initial"]
+    assert log[:2] == ["Add triple", "ship shadows"]
     after = stats(project)
     for rel, (uid, gid, mode) in before.items():
         if rel in after and not rel.startswith(".git/") and rel != ".git":
@@ -128,6 +131,27 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
     assert status == ""
     audit_says_each_call_had_its_own_sandbox(tmp_path / "home", env)
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+#: Modules a hostile repository ships at its top level, named like what fluffy's Python
+#: processes import: on the host (pip for the environment, fluffy for the bootstrap) and
+#: in every sandbox (fluffy's tool, model and MCP hosts), where the project is the
+#: working folder.  Imported, each leaves a mark (where it can) and stops its process.
+SHADOWS = ("fluffy/__init__.py", "pip/__init__.py", "pip/__main__.py")
+
+
+def plant_shadows(project: Path, markers: Path) -> Path:
+    markers.mkdir(mode=0o777)
+    code = ("import os, sys\ntry:\n    open(os.path.join({folder!r}, {name!r} + '-' + "
+            "str(os.getpid())), 'w').write(repr(sys.argv))\nexcept OSError:\n    pass\n"
+            "raise SystemExit('the repository\\'s {name} was imported')\n")  # fmt: skip
+    for rel in SHADOWS:
+        (project / rel).parent.mkdir(exist_ok=True)
+        (project / rel).write_text(code.format(folder=str(markers), name=rel.replace("/", ".")))
+    subprocess.run(["git", "-C", str(project), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "-m", "ship shadows"], check=True)  # fmt: skip
+    return markers
 
 
 def audit_says_each_call_had_its_own_sandbox(home: Path, env: dict[str, str]) -> None:

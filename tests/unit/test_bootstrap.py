@@ -72,7 +72,7 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
         caps = "-all,+dac_override,+chown"  # no fowner: it could chmod root's files
         for flag in ("--inh-caps", "--ambient-caps", "--bounding-set"):
             assert f"{flag}={caps}" in body["Entrypoint"]
-        assert body["Entrypoint"][-4:] == ["--", *l1.ENTRYPOINT]
+        assert body["Entrypoint"][-len(l1.ENTRYPOINT) - 1 :] == ["--", *l1.ENTRYPOINT]
         assert sorted(host["CapAdd"]) == ["CHOWN", "DAC_OVERRIDE", "SETGID", "SETPCAP", "SETUID"]
         os.chown(project, 1234, 1235)  # owned by a user: the kernel is that user, no caps
         body = l1.spec("img", str(project), "id", "r", "s", Engine("docker", str(sock)))

@@ -59,7 +59,7 @@ async def serve_one(
         root.mkdir(exist_ok=True)
     inside = command.index("--plugin-dir")
     argv = [
-        *command[3:inside],
+        *command[4:inside],
         "--plugin-dir",
         str(folder / "plugin"),
         "--entry",
@@ -101,6 +101,7 @@ def test_the_staged_code_is_the_verified_copy_and_the_command_loads_it(tmp_path:
     command = stage_code(code_of(store), folder)
     assert command == [
         "python3",
+        "-I",
         "-m",
         "fluffy.sandboxes.plugin_host",
         "--plugin-dir",
