@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -34,6 +35,8 @@ from fluffy.kernel.project.reqlines import check_line, shown
 
 #: Distributions the test evidence rests on: never the repository's own build of them.
 RESERVED = frozenset({"pytest", "pluggy", "coverage", "pytest-cov"})
+#: What those install at the top of site-packages (a wheel of another name may carry them).
+RESERVED_TOP = frozenset({"pytest", "_pytest", "pluggy", "coverage", "pytest_cov", "py.py"})
 _NO_DIST = re.compile(
     r"(?:No matching distribution found for|Could not find a version that satisfies the "
     r"requirement)\s+(\S+)"
@@ -73,9 +76,33 @@ def own_wheels(project: Path, dest: Path, notes: list[str]) -> dict[str, str]:
         if path.stat().st_size > MAX_OWN_WHEEL:
             notes.append(f".fluffy/wheels/{shown(path.name)}: larger than 256 MiB; not used")
             continue
+        reserved = carries_reserved(path)
+        if reserved is not None:
+            notes.append(f".fluffy/wheels/{shown(path.name)}: {reserved}; not used")
+            continue
         shutil.copyfile(path, dest / path.name)
         copied[sha256_file(dest / path.name)] = path.name
     return copied
+
+
+def carries_reserved(wheel: Path) -> str | None:
+    """Why a wheel may not be used beside the evidence tools: it installs one of their
+    top-level modules or a ``.pth`` (code Python runs at start-up); None: it does not."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return "not a readable wheel"
+    for name in names:
+        parts = name.split("/")
+        top = parts[0]
+        if top.endswith((".data",)) and len(parts) > 2 and parts[1] in ("purelib", "platlib"):
+            top = parts[2]
+        if top in RESERVED_TOP:
+            return f"it carries {top}, which the test evidence rests on"
+        if top.endswith(".pth"):
+            return f"it carries {top}, which Python runs at start-up"
+    return None
 
 
 def _missing(output: str) -> Requirement | None:

@@ -25,6 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from fluffy.errors import EnvironmentFailed, FluffyError, PackageUnavailable
+from fluffy.images.envdownload import carries_reserved
 from fluffy.images.pyindex import Index, SourceFile, choose
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.errors import engine_call
@@ -134,8 +135,10 @@ class SourceBuilder:
         self.engine, self.base_image, self.index = engine, base_image, index
         self.folder, self.download, self.hashes = folder, download, hashes
         self.built: list[Built] = []
+        self._wanted = ""
 
     def build(self, wanted: Requirement, constraints: list[str], python: str) -> Built:
+        self._wanted = canonicalize_name(wanted.name)
         source = choose(self.index.sources(wanted.name), wanted, constraints, python)
         if source is None:
             raise PackageUnavailable(
@@ -231,9 +234,17 @@ class SourceBuilder:
             if len(wheels) != 1:
                 raise EnvironmentFailed(f"the build of {tag} made {len(wheels)} wheels, not one")
             try:
-                parse_wheel_filename(wheels[0].name)
+                made = canonicalize_name(parse_wheel_filename(wheels[0].name)[0])
             except InvalidWheelFilename:
                 raise EnvironmentFailed(f"the build of {tag} made {wheels[0].name!r}") from None
+            if made != self._wanted or (why := carries_reserved(wheels[0])) is not None:
+                raise EnvironmentFailed(
+                    f"the source archive of {self._wanted} built {wheels[0].name}",
+                    why=f"a release's build must make that release's wheel, and nothing the "
+                    f"test evidence rests on ({why or 'another name'})",
+                    fix=f"Pin another release of {self._wanted}, or put a wheel in "
+                    ".fluffy/wheels/.",
+                )
             if target.exists():
                 shutil.rmtree(target)
             target.mkdir()

@@ -82,6 +82,8 @@ def test_a_repositorys_own_wheels_never_supply_the_evidence_tools(tmp_path: Path
     make_wheel(wheels, "pytest", "99", {"pytest.py": "TROJAN = 1\n"})
     make_wheel(wheels, "pluggy", "99", {"pluggy.py": "TROJAN = 1\n"})
     make_wheel(wheels, "mylib", "1.0", {"mylib.py": "X = 1\n"})
+    make_wheel(wheels, "innocent", "1.0", {"_pytest/runner.py": "TROJAN = 1\n"})
+    make_wheel(wheels, "startup", "1.0", {"zz.pth": "import os\n"})
     (wheels / "notes.txt").write_text("not a wheel")
     (wheels / "evil-1.0-py3-none-any.whl").symlink_to("/etc/passwd")
     notes: list[str] = []
@@ -89,6 +91,8 @@ def test_a_repositorys_own_wheels_never_supply_the_evidence_tools(tmp_path: Path
     assert list(copied.values()) == ["mylib-1.0-py3-none-any.whl"]
     assert sorted(p.name for p in (tmp_path / "own").iterdir()) == ["mylib-1.0-py3-none-any.whl"]
     assert any("pytest" in n and "package index" in n for n in notes)
+    assert any("innocent" in n and "_pytest" in n for n in notes)
+    assert any("startup" in n and "zz.pth" in n for n in notes)
 
 
 def test_index_pages_as_html_and_json_and_the_release_chosen() -> None:
