@@ -10,7 +10,9 @@ its own install, which runs in the image build; ``plan.json`` tells it what to i
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -142,7 +144,17 @@ class Stager:
                 )
             target = dest / entry.rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(project / entry.rel, target)
+            if entry.link is not None:  # a link stays a link: never the host's file behind it
+                target.symlink_to(entry.link)
+                continue
+            try:
+                fd = os.open(project / entry.rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # replaced by a link or a fifo since the walk: not copied
+            with os.fdopen(fd, "rb") as source, target.open("wb") as out:
+                if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                    continue
+                shutil.copyfileobj(source, out)
         dest.mkdir(exist_ok=True)
 
 

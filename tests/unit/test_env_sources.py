@@ -151,3 +151,23 @@ def test_an_sdist_whose_build_requires_name_a_url_is_refused(tmp_path: Path) -> 
     with tarfile.open(plain, "w:gz") as tar:
         tar.addfile(tarfile.TarInfo("plain-1.0/setup.py"), io.BytesIO(b""))
     assert build_requires(plain) == LEGACY_BUILD
+
+
+def test_a_link_in_the_project_is_copied_as_a_link_never_followed(tmp_path: Path) -> None:
+    """`leak -> /proc/self/environ` copied the CLI's environment (API keys) into the
+    environment's build context (issue 31's red team)."""
+    from fluffy.images.envstage import Stager
+
+    project = tmp_path / "repo"
+    project.mkdir()
+    (project / "mod.py").write_text("X = 1\n")
+    (project / "leak-environ").symlink_to("/proc/self/environ")
+    (project / "leak-home").symlink_to(Path.home())
+    (project / "dangling").symlink_to(tmp_path / "nowhere")
+    stager = Stager.__new__(Stager)  # copy_project needs nothing of the engine
+    dest = tmp_path / "context" / "project"
+    stager.copy_project(project, dest)
+    assert (dest / "mod.py").read_text() == "X = 1\n"
+    for name, target in (("leak-environ", "/proc/self/environ"), ("leak-home", str(Path.home())),
+                         ("dangling", str(tmp_path / "nowhere"))):  # fmt: skip
+        assert (dest / name).is_symlink() and str((dest / name).readlink()) == target
