@@ -30,6 +30,9 @@ FIX_SOURCE = (
     "name a release from the package index instead (e.g. `pkg>=1.2`), or build a wheel of "
     "it yourself and put it in .fluffy/wheels/"
 )
+#: What pip reads in a requirements file line beyond PEP 508: ``${VAR}`` (expanded from
+#: the person's environment), `` -opt`` / `` --opt`` (options), `` #`` (a comment).
+_PIP_SYNTAX = re.compile(r"\$|\s-|\s#|[\r\n\\]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -72,6 +75,11 @@ def _refuse_url(req: Requirement) -> str:
 def requirement(text: str, where: str, refused: list[Refusal]) -> Requirement | None:
     """``text`` as a requirement from the index, or None (a refusal is recorded)."""
     raw = text.strip()
+    if _PIP_SYNTAX.search(raw):
+        refused.append(Refusal(where, shown(raw), "it holds what pip would read as more "
+                               "than a requirement (a $VARIABLE, an option, a comment)",
+                               "write it as plain PEP 508"))  # fmt: skip
+        return None
     if raw.startswith("-"):
         refused.append(Refusal(where, shown(raw), "a pip option; options in a project's "
                                "files are never passed to pip", "remove it; set pip's index "
@@ -134,9 +142,10 @@ def pin(name: object, version: object, where: str, refused: list[Refusal]) -> st
 
 
 def check_line(line: str) -> str:
-    """Defence in depth at the pip boundary: ``line`` must be what :func:`render` makes."""
+    """Defence in depth at the pip boundary: ``line`` must be what :func:`render` makes,
+    and nothing in it that pip's file format would read as more than data."""
     req = Requirement(line)  # raises InvalidRequirement
-    if req.url or "\n" in line or "\r" in line or line.lstrip().startswith("-"):
+    if req.url or line.lstrip().startswith("-") or _PIP_SYNTAX.search(line):
         raise ValueError(f"refusing to pass {shown(line)!r} to pip")
     return line
 

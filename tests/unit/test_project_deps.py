@@ -248,3 +248,18 @@ def test_a_requirements_folder_that_links_out_of_the_project_is_not_read(tmp_pat
     reqs = collect_requirements(project)
     assert reqs.requirements == [] and "requirements/token-requirements.txt" not in reqs.files
     assert [r.where for r in reqs.refused] == ["requirements/token-requirements.txt"]
+
+
+@pytest.mark.parametrize(
+    "line", ["iniconfig===${HOME}", "x==1; extra == 'a --opt'", "y>=1 #frag", "z;os_name=='a\\\\b'"]
+)
+def test_what_pip_would_read_as_more_than_a_requirement_is_refused(
+    tmp_path: Path, line: str
+) -> None:
+    from fluffy.kernel.project.reqlines import check_line
+
+    make(tmp_path, {"pyproject.toml": f"[project]\nname='a'\ndependencies = [{line!r}]\n"})
+    reqs = collect_requirements(tmp_path)
+    assert reqs.requirements == [] and len(reqs.refused) == 1, reqs.refused
+    with pytest.raises(ValueError):
+        check_line(line)
