@@ -91,3 +91,19 @@ def literal_roots(globs: Sequence[str]) -> frozenset[str] | None:
             return None
         roots.add(first)
     return frozenset(roots)
+
+
+#: Files that hold the person's secrets (gitignore syntax): the model is never shown their
+#: content by the kernel's reads and searches (an example or template file is not one).
+SECRET_FILES: tuple[str, ...] = (
+    *(".env", ".env.*", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*"),
+    *("id_ed25519*", "id_ecdsa*", "**/secrets/**", "**/.ssh/**", ".pypirc", ".npmrc"),
+    *(".netrc", ".git-credentials", ".dockercfg", "**/.docker/config.json"),
+    *("!*.example", "!*.sample", "!*.template", "!*.dist", "!*.pub"),
+)
+_SECRETS = GlobSet(SECRET_FILES)
+
+
+def is_secret_file(rel: str) -> bool:
+    """Whether the project path ``rel`` is one of :data:`SECRET_FILES`."""
+    return _SECRETS.match(rel)

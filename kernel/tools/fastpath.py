@@ -27,6 +27,7 @@ from pathspec import GitIgnoreSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fluffy.errors import ToolFailed, ToolInputInvalid
+from fluffy.kernel.globs import is_secret_file
 from fluffy.kernel.policy.request_paths import PathEscape, normalize
 from fluffy.kernel.project.viewfiles import ignored_dir, ignored_file
 
@@ -249,6 +250,7 @@ class FastPath:
         self, args: ReadArgs, stage: StagedView | None, *, normalized: bool = False
     ) -> dict[str, Any]:
         rel = args.path if normalized else self.rel(args.path)
+        self.not_secret(rel, stage)
         found = self.content(rel, stage)
         if found is None:
             raise ToolFailed(
@@ -289,6 +291,18 @@ class FastPath:
             "end_line": last,
             "staged": staged,
         }
+
+    def not_secret(self, rel: str, stage: StagedView | None) -> None:
+        """The person's secret files are not read to the model (the session's own staged
+        version is: the model wrote it)."""
+        if is_secret_file(rel) and (stage is None or rel not in stage.overlay()):
+            raise ToolFailed(
+                f"{rel} holds secrets, and fluffy does not show it to the model",
+                why="files such as .env, keys and credentials are the person's; a model "
+                "that reads one could carry it into a file or its answer",
+                fix="Ask the person for what you need from it (names of settings, not "
+                "values); an example file (.env.example) can be read.",
+            )
 
     def list(
         self, args: ListArgs, stage: StagedView | None, *, normalized: bool = False
@@ -358,6 +372,8 @@ class FastPath:
         for rel in candidates:
             if only is not None and not only.match_file(rel):
                 continue
+            if is_secret_file(rel) and rel not in overlay:
+                continue  # the person's secrets are not searched (see not_secret)
             found = self.content(rel, stage)
             if found is None or len(found[0]) > GREP_MAX_FILE:
                 continue

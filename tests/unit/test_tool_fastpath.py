@@ -135,3 +135,23 @@ def test_grep_runs_in_linear_time_whatever_the_pattern(project: Path) -> None:
     with pytest.raises(ToolInputInvalid, match="RE2") as caught:
         fast.run("search.grep", {"pattern": r"(a)\1"}, None)
     assert "backreferences" in (caught.value.fix or "")
+
+
+def test_the_persons_secret_files_are_neither_read_nor_searched(
+    project: Path, tmp_path: Path
+) -> None:
+    """A prompt-injected model reading `.env` got its values (issue 31's red team)."""
+    (project / ".env").write_text("DB_PASSWORD=hunter2-very-secret\n")
+    (project / ".env.example").write_text("DB_PASSWORD=change-me\n")
+    (project / "deploy").mkdir()
+    (project / "deploy" / "server.key").write_text("PASSWORD=hunter2-very-secret\n")
+    fast = FastPath(project)
+    for path in (".env", "deploy/server.key"):
+        with pytest.raises(ToolFailed, match="holds secrets"):
+            fast.run("fs.read", {"path": path}, None)
+    assert "change-me" in fast.run("fs.read", {"path": ".env.example"}, None)["content"]
+    found = fast.run("search.grep", {"pattern": "PASSWORD"}, None)["matches"]
+    assert [m["path"] for m in found] == [".env.example"]
+    stage = Staging(tmp_path / "stage", project)
+    stage.stage(".env", b"MINE=1\n")  # the session's own version: it wrote it
+    assert fast.run("fs.read", {"path": ".env"}, stage)["content"] == "MINE=1\n"
