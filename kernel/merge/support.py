@@ -14,12 +14,17 @@ Support code (by path or by content of a changed file):
   ``pyproject.toml``, ``.coveragerc``, ``pytest.toml``;
 * a module the configuration or a ``conftest.py`` loads as a pytest plugin (``-p NAME`` in
   ``addopts``, ``pytest_plugins = [...]``);
-* any changed Python file that defines a pytest hook (``def pytest_*``), imports or names
-  pytest's internals (``_pytest``, ``pluggy``), registers a plugin (``pluginmanager``),
-  assigns into the ``pytest`` module, or schedules code at exit (``atexit``).
+* another ``*.ini``, ``*.cfg`` or ``*.toml`` in a sub-folder (pytest reads one there when
+  it runs tests of that folder);
+* any changed Python file that defines or binds a pytest hook (``pytest_*``), imports or
+  names pytest's internals (``_pytest``, ``pluggy``), registers a plugin
+  (``pluginmanager``), assigns into the ``pytest`` module, or schedules code at exit
+  (``atexit``); and code outside the tests that imports pytest at all.
 
 The last item is a heuristic over what can be seen (a test module can still patch pytest
-in ways it does not name); docs/SECURITY.md says so.
+in ways it does not name): the cross-check of a deciding green run
+(:mod:`fluffy.kernel.tools.guardrun`) runs the person's tests without the session's test
+changes, so such a patch cannot turn the person's failing tests green.
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 _LOADED_AT_START = ("sitecustomize.py", "usercustomize.py")
-_CONFIG = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", ".coveragerc", "pytest.toml")
+_CONFIG = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", ".coveragerc",
+           "pytest.toml", ".pytest.toml")  # fmt: skip
+#: Anything of these kinds pytest may read as its configuration when run from its folder.
+_CONFIG_SUFFIXES = (".ini", ".cfg", ".toml")
 _INTERNAL_MODULES = ("_pytest", "pluggy")
 _ADDOPTS_PLUGIN = re.compile(r"^-p(?:=|$)?(.*)$")
 MAX_PARSE_BYTES = 2 * 1024 * 1024
@@ -94,7 +102,7 @@ def plugin_modules(paths: Iterable[str], read: Reader) -> set[str]:
     found: set[str] = set()
     for path in paths:
         name = path.rsplit("/", 1)[-1]
-        if name not in (*_CONFIG, "conftest.py"):
+        if name not in _CONFIG and not name.endswith(".py"):
             continue
         text = _text(read(path))
         if text is None:
@@ -108,7 +116,7 @@ def plugin_modules(paths: Iterable[str], read: Reader) -> set[str]:
                 value = match.group(1) or (args[i + 1] if i + 1 < len(args) else "")
                 if value and not value.startswith("no:"):
                     found.add(value)
-        elif name == "conftest.py":
+        elif name.endswith(".py"):
             found |= _pytest_plugins(text)
     return found
 
@@ -170,6 +178,12 @@ def touches_machinery(text: str) -> str | None:
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
+                if (
+                    isinstance(target, ast.Name)
+                    and target.id.startswith("pytest_")
+                    and (target.id not in _TEST_MODULE_HOOKS and target.id != "pytest_plugins")
+                ):
+                    return f"it binds the pytest hook {target.id}"
                 while isinstance(target, ast.Attribute | ast.Subscript):
                     target = target.value
                 if isinstance(target, ast.Name) and target.id == "pytest":
@@ -187,6 +201,29 @@ def _where_plugins_are_named(changed: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _is_test_file(name: str) -> bool:
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def imports_runner(text: str) -> str | None:
+    """Why code outside the tests reaches the test runner (None: it does not)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            for name in names:
+                if name.split(".")[0] in ("pytest", *_INTERNAL_MODULES):
+                    return f"code outside the tests imports the test runner ({name})"
+    return None
+
+
 def support_changes(changed: Iterable[str], read: Reader) -> list[SupportChange]:
     """The changed paths that are test-support code, each with why (module docstring)."""
     changed = list(changed)
@@ -201,11 +238,15 @@ def support_changes(changed: Iterable[str], read: Reader) -> list[SupportChange]
             why = "Python runs it when the test process starts"
         elif name in _CONFIG:
             why = "it configures the test runner (plugins, options)"
+        elif "/" in path and name.endswith(_CONFIG_SUFFIXES):
+            why = "pytest may read it as its configuration when tests run from its folder"
         elif any(path == f or path.endswith("/" + f) for f in plugin_files):
             module = next(m for f, m in plugin_files.items() if path == f or path.endswith("/" + f))
             why = f"pytest loads it as the plugin {module}"
         elif name.endswith(".py") and (text := _text(read(path))) is not None:
             found = touches_machinery(text)
+            if found is None and not _is_test_file(name):
+                found = imports_runner(text)
             if found is None:
                 continue
             why = found

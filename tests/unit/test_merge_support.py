@@ -40,7 +40,8 @@ def _reader(files: dict[str, str]):  # type: ignore[no-untyped-def]
         ("tests/test_new.py", "def pytest_runtest_logreport(report):\n    pass\n",
          "hook pytest_runtest_logreport"),
         ("tests/test_new.py", "import atexit\n", "when the test process exits"),
-        ("tests/test_new.py", "def test_x(request):\n    request.config.pluginmanager.register(1)\n",
+        ("tests/test_new.py",
+         "def test_x(request):\n    request.config.pluginmanager.register(1)\n",
          "plugin manager"),
         ("tests/test_new.py", "import pytest\npytest.TestReport.outcome = 'passed'\n",
          "changes the pytest module"),
@@ -95,3 +96,27 @@ def test_the_merge_plan_waits_for_a_person_when_support_code_changed(tmp_path: P
     plan = merger.plan(stage, tests_pass=True)
     assert not plan.auto and [s.path for s in plan.support] == ["tests/conftest.py"]
     assert any("tests/conftest.py (pytest loads it" in r for r in plan.reasons)
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "why"),
+    [
+        ("tests/.pytest.ini", "[pytest]\naddopts = -p helper\n", "configures the test runner"),
+        ("tests/sub/setup.cfg", "[tool:pytest]\n", "configures the test runner"),
+        ("tests/sub/local.toml", "x = 1\n", "when tests run from its folder"),
+        ("tests/helper.py", "import pytest\n\ndef _wrap(item, call):\n    yield\n\n"
+         "pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(_wrap)\n",
+         "binds the pytest hook pytest_runtest_makereport"),
+        ("src/calc.py", "import pytest\nR = pytest.TestReport\n",
+         "code outside the tests imports the test runner (pytest)"),
+    ],
+)  # fmt: skip
+def test_what_the_red_team_used_is_named_too(path: str, text: str, why: str) -> None:
+    (found,) = support_changes([path], _reader({path: text}))
+    assert why in found.why
+
+
+def test_a_plugin_named_by_a_test_module_is_support_code() -> None:
+    files = {"tests/test_x.py": "pytest_plugins = ['tests.forge']\n", "tests/forge.py": "X = 1\n"}
+    found = {c.path: c.why for c in support_changes(list(files), _reader(files))}
+    assert found == {"tests/forge.py": "pytest loads it as the plugin tests.forge"}
