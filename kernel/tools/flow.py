@@ -99,7 +99,11 @@ class Flow:
             return [await self._try(session_id, "tests_written")]
         return []
 
-    async def after_test_run(self, session_id: str, run: TestRun) -> tuple[list[Step], Any]:
+    async def after_test_run(
+        self, session_id: str, run: TestRun, *, whole: bool = True
+    ) -> tuple[list[Step], Any]:
+        """``whole``: the run was of the whole suite; a green run of part of it (paths or
+        a keyword) proves nothing about the rest, so it does not lead to the merge."""
         state, _, _ = await self.state(session_id)
         steps: list[Step] = []
         review: Any = None
@@ -107,6 +111,13 @@ class Flow:
             steps.append(await self._try(session_id, "tests_red"))
         elif state == "validating":
             green = run.is_green() or run.counts["found"] == 0
+            if green and not whole:
+                why = (
+                    "part of the suite ran (paths or a keyword), which says nothing of the "
+                    "rest: the merge needs a green run of the whole suite (test.run with no "
+                    "paths and no keyword)"
+                )
+                return [Step("tests_passed", state, None, why)], None
             step = await self._try(session_id, "tests_passed" if green else "tests_failed")
             steps.append(step)
             if step.target == "reviewing":

@@ -9,6 +9,7 @@ reports the plugin wrote (regular files only, capped), records the run and, in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ from typing import Any
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.kernel.confined_files import read_regular, safe_relpath
 from fluffy.kernel.tools.flow import Flow
+from fluffy.kernel.tools.guardrun import Verdict, as_evidence, cross_check, is_whole
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
@@ -100,9 +102,24 @@ async def run_tests(
         started_at=started,
         duration_s=time.monotonic() - clock,
     )
+    whole = is_whole(call.args)
+    checked: Verdict | None = None
+    if state == "validating" and whole and run.is_green():  # this run decides the merge
+        checked = await cross_check(
+            call, preparer=preparer, overlay=stage.overlay(), staged_tree=stage.tree,
+            test_globs=workflow.test_globs, sandbox=sandbox, release=release, read=output_file,
+        )  # fmt: skip
+        if checked is not None and checked.broken:  # the green was not the truth
+            cases = [*cases, *(as_evidence(c) for c in checked.broken)]
+            run = dataclasses.replace(run, cases=tuple(cases), exit_code=exit_code or 1)
+        elif checked is not None and checked.changed:
+            reasons = list((await workflow.get(session_id)).data.get("review_required", []))
+            await workflow.annotate(
+                session_id, "review_required", review_required=[*reasons, checked.review_reason()]
+            )
     await workflow.record_test_run(session_id, run, coverage)
     verdict = await workflow.red_verdict(session_id, run) if state == "test_writing" else None
-    after, review = await flow.after_test_run(session_id, run)
+    after, review = await flow.after_test_run(session_id, run, whole=whole)
     failed = [
         {"id": c.id, "message": c.message[:500]} for c in cases if c.outcome in ("failed", "error")
     ]
@@ -122,6 +139,14 @@ async def run_tests(
     limit = limit_hit(said, call.spec.template)
     if limit:
         answer["limits"] = limit
+    if checked is not None:
+        answer["cross_check"] = {
+            "found": checked.found,
+            "broken": [c.id for c in checked.broken][:50],
+            "changed_tests_failing": list(checked.changed)[:50],
+            "note": "the person's tests, as they were before this session's test changes, "
+            "run against this session's code",
+        }
     if review is not None:
         answer["review"] = review
     if review is not None and (await workflow.get(session_id)).state == "committing":

@@ -65,7 +65,7 @@ def test_a_conftest_that_rewrites_failures_cannot_merge_wrong_code(
                 "path": "tests/test_sub.py",
                 "content": "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n",
             },
-        ),  # fmt: skip
+        ),
         ("test.run", {"paths": ["tests/test_sub.py"]}),
         ("fs.write", {"path": "calc.py", "content": WRONG}),
         ("test.run", {}),
@@ -93,3 +93,68 @@ def test_a_conftest_that_rewrites_failures_cannot_merge_wrong_code(
     assert shown["support"] and shown["support"][0].startswith("tests/conftest.py")
     assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
     assert not (project / "tests" / "conftest.py").exists()
+
+
+#: A test module that makes every report pass without a hook, an import of pytest's
+#: internals or a name a reader could list: it finds the report class by walking the
+#: heap.  Nothing that reads code catches every such route; the cross-check does.
+HEAP_FORGE = """\
+import gc
+
+R = next(o for o in gc.get_objects() if isinstance(o, type) and o.__name__ == "Test" + "Report")
+R.failed = property(lambda self: False)
+R.passed = property(lambda self: self.outcome != "skipped")
+
+from calc import sub
+
+
+def test_sub():
+    assert sub(3, 1) == 2
+"""
+BREAKS_ADD = "def add(a, b):\n    return 0\n\n\ndef sub(a, b):\n    return a - b\n"
+
+
+def test_the_persons_tests_decide_and_a_partial_run_does_not(tmp_path: Path, runtime: str) -> None:
+    """The session breaks the person's test_add and hides it with HEAP_FORGE: its own
+    run says green, the cross-check (the person's tests without the session's test
+    files) says test_add fails, and the run counts as failing.  A green run of only the
+    session's test file never leads to the merge either."""
+    project = tmp_path / "repo"
+    (project / "tests").mkdir(parents=True)
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (project / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
+                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    steps = [
+        ("plan.complete", {"summary": "sub, test first"}),
+        ("fs.write", {"path": "tests/test_sub.py", "content": HEAP_FORGE}),
+        ("test.run", {"paths": ["tests/test_sub.py"]}),
+        ("fs.write", {"path": "calc.py", "content": BREAKS_ADD}),
+        ("test.run", {"paths": ["tests/test_sub.py"]}),
+        ("test.run", {}),
+    ]
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "add sub"})
+            answers = []
+            for tool, args in steps:
+                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
+                assert answer["ok"], (tool, answer.get("error"))
+                answers.append(answer)
+    finally:
+        kernel.stop()
+    assert answers[2]["session"]["state"] == "code_writing"  # red: sub is missing
+    partial = answers[4]
+    assert partial["output"]["counts"]["failed"] == 0 and "review" not in partial["output"]
+    assert partial["session"]["state"] == "validating"  # green on a part: no merge
+    assert any("whole suite" in str(s.get("not_taken")) for s in partial["output"]["workflow"])
+    whole = answers[5]["output"]
+    assert whole["cross_check"]["broken"] == ["tests/test_calc.py::test_add"]
+    assert whole["counts"]["failed"] == 1 and "review" not in whole  # failing, not merged
+    assert answers[5]["session"]["state"] == "code_writing"
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"

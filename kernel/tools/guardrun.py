@@ -1,0 +1,122 @@
+"""The person's tests against the session's code: the cross-check of a green run.
+
+A run's outcome is written by the test process, and the session's own test files run
+in it: a test module can patch pytest (``pytest.TestReport.failed = property(...)``)
+without a hook, an import of ``_pytest`` or any name a reader could list, and turn the
+person's failing tests green.  So before a green run may lead to the merge, the kernel
+runs the suite once more in a view of its own where every test-side file is as it was
+before the session (the session's new and changed tests, helpers and conftests under
+the test folders left out) and the code is the session's.  Nothing the session wrote
+on the test side is in that process.
+
+* a failing test in a file the session did not change: the session's code breaks the
+  person's test; the green run was not the truth, and the run counts as failing;
+* a failing test in a file the session changed: the session changed an existing test
+  whose original fails now; a person must look (the merge waits for review);
+* all pass: the green run stands.
+
+The cross-check runs only when the session changed something on the test side (else the
+green run *is* this run), and only for a run that decides the merge (ADR-058).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fluffy.errors import ToolFailed
+from fluffy.kernel.globs import GlobSet
+from fluffy.kernel.tools.pluginjob import PluginOutcome
+from fluffy.kernel.tools.routedcall import RoutedCall
+from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
+from fluffy.kernel.workflow.junit import TestCase, parse_junit
+
+#: How a failing case of the cross-check is named in the run's evidence.
+PREFIX = "[the person's tests, without this session's test changes] "
+GUARD_SUFFIX = ".person"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the cross-check found."""
+
+    broken: tuple[TestCase, ...]  # failing, in files the session did not change
+    changed: tuple[str, ...]  # ids failing in files the session changed
+    found: int  # tests it ran
+
+    @property
+    def holds(self) -> bool:
+        return not self.broken and not self.changed
+
+    def review_reason(self) -> str:
+        shown = ", ".join(self.changed[:10]) + (" ..." if len(self.changed) > 10 else "")
+        return (
+            f"the session changed existing tests whose original versions fail against its "
+            f"code: {shown}"
+        )
+
+
+def test_side(overlay: Mapping[str, str | None], test_globs: Sequence[str]) -> set[str]:
+    """The session's changes on the test side (under the test folders)."""
+    tests = GlobSet(tuple(test_globs))
+    return {path for path in overlay if tests.match(path)}
+
+
+def is_whole(args: Mapping[str, object]) -> bool:
+    """A run of the whole suite: no paths, no keyword (only such a run decides a merge)."""
+    return not args.get("paths") and not args.get("keyword")
+
+
+async def cross_check(
+    call: RoutedCall,
+    *,
+    preparer: TestPreparer,
+    overlay: Mapping[str, str | None],
+    staged_tree: object,
+    test_globs: Sequence[str],
+    sandbox: Callable[[RoutedCall, TestPlan], Awaitable[PluginOutcome]],
+    release: Callable[[PluginOutcome], Awaitable[None]],
+    read: Callable[[PluginOutcome, object], bytes | None],
+) -> Verdict | None:
+    """Run the person's tests against the session's code (None: nothing on the test
+    side changed, so the session's run already was this one)."""
+    changed = test_side(overlay, test_globs)
+    if not changed:
+        return None
+    kept = {path: sha for path, sha in overlay.items() if path not in changed}
+    plan = await asyncio.to_thread(
+        preparer.prepare,
+        call.session.id + GUARD_SUFFIX,
+        kept,
+        staged_tree,  # type: ignore[arg-type]
+        test_globs,
+        coverage=False,
+    )
+    guard_call = dataclasses.replace(call, call_id=call.call_id + GUARD_SUFFIX, args={})
+    outcome = await sandbox(guard_call, plan)
+    try:
+        junit = read(outcome, outcome.result.get("junit"))
+        exit_code = int(outcome.result.get("exit_code", -1))
+    finally:
+        await release(outcome)
+    if junit is None:
+        if exit_code in (0, 5):
+            return Verdict((), (), 0)
+        raise ToolFailed(
+            f"the cross-check of the person's tests exited with {exit_code} and wrote no report",
+            why=json.dumps(outcome.result.get("output_tail", ""))[-1000:],
+            fix="Run the tests again; if it persists, run the project's tests by hand.",
+        )
+    cases = parse_junit(junit, name="the cross-check's junit report", any_failure=plan.custom)
+    failing = [c for c in cases if c.outcome in ("failed", "error")]
+    broken = tuple(c for c in failing if c.file not in changed)
+    altered = tuple(c.id for c in failing if c.file in changed)
+    return Verdict(broken, altered, len(cases))
+
+
+def as_evidence(case: TestCase) -> TestCase:
+    """A failing case of the cross-check as it is recorded in the run's evidence."""
+    return dataclasses.replace(case, id=PREFIX + case.id)
