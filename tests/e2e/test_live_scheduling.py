@@ -99,11 +99,18 @@ def test_a_user_call_runs_while_background_work_holds_the_template(
         # the template's only slot is held by background work (idle priority, yielding)
         assert full["running_by_priority"].get("5") == 1, full
         assert full["yielding"] == 1, full
-        created = [
-            e
-            for e in audit(kernel, "sandbox_created")
-            if e["input_summary"].startswith("code-executor ")
-        ]
+        # the pool's sandbox_created entry is an operational one, committed within the
+        # audit log's flush interval (500 ms): wait for it rather than race the flush
+        deadline = time.monotonic() + 30
+        while True:
+            created = [
+                e
+                for e in audit(kernel, "sandbox_created")
+                if e["input_summary"].startswith("code-executor ")
+            ]
+            if created or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert len(created) == 1, created  # the pool's, idle
         before, pool_sandbox = created[0]["id"], created[0]["sandbox_id"]
         # another plugin (git-tool): it cannot take the warm fs-tool sandbox; were it
