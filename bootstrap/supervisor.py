@@ -82,14 +82,9 @@ class Supervisor:
         self.name = f"fluffy-kernel-{project_id(project)}"
         self.restarts: list[float] = []
         self.stopping = False
-        self.status: dict[str, Any] = {
-            "pid": os.getpid(),
-            "project": project,
-            "runtime": engine.kind,
-            "container": self.name,
-            "health": "starting",
-            "restarts": 0,
-        }
+        self.status: dict[str, Any] = {"pid": os.getpid(), "project": project,
+                                       "runtime": engine.kind, "container": self.name,
+                                       "health": "starting", "restarts": 0}  # fmt: skip
 
     def stop_requested(self) -> bool:
         return self.stopping
