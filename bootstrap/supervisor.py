@@ -61,17 +61,26 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _rows(db: Path, sql: str, *args: Any) -> list[Any]:  # read-only; none if unreadable
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(
+        sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
+    ) as conn:  # fmt: skip
+        return conn.execute(sql, args).fetchall()
+    return []
+
+
 def stored_hashes(state: Path, seq: int) -> set[str]:
     """The hashes stored for entry ``seq`` in the audit log and its archives (read-only)."""
-    found: set[str] = set()
-    for db in [state / "fluffy.db", *sorted((state / "audit-archive").glob("audit-*.db"))]:
-        with contextlib.suppress(sqlite3.Error), contextlib.closing(
-            sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
-        ) as conn:  # fmt: skip
-            found.update(
-                r[0] for r in conn.execute("SELECT hash FROM audit_log WHERE seq=?", (seq,))
-            )
-    return found
+    dbs = [state / "fluffy.db", *sorted((state / "audit-archive").glob("audit-*.db"))]
+    return {r[0] for db in dbs for r in _rows(db, "SELECT hash FROM audit_log WHERE seq=?", seq)}
+
+
+def final_head(state: Path) -> dict[str, Any]:
+    """The newest entry a stopped kernel left in its log, as a pong names it."""
+    sql = "SELECT json_object('chain_id', value, 'seq', seq, 'hash', hash) FROM audit_meta, "
+    sql += "audit_log WHERE key='chain_id' ORDER BY seq DESC LIMIT 1"
+    rows = _rows(state / "fluffy.db", sql)
+    return {"audit_head": json.loads(rows[0][0]) if rows else None}
 
 
 class Supervisor:
@@ -221,6 +230,7 @@ class Supervisor:
             self.save(health="stopping")
             l1.stop(self.engine, self.name)  # SIGTERM: the kernel records kernel_shutdown
             stopped = True
+            self.witness(final_head(self.p["state"]))  # the last entries too (ADR-054)
             self.p["status"].unlink(missing_ok=True)
         finally:
             if not stopped:  # an error ends the supervisor: never leave L1 unsupervised

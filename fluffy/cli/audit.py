@@ -58,6 +58,9 @@ def _reading(folder: Path) -> Iterator[None]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 1 when the chain is broken or disagrees with a head kept outside it.  Entries
+    after the witnessed head are *unwitnessed*: a warning line (``unwitnessed`` in --json)
+    with exit 0, since a running or crashed kernel always has a few (ADR-054)."""
     from fluffy.kernel.audit.store import read_head
     from fluffy.kernel.audit.verify import verify
 
@@ -91,6 +94,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     for warning in report.warnings:
         stdout.print(f"{status_word('warn')} {escape(warning)}")
+    if report.unwitnessed is not None and report.witness is not None:
+        first, last = report.unwitnessed
+        stdout.print(
+            f"{status_word('warn')} entries {first}..{last} are unwitnessed: the witness ends at "
+            f"entry {report.witness.seq} (a running kernel's newest entries are witnessed within "
+            "a second and `fluffy stop` witnesses the last one; otherwise they were written "
+            "after the kernel stopped, or its kernel crashed)"
+        )
     for chain_break in report.breaks:
         stdout.print(
             f"{status_word('warn')} entry {chain_break['id']} records a chain break at start-up: "

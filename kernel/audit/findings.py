@@ -47,6 +47,8 @@ class Report:
     problem: Problem | None = None
     breaks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: entries after the witnessed head (first, last): the witness has not seen them
+    unwitnessed: tuple[int, int] | None = None
     seconds: float = 0.0
 
     def fail(self, problem: Problem) -> None:
@@ -67,5 +69,12 @@ class Report:
             "problem": self.problem.to_dict() if self.problem else None,
             "recorded_breaks": self.breaks,
             "warnings": self.warnings,
+            "unwitnessed": None
+            if self.unwitnessed is None
+            else {
+                "first_id": self.unwitnessed[0],
+                "last_id": self.unwitnessed[1],
+                "count": self.unwitnessed[1] - self.unwitnessed[0] + 1,
+            },
             "seconds": round(self.seconds, 3),
         }

@@ -316,7 +316,10 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
                             if problem is not None:
                                 report.fail(problem)
                                 break
-                            if head.seq < chain.prev_seq:  # a crash between commit and checkpoint
+                            if head.seq < chain.prev_seq and what == "witness":
+                                # the witness lags a running kernel; after a stop it is the head
+                                report.unwitnessed = (head.seq + 1, chain.prev_seq)
+                            elif head.seq < chain.prev_seq:  # a crash between commit and head
                                 report.warnings.append(
                                     f"entries {head.seq + 1}..{chain.prev_seq} are newer than the "
                                     f"{what} (normal after a crash; otherwise they were appended "

@@ -7,9 +7,12 @@ structured error; `fluffy stop` records kernel_shutdown; the witness catches a r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,7 +25,10 @@ from conftest import connect_engine
 
 from fluffy.bootstrap.supervisor import paths, read_json
 from fluffy.ipc.client import SyncClient
+from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.recovery import take_backup
+from fluffy.kernel.audit.store import Head
 
 FLUFFY = str(Path(sys.executable).parent / "fluffy")
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
@@ -154,28 +160,52 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
         restored = client.call("session.get")
     assert restored["session_id"] == session  # the session state survived the crash
 
+    witness = str(l1["paths"]["witness"])
+    pinged = Head.from_dict(json.loads(Path(witness).read_text()))  # the last pong's head
     stopped = _fluffy(l1, "stop")
     assert stopped.returncode == 0 and json.loads(stopped.stdout)["stopped"] is True
     state = l1["paths"]["state"]
     log = subprocess.run(
-        [FLUFFY, "audit", "log", "--state-dir", str(state), "--type", "kernel_shutdown", "--json"],
+        [FLUFFY, "audit", "log", "--state-dir", str(state), "--json"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert json.loads(log.stdout)["entries"], "kernel_shutdown was not recorded"
+    last = json.loads(log.stdout)["entries"][-1]
+    assert last["event_type"] == "kernel_shutdown", "kernel_shutdown was not recorded last"
     missing = subprocess.run([l1["cli"], "inspect", status["container_id"]], capture_output=True)
     assert missing.returncode != 0  # the container is gone
 
-    # the witness (kept by the bootstrap, outside L1) catches a rollback of the database
-    witness = str(l1["paths"]["witness"])
-    ok = subprocess.run(
-        [FLUFFY, "audit", "verify", "--state-dir", str(state), "--witness", witness],
-        capture_output=True,
-        text=True,
-    )
-    assert ok.returncode == 0, ok.stdout
+    # stopping witnessed the final head (ADR-054): kernel_shutdown included, none unwitnessed
     head = json.loads(Path(witness).read_text())
+    assert head["seq"] == last["id"] > pinged.seq
+    ok = _verify(state, witness)
+    assert ok.returncode == 0, ok.stdout
+    verified = json.loads(ok.stdout)
+    assert verified["head"] == head and verified["unwitnessed"] is None
+    # a log cut back to the head the pongs had witnessed no longer verifies as intact
+    cut = state.parent / "cut"
+    shutil.copytree(state, cut)
+    with contextlib.closing(sqlite3.connect(cut / "fluffy.db", isolation_level=None)) as db:
+        db.execute("DELETE FROM audit_log WHERE seq > ?", (pinged.seq,))
+        db.execute(
+            "INSERT OR REPLACE INTO audit_meta VALUES ('head_seq', ?), ('head_hash', ?)",
+            (str(pinged.seq), pinged.hash),
+        )
+    (cut / "audit.head").write_text(json.dumps(pinged.to_dict()))
+    assert _verify(cut, witness=None).returncode == 0  # consistent on its own
+    shortened = _verify(cut, witness)
+    assert shortened.returncode == 1, shortened.stdout
+    assert json.loads(shortened.stdout)["problem"]["kind"] in ("rolled_back", "truncated")
+    # an entry appended after the stop is named unwitnessed (a warning: exit 0)
+    asyncio.run(_append(cut.parent / "appended", state))
+    appended = _verify(cut.parent / "appended", witness)
+    assert appended.returncode == 0, appended.stdout
+    assert json.loads(appended.stdout)["unwitnessed"]["first_id"] == head["seq"] + 1
+    text = _verify(cut.parent / "appended", witness, as_json=False)
+    assert f"entries {head['seq'] + 1}..{head['seq'] + 1} are unwitnessed" in text.stdout
+
+    # the witness (kept by the bootstrap, outside L1) catches a rollback of the database
     (state / "audit.head").unlink()  # a compromised L1 could rewrite its own checkpoint
     for suffix in ("", "-wal", "-shm"):
         Path(f"{state}/fluffy.db{suffix}").unlink(missing_ok=True)
@@ -189,6 +219,27 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     problem = json.loads(rolled.stdout)["problem"]
     assert problem["kind"] in ("rolled_back", "truncated"), problem
     assert head["seq"] > 0
+
+
+def _verify(
+    state: Path, witness: str | None, *, as_json: bool = True
+) -> subprocess.CompletedProcess[str]:
+    shown = ["--json"] if as_json else []
+    named = ["--witness", witness] if witness else []
+    return subprocess.run(
+        [FLUFFY, "audit", "verify", "--state-dir", str(state), *named, *shown],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def _append(copy: Path, state: Path) -> None:
+    """A copy of ``state`` with one more entry, chained as the kernel would."""
+    shutil.copytree(state, copy)
+    log = await AuditLog.open(copy)
+    await log.record(Event("syscall", input_summary="written after the kernel stopped"))
+    await log.close()
 
 
 def test_a_crash_loop_ends_in_a_structured_error(l1: dict[str, Any]) -> None:

@@ -628,6 +628,42 @@ def test_a_witness_held_outside_catches_a_rollback_the_checkpoint_missed(
     _broken(case.state, "rolled_back", case.n + 1, witness=witness)
 
 
+def _cut_back(state: Path, head: Head) -> None:
+    """Delete every entry after ``head`` and point the database's head and the checkpoint
+    at it: what someone with write access to the state folder does to hide a tail."""
+    with closing(sqlite3.connect(db_path(state), isolation_level=None)) as conn:
+        conn.execute("DELETE FROM audit_log WHERE seq > ?", (head.seq,))
+        conn.execute(
+            "INSERT OR REPLACE INTO audit_meta VALUES ('head_seq', ?), ('head_hash', ?)",
+            (str(head.seq), head.hash),
+        )
+    head_path(state).write_text(json.dumps(head.to_dict()))
+
+
+def test_a_log_cut_back_to_an_earlier_witnessed_head_fails_against_the_final_witness(
+    case: Case,
+) -> None:
+    """The bootstrap witnesses the final head at stop (ADR-054): a log cut back to the
+    head it had witnessed a moment earlier verifies alone, never against the witness."""
+    final = _run(_extend(case.state, 3, Clock(NOON + 60_000), "last "))
+    _cut_back(case.state, case.head)
+    assert verify(case.state).ok  # on its own the shorter chain is consistent
+    report = _broken(case.state, "rolled_back", case.n + 1, witness=final)
+    assert report.unwitnessed is None
+
+
+def test_entries_after_the_witnessed_head_are_reported_as_unwitnessed(case: Case) -> None:
+    _run(_extend(case.state, 4, Clock(NOON + 60_000), "after "))
+    report = verify(case.state, witness=case.head)
+    assert report.ok  # a warning: a running kernel's newest entries are not witnessed yet
+    assert report.unwitnessed == (case.n + 1, case.n + 4)
+    shown = report.to_dict()["unwitnessed"]
+    assert shown == {"first_id": case.n + 1, "last_id": case.n + 4, "count": 4}
+    at_head = verify(case.state, witness=read_head(head_path(case.state)))
+    assert at_head.ok and at_head.unwitnessed is None
+    assert at_head.to_dict()["unwitnessed"] is None
+
+
 # -- the canonical encoding -------------------------------------------------------------
 
 

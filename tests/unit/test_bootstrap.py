@@ -261,3 +261,65 @@ def test_the_witness_adopts_only_heads_that_extend_it(tmp_path: Path) -> None:
         db.executemany("INSERT INTO audit_log VALUES (?, ?)", [(1, "h1"), (2, "h2"), (3, "h3")])
     sup.witness(pong(5, "h5"))
     assert read_json(sup.p["witness"])["seq"] == 5  # type: ignore[index]
+
+
+def test_stopping_witnesses_the_final_head_the_kernel_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last entries (the final reply, turn_end, kernel_shutdown) land after the last
+    pong: stopping reads the stopped kernel's log and witnesses its head (ADR-054)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from fluffy.bootstrap import supervisor as boot_supervisor
+    from fluffy.kernel.audit.entry import Event
+    from fluffy.kernel.audit.log import AuditLog
+    from fluffy.kernel.audit.store import head_path, read_head
+
+    project = tmp_path / "project"
+    project.mkdir()
+    sup = boot_supervisor.Supervisor(
+        Engine("docker", str(tmp_path / "none.sock")), str(project), tmp_path / "home", "i"
+    )
+    state = sup.p["state"]
+
+    async def record(*kinds: str) -> dict[str, object]:
+        log = await AuditLog.open(state)
+        for kind in kinds:
+            await log.record(Event(kind, input_summary=kind))
+        head = log.head.to_dict()
+        await log.close()
+        return head
+
+    pongs: list[dict[str, object]] = []
+
+    def ping(path: str) -> dict[str, object]:
+        if not pongs:  # the kernel answers once with its head, then `fluffy stop` comes
+            pongs.append({"audit_head": asyncio.run(record("kernel_start", "syscall"))})
+        else:
+            sup.stopping = True
+        return pongs[0]
+
+    def stop(engine: object, name: str, timeout: int = 15) -> None:  # SIGTERM: last entries
+        asyncio.run(record("tool_result", "kernel_shutdown"))
+
+    monkeypatch.setattr(
+        boot_supervisor, "start_for", lambda *a: SimpleNamespace(shutdown=lambda: None)
+    )
+    monkeypatch.setattr(boot_supervisor.l1, "spec", lambda *a: {})
+    monkeypatch.setattr(boot_supervisor.l1, "start", lambda *a: "container-1")
+    monkeypatch.setattr(boot_supervisor.l1, "ping", ping)
+    monkeypatch.setattr(boot_supervisor.l1, "stop", stop)
+    monkeypatch.setattr(boot_supervisor.l1, "remove", lambda engine, name: None)
+
+    def restart(why: str) -> None:  # a failure here must fail the test, not retry
+        raise AssertionError(why)
+
+    monkeypatch.setattr(sup, "restart", restart)
+    sup.run()
+
+    final = read_head(head_path(state))
+    assert final is not None and final.seq == 4  # kernel_shutdown is the log's last entry
+    witnessed = boot_supervisor.read_json(sup.p["witness"])
+    assert witnessed == final.to_dict() != pongs[0]["audit_head"]
+    assert "warning" not in sup.status
