@@ -3,7 +3,8 @@
 A test run that brings the session to ``reviewing`` either auto-merges or shows the
 review and parks the turn (its provider sandbox closed) until the user approves,
 rejects or asks for tests (``--yes`` approves at once unless a policy rule asks for a
-person); an explore change may first get one round in which the model asks for tests.
+person, or a file outside the source and test folders changes); an explore change may
+first get one round in which the model asks for tests.
 An exemption the AI asks for is only ever granted by the user.  Each decision reaches
 the model as a kernel note.
 """
@@ -98,10 +99,14 @@ class TurnReviews:
         shown = await self._show(sid)
         session = await self.loop.router.workflow.get(sid)
         # --yes stands for the user on size and sensitive files; a policy require_review
-        # rule asks for a person, and so does changed test-support code (a green run may
-        # rest on it: kernel/merge/support.py), so those reviews wait like any other
+        # rule asks for a person, and so do changed test-support code (a green run may
+        # rest on it: kernel/merge/support.py) and a file outside the source and test
+        # folders (configuration a tool on the user's machine may run, ADR-054): those
+        # reviews wait like any other
         auto = (
-            turn.auto_approve and not session.data.get("review_required") and not shown["support"]
+            turn.auto_approve
+            and not session.data.get("review_required")
+            and not shown["needs_person"]
         )
         if not auto and shown["can_add_tests"]:
             shown["tests_requested"] = await self._review_round(turn)
@@ -196,6 +201,9 @@ class TurnReviews:
             "diff": plan.diff[:20_000],
             "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
             "support": [str(change) for change in plan.support],
+            # test-support code or files outside the allow-list: --yes does not stand in
+            # for a person here
+            "needs_person": bool(plan.outside or plan.support),
             # explore changes may get tests first (review.add_tests, /add-tests)
             "can_add_tests": session.mode != "strict" and not exempted,
         }

@@ -1,8 +1,11 @@
 """The merge: staged changes (or a git.commit's output) into the project, crash-safe.
 
 :meth:`Merger.plan` judges whether the staged changes may merge automatically (tests
-pass, no sensitive path, no binary file, fewer than ``max_auto_lines`` changed diff
-lines) and says why not.  :meth:`Merger.merge` then runs a :class:`MergeOperation`:
+pass, every path inside the project's source and test folders or named by the policy's
+``merge.auto_merge_paths`` and no dotfile, no sensitive path, no binary file, fewer than
+``max_auto_lines`` changed diff lines) and says why not.  A change outside that allow-list
+waits for a person even under ``--yes`` (:attr:`MergePlan.outside`, ADR-054).
+:meth:`Merger.merge` then runs a :class:`MergeOperation`:
 
 1. the staged contents are copied into the op's folder and the op is persisted;
 2. the staging area is cleared (the op is self-contained from here on);
@@ -73,7 +76,15 @@ DEFAULT_SENSITIVE: tuple[str, ...] = (
     *("tox.ini", "noxfile.py", "docs/conf.py", "Makefile", "justfile", "Taskfile.y*ml"),
     *("package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.toml"),
     *("Cargo.lock", "build.rs", ".cargo/**", "go.mod", "go.sum"),
+    # tools' settings that name code to run (plugins, hooks, init-hook, wrappers)
+    *(".claude/**", ".cursor/**", ".zed/**", ".mcp.json", ".pylintrc", "pylintrc"),
+    *("mypy.ini", ".mypy.ini", "pytest.ini", ".coveragerc", "lefthook.y*ml", ".lefthook.y*ml"),
+    *("mise.toml", ".mise.toml", ".tool-versions", "gradle/wrapper/**", ".mvn/**"),
+    *(".lfsconfig",),
 )
+#: Why a change outside the allow-list waits (the review names each such file).
+OUTSIDE = "outside the source and test folders: a tool on your machine may read it as configuration"
+DOTFILE = "a dotfile or dot-folder: a tool on your machine may read it as configuration"
 MAX_AUTO_LINES = 500
 
 Hook = Callable[[MergeOperation, str], None]
@@ -99,6 +110,8 @@ class MergePlan:
     tests_pass: bool
     auto: bool
     reasons: list[str]  # why it may not merge automatically (empty when auto)
+    #: paths outside the allow-list: a person reviews them, ``--yes`` does not stand in
+    outside: list[str] = field(default_factory=list)
 
     @property
     def plan_id(self) -> str:
@@ -158,6 +171,8 @@ class Merger:
         protected: Sequence[str] = (),
         sensitive: Sequence[str] = DEFAULT_SENSITIVE,
         max_auto_lines: int = MAX_AUTO_LINES,
+        auto_merge: Sequence[str] = (),
+        roots: Sequence[str] = (),
         on_step: Hook | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -166,15 +181,33 @@ class Merger:
         self.log = OperationLog(state_dir, clock=clock)
         self._on_step = on_step
         self._lock = threading.Lock()
-        self.configure(protected, sensitive, max_auto_lines)
+        # the project's source and test folders (Layout.merge_globs); none: nothing
+        # merges without review but what the policy names
+        self._roots = GlobSet(tuple(roots))
+        self.configure(protected, sensitive, max_auto_lines, auto_merge)
 
     def configure(
-        self, protected: Sequence[str], sensitive: Sequence[str], max_auto_lines: int
+        self,
+        protected: Sequence[str],
+        sensitive: Sequence[str],
+        max_auto_lines: int,
+        auto_merge: Sequence[str] = (),
     ) -> None:
         """New rules from a policy update (the same merger, the same lock)."""
         self._guard = ProtectedPaths(protected)
         self._sensitive = GlobSet(tuple(sensitive))
+        self._named = GlobSet(tuple(auto_merge))
         self.max_auto_lines = max_auto_lines
+
+    def outside(self, path: str) -> str | None:
+        """Why ``path`` is outside the allow-list (None: inside).  The policy's
+        ``auto_merge_paths`` come first; otherwise a dot-named part anywhere is outside,
+        and the rest must lie in the project's source and test folders."""
+        if self._named.match(path):
+            return None
+        if any(part.startswith(".") for part in path.split("/")):
+            return DOTFILE
+        return None if self._roots.match(path) else OUTSIDE
 
     # -- planning --------------------------------------------------------------------
 
@@ -183,6 +216,7 @@ class Merger:
         diff = staging.diff()
         lines = count_diff_lines(diff)
         sensitive = [c.path for c in changes if self._sensitive.match(c.path)]
+        outside = {c.path: why for c in changes if (why := self.outside(c.path)) is not None}
         binary: list[str] = []
         unreadable: list[str] = []
         for change in changes:
@@ -201,6 +235,7 @@ class Merger:
             reasons.append("the tests did not pass")
         if sensitive:
             reasons.append(f"sensitive paths change: {', '.join(sensitive)}")
+        reasons.extend(f"{path}: {why}" for path, why in outside.items())
         if binary:
             reasons.append(f"binary files change: {', '.join(binary)}")
         if unreadable:
@@ -226,6 +261,7 @@ class Merger:
             tests_pass,
             not reasons,
             reasons,
+            list(outside),
         )
 
     # -- merging ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fluffy.kernel.globs import GlobSet
 from fluffy.units import parse_duration_ms, parse_size, valid_duration, valid_size
 
 Strategy = Literal["head", "tail", "middle"]
@@ -68,6 +69,21 @@ class MergeSettings(BaseModel):
     sensitive_paths: list[str] | None = None
     #: Paths no tool output may change (added to .fluffy/** and .git/**).
     protected_paths: list[str] = Field(default_factory=list)
+    #: Paths that merge without review besides the project's source and test folders
+    #: (gitignore globs; ADR-054).  Everything else waits for a person, in every mode.
+    auto_merge_paths: list[str] = Field(default_factory=list)
+
+    @field_validator("auto_merge_paths")
+    @classmethod
+    def _globs(cls, value: list[str]) -> list[str]:
+        for glob in value:
+            if not glob.strip() or "\0" in glob or "\n" in glob:
+                raise ValueError(f"{glob!r} is not a path glob")
+            try:
+                GlobSet((glob,)).match("x")
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{glob!r} is not a path glob: {exc}") from None
+        return value
 
 
 class PoolSettings(BaseModel):

@@ -3,12 +3,14 @@
 A project without ``.fluffy/policy.yaml`` gets exactly this policy (the kernel parses the
 same text it would write), and ``fluffy init`` writes it out for the user to edit.  Only
 the starting point is fitted: strict TDD, reviews of sensitive files and default deny are
-the same for every project; the globs say where this project keeps its tests and code.
+the same for every project; the globs say where this project keeps its tests and code,
+and so what merges without review (``merge:``).
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +57,14 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
     """The default policy for ``layout`` as commented YAML (parses to the same rules)."""
     notes = "".join(f"#   - {note}\n" for note in layout.notes)
     sensitive = _wrap(DEFAULT_SENSITIVE, 17)
+    merged = textwrap.fill(
+        "  ".join(layout.merge_globs),
+        92,
+        initial_indent="#   ",
+        subsequent_indent="#   ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
     return f"""\
 # fluffy's policy for this project{f" ({layout.name})" if layout.name else ""}.
 {header}#
@@ -135,6 +145,15 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
     reason: "Third-party plugins' writes are reviewed"
     except:
       - {{caller_tag: [trusted_write]}}
+
+# What merges without your review, in every mode: changes where this project keeps its
+# code and tests, as found above, and the paths listed below:
+{merged}
+# Anything else -- dotfiles and dot-folders, configuration at the top, new files outside
+# those folders -- waits for you, even with --yes: a tool on your machine may read it as
+# configuration.  Sensitive files always wait.
+merge:
+  auto_merge_paths: []  # e.g. ["docs/**/*.md"]
 """
 
 

@@ -29,9 +29,11 @@ NOT_PACKAGES = frozenset(
     {"tests", "test", "testing", "docs", "doc", "examples", "example", "scripts", "tools"}
     | {"benchmarks", "bench", "build", "dist", "site", "node_modules", "venv", "env"}
 )
-#: Top-level Python files that are tooling, not the project's code.
+#: Top-level Python files that are tooling, not the project's code (tools run them by
+#: their name: build, task runners, Python's own start-up hooks).
 NOT_MODULES = frozenset(
     {"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py", "dodo.py"}
+    | {"sitecustomize.py", "usercustomize.py"}
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: At most this many packages are listed (a monorepo does not make a huge policy).
@@ -77,6 +79,22 @@ class Layout:
             globs.append("*.py")
         return tuple(dict.fromkeys(globs or ("src/**", "*.py")))
 
+    @property
+    def merge_globs(self) -> tuple[str, ...]:
+        """Where a change may merge without review (ADR-054): the test globs, the source
+        roots' trees, and at the project's top only its packages and modules: the ones
+        found, and new modules where the code lives at the top (a ``.py`` file the layout
+        would find as a module; tooling such as ``tasks.py`` is not) -- never the whole
+        top, whose other files are configuration some tool on the host reads."""
+        globs = [f"{root}/**" for root in self.source_roots if root not in ("", ".")]
+        for package in self.packages:
+            if "/" not in package:  # at the top (under a source root: covered above)
+                globs.append(f"/{package}" if package.endswith(".py") else f"{package}/**")
+        if "." in self.source_roots or not self.source_roots:
+            tooling = sorted(NOT_MODULES - {"conftest.py"})  # conftest.py: a test file
+            globs += ["/*.py", *(f"!/{name}" for name in tooling)]
+        return tuple(dict.fromkeys((*self.test_globs, *globs)))
+
     def import_roots(self) -> tuple[str, ...]:
         """Folders to put on sys.path so the project imports without being installed."""
         return tuple(dict.fromkeys((*self.source_roots, *self.pythonpath)))
@@ -103,6 +121,7 @@ class Layout:
             "test_roots": list(self.test_roots),
             "test_globs": list(self.test_globs),
             "source_globs": list(self.source_globs),
+            "merge_globs": list(self.merge_globs),
             "pythonpath": list(self.pythonpath),
             "notes": list(self.notes),
             "summary": self.describe(),

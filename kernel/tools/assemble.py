@@ -68,7 +68,7 @@ def _step_delay() -> Callable[[object, str], None] | None:
     return pause
 
 
-def _merger(project: Path, state_dir: Path, policy: PolicyFile) -> Merger:
+def _merger(project: Path, state_dir: Path, policy: PolicyFile, layout: Layout) -> Merger:
     return Merger(
         project,
         state_dir,
@@ -77,6 +77,8 @@ def _merger(project: Path, state_dir: Path, policy: PolicyFile) -> Merger:
         if policy.merge.sensitive_paths is not None
         else DEFAULT_SENSITIVE,
         max_auto_lines=policy.merge.auto_merge_max_lines,
+        auto_merge=list(policy.merge.auto_merge_paths),
+        roots=layout.merge_globs,
         on_step=_step_delay(),
     )
 
@@ -137,6 +139,7 @@ class ToolPath:
             if policy.merge.sensitive_paths is not None
             else DEFAULT_SENSITIVE,
             policy.merge.auto_merge_max_lines,
+            list(policy.merge.auto_merge_paths),
         )
         router.protected = list(policy.merge.protected_paths)
         router.scope = availability.WriteScope(
@@ -176,7 +179,7 @@ async def assemble_tools(
     layout = layout or detect_layout(root)
     workspaces = Workspaces(state_dir, root)
     workflow.overlay = workspaces.overlay
-    merger = _merger(root, state_dir, policy)
+    merger = _merger(root, state_dir, policy, layout)
     sandboxes = (
         KernelSandboxes(state_dir, project, images=images)
         if engine and project is not None

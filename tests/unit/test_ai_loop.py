@@ -308,6 +308,46 @@ def test_the_ai_asks_for_tests_and_the_users_review_sends_the_turn_to_retroactiv
     assert (harness.project / "tests" / "test_x.py").read_text() == test
 
 
+def test_yes_does_not_merge_a_file_outside_the_code_and_tests(tmp_path: Path) -> None:
+    """--yes stands for the user on size and sensitive files, not on configuration outside
+    the source and test folders (ADR-054): an explore change writing one waits for a person,
+    whose review names the file and why; the code beside it merges only with it."""
+    from fluffy.kernel.merge.merger import DOTFILE
+    from fluffy.kernel.policy.engine import Caller
+    from tests.unit.test_tool_router import FakePlugins, _allow_explore
+
+    harness = Harness(tmp_path)
+    _allow_explore(harness)
+    provider = _script(
+        ("Plan.", [("plan.complete", {"summary": "explore"})]),
+        ("Change.", [("fs.write", {"path": "src/app.py", "content": "KEY = 1\n"}),
+                     ("fs.write", {"path": ".editorconfig", "content": "root = true\n"})]),
+        ("Run.", [("test.run", {})]),
+        ("No tests needed.", []),  # the review round
+        ("Understood.", []),
+    )  # fmt: skip
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
+        fake = FakePlugins(tmp_path / "outputs", harness.project)
+        fake.green = True
+        tools.router.runner = fake  # type: ignore[assignment]
+        await tools.router.workflow.set_mode(sid, "explore", Caller("user"))
+        await ai.loop.start(sid, "change it", provider, auto_approve=True)
+        events = await _until(ai, sid, "review")
+        state = (await tools.router.workflow.get(sid)).state
+        result = await tools.router.flow.reject(sid)  # the person says no
+        await ai.loop.resolve_review(sid, "reject", result)
+        return events + await _events(ai, sid), state
+
+    events, state = run(harness, body)
+    review = [e for e in events if e["type"] == "review"][-1]
+    assert review["kernel_decides"] is False and review["needs_person"] is True
+    assert f".editorconfig: {DOTFILE}" in review["reasons"]
+    assert state == "reviewing" and not any(e["type"] == "merged" for e in events)
+    assert not (harness.project / ".editorconfig").exists()
+    assert (harness.project / "src" / "app.py").read_text() != "KEY = 1\n"
+
+
 @pytest.mark.parametrize("grant", [True, False])
 def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
     tmp_path: Path, grant: bool

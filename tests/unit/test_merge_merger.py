@@ -16,6 +16,9 @@ from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.oplog import MergeOperation, pending
 from fluffy.kernel.merge.staging import Staging
 
+#: The fixture project's source and test folders (its Layout.merge_globs).
+ROOTS = ("tests/**", "**/test_*.py", "src/**", "/old.py")  # old.py: a module at the top
+
 
 class Crash(Exception):
     """Stands for the process dying at a chosen point (never caught by the merger)."""
@@ -59,7 +62,7 @@ def test_merge_writes_creates_deletes(project: Path, state: Path, staging: Stagi
     staging.stage("src/a.py", b"a = 2\n")
     staging.stage("src/new/deep/c.py", b"c\n")
     staging.stage("old.py", None)
-    merger = Merger(project, state)
+    merger = Merger(project, state, roots=ROOTS)
     plan = merger.plan(staging, tests_pass=True)
     assert plan.auto and plan.reasons == []
     assert plan.diff_lines == 4 and "+a = 2" in plan.diff
@@ -93,7 +96,7 @@ def test_conflicts_are_reported_and_others_merge(
     (project / "src/a.py").write_text("a = 'the user edited it'\n")
     (project / "src/new.py").write_text("the user created it too\n")
     (project / "old.py").write_text("edited, not to be deleted\n")
-    result = Merger(project, state).merge(staging)
+    result = Merger(project, state, roots=ROOTS).merge(staging)
     assert result.status == "completed"
     assert result.merged == ["src/b.py"]
     assert sorted(c.path for c in result.conflicts) == ["old.py", "src/a.py", "src/new.py"]
@@ -110,7 +113,7 @@ def test_same_change_already_in_the_project_is_not_a_conflict(
 ) -> None:
     staging.stage("src/a.py", b"a = 2\n")
     (project / "src/a.py").write_text("a = 2\n")
-    result = Merger(project, state).merge(staging)
+    result = Merger(project, state, roots=ROOTS).merge(staging)
     assert result.merged == ["src/a.py"] and result.conflicts == []
 
 
@@ -123,11 +126,11 @@ def test_target_turned_into_a_symlink_is_refused(
     staging.stage("src/b.py", b"b = 2\n")
     (project / "src/a.py").unlink()
     (project / "src/a.py").symlink_to(outside)
-    plan = Merger(project, state).plan(staging, tests_pass=True)
+    plan = Merger(project, state, roots=ROOTS).plan(staging, tests_pass=True)
     assert not plan.auto
     assert plan.reasons == ["the project's file cannot be read safely: src/a.py"]
     assert "Unreadable a/src/a.py: the target is a symbolic link" in plan.diff
-    result = Merger(project, state).merge(plan)
+    result = Merger(project, state, roots=ROOTS).merge(plan)
     assert [r.path for r in result.refused] == ["src/a.py"]
     assert "symbolic link" in result.refused[0].reason
     assert outside.read_text() == "victim\n"
@@ -136,13 +139,13 @@ def test_target_turned_into_a_symlink_is_refused(
 
 def test_protected_at_merge_time(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\n")
-    result = Merger(project, state, protected=["src/**"]).merge(staging)
+    result = Merger(project, state, roots=ROOTS, protected=["src/**"]).merge(staging)
     assert [r.path for r in result.refused] == ["src/a.py"]
     assert (project / "src/a.py").read_text() == "a = 1\n"
 
 
 def test_empty_staging(project: Path, state: Path, staging: Staging) -> None:
-    merger = Merger(project, state)
+    merger = Merger(project, state, roots=ROOTS)
     plan = merger.plan(staging, tests_pass=True)
     assert not plan.auto and plan.reasons == ["nothing is staged"]
     result = merger.merge(staging)
@@ -154,7 +157,7 @@ def test_empty_staging(project: Path, state: Path, staging: Staging) -> None:
 
 def test_failing_tests_block_auto_merge(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\n")
-    merger = Merger(project, state)
+    merger = Merger(project, state, roots=ROOTS)
     assert merger.plan(staging, tests_pass=True).auto
     plan = merger.plan(staging, tests_pass=False)
     assert not plan.auto and plan.reasons == ["the tests did not pass"]
@@ -178,7 +181,7 @@ def test_sensitive_paths_block_auto_merge(
     project: Path, state: Path, staging: Staging, path: str
 ) -> None:
     staging.stage(path, b"x\n")
-    plan = Merger(project, state).plan(staging, tests_pass=True)
+    plan = Merger(project, state, roots=ROOTS).plan(staging, tests_pass=True)
     assert not plan.auto and plan.sensitive == [path]
     assert plan.reasons[0] == f"sensitive paths change: {path}"
     # pyproject.toml also configures the test runner: named as test-support code too
@@ -188,13 +191,14 @@ def test_sensitive_paths_block_auto_merge(
 def test_ordinary_paths_are_not_sensitive(project: Path, state: Path, staging: Staging) -> None:
     for path in ("src/env.py", "docs/keys.md", "tests/test_secrets.py", "src/pyproject.py"):
         staging.stage(path, b"x\n")
-    plan = Merger(project, state).plan(staging, tests_pass=True)
-    assert plan.sensitive == [] and plan.auto
+    plan = Merger(project, state, roots=ROOTS).plan(staging, tests_pass=True)
+    assert plan.sensitive == []
+    assert plan.outside == ["docs/keys.md"]  # not sensitive, but outside the code and tests
 
 
 def test_custom_sensitive_globs(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\n")
-    plan = Merger(project, state, sensitive=["src/**"]).plan(staging, tests_pass=True)
+    plan = Merger(project, state, roots=ROOTS, sensitive=["src/**"]).plan(staging, tests_pass=True)
     assert plan.sensitive == ["src/a.py"] and not plan.auto
 
 
@@ -203,7 +207,7 @@ def test_large_diffs_block_auto_merge(
     project: Path, state: Path, staging: Staging, lines: int, auto: bool
 ) -> None:
     staging.stage("src/big.py", "".join(f"x{i} = {i}\n" for i in range(lines)).encode())
-    plan = Merger(project, state).plan(staging, tests_pass=True)
+    plan = Merger(project, state, roots=ROOTS).plan(staging, tests_pass=True)
     assert plan.diff_lines == lines
     assert plan.auto is auto
     assert any(f"{lines} changed lines" in r for r in plan.reasons) is not auto
@@ -211,21 +215,25 @@ def test_large_diffs_block_auto_merge(
 
 def test_binary_changes_block_auto_merge(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("assets/logo.png", b"\x89PNG\r\n\x1a\n\x00\x00")
-    plan = Merger(project, state).plan(staging, tests_pass=True)
+    plan = Merger(project, state, roots=ROOTS).plan(staging, tests_pass=True)
     assert plan.binary == ["assets/logo.png"] and not plan.auto
 
 
 def test_threshold_is_configurable(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\nb = 3\n")
-    assert not Merger(project, state, max_auto_lines=3).plan(staging, tests_pass=True).auto
-    assert Merger(project, state, max_auto_lines=4).plan(staging, tests_pass=True).auto
+    assert (
+        not Merger(project, state, roots=ROOTS, max_auto_lines=3)
+        .plan(staging, tests_pass=True)
+        .auto
+    )
+    assert Merger(project, state, roots=ROOTS, max_auto_lines=4).plan(staging, tests_pass=True).auto
 
 
 def test_plan_must_match_the_staging_it_merges(
     project: Path, state: Path, staging: Staging
 ) -> None:
     staging.stage("src/a.py", b"a = 2\n")
-    merger = Merger(project, state)
+    merger = Merger(project, state, roots=ROOTS)
     plan = merger.plan(staging, tests_pass=True)
     staging.stage("src/b.py", b"unreviewed\n")
     with pytest.raises(MergeConflict, match="reviewed plan"):
@@ -249,28 +257,30 @@ def test_crash_after_rename_before_record(project: Path, state: Path, staging: S
     staging.stage("src/a.py", b"a = 2\n")
     staging.stage("src/b.py", b"b = 2\n")
     with pytest.raises(Crash):
-        Merger(project, state, on_step=crash_at("applied:00001")).merge(staging)
+        Merger(project, state, roots=ROOTS, on_step=crash_at("applied:00001")).merge(staging)
     [op] = pending(state)
     assert op.completed_steps == ["00000"]
     assert (project / "src/b.py").read_text() == "b = 2\n"  # written, not yet recorded
     seen: list[str] = []
-    [result] = Merger(project, state, on_step=lambda _op, at: seen.append(at)).resume_pending()
+    [result] = Merger(
+        project, state, roots=ROOTS, on_step=lambda _op, at: seen.append(at)
+    ).resume_pending()
     assert seen == ["before:00001", "applied:00001", "recorded:00001", "completed"]
     assert result.status == "completed" and result.conflicts == []
     assert sorted(result.merged) == ["src/a.py", "src/b.py"]
-    done = Merger(project, state).log.load(op.id)
+    done = Merger(project, state, roots=ROOTS).log.load(op.id)
     assert done.completed_steps == ["00000", "00001"]
     assert done.results["00001"].outcome == "already"  # detected by its sha256, just marked
-    assert Merger(project, state).resume_pending() == []  # never applied again
+    assert Merger(project, state, roots=ROOTS).resume_pending() == []  # never applied again
     assert temp_files(project) == []
 
 
 def test_crash_before_staging_was_cleared(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\n")
     with pytest.raises(Crash):
-        Merger(project, state, on_step=crash_at("prepared")).merge(staging)
+        Merger(project, state, roots=ROOTS, on_step=crash_at("prepared")).merge(staging)
     assert not staging.is_empty()
-    [result] = Merger(project, state).resume_pending()
+    [result] = Merger(project, state, roots=ROOTS).resume_pending()
     assert result.merged == ["src/a.py"]
     assert Staging(staging.root, project).is_empty()  # the resumed merge cleared it
     assert (project / "src/a.py").read_text() == "a = 2\n"
@@ -291,10 +301,10 @@ def test_os_error_leaves_the_operation_to_resume(
 
     monkeypatch.setattr(merger_module, "write_atomic", flaky)
     with pytest.raises(MergeError, match="No space left"):
-        Merger(project, state).merge(staging)
+        Merger(project, state, roots=ROOTS).merge(staging)
     [op] = pending(state)
     assert op.completed_steps == ["00000"]
-    [result] = Merger(project, state).resume_pending()
+    [result] = Merger(project, state, roots=ROOTS).resume_pending()
     assert result.status == "completed"
     assert (project / "src/b.py").read_text() == "b = 2\n"
 
@@ -302,10 +312,10 @@ def test_os_error_leaves_the_operation_to_resume(
 def test_lost_source_fails_the_operation(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\n")
     with pytest.raises(Crash):
-        Merger(project, state, on_step=crash_at("before:00000")).merge(staging)
+        Merger(project, state, roots=ROOTS, on_step=crash_at("before:00000")).merge(staging)
     [op] = pending(state)
     (state / "merges" / op.id / "00000.content").unlink()
-    [result] = Merger(project, state).resume_pending()
+    [result] = Merger(project, state, roots=ROOTS).resume_pending()
     assert result.status == "failed" and result.error and "lost its source" in result.error
     assert (project / "src/a.py").read_text() == "a = 1\n"
     assert pending(state) == []
@@ -318,11 +328,13 @@ def test_pending_is_oldest_first_and_garbage_is_collected(
     for name in ("one", "two"):
         stage = Staging(tmp_path / f"staging-{name}", project)
         stage.stage(f"{name}.txt", name.encode())
-        merger = Merger(project, state, on_step=crash_at("prepared"), clock=lambda: next(times))
+        merger = Merger(
+            project, state, roots=ROOTS, on_step=crash_at("prepared"), clock=lambda: next(times)
+        )
         with pytest.raises(Crash):
             merger.merge(stage)
     assert [op.created_at for op in pending(state)] == [100.0, 200.0]
     (state / "merges" / "never-started").mkdir()  # sources copied, op JSON never written
-    results = Merger(project, state).resume_pending()
+    results = Merger(project, state, roots=ROOTS).resume_pending()
     assert [r.merged for r in results] == [["two.txt"], ["one.txt"]]
     assert sorted(p.name for p in (state / "merges").iterdir() if p.is_dir()) == []

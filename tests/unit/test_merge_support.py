@@ -88,7 +88,7 @@ def test_the_merge_plan_waits_for_a_person_when_support_code_changed(tmp_path: P
     (project / "tests").mkdir(parents=True)
     (project / "tests" / "conftest.py").write_text("import pytest\n")  # the person's: fine
     (project / "calc.py").write_text("def sub(a, b):\n    return a - b\n")
-    merger = Merger(project, tmp_path / "state")
+    merger = Merger(project, tmp_path / "state", roots=("calc.py", "tests/**"))
     stage = Staging(tmp_path / "stage", project)
     stage.stage("calc.py", b"def sub(a, b):\n    return 999\n")
     assert merger.plan(stage, tests_pass=True).auto  # an ordinary change merges alone
