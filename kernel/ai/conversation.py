@@ -21,7 +21,7 @@ kernel records is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -187,6 +187,28 @@ class ConversationStore:
             await self.db.rollback()
             raise
         return count + len(rows)
+
+    async def replace_calls(self, session_id: str, calls: Mapping[str, ToolCall]) -> bool:
+        """Put ``calls`` in place of the calls with their ids in the session's latest
+        assistant message that has them (a summary for arguments not to be kept)."""
+        rows = await self.db.execute_fetchall(
+            "SELECT seq, message FROM conversation WHERE session_id = ? AND role = 'assistant' "
+            "ORDER BY seq DESC LIMIT 8",
+            (session_id,),
+        )
+        for seq, raw in rows:
+            message = _decode_message(raw)
+            if not any(call.id in calls for call in message.tool_calls):
+                continue
+            changed = [calls.get(call.id, call) for call in message.tool_calls]
+            clean = _clean(msgspec.structs.replace(message, tool_calls=changed))
+            await self.db.execute(
+                "UPDATE conversation SET message = ? WHERE session_id = ? AND seq = ?",
+                (_message_json(clean).decode(), session_id, seq),
+            )
+            await self.db.commit()
+            return True
+        return False
 
     async def load(self, session_id: str) -> list[Message]:
         """The session's messages, oldest first (archived ones too)."""

@@ -49,6 +49,7 @@ from fluffy.ipc.ai_types import (
     ToolCall,
     ToolDefinition,
 )
+from fluffy.kernel.ai.bounds import bounded
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.memory import Memory
@@ -381,10 +382,10 @@ class SessionLoop:
         response = await self._request(turn, session.state, session.mode, tools, text)
         turn.final_text = response.text or "".join(text)
         calls = list(response.tool_calls)
-        await self.memory.append(
-            sid, [Message(role="assistant", content=turn.final_text, tool_calls=calls)]
-        )
-        return calls
+        # kept bounded: huge arguments or text would be sent back with every request
+        message = bounded(Message(role="assistant", content=turn.final_text, tool_calls=calls))
+        await self.memory.append(sid, [message])
+        return calls  # as the model sent them: they run as asked (or are refused)
 
     async def _request(
         self,

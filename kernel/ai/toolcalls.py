@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluffy.errors import FluffyError, Quarantined
 from fluffy.ipc.ai_types import Message, ToolCall
+from fluffy.kernel.ai.bounds import OMITTED, TOO_LARGE, needs_summary, summarised
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.tools.routedcall import TURN_PRIORITY
@@ -76,15 +77,24 @@ class TurnCalls:
                 if not answer:
                     answers[i] = {"ok": False, "error": {"code": "ai.cancelled",
                                   "what": "the call was cancelled before it finished"}}  # fmt: skip
+            # a refused call's large arguments (or any call's huge ones) are not sent back
+            # with every later request: a summary stands in for them (ADR-054)
+            kept = {
+                call.id: summarised(call, _why_not_kept(answer))
+                for call, answer in zip(calls, answers, strict=True)
+                if needs_summary(call, refused=not answer.get("ok"))
+            }
             results_messages = [
                 Message(
                     role="tool",
-                    content=tool_content(answer),
+                    content=tool_content(answer, kept.get(call.id)),
                     tool_call_id=call.id,
                     name=call.name,
                 )
                 for call, answer in zip(calls, answers, strict=True)
             ]
+            if kept:
+                await asyncio.shield(self.loop.memory.store.replace_calls(sid, kept))
             await asyncio.shield(self.loop.memory.append(sid, results_messages))
         session = await self.loop.router.workflow.get(sid)
         if session.data.get("quarantined"):
@@ -198,8 +208,25 @@ def short_error(error: Any) -> dict[str, Any]:
     return {k: error.get(k, "") for k in ("code", "error", "what", "why", "fix")}
 
 
-def tool_content(answer: dict[str, Any]) -> str:
-    body = {k: answer[k] for k in ("ok", "output", "error", "session") if answer.get(k)}
+def _why_not_kept(answer: dict[str, Any]) -> str:
+    if answer.get("ok"):
+        return TOO_LARGE
+    error = answer.get("error")
+    what = error.get("what") if isinstance(error, dict) else error
+    return f"the call was refused: {str(what or 'no reason given')[:300]}"
+
+
+def tool_content(answer: dict[str, Any], summary: ToolCall | None = None) -> str:
+    """The call's result as the model reads it; ``summary``: its arguments are no longer
+    in the conversation (the summary stands in for them), and the model is told so."""
+    body: dict[str, Any] = {}
+    if summary is not None:
+        body["arguments_not_kept"] = {
+            **summary.arguments[OMITTED],
+            "note": "these arguments are not in the conversation any more: a summary "
+            "stands in for them; do not send them again as they were",
+        }
+    body.update({k: answer[k] for k in ("ok", "output", "error", "session") if answer.get(k)})
     text = json.dumps(body, ensure_ascii=False, default=str)
     if len(text) > RESULT_CHARS:
         text = text[: RESULT_CHARS // 2] + " ...[cut]... " + text[-RESULT_CHARS // 2 :]
