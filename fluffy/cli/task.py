@@ -5,8 +5,11 @@ still the status command); a single word that looks like a mistyped subcommand i
 usage error rather than a task sent to the AI.  `fluffy --mode explore` with no task
 opens the prompt in that mode.
 
-Exit codes: 0 the turn finished, 1 it failed, was cancelled or rejected, the session was
-quarantined, or a review is left waiting; 3 a fluffy error (ERROR / Reason / Fix).
+Exit codes: 0 the task's change landed (merged, and committed where the workflow
+commits) or it made none; 1 it did not land (the tests are not green, a review waits,
+the commit failed, the turn failed, was cancelled or rejected, the session was
+quarantined): one line says which; 3 a fluffy error (ERROR / Reason / Fix).  ``--json``
+ends with a ``summary`` event saying the same.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from fluffy.cli.connect import (
 )
 from fluffy.cli.endpoint import allowlist_hint
 from fluffy.cli.exemption import request_text
+from fluffy.cli.outcome import Tally, outcome
 from fluffy.cli.project import env_for_task, show_project
 from fluffy.cli.render import stderr, stdout, use_theme
-from fluffy.cli.session_view import JsonRenderer, Renderer, SessionRenderer, status_line
+from fluffy.cli.session_view import JsonRenderer, SessionRenderer
 from fluffy.cli.turns import cursor, follow
 from fluffy.errors import ConfigError
 
@@ -129,7 +133,7 @@ def run_task(args: argparse.Namespace) -> int:
         notes.print(f"[yellow]WARN:[/] {escape(hint)}")
     terminal = sys.stdin.isatty()
     shown = use_theme(settings.theme)
-    renderer: Renderer = (
+    renderer = Tally(
         JsonRenderer()
         if args.json
         else SessionRenderer(stdout, prices=settings.prices, palette=shown)
@@ -204,6 +208,10 @@ def run_task(args: argparse.Namespace) -> int:
             f"`fluffy session resume {sid}{where}` (or `fluffy` in the project), "
             "then /approve or /reject."
         )
-    if not args.json:
-        notes.print(f"[dim]{escape(status_line(state.get('mode'), state.get('state')))}[/]")
-    return EXIT_OK if end.get("status") == "done" and not rejected else EXIT_FAILED
+    result = outcome(end, str(state.get("state")), renderer)
+    if args.json:
+        renderer.inner.render(result.event())
+    else:
+        word = "green" if result.landed else "red"
+        notes.print(f"[bold {word}]{escape(result.line)}[/] [dim](session {escape(sid)})[/]")
+    return EXIT_OK if result.landed and not rejected else EXIT_FAILED

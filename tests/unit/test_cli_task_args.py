@@ -120,7 +120,8 @@ def test_a_task_runs_to_done(
     assert _run(tmp_path, "add x") == EXIT_OK
     out = capsys.readouterr().out
     assert "You: add x" in out and "AI: ok" in out and "Done." in out
-    assert "[strict] [idle] >" in out
+    assert "No change was made. (session s1)" in out  # one line: what landed
+    assert "[strict] [idle] >" not in out  # nothing that looks like a prompt after the end
     sent = kernel.methods("session.message")
     assert len(sent) == 1 and sent[0]["text"] == "add x" and sent[0]["auto_approve"] is False
     assert sent[0]["provider"]["name"] == "scripted" and sent[0]["max_rounds"] >= 1
@@ -149,7 +150,9 @@ def test_json_mode_prints_only_events(
     kernel.pages = [turn("add x")]
     assert _run(tmp_path, "add x", "--json") == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
-    assert [json.loads(line)["type"] for line in lines] == ["turn_start", "turn_end"]
+    events = [json.loads(line) for line in lines]
+    assert [e["type"] for e in events] == ["turn_start", "turn_end", "summary"]
+    assert events[-1]["landed"] is True and events[-1]["text"] == "No change was made."
 
 
 def test_a_failed_turn_exits_1(kernel: FakeKernel, tmp_path: Path) -> None:

@@ -1,0 +1,84 @@
+"""What a one-shot task landed: one honest line, and the command's exit code.
+
+"Done." only says the model's turn ended.  A person running `fluffy "task"` (or a script
+around it) needs to know whether the change is in the project: merged, and committed
+where the workflow commits.  :class:`Tally` watches the events as they are rendered;
+:func:`outcome` reads it with the session's final state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WRITES = frozenset({"fs.write", "fs.edit", "fs.delete"})
+#: Why a change did not land, by the state the session stopped in.
+_WHY = {
+    "planning": "the plan was not completed, so nothing was written",
+    "test_writing": "no failing test was recorded yet (tests come first), so no code was written",
+    "code_writing": "the tests did not pass; the change is staged, not merged",
+    "validating": "the tests did not pass as a whole suite; the change is staged, not merged",
+    "reviewing": "the change waits for a review; nothing was merged",
+    "committing": "the change was merged but not committed",
+    "retroactive_testing": "tests for the change are still missing; nothing was merged",
+    "exploring": "the change is staged, not merged",
+}
+
+
+@dataclass
+class Tally:
+    """Passes each event on to ``inner`` and notes merges and commits."""
+
+    inner: Any
+    merged: list[str] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+    writes: int = 0  # writes that staged a change in this turn
+
+    def render(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        written = str(event.get("tool_name") or "") in WRITES
+        if kind == "tool_result" and event.get("ok", True) and written:
+            self.writes += 1
+        if kind == "merged":
+            self.merged += [str(p) for p in event.get("paths") or []]
+        elif kind == "commit" and event.get("sha"):
+            self.commits.append(str(event["sha"]))
+        self.inner.render(event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    landed: bool
+    line: str
+    state: str
+    commit: str | None
+
+    def event(self) -> dict[str, Any]:
+        return {"type": "summary", "landed": self.landed, "text": self.line,
+                "state": self.state, "commit": self.commit}  # fmt: skip
+
+
+def outcome(end: dict[str, Any], state: str, tally: Tally) -> Outcome:
+    """Whether the task's change landed, and the line that says so."""
+    status = str(end.get("status") or "")
+    commit = tally.commits[-1] if tally.commits else None
+    done = f"committed {commit[:12]}" if commit else ""
+    if status in ("failed", "cancelled", "quarantined"):
+        word = {"failed": "the turn failed", "cancelled": "the task was cancelled",
+                "quarantined": "the session was quarantined"}[status]  # fmt: skip
+        return Outcome(False, f"Not landed: {word}" + (f" after it {done}" if done else ""),
+                       state, commit)  # fmt: skip
+    if state == "idle" and commit:
+        return Outcome(True, f"Landed: {done}.", state, commit)
+    if not tally.writes and not tally.merged and not commit and status != "waiting_review":
+        return Outcome(True, "No change was made.", state, None)
+    why = _WHY.get(state, f"the session stopped in {state}")
+    if status == "waiting_review":
+        why = _WHY["reviewing"] if state == "reviewing" else "a call waits for your answer"
+    head = f"Not landed: {why}"
+    if done:
+        head += f" (an earlier change was {done})"
+    return Outcome(False, head + ".", state, commit)
