@@ -133,6 +133,7 @@ class _Fields(BaseModel):
     max_retries: int | None = Field(default=None, ge=0, le=MAX_RETRIES)
     retry_max_wait_s: float | None = Field(default=None, ge=0, le=MAX_RETRY_WAIT_S)
     prices: dict[ModelName, Price] | None = None
+    commit_trailer: str | None = Field(default=None, max_length=500)
 
 
 FIELDS: Final = tuple(_Fields.model_fields)
@@ -151,6 +152,8 @@ HELP: Final[Mapping[str, str]] = {
     "retry_max_wait_s": "the most seconds a request's retries may wait in all",
     "prices": "per model, US dollars per million tokens (input, output, cached_input): "
     "/usage and `fluffy session list` show the cost",
+    "commit_trailer": "the last line of the AI's commit messages ({model} is the model's "
+    'name; "" for none)',
 }
 
 
@@ -170,6 +173,7 @@ class Settings(BaseModel):
     max_retries: int = Field(default=4, ge=0, le=MAX_RETRIES)
     retry_max_wait_s: float = Field(default=60.0, ge=0, le=MAX_RETRY_WAIT_S)
     prices: dict[ModelName, Price] = Field(default_factory=dict)
+    commit_trailer: str = Field(default="Assisted-by: fluffy ({model})", max_length=500)
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -101,7 +101,9 @@ def message_options(
         from fluffy.cli.endpoint import guard_project_endpoint
 
         guard_project_endpoint(settings, provider["api_key"], ask)
-    return {"provider": provider, "max_rounds": settings.max_rounds}
+    options: dict[str, Any] = {"provider": provider, "max_rounds": settings.max_rounds}
+    options["commit_trailer"] = settings.commit_trailer.replace("{model}", model or name)
+    return options
 
 
 def ask(question: str) -> bool:
@@ -195,3 +197,25 @@ def _stop_on_hangup() -> dict[int, Any]:
         raise SystemExit(128 + signum)
 
     return {sig: signal.signal(sig, leave) for sig in (signal.SIGHUP, signal.SIGTERM)}
+
+
+def git_identity(project: Path) -> dict[str, str] | None:
+    """The person's git identity for the project (its configuration, then the global
+    one, as `git commit` reads them), for the AI's commits; None when git has none."""
+    found: dict[str, str] = {}
+    for key in ("name", "email"):
+        try:
+            done = subprocess.run(
+                # the project may be another user's (root at a user's clone): its own
+                # configuration is read as git commit would read it, as data only
+                ["git", "-c", "core.fsmonitor=false", "-c", f"safe.directory={project}",
+                 "-C", str(project), "config", "--get", f"user.{key}"],
+                capture_output=True, text=True, timeout=10, check=False, cwd="/",
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        value = done.stdout.strip()
+        if done.returncode != 0 or not value or any(c in value for c in "<>\n\r\0"):
+            return None
+        found[key] = value[:254]
+    return found

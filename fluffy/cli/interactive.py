@@ -289,6 +289,7 @@ def run(
         approve_mode,
         attached,
         get_session,
+        git_identity,
         message_options,
         script_turns,
         settings_for,
@@ -322,6 +323,8 @@ def run(
             turns = script_turns(script) if script else None
             try:
                 options: dict[str, Any] | None = message_options(settings, turns)
+                if (author := git_identity(Path(project))) is not None:
+                    options["author"] = author  # type: ignore[index]
             except ConfigError as exc:  # the prompt still decides what waits, lists, ...
                 options = None
                 stdout.print(f"[yellow]WARN:[/] {escape(exc.what)}: tasks are not sent from "

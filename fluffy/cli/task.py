@@ -29,6 +29,7 @@ from fluffy.cli.connect import (
     ask,
     attached,
     get_session,
+    git_identity,
     message_options,
     script_turns,
     settings_for,
@@ -127,6 +128,9 @@ def run_task(args: argparse.Namespace) -> int:
     settings = settings_for(project, cli_settings(args))
     turns = script_turns(args.script) if args.script else None
     options = message_options(settings, turns)
+    author = git_identity(project)
+    if author is not None:
+        options["author"] = author
     notes = stderr if args.json else stdout
     hint = allowlist_hint(project, options)
     if hint is not None:

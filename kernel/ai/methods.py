@@ -8,7 +8,7 @@ quarantine; the provider's settings (and its API key) arrive here and stay in me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -17,6 +17,7 @@ from fluffy.ipc.ai_types import ProviderConfig
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
+from fluffy.kernel.merge.identity import clean
 from fluffy.kernel.workflow.budget import LOCK_KEY
 from fluffy.kernel.workflow.methods import SessionParams, SessionView, _view
 
@@ -25,12 +26,23 @@ MAX_WAIT_MS = 30_000
 CALL_DECISIONS = ("allow", "allow_session", "deny")
 
 
+class CommitAuthor(msgspec.Struct, forbid_unknown_fields=True):
+    """The person the AI's commits name (their git identity, read by the CLI)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    email: Annotated[str, msgspec.Meta(min_length=1, max_length=254)]
+
+
 class MessageParams(msgspec.Struct, forbid_unknown_fields=True):
     session_id: str
     text: str
     provider: ProviderConfig | None = None  # None: the scripted provider's defaults
     auto_approve: bool = False
     max_rounds: int | None = None  # None: policy.yaml session.max_rounds
+    #: the session's commits are authored by this person (None: the repository's
+    #: [user], else fluffy's placeholder) and end with this trailer ("": none)
+    author: CommitAuthor | None = None
+    commit_trailer: Annotated[str, msgspec.Meta(max_length=500)] | None = None
 
 
 class EventsParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -85,6 +97,13 @@ def ai_methods(
         if not 1 <= rounds <= 1000:
             raise InvalidPayload("max_rounds must be an integer from 1 to 1000")
         rounds = min(rounds, max_rounds())  # policy.yaml session.max_rounds is the ceiling
+        identity: dict[str, Any] = {}
+        if p.author is not None:
+            identity["commit_author"] = clean(p.author.name, p.author.email)
+        if p.commit_trailer is not None:
+            identity["commit_trailer"] = " ".join(p.commit_trailer.split())
+        if identity:
+            await workflow.annotate(p.session_id, "commit_identity", **identity)
         turn = await loop.start(
             p.session_id,
             text,

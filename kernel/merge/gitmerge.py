@@ -310,11 +310,28 @@ def prepare_git(
             "index",
             "git_index",
             "index",
+            # the person's index the commit's was made from: swapped only if unchanged
+            base_sha256=_index_base(result.get("index_base")),
             new_sha256=hashlib.sha256(index).hexdigest(),
             source="index",
         ),
     ]
     return steps, sources
+
+
+#: Why the person's index was left as it is after the commit.
+INDEX_MOVED = (
+    "your git index changed while the commit was made, so it was kept as it is: `git "
+    "status` may show the committed files as changed until `git reset -q -- <files>`"
+)
+
+
+def _index_base(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise MergeRefused("the git.commit result's index_base is not a sha256")
+    return value
 
 
 def _check_ref(project: Path, ref: str, parent: str | None) -> None:
@@ -369,8 +386,11 @@ def apply_git_step(
     if ref_result is not None and ref_result.outcome in ("conflict", "refused"):
         return StepResult("skipped", "the ref was not updated, so the index is kept")
     current_index = read_existing(project, ".git/index", MAX_INDEX_BYTES)
-    if current_index is not None and hashlib.sha256(current_index).hexdigest() == step.new_sha256:
+    current = None if current_index is None else hashlib.sha256(current_index).hexdigest()
+    if current is not None and current == step.new_sha256:
         return StepResult("already")
+    if current != step.base_sha256:
+        return StepResult("skipped", INDEX_MOVED)
     if locked(project, "index"):
         return StepResult("conflict", "git is busy: .git/index.lock exists")
     write_atomic(project, ".git/index", source("index"), temp_name=f"{tag}.tmp")

@@ -132,6 +132,8 @@ class MergeResult:
     conflicts: list[MergeIssue] = field(default_factory=list)
     refused: list[MergeIssue] = field(default_factory=list)
     error: str | None = None
+    #: steps left out on purpose, and why (the person's git index kept, for one)
+    notes: list[str] = field(default_factory=list)
 
 
 def _view_reader(staging: Staging) -> Callable[[str], bytes | None]:
@@ -151,6 +153,8 @@ def result_of(op: MergeOperation) -> MergeResult:
     out = MergeResult(op.id, op.status, error=op.error)
     for step in op.steps:
         done = op.results.get(step.id)
+        if done is not None and done.outcome == "skipped" and done.reason:
+            out.notes.append(done.reason)
         if done is None or done.outcome == "skipped":
             continue
         if done.outcome in ("applied", "already"):

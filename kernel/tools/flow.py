@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from fluffy.errors import MergeConflict, TransitionDenied, WorkflowError
+from fluffy.errors import MergeConflict, MergeRefused, TransitionDenied, WorkflowError
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.merge.merger import Merger
@@ -54,6 +54,15 @@ class Step:
         if self.notes:
             data["notes"] = list(self.notes)
         return data
+
+
+def _contents(plan: Any) -> dict[str, bytes | None]:
+    """Each planned path's new content (None: removed), read before the merge clears the
+    staging area."""
+    return {
+        change.path: plan.staging.read(change.path) if change.op == "write" else None
+        for change in plan.changes
+    }
 
 
 class Flow:
@@ -125,6 +134,7 @@ class Flow:
         return steps, review
 
     async def committed(self, session_id: str) -> list[Step]:
+        await asyncio.to_thread(self.workspaces.landed(session_id).clear)
         return [await self._try(session_id, "commit_complete")]
 
     # -- reviewing ------------------------------------------------------------------
@@ -186,12 +196,19 @@ class Flow:
             plan.diff,
         )
         await self.workflow.annotate(session_id, "merge_started", merge_started=by)
+        landed = self.workspaces.landed(session_id)
+        planned = await asyncio.to_thread(_contents, plan)
         try:
+            # what the commit takes, recorded before the project changes (crash-safe)
+            await asyncio.to_thread(landed.add, planned)
             result = await asyncio.to_thread(self.merger.merge, plan)
-        except BaseException:
+        except BaseException as exc:
             # nothing (or a resumable operation) was written: no approval stays behind
+            if isinstance(exc, MergeConflict | MergeRefused):  # nothing, for sure
+                await asyncio.to_thread(landed.keep_only, [], planned)
             await self.workflow.annotate(session_id, "merge_failed", merge_started=None)
             raise
+        await asyncio.to_thread(landed.keep_only, list(getattr(result, "merged", [])), planned)
         summary = await self._finish_merge(session_id, result)
         if budget:
             summary["budget"] = budget

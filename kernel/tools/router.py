@@ -326,7 +326,11 @@ class ToolRouter:
             )
         if spec.route == "mcp":
             return await self._mcp(call)
-        outcome = await self._plugin(call)
+        extra, landed = None, None
+        if spec.name == "git.commit":  # the session's merged paths, never the whole tree
+            extra = await staging.commit_settings(call, self.workspaces, self.project)
+            landed = self.workspaces.landed(call.session.id).root
+        outcome = await self._plugin(call, settings=extra, staged_dir=landed)
         try:
             if spec.kind == "write":
                 return await staging.stage(
@@ -346,7 +350,13 @@ class ToolRouter:
         finally:
             await self._release(outcome)
 
-    async def _plugin(self, call: RoutedCall, test: TestPlan | None = None) -> PluginOutcome:
+    async def _plugin(
+        self,
+        call: RoutedCall,
+        test: TestPlan | None = None,
+        settings: dict[str, Any] | None = None,
+        staged_dir: Path | None = None,
+    ) -> PluginOutcome:
         """Run the call in its plugin's sandbox (a test run: in its view and environment)."""
         spec = call.spec
         if self.runner is None or spec.plugin is None or spec.module is None:
@@ -357,11 +367,12 @@ class ToolRouter:
         runner, plugin, module = self.runner, spec.plugin, spec.module
         stage = self.workspaces.get(call.session.id)
         project: Path = self.project
-        staged: Path | None = stage.root
+        staged: Path | None = stage.root if staged_dir is None else staged_dir
         if test is not None:  # the session's view, one folder (testview)
             project, staged = test.synced.folder, None
         elif self.tests is not None and self.tests.mirror_needed():
-            project, staged = await asyncio.to_thread(self._mirror, call, stage), None
+            project = await asyncio.to_thread(self._mirror, call, stage)
+            staged = staged_dir  # the view carries the staged changes; a commit its record
         ticket = self.breakers.before(plugin)
         try:
             outcome: PluginOutcome = await self.schedule(
@@ -379,7 +390,7 @@ class ToolRouter:
                     staged_dir=staged,
                     timeout_s=self.settings.call_timeout_s,
                     image=test.image if test is not None else None,
-                    settings=test.settings if test is not None else None,
+                    settings=test.settings if test is not None else settings,
                     capability=call.capability,
                 ),
                 call.priority,
@@ -436,7 +447,11 @@ class ToolRouter:
             module=spec.module,
             template=spec.template,
             project=self.project,
-            staged_dir=self.workspaces.get(session.id).root,
+            staged_dir=(
+                self.workspaces.landed(session.id).root
+                if tool == "git.commit"
+                else self.workspaces.get(session.id).root
+            ),
             timeout_s=self.settings.call_timeout_s,
         )
         runner.pool.expect(recipe)

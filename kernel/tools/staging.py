@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from fluffy.errors import MergeConflict, MergeRefused, ToolUnavailable
+from fluffy.errors import MergeConflict, MergeRefused, ToolFailed, ToolUnavailable
+from fluffy.kernel.merge.identity import (
+    DEFAULT_TRAILER,
+    FALLBACK,
+    clean,
+    repo_identity,
+    with_trailer,
+)
 from fluffy.kernel.merge.ingest import ingest
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.policy.audited import AuditedPolicy
@@ -155,6 +163,29 @@ def check_uses(
     call.token_ops = f"{used}/{token.max_ops}"
 
 
+async def commit_settings(
+    call: RoutedCall, workspaces: Workspaces, project: Path
+) -> dict[str, Any]:
+    """What git.commit commits (the session's merged, uncommitted paths), as whom, and
+    the message with fluffy's trailer (kernel/merge/landed.py, identity.py)."""
+    paths = await asyncio.to_thread(workspaces.landed(call.session.id).paths)
+    if not paths:
+        raise ToolFailed(
+            "nothing to commit: this session has merged no change since its last commit",
+            why="the AI's commit holds only what the session merged, never the rest of the "
+            "working tree",
+            fix="Make the change, run the tests, and commit after the merge.",
+        )
+    data = call.session.data
+    given = data.get("commit_author")
+    author = clean(given.get("name"), given.get("email")) if isinstance(given, dict) else None
+    author = author or await asyncio.to_thread(repo_identity, project) or FALLBACK
+    trailer = data.get("commit_trailer")
+    trailer = trailer if isinstance(trailer, str) else DEFAULT_TRAILER
+    message = with_trailer(str(call.args.get("message", "")), trailer)
+    return {"commit": {"paths": paths, "author": author, "message": message}}
+
+
 async def commit(
     call: RoutedCall, outcome: PluginOutcome, *, merger: Merger, flow: Flow
 ) -> dict[str, Any]:
@@ -168,10 +199,14 @@ async def commit(
             fix="Look at `git status` and `git log`, then call git.commit again.",
         )
     steps = await flow.committed(call.session.id)
-    return {
+    answer = {
         "commit": outcome.result.get("commit"),
         "ref": outcome.result.get("ref"),
         "files": outcome.result.get("files", []),
+        "author": outcome.result.get("author"),
         "merged": list(getattr(result, "merged", [])),
         "workflow": [s.to_dict() for s in steps],
     }
+    if getattr(result, "notes", None):
+        answer["notes"] = list(result.notes)
+    return answer

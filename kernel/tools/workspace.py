@@ -12,12 +12,15 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from fluffy.kernel.merge.landed import Landed, safe_name
 from fluffy.kernel.merge.staging import Staging
 
 
 class Workspaces:
     def __init__(self, state_dir: Path, project: Path) -> None:
         self.root = state_dir / "staging"
+        #: what each session merged and has not committed (kept past a discard)
+        self.landed_root = state_dir / "landed"
         self.project = project
         self.sessions: dict[str, Staging] = {}
         #: told each folder that is removed (sandboxes made to mount it are stale)
@@ -32,6 +35,13 @@ class Workspaces:
             stage = Staging(self.root / session_id, self.project)
             self.sessions[session_id] = stage
         return stage
+
+    def landed(self, session_id: str) -> Landed:
+        """What the session merged and has not committed (``<state>/landed/<id>``, which
+        git.commit's sandbox sees read-only at /staged)."""
+        self.landed_root.mkdir(parents=True, exist_ok=True)
+        self.landed_root.chmod(0o755)
+        return Landed(self.landed_root / safe_name(session_id))
 
     def overlay(self, session_id: str) -> Mapping[str, str | None]:
         if session_id not in self.sessions and not (self.root / session_id).exists():

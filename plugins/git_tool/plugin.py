@@ -9,6 +9,7 @@ and updates the ref when it merges.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from typing import Any
 
@@ -18,7 +19,7 @@ from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin,
 
 MAX_DIFF_CHARS = 1024 * 1024
 MAX_STATUS_ENTRIES = 10000
-OBJECTS, INDEX = "git-objects", "git-index"
+OBJECTS, INDEX, PERSON_INDEX = "git-objects", "git-index", "person-index"
 
 STATUS = ToolDefinition(
     name="git.status",
@@ -50,14 +51,13 @@ DIFF = ToolDefinition(
 )
 COMMIT = ToolDefinition(
     name="git.commit",
-    description="Commit the project's current files (all changes, new files included) on "
-    "the current branch. The commit is prepared in the sandbox; the kernel applies it.",
+    description="Commit what this session merged since its last commit (only those files; "
+    "nothing else of the working tree) on the current branch, as the person. The commit "
+    "is prepared in the sandbox; the kernel applies it.",
     input_schema={
         "type": "object",
         "properties": {
             "message": {"type": "string", "minLength": 1, "maxLength": 20000},
-            "author_name": {"type": "string", "minLength": 1, "maxLength": 200},
-            "author_email": {"type": "string", "minLength": 3, "maxLength": 254},
         },
         "required": ["message"],
         "additionalProperties": False,
@@ -101,38 +101,94 @@ def diff(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return {"diff": text[:MAX_DIFF_CHARS], "truncated": len(text) > MAX_DIFF_CHARS}
 
 
-def _identity(args: dict[str, Any]) -> tuple[str, str]:
-    name = args.get("author_name", "fluffy")
-    email = args.get("author_email", "fluffy@localhost")
-    for label, value in (("author_name", name), ("author_email", email)):
-        if any(char in value for char in "<>\n\r\0"):
-            raise ToolInputInvalid(f"{label} may not contain '<', '>' or line breaks")
-    return name, email
+def _order(ctx: ToolContext) -> dict[str, Any]:
+    """The kernel's order for this commit: which paths (merged by the session, with the
+    sha256 of their content, None for a removal), as whom, and the message."""
+    order = ctx.settings.get("commit")
+    if not isinstance(order, dict) or not isinstance(order.get("paths"), dict):
+        raise ToolFailed(
+            "git.commit has no list of merged paths from the kernel",
+            why="the AI's commit holds only what the session merged",
+            fix="Commit from a session after a merge.",
+        )
+    given = order.get("author")
+    author: dict[str, Any] = given if isinstance(given, dict) else {}
+    for value in (author.get("name"), author.get("email")):
+        if not isinstance(value, str) or any(char in value for char in "<>\n\r\0"):
+            raise ToolInputInvalid("the commit's author is not a name and an e-mail address")
+    return order
+
+
+def _mode(ctx: ToolContext, parent: str | None, rel: str, env: dict[str, str]) -> str:
+    """The path's mode: HEAD's, else the file's exec bit in the project, else 100644."""
+    if parent is not None:
+        listed = optional(ctx, "ls-tree", parent, "--", rel, env=env)
+        if listed and listed.split()[0] in ("100644", "100755"):
+            return listed.split()[0]
+    try:
+        executable = (ctx.workspace / rel).stat().st_mode & 0o111
+    except OSError:
+        executable = 0
+    return "100755" if executable else "100644"
+
+
+def _apply(ctx: ToolContext, order: dict[str, Any], parent: str | None,
+           env: dict[str, str], indexes: list[dict[str, str]]) -> None:  # fmt: skip
+    """Put each landed path's blob (checked against its sha256) into every index."""
+    landed = ctx.view.tree  # /staged is the session's landed record for a commit
+    for raw, sha in sorted(order["paths"].items()):
+        rel = normalise_path(raw, what="a landed path")
+        if sha is None:
+            for index in indexes:
+                git(ctx, "update-index", "--force-remove", "--", rel, env={**env, **index})
+            continue
+        source = landed / rel
+        data = source.read_bytes() if source.is_file() and not source.is_symlink() else None
+        if data is None or hashlib.sha256(data).hexdigest() != sha:
+            raise ToolFailed(
+                f"the merged content of {rel} is not the one the merge recorded",
+                why="the session's record of what it merged was changed or lost",
+                fix="Make the change again; the merged files are in the project.",
+            )
+        blob = git(ctx, "hash-object", "-w", f"--path={rel}", str(source), env=env).stdout
+        entry = f"{_mode(ctx, parent, rel, env)},{blob.strip()},{rel}"
+        for index in indexes:
+            git(ctx, "update-index", "--add", "--cacheinfo", entry, env={**env, **index})
 
 
 def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """HEAD's tree plus exactly the paths the session merged (never `git add -A`), as the
+    person; the person's index is updated for those paths only (the kernel swaps it in
+    only if nobody changed it meanwhile)."""
     require_repository(ctx)
-    name, email = _identity(args)
+    order = _order(ctx)
     objects = ctx.call_dir / OBJECTS
     for folder in (objects / "info", objects / "pack"):
         folder.mkdir(parents=True, exist_ok=True)
+    author = order["author"]
     env = {
         "GIT_INDEX_FILE": str(ctx.call_dir / INDEX),
         "GIT_OBJECT_DIRECTORY": str(objects),
         "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(ctx.workspace / ".git" / "objects"),
-        "GIT_AUTHOR_NAME": name,
-        "GIT_AUTHOR_EMAIL": email,
-        "GIT_COMMITTER_NAME": name,
-        "GIT_COMMITTER_EMAIL": email,
+        "GIT_AUTHOR_NAME": author["name"],
+        "GIT_AUTHOR_EMAIL": author["email"],
+        "GIT_COMMITTER_NAME": author["name"],
+        "GIT_COMMITTER_EMAIL": author["email"],
     }
     parent = optional(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}", env=env)
     ref = optional(ctx, "symbolic-ref", "-q", "HEAD", env=env)
     if parent is not None:
         git(ctx, "read-tree", parent, env=env)
-        # stat data for unchanged files: `add` then hashes and writes changed files only
-        # (an object git finds in the project's store is "freshened": a write there)
-        git(ctx, "update-index", "-q", "--refresh", env=env, check=False)
-    git(ctx, "add", "-A", env=env)
+    person = ctx.call_dir / PERSON_INDEX
+    original = ctx.workspace / ".git" / "index"
+    base = None
+    if original.is_file() and not original.is_symlink():
+        data = original.read_bytes()
+        base = hashlib.sha256(data).hexdigest()
+        person.write_bytes(data)
+    elif parent is not None:
+        git(ctx, "read-tree", parent, env={**env, "GIT_INDEX_FILE": str(person)})
+    _apply(ctx, order, parent, env, [{}, {"GIT_INDEX_FILE": str(person)}])
     tree = git(ctx, "write-tree", env=env).stdout.strip()
     if parent is not None:
         before = git(ctx, "rev-parse", f"{parent}^{{tree}}", env=env).stdout.strip()
@@ -140,7 +196,7 @@ def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         before = git(ctx, "hash-object", "-t", "tree", "--stdin", env=env, input="").stdout.strip()
     if tree == before:
         raise ToolFailed(
-            "nothing to commit: the project's files are the same as in "
+            "nothing to commit: the merged files are the same as in "
             + (f"the last commit {parent[:12]}" if parent else "an empty repository"),
             why="a commit records changes, and there are none",
             fix="Make (and merge) a change first, then commit.",
@@ -148,7 +204,7 @@ def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     command = ["commit-tree", tree, "--no-gpg-sign"]
     if parent is not None:
         command += ["-p", parent]
-    message = args["message"].rstrip() + "\n"  # as `git commit` leaves it
+    message = str(order.get("message") or args["message"].rstrip() + "\n")
     sha = git(ctx, *command, "-F", "-", env=env, input=message).stdout.strip()
     listing = ["diff-tree", "-r", "--name-only", "-z", "--no-commit-id", "--no-renames"]
     if parent is None:
@@ -160,8 +216,10 @@ def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         "ref": ref,
         "tree": tree,
         "objects": OBJECTS,
-        "index": INDEX,
+        "index": PERSON_INDEX,
+        "index_base": base,
         "files": files,
+        "author": f"{author['name']} <{author['email']}>",
     }
 
 

@@ -83,6 +83,7 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
     project = holder / "repo"
     where = shape(project, str(setup["kind"]))
     markers = plant_shadows(project, tmp_path / "markers")
+    persons_work(project)
     owner = int(setup["owner"])
     if owner:
         for path in [holder, project, *project.rglob("*")]:
@@ -113,7 +114,7 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
         ["git", "-c", "safe.directory=*", "-C", str(project), "log", "--format=%s", "-2"],
         capture_output=True, text=True, check=True,
     ).stdout.split("\n")  # fmt: skip
-    assert log[:2] == ["Add triple", "ship shadows"]
+    assert log[:2] == ["Add triple", "notes"]
     after = stats(project)
     for rel, (uid, gid, mode) in before.items():
         if rel in after and not rel.startswith(".git/") and rel != ".git":
@@ -128,9 +129,46 @@ def test_a_task_on_a_users_repository_goes_from_task_to_commit(
         ["git", "-c", "safe.directory=*", "-C", str(project), "status", "--porcelain"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert status == ""
+    assert sorted(status.splitlines()) == PERSONS_STATUS  # their work, untouched
+    committed = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(project), "show", "--name-only",
+         "--format=%an <%ae>%n%b", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert committed[0] == "Ann Person <ann@example.org>"  # the person, not "fluffy"
+    assert committed[1].startswith("Assisted-by: fluffy (")
+    files = sorted(line for line in committed[2:] if line)
+    assert files == sorted([where["code"], session_test_path(where)])  # nothing else
     audit_says_each_call_had_its_own_sandbox(tmp_path / "home", env)
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+#: The person's work in progress when the task starts (git status --porcelain, sorted).
+PERSONS_STATUS = [" M NOTES.md", "?? .env", "?? scratch.txt", "A  staged.txt"]
+
+
+def persons_work(project: Path) -> None:
+    """What a person has going on: an uncommitted edit, a staged new file, an untracked
+    secret and notes; and their identity in the repository's configuration."""
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True)
+
+    (project / "NOTES.md").write_text("# notes\n")
+    git("add", "NOTES.md")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "notes")
+    (project / "NOTES.md").write_text("# notes\nan edit of mine, not committed\n")
+    (project / "staged.txt").write_text("staged by me\n")
+    git("add", "staged.txt")
+    (project / ".env").write_text("API_TOKEN=person-secret-123\n")
+    (project / "scratch.txt").write_text("thinking...\n")
+    git("config", "user.name", "Ann Person")
+    git("config", "user.email", "ann@example.org")
+
+
+def session_test_path(where: dict[str, str]) -> str:
+    steps = session_steps(where)
+    return str(steps[1]["args"]["path"])  # type: ignore[index]
 
 
 #: Modules a hostile repository ships at its top level, named like what fluffy's Python

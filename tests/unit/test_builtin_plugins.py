@@ -28,10 +28,18 @@ def plugin_of(module: str) -> ToolPlugin:
     return plugin
 
 
-def call(roots: Roots, tool: str, args: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
+def call(
+    roots: Roots,
+    tool: str,
+    args: dict[str, Any],
+    call_id: str = "c1",
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     module = {"fs": "fs_tool", "search": "search_tool", "git": "git_tool", "test": "test_tool"}
     plugin = plugin_of(module[tool.split(".")[0]])
     job = {"call_id": call_id, "tool": tool, "args": args, "session_mode": "strict"}
+    if settings is not None:
+        job["settings"] = settings
     reply: dict[str, Any] = execute_job(
         check_plugin(plugin), plugin.name, job, roots, env=scrubbed(os.environ)
     )
@@ -313,50 +321,81 @@ def test_git_status_and_diff(repo: Roots) -> None:
     assert snapshot(repo.workspace) == before
 
 
-def test_git_commit_writes_objects_to_the_output_only(repo: Roots) -> None:
+PERSON = {"name": "Ann Person", "email": "ann@example.org"}
+
+
+def landed(roots: Roots, contents: dict[str, bytes | None]) -> dict[str, Any]:
+    """What the kernel hands git.commit: the session's merged paths (kernel/merge/landed)."""
+    from fluffy.kernel.merge.landed import Landed
+
+    record = Landed(roots.staged)  # mounted at /staged for git.commit
+    record.add(contents)
+    return {"commit": {"paths": record.paths(), "author": PERSON,
+                       "message": "Change b\n\nAssisted-by: fluffy\n"}}  # fmt: skip
+
+
+def test_git_commit_holds_only_what_the_session_merged(repo: Roots) -> None:
+    """The person's uncommitted edit (a.txt, staged too), their untracked files (new.txt,
+    .env) stay out of the commit; their index changes for the committed path only."""
+    put(repo.workspace, {"b.txt": "two merged\n", ".env": "TOKEN=secret\n"})
+    git(repo.workspace, "add", "a.txt")  # the person staged their own edit
     head = git(repo.workspace, "rev-parse", "HEAD").strip()
+    index = (repo.workspace / ".git" / "index").read_bytes()
     before = snapshot(repo.workspace)
-    result = ok(call(repo, "git.commit", {"message": "Add new.txt\n\nBody.", "author_name": "Ann"}))
+    order = landed(repo, {"b.txt": b"two merged\n"})
+    result = ok(call(repo, "git.commit", {"message": "Change b"}, settings=order))
     assert snapshot(repo.workspace) == before  # nothing written under the project
     assert result["parent"] == head and result["ref"] == "refs/heads/main"
-    assert result["files"] == ["a.txt", "new.txt"]
-    assert (result["objects"], result["index"]) == ("git-objects", "git-index")
+    assert result["files"] == ["b.txt"] and result["author"] == "Ann Person <ann@example.org>"
+    assert result["index_base"] == hashlib.sha256(index).hexdigest()
     objects = repo.output / "c1" / result["objects"]
     alt = {
         "GIT_OBJECT_DIRECTORY": str(objects),
         "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo.workspace / ".git" / "objects"),
     }
-    git(repo.workspace, "cat-file", "-e", result["commit"], **alt)
     with pytest.raises(subprocess.CalledProcessError):  # not in the project's own objects
         git(repo.workspace, "cat-file", "-e", result["commit"])
     shown = git(repo.workspace, "cat-file", "-p", result["commit"], **alt)
-    assert f"parent {head}" in shown and "author Ann <fluffy@localhost>" in shown
-    assert shown.endswith("Add new.txt\n\nBody.\n")
+    assert "author Ann Person <ann@example.org>" in shown
+    assert "committer Ann Person <ann@example.org>" in shown
+    assert shown.endswith("Change b\n\nAssisted-by: fluffy\n")
     listed = git(repo.workspace, "ls-tree", "-r", "--name-only", result["commit"], **alt)
-    assert listed.split() == ["a.txt", "b.txt", "new.txt"]
+    assert listed.split() == ["a.txt", "b.txt"]  # no new.txt, no .env
+    old_a = git(repo.workspace, "show", f"{head}:a.txt")
+    assert git(repo.workspace, "show", f"{result['commit']}:a.txt", **alt) == old_a
+    person = {**alt, "GIT_INDEX_FILE": str(repo.output / "c1" / result["index"])}
+    staged = git(repo.workspace, "diff", "--cached", "--name-only", result["commit"], **person)
+    assert staged.split() == ["a.txt"]  # the person's staged edit is still staged
     assert git(repo.workspace, "rev-parse", "HEAD").strip() == head  # the ref is the kernel's
 
 
-def test_git_commit_refuses_an_empty_commit_and_a_non_repository(roots: Roots) -> None:
-    put(roots.workspace, {"a.txt": "x\n"})
-    message = error(call(roots, "git.commit", {"message": "m"}), "tool.failed")
-    assert "not a git repository" in message
-    git(roots.workspace, "init", "-q", "-b", "trunk")
-    git(roots.workspace, "add", "-A")
-    git(roots.workspace, "commit", "-q", "-m", "first")
-    again = error(call(roots, "git.commit", {"message": "m"}, "c2"), "tool.failed")
+def test_git_commit_refusals(repo: Roots) -> None:
+    message = error(call(repo, "git.commit", {"message": "m"}), "tool.failed")
+    assert "no list of merged paths" in message  # never a commit of the whole tree
+    same = landed(repo, {"b.txt": b"two\n"})  # what HEAD already has
+    again = error(call(repo, "git.commit", {"message": "m"}, "c2", settings=same), "tool.failed")
     assert "nothing to commit" in again and "Fix:" in again
-    bad_name = call(roots, "git.commit", {"message": "m", "author_name": "a <b>"}, "c3")
-    error(bad_name, "tool.input_invalid")
+    forged = landed(repo, {"b.txt": b"x\n"})
+    (repo.staged / "tree" / "b.txt").write_text("changed behind the record\n")
+    bad = error(call(repo, "git.commit", {"message": "m"}, "c3", settings=forged), "tool.failed")
+    assert "not the one the merge recorded" in bad
+    order = landed(repo, {"b.txt": b"y\n"})
+    order["commit"]["author"] = {"name": "a <b>", "email": "e@x"}
+    error(call(repo, "git.commit", {"message": "m"}, "c4", settings=order), "tool.input_invalid")
+    unknown = call(repo, "git.commit", {"message": "m", "author_name": "Ann"}, "c5")
+    error(unknown, "tool.input_invalid")  # the model does not choose the author
 
 
 def test_git_commit_in_a_repository_without_commits(roots: Roots) -> None:
     put(roots.workspace, {"a.txt": "x\n", "d/b.txt": "y\n"})
+    message = error(call(roots, "git.commit", {"message": "m"}), "tool.failed")
+    assert "not a git repository" in message
     git(roots.workspace, "init", "-q", "-b", "main")
     assert ok(call(roots, "git.status", {}))["head"] is None
-    result = ok(call(roots, "git.commit", {"message": "root"}))
+    order = landed(roots, {"a.txt": b"x\n"})
+    result = ok(call(roots, "git.commit", {"message": "root"}, "c2", settings=order))
     assert result["parent"] is None and result["ref"] == "refs/heads/main"
-    assert result["files"] == ["a.txt", "d/b.txt"]
+    assert result["files"] == ["a.txt"] and result["index_base"] is None  # d/b.txt is not
 
 
 # -- test -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ an output folder, exactly what a sandbox with a read-only project mount can do.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -68,12 +69,15 @@ def sandbox_commit(repo: Path, out: Path, message: str = "change") -> dict[str, 
     tree = git(repo, "write-tree", env=env)
     args = ["commit-tree", tree, "-m", message] + (["-p", parent] if parent else [])
     commit = git(repo, *args, env=env)
+    index = repo / ".git" / "index"
     return {
         "commit": commit,
         "parent": parent,
         "ref": "refs/heads/main",
         "objects": "git-objects",
         "index": "git-index",
+        # the person's index it was made from: the kernel swaps it in only if unchanged
+        "index_base": hashlib.sha256(index.read_bytes()).hexdigest() if index.exists() else None,
     }
 
 
@@ -128,6 +132,22 @@ def test_merge_commit(tmp_path: Path, repo: Path) -> None:
     blob = git(repo, "rev-parse", "HEAD:src/new.py")
     assert oct((repo / ".git/objects" / blob[:2] / blob[2:]).stat().st_mode & 0o777) == "0o444"
     assert pending(tmp_path / "state") == []
+
+
+def test_the_persons_index_changed_meanwhile_is_kept(tmp_path: Path, repo: Path) -> None:
+    """The person ran `git add` while the commit was made: the branch moves, their index
+    stays theirs, and the result says why and what to do."""
+    change_work_tree(repo)
+    out = tmp_path / "output/call-1"
+    result = sandbox_commit(repo, out)
+    (repo / "notes.txt").write_text("mine\n")
+    git(repo, "add", "notes.txt")
+    theirs = (repo / ".git" / "index").read_bytes()
+    merged = Merger(repo, tmp_path / "state").merge_git(out, result)
+    assert merged.status == "completed" and sorted(merged.merged) == ["objects", "refs/heads/main"]
+    assert git(repo, "rev-parse", "HEAD") == result["commit"]
+    assert (repo / ".git" / "index").read_bytes() == theirs
+    assert merged.notes and "git reset" in merged.notes[0]
 
 
 def test_initial_commit(tmp_path: Path) -> None:
