@@ -128,3 +128,18 @@ class MergeConflict(MergeError):
     code = "merge.conflict"
     default_why = "the file changed in the project after the change was staged"
     default_fix = "Read the file again and make the change against its current content."
+
+
+class MergeOverlap(MergeConflict):
+    """The person changed files the session changed too, and the changes overlap: the
+    merge stopped before writing anything.  ``paths`` names them."""
+
+    code = "merge.overlap"
+    default_fix = (
+        "Nothing was merged and your version is kept. Read the file again and redo the "
+        "change on top of it (the AI is told which file), or /reject the change."
+    )
+
+    def __init__(self, what: str, *, paths: list[str], why: str | None = None) -> None:
+        super().__init__(what, why=why)
+        self.paths = paths

@@ -12,12 +12,13 @@ from typing import Annotated, Any
 
 import msgspec
 
-from fluffy.errors import InvalidPayload
+from fluffy.errors import InvalidPayload, MergeOverlap
 from fluffy.ipc.ai_types import ProviderConfig
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
 from fluffy.kernel.merge.identity import clean
+from fluffy.kernel.tools.flow import overlap_report
 from fluffy.kernel.workflow.budget import LOCK_KEY
 from fluffy.kernel.workflow.methods import SessionParams, SessionView, _view
 
@@ -314,7 +315,11 @@ def with_review_hooks(methods: SyscallTable, loop: SessionLoop) -> SyscallTable:
     add = _handler(methods, "review.add_tests")
 
     async def approved(context: CallContext, params: Any) -> Any:
-        result = await approve(context, params)
+        try:
+            result = await approve(context, params)
+        except MergeOverlap as exc:  # nothing merged; the turn tells the model, goes on
+            await loop.resolve_review(params.session_id, "overlap", overlap_report(exc))
+            raise
         await loop.resolve_review(params.session_id, "approve", result)
         return result
 

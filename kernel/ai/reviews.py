@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from fluffy.errors import MergeOverlap
 from fluffy.ipc.ai_types import Message, kernel_note
 from fluffy.kernel.ai.turn import Turn
+from fluffy.kernel.tools.flow import overlap_report
 
 if TYPE_CHECKING:
     from fluffy.kernel.ai.loop import SessionLoop
@@ -79,8 +81,30 @@ class TurnReviews:
             )
         await self.loop.memory.append(sid, [Message(role="user", content=kernel_note(note))])
 
+    async def _overlap(self, turn: Turn, report: dict[str, Any]) -> None:
+        """A merge stopped on the person's overlapping change: both are told, the model
+        redoes the file (nothing was merged; its change to that file was withdrawn)."""
+        found = report.get("overlap") or {}
+        await self.loop.emit(
+            turn,
+            {"type": "notice", "level": "warn", "what": str(found.get("what", "")),
+             "why": "your version is kept; nothing of the change was merged",
+             "fix": str(found.get("fix", ""))},
+        )  # fmt: skip
+        session = await self.loop.router.workflow.get(turn.session_id)
+        note = (
+            f"{found.get('what', '')}. {found.get('fix', '')} Workflow state: {session.state}.\n"
+            f"{str(found.get('why', ''))[:6000]}"
+        )
+        await self.loop.memory.append(
+            turn.session_id, [Message(role="user", content=kernel_note(note))]
+        )
+
     async def review(self, turn: Turn, review: dict[str, Any]) -> None:
         sid = turn.session_id
+        if review.get("overlap"):
+            await self._overlap(turn, review)
+            return
         if review.get("auto_merged"):
             await self._budget_notices(turn, review)
             merged = list(review.get("merged") or [])
@@ -118,12 +142,19 @@ class TurnReviews:
         )
         if auto:
             # shielded: a cancelled turn must not leave a merge half-recorded
-            outcome = await asyncio.shield(
-                self.loop.router.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
-            )
+            try:
+                outcome = await asyncio.shield(
+                    self.loop.router.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
+                )
+            except MergeOverlap as exc:
+                await self._overlap(turn, overlap_report(exc))
+                return
             decision: dict[str, Any] = {"decision": "approve", "result": outcome}
         else:
             decision = await self.wait_for_user(turn)
+        if decision["decision"] == "overlap":
+            await self._overlap(turn, decision.get("result") or {})
+            return
         result = decision.get("result") or {}
         if decision["decision"] == "approve":
             await self._budget_notices(turn, result)

@@ -50,7 +50,14 @@ from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.merge.gitmerge import apply_git_step, prepare_git
 from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, OperationLog, StepResult
 from fluffy.kernel.merge.patch import count_diff_lines
-from fluffy.kernel.merge.staging import MAX_VIEW_BYTES, StagedChange, Staging, is_binary, sha256
+from fluffy.kernel.merge.preflight import file_steps
+from fluffy.kernel.merge.staging import (
+    MAX_VIEW_BYTES,
+    StagedChange,
+    Staging,
+    is_binary,
+    sha256,
+)
 from fluffy.kernel.merge.support import SupportChange, support_changes
 
 #: Paths whose change always needs the user's review (gitignore syntax).  Secrets and
@@ -134,6 +141,9 @@ class MergeResult:
     error: str | None = None
     #: steps left out on purpose, and why (the person's git index kept, for one)
     notes: list[str] = field(default_factory=list)
+    #: files merged three-way with the person's changes made since they were staged,
+    #: with the content written (what a commit of this merge must take)
+    three_way: dict[str, bytes] = field(default_factory=dict)
 
 
 def _view_reader(staging: Staging) -> Callable[[str], bytes | None]:
@@ -155,7 +165,7 @@ def result_of(op: MergeOperation) -> MergeResult:
         done = op.results.get(step.id)
         if done is not None and done.outcome == "skipped" and done.reason:
             out.notes.append(done.reason)
-        if done is None or done.outcome == "skipped":
+        if done is None or done.outcome in ("skipped", "rolled_back"):
             continue
         if done.outcome in ("applied", "already"):
             out.merged.append(step.path)
@@ -271,7 +281,10 @@ class Merger:
     # -- merging ---------------------------------------------------------------------
 
     def merge(self, target: MergePlan | Staging) -> MergeResult:
-        """Merge everything staged (the plan's staging area must be unchanged)."""
+        """Merge everything staged (the plan's staging area must be unchanged): all of it
+        or nothing.  A file the person changed since it was staged is merged three-way
+        when the changes do not overlap; otherwise :class:`MergeOverlap` is raised before
+        anything is written.  A file changed while the merge writes rolls it back."""
         staging = target.staging if isinstance(target, MergePlan) else target
         with self._lock:
             changes = staging.changes()
@@ -283,37 +296,18 @@ class Merger:
                 )
             if not changes:
                 return MergeResult(None, "empty")
-            steps, sources = self._file_steps(staging, changes)
+            steps, sources, merged3 = file_steps(self.project, self._guard, staging, changes)
             op = self.log.create("files", steps, sources, staging_root=staging.root)
             self._hook(op, "prepared")
-            staging.clear()
-            return self._run(op)
-
-    def _file_steps(
-        self, staging: Staging, changes: list[StagedChange]
-    ) -> tuple[list[MergeStep], dict[str, bytes]]:
-        ordered = sorted(changes, key=lambda c: (c.op != "delete", c.path))
-        steps: list[MergeStep] = []
-        sources: dict[str, bytes] = {}
-        for number, change in enumerate(ordered):
-            step_id = f"{number:05d}"
-            source = None
-            if change.op == "write":
-                data = staging.read(change.path)
-                if data is None or sha256(data) != change.sha256:
-                    raise MergeError(
-                        f"staged content of {change.path!r} does not match its record",
-                        why="the staging area was changed outside the kernel",
-                        fix="Discard the staged changes and make them again.",
-                    )
-                source = f"{step_id}.content"
-                sources[source] = data
-            steps.append(
-                MergeStep(
-                    step_id, change.op, change.path, change.base_sha256, change.sha256, source
-                )
-            )
-        return steps, sources
+            result = self._run(op)
+            if result.status == "completed":
+                staging.clear()  # only now: a rolled-back merge leaves it as it was
+            result.three_way = {
+                step.path: sources[step.source]
+                for step in steps
+                if step.path in merged3 and step.source is not None
+            }
+            return result
 
     def merge_git(self, call_dir: Path, result: dict[str, object]) -> MergeResult:
         """Merge a git.commit sandbox's objects, ref and index into ``<project>/.git``."""
@@ -334,13 +328,15 @@ class Merger:
         with self._lock:
             for op in self.log.pending():
                 try:
-                    results.append(self._run(op))
+                    result = self._run(op)
                 except MergeError as exc:
                     out = result_of(op)
                     out.error = exc.what
                     results.append(out)
                     continue
-                self._clear_staging(op)
+                results.append(result)
+                if result.status == "completed":  # rolled back: the session keeps it
+                    self._clear_staging(op)
             self.log.collect_garbage()
         return results
 
@@ -361,6 +357,8 @@ class Merger:
             self._on_step(op, phase)
 
     def _run(self, op: MergeOperation) -> MergeResult:
+        if op.rolling_back:  # a kill during a roll-back: finish undoing
+            return self._roll_back(op, op.error or "")
         for step in op.steps:
             if op.step_done(step.id):
                 continue
@@ -384,8 +382,30 @@ class Merger:
             self._hook(op, f"applied:{step.id}")
             self.log.record(op, step.id, outcome)
             self._hook(op, f"recorded:{step.id}")
+            if op.kind == "files" and outcome.outcome in ("conflict", "refused"):
+                return self._roll_back(op, f"{step.path}: {outcome.reason}")
         self.log.finish(op, "completed")
         self._hook(op, "completed")
+        return result_of(op)
+
+    def _roll_back(self, op: MergeOperation, why: str) -> MergeResult:
+        """Undo every applied step of a files merge that cannot land whole (newest
+        first; a file changed again since is left as it is)."""
+        op.rolling_back, op.error = True, why
+        self.log.save(op)
+        for step in reversed(op.steps):
+            done = op.results.get(step.id)
+            if done is None or done.outcome != "applied":
+                continue
+            path = safe_relpath(step.path)
+            if file_sha256(self.project, path, MAX_VIEW_BYTES) == step.new_sha256:
+                if step.before is None:
+                    remove_file(self.project, path)
+                else:
+                    write_atomic(self.project, path, self.log.source(op, step.before))
+            self.log.undo(op, step.id, "undone: " + why)
+            self._hook(op, f"undone:{step.id}")
+        self.log.finish(op, "failed", f"rolled back, nothing merged: {why}")
         return result_of(op)
 
     def _apply(self, op: MergeOperation, step: MergeStep) -> StepResult:

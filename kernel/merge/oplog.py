@@ -28,7 +28,7 @@ from fluffy.kernel.confined_files import read_existing, relative_parts, write_at
 Status = Literal["in_progress", "completed", "failed"]
 Kind = Literal["files", "git"]
 Action = Literal["write", "delete", "git_objects", "git_ref", "git_index"]
-Outcome = Literal["applied", "already", "conflict", "refused", "skipped"]
+Outcome = Literal["applied", "already", "conflict", "refused", "skipped", "rolled_back"]
 
 _MAX_SOURCE_BYTES = 1 << 40  # sources were size-checked when the operation was built
 
@@ -47,6 +47,9 @@ class MergeStep(msgspec.Struct, frozen=True):
     base_sha256: str | None = None
     new_sha256: str | None = None
     source: str | None = None
+    #: a file step: the copy of the project's content before the step (None: there was
+    #: no file), so a merge that cannot land whole is rolled back
+    before: str | None = None
 
 
 class StepResult(msgspec.Struct, frozen=True):
@@ -64,6 +67,8 @@ class MergeOperation(msgspec.Struct):
     results: dict[str, StepResult] = msgspec.field(default_factory=dict)
     error: str | None = None
     staging_root: str | None = None  # a files merge: the staging area it came from
+    #: a files merge that could not land whole: applied steps are being undone
+    rolling_back: bool = False
 
     def step_done(self, step_id: str) -> bool:
         return step_id in self.results
@@ -138,6 +143,11 @@ class OperationLog:
             return
         op.results[step_id] = result
         op.completed_steps.append(step_id)
+        self.save(op)
+
+    def undo(self, op: MergeOperation, step_id: str, reason: str) -> None:
+        """Mark an applied step as undone by a roll-back; durable before this returns."""
+        op.results[step_id] = StepResult("rolled_back", reason)
         self.save(op)
 
     def finish(self, op: MergeOperation, status: Status, error: str | None = None) -> None:

@@ -75,6 +75,9 @@ class Staging:
         self.root = root
         self.project = project
         self.tree = root / "tree"
+        #: the project's content of each path when the session first staged it: what the
+        #: model's change was made against (a three-way merge's base, kernel/merge/merge3)
+        self.bases = root / "base"
         self._entries: dict[str, tuple[str | None, str | None]] = {}  # path -> (base, new)
         with _os_errors(f"cannot open staging area {root}"):
             root.mkdir(parents=True, exist_ok=True)
@@ -173,15 +176,19 @@ class Staging:
         rel = safe_relpath(rel)
         with _os_errors(f"cannot stage {rel!r}"):
             entry = self._entries.get(rel)
-            base = entry[0] if entry is not None else self.project_sha256(rel)
+            if entry is not None:
+                base = entry[0]
+            else:  # the content and its hash from one read: the merge's base
+                current = read_existing(self.project, rel, MAX_VIEW_BYTES)
+                base = None if current is None else sha256(current)
             new = None if content is None else sha256(content)
             if new == base:  # back to the project's content: nothing left to merge
                 if entry is not None:
-                    del self._entries[rel]
-                    self._save()
-                    remove_file(self.tree, rel)
-                    self._prune(rel)
+                    self.drop(rel)
                 return None
+            if entry is None and current is not None:
+                self.bases.mkdir(mode=DIR_MODE, exist_ok=True)
+                write_atomic(self.bases, rel, current, mode=FILE_MODE, dir_mode=DIR_MODE)
             if content is None:
                 self._entries[rel] = (base, None)
                 self._save()
@@ -193,15 +200,37 @@ class Staging:
                 self._save()
             return StagedChange(rel, "delete" if new is None else "write", new, base)
 
-    def _prune(self, rel: str) -> None:
-        """Remove folders of tree/ that ``rel``'s removal left empty."""
+    def _prune(self, rel: str, tree: Path | None = None) -> None:
+        """Remove folders of tree/ (or ``tree``) that ``rel``'s removal left empty."""
+        tree = self.tree if tree is None else tree
         parent = Path(rel).parent
         while parent != Path():
             try:
-                (self.tree / parent).rmdir()
+                (tree / parent).rmdir()
             except OSError:
                 return
             parent = parent.parent
+
+    def drop(self, rel: str) -> None:
+        """Unstage ``rel`` altogether (its content and its base)."""
+        rel = safe_relpath(rel)
+        with _os_errors(f"cannot unstage {rel!r}"):
+            if self._entries.pop(rel, None) is not None:
+                self._save()
+            for tree in (self.tree, self.bases):
+                if tree.is_dir():
+                    remove_file(tree, rel)
+                    self._prune(rel, tree)
+
+    def base(self, rel: str) -> bytes | None:
+        """The project's content of ``rel`` when it was first staged (None: it did not
+        exist, or that copy is gone or does not match the recorded hash)."""
+        entry = self._entries.get(safe_relpath(rel))
+        if entry is None or entry[0] is None or not self.bases.is_dir():
+            return None
+        with _os_errors(f"cannot read the base of {rel!r}"):
+            data = read_existing(self.bases, rel, MAX_VIEW_BYTES)
+        return data if data is not None and sha256(data) == entry[0] else None
 
     def changes(self) -> list[StagedChange]:
         return [
@@ -243,6 +272,7 @@ class Staging:
                     shutil.rmtree(child)
                 else:
                     child.unlink()
+            shutil.rmtree(self.bases, ignore_errors=True)
 
 
 def decode_text(data: bytes | None) -> str | None:

@@ -23,7 +23,13 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from fluffy.errors import MergeConflict, MergeRefused, TransitionDenied, WorkflowError
+from fluffy.errors import (
+    MergeConflict,
+    MergeOverlap,
+    MergeRefused,
+    TransitionDenied,
+    WorkflowError,
+)
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.merge.merger import Merger
@@ -62,6 +68,24 @@ def _contents(plan: Any) -> dict[str, bytes | None]:
     return {
         change.path: plan.staging.read(change.path) if change.op == "write" else None
         for change in plan.changes
+    }
+
+
+def overlap_report(exc: MergeOverlap) -> dict[str, Any]:
+    """What the model and the person are told of a merge that stopped on an overlap."""
+    return {
+        "overlap": {
+            "paths": exc.paths,
+            "what": exc.what,
+            "why": exc.why[:8000],
+            "fix": (
+                "Your change to "
+                + ", ".join(exc.paths)
+                + " was withdrawn and the person's version kept: read the file again and "
+                "redo the change on top of it, then run the tests."
+            ),
+        },
+        "reasons": [exc.what],
     }
 
 
@@ -150,6 +174,8 @@ class Flow:
                     merged = await self._approve(session_id, plan, by="auto-merge")
                 except TransitionDenied as exc:  # the tech-debt budget: nothing merged
                     reasons.append(f"{exc.what}: {exc.why}")
+                except MergeOverlap as exc:  # nothing merged; the model redoes the file
+                    return {"auto_merged": False, **overlap_report(exc)}
                 else:
                     return {"auto_merged": True, "diff_lines": plan.diff_lines, **merged}
         return {
@@ -202,17 +228,45 @@ class Flow:
             # what the commit takes, recorded before the project changes (crash-safe)
             await asyncio.to_thread(landed.add, planned)
             result = await asyncio.to_thread(self.merger.merge, plan)
+            if result.status == "failed":  # a file changed while it wrote: rolled back
+                paths = [i.path for i in (*result.conflicts, *result.refused)]
+                raise MergeOverlap(
+                    f"nothing was merged: {', '.join(paths)} changed while the merge wrote "
+                    "the session's changes, so every file was put back as it was",
+                    paths=paths,
+                    why=result.error or "",
+                )
         except BaseException as exc:
             # nothing (or a resumable operation) was written: no approval stays behind
             if isinstance(exc, MergeConflict | MergeRefused):  # nothing, for sure
                 await asyncio.to_thread(landed.keep_only, [], planned)
             await self.workflow.annotate(session_id, "merge_failed", merge_started=None)
+            if isinstance(exc, MergeOverlap):
+                await self._withdraw(session_id, exc)
             raise
         await asyncio.to_thread(landed.keep_only, list(getattr(result, "merged", [])), planned)
+        if result.three_way:  # what was written is the merge of both: the commit takes it
+            await asyncio.to_thread(landed.add, result.three_way)
         summary = await self._finish_merge(session_id, result)
         if budget:
             summary["budget"] = budget
         return summary
+
+    async def _withdraw(self, session_id: str, exc: MergeOverlap) -> None:
+        """The person changed files the session changed too, and the changes overlap:
+        their version stays, the session's change to those files is withdrawn (shown in
+        the error), and a strict session goes back to code_writing to redo it."""
+        stage = self.workspaces.get(session_id)
+        for path in exc.paths:
+            await asyncio.to_thread(stage.drop, path)
+        await self._audit(
+            "merge_overlap", session_id, exc.what[:500], {"paths": ",".join(exc.paths)[:2000]},
+            exc.why,
+        )  # fmt: skip
+        state, flow, _ = await self.state(session_id)
+        if state == "reviewing" and flow == "strict":
+            await self.workflow.annotate(session_id, "merge_overlap", review_required=None)
+            await self._try(session_id, "merge_rejected")
 
     async def _finish_merge(self, session_id: str, result: Any) -> dict[str, Any]:
         conflicts = list(getattr(result, "conflicts", []))
@@ -224,9 +278,7 @@ class Flow:
             "refused": [str(r) for r in refused],
             "operation": getattr(result, "operation_id", None),
         }
-        if conflicts or refused:
-            # merged files stay merged (design: no automatic rollback); the others are
-            # reported and dropped: they were written against content that has changed
+        if conflicts or refused:  # a git merge (a files merge lands whole or raises)
             await self.workflow.annotate(session_id, "merge_incomplete", merge_started=None)
             summary["state"] = "reviewing"
             summary["fix"] = (

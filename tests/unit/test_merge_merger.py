@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fluffy.errors import MergeConflict, MergeError
+from fluffy.errors import MergeConflict, MergeError, MergeOverlap, MergeRefused
 from fluffy.kernel.confined_files import write_atomic
 from fluffy.kernel.merge import merger as merger_module
 from fluffy.kernel.merge.merger import Merger
@@ -86,9 +86,11 @@ def test_merge_writes_creates_deletes(project: Path, state: Path, staging: Stagi
     assert pending(state) == []
 
 
-def test_conflicts_are_reported_and_others_merge(
+def test_overlapping_changes_merge_nothing_and_name_both_versions(
     project: Path, state: Path, staging: Staging
 ) -> None:
+    """All of a merge lands or none does (issue 32): the person's edits win, nothing of
+    the session's is written, and the error shows both versions of each file."""
     staging.stage("src/a.py", b"a = 2\n")
     staging.stage("src/b.py", b"b = 2\n")
     staging.stage("src/new.py", b"mine\n")
@@ -96,16 +98,56 @@ def test_conflicts_are_reported_and_others_merge(
     (project / "src/a.py").write_text("a = 'the user edited it'\n")
     (project / "src/new.py").write_text("the user created it too\n")
     (project / "old.py").write_text("edited, not to be deleted\n")
-    result = Merger(project, state, roots=ROOTS).merge(staging)
-    assert result.status == "completed"
-    assert result.merged == ["src/b.py"]
-    assert sorted(c.path for c in result.conflicts) == ["old.py", "src/a.py", "src/new.py"]
-    assert all("changed since it was staged" in c.reason for c in result.conflicts)
+    with pytest.raises(MergeOverlap) as caught:
+        Merger(project, state, roots=ROOTS).merge(staging)
+    assert sorted(caught.value.paths) == ["old.py", "src/a.py", "src/new.py"]
+    assert "your change to src/a.py" in caught.value.why
+    assert "the session's change to src/a.py" in caught.value.why
     assert (project / "src/a.py").read_text() == "a = 'the user edited it'\n"
     assert (project / "src/new.py").read_text() == "the user created it too\n"
     assert (project / "old.py").read_text() == "edited, not to be deleted\n"
-    assert (project / "src/b.py").read_text() == "b = 2\n"
+    assert (project / "src/b.py").read_text() == "b = 1\n"  # not even the clean one
+    assert not staging.is_empty() and pending(state) == []  # nothing started
+
+
+def test_a_change_the_person_made_meanwhile_is_merged_three_way(
+    project: Path, state: Path, staging: Staging
+) -> None:
+    """The issue's case: the person appended a line to the file the model changed."""
+    (project / "src/calc.py").write_text("def add(a, b):\n    return a + b\n")
+    staging.stage("src/calc.py", b"def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+                  b"    return a - b\n")  # fmt: skip
+    staging.stage("tests/test_calc.py", b"from calc import sub\n")
+    (project / "src/calc.py").write_text(
+        "# the person's header\ndef add(a, b):\n    return a + b\n"
+    )
+    result = Merger(project, state, roots=ROOTS).merge(staging)
+    assert result.status == "completed" and list(result.three_way) == ["src/calc.py"]
+    assert result.three_way["src/calc.py"] == (project / "src/calc.py").read_bytes()
+    assert sorted(result.merged) == ["src/calc.py", "tests/test_calc.py"]
+    assert (project / "src/calc.py").read_text() == (
+        "# the person's header\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+        "    return a - b\n"
+    )
     assert staging.is_empty()
+
+
+def test_a_file_changed_while_the_merge_writes_rolls_everything_back(
+    project: Path, state: Path, staging: Staging
+) -> None:
+    staging.stage("src/a.py", b"a = 2\n")
+    staging.stage("src/b.py", b"b = 2\n")
+
+    def person_edits(op: object, phase: str) -> None:
+        if phase == "applied:00000":  # a.py written; the person saves b.py just then
+            (project / "src/b.py").write_text("b = 'theirs'\n")
+
+    result = Merger(project, state, roots=ROOTS, on_step=person_edits).merge(staging)
+    assert result.status == "failed" and result.merged == []
+    assert [c.path for c in result.conflicts] == ["src/b.py"]
+    assert (project / "src/a.py").read_text() == "a = 1\n"  # undone
+    assert (project / "src/b.py").read_text() == "b = 'theirs'\n"
+    assert not staging.is_empty()  # the session's change is kept, to redo
 
 
 def test_same_change_already_in_the_project_is_not_a_conflict(
@@ -130,17 +172,16 @@ def test_target_turned_into_a_symlink_is_refused(
     assert not plan.auto
     assert plan.reasons == ["the project's file cannot be read safely: src/a.py"]
     assert "Unreadable a/src/a.py: the target is a symbolic link" in plan.diff
-    result = Merger(project, state, roots=ROOTS).merge(plan)
-    assert [r.path for r in result.refused] == ["src/a.py"]
-    assert "symbolic link" in result.refused[0].reason
+    with pytest.raises(MergeRefused, match="symbolic link"):
+        Merger(project, state, roots=ROOTS).merge(plan)
     assert outside.read_text() == "victim\n"
-    assert (project / "src/b.py").read_text() == "b = 2\n"
+    assert (project / "src/b.py").read_text() == "b = 1\n"  # all or nothing
 
 
 def test_protected_at_merge_time(project: Path, state: Path, staging: Staging) -> None:
     staging.stage("src/a.py", b"a = 2\n")
-    result = Merger(project, state, roots=ROOTS, protected=["src/**"]).merge(staging)
-    assert [r.path for r in result.refused] == ["src/a.py"]
+    with pytest.raises(MergeRefused):
+        Merger(project, state, roots=ROOTS, protected=["src/**"]).merge(staging)
     assert (project / "src/a.py").read_text() == "a = 1\n"
 
 
