@@ -134,6 +134,7 @@ class _Fields(BaseModel):
     retry_max_wait_s: float | None = Field(default=None, ge=0, le=MAX_RETRY_WAIT_S)
     prices: dict[ModelName, Price] | None = None
     commit_trailer: str | None = Field(default=None, max_length=500)
+    branch: bool | None = None
 
 
 FIELDS: Final = tuple(_Fields.model_fields)
@@ -154,6 +155,8 @@ HELP: Final[Mapping[str, str]] = {
     "/usage and `fluffy session list` show the cost",
     "commit_trailer": "the last line of the AI's commit messages ({model} is the model's "
     'name; "" for none)',
+    "branch": "run each task on a branch of its own in a copy of the repository (true), "
+    "merged with `fluffy session merge ID`",
 }
 
 
@@ -174,6 +177,7 @@ class Settings(BaseModel):
     retry_max_wait_s: float = Field(default=60.0, ge=0, le=MAX_RETRY_WAIT_S)
     prices: dict[ModelName, Price] = Field(default_factory=dict)
     commit_trailer: str = Field(default="Assisted-by: fluffy ({model})", max_length=500)
+    branch: bool = False
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -92,8 +92,55 @@ def cmd_session_resume(args: argparse.Namespace) -> int:
     return run(_project(args), session_id=args.session_id, yes=args.yes)
 
 
+def cmd_session_branches(args: argparse.Namespace) -> int:
+    from fluffy.cli.branches import branches
+
+    found = branches(Path(_project(args)))
+    if args.json:
+        print_json({"branches": [vars(b) for b in found.values()]})
+        return 0
+    if not found:
+        stdout.print('no branch sessions: `fluffy "a task" --branch` starts one')
+        return 0
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("id", "branch", "started", "task"):
+        table.add_column(column)
+    for item in found.values():
+        table.add_row(escape(item.id), escape(item.branch), when(item.created_at),
+                      escape(item.task))  # fmt: skip
+    stdout.print(table)
+    return 0
+
+
+def cmd_session_merge(args: argparse.Namespace) -> int:
+    from fluffy.cli.branches import merge
+
+    done = merge(Path(_project(args)), args.branch_id)
+    if args.json:
+        print_json(done)
+    else:
+        stdout.print(
+            f"merged {escape(done['branch'])} ({done['commits']} commit(s)) into your branch; "
+            "its copy is removed"
+        )
+    return 0
+
+
+def cmd_session_discard(args: argparse.Namespace) -> int:
+    from fluffy.cli.branches import discard
+
+    done = discard(Path(_project(args)), args.branch_id)
+    if args.json:
+        print_json(done)
+    else:
+        stdout.print(f"discarded {escape(done['branch'])} and its copy")
+    return 0
+
+
 def add_parser(sub: Any) -> None:
-    session = sub.add_parser("session", help="the project's sessions: list, resume")
+    session = sub.add_parser(
+        "session", help="the project's sessions: list, resume; branch sessions: merge, discard"
+    )
     actions = session.add_subparsers(dest="session_command", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="the sessions, newest first")
     listing.add_argument("--project", help="the project folder (default: the current one)")
@@ -105,3 +152,16 @@ def add_parser(sub: Any) -> None:
     resume.add_argument("--project", help="the project folder (default: the current one)")
     resume.add_argument("--yes", action="store_true", help="approve debug mode if asked")
     resume.set_defaults(func=cmd_session_resume)
+    listed = actions.add_parser("branches", help="the sessions running on branches of their own")
+    merging = actions.add_parser("merge", help="bring a branch session's commits into your branch")
+    dropping = actions.add_parser("discard", help="remove a branch session, its copy and branch")
+    for parser in (merging, dropping):
+        parser.add_argument("branch_id", metavar="ID", help="see `fluffy session branches`")
+    for parser, func in (
+        (listed, cmd_session_branches),
+        (merging, cmd_session_merge),
+        (dropping, cmd_session_discard),
+    ):
+        parser.add_argument("--project", help="the project folder (default: the current one)")
+        parser.add_argument("--json", action="store_true")
+        parser.set_defaults(func=func)

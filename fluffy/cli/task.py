@@ -68,6 +68,13 @@ def task_parser() -> argparse.ArgumentParser:
     parser.add_argument("--session", help="continue this session (default: a new one)")
     parser.add_argument("--json", action="store_true", help="print the events as JSON lines")
     parser.add_argument("--script", help="the scripted provider's YAML (offline, no API key)")
+    parser.add_argument(
+        "--branch",
+        action="store_true",
+        default=None,
+        help="work on a branch of its own, in a copy of the repository (your checkout is "
+        "never written; `fluffy session merge ID` brings it in)",
+    )
     return parser
 
 
@@ -91,6 +98,8 @@ def parse(argv: Sequence[str], commands: Collection[str]) -> argparse.Namespace:
             )
     if task is None and args.json:
         parser.error("--json needs a task (the prompt is for people)")
+    if task is None and args.branch:
+        parser.error('--branch needs a task (fluffy "TASK" --branch)')
     if args.script and args.provider not in (None, "scripted"):
         parser.error("--script goes with the scripted provider")
     args.func = run_task
@@ -126,6 +135,17 @@ def run_task(args: argparse.Namespace) -> int:
             yes=args.yes,
         )
     settings = settings_for(project, cli_settings(args))
+    made = None
+    if args.branch or (args.branch is None and settings.branch):
+        from fluffy.cli.branches import share_environment, start
+
+        made = start(project, args.task)
+        share_environment(project, Path(made.path))
+        project = Path(made.path)
+        (stderr if args.json else stdout).print(
+            f"working on branch {escape(made.branch)} in a copy of the repository "
+            f"({escape(made.path)}); your checkout is not touched"
+        )
     turns = script_turns(args.script) if args.script else None
     options = message_options(settings, turns)
     author = git_identity(project)
@@ -214,8 +234,16 @@ def run_task(args: argparse.Namespace) -> int:
         )
     result = outcome(end, str(state.get("state")), renderer)
     if args.json:
-        renderer.inner.render(result.event())
+        summary = result.event()
+        if made is not None:
+            summary["branch"] = {"id": made.id, "name": made.branch, "path": made.path}
+        renderer.inner.render(summary)
     else:
         word = "green" if result.landed else "red"
         notes.print(f"[bold {word}]{escape(result.line)}[/] [dim](session {escape(sid)})[/]")
+        if made is not None:
+            notes.print(
+                f"On branch {escape(made.branch)}: `fluffy session merge {made.id}` brings it "
+                f"into your branch, `fluffy session discard {made.id}` drops it."
+            )
     return EXIT_OK if result.landed and not rejected else EXIT_FAILED

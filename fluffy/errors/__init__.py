@@ -30,6 +30,7 @@ from fluffy.errors.ai import (
     TurnRunning,
 )
 from fluffy.errors.configuration import (
+    BranchError,
     ConfigError,
     PolicyError,
 )
@@ -136,6 +137,7 @@ __all__ = [
     "AuditQueryError",
     "AuditUnavailable",
     "BaseImageUnavailable",
+    "BranchError",
     "CircuitOpen",
     "ConfigError",
     "ConnectionClosed",

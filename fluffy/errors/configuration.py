@@ -15,3 +15,9 @@ class PolicyError(FluffyError):
 
     code = "policy.invalid"
     default_fix = "Correct the policy file; `fluffy policy validate FILE` checks it."
+
+
+class BranchError(ConfigError):
+    """A session on its own branch could not be made, merged or discarded."""
+
+    code = "config.branch_failed"
