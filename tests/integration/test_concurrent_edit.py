@@ -45,6 +45,8 @@ def repo(root: Path) -> Path:
         subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
                        env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
     (root / "notes.txt").write_text("the person's, untracked\n")
+    (root / ".fluffy").mkdir()
+    (root / ".fluffy" / "config.yaml").write_text("# the person's settings, untracked\n")
     return root
 
 
@@ -92,7 +94,7 @@ def test_an_edit_elsewhere_in_the_file_is_merged_three_way(tmp_path: Path, runti
     assert answers[5]["ok"], answers[5].get("error")
     assert sorted(git(project, "show", "--name-only", "--format=", "HEAD").split()) == [
         "calc.py", "tests/test_sub.py"]  # fmt: skip
-    assert git(project, "status", "--porcelain") == "?? notes.txt\n"
+    assert git(project, "status", "--porcelain") == "?? .fluffy/\n?? notes.txt\n"
 
 
 def test_an_edit_of_the_same_lines_merges_nothing(tmp_path: Path, runtime: str) -> None:
