@@ -86,6 +86,12 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
     match: {{syscall: plan.complete, state_machine_state: [planning]}}
     action: allow
 
+  # Modes are yours to switch (--mode, /explore, /debug): strict always works; debug also
+  # asks you each time (at the terminal, or --yes in a one-shot run).  The model cannot.
+  - name: person-switches-modes
+    match: {{syscall: session.set_mode, caller_tag: [person]}}
+    action: allow
+
   # The AI may *ask* for a TDD exemption or for tests before a merge; you decide each one.
   - name: ask-the-user
     match: {{syscall: [workflow.request_exemption, workflow.add_tests]}}

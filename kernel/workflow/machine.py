@@ -410,7 +410,14 @@ class Workflow:
             Request("session.set_mode", caller, state=session.state, mode=mode)
         )
         if decision.result == "deny":
-            return "; ".join(decision.reasons) or "the policy denies session.set_mode"
+            said = "; ".join(decision.reasons) or "the policy denies session.set_mode"
+            if decision.decided_by is None:  # default deny: say which rule would allow it
+                said += (
+                    "; a rule such as `{name: person-switches-modes, match: {syscall: "
+                    "session.set_mode, caller_tag: [person]}, action: allow}` in "
+                    ".fluffy/policy.yaml lets you switch (fluffy's default policy has it)"
+                )
+            return said
         needs_review = decision.result == "require_review" or mode == "debug"
         if needs_review and not approved:
             return f"{mode} mode requires review and was not approved"

@@ -69,9 +69,13 @@ def _view(session: SessionRow) -> dict[str, Any]:
     }
 
 
+#: The caller tag of the person at the CLI (a policy rule matches it: caller_tag: [person]).
+PERSON = frozenset({"person"})
+
+
 def _caller(context: CallContext) -> tuple[Caller, bool]:
-    if context.binding == "cli":
-        return Caller("user"), True
+    if context.binding == "cli":  # the person (their CLI's socket): tagged so
+        return Caller("user", tags=PERSON), True  # a rule can name them
     return Caller(context.plugin_name or "plugin", container_id=context.container_id), False
 
 

@@ -21,6 +21,10 @@ FLUFFY = str(Path(sys.executable).parent / "fluffy")
 def test_prompt_commands_talk_to_the_kernel(tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
+    policy = project / ".fluffy" / "policy.yaml"  # a policy written before modes were
+    text = policy.read_text()  # the person's to switch: it refuses, naming the rule
+    start = text.index("  - name: person-switches-modes")
+    policy.write_text(text[:start] + text[text.index("  - name: explore-writes") :])
     proc, sock = _serve(tmp_path, project)
     status: dict[str, Any] = {"health": "healthy", "runtime": "docker", "container_id": "c" * 12}
     try:
@@ -28,8 +32,8 @@ def test_prompt_commands_talk_to_the_kernel(tmp_path: Path) -> None:
             sid = client.call("session.create")["session_id"]
             shown = handle("/status", client, sid, status).text
             assert f"session {sid}: mode strict, state idle" in shown
-            refused = handle("/explore", client, sid, status).text  # the demo policy says no
-            assert "Fix:" in refused
+            refused = handle("/explore", client, sid, status).text
+            assert "Fix:" in refused and "caller_tag: [person]" in refused
             assert client.call("session.get", {"session_id": sid})["mode"] == "strict"
             assert handle("/strict", client, sid, status).text == "mode strict, state idle"
             assert "/quit" in handle("/help", client, sid, status).text
@@ -88,3 +92,19 @@ def test_fluffy_brings_the_kernel_up_in_the_foreground_and_stops_it(
         subprocess.run(
             [FLUFFY, "stop", "--project", str(project)], env=env, capture_output=True, timeout=120
         )
+
+
+def test_modes_switch_by_slash_command_on_a_fresh_repository(tmp_path: Path) -> None:
+    """No .fluffy/: fluffy's default policy lets the person switch modes (issue 33)."""
+    project = tmp_path / "fresh"
+    shutil.copytree(DEMO, project, ignore=shutil.ignore_patterns(".fluffy"))
+    proc, sock = _serve(tmp_path, project)
+    status: dict[str, Any] = {"health": "healthy", "runtime": "docker", "container_id": "c" * 12}
+    try:
+        with SyncClient(str(sock), timeout=20) as client:
+            sid = client.call("session.create")["session_id"]
+            assert handle("/explore", client, sid, status).text == "mode explore, state idle"
+            assert client.call("session.get", {"session_id": sid})["mode"] == "explore"
+            assert handle("/strict", client, sid, status).text == "mode strict, state idle"
+    finally:
+        _stop(proc)

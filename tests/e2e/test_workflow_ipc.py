@@ -74,6 +74,11 @@ def test_session_syscalls_are_policy_checked_and_audited(
             "    match: {syscall: session.set_mode, session_mode: [explore]}\n"
             "    action: allow\n"
         )
+    else:  # a policy without the demo's rule letting the person switch modes
+        policy = project / ".fluffy" / "policy.yaml"
+        text = policy.read_text()
+        start = text.index("  - name: person-switches-modes")
+        policy.write_text(text[:start] + text[text.index("  - name: explore-writes") :])
     proc, sock = _serve(tmp_path, project)
     try:
         with SyncClient(str(sock), timeout=10) as client:
