@@ -8,11 +8,16 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, stderr, stdout
 from fluffy.errors import SandboxRunFailed
+
+if TYPE_CHECKING:
+    from fluffy.kernel.containers.engine import Engine
+    from fluffy.kernel.project.envstate import EnvRecord
 
 #: Exit codes for sandboxes that did not end by themselves (as coreutils' timeout does).
 EXIT_TIMEOUT, EXIT_OOM = 124, 137
@@ -43,14 +48,24 @@ def cmd_sandbox_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        if scratch is not None:  # root's project closed to others: a readable copy
-            from fluffy.kernel.containers.runtime import sandbox_identity
-            from fluffy.kernel.tools.testview import TestViews
-
-            views = TestViews(scratch, project, sandbox_identity()[0])
-            overrides["project_dir"] = views.sync("run", {}, None).folder
-        config = template_config(args.template, **overrides)
         with connect() as engine:
+            record = None if args.no_env else _environment(engine, project, args.template)
+            if record is not None:
+                overrides["image"] = record.image
+                overrides["environment"] = {"PATH": ENV_PATH, "VIRTUAL_ENV": ENV_ROOT}
+                if record.generated and scratch is None:  # files its install makes
+                    scratch = Path(tempfile.mkdtemp(prefix="fluffy-sandbox-run-"))
+            if scratch is not None:  # a readable copy (with the generated files)
+                from fluffy.kernel.containers.runtime import sandbox_identity
+                from fluffy.kernel.tools.testview import TestViews
+
+                views = TestViews(scratch, project, sandbox_identity()[0])
+                generated = _state(project) / "envs" / record.key / "generated" if record else None
+                overrides["project_dir"] = views.sync(
+                    "run", {}, None, generated=generated,
+                    generated_files=record.generated if record else (),
+                ).folder  # fmt: skip
+            config = template_config(args.template, **overrides)
             manager = open_manager(engine, user=user)
             try:
                 outcome = manager.run(config, command, on_output=echo)
@@ -73,6 +88,43 @@ def cmd_sandbox_run(args: argparse.Namespace) -> int:
         )
         return EXIT_OOM
     return outcome.exit_code if outcome.exit_code is not None else 1
+
+
+#: How a sandbox finds the project's environment (images/environment.py puts it there).
+ENV_ROOT = "/opt/fluffy/env"
+ENV_PATH = (
+    f"{ENV_ROOT}/bin:/opt/fluffy/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+    "/sbin:/bin"
+)
+
+
+def _state(project: Path) -> Path:
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.paths import fluffy_home
+
+    return paths(fluffy_home(), str(project))["state"]
+
+
+def _environment(engine: Engine, project: Path, template: str) -> EnvRecord | None:
+    """The project's test environment for a test-like template (as test.run uses it),
+    None when the project has none or the template runs no project code."""
+    from fluffy.images.templates import template_images
+    from fluffy.kernel.project.envstate import choose
+
+    if template not in ("code-executor", "integration-test"):
+        return None
+    choice = choose(project, _state(project), template_images(engine)["code-executor"])
+    if choice.record is None:
+        if choice.key is not None:
+            stderr.print(f"[yellow]note:[/] {escape(choice.note)}")
+        return None
+    stderr.print(
+        f"[dim]the project's test environment {escape(choice.record.image)} (as test.run; "
+        "--no-env for fluffy's own image)[/]"
+    )
+    if choice.note:
+        stderr.print(f"[yellow]note:[/] {escape(choice.note)}")
+    return choice.record
 
 
 def _user_for(project: Path) -> tuple[str | None, Path | None]:
@@ -127,6 +179,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.add_argument("--template", required=True, choices=sorted(TEMPLATES))
     run.add_argument("--project", default=".", help="mounted read-only at /workspace (default: .)")
     run.add_argument("--timeout", type=int, help="seconds before the sandbox is killed")
+    run.add_argument(
+        "--no-env",
+        action="store_true",
+        help="fluffy's own image, without the project's test environment",
+    )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     run.set_defaults(func=cmd_sandbox_run)
     gc = actions.add_parser("gc", help="remove containers and folders of ended sessions")

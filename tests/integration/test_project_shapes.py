@@ -166,3 +166,33 @@ def test_a_stale_environment_is_used_and_said(
     assert answer["output"]["counts"]["passed"] == 1  # the dependency group is there
     assert "predates the change to pyproject.toml" in answer["output"]["environment"]
     assert info["environment"]["current"] is False and info["policy"]["default"] is True
+
+
+def test_sandbox_run_uses_the_projects_environment(
+    tmp_path: Path, runtime: str, index: str
+) -> None:
+    """`fluffy sandbox run` reproduces a test run by hand: the project's environment by
+    default (its dependencies import), fluffy's own image with --no-env (issue 33)."""
+    import sys
+
+    fluffy = str(Path(sys.executable).parent / "fluffy")
+    project = tmp_path / "repo"
+    shape(project, "requirements")
+    env = {**pip_env(index), "FLUFFY_HOME": str(tmp_path / "home"), "FLUFFY_RUNTIME": runtime}
+    built = subprocess.run([fluffy, "env", "build", "--project", str(project)], env=env,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    probe = ["python", "-c", "import fixturelib; print(fixturelib.double(21))"]
+    ran = subprocess.run(
+        [fluffy, "sandbox", "run", "--template", "code-executor", "--project", str(project),
+         "--", *probe],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0 and ran.stdout.strip() == "42", ran.stdout + ran.stderr
+    assert "the project's test environment fluffy/env-" in ran.stderr
+    bare = subprocess.run(
+        [fluffy, "sandbox", "run", "--template", "code-executor", "--project", str(project),
+         "--no-env", "--", *probe],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bare.returncode != 0 and "ModuleNotFoundError" in bare.stdout + bare.stderr

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMED = re.compile(r"(?:^|[\s(`'\"])(/[a-z][a-z_-]*)(?=$|[\s).,;:`'\"])")
 #: Words of that shape that are paths or URL parts, never commands.
 NOT_COMMANDS = frozenset(
-    {"/boot", "/build", "/dev", "/docker", "/etc", "/fluffy", "/generated", "/json",
+    {"/bin", "/boot", "/build", "/dev", "/docker", "/etc", "/fluffy", "/generated", "/json",
      "/messages", "/output", "/proc", "/run", "/s", "/staged", "/sys", "/tmp",
      "/workspace", "/x", "/fluffy-probe"}
 )  # fmt: skip
