@@ -49,7 +49,7 @@ TOP = {"Image": str, "User": str, "Cmd": list, "Env": list, "WorkingDir": str, "
        "HostConfig": HOST, "NetworkDisabled": True, "Tty": False, "OpenStdin": False,
        "StdinOnce": False, "AttachStdin": False, "AttachStdout": True,
        "AttachStderr": True}  # fmt: skip
-TMPFS_OPTIONS = {"rw", "noexec", "nosuid", "nodev"}
+TMPFS_OPTIONS = {"rw", "noexec", "exec", "nosuid", "nodev"}  # exec: /tmp only (test code)
 UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, **dict.fromkeys("0123456789", 1)}  # tmpfs size=
 TMPFS_TARGETS = ("/tmp", "/output")  # noqa: S108 (the sandbox's own scratch and output)
 
@@ -189,9 +189,11 @@ def _check_host(host: dict[str, Any], scope: Scope) -> dict[str, Any]:
         opts = set(options.split(","))
         sized = {o for o in opts if re.fullmatch(r"size=[1-9]\d{0,9}[kmg]?|mode=1?[0-7]{3}", o)}
         sizes = [int(o[5:].rstrip("kmg")) * UNITS[o[-1]] for o in sized if o[:5] == "size="]
-        safe = {"noexec", "nosuid", "nodev"} <= opts and len(sizes) == 1 and sizes[0] <= 2**30
-        if target not in TMPFS_TARGETS or not safe or opts - TMPFS_OPTIONS - sized:
-            raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized noexec /tmp or /output")
+        need = {"nosuid", "nodev", "noexec" if target != "/tmp" else "nodev"}  # noqa: S108
+        safe = need <= opts and len(opts & {"exec", "noexec"}) == 1 and len(sizes) == 1
+        safe = safe and sizes[0] <= 2**30 and not opts - TMPFS_OPTIONS - sized
+        if target not in TMPFS_TARGETS or not safe:
+            raise Refused(f"tmpfs {target!r} ({options!r}) is not a sized /tmp or noexec /output")
     return dict(host, Binds=[_check_bind(b, scope) for b in host.get("Binds", [])],
                 SecurityOpt=_check_security(host.get("SecurityOpt", []), scope),
                 **scope.userns)  # fmt: skip

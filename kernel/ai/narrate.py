@@ -76,10 +76,17 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
         shown = {"passed": "passed", "failed": "failed", "error": "error", "errors": "error"}
         parts = [f"{v} {shown[k]}" for k, v in counts.items() if v and k in shown]
         text = ", ".join(parts) or f"exit code {out.get('exit_code')}"
-        if failed:
-            first = failed[0]
-            text += f" ({first.get('id')})"
-        for note in (out.get("red_reason"), out.get("environment"), out.get("limits")):
+        for case in failed[:5]:  # each with what it said (its assertion's first line)
+            said = str(case.get("message") or "").strip().splitlines()
+            text += f"\n  {case.get('id')}" + (f": {said[0][:200]}" if said else "")
+        if len(failed) > 5:
+            text += f"\n  ... and {len(failed) - 5} more"
+        for note in (
+            out.get("red_reason"),
+            out.get("environment"),
+            out.get("interpreter"),
+            out.get("limits"),
+        ):
             if isinstance(note, str) and note:
                 text += f"\n  {note}"  # test_writing: red or not and why; a stale environment
         return text

@@ -62,6 +62,21 @@ TMPFS = {
     "/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 - inside the sandbox
     OUTPUT_TARGET: f"rw,noexec,nosuid,nodev,size={OUTPUT_MAX_BYTES // 2**20}m,mode=1777",
 }
+#: Templates that run the project's tests: test code may run what it writes under its temp
+#: folders (pytest's tmp_path: a suite's small executables, a pager stub), as on the
+#: person's machine.  Every other protection stays: read-only root and project, no
+#: network, seccomp, limits, nosuid/nodev; /output stays noexec.
+EXEC_TMP_TEMPLATES = frozenset({"code-executor", "integration-test"})
+EXEC_TMP = "rw,exec,nosuid,nodev,size=256m"
+
+
+def tmpfs_for(template: str) -> dict[str, str]:
+    """The tmpfs mounts of a ``template`` sandbox."""
+    if template in EXEC_TMP_TEMPLATES:
+        return {**TMPFS, "/tmp": EXEC_TMP}  # noqa: S108 - inside the sandbox
+    return dict(TMPFS)
+
+
 #: Where a sandbox finds its own kernel socket (a read-only mount of its socket folder).
 KERNEL_SOCKET_TARGET = "/run/fluffy"
 #: Where tool plugins find the session's staged (not yet merged) changes.
@@ -203,7 +218,7 @@ class ContainerManager:
             seccomp_path=self.host_path(self._seccomp_file(config.seccomp_profile))
             if podman
             else None,
-            tmpfs=dict(TMPFS),
+            tmpfs=tmpfs_for(config.template),
             user=self.user or sandbox_user(),
         )
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.kernel.confined_files import read_regular, safe_relpath
+from fluffy.kernel.project.envstate import ENV_PYTHON
+from fluffy.kernel.project.interpreter import mismatch
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.guardrun import Verdict, as_evidence, cross_check, is_whole
 from fluffy.kernel.tools.pluginjob import PluginOutcome
@@ -135,6 +137,10 @@ async def run_tests(
         answer["red"], answer["red_reason"] = verdict
     if plan.choice is not None and plan.choice.note:
         answer["environment"] = plan.choice.note
+    record = plan.choice.record if plan.choice is not None else None
+    differs = mismatch(preparer.project, record.python if record and record.python else ENV_PYTHON)
+    if differs:
+        answer["interpreter"] = differs
     said = " ".join([str(result.get("output_tail", "")), *(c.message for c in cases)])
     limit = limit_hit(said, call.spec.template)
     if limit:

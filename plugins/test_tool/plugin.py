@@ -95,6 +95,8 @@ def _environment(ctx: ToolContext) -> tuple[str, dict[str, str]]:
     """The interpreter and the variables the tests run with."""
     python = ctx.settings.get("python")
     env = {"HOME": "/tmp", "TMPDIR": "/tmp"}  # noqa: S108 - the sandbox's tmpfs
+    # what a developer's terminal has, which suites read (click's pager tests, colours)
+    env.update(TERM="xterm-256color", LANG="C.UTF-8", PAGER="less")
     if isinstance(python, str) and python:
         bin_dir = str(Path(python).parent)
         env["PATH"] = f"{bin_dir}:{ctx.env.get('PATH', '/usr/bin:/bin')}"

@@ -161,5 +161,31 @@ def test_docker_and_podman_make_the_same_sandbox(
     assert docker_inside["Seccomp"] == "2" and docker_inside["NoNewPrivs"] == "1"
     assert docker_inside["CapEff"] == docker_inside["CapBnd"] == "0" * 16
     assert docker_inside["root_read_only"] and docker_inside["workspace_read_only"]
-    assert docker_inside["tmp"][0] == "tmpfs" and "noexec" in docker_inside["tmp"][1]
+    # the test runner's /tmp: tests may run what they write there (ADR-060), nothing setuid
+    assert docker_inside["tmp"] == ("tmpfs", frozenset({"nosuid", "nodev", "size=262144k"}))
     assert docker_inside["tmp_empty"] and docker_inside["interfaces"] == ["lo"]
+
+
+def test_a_sandbox_that_runs_no_tests_keeps_tmp_noexec(
+    engines: dict[str, Engine], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    config = template_config("mcp-server", project_dir=project)
+    for name, engine in engines.items():
+        from fluffy.images.templates import template_images
+
+        manager = ContainerManager(
+            open_runtime(engine), template_images(engine), root=tmp_path / name
+        )
+        sandbox = manager.create(config, ["sleep", "60"])
+        try:
+            mounts = manager.runtime.run(
+                sandbox.container_id or "", ["cat", "/proc/mounts"], timeout=30
+            )
+        finally:
+            manager.destroy(sandbox)
+            manager.close()
+        tmp = next(line.split() for line in mounts.stdout.splitlines() if line.split()[1] == "/tmp")
+        assert tmp[2] == "tmpfs", (name, tmp)
+        assert {"noexec", "nosuid", "nodev"} <= _tmpfs(tmp[3]), (name, tmp)
