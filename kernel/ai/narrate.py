@@ -81,7 +81,9 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
             text += f"\n  {case.get('id')}" + (f": {said[0][:200]}" if said else "")
         if len(failed) > 5:
             text += f"\n  ... and {len(failed) - 5} more"
+        before = out.get("preexisting")
         for note in (
+            before.get("note") if isinstance(before, dict) else None,
             out.get("red_reason"),
             out.get("environment"),
             out.get("interpreter"),

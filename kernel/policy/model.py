@@ -21,6 +21,7 @@ from fluffy.kernel.policy.tdd_settings import (
     DEFAULT_EXEMPTIONS,
     Category,
     ExemptionRule,
+    TddSettings,
     TechDebtSettings,
 )
 from fluffy.kernel.policy.tool_settings import MergeSettings, SchedulerSettings, ToolSettings
@@ -137,6 +138,7 @@ class PolicyFile(BaseModel):
     capabilities: list[Rule] = Field(default_factory=list)
     tdd_exemptions: dict[Category, ExemptionRule] | None = None
     tech_debt: TechDebtSettings = Field(default_factory=TechDebtSettings)
+    tdd: TddSettings = Field(default_factory=TddSettings)
     audit: StorageSettings = Field(default_factory=StorageSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)

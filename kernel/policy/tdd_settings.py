@@ -124,3 +124,13 @@ class TechDebtSettings(BaseModel):
     def _thresholds(self) -> TechDebtSettings:
         check_thresholds(self.min_delta, self.warning_threshold, self.lockout_threshold)
         return self
+
+
+class TddSettings(BaseModel):
+    """``tdd:`` -- what counts as green for the merge."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: True: a test that fails on the base tree too (before the session's change) also
+    #: blocks the merge; False (default): it is reported as pre-existing, not blocking.
+    require_all_green: bool = False

@@ -132,6 +132,7 @@ class ToolPath:
         """A policy update: new sanitiser, merge rules and tool settings."""
         router = self.router
         router.settings = policy.tools
+        router.require_all_green = policy.tdd.require_all_green
         router.sanitizer = _sanitizer(policy)
         router.merger.configure(
             list(policy.merge.protected_paths),
@@ -261,6 +262,7 @@ async def assemble_tools(
         mcp=mcp,
     )
     router.steps = scheduler.scheduler  # a batch's dependent calls (ADR-043)
+    router.require_all_green = policy.tdd.require_all_green
     try:
         finished = await router.flow.resume()  # merges a crash interrupted complete now
         if finished:

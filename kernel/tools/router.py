@@ -120,6 +120,8 @@ class ToolRouter:
         self.mcp = mcp
         #: asks the user about a call held for review (set by the session loop)
         self.reviewer: Reviewer | None = None
+        #: policy tdd.require_all_green: a failure on the base tree too blocks a merge
+        self.require_all_green = False
         #: MCP tools the user allowed for the rest of a session (session id -> names)
         self.session_allowed: dict[str, set[str]] = {}
         self.flow = Flow(workflow, workspaces, merger, audit)
@@ -323,6 +325,7 @@ class ToolRouter:
                 sandbox=self._plugin,
                 release=self._release,
                 expect=self._expect,
+                require_all_green=self.require_all_green,
             )
         if spec.route == "mcp":
             return await self._mcp(call)

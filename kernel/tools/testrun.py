@@ -19,6 +19,7 @@ from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.kernel.confined_files import read_regular, safe_relpath
 from fluffy.kernel.project.envstate import ENV_PYTHON
 from fluffy.kernel.project.interpreter import mismatch
+from fluffy.kernel.tools.baserun import base_failures
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.guardrun import Verdict, as_evidence, cross_check, is_whole
 from fluffy.kernel.tools.pluginjob import PluginOutcome
@@ -44,6 +45,7 @@ async def run_tests(
     sandbox: Callable[[RoutedCall, TestPlan], Awaitable[PluginOutcome]],
     release: Callable[[PluginOutcome], Awaitable[None]],
     expect: Callable[[SessionRow, str], None],
+    require_all_green: bool = False,
 ) -> dict[str, Any]:
     """Run ``call`` (a test.run; ``preparer``: its environment and the session's view,
     None without an engine): ``sandbox`` runs it in the plugin's sandbox with the
@@ -105,11 +107,21 @@ async def run_tests(
         duration_s=time.monotonic() - clock,
     )
     whole = is_whole(call.args)
+    deciding = state == "validating" and whole  # this run decides the merge
+    if deciding and not run.is_green() and not require_all_green and run.counts["passed"]:
+        # failures that were there before the change are reported, not the change's
+        on_base = await base_failures(
+            call, preparer=preparer, test_globs=workflow.test_globs, sandbox=sandbox,
+            release=release, read=output_file,
+        )  # fmt: skip
+        known = sorted({c.id for c in cases if c.outcome in ("failed", "error")} & on_base)
+        run = dataclasses.replace(run, preexisting=tuple(known))
     checked: Verdict | None = None
-    if state == "validating" and whole and run.is_green():  # this run decides the merge
+    if deciding and run.is_green():
         checked = await cross_check(
             call, preparer=preparer, overlay=stage.overlay(), staged_tree=stage.tree,
             test_globs=workflow.test_globs, sandbox=sandbox, release=release, read=output_file,
+            known=set(run.preexisting),
         )  # fmt: skip
         if checked is not None and checked.broken:  # the green was not the truth
             cases = [*cases, *(as_evidence(c) for c in checked.broken)]
@@ -122,8 +134,11 @@ async def run_tests(
     await workflow.record_test_run(session_id, run, coverage)
     verdict = await workflow.red_verdict(session_id, run) if state == "test_writing" else None
     after, review = await flow.after_test_run(session_id, run, whole=whole)
+    old = set(run.preexisting)
     failed = [
-        {"id": c.id, "message": c.message[:500]} for c in cases if c.outcome in ("failed", "error")
+        {"id": c.id, "message": c.message[:500]}
+        for c in cases
+        if c.outcome in ("failed", "error") and c.id not in old
     ]
     answer: dict[str, Any] = {
         "exit_code": exit_code,
@@ -145,6 +160,13 @@ async def run_tests(
     limit = limit_hit(said, call.spec.template)
     if limit:
         answer["limits"] = limit
+    if run.preexisting:
+        answer["preexisting"] = {
+            "count": len(run.preexisting),
+            "ids": list(run.preexisting)[:50],
+            "note": f"{len(run.preexisting)} failed before this change too (on the project "
+            "without it): reported, not blocking",
+        }
     if checked is not None:
         answer["cross_check"] = {
             "found": checked.found,

@@ -161,10 +161,14 @@ class TestRun:
     sources: TreeSnapshot
     started_at: float
     duration_s: float
+    #: failing tests that fail on the base tree too (the project without the session's
+    #: changes): reported, not blocking (policy tdd.require_all_green: true makes them so)
+    preexisting: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": 1,
+            "preexisting": list(self.preexisting),
             "command": list(self.command),
             "exit_code": self.exit_code,
             "cases": [vars(c).copy() for c in self.cases],
@@ -190,6 +194,7 @@ class TestRun:
                 sources=TreeSnapshot(trees[1]),
                 started_at=float(data["started_at"]),
                 duration_s=float(data["duration_s"]),
+                preexisting=tuple(str(i) for i in data.get("preexisting") or ()),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise EvidenceError("a stored test run is malformed", why=repr(exc)) from None
@@ -238,10 +243,14 @@ class TestRun:
         return f"not red: {detail}; {WHAT_IS_RED}"
 
     def is_green(self) -> bool:
-        """Exit code 0, at least one test passed, none failed or errored."""
-        counts = self.counts
-        broken = counts["failed"] + counts["error"]
-        return self.exit_code == 0 and counts["passed"] > 0 and broken == 0
+        """At least one test passed and none failed or errored but those that fail on the
+        base tree too (:attr:`preexisting`); exit code 0, or 1 (pytest's "tests failed")
+        when only those failed."""
+        known = set(self.preexisting)
+        broken = [c for c in self.cases if c.outcome in ("failed", "error") and c.id not in known]
+        failed_known = any(c.id in known and c.outcome in ("failed", "error") for c in self.cases)
+        ok_exit = self.exit_code == 0 or (self.exit_code == 1 and failed_known)
+        return ok_exit and self.counts["passed"] > 0 and not broken
 
     def is_stale(
         self,

@@ -436,6 +436,24 @@ def test_a_damaged_record_is_an_evidence_error(damage: object) -> None:
         TestRun.from_dict(data)
 
 
+def test_a_failure_of_the_base_tree_too_does_not_make_a_run_red() -> None:
+    """Green relative to the base (issue 33): only failures not seen on the base block."""
+    old = TestCase("tests/test_old.py::test_x", "tests/test_old.py", "failed", True, "no db")
+    new = TestCase("tests/test_new.py::test_y", "tests/test_new.py", "failed", True, "assert 0")
+    ok = TestCase("tests/test_a.py::test_a", "tests/test_a.py", "passed", False, "")
+    run = TestRun(("pytest",), 1, (old, ok), TreeSnapshot({}), TreeSnapshot({}), 1.0, 0.5)
+    assert not run.is_green()
+    known = TestRun(("pytest",), 1, (old, ok), TreeSnapshot({}), TreeSnapshot({}), 1.0, 0.5,
+                    preexisting=(old.id,))  # fmt: skip
+    assert known.is_green() and TestRun.from_dict(known.to_dict()) == known
+    more = TestRun(("pytest",), 1, (old, new, ok), TreeSnapshot({}), TreeSnapshot({}), 1.0, 0.5,
+                   preexisting=(old.id,))  # fmt: skip
+    assert not more.is_green()  # a new failure always blocks
+    crashed = TestRun(("pytest",), 2, (old, ok), TreeSnapshot({}), TreeSnapshot({}), 1.0, 0.5,
+                      preexisting=(old.id,))  # fmt: skip
+    assert not crashed.is_green()  # interrupted: not a verdict
+
+
 # -- the runner --------------------------------------------------------------------------
 
 

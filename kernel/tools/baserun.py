@@ -1,0 +1,64 @@
+"""Which tests fail on the base tree: a failure that was there before is not the change's.
+
+A real repository often has a test that fails on the person's machine too (a flaky one,
+a missing service).  When the run that decides a merge fails, the kernel runs the suite
+once on the base tree -- the project as it is, without the session's changes -- and
+keeps the failing ids by the base tree's hash (``<state>/baselines/<hash>.json``), so the
+next session on the same tree does not run it again.  A failure found there too is
+*pre-existing*: reported ("N failed before this change too"), not blocking, unless the
+policy says ``tdd.require_all_green: true``.  Every test that passed on the base must
+still pass, and the session's new and changed tests must pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+
+from fluffy.kernel.tools.pluginjob import PluginOutcome
+from fluffy.kernel.tools.routedcall import RoutedCall
+from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
+from fluffy.kernel.workflow.evidence import snapshot_trees
+from fluffy.kernel.workflow.junit import parse_junit
+
+BASE_SUFFIX = ".base"
+
+
+async def base_failures(
+    call: RoutedCall,
+    *,
+    preparer: TestPreparer,
+    test_globs: Sequence[str],
+    sandbox: Callable[[RoutedCall, TestPlan], Awaitable[PluginOutcome]],
+    release: Callable[[PluginOutcome], Awaitable[None]],
+    read: Callable[[PluginOutcome, object], bytes | None],
+) -> set[str]:
+    """The ids of the tests that fail on the base tree (cached by its hash)."""
+    tests, sources = await asyncio.to_thread(snapshot_trees, preparer.project, test_globs, {})
+    key = hashlib.sha256(f"{tests.digest}\0{sources.digest}".encode()).hexdigest()[:24]
+    cache = preparer.state_dir / "baselines" / f"{key}.json"
+    try:
+        return set(json.loads(cache.read_text())["failing"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    plan = await asyncio.to_thread(
+        preparer.prepare, call.session.id + BASE_SUFFIX, {}, None, test_globs, coverage=False
+    )
+    base_call = dataclasses.replace(call, call_id=call.call_id + BASE_SUFFIX, args={})
+    outcome = await sandbox(base_call, plan)
+    try:
+        junit = read(outcome, outcome.result.get("junit"))
+    finally:
+        await release(outcome)
+    if junit is None:
+        return set()  # nothing to compare with: every failure counts
+    cases = parse_junit(junit, name="the base tree's junit report", any_failure=plan.custom)
+    failing = sorted(c.id for c in cases if c.outcome in ("failed", "error"))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"failing": failing, "found": len(cases)}))
+    tmp.replace(cache)
+    return set(failing)
