@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from rich.markdown import Markdown
 
-from fluffy.cli.safetext import visible
+from fluffy.safetext import visible
 
 _FENCES = ("```", "~~~")
 

@@ -22,10 +22,10 @@ from rich.syntax import Syntax
 
 from fluffy.cli.diffview import review_files
 from fluffy.cli.mdstream import MarkdownStream
-from fluffy.cli.safetext import visible
 from fluffy.cli.theme import PALETTES, Palette
 from fluffy.cli.usage import turn_line
 from fluffy.errors import FluffyError
+from fluffy.safetext import visible
 from fluffy.settings import Price
 
 DIFF_LINES = 60  # per file; longer diffs are cut with a note (review.show has them whole)

@@ -8,9 +8,9 @@ import io
 from rich.console import Console
 
 from fluffy.cli.render import print_error, stderr
-from fluffy.cli.safetext import visible
 from fluffy.cli.session_view import SessionRenderer
 from fluffy.errors import ToolFailed
+from fluffy.safetext import visible
 
 # cursor up + clear line + a fake line; an OSC title; hidden text; a bidi override
 HOSTILE = (
