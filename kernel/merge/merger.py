@@ -302,6 +302,8 @@ class Merger:
             result = self._run(op)
             if result.status == "completed":
                 staging.clear()  # only now: a rolled-back merge leaves it as it was
+                op.staging_cleared = True
+                self.log.save(op)
             result.three_way = {
                 step.path: sources[step.source]
                 for step in steps
@@ -335,8 +337,11 @@ class Merger:
                     results.append(out)
                     continue
                 results.append(result)
-                if result.status == "completed":  # rolled back: the session keeps it
-                    self._clear_staging(op)
+            for op in self.log.operations():  # killed between completing and clearing
+                if op.status == "completed" and op.kind == "files" and not op.staging_cleared:
+                    self._clear_staging(op)  # (rolled back: the session keeps its changes)
+                    op.staging_cleared = True
+                    self.log.save(op)
             self.log.collect_garbage()
         return results
 

@@ -69,6 +69,9 @@ class MergeOperation(msgspec.Struct):
     staging_root: str | None = None  # a files merge: the staging area it came from
     #: a files merge that could not land whole: applied steps are being undone
     rolling_back: bool = False
+    #: a completed files merge whose staging area was cleared (a kill between the two:
+    #: the next start clears it)
+    staging_cleared: bool = False
 
     def step_done(self, step_id: str) -> bool:
         return step_id in self.results
