@@ -66,6 +66,7 @@ def _unconditional(rule: Rule) -> bool:
                 "plugin",
                 "state_machine_state",
                 "session_mode",
+                "command",
             )
         )
     )

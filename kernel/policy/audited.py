@@ -33,6 +33,7 @@ def request_data(request: Request) -> dict[str, Any]:
         "size": request.size,
         "sandbox": request.sandbox,
         **({"issuing": True} if request.issuing else {}),
+        **({"command": list(request.command)} if request.command is not None else {}),
     }
 
 
@@ -47,7 +48,14 @@ def request_from(data: dict[str, Any]) -> Request:
         data.get("size"),
         data.get("sandbox"),
         issuing=bool(data.get("issuing", False)),
+        command=_command(data.get("command")),
     )
+
+
+def _command(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(arg, str) for arg in value):
+        return tuple(value)
+    return None
 
 
 class AuditedPolicy:

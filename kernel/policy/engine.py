@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from fluffy.kernel.globs import GlobSet, literal_roots
+from fluffy.kernel.policy.argv import matches as argv_matches
+from fluffy.kernel.policy.argv import parse_pattern, shown
 from fluffy.kernel.policy.model import Match, PolicyFile, Rule
 from fluffy.kernel.policy.request_paths import PathEscape, normalize
 from fluffy.kernel.policy.tokens import TokenStore, TokenUse
@@ -51,6 +53,8 @@ class Request:
     #: a sandbox, whose every use of it is checked against the token): a rule's
     #: ``require_capability_token`` is met by the token to come.
     issuing: bool = False
+    #: The command a ``container.run`` would run (its argv), for rules' ``command``.
+    command: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class _RuleIndex:
 
 
 class _CompiledMatch:
-    __slots__ = ("exact", "fields", "prefixes", "spec")
+    __slots__ = ("commands", "exact", "fields", "prefixes", "spec")
 
     def __init__(self, match: Match) -> None:
         self.fields = match
@@ -158,6 +162,9 @@ class _CompiledMatch:
         # "mcp.time.*" names every syscall under mcp.time. (ADR-046)
         self.exact = frozenset(n for n in names if not n.endswith("*"))
         self.prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
+        self.commands = (
+            tuple(parse_pattern(p) for p in match.command) if match.command is not None else None
+        )
 
     def matches(self, request: Request, path: str | None) -> bool:
         m = self.fields
@@ -175,6 +182,11 @@ class _CompiledMatch:
         if m.plugin is not None and request.caller.name not in m.plugin:
             return False
         if m.state_machine_state is not None and request.state not in m.state_machine_state:
+            return False
+        if self.commands is not None and (
+            request.command is None
+            or not any(argv_matches(p, request.command) for p in self.commands)
+        ):
             return False
         return m.session_mode is None or request.mode in m.session_mode
 
@@ -198,6 +210,8 @@ def _broken_constraint(rule: Rule, request: Request) -> str:
 
 #: Syscalls of MCP servers' tools (mcp.SERVER.TOOL): unmatched, they need review.
 MCP_PREFIX = "mcp."
+#: A command the model asks to run in a sandbox (debug mode): unmatched, it needs review.
+COMMAND_SYSCALL = "container.run"
 
 #: The L2 sandbox templates (design: Sandbox Templates).
 L2_TEMPLATES = frozenset(
@@ -345,6 +359,16 @@ class PolicyEngine:
             return Decision(
                 "require_review",
                 [f"no rule allows {request.syscall}: MCP tools ask the user first"],
+                matched,
+                None,
+                path=ctx.path,
+            )
+        if request.syscall == COMMAND_SYSCALL:
+            # a command no rule speaks of: the person decides, each time (ADR-062)
+            said = f" `{shown(request.command)}`" if request.command is not None else ""
+            return Decision(
+                "require_review",
+                [f"no rule allows the command{said}: commands the model runs ask the person"],
                 matched,
                 None,
                 path=ctx.path,

@@ -256,6 +256,7 @@ class ExtensionHost:
             "mode": request.mode,
             "size": request.size,
             "sandbox": request.sandbox,
+            "command": list(request.command) if request.command is not None else None,
         }
         if not self.ready.is_set():
             raise SandboxRunFailed("the policy sandbox is restarting; denied meanwhile")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fluffy.errors import ConfigError, FluffyError, PolicyError
 from fluffy.kernel.audit.storage import StorageSettings
+from fluffy.kernel.policy.argv import parse_pattern
 from fluffy.kernel.policy.tdd_settings import (
     DEFAULT_EXEMPTIONS,
     Category,
@@ -46,6 +47,7 @@ MATCH_FIELDS: Final = (
     "plugin",
     "state_machine_state",
     "session_mode",
+    "command",
 )
 
 
@@ -60,6 +62,8 @@ class Match(BaseModel):
     plugin: list[str] | None = None
     state_machine_state: list[str] | None = None
     session_mode: list[SessionMode] | None = None
+    #: Command patterns (``container.run``'s argv: :mod:`fluffy.kernel.policy.argv`).
+    command: list[str] | None = None
 
     @field_validator(*MATCH_FIELDS, mode="before")
     @classmethod
@@ -76,6 +80,13 @@ class Match(BaseModel):
                     f"{name!r} is not a syscall name: use a name (fs.write) or a family "
                     "ending in .* (mcp.time.*)"
                 )
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _commands(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or []:
+            parse_pattern(pattern)  # its ValueError names the pattern and what is wrong
         return value
 
     @field_validator("path_glob")

@@ -6,11 +6,28 @@ with pathspec built on the spot.  The real engine must always agree with it.
 
 from __future__ import annotations
 
+import fnmatch
+import shlex
+
 from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.policy.engine import Request
 from fluffy.kernel.policy.model import Match, PolicyFile
 
 L2 = {"ai-provider", "code-executor", "policy-sandbox", "integration-test"}
+
+
+def command_matches(pattern: str, argv: tuple[str, ...] | None) -> bool:
+    """Word by word; a last ``**`` takes any further arguments."""
+    if argv is None:
+        return False
+    words = shlex.split(pattern)
+    if words[-1] == "**":
+        words, argv = words[:-1], argv[: len(words) - 1] if len(argv) >= len(words) - 1 else None
+        if argv is None:
+            return False
+    return len(words) == len(argv) and all(
+        fnmatch.fnmatchcase(a, w) for w, a in zip(words, argv, strict=True)
+    )
 
 
 def matches(m: Match, request: Request, path: str | None) -> bool:
@@ -21,6 +38,7 @@ def matches(m: Match, request: Request, path: str | None) -> bool:
         m.plugin is None or request.caller.name in m.plugin,
         m.state_machine_state is None or request.state in m.state_machine_state,
         m.session_mode is None or request.mode in m.session_mode,
+        m.command is None or any(command_matches(p, request.command) for p in m.command),
     ]
     return all(checks)
 
@@ -56,4 +74,6 @@ def reference_decision(policy: PolicyFile, request: Request, path: str | None) -
         return "require_review"
     if "allow" in votes:
         return "allow"
+    if request.syscall == "container.run":  # a command no rule allows asks the person
+        return "require_review"
     return "deny"

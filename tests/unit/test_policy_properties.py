@@ -15,7 +15,7 @@ from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import Constraints, Match, PolicyFile, Rule
 from unit.policy_reference import reference_decision
 
-SYSCALLS = ["fs.write", "fs.read", "test.run", "git.commit"]
+SYSCALLS = ["fs.write", "fs.read", "test.run", "git.commit", "container.run"]
 GLOBS = ["src/**", "tests/**", "*.py", "*.md", "docs/", "!src/keep.py", "src/*/x.py", "**/gen/**"]
 PATHS = [
     "src/a.py",
@@ -28,6 +28,9 @@ PATHS = [
     "setup.py",
 ]
 TAGS = ["core_plugin", "trusted_write", "third_party"]
+COMMANDS = ["python -m pkg **", "python -m pkg", "pytest *", "sh -c **", "py*", "'a b' c"]
+ARGVS = [("python", "-m", "pkg"), ("python", "-m", "pkg", "-v"), ("pytest", "-x"),
+         ("pytest", "-x", "t"), ("sh", "-c", "ls; id"), ("a b", "c"), ("python3",)]  # fmt: skip
 STATES = ["idle", "planning", "test_writing", "code_writing"]
 
 
@@ -46,6 +49,7 @@ matches = st.builds(
     | st.lists(
         st.sampled_from(["strict", "explore", "debug"]), min_size=1, max_size=2, unique=True
     ),
+    command=opt_list(COMMANDS),
 )
 constraints = st.none() | st.builds(
     Constraints,
@@ -76,6 +80,7 @@ requests = st.builds(
     mode=st.sampled_from(["strict", "explore", "debug"]),
     size=st.none() | st.sampled_from([10, 2000, 5_000_000]),
     sandbox=st.none() | st.sampled_from(["code-executor", "ai-provider", "L1"]),
+    command=st.none() | st.sampled_from(ARGVS),
 )
 
 RANK = {"allow": 0, "require_review": 1, "deny": 2}
