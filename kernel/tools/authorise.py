@@ -80,6 +80,9 @@ def authorise(
         )
         asked.append(request_data(policy.as_evaluated(request)))
         decision = policy.evaluate(request)
+        if decision.result == "allow" and decision.decided_by:
+            rules = (call.rule or "").split(",") if call.rule else []
+            call.rule = ",".join(dict.fromkeys([*rules, decision.decided_by]))
         if decision.result == "deny":
             by = decision.decided_by  # the rule's name: the user knows what to change
             raise PolicyError(

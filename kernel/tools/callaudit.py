@@ -174,6 +174,7 @@ async def record(
             output_summary=output_summary,
             duration_ms=None if duration_ms is None else round(duration_ms, 3),
             sandbox_id=sandbox_id,
+            policy_rule_name=call.rule if call is not None else None,
             metadata=metadata,
         )
     )

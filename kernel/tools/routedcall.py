@@ -42,4 +42,5 @@ class RoutedCall:
     token_ops: str | None = None  # "used/max" uses of the call's token (None: no token)
     token: str | None = None  # how the audit log names the call's token
     priority: int = CALL_PRIORITY  # its sandbox's scheduler priority
-    reviewed: str | None = None  # an MCP call the user allowed (how)
+    reviewed: str | None = None  # a call held for the user that they allowed (how)
+    rule: str | None = None  # the policy rule(s) that allowed it (the audit entries' name)

@@ -94,6 +94,7 @@ def test_read_is_sanitised_and_both_versions_audited(tmp_path: Path) -> None:
     assert json.loads(result["input_summary"]) == {"path": "src/app.py"}  # what was asked
     assert "[REDACTED" in result["output_summary"]  # and what the model was answered
     assert result["policy_decision"] == "allowed" and result["syscall_type"] == "fs.read"
+    assert result["policy_rule_name"] == "read-project"  # the rule that allowed it
     assert harness.entries("tool_execute") == []  # a fast read is one entry, not two
 
 
