@@ -26,6 +26,7 @@ SANDBOX_PARTS = (
     "sandboxes",
     "seccomp",
     "plugins",
+    "safetext.py",  # container.run shows output as the CLI shows text
 )
 #: Labels every fluffy image carries (LABEL_IMAGE, LABEL_HASH: the garbage collector and
 #: doctor find them so); the kernel finds a sandbox's image by both, so they are declared

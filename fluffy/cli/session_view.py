@@ -259,10 +259,19 @@ class SessionRenderer:
         self._line()
 
     def _on_tool_review(self, event: dict[str, Any]) -> None:
-        """A call policy holds for the person (an MCP server's tool, ADR-046)."""
-        self._line(f"  [bold]The AI wants to call {escape(str(event.get('tool')))}[/]")
+        """A call policy holds for the person (an MCP server's tool, ADR-046; a command
+        the model wants to run, ADR-062)."""
+        command = event.get("command")
+        if command is not None:  # container.run: the command line, as it will run
+            self._line("  [bold]The AI wants to run a command[/] (in a sandbox: no network, "
+                       "the project read-only)")  # fmt: skip
+            self._line(f"    $ {escape(str(command))}")
+        else:
+            self._line(f"  [bold]The AI wants to call {escape(str(event.get('tool')))}[/]")
         self._line(f"    arguments: {escape(str(event.get('arguments') or '{}'))}")
         self._line(f"    why asked: {escape(str(event.get('reason') or ''))}")
+        if event.get("allow_with"):
+            self._line(f"    [dim]to stop asking: {escape(str(event['allow_with']))}[/]")
         self._line(
             "    nothing runs until you decide: /approve (once), /approve all (this session), "
             "/reject \\[why]"

@@ -42,6 +42,7 @@ from fluffy.cli.render import stderr, stdout, use_theme
 from fluffy.cli.session_view import JsonRenderer, SessionRenderer
 from fluffy.cli.turns import cursor, follow
 from fluffy.errors import ConfigError
+from fluffy.safetext import visible
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROVIDERS = ("scripted", "openai", "anthropic", "ollama", "lmstudio")
@@ -171,7 +172,12 @@ def run_task(args: argparse.Namespace) -> int:
             question = f"Grant the TDD exemption {request_text(event)}?"
             return "approve" if ask(question) else "reject"
         if event.get("type") == "tool_review":
-            return "approve" if ask(f"Allow {event.get('tool')} this once?") else "reject"
+            what = (
+                f"Run `{visible(str(event['command']))}` in a sandbox"
+                if event.get("command") is not None
+                else f"Allow {event.get('tool')}"
+            )
+            return "approve" if ask(f"{what} this once?") else "reject"
         if ask("Approve?"):
             return "approve"
         if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):
@@ -208,22 +214,27 @@ def run_task(args: argparse.Namespace) -> int:
         state = client.call("session.get", {"session_id": sid}) or session
         owned = kernel.owned
     family = str(end.get("tool")).rsplit(".", 1)[0]
+    rule = (
+        "a rule allowing that command (syscall: container.run, command: [...])"
+        if end.get("tool") == "container.run"
+        else f"a rule allowing {family}.*"
+    )
     if end.get("status") == "waiting_review" and end.get("tool_review") and owned:
         # the turn lives in the kernel this command started, which stops as it leaves
         notes.print(
             f"The call to {end.get('tool')} was not made: it needs your answer, and there "
             "is no terminal here to ask on. This command started the kernel and stops it "
             "as it leaves, so the task ends here. Run it on a terminal (it asks there), at "
-            "the prompt (`fluffy`), or with a running kernel (`fluffy start`), or allow "
-            f"{family}.* with a rule in .fluffy/policy.yaml."
+            "the prompt (`fluffy`), or with a running kernel (`fluffy start`), or add "
+            f"{rule} to .fluffy/policy.yaml."
         )
     elif end.get("status") == "waiting_review" and end.get("tool_review"):
         where = f" --project {project}" if Path.cwd().resolve() != project else ""
         notes.print(
             f"The call to {end.get('tool')} waits for your answer (session {sid}). Run "
             f"`fluffy session resume {sid}{where}` (or `fluffy` in the project), then "
-            "/approve, /approve all (for this session) or /reject; a rule allowing "
-            f"{family}.* in .fluffy/policy.yaml stops the asking."
+            f"/approve, /approve all (for this session) or /reject; {rule} in "
+            ".fluffy/policy.yaml stops the asking."
         )
     elif end.get("status") == "waiting_review":
         where = f" --project {project}" if Path.cwd().resolve() != project else ""

@@ -6,6 +6,7 @@ of it ("Read 85 lines", "1 failed (tests/test_x.py::test_y)", or the refusal).
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 VERBS = {
@@ -22,7 +23,11 @@ VERBS = {
     "git.diff": "Git diff",
     "git.commit": "Committing",
     "plan.complete": "Completing the plan",
+    "container.run": "Running",
 }
+#: Lines of a command's output the person is shown under its result (the model gets all
+#: the call kept).
+COMMAND_LINES = 12
 
 
 def _where(args: Any) -> str:
@@ -46,6 +51,10 @@ def describe_call(tool: str, args: Any) -> str:
     if tool == "test.run":
         paths = args.get("paths") if isinstance(args, dict) else None
         return "Running " + (" ".join(paths) if isinstance(paths, list) and paths else "tests")
+    if tool == "container.run":
+        argv = args.get("argv") if isinstance(args, dict) else None
+        line = shlex.join(str(a) for a in argv) if isinstance(argv, list) else "a command"
+        return "Running $ " + (line if len(line) <= 80 else line[:77] + "...")
     return f"{verb} {where}".rstrip()
 
 
@@ -92,6 +101,8 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
             if isinstance(note, str) and note:
                 text += f"\n  {note}"  # test_writing: red or not and why; a stale environment
         return text
+    if tool == "container.run":
+        return _command_summary(out)
     if tool == "git.commit":
         return f"Committed {str(out.get('commit') or '')[:12]}"
     if tool == "fs.list":
@@ -105,6 +116,24 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
     if tool.startswith("mcp.") and isinstance(out.get("content"), list):
         return _mcp_summary(out)
     return "done"
+
+
+def _command_summary(out: dict[str, Any]) -> str:
+    """A command's exit, then the end of what it printed (already made visible)."""
+    code = out.get("exit_code")
+    text = f"exit code {code}" + (f" ({out['signal']})" if out.get("signal") else "")
+    if out.get("timed_out"):
+        text += ", stopped at its time-out"
+    text += f" in {out.get('duration_s', 0)} s"
+    lines = str(out.get("output") or "").rstrip("\n").splitlines()
+    if len(lines) > COMMAND_LINES:
+        text += f"\n  ... {len(lines) - COMMAND_LINES} earlier line(s) not shown"
+    for line in lines[-COMMAND_LINES:]:
+        text += f"\n  | {line[:200]}"
+    for note in (out.get("environment"), out.get("interpreter"), out.get("limits")):
+        if isinstance(note, str) and note:
+            text += f"\n  {note}"
+    return text
 
 
 def _mcp_summary(out: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Final
 from fluffy.errors import WorkflowError
 from fluffy.ipc.ai_types import ToolDefinition
 from fluffy.kernel.ai.token_estimate import estimate_tokens, json_tokens
-from fluffy.kernel.tools.availability import PROTECTED_GLOBS
+from fluffy.kernel.tools.availability import PROTECTED_GLOBS, TEST_RUN_STATES
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.states import MODES, STATES
 
@@ -53,6 +53,11 @@ _NEXT: Final[Mapping[str, str]] = {
     "retroactive_testing": "Write tests for the change, then run test.run.",
 }
 _TEST_STATES: Final = frozenset({"test_writing", "retroactive_testing"})
+#: Debug mode's addition (design: "Same as explore, plus container.run").
+_DEBUG: Final = (
+    "Debug mode: container.run runs one command (argv) in a sandbox; the user reviews it "
+    "unless a rule allows it."
+)
 
 
 def _valid(state: str, mode: str) -> None:
@@ -91,7 +96,8 @@ def workflow_line(state: str, mode: str, writable: Sequence[str] | None = None) 
         writes = ""
     else:
         writes = "No writes."
-    return " ".join(part for part in (head, writes, _NEXT[state]) if part)
+    debug = _DEBUG if mode == "debug" and state in TEST_RUN_STATES else ""
+    return " ".join(part for part in (head, writes, _NEXT[state], debug) if part)
 
 
 # -- tool summaries --------------------------------------------------------------------

@@ -139,6 +139,14 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
     action: allow
     constraints: {{require_sandbox: code-executor}}
 
+  # Debug mode (--mode debug, /debug): the model may run a command in a sandbox
+  # (container.run: the project read-only, no network, a time-out).  No rule here allows
+  # one, so each command asks you first.  A rule allows the commands you trust, e.g.
+  #   - name: run-my-module
+  #     match: {{syscall: container.run, command: ["python -m mypkg **"]}}
+  #     action: allow
+  # (each word a glob for one argument; a last ** is any further arguments).
+
   # A commit is made only after the merge was approved (automatically or by you).
   - name: commit-after-review
     match: {{syscall: git.commit, state_machine_state: [committing]}}

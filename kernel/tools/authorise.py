@@ -15,6 +15,8 @@ from fluffy.kernel.confined_files import safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.tools.capabilities import Scope
+from fluffy.kernel.tools.commandrun import TOOL as COMMAND_TOOL
+from fluffy.kernel.tools.commandrun import command_argv
 from fluffy.kernel.tools.fastpath import FastPath
 from fluffy.kernel.tools.registry import ToolSpec
 from fluffy.kernel.tools.routedcall import RoutedCall
@@ -62,6 +64,7 @@ def authorise(
         p for p in sorted(call.reads) if p not in ("", ".")
     ]
     targets: list[str | None] = [*named] or [None]  # None: the whole project
+    command = command_argv(call.args) if spec.name == COMMAND_TOOL else None
     # a write in a sandbox is checked before its token is issued (ADR-041): every
     # change the sandbox returns is then checked against the token
     issuing = spec.route == "plugin" and spec.kind == "write" and bool(call.writes)
@@ -77,6 +80,7 @@ def authorise(
             size=size,
             sandbox=spec.template if spec.route in ("plugin", "mcp") else None,
             issuing=issuing,
+            command=command,
         )
         asked.append(request_data(policy.as_evaluated(request)))
         decision = policy.evaluate(request)
@@ -92,7 +96,7 @@ def authorise(
                 fix=denied_fix(by),
             )
         if decision.result == "require_review":
-            if spec.kind == "external":  # an MCP call: the user is asked before it runs
+            if spec.kind == "external" or command is not None:  # asked before it runs
                 call.review = "; ".join(decision.reasons) or f"{spec.name} needs review"
                 continue
             if spec.kind != "write":

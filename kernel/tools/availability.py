@@ -19,8 +19,9 @@ Reads (``fs.read``, ``fs.list``, ``fs.exists``, ``search.*``, ``git.status``,
 ``git.diff``, any tool of kind ``read``) are available in every state.  ``test.run`` runs
 in :data:`TEST_RUN_STATES`.  Debug mode is explore mode plus the tools of kind
 ``execute`` (design: "Same as explore, plus container.run allowed via require_review"),
-in the states where ``test.run`` is; fluffy itself provides none yet (no
-``container.run``), so the prompt promises none.
+in the states where ``test.run`` is: fluffy's own ``container.run`` (one command in a
+sandbox, which a person reviews unless a rule allows that command: ADR-062) and any
+installed plugin's tool that is not read-only.
 Workflow tools (kind ``workflow``) are the state machine's to refuse; those of
 :data:`WORKFLOW_STATES` are listed only where they can act (``plan.complete`` while
 planning, ``workflow.request_exemption`` before code is written, ``workflow.add_tests``

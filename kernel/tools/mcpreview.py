@@ -45,29 +45,42 @@ async def call_mcp(
 
 
 async def ask_user(
-    call: RoutedCall, *, reviewer: Reviewer | None, session_allowed: dict[str, set[str]]
+    call: RoutedCall,
+    *,
+    reviewer: Reviewer | None,
+    session_allowed: dict[str, set[str]],
+    key: str | None = None,
+    allow_with: str | None = None,
+    shown_extra: dict[str, Any] | None = None,
 ) -> None:
+    """Ask the person about ``call`` (held for review) and wait for the answer.
+
+    ``key``: what a yes "for this session" covers (default: the tool; ``container.run``:
+    the one command); ``allow_with``: the policy rule that would stop the asking, for
+    the refusals; ``shown_extra``: more for the person to read (the command line).
+    """
     spec, sid = call.spec, call.session.id
-    if spec.name in session_allowed.get(sid, set()):
+    key = key or spec.name
+    family = spec.name.rsplit(".", 1)[0]
+    allow_with = allow_with or f"a policy rule (syscall: {family}.*, action: allow)"
+    if key in session_allowed.get(sid, set()):
         call.reviewed = "allowed for this session by the user"
         return
-    family = spec.name.rsplit(".", 1)[0]
     if reviewer is None or call.priority != TURN_PRIORITY:
         raise PolicyError(
             f"{spec.name} needs the user's review",
             why=(call.review or "")
             + "; only a model's turn asks the user (this call came from a client)",
-            fix=f"Allow it with a policy rule (syscall: {family}.*, action: allow).",
+            fix=f"Allow it with {allow_with}.",
         )
-    # the user sees every argument the server will get, or is not asked at all
+    # the user sees every argument the tool will get, or is not asked at all
     shown_args = json.dumps(call.args, sort_keys=True, ensure_ascii=False, indent=1)
     if len(shown_args) > MAX_SHOWN_ARGUMENTS:
         raise ToolRefused(
             f"{spec.name} was not run: its arguments are too long to show the user",
             why=f"{len(shown_args)} characters; a call is reviewed only in full "
             f"(at most {MAX_SHOWN_ARGUMENTS})",
-            fix=f"Call it with shorter arguments, or ask the user to allow {family}.* "
-            "with a policy rule.",
+            fix=f"Call it with shorter arguments, or ask the user to allow it with {allow_with}.",
         )
     shown = {
         "review_id": call.call_id,
@@ -75,11 +88,13 @@ async def ask_user(
         "arguments": shown_args,
         "reason": call.review,
         "description": spec.description[:300],
+        "allow_with": allow_with,
+        **(shown_extra or {}),
     }
     decision = await reviewer(sid, shown)
     said = str(decision.get("decision"))
     if said == "allow_session":
-        session_allowed.setdefault(sid, set()).add(spec.name)
+        session_allowed.setdefault(sid, set()).add(key)
         call.reviewed = "allowed for this session by the user"
     elif said == "allow":
         call.reviewed = "allowed once by the user"

@@ -5,8 +5,8 @@ Three routes (design: AI Tools Module, Three-Layer Architecture):
 - ``fast``: kernel-native, read-only (fs.read, fs.list, fs.exists, search.grep,
   search.glob) — no second IPC hop, no sandbox;
 - ``plugin``: a tool plugin in an L2 sandbox of its template: a built-in (fs-tool,
-  git-tool, test-tool, search-tool; tagged ``core_plugin``) or an installed third-party
-  plugin (tagged ``third_party``; :func:`third_party_specs`);
+  git-tool, test-tool, search-tool, container-tool; tagged ``core_plugin``) or an
+  installed third-party plugin (tagged ``third_party``; :func:`third_party_specs`);
 - ``kernel``: workflow tools the state machine answers itself (plan.complete,
   workflow.request_exemption and workflow.add_tests, which only ask the user).
 
@@ -115,6 +115,8 @@ BUILTIN_PLUGINS: dict[str, tuple[str, str, dict[str, Kind]]] = {
         {"git.status": "read", "git.diff": "read", "git.commit": "commit"},
     ),
     "test-tool": ("test_tool", "code-executor", {"test.run": "execute"}),
+    # debug mode only; each command reviewed unless a rule allows it (ADR-062)
+    "container-tool": ("container_tool", "code-executor", {"container.run": "execute"}),
     "search-tool": (
         "search_tool",
         "code-executor",

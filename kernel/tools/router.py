@@ -45,6 +45,8 @@ from fluffy.kernel.tools import availability, staging
 from fluffy.kernel.tools.authorise import authorise, call_paths, size_after
 from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.callaudit import finish, record_execute
+from fluffy.kernel.tools.commandrun import TOOL as COMMAND_TOOL
+from fluffy.kernel.tools.commandrun import run_command
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.mcpreview import McpCalls, call_mcp
@@ -122,7 +124,8 @@ class ToolRouter:
         self.reviewer: Reviewer | None = None
         #: policy tdd.require_all_green: a failure on the base tree too blocks a merge
         self.require_all_green = False
-        #: MCP tools the user allowed for the rest of a session (session id -> names)
+        #: MCP tools (names) and commands ("container.run ARGV") the user allowed for the
+        #: rest of a session, by session id
         self.session_allowed: dict[str, set[str]] = {}
         self.flow = Flow(workflow, workspaces, merger, audit)
         self.scope = availability.WriteScope(
@@ -327,6 +330,17 @@ class ToolRouter:
                 expect=self._expect,
                 require_all_green=self.require_all_green,
             )
+        if spec.name == COMMAND_TOOL:
+            return await run_command(
+                call,
+                preparer=self.tests,
+                workflow=self.workflow,
+                workspaces=self.workspaces,
+                sandbox=self._plugin,
+                release=self._release,
+                reviewer=self.reviewer,
+                session_allowed=self.session_allowed,
+            )
         if spec.route == "mcp":
             return await self._mcp(call)
         extra, landed = None, None
@@ -464,7 +478,7 @@ class ToolRouter:
         assert self.tests is not None
         git = call.spec.name.startswith("git.") or (
             call.spec.route == "plugin"
-            and (call.spec.plugin not in ("fs-tool", "search-tool", "test-tool"))
+            and (call.spec.plugin not in ("fs-tool", "search-tool", "test-tool", "container-tool"))
         )
         return self.tests.mirror(
             call.session.id, stage.overlay(), stage.tree, self.workflow.test_globs, git=git

@@ -91,7 +91,7 @@ def _strings(value: object) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _environment(ctx: ToolContext) -> tuple[str, dict[str, str]]:
+def run_environment(ctx: ToolContext) -> tuple[str, dict[str, str]]:
     """The interpreter and the variables the tests run with."""
     python = ctx.settings.get("python")
     env = {"HOME": "/tmp", "TMPDIR": "/tmp"}  # noqa: S108 - the sandbox's tmpfs
@@ -149,7 +149,7 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     call = ctx.call_dir
     for name in (JUNIT, COVERAGE, DATA):
         (call / name).unlink(missing_ok=True)
-    python, env = _environment(ctx)
+    python, env = run_environment(ctx)
     custom = bool(ctx.settings.get("command"))
     if custom:
         command, extra = _custom(ctx, args)

@@ -1,4 +1,4 @@
-"""The four built-in tool plugins, each against temp folders standing in for the mounts."""
+"""The built-in tool plugins, each against temp folders standing in for the mounts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fluffy.plugins.sdk import Roots, ToolPlugin, check_plugin, execute_job, scr
 from fluffy.plugins.search_tool.globs import Glob
 from fluffy.plugins.test_tool.junit import junit_counts
 
-PLUGINS = ("fs_tool", "search_tool", "git_tool", "test_tool")
+PLUGINS = ("fs_tool", "search_tool", "git_tool", "test_tool", "container_tool")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,7 +35,8 @@ def call(
     call_id: str = "c1",
     settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    module = {"fs": "fs_tool", "search": "search_tool", "git": "git_tool", "test": "test_tool"}
+    module = {"fs": "fs_tool", "search": "search_tool", "git": "git_tool", "test": "test_tool",
+              "container": "container_tool"}  # fmt: skip
     plugin = plugin_of(module[tool.split(".")[0]])
     job = {"call_id": call_id, "tool": tool, "args": args, "session_mode": "strict"}
     if settings is not None:

@@ -47,6 +47,10 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "kernel/workflow/evidence.py": ({"subprocess"}, "the host's pytest when no sandbox runs"),
     # inside sandboxes and plugins
     "plugins/sdk/run.py": ({"subprocess"}, "a tool plugin's command, in its sandbox"),
+    "plugins/container_tool/plugin.py": (
+        {"subprocess"},
+        "container.run: the command a person reviewed (or a rule allowed), in its sandbox",
+    ),
     "sandboxes/envbuild.py": ({"subprocess"}, "pip in the environment-build sandbox"),
     "sandboxes/mcp_host.py": ({"exec"}, "becomes the MCP server on its socket"),
     "sandboxes/probe.py": (

@@ -622,7 +622,7 @@ def test_a_failing_job_is_a_structured_error(
 
 
 # -- layering -------------------------------------------------------------------------
-ALLOWED = ("msgspec", "fluffy.ipc", "fluffy.errors", "fluffy.plugins")
+ALLOWED = ("msgspec", "fluffy.ipc", "fluffy.errors", "fluffy.plugins", "fluffy.safetext")
 
 
 def _imports(path: Path) -> set[str]:

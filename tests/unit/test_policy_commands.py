@@ -3,6 +3,8 @@ cannot mean anything, and a command no rule speaks of asks the person (ADR-062).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from fluffy.kernel.policy.argv import matches, parse_pattern, shown
 from fluffy.kernel.policy.audited import request_data, request_from
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
+from fluffy.kernel.project.defaults import default_policy_text
 
 pytestmark = pytest.mark.unit
 AI = Caller("container-tool", frozenset({"ai", "core_plugin"}))
@@ -105,3 +108,12 @@ def test_the_request_s_command_survives_the_audit_log_for_the_trial() -> None:
     assert data["command"] == ["python", "-m", "pkg"]
     assert request_from(data) == request
     assert "command" not in request_data(Request("fs.read", AI, path="a.py"))
+
+
+def test_the_default_policy_has_no_command_rule_and_explains_how_to_add_one(
+    tmp_path: Path,
+) -> None:
+    text = default_policy_text(tmp_path)
+    engine = PolicyEngine(parse_policy(text, "default"))
+    assert engine.evaluate(run("python", "-m", "pkg")).result == "require_review"
+    assert 'command: ["python -m mypkg **"]' in text
