@@ -32,6 +32,7 @@ from fluffy.errors.ai import (
 from fluffy.errors.configuration import (
     BranchError,
     ConfigError,
+    PolicyDenied,
     PolicyError,
 )
 from fluffy.errors.containers import (
@@ -196,6 +197,7 @@ __all__ = [
     "PluginRejected",
     "PluginStateError",
     "PluginTampered",
+    "PolicyDenied",
     "PolicyError",
     "ProviderBusy",
     "ProviderFailed",

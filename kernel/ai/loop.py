@@ -35,6 +35,7 @@ import msgspec
 from fluffy.errors import (
     ContextTooLong,
     FluffyError,
+    PolicyDenied,
     PolicyError,
     Quarantined,
     TurnRunning,
@@ -178,14 +179,14 @@ class SessionLoop:
         waits; ``decide_call`` answers.  Calls of one response are asked one at a time."""
         turn = self.running(session_id)
         if turn is None:
-            raise PolicyError(
+            raise PolicyDenied(
                 f"{shown.get('tool')} needs the user's review",
                 why="only a running task can ask the user",
                 fix="Allow it with a policy rule, or call it from a task.",
             )
         async with turn.review_lock:
             if turn.review is not None and not turn.review.done():
-                raise PolicyError(
+                raise PolicyDenied(
                     f"{shown.get('tool')} needs the user's review, and the session already "
                     "waits for another decision",
                     fix="Decide on what the session shows first, then call it again.",

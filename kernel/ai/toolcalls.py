@@ -25,7 +25,7 @@ from fluffy.kernel.tools.scheduling import run_ordered
 if TYPE_CHECKING:
     from fluffy.kernel.ai.loop import SessionLoop
 
-DENIAL_CODES = frozenset({"tool.unavailable", "policy.invalid", "ai.quarantined"})
+DENIAL_CODES = frozenset({"tool.unavailable", "policy.denied", "policy.invalid", "ai.quarantined"})
 #: A tool result in the conversation is at most this long (the router already truncated
 #: it to its token budget; this bounds the JSON wrapping).
 RESULT_CHARS = 40_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fluffy.errors import MergeRefused, PolicyError, ToolInputInvalid
+from fluffy.errors import MergeRefused, PolicyDenied, ToolInputInvalid
 from fluffy.kernel.confined_files import safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
@@ -89,7 +89,7 @@ def authorise(
             call.rule = ",".join(dict.fromkeys([*rules, decision.decided_by]))
         if decision.result == "deny":
             by = decision.decided_by  # the rule's name: the user knows what to change
-            raise PolicyError(
+            raise PolicyDenied(
                 f"policy denied {spec.name}" + (f" on {path}" if path else ""),
                 why=("; ".join(decision.reasons) or "no rule allows it (default deny)")
                 + (f" (rule {by})" if by else ""),
@@ -100,7 +100,7 @@ def authorise(
                 call.review = "; ".join(decision.reasons) or f"{spec.name} needs review"
                 continue
             if spec.kind != "write":
-                raise PolicyError(
+                raise PolicyDenied(
                     f"{spec.name} needs the user's review",
                     why="; ".join(decision.reasons),
                     fix="Only writes can wait for review (in reviewing); ask the user.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from fluffy.errors import PolicyError, ToolRefused
+from fluffy.errors import PolicyDenied, ToolRefused
 from fluffy.kernel.tools.routedcall import TURN_PRIORITY, Reviewer, RoutedCall
 
 #: An MCP call held for review shows the user all its arguments; longer ones are refused.
@@ -67,7 +67,7 @@ async def ask_user(
         call.reviewed = "allowed for this session by the user"
         return
     if reviewer is None or call.priority != TURN_PRIORITY:
-        raise PolicyError(
+        raise PolicyDenied(
             f"{spec.name} needs the user's review",
             why=(call.review or "")
             + "; only a model's turn asks the user (this call came from a client)",

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from fluffy.errors import InvalidPayload, PolicyError, SandboxExited, ToolTimeout, ToolTransient
+from fluffy.errors import InvalidPayload, PolicyDenied, SandboxExited, ToolTimeout, ToolTransient
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.lifecycle import Sandbox
@@ -193,7 +193,7 @@ class PluginSocket:
                     f"({', '.join(declared) or 'none declared'})"
                 )
             note_decision("denied", "kernel.plugin_socket", reason)
-            raise PolicyError(
+            raise PolicyDenied(
                 f"plugin {plugin} may not call {method}",
                 why=reason,
                 fix="A plugin works through its ToolContext (the view, its output "

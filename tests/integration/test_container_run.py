@@ -106,7 +106,7 @@ def test_debug_commands_run_in_the_sessions_view_and_environment_and_nowhere_els
     ], shut["output"]
     assert tmp_exec["output"]["output"] == "ran\n", tmp_exec["output"]
     assert slow["output"]["timed_out"] is True and slow["output"]["signal"] == "SIGKILL"
-    assert not asked["ok"] and asked["error"]["code"] == "policy.invalid", asked["error"]
+    assert not asked["ok"] and asked["error"]["code"] == "policy.denied", asked["error"]
     assert "needs the user's review" in asked["error"]["what"]
     assert "command: ['env']" in asked["error"]["fix"]
     # audited with the sandbox that ran each, and nothing of the person's was touched

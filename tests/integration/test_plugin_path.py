@@ -195,8 +195,8 @@ def test_installed_plugins_run_in_their_own_sandboxes_and_are_held_to_their_sock
             assert found["files_checked"] >= 3
             probed = ok(call(client, sid, "evil.probe"))
             assert probed["answers"] == {
-                "fs.write": "policy.invalid",
-                "policy.update": "policy.invalid",
+                "fs.write": "policy.denied",
+                "policy.update": "policy.denied",
             }
     finally:
         kernel.stop()

@@ -21,8 +21,12 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 PERSON = Caller("user", frozenset({"person"}))
 
 
-def _run(tmp_path: Path, asker: Asker | None, body: Any, *, mode: str = "debug") -> Any:
+def _run(
+    tmp_path: Path, asker: Asker | None, body: Any, *, mode: str = "debug", rules: str = ""
+) -> Any:
     harness = Harness(tmp_path)
+    policy = harness.project / ".fluffy" / "policy.yaml"
+    policy.write_text(policy.read_text().replace("capabilities:\n", "capabilities:\n" + rules, 1))
 
     async def main() -> Any:
         tools, _ = await harness.open()
@@ -128,3 +132,15 @@ def test_outside_debug_mode_there_is_no_container_run(tmp_path: Path) -> None:
     assert answer["error"]["code"] == "tool.unavailable"
     assert "only in debug mode (explore now)" in str(answer["error"])
     assert not asker.shown
+
+
+def test_a_rule_s_deny_is_a_refusal_that_names_it(tmp_path: Path) -> None:
+    rules = (
+        "  - name: never-curl\n"
+        "    match: {syscall: container.run, command: ['curl **']}\n"
+        "    action: deny\n"
+    )
+    asker = Asker()
+    answer, _ = _run(tmp_path, asker, _command(["curl", "-s", "http://x"]), rules=rules)
+    assert answer["error"]["code"] == "policy.denied"  # the policy is fine; this is refused
+    assert "(rule never-curl)" in answer["error"]["why"] and not asker.shown

@@ -225,5 +225,5 @@ def test_a_client_s_direct_call_is_never_put_to_the_user(
         return answer
 
     answer = _run(harness, local_manager, asker, body)
-    assert answer["error"]["code"] == "policy.invalid" and not asker.shown
+    assert answer["error"]["code"] == "policy.denied" and not asker.shown
     assert "only a model's turn asks the user" in answer["error"]["why"]
