@@ -13,6 +13,11 @@ on the test side is in that process.
   person's test; the green run was not the truth, and the run counts as failing;
 * a failing test in a file the session changed: the session changed an existing test
   whose original fails now; a person must look (the merge waits for review);
+* a test the green run reported from a file the session did not change, but which the
+  cross-check did not run or skipped: something changed what the person's suite runs; a
+  person must look (the merge waits for review);
+* no report at all (whatever the exit status: code that ends the process early leaves
+  none): the run counts as failing;
 * all pass: the green run stands.
 
 The cross-check runs only when the session changed something on the test side (else the
@@ -27,7 +32,6 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fluffy.errors import ToolFailed
 from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall
@@ -46,17 +50,32 @@ class Verdict:
     broken: tuple[TestCase, ...]  # failing, in files the session did not change
     changed: tuple[str, ...]  # ids failing in files the session changed
     found: int  # tests it ran
+    #: ids the green run passed in files the session did not change that the cross-check
+    #: did not run, or skipped
+    vanished: tuple[str, ...] = ()
 
     @property
     def holds(self) -> bool:
-        return not self.broken and not self.changed
+        return not self.broken and not self.changed and not self.vanished
 
-    def review_reason(self) -> str:
-        shown = ", ".join(self.changed[:10]) + (" ..." if len(self.changed) > 10 else "")
-        return (
-            f"the session changed existing tests whose original versions fail against its "
-            f"code: {shown}"
-        )
+    def review_reasons(self) -> list[str]:
+        """Why a person must look before the merge (none: nothing to look at)."""
+        reasons = []
+        if self.changed:
+            reasons.append(
+                "the session changed existing tests whose original versions fail against "
+                f"its code: {_shown(self.changed)}"
+            )
+        if self.vanished:
+            reasons.append(
+                "tests of the person's that passed in the session's run did not run (or were "
+                f"skipped) without the session's test changes: {_shown(self.vanished)}"
+            )
+        return reasons
+
+
+def _shown(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:10]) + (" ..." if len(ids) > 10 else "")
 
 
 def test_side(overlay: Mapping[str, str | None], test_globs: Sequence[str]) -> set[str]:
@@ -81,9 +100,11 @@ async def cross_check(
     release: Callable[[PluginOutcome], Awaitable[None]],
     read: Callable[[PluginOutcome, object], bytes | None],
     known: set[str] | None = None,
+    seen: Sequence[TestCase] = (),
 ) -> Verdict | None:
     """Run the person's tests against the session's code (None: nothing on the test
-    side changed, so the session's run already was this one)."""
+    side changed, so the session's run already was this one); ``seen``: the cases of the
+    green run being checked."""
     changed = test_side(overlay, test_globs)
     if not changed:
         return None
@@ -103,20 +124,34 @@ async def cross_check(
         exit_code = int(outcome.result.get("exit_code", -1))
     finally:
         await release(outcome)
-    if junit is None:
-        if exit_code in (0, 5):
-            return Verdict((), (), 0)
-        raise ToolFailed(
-            f"the cross-check of the person's tests exited with {exit_code} and wrote no report",
-            why=json.dumps(outcome.result.get("output_tail", ""))[-1000:],
-            fix="Run the tests again; if it persists, run the project's tests by hand.",
-        )
+    if junit is None:  # pytest always writes one: the process ended before it could
+        tail = str(outcome.result.get("output_tail", ""))[-1000:]
+        return Verdict((_no_report(exit_code, tail),), (), 0)
     cases = parse_junit(junit, name="the cross-check's junit report", any_failure=plan.custom)
     old = known or set()  # failing on the base tree too: not the session's doing
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
     broken = tuple(c for c in failing if c.file not in changed)
     altered = tuple(c.id for c in failing if c.file in changed)
-    return Verdict(broken, altered, len(cases))
+    ran = {c.id for c in cases if c.outcome != "skipped"}
+    vanished = tuple(
+        c.id for c in seen if c.outcome == "passed" and c.file not in changed and c.id not in ran
+    )
+    return Verdict(broken, altered, len(cases), vanished)
+
+
+def _no_report(exit_code: int, tail: str) -> TestCase:
+    return TestCase(
+        id="(no report)",
+        file="",
+        outcome="error",
+        assertion=False,
+        message=(
+            f"the run of the person's tests against the session's code exited with "
+            f"{exit_code} and wrote no report: the process ended before pytest could "
+            f"finish (code that exits or kills the interpreter at import or in a test). "
+            f"Output: {json.dumps(tail)}"
+        ),
+    )
 
 
 def as_evidence(case: TestCase) -> TestCase:

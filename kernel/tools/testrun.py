@@ -121,15 +121,15 @@ async def run_tests(
         checked = await cross_check(
             call, preparer=preparer, overlay=stage.overlay(), staged_tree=stage.tree,
             test_globs=workflow.test_globs, sandbox=sandbox, release=release, read=output_file,
-            known=set(run.preexisting),
+            known=set(run.preexisting), seen=cases,
         )  # fmt: skip
         if checked is not None and checked.broken:  # the green was not the truth
             cases = [*cases, *(as_evidence(c) for c in checked.broken)]
             run = dataclasses.replace(run, cases=tuple(cases), exit_code=exit_code or 1)
-        elif checked is not None and checked.changed:
+        elif checked is not None and not checked.holds:
             reasons = list((await workflow.get(session_id)).data.get("review_required", []))
             await workflow.annotate(
-                session_id, "review_required", review_required=[*reasons, checked.review_reason()]
+                session_id, "review_required", review_required=[*reasons, *checked.review_reasons()]
             )
     await workflow.record_test_run(session_id, run, coverage)
     verdict = await workflow.red_verdict(session_id, run) if state == "test_writing" else None
@@ -172,6 +172,7 @@ async def run_tests(
             "found": checked.found,
             "broken": [c.id for c in checked.broken][:50],
             "changed_tests_failing": list(checked.changed)[:50],
+            "did_not_run": list(checked.vanished)[:50],
             "note": "the person's tests, as they were before this session's test changes, "
             "run against this session's code",
         }

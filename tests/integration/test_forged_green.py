@@ -158,3 +158,69 @@ def test_the_persons_tests_decide_and_a_partial_run_does_not(tmp_path: Path, run
     assert whole["counts"]["failed"] == 1 and "review" not in whole  # failing, not merged
     assert answers[5]["session"]["state"] == "code_writing"
     assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+#: Session code that knows the cross-check's view (the session's test file is not in it)
+#: and leaves that run early: first with no report at all, then by skipping the person's
+#: tests.  Neither may count as "the person's tests pass".
+_IN_CROSS_CHECK = (
+    "import os as _os\n\n"
+    "_ALONE = not _os.path.exists(\n"
+    "    _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), 'tests', 'test_sub.py')\n"
+    ")\n"
+)
+EXITS = _IN_CROSS_CHECK + (
+    "if _ALONE:\n    _os._exit(0)\n\n\n"
+    "def add(a, b):\n    return 0\n\n\ndef sub(a, b):\n    return a - b\n"
+)
+SKIPS = _IN_CROSS_CHECK + (
+    "if _ALONE:\n    import pytest\n\n    pytest.skip('later', allow_module_level=True)\n\n\n"
+    "def add(a, b):\n    return 0\n\n\ndef sub(a, b):\n    return a - b\n"
+)
+
+
+def test_a_cross_check_that_ends_early_or_skips_is_not_a_pass(tmp_path: Path, runtime: str) -> None:
+    """Red-team finding: code that ended the cross-check's process with status 0 (no
+    report) made it 'hold' and the forged green run auto-merged.  No report now counts
+    as failing, and a person's test the green run passed that the cross-check did not
+    run (or skipped) sends the merge to a person."""
+    project = tmp_path / "repo"
+    (project / "tests").mkdir(parents=True)
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (project / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
+                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    steps = [
+        ("plan.complete", {"summary": "sub, test first"}),
+        ("fs.write", {"path": "tests/test_sub.py", "content": HEAP_FORGE}),
+        ("test.run", {"paths": ["tests/test_sub.py"]}),
+        ("fs.write", {"path": "calc.py", "content": EXITS}),
+        ("test.run", {}),
+        ("fs.write", {"path": "calc.py", "content": SKIPS}),
+        ("test.run", {}),
+    ]
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "add sub"})
+            answers = []
+            for tool, args in steps:
+                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
+                assert answer["ok"], (tool, answer.get("error"))
+                answers.append(answer)
+    finally:
+        kernel.stop()
+    exited = answers[4]["output"]
+    assert exited["cross_check"]["broken"] == ["(no report)"]
+    assert exited["counts"]["error"] == 1 and "review" not in exited
+    assert answers[4]["session"]["state"] == "code_writing"
+    skipped = answers[6]["output"]
+    assert skipped["cross_check"]["did_not_run"] == ["tests/test_calc.py::test_add"]
+    assert skipped["review"]["auto_merged"] is False
+    assert any("did not run" in r for r in skipped["review"]["reasons"])
+    assert answers[6]["session"]["state"] == "reviewing"
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
