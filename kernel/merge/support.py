@@ -16,6 +16,12 @@ Support code (by path or by content of a changed file):
   ``addopts``, ``pytest_plugins = [...]``);
 * another ``*.ini``, ``*.cfg`` or ``*.toml`` in a sub-folder (pytest reads one there when
   it runs tests of that folder);
+* a module or package that takes the place of the test runner or of Python's own
+  library in the test process: a changed file whose top-level module name (at the root,
+  under ``src/``, or in a folder without ``__init__.py``, all of which reach sys.path
+  before the installed packages) is ``pytest``, ``coverage``, ``pip``, a ``pytest_*``
+  plugin, one of their dependencies or a standard-library module; and anything under a
+  ``*.dist-info`` or ``*.egg-info`` folder (entry points load pytest plugins);
 * any changed Python file that defines or binds a pytest hook (``pytest_*``), imports or
   names pytest's internals (``_pytest``, ``pluggy``), registers a plugin
   (``pluginmanager``), assigns into the ``pytest`` module, or schedules code at exit
@@ -33,6 +39,7 @@ import ast
 import configparser
 import re
 import shlex
+import sys
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -47,6 +54,17 @@ _ADDOPTS_PLUGIN = re.compile(r"^-p(?:=|$)?(.*)$")
 MAX_PARSE_BYTES = 2 * 1024 * 1024
 #: Hooks pytest honours in a test module itself; they parametrise, they do not report.
 _TEST_MODULE_HOOKS = frozenset({"pytest_generate_tests"})
+
+#: The test runner, what it loads and what Python loads at start: a module of the
+#: project's by one of these names is imported in their place (the working folder and
+#: pytest's rootdir come first on sys.path).
+_TOOL_MODULES = frozenset({
+    "pytest", "_pytest", "py", "pluggy", "coverage", "pip", "setuptools", "pkg_resources",
+    "_distutils_hack", "wheel", "iniconfig", "packaging", "site", "sitecustomize",
+    "usercustomize", "exceptiongroup", "tomli", "typing_extensions", "colorama",
+})  # fmt: skip
+_MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+_METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link")
 
 #: rel path -> the view's bytes of it (staged if staged, else the project's), or None
 Reader = Callable[[str], bytes | None]
@@ -224,6 +242,35 @@ def imports_runner(text: str) -> str | None:
     return None
 
 
+def _top_modules(path: str, read: Reader) -> set[str]:
+    """The top-level module names ``path`` can be imported as (see the module docstring)."""
+    parts = path.split("/")
+    if not parts[-1].endswith(_MODULE_SUFFIXES):  # data, not a module Python imports
+        return set()
+    roots = {0} | ({1} if parts[0] == "src" and len(parts) > 1 else set())
+    roots |= {i for i in range(1, len(parts)) if read("/".join(parts[:i]) + "/__init__.py") is None}
+    found = set()
+    for i in roots:
+        if i == len(parts) - 1:
+            if parts[i].endswith(_MODULE_SUFFIXES):
+                found.add(parts[i].split(".", 1)[0])
+        elif i < len(parts) - 1:
+            found.add(parts[i])
+    return found
+
+
+def shadows(path: str, read: Reader) -> str | None:
+    """Why ``path`` can take the place of the runner or the standard library (or None)."""
+    if any(part.endswith(_METADATA_SUFFIXES) for part in path.split("/")):
+        return "Python reads it as a package's metadata (entry points load pytest plugins)"
+    for name in sorted(_top_modules(path, read)):
+        if name in _TOOL_MODULES or name.startswith(("pytest_", "_pytest")):
+            return f"the test process would import it in place of the test runner's {name}"
+        if name in sys.stdlib_module_names:
+            return f"the test process would import it in place of Python's own {name}"
+    return None
+
+
 def support_changes(changed: Iterable[str], read: Reader) -> list[SupportChange]:
     """The changed paths that are test-support code, each with why (module docstring)."""
     changed = list(changed)
@@ -243,6 +290,8 @@ def support_changes(changed: Iterable[str], read: Reader) -> list[SupportChange]
         elif any(path == f or path.endswith("/" + f) for f in plugin_files):
             module = next(m for f, m in plugin_files.items() if path == f or path.endswith("/" + f))
             why = f"pytest loads it as the plugin {module}"
+        elif (shadowed := shadows(path, read)) is not None:
+            why = shadowed
         elif name.endswith(".py") and (text := _text(read(path))) is not None:
             found = touches_machinery(text)
             if found is None and not _is_test_file(name):

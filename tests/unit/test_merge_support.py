@@ -120,3 +120,42 @@ def test_a_plugin_named_by_a_test_module_is_support_code() -> None:
     files = {"tests/test_x.py": "pytest_plugins = ['tests.forge']\n", "tests/forge.py": "X = 1\n"}
     found = {c.path: c.why for c in support_changes(list(files), _reader(files))}
     assert found == {"tests/forge.py": "pytest loads it as the plugin tests.forge"}
+
+
+@pytest.mark.parametrize(
+    ("path", "files", "why"),
+    [
+        ("pytest.py", {}, "in place of the test runner's pytest"),
+        ("coverage/__main__.py", {}, "in place of the test runner's coverage"),
+        ("src/pluggy.py", {}, "in place of the test runner's pluggy"),
+        ("pytest_cov/plugin.py", {}, "in place of the test runner's pytest_cov"),
+        ("tests/json.py", {}, "in place of Python's own json"),
+        ("lib/unittest/__init__.py", {}, "in place of Python's own unittest"),
+        ("site.py", {}, "the test runner's site"),
+        ("evil-1.0.dist-info/entry_points.txt", {}, "package's metadata"),
+        ("src/x.egg-info/entry_points.txt", {}, "package's metadata"),
+    ],
+)
+def test_a_module_that_takes_the_runners_place_is_support_code(
+    path: str, files: dict[str, str], why: str
+) -> None:
+    """Red team pass 2: a flat layout's new top-level pytest.py replaced the runner in the
+    sandbox (the working folder comes first on sys.path) and its fake report auto-merged."""
+    (found,) = support_changes([path], _reader({path: "x = 1\n", **files}))
+    assert why in found.why
+
+
+def test_a_module_inside_a_package_may_share_a_standard_name() -> None:
+    files = {
+        "src/app/__init__.py": "",
+        "src/app/json.py": "x = 1\n",
+        "app2/__init__.py": "",
+        "app2/types.py": "x = 1\n",
+        "tests/__init__.py": "",
+        "tests/queue.py": "x = 1\n",
+        "calc.py": "x = 1\n",
+        "config/secrets/db.yaml": "x: 1\n",
+    }
+    changed = ["src/app/json.py", "app2/types.py", "tests/queue.py", "calc.py"]
+    changed.append("config/secrets/db.yaml")  # data under a folder named like a module
+    assert support_changes(changed, _reader(files)) == []
