@@ -210,7 +210,7 @@ class Flow:
 
     async def _approve(self, session_id: str, plan: Any, *, by: str) -> dict[str, Any]:
         # a locked budget merges nothing; a smaller drop is merged with its notice
-        budget = await self.workflow.check_budget(session_id)
+        budget = await self.workflow.check_budget(session_id, automatic=by == "auto-merge")
         meta = {"by": by, "files": ",".join(c.path for c in plan.changes)[:2000]}
         if budget:
             meta["budget"] = "; ".join(budget)[:1000]

@@ -64,11 +64,22 @@ class CoverageBudget:
         .fluffy/ written into it; its baseline stays in fluffy's state database."""
         return (self.workflow.project / ".fluffy").is_dir()
 
-    async def check(self, session: SessionRow) -> list[str]:
+    async def check(self, session: SessionRow, *, automatic: bool = False) -> list[str]:
         """The tech-debt budget of the session's change: explore commits are locked out
-        past the lockout threshold; any other change below min_delta gets a notice."""
+        past the lockout threshold; any other change below min_delta gets a notice.  An
+        ``automatic`` merge of a non-strict change with no coverage recorded is refused:
+        the budget cannot be checked, so a person decides."""
         latest = await self.workflow._latest(session)
         current = latest[2] if latest else None
+        if current is None and automatic and session.mode != "strict":
+            raise TransitionDenied(
+                "no coverage was recorded for this explore-mode change, so its tech-debt "
+                "budget cannot be checked; it does not merge on its own",
+                why="the green run wrote no coverage report (the code under test may have "
+                "ended the process before coverage could write it)",
+                fix="Look at the change and approve it yourself (/approve), or switch to "
+                "strict mode (/strict) and run the tests again.",
+            )
         if current is None:
             return [f"no coverage was recorded for this {session.mode} commit; the budget "
                     "was not checked"]  # fmt: skip

@@ -281,14 +281,15 @@ class Workflow:
         with it (missing, corrupt, changed since the kernel wrote it)."""
         return await self.budget.baseline()
 
-    async def check_budget(self, session_id: str) -> list[str]:
+    async def check_budget(self, session_id: str, *, automatic: bool = False) -> list[str]:
         """The budget check, asked *before* a merge writes the project (explore commits:
-        TransitionDenied when the budget locks; else notices, strict changes too)."""
+        TransitionDenied when the budget locks, or when an ``automatic`` merge has no
+        coverage to check; else notices, strict changes too)."""
         async with self.lock:
             session = await self.get(session_id)
             if session.data.get("exemption"):  # an exemption spends no budget
                 return []
-            return await self.budget.check(session)
+            return await self.budget.check(session, automatic=automatic)
 
     async def annotate(self, session_id: str, note: str, **values: Any) -> SessionRow:
         """Keep ``values`` in the session's data (chained like a transition; no state change).

@@ -427,6 +427,39 @@ def test_tech_debt_budget_warns_locks_and_recovers(tmp_path: Path) -> None:
     run(main())
 
 
+def test_an_explore_change_without_coverage_waits_for_a_person(tmp_path: Path) -> None:
+    """Red team pass 2: code that kept coverage from writing its report made an explore
+    change auto-merge with its budget unchecked, past a lockout."""
+    project = make_project(tmp_path / "p")
+
+    async def main() -> None:
+        kit = await open_kit(tmp_path / "s", project)
+        wf = kit.workflow
+        try:
+            await _strict_commit(kit, project, 80)
+            sid = await _at(kit, "planning", "explore")
+            await wf.fire(sid, "plan_complete")
+            with (project / "src" / "calc.py").open("a") as handle:
+                handle.write("# change\n")
+            await wf.fire(sid, "code_changed")
+            green = fake_run(project, [("tests/test_calc.py::test_add", "passed", False)])
+            await wf.record_test_run(sid, green)  # no coverage report
+            await wf.fire(sid, "tests_passed")
+            with pytest.raises(TransitionDenied, match="no coverage was recorded") as refused:
+                await wf.check_budget(sid, automatic=True)
+            assert "/approve" in refused.value.fix
+            asked = await wf.check_budget(sid)  # the person approving: a notice, no lock
+            assert asked and "no coverage was recorded for this explore commit" in asked[0]
+            strict = await _at(kit, "validating")
+            await wf.record_test_run(strict, green)
+            await wf.fire(strict, "tests_passed")
+            assert "budget was not checked" in (await wf.check_budget(strict, automatic=True))[0]
+        finally:
+            await kit.close()
+
+    run(main())
+
+
 def test_sessions_persist_and_tampering_is_refused(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
     state = tmp_path / "s"
