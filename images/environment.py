@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name
 
 from fluffy.bootstrap.supervisor import project_id
 from fluffy.errors import EnvironmentFailed, FluffyError
+from fluffy.images.envreport import read_report, remove_links
 from fluffy.images.envstage import Say, Stager, project_version, write_plan
 from fluffy.images.sdists import STAGE_LABELS
 from fluffy.images.spec import IMAGE_PYTHON, LABEL_IMAGE, REQUIREMENTS_DIR
@@ -169,7 +170,8 @@ def _extract_report(engine: Engine, image: str, dest: Path) -> dict[str, Any]:
         with engine_call("remove the report container"):
             api.remove_container(container["Id"], force=True)
     report = dest / "report"
-    data: dict[str, Any] = json.loads((report / "env.json").read_text())
+    remove_links(report)  # the repository's install wrote it: untrusted (images.envreport)
+    data = read_report(report)
     if (report / "generated").is_dir():
         shutil.move(str(report / "generated"), dest / "generated")
     shutil.rmtree(report)

@@ -87,6 +87,18 @@ def safe_relpath(raw: str) -> str:
     return "/".join(parts)
 
 
+def plain_file(root: Path, rel: str) -> bool:
+    """``rel`` is a normalised relative path (:func:`safe_relpath`) naming a regular file
+    under ``root``, reached through no symbolic link."""
+    try:
+        if safe_relpath(rel) != rel:
+            return False
+    except MergeRefused:
+        return False
+    path = root.resolve() / rel
+    return path.resolve() == path and path.is_file() and not path.is_symlink()
+
+
 def relative_parts(raw: str) -> list[str]:
     """Components of a relative path inside a trusted folder (sandbox output files)."""
     return _components(raw, "output file name")

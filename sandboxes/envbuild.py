@@ -158,7 +158,10 @@ def describe(report: dict[str, Any]) -> None:
         "print(json.dumps({'packages': d, 'modules': t}))"
     )
     out = subprocess.check_output([str(ENV / "bin" / "python"), "-c", code], text=True)
-    report.update(json.loads(out))
+    seen = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    # the environment's python runs the project's .pth files: take only these two keys
+    report["packages"] = {str(k): str(v) for k, v in dict(seen.get("packages", {})).items()}
+    report["modules"] = [str(m) for m in list(seen.get("modules", []))]
     report["python"] = subprocess.check_output(
         [str(ENV / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
         text=True,

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
+from fluffy.kernel.confined_files import plain_file
 from fluffy.kernel.project.viewfiles import Entry, ignored, walk_project
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS, TreeSnapshot
 
@@ -227,11 +228,9 @@ class SessionView:
             self.items[rel] = _Item("staged", (), placed)
             copied += 1
         for rel in generated_files:
-            if rel in seen or generated is None or ignored(rel):
+            if rel in seen or generated is None or ignored(rel) or not plain_file(generated, rel):
                 continue
             src = generated / rel
-            if not src.is_file() or src.is_symlink():
-                continue
             info = src.stat()
             signature = (info.st_mtime_ns, info.st_size)
             seen.add(rel)

@@ -10,6 +10,8 @@ at a host path: if any of it ran on this host, the marker is there.  On Docker a
   environment imports it, the build says so, and still no marker on the host;
 * one project's own wheels (a trojaned pytest with a build tag) never reach another
   project's environment, nor its own evidence tools;
+* a build whose own install rewrites what the build reports (a link and a path that
+  climbs out of its folder, named as a generated file) gets neither into the record;
 * a build that fails leaves no image a kernel could take for a sandbox image, and the
   next environment is current for both `fluffy env` and the kernel's test run.
 """
@@ -201,3 +203,58 @@ def test_a_failed_build_leaves_nothing_a_kernel_could_take_for_its_image(
                              "label=org.fluffy.image=code-executor", "-q"],
                             capture_output=True, text=True, check=True)  # fmt: skip
     assert listed.stdout.strip() == ""
+
+
+#: Installed from the project's own wheel: a .pth runs it in every process of the
+#: environment's Python, also the build's own look at what was installed.  It plants a
+#: link in the build's folders and makes that look name a file that climbs out of them.
+HOOK = """\
+import json, os
+CLIMB = "l/" + "../" * 5 + "repo/calc.py"
+for base in ("/opt/fluffy/env/generated", "/opt/fluffy/env/report/generated"):
+    try:
+        os.makedirs(base + "/a/b/c/d/e", exist_ok=True)
+        os.makedirs(base + "/repo", exist_ok=True)
+        open(base + "/repo/calc.py", "w").write("FORGED = 1\\n")
+        if not os.path.lexists(base + "/l"):
+            os.symlink("a/b/c/d/e", base + "/l")
+    except OSError:
+        pass
+_dumps = json.dumps
+def dumps(obj, *a, **k):
+    if isinstance(obj, dict) and "packages" in obj:
+        obj = {**obj, "generated": [CLIMB]}
+    return _dumps(obj, *a, **k)
+json.dumps = dumps
+"""
+
+
+#: The project's own in-tree build backend (run in the image build, as designed) puts
+#: HOOK where the environment's Python runs it at every start.
+PLANT = """
+for site in glob.glob("/opt/fluffy/env/lib/python3*/site-packages"):
+    try:
+        open(site + "/zz_hook.py", "w").write(HOOK)
+        open(site + "/zz_hook.pth", "w").write("import zz_hook\\n")
+    except OSError:
+        pass
+"""
+
+
+def test_a_build_cannot_name_generated_files_outside_its_folder(
+    tmp_path: Path, runtime: str, index: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team pass 2: the environment's record took the build's word for its generated
+    files, and a test view's sync then wrote `l/../../../../../repo/calc.py`."""
+    project = write(tmp_path / "repo", {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "hookbackend"\n'
+                          'backend-path = ["."]\n[project]\nname = "calc"\nversion = "1"\n',
+        "hookbackend.py": f"import glob\nHOOK = {HOOK!r}\n" + PLANT,
+        "calc.py": "",
+    })  # fmt: skip
+    state = tmp_path / "state"
+    record, _ = build(project, state, runtime, index, monkeypatch)
+    generated = state / "envs" / record.key / "generated"
+    assert (generated / "repo" / "calc.py").read_text() == "FORGED = 1\n"  # the hook ran
+    assert record.generated == []  # and named nothing a view would lay in
+    assert [p for p in generated.rglob("*") if p.is_symlink()] == []

@@ -101,6 +101,22 @@ def test_generated_files_are_laid_in_but_are_not_evidence(tmp_path: Path) -> Non
     assert "src/pkg/_version.py" not in synced.sources.files
 
 
+def test_a_generated_path_that_climbs_out_is_never_written(tmp_path: Path) -> None:
+    """Red team pass 2: a repository's build named `l/../../../../../repo/calc.py` (l a
+    link in its generated folder) and the view's sync wrote the project."""
+    project, generated = tmp_path / "repo", tmp_path / "gen"
+    make(project, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    make(generated, {"a/b/c/d/e/x": "", "repo/calc.py": "forged\n", "ok.py": "ok\n"})
+    (generated / "l").symlink_to("a/b/c/d/e")
+    (generated / "link.py").symlink_to(project / "calc.py")
+    views = TestViews(tmp_path / "state", project, os.geteuid())
+    climbs = "l/" + "../" * 5 + "repo/calc.py"
+    named = [climbs, "../repo/calc.py", str(project / "calc.py"), "link.py", "./ok.py", "ok.py"]
+    synced = views.sync("s", {}, None, generated=generated, generated_files=named)
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert tree(synced.folder) == {"calc.py": "def add(a, b):\n    return a + b\n", "ok.py": "ok\n"}
+
+
 def test_a_file_replaced_by_a_folder_and_back(tmp_path: Path) -> None:
     project = tmp_path / "p"
     make(project, {"thing": "file\n"})
