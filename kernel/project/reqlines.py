@@ -34,6 +34,15 @@ FIX_SOURCE = (
 #: the person's environment), `` -opt`` / `` --opt`` (options), `` #`` (a comment).
 _PIP_SYNTAX = re.compile(r"\$|\s-|\s#|[\r\n\\]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: A name pip reads as a local archive to install (and build, on this machine), not as a
+#: project on the index: PEP 508 names may hold dots, so `evil.tar.gz` parses as a name.
+_ARCHIVE = (".zip", ".whl", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz",
+            ".tlz", ".tar.lz", ".tar.lzma")  # fmt: skip
+_AS_ARCHIVE = "a name pip would take for a local archive file, not a release on the index"
+
+
+def _archive_name(name: str) -> bool:
+    return name.lower().endswith(_ARCHIVE)
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,9 @@ def requirement(text: str, where: str, refused: list[Refusal]) -> Requirement | 
     if req.url:
         refused.append(Refusal(where, shown(raw), _refuse_url(req)))
         return None
+    if _archive_name(req.name):
+        refused.append(Refusal(where, shown(raw), _AS_ARCHIVE))
+        return None
     return req
 
 
@@ -126,7 +138,7 @@ def constraint_line(text: str, where: str, refused: list[Refusal]) -> str | None
 
 def pin(name: object, version: object, where: str, refused: list[Refusal]) -> str | None:
     """``name==version`` from a lock entry, both checked (None: refused)."""
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.match(name) or _archive_name(name):
         refused.append(Refusal(where, shown(str(name)), "not a package name",
                                "regenerate the lock file with its tool"))  # fmt: skip
         return None
@@ -145,7 +157,12 @@ def check_line(line: str) -> str:
     """Defence in depth at the pip boundary: ``line`` must be what :func:`render` makes,
     and nothing in it that pip's file format would read as more than data."""
     req = Requirement(line)  # raises InvalidRequirement
-    if req.url or line.lstrip().startswith("-") or _PIP_SYNTAX.search(line):
+    if (
+        req.url
+        or line.lstrip().startswith("-")
+        or _PIP_SYNTAX.search(line)
+        or _archive_name(req.name)
+    ):
         raise ValueError(f"refusing to pass {shown(line)!r} to pip")
     return line
 

@@ -263,3 +263,21 @@ def test_what_pip_would_read_as_more_than_a_requirement_is_refused(
     assert reqs.requirements == [] and len(reqs.refused) == 1, reqs.refused
     with pytest.raises(ValueError):
         check_line(line)
+
+
+@pytest.mark.parametrize("name", ["evil.tar.gz", "evil.zip", "Evil-1.0-py3-none-any.WHL", "x.tgz"])
+def test_a_name_pip_would_take_for_a_local_archive_is_refused(tmp_path: Path, name: str) -> None:
+    """Red team pass 2: PEP 508 names may hold dots, and pip installs `evil.tar.gz` from
+    the folder it runs in (building it there), not from the index."""
+    from fluffy.kernel.project.reqlines import check_line
+
+    make(tmp_path, {
+        "requirements.txt": f"{name}\nok\n",
+        "uv.lock": f'[[package]]\nname = "{name}"\nversion = "1.0"\n',
+    })  # fmt: skip
+    reqs = collect_requirements(tmp_path)
+    assert reqs.requirements == ["ok"] and reqs.constraints == []
+    assert {r.where for r in reqs.refused} == {"requirements.txt:1", "uv.lock:2"}
+    assert any("local archive" in r.why for r in reqs.refused)
+    with pytest.raises(ValueError):
+        check_line(name)
