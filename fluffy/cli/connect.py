@@ -100,7 +100,7 @@ def message_options(
     else:
         from fluffy.cli.endpoint import guard_project_endpoint
 
-        guard_project_endpoint(settings, provider["api_key"], ask)
+        guard_project_endpoint(settings, provider["api_key"], ask, provider["base_url"])
     options: dict[str, Any] = {"provider": provider, "max_rounds": settings.max_rounds}
     options["commit_trailer"] = settings.commit_trailer.replace("{model}", model or name)
     return options

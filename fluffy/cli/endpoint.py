@@ -82,37 +82,53 @@ def allowlist_hint(project: Path, options: dict[str, Any]) -> str | None:
 TRUST_FILE = "trusted-endpoints.json"
 
 
-def _project_source(settings: Any) -> str | None:
-    """The project config file that chose ``base_url`` (None: the person chose it, on the
-    command line, in the environment or in their own config, or nobody did)."""
+def _chosen_by_project(settings: Any, key: str) -> str | None:
+    """The project config file that chose setting ``key`` (None: the person chose it, on
+    the command line, in the environment or in their own config, or nobody did)."""
     from fluffy.settings import user_config
 
-    source = str(settings.sources.get("base_url", ""))
-    if not settings.base_url or not source.endswith("config.yaml"):
+    source = str(settings.sources.get(key, ""))
+    if not getattr(settings, key, None) or not source.endswith("config.yaml"):
         return None
     return None if Path(source) == user_config() else source
 
 
-def guard_project_endpoint(settings: Any, key: str, confirm: Any) -> None:
-    """A cloned repository's ``.fluffy/config.yaml`` may name a ``base_url``; the person's
-    API key goes there only once they said yes for that file and that URL (remembered in
-    ``$FLUFFY_HOME/trusted-endpoints.json``).  ``confirm(question)``: the terminal's answer
-    (None or no terminal: no)."""
+def _project_source(settings: Any, url: str) -> tuple[str, str] | None:
+    """(the project config file, what it chose) when it decides where the key goes: a
+    ``base_url``, or a provider whose endpoint is not a provider's own public one (a
+    local server such as ollama's: whatever listens on that port gets the key)."""
+    if settings.base_url:  # whoever set it chose the endpoint
+        source = _chosen_by_project(settings, "base_url")
+        return None if source is None else (source, "base_url")
+    source = _chosen_by_project(settings, "provider")
+    public = {public_url("openai"), public_url("anthropic")}
+    if source is not None and url not in public:
+        return source, f"the provider {settings.provider}"
+    return None
+
+
+def guard_project_endpoint(settings: Any, key: str, confirm: Any, url: str = "") -> None:
+    """A cloned repository's ``.fluffy/config.yaml`` may name a ``base_url`` (or a local
+    server's provider); the person's API key goes to ``url`` (the endpoint that follows,
+    default: the base_url) only once they said yes for that file and that URL (remembered
+    in ``$FLUFFY_HOME/trusted-endpoints.json``).  ``confirm(question)``: the terminal's
+    answer (None or no terminal: no)."""
     import json
 
     from fluffy.errors import ConfigError
     from fluffy.paths import fluffy_home
 
-    source = _project_source(settings)
-    if not key or source is None:
+    url = url or str(settings.base_url or "") or public_url(str(settings.provider))
+    chosen = _project_source(settings, url)
+    if not key or chosen is None:
         return
+    source, what = chosen
     path = fluffy_home() / TRUST_FILE
     try:
         trusted = json.loads(path.read_text())
         trusted = trusted if isinstance(trusted, dict) else {}
     except (OSError, ValueError):
         trusted = {}
-    url = str(settings.base_url)
     if url in (trusted.get(source) or []):
         return
     question = f"This project's settings ({source}) send your API key to {url}. Allow it?"
@@ -126,7 +142,7 @@ def guard_project_endpoint(settings: Any, key: str, confirm: Any) -> None:
         return
     raise ConfigError(
         f"the project's settings would send your API key to {url}",
-        why=f"{source} sets base_url; a repository you cloned can ship that file, so fluffy "
+        why=f"{source} sets {what}; a repository you cloned can ship that file, so fluffy "
         "sends a key there only once you have said yes at the terminal",
         fix="Run fluffy in a terminal and answer y, or name the endpoint yourself: "
         "--base-url URL, FLUFFY_BASE_URL, or `fluffy config set base_url URL` (your config).",

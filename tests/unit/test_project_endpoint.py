@@ -1,8 +1,9 @@
 """A cloned repository's `.fluffy/config.yaml` cannot send the person's API key away.
 
-`base_url` from the project's config (a file the repository ships) is used with a key
-only once the person said yes at the terminal, for that file and that URL; the person's
-own choice (command line, environment, their config) needs no question.
+`base_url` (or a local server's provider such as ollama) from the project's config (a file
+the repository ships) is used with a key only once the person said yes at the terminal,
+for that file and that URL; the person's own choice (command line, environment, their
+config) needs no question.
 """
 
 from __future__ import annotations
@@ -60,4 +61,24 @@ def test_the_persons_own_endpoint_needs_no_question(
     connect.message_options(load_settings(repo), None)
     monkeypatch.delenv("OPENAI_API_KEY")  # no key: nothing to send (a local server)
     monkeypatch.delenv("FLUFFY_BASE_URL")
+    connect.message_options(load_settings(repo), None)
+
+
+def test_a_repositorys_local_server_provider_gets_the_key_only_after_a_yes(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team pass 2: `provider: ollama` in the project's config sent FLUFFY_API_KEY to
+    whatever listens on 127.0.0.1:11434, without a question."""
+    monkeypatch.setenv("FLUFFY_API_KEY", "the-persons-key")
+    (repo / ".fluffy" / "config.yaml").write_text("provider: ollama\n")
+    asked: list[str] = []
+    monkeypatch.setattr(connect, "ask", lambda q: asked.append(q) or False)
+    with pytest.raises(ConfigError) as caught:
+        connect.message_options(load_settings(repo), None)
+    assert "http://127.0.0.1:11434/v1" in caught.value.what
+    assert "sets the provider ollama" in caught.value.why
+    (repo / ".fluffy" / "config.yaml").write_text("provider: openai\n")  # its own endpoint
+    monkeypatch.setattr(connect, "ask", lambda q: pytest.fail("asked"))
+    assert connect.message_options(load_settings(repo), None)["provider"]["base_url"] == ""
+    monkeypatch.setenv("FLUFFY_PROVIDER", "ollama")  # the person's own choice
     connect.message_options(load_settings(repo), None)
