@@ -99,6 +99,8 @@ SECRET_FILES: tuple[str, ...] = (
     *(".env", ".env.*", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*"),
     *("id_ed25519*", "id_ecdsa*", "**/secrets/**", "**/.ssh/**", ".pypirc", ".npmrc"),
     *(".netrc", ".git-credentials", ".dockercfg", "**/.docker/config.json"),
+    *("*.env", "**/.aws/credentials", "credentials.json", "**/.streamlit/secrets.toml"),
+    *("*.tfvars", "*.tfstate", "**/.kube/config", ".pgpass", ".htpasswd"),
     *("!*.example", "!*.sample", "!*.template", "!*.dist", "!*.pub"),
 )
 _SECRETS = GlobSet(SECRET_FILES)

@@ -155,3 +155,25 @@ def test_the_persons_secret_files_are_neither_read_nor_searched(
     stage = Staging(tmp_path / "stage", project)
     stage.stage(".env", b"MINE=1\n")  # the session's own version: it wrote it
     assert fast.run("fs.read", {"path": ".env"}, stage)["content"] == "MINE=1\n"
+
+
+@pytest.mark.parametrize(
+    ("secret", "public"),
+    [
+        ("prod.env", "prod.env.example"),
+        ("config/staging.env", "config/staging.env.sample"),
+        (".aws/credentials", "docs/credentials.md"),
+        ("credentials.json", "credentials.json.template"),
+        (".streamlit/secrets.toml", ".streamlit/config.toml"),
+        ("infra/prod.tfvars", "infra/prod.tfvars.example"),
+        ("infra/terraform.tfstate", "infra/main.tf"),
+        ("ops/.kube/config", "ops/kube.yaml"),
+        (".pgpass", "pg.conf"),
+        ("web/.htpasswd", "web/.htaccess"),
+    ],
+)
+def test_more_kinds_of_secret_files_are_held_back(secret: str, public: str) -> None:
+    """Red team pass 2 named these: each a common home of a person's credentials."""
+    from fluffy.kernel.globs import is_secret_file
+
+    assert is_secret_file(secret) and not is_secret_file(public)
