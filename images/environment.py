@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,11 +37,11 @@ from fluffy.bootstrap.supervisor import project_id
 from fluffy.errors import EnvironmentFailed, FluffyError
 from fluffy.images.envreport import read_report, remove_links
 from fluffy.images.envstage import Say, Stager, project_version, write_plan
+from fluffy.images.imagefiles import copy_from_image
 from fluffy.images.sdists import STAGE_LABELS
 from fluffy.images.spec import IMAGE_PYTHON, LABEL_IMAGE, REQUIREMENTS_DIR
 from fluffy.images.wheelhouse import linux_arch
 from fluffy.kernel.containers.engine import Engine
-from fluffy.kernel.containers.errors import engine_call
 from fluffy.kernel.containers.images import ImageStore
 from fluffy.kernel.project.deps import Requirements, collect_requirements, env_inputs, env_key
 from fluffy.kernel.project.envstate import (
@@ -154,21 +153,7 @@ def _stage(plan: EnvPlan, context: Path, stager: Stager, say: Say) -> None:
 
 def _extract_report(engine: Engine, image: str, dest: Path) -> dict[str, Any]:
     """Copy the image's /opt/fluffy/env/report out (env.json, generated/)."""
-    api = engine.client.api
-    with engine_call(f"read the report of {image}"):
-        container = api.create_container(image, command=["true"], network_disabled=True)
-    try:
-        with tempfile.TemporaryFile() as archive:
-            with engine_call(f"copy the report out of {image}"):
-                stream, _ = api.get_archive(container["Id"], "/opt/fluffy/env/report")
-                for chunk in stream:
-                    archive.write(chunk)
-            archive.seek(0)
-            with tarfile.open(fileobj=archive) as tar:
-                tar.extractall(dest, filter="data")
-    finally:
-        with engine_call("remove the report container"):
-            api.remove_container(container["Id"], force=True)
+    copy_from_image(engine, image, "/opt/fluffy/env/report", dest)
     report = dest / "report"
     remove_links(report)  # the repository's install wrote it: untrusted (images.envreport)
     data = read_report(report)

@@ -11,7 +11,7 @@ user 10001, and copied out.  Built wheels are kept per project, by the sdist's s
 
 from __future__ import annotations
 
-import io
+import secrets
 import shutil
 import tarfile
 import tempfile
@@ -26,6 +26,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from fluffy.errors import EnvironmentFailed, FluffyError, PackageUnavailable
 from fluffy.images.envdownload import carries_reserved
+from fluffy.images.imagefiles import copy_from_image
 from fluffy.images.pyindex import Index, SourceFile, choose
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.errors import engine_call
@@ -190,14 +191,14 @@ class SourceBuilder:
     def _container_build(self, context: Path, source: SourceFile, digest: str) -> Path:
         (context / "Dockerfile").write_text(DOCKERFILE)
         store = ImageStore(self.engine)
-        tag = f"fluffy/sdist-build:{digest[:24]}"
+        tag = f"fluffy/sdist-build:{digest[:24]}-{secrets.token_hex(4)}"  # this build's
         lines: list[str] = []
         try:
             store.build(context, tag, buildargs={"BASE_IMAGE": self.base_image},
                         labels={"org.fluffy.image": "build-stage"},
                         on_line=lines.append, on_step=lambda *_: None,
                         network_mode="none")  # fmt: skip
-            wheel = self._copy_out(tag, digest)
+            wheel = self._copy_out(store.image_id(tag) or tag, digest)
         except FluffyError as exc:
             raise EnvironmentFailed(
                 f"building {source.filename} from source failed",
@@ -212,31 +213,19 @@ class SourceBuilder:
             store.prune_dangling("org.fluffy.image")
         return wheel
 
-    def _copy_out(self, tag: str, digest: str) -> Path:
-        api = self.engine.client.api
-        with engine_call(f"read the wheel built in {tag}"):
-            container = api.create_container(tag, command=["true"], network_disabled=True)
-        try:
-            buffer = io.BytesIO()
-            with engine_call(f"copy the wheel out of {tag}"):
-                stream, _ = api.get_archive(container["Id"], "/wheel-out")
-                for chunk in stream:
-                    buffer.write(chunk)
-        finally:
-            with engine_call("remove the wheel container"):
-                api.remove_container(container["Id"], force=True)
-        buffer.seek(0)
+    def _copy_out(self, image: str, digest: str) -> Path:
         target = self.folder / digest
         with tempfile.TemporaryDirectory(dir=self.folder, prefix=".tmp-") as tmp:
-            with tarfile.open(fileobj=buffer) as tar:
-                tar.extractall(tmp, filter="data")
+            copy_from_image(self.engine, image, "/wheel-out", Path(tmp))
             wheels = sorted(Path(tmp).rglob("*.whl"))
             if len(wheels) != 1:
-                raise EnvironmentFailed(f"the build of {tag} made {len(wheels)} wheels, not one")
+                made_n = len(wheels)
+                raise EnvironmentFailed(f"the build of {self._wanted} made {made_n} wheels")
             try:
                 made = canonicalize_name(parse_wheel_filename(wheels[0].name)[0])
             except InvalidWheelFilename:
-                raise EnvironmentFailed(f"the build of {tag} made {wheels[0].name!r}") from None
+                wrong = wheels[0].name
+                raise EnvironmentFailed(f"the build of {self._wanted} made {wrong!r}") from None
             if made != self._wanted or (why := carries_reserved(wheels[0])) is not None:
                 raise EnvironmentFailed(
                     f"the source archive of {self._wanted} built {wheels[0].name}",
