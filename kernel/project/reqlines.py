@@ -45,6 +45,23 @@ def _archive_name(name: str) -> bool:
     return name.lower().endswith(_ARCHIVE)
 
 
+#: ``===`` compares text, not versions: it takes anything, `/` and `..` too, and pip
+#: reads a line whose text looks like a path as a folder to build, on this machine.
+_ARBITRARY = "`===` takes any text as a version (pip may read it as a path)"
+
+
+def _plain_versions(req: Requirement) -> bool:
+    """Every specifier is a PEP 440 comparison with a PEP 440 version (or ``==X.*``)."""
+    for spec in req.specifier:
+        if spec.operator == "===":
+            return False
+        try:
+            Version(spec.version.removesuffix(".*"))
+        except InvalidVersion:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A line fluffy will not fetch: where it is, what it says, why, and what to do."""
@@ -110,6 +127,9 @@ def requirement(text: str, where: str, refused: list[Refusal]) -> Requirement | 
     if _archive_name(req.name):
         refused.append(Refusal(where, shown(raw), _AS_ARCHIVE))
         return None
+    if not _plain_versions(req):
+        refused.append(Refusal(where, shown(raw), _ARBITRARY, "write it with ==, >=, ~= ..."))
+        return None
     return req
 
 
@@ -157,11 +177,15 @@ def check_line(line: str) -> str:
     """Defence in depth at the pip boundary: ``line`` must be what :func:`render` makes,
     and nothing in it that pip's file format would read as more than data."""
     req = Requirement(line)  # raises InvalidRequirement
+    data = line.split(";", 1)[0]  # what pip may read as a path: all before the marker
     if (
         req.url
         or line.lstrip().startswith("-")
         or _PIP_SYNTAX.search(line)
         or _archive_name(req.name)
+        or not _plain_versions(req)
+        or "/" in data
+        or ".." in data
     ):
         raise ValueError(f"refusing to pass {shown(line)!r} to pip")
     return line

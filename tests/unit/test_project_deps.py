@@ -281,3 +281,23 @@ def test_a_name_pip_would_take_for_a_local_archive_is_refused(tmp_path: Path, na
     assert any("local archive" in r.why for r in reqs.refused)
     with pytest.raises(ValueError):
         check_line(name)
+
+
+@pytest.mark.parametrize(
+    "line", ["foo===1/../../project", "foo===/../../../../home/x", "foo===1.0", "bar>=1,===2"]
+)
+def test_arbitrary_equality_never_reaches_pip(tmp_path: Path, line: str) -> None:
+    """Review of red team pass 2: `===` takes any text, and pip read `foo===1/../../x`
+    as the folder `x` and ran its build backend on the host."""
+    from fluffy.images.environment import _missing_build
+    from fluffy.kernel.project.reqlines import Refusal, check_line
+
+    make(tmp_path, {"requirements.txt": f"{line}\nok==1.*\n"})
+    reqs = collect_requirements(tmp_path)
+    assert reqs.requirements == ["ok==1.*"]
+    assert [r.where for r in reqs.refused] == ["requirements.txt:1"]
+    assert "===" in reqs.refused[0].why
+    with pytest.raises(ValueError):
+        check_line(line)
+    refused: list[Refusal] = []
+    assert _missing_build({"missing_build": [line]}, refused) == [] and len(refused) == 1
