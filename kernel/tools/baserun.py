@@ -3,8 +3,10 @@
 A real repository often has a test that fails on the person's machine too (a flaky one,
 a missing service).  When the run that decides a merge fails, the kernel runs the suite
 once on the base tree -- the project as it is, without the session's changes -- and
-keeps the failing ids by the base tree's hash (``<state>/baselines/<hash>.json``), so the
-next session on the same tree does not run it again.  A failure found there too is
+keeps the failing and passing ids by the base tree's and the environment's hash
+(``<state>/baselines/<hash>.json``), so the next session on the same tree does not run it
+again.  The cross-check of a green run (:mod:`.guardrun`) reads the passing ones: each
+must still run and pass against the session's code.  A failure found there too is
 *pre-existing*: reported ("N failed before this change too"), not blocking, unless the
 policy says ``tdd.require_all_green: true``.  Every test that passed on the base must
 still pass, and the session's new and changed tests must pass.
@@ -17,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall
@@ -27,7 +30,16 @@ from fluffy.kernel.workflow.junit import parse_junit
 BASE_SUFFIX = ".base"
 
 
-async def base_failures(
+@dataclass(frozen=True)
+class BaseResult:
+    """What the suite did on the base tree (``found`` 0: no report to compare with)."""
+
+    failing: frozenset[str]
+    passing: frozenset[tuple[str, str]]  # (id, file) of each test that passed
+    found: int
+
+
+async def base_run(
     call: RoutedCall,
     *,
     preparer: TestPreparer,
@@ -35,13 +47,20 @@ async def base_failures(
     sandbox: Callable[[RoutedCall, TestPlan], Awaitable[PluginOutcome]],
     release: Callable[[PluginOutcome], Awaitable[None]],
     read: Callable[[PluginOutcome, object], bytes | None],
-) -> set[str]:
-    """The ids of the tests that fail on the base tree (cached by its hash)."""
+) -> BaseResult:
+    """The suite's outcome on the base tree (cached by its hash and the environment)."""
     tests, sources = await asyncio.to_thread(snapshot_trees, preparer.project, test_globs, {})
-    key = hashlib.sha256(f"{tests.digest}\0{sources.digest}".encode()).hexdigest()[:24]
+    choice = await asyncio.to_thread(preparer.environment)
+    env = (choice.key or "") if choice is not None else ""
+    key = hashlib.sha256(f"{tests.digest}\0{sources.digest}\0{env}".encode()).hexdigest()[:24]
     cache = preparer.state_dir / "baselines" / f"{key}.json"
     try:
-        return set(json.loads(cache.read_text())["failing"])
+        data = json.loads(cache.read_text())
+        return BaseResult(
+            frozenset(data["failing"]),
+            frozenset((str(i), str(f)) for i, f in data["passing"]),
+            int(data["found"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         pass
     plan = await asyncio.to_thread(
@@ -54,11 +73,12 @@ async def base_failures(
     finally:
         await release(outcome)
     if junit is None:
-        return set()  # nothing to compare with: every failure counts
+        return BaseResult(frozenset(), frozenset(), 0)  # nothing to compare with
     cases = parse_junit(junit, name="the base tree's junit report", any_failure=plan.custom)
     failing = sorted(c.id for c in cases if c.outcome in ("failed", "error"))
+    passing = sorted((c.id, c.file) for c in cases if c.outcome == "passed")
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"failing": failing, "found": len(cases)}))
+    tmp.write_text(json.dumps({"failing": failing, "passing": passing, "found": len(cases)}))
     tmp.replace(cache)
-    return set(failing)
+    return BaseResult(frozenset(failing), frozenset(passing), len(cases))

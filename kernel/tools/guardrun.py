@@ -13,11 +13,14 @@ on the test side is in that process.
   person's test; the green run was not the truth, and the run counts as failing;
 * a failing test in a file the session changed: the session changed an existing test
   whose original fails now; a person must look (the merge waits for review);
-* a test the green run reported from a file the session did not change, but which the
-  cross-check did not run or skipped: something changed what the person's suite runs; a
-  person must look (the merge waits for review);
-* no report at all (whatever the exit status: code that ends the process early leaves
-  none): the run counts as failing;
+* a test that passes on the base tree (the project without the session's changes,
+  :mod:`.baserun`) in a file the session did not change, but which the cross-check did
+  not run or skipped: the session's code changed what the person's suite runs (an import
+  that skips, an interrupt); a person must look (the merge waits for review).  Without a
+  base run to compare with, the green run's own passes are the reference;
+* no report at all, or an exit status pytest gives for neither passes nor failures (an
+  interrupt, an internal error), or "tests failed" with no failing test in the report:
+  the run counts as failing;
 * all pass: the green run stands.
 
 The cross-check runs only when the session changed something on the test side (else the
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fluffy.kernel.globs import GlobSet
@@ -101,9 +104,11 @@ async def cross_check(
     read: Callable[[PluginOutcome, object], bytes | None],
     known: set[str] | None = None,
     seen: Sequence[TestCase] = (),
+    expected: Iterable[tuple[str, str]] | None = None,
 ) -> Verdict | None:
     """Run the person's tests against the session's code (None: nothing on the test
-    side changed, so the session's run already was this one); ``seen``: the cases of the
+    side changed, so the session's run already was this one); ``expected``: the (id,
+    file) of each test that passed on the base tree, else those ``seen`` pass in the
     green run being checked."""
     changed = test_side(overlay, test_globs)
     if not changed:
@@ -124,31 +129,39 @@ async def cross_check(
         exit_code = int(outcome.result.get("exit_code", -1))
     finally:
         await release(outcome)
+    tail = str(outcome.result.get("output_tail", ""))[-1000:]
     if junit is None:  # pytest always writes one: the process ended before it could
-        tail = str(outcome.result.get("output_tail", ""))[-1000:]
-        return Verdict((_no_report(exit_code, tail),), (), 0)
+        return Verdict((_unfinished("(no report)", exit_code, "wrote no report", tail),), (), 0)
     cases = parse_junit(junit, name="the cross-check's junit report", any_failure=plan.custom)
     old = known or set()  # failing on the base tree too: not the session's doing
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
     broken = tuple(c for c in failing if c.file not in changed)
     altered = tuple(c.id for c in failing if c.file in changed)
-    ran = {c.id for c in cases if c.outcome != "skipped"}
+    any_failing = any(c.outcome in ("failed", "error") for c in cases)
+    if not plan.custom and (exit_code not in (0, 1, 5) or (exit_code == 1 and not any_failing)):
+        said = f"reported {len(cases)} test(s) and no failure"
+        broken = (*broken, _unfinished("(unfinished run)", exit_code, said, tail))
+    passed = {c.id for c in cases if c.outcome == "passed"}
+    reference = expected if expected is not None else (
+        (c.id, c.file) for c in seen if c.outcome == "passed"
+    )  # fmt: skip
     vanished = tuple(
-        c.id for c in seen if c.outcome == "passed" and c.file not in changed and c.id not in ran
+        sorted(i for i, f in reference if f not in changed and i not in passed and i not in old)
     )
+    vanished = tuple(i for i in vanished if i not in {c.id for c in failing})
     return Verdict(broken, altered, len(cases), vanished)
 
 
-def _no_report(exit_code: int, tail: str) -> TestCase:
+def _unfinished(name: str, exit_code: int, said: str, tail: str) -> TestCase:
     return TestCase(
-        id="(no report)",
+        id=name,
         file="",
         outcome="error",
         assertion=False,
         message=(
             f"the run of the person's tests against the session's code exited with "
-            f"{exit_code} and wrote no report: the process ended before pytest could "
-            f"finish (code that exits or kills the interpreter at import or in a test). "
+            f"{exit_code} and {said}: pytest did not finish normally (code that exits, "
+            f"interrupts or kills the interpreter at import or in a test). "
             f"Output: {json.dumps(tail)}"
         ),
     )

@@ -19,9 +19,9 @@ from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.kernel.confined_files import read_regular, safe_relpath
 from fluffy.kernel.project.envstate import ENV_PYTHON
 from fluffy.kernel.project.interpreter import mismatch
-from fluffy.kernel.tools.baserun import base_failures
+from fluffy.kernel.tools.baserun import BaseResult, base_run
 from fluffy.kernel.tools.flow import Flow
-from fluffy.kernel.tools.guardrun import Verdict, as_evidence, cross_check, is_whole
+from fluffy.kernel.tools.guardrun import Verdict, as_evidence, cross_check, is_whole, test_side
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
@@ -108,20 +108,26 @@ async def run_tests(
     )
     whole = is_whole(call.args)
     deciding = state == "validating" and whole  # this run decides the merge
-    if deciding and not run.is_green() and not require_all_green and run.counts["passed"]:
-        # failures that were there before the change are reported, not the change's
-        on_base = await base_failures(
+    base: BaseResult | None = None
+
+    async def on_base() -> BaseResult:
+        return await base_run(
             call, preparer=preparer, test_globs=workflow.test_globs, sandbox=sandbox,
             release=release, read=output_file,
         )  # fmt: skip
-        known = sorted({c.id for c in cases if c.outcome in ("failed", "error")} & on_base)
+
+    if deciding and not run.is_green() and not require_all_green and run.counts["passed"]:
+        # failures that were there before the change are reported, not the change's
+        base = await on_base()
+        known = sorted({c.id for c in cases if c.outcome in ("failed", "error")} & base.failing)
         run = dataclasses.replace(run, preexisting=tuple(known))
     checked: Verdict | None = None
-    if deciding and run.is_green():
+    if deciding and run.is_green() and test_side(stage.overlay(), workflow.test_globs):
+        base = base or await on_base()  # what the person's suite passes without the change
         checked = await cross_check(
             call, preparer=preparer, overlay=stage.overlay(), staged_tree=stage.tree,
             test_globs=workflow.test_globs, sandbox=sandbox, release=release, read=output_file,
-            known=set(run.preexisting), seen=cases,
+            known=set(run.preexisting), seen=cases, expected=base.passing if base.found else None,
         )  # fmt: skip
         if checked is not None and checked.broken:  # the green was not the truth
             cases = [*cases, *(as_evidence(c) for c in checked.broken)]
