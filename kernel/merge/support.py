@@ -61,8 +61,13 @@ _TEST_MODULE_HOOKS = frozenset({"pytest_generate_tests"})
 _TOOL_MODULES = frozenset({
     "pytest", "_pytest", "py", "pluggy", "coverage", "pip", "setuptools", "pkg_resources",
     "_distutils_hack", "wheel", "iniconfig", "packaging", "site", "sitecustomize",
-    "usercustomize", "exceptiongroup", "tomli", "typing_extensions", "colorama",
+    "usercustomize", "exceptiongroup", "tomli", "typing_extensions", "colorama", "pygments",
+    # pytest plugins loaded by entry point whose modules do not start with pytest_
+    "xdist", "_hypothesis_pytestplugin", "hypothesis", "anyio", "typeguard", "faker",
+    "syrupy", "respx", "time_machine", "freezegun", "trio", "execnet",
 })  # fmt: skip
+#: Standard-library modules a kernel on a newer Python no longer lists.
+_REMOVED_STDLIB = frozenset({"distutils", "imp", "asyncore", "asynchat", "smtpd"})
 _MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
 _METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link")
 
@@ -243,7 +248,9 @@ def imports_runner(text: str) -> str | None:
 
 
 def _top_modules(path: str, read: Reader) -> set[str]:
-    """The top-level module names ``path`` can be imported as (see the module docstring)."""
+    """The top-level module names ``path`` can be imported as (see the module docstring):
+    a module file, or a file in a regular package (a folder without ``__init__.py`` is a
+    namespace package, which never takes the place of a regular module or package)."""
     parts = path.split("/")
     if not parts[-1].endswith(_MODULE_SUFFIXES):  # data, not a module Python imports
         return set()
@@ -252,21 +259,20 @@ def _top_modules(path: str, read: Reader) -> set[str]:
     found = set()
     for i in roots:
         if i == len(parts) - 1:
-            if parts[i].endswith(_MODULE_SUFFIXES):
-                found.add(parts[i].split(".", 1)[0])
-        elif i < len(parts) - 1:
+            found.add(parts[i].split(".", 1)[0])
+        elif read("/".join(parts[: i + 1]) + "/__init__.py") is not None:
             found.add(parts[i])
-    return found
+    return {name for name in found if name.isidentifier()}
 
 
 def shadows(path: str, read: Reader) -> str | None:
     """Why ``path`` can take the place of the runner or the standard library (or None)."""
-    if any(part.endswith(_METADATA_SUFFIXES) for part in path.split("/")):
+    if any(part.lower().endswith(_METADATA_SUFFIXES) for part in path.split("/")):
         return "Python reads it as a package's metadata (entry points load pytest plugins)"
     for name in sorted(_top_modules(path, read)):
         if name in _TOOL_MODULES or name.startswith(("pytest_", "_pytest")):
             return f"the test process would import it in place of the test runner's {name}"
-        if name in sys.stdlib_module_names:
+        if name in sys.stdlib_module_names or name in _REMOVED_STDLIB:
             return f"the test process would import it in place of Python's own {name}"
     return None
 

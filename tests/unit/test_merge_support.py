@@ -126,11 +126,26 @@ def test_a_plugin_named_by_a_test_module_is_support_code() -> None:
     ("path", "files", "why"),
     [
         ("pytest.py", {}, "in place of the test runner's pytest"),
-        ("coverage/__main__.py", {}, "in place of the test runner's coverage"),
+        (
+            "coverage/__main__.py",
+            {"coverage/__init__.py": ""},
+            "in place of the test runner's coverage",
+        ),
+        ("pygments/__init__.py", {}, "in place of the test runner's pygments"),
+        ("Evil-1.0.DIST-INFO/entry_points.txt", {}, "package's metadata"),
+        ("src/distutils.py", {}, "in place of Python's own distutils"),
         ("src/pluggy.py", {}, "in place of the test runner's pluggy"),
-        ("pytest_cov/plugin.py", {}, "in place of the test runner's pytest_cov"),
+        (
+            "pytest_cov/plugin.py",
+            {"pytest_cov/__init__.py": ""},
+            "in place of the test runner's pytest_cov",
+        ),
         ("tests/json.py", {}, "in place of Python's own json"),
-        ("lib/unittest/__init__.py", {}, "in place of Python's own unittest"),
+        (
+            "lib/unittest/case.py",
+            {"lib/unittest/__init__.py": ""},
+            "in place of Python's own unittest",
+        ),
         ("site.py", {}, "the test runner's site"),
         ("evil-1.0.dist-info/entry_points.txt", {}, "package's metadata"),
         ("src/x.egg-info/entry_points.txt", {}, "package's metadata"),
@@ -158,4 +173,7 @@ def test_a_module_inside_a_package_may_share_a_standard_name() -> None:
     }
     changed = ["src/app/json.py", "app2/types.py", "tests/queue.py", "calc.py"]
     changed.append("config/secrets/db.yaml")  # data under a folder named like a module
+    # namespace folders (no __init__.py) never take a regular package's place
+    files |= {"tests/http/test_client.py": "x = 1\n", "examples/asyncio/basic.py": "x = 1\n"}
+    changed += ["tests/http/test_client.py", "examples/asyncio/basic.py"]
     assert support_changes(changed, _reader(files)) == []
