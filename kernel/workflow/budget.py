@@ -73,12 +73,14 @@ class CoverageBudget:
         current = latest[2] if latest else None
         if current is None and automatic and session.mode != "strict":
             raise TransitionDenied(
-                "no coverage was recorded for this explore-mode change, so its tech-debt "
-                "budget cannot be checked; it does not merge on its own",
-                why="the green run wrote no coverage report (the code under test may have "
-                "ended the process before coverage could write it)",
-                fix="Look at the change and approve it yourself (/approve), or switch to "
-                "strict mode (/strict) and run the tests again.",
+                f"no coverage was recorded for this {session.mode}-mode change, so its "
+                "tech-debt budget cannot be checked; it does not merge on its own",
+                why="the green run wrote no coverage report: a tests.command in "
+                ".fluffy/config.yaml that does not write {coverage}, or code under test "
+                "that ended the test process before coverage could write it",
+                fix="Look at the change and approve it yourself (/approve); with your own "
+                "tests.command, make it write {coverage}; or switch to strict mode "
+                "(/strict).",
             )
         if current is None:
             return [f"no coverage was recorded for this {session.mode} commit; the budget "
