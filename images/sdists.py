@@ -194,18 +194,19 @@ class SourceBuilder:
         tag = f"fluffy/sdist-build:{digest[:24]}-{secrets.token_hex(4)}"  # this build's
         lines: list[str] = []
         try:
-            store.build(context, tag, buildargs={"BASE_IMAGE": self.base_image},
-                        labels={"org.fluffy.image": "build-stage"},
-                        on_line=lines.append, on_step=lambda *_: None,
-                        network_mode="none")  # fmt: skip
-            wheel = self._copy_out(store.image_id(tag) or tag, digest)
-        except FluffyError as exc:
-            raise EnvironmentFailed(
-                f"building {source.filename} from source failed",
-                why=("\n".join(lines[-15:]) or exc.why or exc.what)[-1500:],
-                fix="It may need a compiler or system libraries the image lacks: pin a "
-                "release with a wheel, or build one yourself into .fluffy/wheels/.",
-            ) from exc
+            try:
+                store.build(context, tag, buildargs={"BASE_IMAGE": self.base_image},
+                            labels={"org.fluffy.image": "build-stage"},
+                            on_line=lines.append, on_step=lambda *_: None,
+                            network_mode="none")  # fmt: skip
+            except FluffyError as exc:
+                raise EnvironmentFailed(
+                    f"building {source.filename} from source failed",
+                    why=("\n".join(lines[-15:]) or exc.why or exc.what)[-1500:],
+                    fix="It may need a compiler or system libraries the image lacks: pin a "
+                    "release with a wheel, or build one yourself into .fluffy/wheels/.",
+                ) from exc
+            wheel = self._copy_out(store.image_id(tag) or tag, digest)  # its own refusals
         finally:
             with engine_call(f"remove {tag}"):
                 if store.image_id(tag):
@@ -218,14 +219,16 @@ class SourceBuilder:
         with tempfile.TemporaryDirectory(dir=self.folder, prefix=".tmp-") as tmp:
             copy_from_image(self.engine, image, "/wheel-out", Path(tmp))
             wheels = sorted(Path(tmp).rglob("*.whl"))
-            if len(wheels) != 1:
-                made_n = len(wheels)
-                raise EnvironmentFailed(f"the build of {self._wanted} made {made_n} wheels")
+            names = [wheel.name for wheel in wheels]
             try:
-                made = canonicalize_name(parse_wheel_filename(wheels[0].name)[0])
-            except InvalidWheelFilename:
-                wrong = wheels[0].name
-                raise EnvironmentFailed(f"the build of {self._wanted} made {wrong!r}") from None
+                (made,) = (canonicalize_name(parse_wheel_filename(n)[0]) for n in names)
+            except (ValueError, InvalidWheelFilename):
+                raise EnvironmentFailed(
+                    f"the source archive of {self._wanted} did not build one wheel of it",
+                    why=f"its build made {len(names)} wheel file(s): {names[:5]}",
+                    fix=f"Pin another release of {self._wanted}, or put a wheel in "
+                    ".fluffy/wheels/.",
+                ) from None
             if made != self._wanted or (why := carries_reserved(wheels[0])) is not None:
                 raise EnvironmentFailed(
                     f"the source archive of {self._wanted} built {wheels[0].name}",
