@@ -14,16 +14,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
 
-from fluffy.errors import EnvironmentFailed
-from fluffy.kernel.confined_files import plain_file
+from fluffy.errors import EnvironmentFailed, FluffyError
+from fluffy.kernel.confined_files import plain_file, read_regular
+from fluffy.safetext import visible
 
 #: More than any real install makes; a longer list is the build's invention.
 MAX_GENERATED = 1000
 MAX_FIELD = 20_000
+#: env.json of a large environment is a few hundred KiB.
+MAX_REPORT_BYTES = 8 * 1024 * 1024
+#: A name, a path or a warning.
+Text = Annotated[str, StringConstraints(max_length=4096)]
 
 
 class EnvReport(BaseModel):
@@ -31,11 +36,11 @@ class EnvReport(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    packages: dict[str, str] = Field(default_factory=dict, max_length=MAX_FIELD)
-    modules: list[str] = Field(default_factory=list, max_length=MAX_FIELD)
-    generated: list[str] = Field(default_factory=list, max_length=MAX_FIELD)
-    warnings: list[str] = Field(default_factory=list, max_length=100)
-    missing_build: list[str] = Field(default_factory=list, max_length=100)
+    packages: dict[Text, Text] = Field(default_factory=dict, max_length=MAX_FIELD)
+    modules: list[Text] = Field(default_factory=list, max_length=MAX_FIELD)
+    generated: list[Text] = Field(default_factory=list, max_length=MAX_FIELD)
+    warnings: list[Text] = Field(default_factory=list, max_length=100)
+    missing_build: list[Text] = Field(default_factory=list, max_length=100)
     project_installed: StrictBool = False
     python: str = Field(default="", max_length=40)
 
@@ -43,8 +48,9 @@ class EnvReport(BaseModel):
 def read_report(folder: Path) -> dict[str, Any]:
     """The validated report in ``folder`` (env.json + generated/), generated files checked."""
     try:
-        report = EnvReport.model_validate(json.loads((folder / "env.json").read_bytes()))
-    except (OSError, ValueError, ValidationError) as exc:
+        raw = read_regular(folder, "env.json", MAX_REPORT_BYTES)
+        report = EnvReport.model_validate(json.loads(raw))
+    except (OSError, ValueError, ValidationError, FluffyError) as exc:
         raise EnvironmentFailed(
             "the environment build left a report fluffy cannot use",
             why=f"its env.json is missing or malformed ({str(exc)[:300]}); the repository's "
@@ -53,7 +59,11 @@ def read_report(folder: Path) -> dict[str, Any]:
             "changes the build's report and its environment cannot be trusted.",
         ) from exc
     kept, dropped = checked_generated(folder / "generated", report.generated)
-    warnings = list(report.warnings)
+    warnings = [visible(w) for w in report.warnings]  # the build's words, shown as text
+    if len(kept) >= MAX_GENERATED:
+        warnings.append(f"the build named more than {MAX_GENERATED} generated files; the "
+                        f"first {MAX_GENERATED} are used")  # fmt: skip
+        dropped = [rel for rel in dropped if rel not in report.generated[MAX_GENERATED:]]
     if dropped:
         shown = ", ".join(repr(rel[:80]) for rel in dropped[:5])
         warnings.append(

@@ -68,3 +68,16 @@ def test_an_old_report_without_every_key_still_reads(tmp_path: Path) -> None:
     data = read_report(_report(tmp_path / "report", {"packages": {}, "surplus": 1}))
     assert data["generated"] == [] and data["project_installed"] is False
     assert "surplus" not in data
+
+
+def test_an_oversized_report_is_refused_and_its_warnings_are_shown_as_text(
+    tmp_path: Path,
+) -> None:
+    big = _report(tmp_path / "big", {"modules": ["m" * 4000] * 3000})
+    with pytest.raises(EnvironmentFailed, match="cannot use"):
+        read_report(big)
+    long_name = _report(tmp_path / "long", {"modules": ["m" * 5000]})
+    with pytest.raises(EnvironmentFailed):
+        read_report(long_name)
+    data = read_report(_report(tmp_path / "ok", {"warnings": ["pip said \x1b[2J\x1b]0;pwned\x07"]}))
+    assert "\x1b" not in data["warnings"][0] and "\x07" not in data["warnings"][0]
