@@ -87,14 +87,16 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
     action: allow
 
   # Modes are yours to switch (--mode, /explore, /debug): strict always works; debug also
-  # asks you each time (at the terminal, or --yes in a one-shot run).  The model cannot.
+  # asks you each time (at the terminal, or --yes in a one-shot run).  The model cannot;
+  # it may ask you while planning (workflow.request_mode), and your yes switches.
   - name: person-switches-modes
     match: {{syscall: session.set_mode, caller_tag: [person]}}
     action: allow
 
-  # The AI may *ask* for a TDD exemption or for tests before a merge; you decide each one.
+  # The AI may *ask* for a TDD exemption, for tests before a merge or for another mode;
+  # you decide each one.
   - name: ask-the-user
-    match: {{syscall: [workflow.request_exemption, workflow.add_tests]}}
+    match: {{syscall: [workflow.request_exemption, workflow.add_tests, workflow.request_mode]}}
     action: allow
 
   # Tests are written first, where this project keeps them.

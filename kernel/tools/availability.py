@@ -25,7 +25,7 @@ installed plugin's tool that is not read-only.
 Workflow tools (kind ``workflow``) are the state machine's to refuse; those of
 :data:`WORKFLOW_STATES` are listed only where they can act (``plan.complete`` while
 planning, ``workflow.request_exemption`` before code is written, ``workflow.add_tests``
-in reviewing).
+in reviewing, ``workflow.request_mode`` while planning).
 
 Test paths are matched exactly like :mod:`fluffy.kernel.workflow.evidence` classifies
 files (gitignore syntax, same default globs), so the two never disagree.  This layer is
@@ -56,6 +56,8 @@ WORKFLOW_STATES: Final[Mapping[str, frozenset[str]]] = {
     # asks the user; granted only by the user's decision (where the state machine takes it)
     "workflow.request_exemption": frozenset({"planning", "test_writing"}),
     "workflow.add_tests": frozenset({"reviewing"}),
+    # the mode changes only before a flow starts (Workflow.set_mode); the user decides
+    "workflow.request_mode": frozenset({"planning"}),
 }
 
 WriteRule = Literal["tests", "sources", "anywhere", "none"]

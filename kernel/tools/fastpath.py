@@ -30,6 +30,7 @@ from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.kernel.globs import is_secret_file
 from fluffy.kernel.policy.request_paths import PathEscape, normalize
 from fluffy.kernel.project.viewfiles import ignored_dir, ignored_file
+from fluffy.kernel.workflow.states import Mode
 
 BINARY_PROBE = 8192
 #: Files search.grep skips (and fs.read refuses whole above read_max_size).
@@ -93,6 +94,11 @@ class ExemptionArgs(_Args):
     reason: str = Field(min_length=1, max_length=2000, description="Why TDD does not apply")
 
 
+class ModeArgs(_Args):
+    mode: Mode = Field(description="strict, explore or debug")
+    reason: str = Field(min_length=1, max_length=2000, description="Why this mode fits the task")
+
+
 class AddTestsArgs(_Args):
     reason: str = Field(
         min_length=1, max_length=2000, description="Why the change should get tests first"
@@ -100,7 +106,9 @@ class AddTestsArgs(_Args):
 
 
 #: The kernel's workflow tools (kind ``workflow``): the state machine answers them.
-WORKFLOW_TOOLS = frozenset({"plan.complete", "workflow.request_exemption", "workflow.add_tests"})
+WORKFLOW_TOOLS = frozenset(
+    {"plan.complete", "workflow.request_exemption", "workflow.add_tests", "workflow.request_mode"}
+)
 
 ARGS: dict[str, type[_Args]] = {
     "fs.read": ReadArgs,
@@ -111,6 +119,7 @@ ARGS: dict[str, type[_Args]] = {
     "plan.complete": PlanArgs,
     "workflow.request_exemption": ExemptionArgs,
     "workflow.add_tests": AddTestsArgs,
+    "workflow.request_mode": ModeArgs,
 }
 DESCRIPTIONS = {
     "fs.read": "Read a text file of the project (optionally a line range).",
@@ -126,6 +135,11 @@ DESCRIPTIONS = {
     "workflow.add_tests": (
         "Ask the user to add tests before this explore change is merged; the user decides "
         "at the review."
+    ),
+    "workflow.request_mode": (
+        "While planning, ask the user to switch this session's mode (strict: tests first; "
+        "explore: no tests first, a coverage budget; debug: explore plus commands the user "
+        "reviews). The user decides at once; the turn waits for the answer."
     ),
 }
 

@@ -8,7 +8,8 @@ Three routes (design: AI Tools Module, Three-Layer Architecture):
   git-tool, test-tool, search-tool, container-tool; tagged ``core_plugin``) or an
   installed third-party plugin (tagged ``third_party``; :func:`third_party_specs`);
 - ``kernel``: workflow tools the state machine answers itself (plan.complete,
-  workflow.request_exemption and workflow.add_tests, which only ask the user).
+  workflow.request_exemption, workflow.add_tests and workflow.request_mode, which only
+  ask the user).
 
 The plugin tools' descriptions and JSON schemas come from each plugin's
 ``manifest.yaml`` (one model for every plugin: :mod:`fluffy.kernel.plugins.manifest`);

@@ -50,6 +50,7 @@ from fluffy.kernel.tools.commandrun import run_command
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
 from fluffy.kernel.tools.mcpreview import McpCalls, call_mcp
+from fluffy.kernel.tools.moderequest import request_mode
 from fluffy.kernel.tools.parallel import PlannedCall
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.plugins import PluginRunner
@@ -310,6 +311,8 @@ class ToolRouter:
                 "note": "The user decides on this exemption; the workflow waits for the "
                 "answer. Nothing is exempt until the user grants it.",
             }
+        if spec.name == "workflow.request_mode":
+            return await request_mode(call, workflow=self.workflow, reviewer=self.reviewer)
         if spec.name == "workflow.add_tests":
             reason = parse_args(spec.name, call.args).reason
             return await self.flow.request_tests(session.id, reason)

@@ -19,7 +19,7 @@ from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
 from fluffy.kernel.policy.engine import Caller
 from fluffy.kernel.workflow.machine import Workflow
-from fluffy.kernel.workflow.states import Mode
+from fluffy.kernel.workflow.states import PERSON, Mode
 from fluffy.kernel.workflow.store import SessionRow
 
 
@@ -67,10 +67,6 @@ def _view(session: SessionRow) -> dict[str, Any]:
         "unverified": bool(session.data.get("unverified")),
         "updated_at": session.updated_at,
     }
-
-
-#: The caller tag of the person at the CLI (a policy rule matches it: caller_tag: [person]).
-PERSON = frozenset({"person"})
 
 
 def _caller(context: CallContext) -> tuple[Caller, bool]:

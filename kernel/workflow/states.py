@@ -27,6 +27,9 @@ Flow = Literal["strict", "explore"]
 
 STATES: Final[tuple[State, ...]] = get_args(State)
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+#: The caller tag of the person (their CLI, or their answer to the model's question): a
+#: policy rule matches it (``caller_tag: [person]``).
+PERSON: Final = frozenset({"person"})
 
 EVENTS: Final = (
     "user_message",  # the user sends a message

@@ -1,6 +1,7 @@
 """Debug mode as the design has it, through the real bootstrap and L1 kernel (Docker and
-Podman): a scripted model runs the project's module with ``container.run``; the person
-is shown the command and allows it; a rule added with `fluffy config policy edit` then
+Podman): a scripted model asks the person for debug mode (``workflow.request_mode``) and
+gets it, then runs the project's module with ``container.run``; the person is shown the
+command and allows it; a rule added with `fluffy config policy edit` then
 lets the same command run without asking, and the audit log names the rule and the
 sandbox of each run (issue 33, ADR-062)."""
 
@@ -57,15 +58,20 @@ def _results(session: Session) -> list[dict[str, Any]]:
 
 def test_the_module_runs_reviewed_then_allowed_by_a_rule(kit: dict[str, Any]) -> None:
     client = kit["client"]
-    session = Session(client)
-    debug = {"session_id": session.id, "mode": "debug", "approved": True}
-    assert client.call("session.set_mode", debug)["mode"] == "debug"
+    session = Session(client)  # strict: the model asks the person for debug mode
+    ask = {"mode": "debug", "reason": "to run the module and read what it prints"}
     session.start("why does the module print that?", [
+        {"say": "I need to run it.", "calls": [{"tool": "workflow.request_mode", "args": ask}]},
         {"say": "Planning.", "calls": [{"tool": "plan.complete", "args": {"summary": "run it"}}]},
         {"say": "Run it.", "calls": [_run("python", "-m", "democonfig")]},
         {"say": "It greets.", "calls": []},
     ], auto_approve=True)  # fmt: skip  # --yes approves merges, never a command
+    asked = session.until("tool_review")
+    assert asked["tool"] == "workflow.request_mode" and "from strict to debug" in asked["reason"]
+    client.call("tool.decide", {"session_id": session.id, "review_id": asked["review_id"],
+                                "decision": "allow"})  # fmt: skip
     shown = session.until("tool_review")
+    assert client.call("session.get", {"session_id": session.id})["mode"] == "debug"
     assert shown["tool"] == "container.run" and shown["command"] == "python -m democonfig"
     assert "commands the model runs ask the person" in shown["reason"]
     client.call("tool.decide", {"session_id": session.id, "review_id": shown["review_id"],
