@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 from fluffy.kernel.project.files import read_text, read_toml, table
 from fluffy.kernel.project.reqlines import (
     Refusal,
+    constraint_line,
     line_of,
     pin,
     requirement_line,
@@ -64,6 +65,21 @@ def _local(package: dict[str, Any]) -> bool:
     )
 
 
+def _marker(package: dict[str, Any]) -> str | None:
+    """When a locked version applies: Poetry's ``markers`` (a string, or one per group),
+    PDM's ``marker``, uv's ``resolution-markers`` (any of them).  A lock may pin two
+    versions of one package for different Pythons; without their markers the two pins
+    contradict each other and nothing installs."""
+    for key in ("markers", "marker", "resolution-markers"):
+        value = package.get(key)
+        items = [value] if isinstance(value, str) else value
+        items = items.values() if isinstance(items, dict) else items
+        parts = [v for v in items or () if isinstance(v, str)]
+        if parts:
+            return parts[0] if len(parts) == 1 else " or ".join(f"({p})" for p in parts)
+    return None
+
+
 def _toml_lock(root: Path, rel: str, own: str | None, out: Locked, notes: list[str]) -> bool:
     data = read_toml(root, rel, notes)
     if data is None:
@@ -84,7 +100,12 @@ def _toml_lock(root: Path, rel: str, own: str | None, out: Locked, notes: list[s
         pinned = pin(name, version, where, out.refused)
         if pinned is None:
             continue
-        out.constraints.append(pinned)
+        marker = _marker(package)
+        line = pinned if marker is None else constraint_line(f"{pinned}; {marker}", where,
+                                                             out.refused)  # fmt: skip
+        if line is None:
+            continue
+        out.constraints.append(line)
         hashes = _file_hashes(package)
         if isinstance(name, str):
             hashes |= _file_hashes({"files": legacy.get(name) or []})

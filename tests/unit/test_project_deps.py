@@ -301,3 +301,35 @@ def test_arbitrary_equality_never_reaches_pip(tmp_path: Path, line: str) -> None
         check_line(line)
     refused: list[Refusal] = []
     assert _missing_build({"missing_build": [line]}, refused) == [] and len(refused) == 1
+
+
+@pytest.mark.parametrize(
+    ("lock", "entries"),
+    [
+        ("poetry.lock", ['markers = "python_version == \\"3.9\\""',
+                         'markers = { dev = "python_version >= \\"3.10\\"" }']),
+        ("pdm.lock", ['marker = "python_version == \\"3.9\\""',
+                      'marker = "python_version >= \\"3.10\\""']),
+        ("uv.lock", ['resolution-markers = ["python_full_version < \'3.10\'"]',
+                     'resolution-markers = ["python_full_version >= \'3.10\'"]']),
+    ],
+)  # fmt: skip
+def test_two_versions_locked_for_different_pythons_keep_their_markers(
+    tmp_path: Path, lock: str, entries: list[str]
+) -> None:
+    """tomlkit's poetry.lock pins filelock 3.19.1 for Python 3.9 and 3.20.3 for later
+    ones: as two bare pins they contradict each other and pip installs nothing."""
+    old, new = entries
+    entry = '[[package]]\nname = "filelock"\nversion = "{}"\n{}\n'
+    make(tmp_path, {"pyproject.toml": "[project]\nname = 'calc'\ndependencies = ['filelock']\n",
+                    lock: entry.format("3.19.1", old) + entry.format("3.20.3", new)})  # fmt: skip
+    reqs = collect_requirements(tmp_path)
+    assert len(reqs.constraints) == 2 and reqs.refused == []
+    (older, newer) = reqs.constraints
+    assert older.startswith("filelock==3.19.1; python") and newer.startswith("filelock==3.20.3;")
+    from packaging.requirements import Requirement
+
+    chosen = [c for c in reqs.constraints if Requirement(c).marker.evaluate({"python_version":
+              "3.11", "python_full_version": "3.11.7"})]  # fmt: skip
+    assert chosen == [newer]
+
