@@ -61,7 +61,20 @@ def requirement_files(root: Path) -> list[str]:
             ):
                 found.append(name if folder == "." else f"{folder}/{name}")
     # a .txt compiled from a .in (pip-tools) is the pinned one: prefer it
-    return [f for f in found if not (f.endswith(".in") and f[:-3] + ".txt" in found)]
+    found = [f for f in found if not (f.endswith(".in") and f[:-3] + ".txt" in found)]
+    return [f for f in found if not _variant_of(f, found)]
+
+
+#: ``tests37.txt``, ``requirements-py38.txt``: the same set compiled for one Python.
+_PY_VARIANT = re.compile(r"^(.*?)[-_.]?(?:py)?[-_.]?[23]\.?\d{1,2}(\.(?:txt|in))$")
+
+
+def _variant_of(rel: str, found: list[str]) -> bool:
+    """``rel`` is a version-suffixed copy of another file found (jinja's tests37.txt beside
+    its tests.txt, pinned for Python 3.7): its pins contradict the main file's, and the
+    main one is what the tests need."""
+    match = _PY_VARIANT.match(rel)
+    return match is not None and f"{match.group(1)}{match.group(2)}" in found
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:

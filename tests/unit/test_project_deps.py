@@ -333,3 +333,17 @@ def test_two_versions_locked_for_different_pythons_keep_their_markers(
               "3.11", "python_full_version": "3.11.7"})]  # fmt: skip
     assert chosen == [newer]
 
+
+def test_a_requirements_file_compiled_for_another_python_is_left_for_the_main_one(
+    tmp_path: Path,
+) -> None:
+    """jinja's requirements/tests37.txt pins for Python 3.7 what tests.txt pins for now:
+    both read, ``attrs==24.2.0`` and ``attrs==24.3.0`` leave pip nothing to install."""
+    make(tmp_path, {"requirements/tests.txt": "attrs==24.3.0\npytest==8.3.4\n",
+                    "requirements/tests37.txt": "attrs==24.2.0\npytest==7.4.4\n",
+                    "requirements-py38.txt": "idna==3.0\n",
+                    "requirements/solo311.txt": "six\n"})  # fmt: skip
+    assert requirement_files(tmp_path) == ["requirements-py38.txt", "requirements/solo311.txt",
+                                           "requirements/tests.txt"]  # fmt: skip
+    reqs = collect_requirements(tmp_path)
+    assert reqs.requirements == ["idna==3.0", "six", "attrs==24.3.0", "pytest==8.3.4"]
