@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,39 @@ def pytest_runtest_makereport(item, call):
 WRONG = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return 999\n"
 
 
+def _repository(tmp_path: Path) -> Path:
+    """The person's repository: add() and its test, committed."""
+    project = tmp_path / "repo"
+    (project / "tests").mkdir(parents=True)
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (project / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
+                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return project
+
+
+def _session(
+    tmp_path: Path, project: Path, runtime: str, steps: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The model's tool calls through a real kernel: each answer, then review.show."""
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "add sub"})
+            answers = []
+            for tool, args in steps:
+                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
+                assert answer["ok"], (tool, answer.get("error"))
+                answers.append(answer)
+            return answers, client.call("review.show", {"session_id": sid})
+    finally:
+        kernel.stop()
+
+
 @pytest.fixture(params=["docker", "podman"])
 def runtime(request: pytest.FixtureRequest) -> str:
     from fluffy.images.builder import build_images
@@ -47,15 +81,7 @@ def runtime(request: pytest.FixtureRequest) -> str:
 def test_a_conftest_that_rewrites_failures_cannot_merge_wrong_code(
     tmp_path: Path, runtime: str
 ) -> None:
-    project = tmp_path / "repo"
-    (project / "tests").mkdir(parents=True)
-    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (project / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
-    )
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
-                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    project = _repository(tmp_path)
     steps = [
         ("plan.complete", {"summary": "sub, test first"}),
         ("fs.write", {"path": "tests/conftest.py", "content": FORGE}),
@@ -70,19 +96,7 @@ def test_a_conftest_that_rewrites_failures_cannot_merge_wrong_code(
         ("fs.write", {"path": "calc.py", "content": WRONG}),
         ("test.run", {}),
     ]
-    kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            answers = []
-            for tool, args in steps:
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-            shown = client.call("review.show", {"session_id": sid})
-    finally:
-        kernel.stop()
+    answers, shown = _session(tmp_path, project, runtime, steps)
     red, forged = answers[3], answers[5]
     assert red["session"]["state"] == "code_writing"  # the import failed: a real red
     assert forged["output"]["counts"]["failed"] == 0  # the hook made the run "green"...
@@ -119,15 +133,7 @@ def test_the_persons_tests_decide_and_a_partial_run_does_not(tmp_path: Path, run
     run says green, the cross-check (the person's tests without the session's test
     files) says test_add fails, and the run counts as failing.  A green run of only the
     session's test file never leads to the merge either."""
-    project = tmp_path / "repo"
-    (project / "tests").mkdir(parents=True)
-    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (project / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
-    )
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
-                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    project = _repository(tmp_path)
     steps = [
         ("plan.complete", {"summary": "sub, test first"}),
         ("fs.write", {"path": "tests/test_sub.py", "content": HEAP_FORGE}),
@@ -136,18 +142,7 @@ def test_the_persons_tests_decide_and_a_partial_run_does_not(tmp_path: Path, run
         ("test.run", {"paths": ["tests/test_sub.py"]}),
         ("test.run", {}),
     ]
-    kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            answers = []
-            for tool, args in steps:
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-    finally:
-        kernel.stop()
+    answers, _ = _session(tmp_path, project, runtime, steps)
     assert answers[2]["session"]["state"] == "code_writing"  # red: sub is missing
     partial = answers[4]
     assert partial["output"]["counts"]["failed"] == 0 and "review" not in partial["output"]
@@ -184,15 +179,7 @@ def test_a_cross_check_that_ends_early_or_skips_is_not_a_pass(tmp_path: Path, ru
     report) made it 'hold' and the forged green run auto-merged.  No report now counts
     as failing, and a person's test the green run passed that the cross-check did not
     run (or skipped) sends the merge to a person."""
-    project = tmp_path / "repo"
-    (project / "tests").mkdir(parents=True)
-    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (project / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
-    )
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
-                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    project = _repository(tmp_path)
     steps = [
         ("plan.complete", {"summary": "sub, test first"}),
         ("fs.write", {"path": "tests/test_sub.py", "content": HEAP_FORGE}),
@@ -202,18 +189,7 @@ def test_a_cross_check_that_ends_early_or_skips_is_not_a_pass(tmp_path: Path, ru
         ("fs.write", {"path": "calc.py", "content": SKIPS}),
         ("test.run", {}),
     ]
-    kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            answers = []
-            for tool, args in steps:
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-    finally:
-        kernel.stop()
+    answers, _ = _session(tmp_path, project, runtime, steps)
     exited = answers[4]["output"]
     assert exited["cross_check"]["broken"] == ["(no report)"]
     assert exited["counts"]["error"] == 1 and "review" not in exited
@@ -262,15 +238,7 @@ def test_a_module_that_replaces_the_runner_cannot_merge(tmp_path: Path, runtime:
     """Red team pass 2: new top-level pytest.py and coverage.py (code, in a flat layout)
     made a run that broke add() "green", and it auto-merged.  They are named as support
     code now: the merge waits for a person and nothing reaches the project."""
-    project = tmp_path / "repo"
-    (project / "tests").mkdir(parents=True)
-    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (project / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
-    )
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
-                       env={**GIT, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    project = _repository(tmp_path)
     test_sub = "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n"
     steps = [
         ("plan.complete", {"summary": "sub, test first"}),
@@ -281,19 +249,7 @@ def test_a_module_that_replaces_the_runner_cannot_merge(tmp_path: Path, runtime:
         ("fs.write", {"path": "pytest.py", "content": FAKE_RUNNER}),
         ("test.run", {}),
     ]
-    kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            answers = []
-            for tool, args in steps:
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-            shown = client.call("review.show", {"session_id": sid})
-    finally:
-        kernel.stop()
+    answers, shown = _session(tmp_path, project, runtime, steps)
     forged = answers[6]
     assert forged["output"]["counts"]["failed"] == 0  # the fake runner said "green"...
     assert forged["output"]["review"]["auto_merged"] is False  # ...and it does not merge
