@@ -101,23 +101,30 @@ def _effective(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: One process tree for all the looks inside: the sandbox allows 7 processes, and a
+#: finished exec's processes may still count for a moment, so four execs in a row could
+#: be refused ("read init-p: connection reset by peer") on a busy machine.
+_LOOK = (
+    "cat /proc/self/status; echo @@; cat /proc/mounts; echo @@; ls -A /tmp; echo @@; "
+    "ls /sys/class/net"
+)
+
+
 def _inside(manager: ContainerManager, container_id: str) -> dict[str, Any]:
     """What the sandbox's own processes see of their privileges and file systems."""
-    status = manager.runtime.run(container_id, ["cat", "/proc/self/status"], timeout=30)
-    fields = dict(line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)
-    mounts = manager.runtime.run(container_id, ["cat", "/proc/mounts"], timeout=30).stdout
+    seen = manager.runtime.run(container_id, ["sh", "-c", _LOOK], timeout=30)
+    status, mounts, tmp_listing, network = seen.stdout.split("@@\n")
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     by_target = {line.split()[1]: line.split() for line in mounts.splitlines()}
     root_options = set(by_target["/"][3].split(","))
     tmp = by_target["/tmp"]
-    tmp_listing = manager.runtime.run(container_id, ["ls", "-A", "/tmp"], timeout=30)
-    network = manager.runtime.run(container_id, ["ls", "/sys/class/net"], timeout=30)
     return {
         **{name: fields[name].strip() for name in _STATUS_FIELDS},
         "root_read_only": "ro" in root_options,
         "tmp": (tmp[2], _tmpfs(tmp[3])),
-        "tmp_empty": tmp_listing.stdout == "",
+        "tmp_empty": tmp_listing == "",
         "workspace_read_only": "ro" in by_target["/workspace"][3].split(","),
-        "interfaces": network.stdout.split(),
+        "interfaces": network.split(),
     }
 
 
