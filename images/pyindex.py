@@ -219,9 +219,13 @@ def choose(
     ``python``, not yanked (unless pinned exactly); prereleases only if asked for."""
     spec = SpecifierSet(str(wanted.specifier))
     name = canonicalize_name(wanted.name)
+    target = {"python_version": ".".join(python.split(".")[:2]), "python_full_version": python}
     for line in constraints:
         constraint = Requirement(line)
-        if canonicalize_name(constraint.name) == name:
+        if canonicalize_name(constraint.name) != name:
+            continue
+        # a lock pins one version per Python range: only the pin for this Python applies
+        if constraint.marker is None or constraint.marker.evaluate(target):
             spec &= constraint.specifier
     exact = any(s.operator in ("==", "===") for s in spec)
     best: SourceFile | None = None

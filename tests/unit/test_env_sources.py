@@ -115,6 +115,10 @@ def test_index_pages_as_html_and_json_and_the_release_chosen() -> None:
     assert choose(found, wanted, [], "3.11").filename == "demo-1.0.tar.gz"  # type: ignore[union-attr]
     assert choose(found, Requirement("demo==1.5"), [], "3.11").filename == "demo-1.5.zip"  # type: ignore[union-attr]
     assert choose(found, wanted, ["demo<1"], "3.11") is None  # a constraint applies
+    # a lock's pins per Python range (tomlkit's poetry.lock): only this Python's applies
+    pins = ['demo==1.5; python_version < "3.10"', 'demo==1.0; python_version >= "3.10"']
+    assert choose(found, wanted, pins, "3.11").filename == "demo-1.0.tar.gz"  # type: ignore[union-attr]
+    assert choose(found, wanted, pins, "3.9.18").filename == "demo-1.5.zip"  # type: ignore[union-attr]
     document = {"files": [{"filename": "demo-3.0.tar.gz", "url": "https://x/demo-3.0.tar.gz",
                            "hashes": {"sha256": "B" * 64}}]}  # fmt: skip
     parsed = _parse_page(page, json.dumps(document).encode(), "application/vnd.pypi.simple.v1+json",
