@@ -19,13 +19,11 @@ from typing import Any
 
 from fluffy.errors import EngineUnavailable, ToolInputInvalid
 from fluffy.kernel.policy.argv import shown
-from fluffy.kernel.project.envstate import ENV_PYTHON
-from fluffy.kernel.project.interpreter import mismatch
 from fluffy.kernel.tools.mcpreview import ask_user
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import Reviewer, RoutedCall
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
-from fluffy.kernel.tools.testrun import limit_hit
+from fluffy.kernel.tools.testrun import run_notes
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.machine import Workflow
 
@@ -110,13 +108,5 @@ async def run_command(
     finally:
         await release(outcome)
     answer["command"] = line
-    if plan.choice is not None and plan.choice.note:
-        answer["environment"] = plan.choice.note
-    record = plan.choice.record if plan.choice is not None else None
-    differs = mismatch(preparer.project, record.python if record and record.python else ENV_PYTHON)
-    if differs:
-        answer["interpreter"] = differs
-    limit = limit_hit(str(answer.get("output", "")), call.spec.template)
-    if limit:
-        answer["limits"] = limit
+    answer.update(run_notes(plan, preparer, str(answer.get("output", "")), call.spec.template))
     return answer

@@ -156,16 +156,8 @@ async def run_tests(
     }
     if verdict is not None:  # test_writing: red or not, and why (what the user sees)
         answer["red"], answer["red_reason"] = verdict
-    if plan.choice is not None and plan.choice.note:
-        answer["environment"] = plan.choice.note
-    record = plan.choice.record if plan.choice is not None else None
-    differs = mismatch(preparer.project, record.python if record and record.python else ENV_PYTHON)
-    if differs:
-        answer["interpreter"] = differs
     said = " ".join([str(result.get("output_tail", "")), *(c.message for c in cases)])
-    limit = limit_hit(said, call.spec.template)
-    if limit:
-        answer["limits"] = limit
+    answer.update(run_notes(plan, preparer, said, call.spec.template))
     if run.preexisting:
         answer["preexisting"] = {
             "count": len(run.preexisting),
@@ -187,6 +179,23 @@ async def run_tests(
     if review is not None and (await workflow.get(session_id)).state == "committing":
         expect(call.session, "git.commit")  # merged: the commit comes next
     return answer
+
+
+def run_notes(plan: TestPlan, preparer: TestPreparer, said: str, template: str) -> dict[str, str]:
+    """What a run in the project's environment adds to its answer: the environment's note,
+    an interpreter that differs from the project's, the sandbox's limits hit (``said``:
+    the run's output)."""
+    notes: dict[str, str] = {}
+    if plan.choice is not None and plan.choice.note:
+        notes["environment"] = plan.choice.note
+    record = plan.choice.record if plan.choice is not None else None
+    differs = mismatch(preparer.project, record.python if record and record.python else ENV_PYTHON)
+    if differs:
+        notes["interpreter"] = differs
+    limit = limit_hit(said, template)
+    if limit:
+        notes["limits"] = limit
+    return notes
 
 
 #: What a test's output says when the sandbox's pid limit stopped it.
