@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import connect_engine
-from tests.integration.tool_support import Kernel
+from tests.integration.tool_support import drive
 from tests.project_support import GIT
 
 CALC = "def add(a, b):\n    return a + b\n"
@@ -58,24 +58,12 @@ def session(tmp_path: Path, project: Path, runtime: str, person_edit: str) -> li
         ("fs.write", {"path": "calc.py", "content": CODE}),
         ("test.run", {}),
     ]
-    kernel = Kernel(tmp_path, project, runtime).start()
-    answers = []
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            for number, (tool, args) in enumerate(steps):
-                if number == 4:  # the person saves their edit just before the green run
-                    (project / "calc.py").write_text(person_edit)
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-            if answers[-1]["session"]["state"] == "committing":
-                commit = {"session_id": sid, "tool": "git.commit", "args": {"message": "Add sub"}}
-                answers.append(client.call("tool.call", commit))
-    finally:
-        kernel.stop()
-    return answers
+
+    def the_persons_edit(number: int) -> None:
+        if number == 4:  # the person saves their edit just before the green run
+            (project / "calc.py").write_text(person_edit)
+
+    return drive(tmp_path, project, runtime, steps, before=the_persons_edit, commit="Add sub")[0]
 
 
 def git(project: Path, *args: str) -> str:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import connect_engine
-from tests.integration.tool_support import Kernel
+from tests.integration.tool_support import drive
 from tests.project_support import GIT
 
 FORGE = """\
@@ -50,25 +49,6 @@ def _repository(tmp_path: Path) -> Path:
     return project
 
 
-def _session(
-    tmp_path: Path, project: Path, runtime: str, steps: list[tuple[str, dict[str, Any]]]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The model's tool calls through a real kernel: each answer, then review.show."""
-    kernel = Kernel(tmp_path, project, runtime).start()
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            answers = []
-            for tool, args in steps:
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-            return answers, client.call("review.show", {"session_id": sid})
-    finally:
-        kernel.stop()
-
-
 @pytest.fixture(params=["docker", "podman"])
 def runtime(request: pytest.FixtureRequest) -> str:
     from fluffy.images.builder import build_images
@@ -96,7 +76,7 @@ def test_a_conftest_that_rewrites_failures_cannot_merge_wrong_code(
         ("fs.write", {"path": "calc.py", "content": WRONG}),
         ("test.run", {}),
     ]
-    answers, shown = _session(tmp_path, project, runtime, steps)
+    answers, shown = drive(tmp_path, project, runtime, steps, review=True)
     red, forged = answers[3], answers[5]
     assert red["session"]["state"] == "code_writing"  # the import failed: a real red
     assert forged["output"]["counts"]["failed"] == 0  # the hook made the run "green"...
@@ -142,7 +122,7 @@ def test_the_persons_tests_decide_and_a_partial_run_does_not(tmp_path: Path, run
         ("test.run", {"paths": ["tests/test_sub.py"]}),
         ("test.run", {}),
     ]
-    answers, _ = _session(tmp_path, project, runtime, steps)
+    answers, _ = drive(tmp_path, project, runtime, steps)
     assert answers[2]["session"]["state"] == "code_writing"  # red: sub is missing
     partial = answers[4]
     assert partial["output"]["counts"]["failed"] == 0 and "review" not in partial["output"]
@@ -189,7 +169,7 @@ def test_a_cross_check_that_ends_early_or_skips_is_not_a_pass(tmp_path: Path, ru
         ("fs.write", {"path": "calc.py", "content": SKIPS}),
         ("test.run", {}),
     ]
-    answers, _ = _session(tmp_path, project, runtime, steps)
+    answers, _ = drive(tmp_path, project, runtime, steps)
     exited = answers[4]["output"]
     assert exited["cross_check"]["broken"] == ["(no report)"]
     assert exited["counts"]["error"] == 1 and "review" not in exited
@@ -249,7 +229,7 @@ def test_a_module_that_replaces_the_runner_cannot_merge(tmp_path: Path, runtime:
         ("fs.write", {"path": "pytest.py", "content": FAKE_RUNNER}),
         ("test.run", {}),
     ]
-    answers, shown = _session(tmp_path, project, runtime, steps)
+    answers, shown = drive(tmp_path, project, runtime, steps, review=True)
     forged = answers[6]
     assert forged["output"]["counts"]["failed"] == 0  # the fake runner said "green"...
     assert forged["output"]["review"]["auto_merged"] is False  # ...and it does not merge

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import connect_engine
-from tests.integration.tool_support import Kernel
+from tests.integration.tool_support import drive
 from tests.project_support import GIT
 
 OLD = "def test_the_service_is_up():\n    assert False, 'needs a database that is not here'\n"
@@ -58,22 +58,7 @@ def session(tmp_path: Path, project: Path, runtime: str) -> list[dict[str, Any]]
         ("fs.write", {"path": "calc.py", "content": CODE}),
         ("test.run", {}),
     ]
-    kernel = Kernel(tmp_path, project, runtime).start()
-    answers = []
-    try:
-        with kernel.client() as client:
-            sid = client.call("session.create")["session_id"]
-            client.call("session.message", {"session_id": sid, "text": "add sub"})
-            for tool, args in steps:
-                answer = client.call("tool.call", {"session_id": sid, "tool": tool, "args": args})
-                assert answer["ok"], (tool, answer.get("error"))
-                answers.append(answer)
-            if answers[-1]["session"]["state"] == "committing":
-                commit = {"session_id": sid, "tool": "git.commit", "args": {"message": "Add sub"}}
-                answers.append(client.call("tool.call", commit))
-    finally:
-        kernel.stop()
-    return answers
+    return drive(tmp_path, project, runtime, steps, commit="Add sub")[0]
 
 
 def test_an_old_failure_is_named_and_does_not_block(tmp_path: Path, runtime: str) -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,40 @@ def call(client: SyncClient, session: str, tool: str, **args: Any) -> dict[str, 
         "tool.call", {"session_id": session, "tool": tool, "args": args}
     )
     return answer
+
+
+Steps = list[tuple[str, dict[str, Any]]]
+
+
+def drive(
+    tmp_path: Path,
+    project: Path,
+    runtime: str,
+    steps: Steps,
+    *,
+    before: Callable[[int], None] | None = None,
+    commit: str | None = None,
+    review: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A model's tool calls through a real kernel, each of which must succeed: their
+    answers, and ``review.show`` at the end when ``review``.  ``before(n)`` runs before
+    step ``n`` (the person's edit while the model works); ``commit``: git.commit with
+    that message once the session reaches committing (its answer appended as it is)."""
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "add sub"})
+            answers = []
+            for number, (tool, args) in enumerate(steps):
+                if before is not None:
+                    before(number)
+                answer = call(client, sid, tool, **args)
+                assert answer["ok"], (tool, answer.get("error"))
+                answers.append(answer)
+            if commit is not None and answers[-1]["session"]["state"] == "committing":
+                answers.append(call(client, sid, "git.commit", message=commit))
+            shown = client.call("review.show", {"session_id": sid}) if review else {}
+            return answers, shown
+    finally:
+        kernel.stop()
