@@ -139,16 +139,13 @@ async def cross_check(
     altered = tuple(c.id for c in failing if c.file in changed)
     any_failing = any(c.outcome in ("failed", "error") for c in cases)
     if not plan.custom and (exit_code not in (0, 1, 5) or (exit_code == 1 and not any_failing)):
-        said = f"reported {len(cases)} test(s) and no failure"
+        said = f"reported {len(cases)} test(s)" + ("" if any_failing else " and no failure")
         broken = (*broken, _unfinished("(unfinished run)", exit_code, said, tail))
-    passed = {c.id for c in cases if c.outcome == "passed"}
+    ran = {c.id for c in cases if c.outcome != "skipped"}  # a failure is counted above
     reference = expected if expected is not None else (
         (c.id, c.file) for c in seen if c.outcome == "passed"
     )  # fmt: skip
-    vanished = tuple(
-        sorted(i for i, f in reference if f not in changed and i not in passed and i not in old)
-    )
-    vanished = tuple(i for i in vanished if i not in {c.id for c in failing})
+    vanished = tuple(sorted(i for i, f in reference if f not in changed and i not in ran))
     return Verdict(broken, altered, len(cases), vanished)
 
 
