@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The settings file's name, in fluffy's home (the user's) and a project's .fluffy/
+CONFIG_NAME = "config.yaml"
+
 
 def fluffy_home() -> Path:
     env = os.environ.get("FLUFFY_HOME")

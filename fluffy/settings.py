@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from fluffy.errors import ConfigError
-from fluffy.paths import fluffy_home
+from fluffy.paths import CONFIG_NAME, fluffy_home
 
 Provider = Literal["scripted", "openai", "anthropic", "ollama", "lmstudio"]
 
@@ -87,7 +87,6 @@ KEY_VARS: Final[Mapping[str, tuple[str, ...]]] = {
     "ollama": ("FLUFFY_API_KEY",),
     "lmstudio": ("FLUFFY_API_KEY",),
 }
-CONFIG_NAME: Final = "config.yaml"
 #: Smallest context window the context manager accepts (its fixed parts + 2,000 tokens).
 MIN_CONTEXT_WINDOW: Final = 13_500
 #: Ceilings of the retry settings (ADR-044): a turn never waits on a provider longer.

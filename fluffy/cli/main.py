@@ -12,6 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -204,20 +205,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fluffy",
-        description="fluffy: a zero-trust AI coding workstation.",
-        epilog='fluffy "TASK" [--yes] [--mode M] [--provider P] ... runs one task '
-        "(fluffy TASK --help lists its options); fluffy alone opens the prompt.",
-    )
-    parser.add_argument("--version", action="version", version=f"fluffy {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    doctor = sub.add_parser("doctor", help="check that this machine can run fluffy")
-    doctor.add_argument("--json", action="store_true", help="print one JSON object")
-    doctor.set_defaults(func=cmd_doctor)
-
+def _images(sub: Any) -> None:
     images = sub.add_parser("images", help="build and inspect fluffy's container images")
     images_sub = images.add_subparsers(dest="images_command", metavar="ACTION", required=True)
     build = images_sub.add_parser("build", help="build missing or outdated images")
@@ -229,29 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
     listing = images_sub.add_parser("list", help="show each image's tag and whether it is current")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_images_list)
-
     prune = images_sub.add_parser("prune", help="remove fluffy images that are not current")
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=cmd_images_prune)
 
-    from fluffy.cli.audit import add_parser as add_audit_parser
-    from fluffy.cli.completion import add_parser as add_completion_parser
-    from fluffy.cli.config import add_parser as add_config_parser
-    from fluffy.cli.exemption import add_parser as add_exemption_parser
-    from fluffy.cli.lifecycle import add_parser as add_lifecycle_parser
-    from fluffy.cli.mcp import add_parser as add_mcp_parser
-    from fluffy.cli.plugin import add_parser as add_plugin_parser
-    from fluffy.cli.policy import add_parser as add_policy_parser
-    from fluffy.cli.project import add_parser as add_project_parser
-    from fluffy.cli.sandbox import add_parser as add_sandbox_parser
-    from fluffy.cli.session import add_parser as add_session_parser
 
-    add_project_parser(sub)
-    add_policy_parser(sub)
-    add_audit_parser(sub)
-    add_config_parser(sub)
-    add_lifecycle_parser(sub)
+def _doctor(sub: Any) -> None:
+    doctor = sub.add_parser("doctor", help="check that this machine can run fluffy")
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(func=cmd_doctor)
 
+
+def _kernel(sub: Any) -> None:
     kernel = sub.add_parser("kernel", help="run the kernel process (development, tests)")
     kernel_sub = kernel.add_subparsers(dest="kernel_command", metavar="ACTION", required=True)
     serve = kernel_sub.add_parser("serve", help="serve the kernel's IPC socket in the foreground")
@@ -260,12 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--project", help="the project directory")
     serve.set_defaults(func=cmd_kernel_serve)
 
-    add_sandbox_parser(sub)
-    add_session_parser(sub)
-    add_exemption_parser(sub)
-    add_plugin_parser(sub)
-    add_mcp_parser(sub)
 
+def _demo(sub: Any) -> None:
     demo = sub.add_parser(
         "demo",
         help="the demo project's tests in a real sandbox; --session: a scripted TDD session "
@@ -284,27 +257,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="--session: play the script even when an API key or base URL is set",
     )
     demo.set_defaults(func=cmd_demo)
-    add_completion_parser(sub)
+
+
+#: Each part of the command tree in help order: the commands it adds, and what adds them
+#: (a function here, or the name of the fluffy.cli module whose ``add_parser`` does).  A
+#: command named on the command line builds only its own part: `fluffy stop` does not
+#: import what `fluffy config` needs (tests/unit/test_cli_task_args.py keeps it exact).
+PARTS: tuple[tuple[tuple[str, ...], Callable[[Any], None] | str], ...] = (
+    (("doctor",), _doctor),
+    (("images",), _images),
+    (("env", "init"), "project"),
+    (("policy",), "policy"),
+    (("audit",), "audit"),
+    (("config",), "config"),
+    (("start", "stop", "status"), "lifecycle"),
+    (("kernel",), _kernel),
+    (("sandbox",), "sandbox"),
+    (("session",), "session"),
+    (("exemption",), "exemption"),
+    (("plugin",), "plugin"),
+    (("mcp",), "mcp"),
+    (("demo",), _demo),
+    (("completion",), "completion"),
+)
+COMMANDS = frozenset(name for names, _ in PARTS for name in names)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command tree, or (``only``: a command's name) just that command's part."""
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="fluffy",
+        description="fluffy: a zero-trust AI coding workstation.",
+        epilog='fluffy "TASK" [--yes] [--mode M] [--provider P] ... runs one task '
+        "(fluffy TASK --help lists its options); fluffy alone opens the prompt.",
+    )
+    parser.add_argument("--version", action="version", version=f"fluffy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for names, adds in PARTS:
+        if only is not None and only not in names:
+            continue
+        if isinstance(adds, str):
+            adds = importlib.import_module(f"fluffy.cli.{adds}").add_parser
+        adds(sub)
     return parser
-
-
-def subcommands(parser: argparse.ArgumentParser) -> set[str]:
-    """The names `fluffy COMMAND` takes (anything else first is a task, or an option)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return set(action.choices)
-    return set()
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """`fluffy COMMAND ...`, or `fluffy ["TASK"] [OPTIONS]` when no subcommand is named."""
-    from fluffy.cli import task
-
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    commands = subcommands(parser)
-    if task.is_task(words, commands):
-        return task.parse(words, commands)
+    if words and words[0] in COMMANDS:
+        parser = build_parser(only=words[0])
+    else:
+        parser = build_parser()
+        from fluffy.cli import task
+
+        if task.is_task(words, COMMANDS):
+            return task.parse(words, COMMANDS)
     if words[:2] == ["mcp", "add"] and "--" in words:  # the server's own command and options
         cut = words.index("--")
         args = parser.parse_args(words[:cut])
@@ -316,7 +326,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def _theme() -> None:
     """The ``theme`` setting for every command (a session's project may set another)."""
     import contextlib
+    import os
 
+    from fluffy.paths import CONFIG_NAME, fluffy_home
+
+    files = (fluffy_home() / CONFIG_NAME, Path.cwd() / ".fluffy" / CONFIG_NAME)
+    if not os.environ.get("FLUFFY_THEME", "").strip() and not any(f.exists() for f in files):
+        use_theme("auto")  # nothing sets it: the default, without loading the settings
+        return
     from fluffy.settings import load_settings
 
     # a broken config file is reported by the command that needs it
