@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import select
 import signal
 import sqlite3
 import time
@@ -86,8 +87,8 @@ def final_head(state: Path) -> dict[str, Any]:
 class Supervisor:
     def __init__(self, engine: Engine, project: str, home: Path, image: str) -> None:
         self.engine, self.project, self.image = engine, project, image
-        self.p = paths(home, project)
-        self.plugins = home / "plugins"  # installed third-party plugins, read-only in L1
+        # the plugins: installed third-party plugins, read-only in L1
+        self.p, self.plugins = paths(home, project), home / "plugins"
         self.name = f"fluffy-kernel-{project_id(project)}"
         self.restarts: list[float] = []
         self.stopping = False
@@ -197,11 +198,10 @@ class Supervisor:
                 self.restart(exc.what)
 
     def run(self) -> None:
-        def on_term(signum: int, frame: object) -> None:
-            self.stopping = True
-
-        signal.signal(signal.SIGTERM, on_term)
-        signal.signal(signal.SIGINT, on_term)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: setattr(self, "stopping", True))
+        wake, poke = os.pipe2(os.O_NONBLOCK)  # a signal ends the wait below at once
+        signal.set_wakeup_fd(poke)
         lock = self.lock()
         stopped = False
         try:
@@ -216,7 +216,7 @@ class Supervisor:
                 self.restart(exc.what)
             failures = 0
             while not self.stopping:
-                time.sleep(PING_EVERY_S)
+                select.select([wake], [], [], PING_EVERY_S)
                 try:
                     self.witness(l1.ping(str(self.p["run"] / "kernel.sock")))
                     failures = 0

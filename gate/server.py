@@ -29,9 +29,8 @@ FIX = "fluffy's kernel never asks this; if it did, report it (`fluffy doctor` li
 class Gate(net.Bounded):
     def __init__(self, path: Path, engine_socket: str, scope: rules.Scope, log: Path) -> None:
         self.engine_socket, self.scope, self.log = engine_socket, scope, log
-        self.refusals = 0
+        self.refusals, self._lock = 0, threading.Lock()
         self.dialler: net.Dialler | None = None  # L1's way out (fluffy.gate.net)
-        self._lock = threading.Lock()
         super().__init__(path, _Handler, MAX_CONNECTIONS)
 
     def shutdown(self) -> None:
@@ -148,7 +147,8 @@ def serve(folder: Path, engine_socket: str, scope: rules.Scope, log: Path) -> Ga
     gate.dialler = net.Dialler(folder / "net.sock", folder.parent / "net.json", gate.refused)
     for name, server in (("engine.sock", gate), ("net.sock", gate.dialler)):
         (folder / name).chmod(0o600)
-        threading.Thread(target=server.serve_forever, name=f"fluffy-{name}", daemon=True).start()
+        # polled every 50 ms: a stop (the bootstrap's shutdown) waits no longer than that
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return gate
 
 

@@ -226,7 +226,7 @@ def stop_kernel(project: str, timeout: float = 60.0) -> bool:
     while _alive(pid):
         if time.monotonic() > deadline:
             raise KernelStartFailed(f"the supervisor (pid {pid}) did not stop in {timeout:.0f} s")
-        time.sleep(0.05)
+        time.sleep(0.01)
     return True
 
 
