@@ -29,7 +29,8 @@ SECURITY: dict[str, Any] = {
     "ReadonlyRootfs": True,
     "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},  # noqa: S108 (a private tmpfs)
     "Memory": 1024 * 1024 * 1024, "MemorySwap": 1024 * 1024 * 1024, "PidsLimit": 256,
-    # none: the kernel's CONNECT proxy reaches allow-listed hosts only through the gate's
+    # none (and NetworkDisabled in spec(): only lo, without the engine's network set-up,
+    # ADR-009): the kernel's CONNECT proxy reaches allow-listed hosts only through the gate's
     # dialler on the host (fluffy.gate.net; ADR-036); sandboxes are --network none too
     "NetworkMode": "none",
     "Privileged": False,
@@ -104,7 +105,7 @@ def spec(
             f"FLUFFY_HOST_STATE={state_dir}", f"FLUFFY_PROJECT_ID={project_id}"]  # fmt: skip
     labels = {ROLE_LABEL: "l1-kernel", PROJECT_LABEL: project_id, "fluffy.project_path": project}
     return {"Image": image, "Entrypoint": entry, "Cmd": cmd.split(), "User": user, "Env": env,
-            "Labels": labels, "HostConfig": host}  # fmt: skip
+            "Labels": labels, "HostConfig": host, "NetworkDisabled": True}  # fmt: skip
 
 
 def start(engine: Engine, body: dict[str, Any], name: str) -> str:

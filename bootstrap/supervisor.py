@@ -29,8 +29,8 @@ from fluffy.bootstrap import l1
 from fluffy.bootstrap.engine import Engine, as_dict
 from fluffy.gate.server import start_for
 
-MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (0.2, 1.0, 3.0)
-PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 0.25, 3, 60.0
+MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (0.05, 1.0, 3.0)  # the first restart at once
+PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 0.1, 3, 60.0
 
 
 def project_id(project: str) -> str:
@@ -166,7 +166,7 @@ class Supervisor:
             except (OSError, ValueError):
                 if not l1.running(self.engine, self.name):
                     break
-                time.sleep(0.05)
+                time.sleep(0.01)
         if not self.stop_requested():
             output = l1.logs(self.engine, self.name)
             self.save(last_output=output[-3000:])

@@ -74,9 +74,13 @@ def start_kernel(project: str) -> dict[str, Any]:
     current = _status(project)
     if current is not None and current.get("health") == "healthy":
         return current
-    from fluffy.cli.connect import ask
+    return launch_supervisor(project, detach=True, confirm=_ask)[0]
 
-    return launch_supervisor(project, detach=True, confirm=ask)[0]
+
+def _ask(question: str) -> bool:
+    from fluffy.cli.connect import ask  # (the settings' import time: only when asked)
+
+    return ask(question)
 
 
 def access_problem(project: str) -> str | None:
@@ -96,7 +100,10 @@ def access_problem(project: str) -> str | None:
 
 
 def write_network_allowlist(
-    project: str, path: Path, confirm: Callable[[str], bool] | None = None
+    project: str,
+    path: Path,
+    confirm: Callable[[str], bool] | None = None,
+    prior_path: Path | None = None,
 ) -> list[str]:
     """The engine gate's copy of policy.yaml's ``network_whitelist`` (fluffy.gate.net),
     read here on the host as the kernel starts: L1 has no network, and the gate dials only
@@ -105,7 +112,8 @@ def write_network_allowlist(
 
     policy.yaml lives in the project, which the kernel can write: an entry not in the
     gate's previous list is let through only when ``confirm`` (the person at the
-    terminal) says yes; the first list for a project is taken as written.  Returns the
+    terminal) says yes; the first list for a project is taken as written.  ``prior_path``:
+    where the previous list was put aside (default: ``path`` itself).  Returns the
     entries left out."""
     from fluffy.kernel.net.allowlist import AllowList
     from fluffy.kernel.project.defaults import project_policy
@@ -115,7 +123,8 @@ def write_network_allowlist(
         rules = AllowList.from_entries(entries).rules
     except FluffyError:
         rules = ()
-    prior = (read_json(path) or {}).get("rules") if path.exists() else None
+    before = prior_path or path
+    prior = (read_json(before) or {}).get("rules") if before.exists() else None
     wanted = [[r.host, r.port, r.wildcard] for r in rules]
     new: list[str] = []
     if isinstance(prior, list):  # not the first list: widening needs a yes
@@ -171,13 +180,11 @@ def launch_supervisor(
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pin_images(p["state"])
-    left_out = write_network_allowlist(project, p["base"] / "net.json", confirm)
-    if left_out:
-        stdout.print(
-            f"{status_word('warn')} network: {escape(', '.join(left_out))} left out "
-            "(new in policy.yaml since the last start, not approved); run fluffy in a "
-            "terminal to approve them"
-        )
+    # the gate's dialler admits nothing while the new list is made (it reads the file at
+    # each connection): the previous one is put aside first, and read from there
+    net, approved = p["base"] / "net.json", p["base"] / "net.approved.json"
+    if net.exists():
+        net.replace(approved)
     with p["log"].open("ab") as log:
         proc = subprocess.Popen(
             # -P and cwd: the current folder is usually the project, whose own `fluffy/`
@@ -197,6 +204,19 @@ def launch_supervisor(
             stderr=log,
             start_new_session=detach,
         )
+    # read while the kernel's container starts (the policy's import and validation)
+    try:
+        left_out = write_network_allowlist(project, net, confirm, prior_path=approved)
+    except BaseException:  # (an interrupted question too): no kernel on a half start
+        proc.terminate()
+        raise
+    approved.unlink(missing_ok=True)
+    if left_out:
+        stdout.print(
+            f"{status_word('warn')} network: {escape(', '.join(left_out))} left out "
+            "(new in policy.yaml since the last start, not approved); run fluffy in a "
+            "terminal to approve them"
+        )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -209,7 +229,7 @@ def launch_supervisor(
         status = read_json(p["status"])
         if status and status.get("pid") == proc.pid and status.get("health") == "healthy":
             return status, proc
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.terminate()
     raise KernelStartFailed(
         f"the kernel was not healthy within {START_TIMEOUT_S:.0f} s", fix=f"See {p['log']}."

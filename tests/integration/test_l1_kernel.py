@@ -121,6 +121,13 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
     assert host["Memory"] == 1024**3 and host["PidsLimit"] == 256
     assert host["NetworkMode"] == "none"  # out only through the gate's dialler
+    net_dev = subprocess.run(
+        [l1["cli"], "exec", status["container_id"], "cat", "/proc/net/dev"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout  # NetworkDisabled: no engine network set-up, still only loopback (ADR-009)
+    assert [line.split(":")[0].strip() for line in net_dev.splitlines()[2:]] == ["lo"]
     assert info["Config"]["Labels"]["fluffy.role"] == "l1-kernel"
     project = str(l1["project"])
     assert any(b.startswith(f"{project}:/fluffy/project:rw") for b in host["Binds"])

@@ -299,3 +299,62 @@ def test_entries_new_in_policy_yaml_reach_the_gate_only_when_approved(tmp_path: 
     assert gate_rules()[1] == ["169.254.169.254", 80, False]
     policy()  # narrowed: no question
     assert write_network_allowlist(str(project), net_json, None) == [] and gate_rules() == []
+
+
+class _Launched:
+    """Stands in for the bootstrap process: notes whether the gate had a list when it
+    was launched, and reports itself healthy at once."""
+
+    def __init__(self, net_json: Path, status: Path, seen: list[bool]) -> None:
+        seen.append(net_json.exists())
+        self.pid, self.returncode, self.terminated = 4242, None, False
+        status.write_text(json.dumps({"pid": self.pid, "health": "healthy"}))
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+
+def test_the_gate_admits_nothing_while_a_start_makes_its_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous list is put aside before the bootstrap is launched (the dialler reads
+    net.json at each connection), is what a new entry is compared with, and an
+    interrupted question stops the supervisor that was launched."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli import lifecycle
+
+    monkeypatch.setenv("FLUFFY_HOME", str(tmp_path / "home"))
+    project = tmp_path / "project"
+    (project / ".fluffy").mkdir(parents=True)
+    (project / ".fluffy" / "policy.yaml").write_text("network_whitelist: [api.openai.com]\n")
+    p = paths(tmp_path / "home", str(project))
+    net_json = p["base"] / "net.json"
+    seen: list[bool] = []
+    launched: list[_Launched] = []
+
+    def popen(*args: object, **kwargs: object) -> _Launched:
+        launched.append(_Launched(net_json, p["status"], seen))
+        return launched[-1]
+
+    monkeypatch.setattr(lifecycle.subprocess, "Popen", popen)
+    lifecycle.launch_supervisor(str(project), detach=True)  # the first list
+    assert json.loads(net_json.read_text())["rules"] == [["api.openai.com", 443, False]]
+    (project / ".fluffy" / "policy.yaml").write_text(
+        "network_whitelist: [api.openai.com, 'evil.example:443']\n"
+    )
+
+    def interrupted(question: str) -> bool:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.launch_supervisor(str(project), detach=True, confirm=interrupted)
+    assert seen == [False, False]  # no list at either launch
+    assert launched[-1].terminated  # no kernel left on a half start
+    assert not net_json.exists()  # nothing admitted; the approved list kept aside
+    status = lifecycle.launch_supervisor(str(project), detach=True)[0]
+    assert json.loads(net_json.read_text())["rules"] == [["api.openai.com", 443, False]]
+    assert status["health"] == "healthy"  # evil.example: not approved, left out
+    assert not (p["base"] / "net.approved.json").exists()
