@@ -19,7 +19,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.ipc.syscalls import SyscallTable
-from fluffy.kernel.mcp.connection import PROXY_TAG as MCP_TAG
+from fluffy.kernel.mcp import PROXY_TAG as MCP_TAG
 from fluffy.kernel.net.allowlist import AllowList
 from fluffy.kernel.net.dial import gate_dialler
 from fluffy.kernel.net.proxy import ConnectProxy, ProxyRecord

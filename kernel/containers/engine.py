@@ -17,12 +17,13 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import docker
+from typing import TYPE_CHECKING, Any, Literal
 
 from fluffy.errors import ConfigError, EngineUnavailable
 from fluffy.kernel.containers.errors import engine_call
+
+if TYPE_CHECKING:  # the SDK (and requests) load with the first connection, not the kernel
+    import docker
 
 EngineName = Literal["docker", "podman"]
 ENGINES: tuple[EngineName, ...] = ("docker", "podman")
@@ -145,6 +146,8 @@ class Engine:
 
 
 def _connect_endpoint(endpoint: Endpoint, timeout: int) -> Engine:
+    import docker
+
     with engine_call(f"connect to {endpoint.engine} at {endpoint.url}"):
         client = docker.DockerClient(base_url=endpoint.url, version="auto", timeout=timeout)
     try:

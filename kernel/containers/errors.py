@@ -3,19 +3,16 @@
 Everything that calls the docker SDK (which also speaks to Podman's compatible API)
 wraps the call in :func:`engine_call`; no other module catches ``docker.errors.*``
 or ``requests.exceptions.*``.  ``tests/unit/test_engine_errors.py`` checks that every
-foreign exception class listed in :data:`MAPPED` is mapped to a fluffy error.
+foreign exception class :func:`mapped` lists is mapped to a fluffy error.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import docker.errors
-import podman.errors
-import requests.exceptions
-import urllib3.exceptions
+from typing import TYPE_CHECKING
 
 from fluffy.errors import (
     EngineError,
@@ -29,27 +26,38 @@ from fluffy.errors import (
     SandboxRunFailed,
 )
 
-#: Foreign exception classes this module maps, most specific first.
-MAPPED: tuple[type[BaseException], ...] = (
-    podman.errors.ImageNotFound,
-    podman.errors.NotFound,
-    podman.errors.BuildError,
-    podman.errors.APIError,
-    podman.errors.PodmanError,
-    docker.errors.ImageNotFound,
-    docker.errors.BuildError,
-    docker.errors.ContainerError,
-    docker.errors.NotFound,
-    docker.errors.APIError,
-    docker.errors.DockerException,
-    requests.exceptions.ConnectionError,
-    requests.exceptions.Timeout,
-    requests.exceptions.RequestException,
-    PermissionError,
-    FileNotFoundError,
-    ConnectionError,
-    OSError,
-)
+if TYPE_CHECKING:
+    import docker.errors
+
+
+@functools.cache
+def mapped() -> tuple[type[BaseException], ...]:
+    """The foreign exception classes this module maps, most specific first (the SDKs
+    load here, when an engine call first fails, not with the kernel)."""
+    import docker.errors
+    import podman.errors
+    import requests.exceptions
+
+    return (
+        podman.errors.ImageNotFound,
+        podman.errors.NotFound,
+        podman.errors.BuildError,
+        podman.errors.APIError,
+        podman.errors.PodmanError,
+        docker.errors.ImageNotFound,
+        docker.errors.BuildError,
+        docker.errors.ContainerError,
+        docker.errors.NotFound,
+        docker.errors.APIError,
+        docker.errors.DockerException,
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+        requests.exceptions.RequestException,
+        PermissionError,
+        FileNotFoundError,
+        ConnectionError,
+        OSError,
+    )
 
 
 def _explain(exc: docker.errors.APIError) -> str:
@@ -61,12 +69,18 @@ def _explain(exc: docker.errors.APIError) -> str:
 
 def _is_read_timeout(exc: BaseException) -> bool:
     """requests reports a timed-out *streamed* read as ConnectionError(ReadTimeoutError)."""
+    import requests.exceptions
+    import urllib3.exceptions
+
     return isinstance(exc, requests.exceptions.ConnectionError) and any(
         isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in exc.args
     )
 
 
 def _map_podman(exc: BaseException, action: str) -> FluffyError:
+    import podman.errors
+    import requests.exceptions
+
     detail = str(getattr(exc, "explanation", None) or exc).strip()
     if isinstance(exc, podman.errors.ImageNotFound):
         return ImageNotFound(f"cannot {action}: image not found ({detail})")
@@ -88,6 +102,10 @@ def map_engine_error(exc: BaseException, action: str) -> FluffyError:
     """Translate ``exc`` raised while doing ``action`` ("build image fluffy/kernel")."""
     if isinstance(exc, FluffyError):
         return exc
+    import docker.errors
+    import podman.errors
+    import requests.exceptions
+
     if isinstance(exc, podman.errors.APIError | podman.errors.PodmanError):
         return _map_podman(exc, action)
     if isinstance(exc, docker.errors.ImageNotFound):
@@ -155,5 +173,7 @@ def engine_call(action: str) -> Iterator[None]:
         yield
     except FluffyError:
         raise
-    except MAPPED as exc:
+    except Exception as exc:
+        if not isinstance(exc, mapped()):
+            raise
         raise map_engine_error(exc, action) from exc

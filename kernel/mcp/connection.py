@@ -46,6 +46,7 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import output_tail
 from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
+from fluffy.kernel.mcp import PROXY_TAG
 from fluffy.kernel.mcp.record import McpServer, McpTool
 from fluffy.kernel.mcp.results import result_dict, usable_tools
 from fluffy.kernel.net.allowlist import AllowList
@@ -64,8 +65,6 @@ SERVER_DIR = "/opt/mcp/server"
 HOST_COMMAND = ["/opt/fluffy/venv/bin/python3", "-I", "-m", "fluffy.sandboxes.mcp_host"]
 #: The proxy's socket as the sandbox sees it (its folder is mounted at /run/fluffy).
 PROXY_SOCKET = "/run/fluffy/proxy.sock"
-#: Its proxy socket's tag is this and the server's name (the audit tells them apart).
-PROXY_TAG = "mcp:"
 #: Starts a proxy socket (path, tag, mode, owner, the server's hosts); returns its stop.
 McpProxyStarter = Callable[
     [Path, str, int, "tuple[int, int] | None", AllowList], Awaitable[Callable[[], Awaitable[None]]]

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from functools import lru_cache
-from typing import Any, Final
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
 import re2
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import extend
+
+if TYPE_CHECKING:  # jsonschema loads with the first MCP server, not with the kernel
+    from jsonschema import ValidationError
 
 MAX_ARGUMENT_BYTES: Final = 256 * 1024
 REGEX_MEMORY: Final = 8 * 1024 * 1024
@@ -40,6 +40,8 @@ def _regex(pattern: str) -> Any:
 def _pattern(
     validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
+    from jsonschema import ValidationError
+
     if not validator.is_type(instance, "string"):
         return
     regex = _regex(pattern)
@@ -49,7 +51,13 @@ def _pattern(
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-LinearValidator = extend(Draft202012Validator, validators={"pattern": _pattern})  # type: ignore[no-untyped-call]
+@cache
+def _linear() -> Any:
+    """Draft 2020-12 with ``pattern`` in RE2."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(Draft202012Validator, validators={"pattern": _pattern})  # type: ignore[no-untyped-call]
 
 
 def _mentions(schema: Any, key: str) -> bool:
@@ -62,6 +70,9 @@ def _mentions(schema: Any, key: str) -> bool:
 
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
     """Why ``schema`` is not a JSON schema (None: it is one)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(dict(schema))
     except SchemaError as exc:
@@ -75,12 +86,14 @@ def validator_for(schema: Mapping[str, Any]) -> Any | None:
     """The kernel's linear-time validator for ``schema``; None where it checks nothing."""
     if schema_problem(schema) is not None or _mentions(schema, "patternProperties"):
         return None
-    return LinearValidator(dict(schema))
+    return _linear()(dict(schema))
 
 
 def argument_errors(validator: Any, args: Mapping[str, Any]) -> list[ValidationError]:
     """What is wrong with ``args`` (empty: nothing); a schema that recurses without end
     checks nothing."""
+    from jsonschema import ValidationError
+
     if len(json.dumps(args)) > MAX_ARGUMENT_BYTES:
         return [ValidationError(f"the arguments are over {MAX_ARGUMENT_BYTES // 1024} KiB")]
     try:

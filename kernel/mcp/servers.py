@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fluffy.errors import (
     EngineUnavailable,
@@ -33,11 +33,13 @@ from fluffy.errors import (
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.containers.manager import ContainerManager
-from fluffy.kernel.mcp.connection import McpConnection, McpProxyStarter
 from fluffy.kernel.mcp.record import McpServer, load_records
 from fluffy.kernel.mcp.schema import argument_errors, validator_for
 from fluffy.kernel.tools.breaker import BreakerBoard
 from fluffy.kernel.tools.registry import ToolSpec
+
+if TYPE_CHECKING:  # the MCP SDK loads with the first server, not with the kernel
+    from fluffy.kernel.mcp.connection import McpConnection, McpProxyStarter
 
 log = logging.getLogger("fluffy.kernel.mcp")
 
@@ -243,6 +245,8 @@ class McpServers:
         manager = await asyncio.to_thread(self.manager)
         server = self.servers[name]
         kwargs = {} if self.start_timeout_s is None else {"start_timeout_s": self.start_timeout_s}
+        from fluffy.kernel.mcp.connection import McpConnection
+
         connection = McpConnection(
             manager, server, project=self.project, start_proxy=self.start_proxy, **kwargs
         )

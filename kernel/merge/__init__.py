@@ -15,6 +15,7 @@ diffs), :mod:`.staging`, :mod:`.ingest`, :mod:`.oplog` (the mini WAL), :mod:`.gi
 
 from fluffy.kernel.confined_files import (
     DEFAULT_PROTECTED,
+    DEFAULT_SENSITIVE,
     ProtectedPaths,
     read_existing,
     read_regular,
@@ -23,7 +24,6 @@ from fluffy.kernel.confined_files import (
 )
 from fluffy.kernel.merge.ingest import MAX_FILE_BYTES, ingest
 from fluffy.kernel.merge.merger import (
-    DEFAULT_SENSITIVE,
     MAX_AUTO_LINES,
     MergeIssue,
     MergePlan,

@@ -38,6 +38,7 @@ from typing import Literal
 
 from fluffy.errors import FluffyError, MergeConflict, MergeError, MergeRefused
 from fluffy.kernel.confined_files import (
+    DEFAULT_SENSITIVE,
     ProtectedPaths,
     file_sha256,
     read_existing,
@@ -60,35 +61,6 @@ from fluffy.kernel.merge.staging import (
 )
 from fluffy.kernel.merge.support import SupportChange, support_changes
 
-#: Paths whose change always needs the user's review (gitignore syntax).  Secrets and
-#: keys; CI definitions; files that run code at install/build time or pin dependencies;
-#: git's own configuration files kept in the tree.
-DEFAULT_SENSITIVE: tuple[str, ...] = (
-    # secrets and keys
-    *(".env", ".env.*", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*"),
-    *("id_ed25519*", "**/secrets/**", "**/.ssh/**", ".pypirc", ".npmrc", ".yarnrc*"),
-    # CI definitions
-    *(".github/**", ".gitlab-ci.yml", ".gitlab/**", ".circleci/**", ".travis.yml"),
-    *("azure-pipelines.yml", "Jenkinsfile", "bitbucket-pipelines.yml", "appveyor.yml"),
-    *(".readthedocs.y*ml",),
-    # git's own files kept in the tree, and hooks the host runs
-    *(".gitignore", ".gitattributes", ".gitmodules", ".githooks/**", ".husky/**"),
-    *(".pre-commit-config.yaml", ".pre-commit-hooks.yaml"),
-    # editor and container settings the host acts on
-    *(".vscode/**", ".idea/**", ".devcontainer/**", "Dockerfile", "Containerfile"),
-    *("docker-compose*.y*ml", "compose*.y*ml"),
-    # what runs at install or build time, or pins dependencies
-    *("pyproject.toml", "setup.py", "setup.cfg", "*requirements*.txt", "requirements/**"),
-    *("constraints*.txt", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock", "pdm.lock"),
-    *("tox.ini", "noxfile.py", "docs/conf.py", "Makefile", "justfile", "Taskfile.y*ml"),
-    *("package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.toml"),
-    *("Cargo.lock", "build.rs", ".cargo/**", "go.mod", "go.sum"),
-    # tools' settings that name code to run (plugins, hooks, init-hook, wrappers)
-    *(".claude/**", ".cursor/**", ".zed/**", ".mcp.json", ".pylintrc", "pylintrc"),
-    *("mypy.ini", ".mypy.ini", "pytest.ini", ".coveragerc", "lefthook.y*ml", ".lefthook.y*ml"),
-    *("mise.toml", ".mise.toml", ".tool-versions", "gradle/wrapper/**", ".mvn/**"),
-    *(".lfsconfig",),
-)
 #: Why a change outside the allow-list waits (the review names each such file).
 OUTSIDE = "outside the source and test folders: a tool on your machine may read it as configuration"
 DOTFILE = "a dotfile or dot-folder: a tool on your machine may read it as configuration"

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE
+from fluffy.kernel.confined_files import DEFAULT_SENSITIVE
 from fluffy.kernel.policy.model import PolicyFile, load_policy, parse_policy
 from fluffy.kernel.project.layout import Layout, detect_layout
 

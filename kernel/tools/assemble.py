@@ -19,12 +19,13 @@ from typing import Any
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.confined_files import DEFAULT_SENSITIVE
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.memory_guard import MemoryGuard
-from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, Merger
+from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.model import PolicyFile

@@ -23,7 +23,7 @@ from fluffy.errors import (
     ImageNotFound,
     SandboxRunFailed,
 )
-from fluffy.kernel.containers.errors import MAPPED, engine_call, map_engine_error
+from fluffy.kernel.containers.errors import engine_call, map_engine_error, mapped
 
 
 def _http_error(status: int, text: str) -> requests.exceptions.HTTPError:
@@ -63,7 +63,7 @@ def _instance(cls: type[BaseException]) -> BaseException:
     return samples[cls]()  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("cls", MAPPED, ids=lambda c: f"{c.__module__}.{c.__name__}")
+@pytest.mark.parametrize("cls", mapped(), ids=lambda c: f"{c.__module__}.{c.__name__}")
 def test_every_mapped_class_becomes_a_fluffy_error(cls: type[BaseException]) -> None:
     mapped = map_engine_error(_instance(cls), "do a thing")
     assert isinstance(mapped, FluffyError)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from fluffy.kernel.merge.merger import DEFAULT_SENSITIVE, DOTFILE, OUTSIDE, Merger
+from fluffy.kernel.confined_files import DEFAULT_SENSITIVE
+from fluffy.kernel.merge.merger import DOTFILE, OUTSIDE, Merger
 from fluffy.kernel.merge.staging import Staging
 from fluffy.kernel.policy.tool_settings import MergeSettings
 from fluffy.kernel.project.defaults import default_policy_text, project_policy

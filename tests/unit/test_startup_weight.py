@@ -1,5 +1,5 @@
-"""What start-up loads: the lifecycle commands leave the settings model for when a file
-sets something (issue 34), and each command builds only its own part of the parser.
+"""What start-up loads: the kernel and the lifecycle commands leave the heavy SDKs for
+their first use (issue 34), and each command builds only its own part of the parser.
 
 Each check runs a fresh interpreter and reads ``sys.modules``: what is imported, not how
 long it took (timings belong to ``python -m benchmarks.startup``).
@@ -30,6 +30,22 @@ def _loaded(code: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> s
         check=True,
     ).stdout  # fmt: skip
     return set(json.loads(out.splitlines()[-1]))
+
+
+def test_the_kernel_starts_without_the_engine_and_mcp_sdks() -> None:
+    loaded = _loaded("import fluffy.kernel.serve")
+    for heavy in ("docker", "podman", "requests", "mcp", "jsonschema"):
+        assert heavy not in loaded, f"importing the kernel loads {heavy}"
+
+
+def test_the_engine_sdk_still_loads_for_an_engine_error() -> None:
+    import requests.exceptions
+
+    from fluffy.errors import EngineUnavailable
+    from fluffy.kernel.containers.errors import engine_call
+
+    with pytest.raises(EngineUnavailable), engine_call("reach the engine"):
+        raise requests.exceptions.ConnectionError("refused")
 
 
 @pytest.mark.parametrize("command", ["start", "stop", "status"])
