@@ -342,8 +342,13 @@ def write_atomic(
     mode: int | None = None,
     dir_mode: int | None = None,
     temp_name: str | None = None,
+    sync_folder: bool = True,
 ) -> None:
     """Replace (or create) regular file ``rel`` with ``data``, atomically and durably.
+
+    ``sync_folder=False`` leaves the rename itself to the file system's own flush: the
+    data is on disk before the name points to it, so a machine crash can only leave the
+    previous file (for state that repairs itself from what is there, as staging does).
 
     The existing target must be a regular file (its permission bits and owner are kept
     unless ``mode`` is given; a new file gets ``mode`` or 0o666 minus the umask, and the
@@ -380,7 +385,8 @@ def write_atomic(
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
             raise
-        os.fsync(dir_fd)
+        if sync_folder:
+            os.fsync(dir_fd)
 
 
 def remove_file(base: Base, rel: str) -> bool:

@@ -79,6 +79,7 @@ class Staging:
         #: model's change was made against (a three-way merge's base, kernel/merge/merge3)
         self.bases = root / "base"
         self._entries: dict[str, tuple[str | None, str | None]] = {}  # path -> (base, new)
+        self._listing: bytes | None = None  # deleted.txt as this object last wrote it
         with _os_errors(f"cannot open staging area {root}"):
             root.mkdir(parents=True, exist_ok=True)
             root.chmod(DIR_MODE)
@@ -103,13 +104,19 @@ class Staging:
         for path, (base, new) in raw.get("entries", {}).items():
             self._entries[safe_relpath(path)] = (base, new)
 
-    def _save(self) -> None:
+    def _save(self, *, sync_folder: bool = False) -> None:
+        # the area's writes sync their data, not their folders: a machine crash leaves an
+        # older meta.json or file, which _reconcile repairs on the next open (a staged
+        # change may be lost, never one half written); clearing the area, and what the
+        # person keeps -- the project, its merge log -- is synced in full
         meta = {"version": _META_VERSION, "entries": self._entries}
         data = json.dumps(meta, sort_keys=True, indent=1).encode()
-        write_atomic(self.root, "meta.json", data, mode=0o600)
+        write_atomic(self.root, "meta.json", data, mode=0o600, sync_folder=sync_folder)
         deleted = sorted(path for path, (_, new) in self._entries.items() if new is None)
         listing = "".join(f"{path}\n" for path in deleted).encode()
-        write_atomic(self.root, "deleted.txt", listing, mode=FILE_MODE)
+        if listing != self._listing:  # (most saves stage a file: the list is unchanged)
+            write_atomic(self.root, "deleted.txt", listing, mode=FILE_MODE, sync_folder=False)
+            self._listing = listing
 
     def _reconcile(self) -> None:
         """Repair what an interrupted :meth:`stage` left (meta.json is authoritative)."""
@@ -188,14 +195,18 @@ class Staging:
                 return None
             if entry is None and current is not None:
                 self.bases.mkdir(mode=DIR_MODE, exist_ok=True)
-                write_atomic(self.bases, rel, current, mode=FILE_MODE, dir_mode=DIR_MODE)
+                write_atomic(
+                    self.bases, rel, current, mode=FILE_MODE, dir_mode=DIR_MODE, sync_folder=False
+                )
             if content is None:
                 self._entries[rel] = (base, None)
                 self._save()
                 remove_file(self.tree, rel)
                 self._prune(rel)
             else:
-                write_atomic(self.tree, rel, content, mode=FILE_MODE, dir_mode=DIR_MODE)
+                write_atomic(
+                    self.tree, rel, content, mode=FILE_MODE, dir_mode=DIR_MODE, sync_folder=False
+                )
                 self._entries[rel] = (base, new)
                 self._save()
             return StagedChange(rel, "delete" if new is None else "write", new, base)
@@ -263,10 +274,12 @@ class Staging:
         return count_diff_lines(self.diff())
 
     def clear(self) -> None:
-        """Discard everything staged (after a merge, or when the user rejects)."""
+        """Discard everything staged (after a merge, or when the user rejects).  Synced
+        in full: the merge log records the area cleared next, and a crash must not bring
+        merged changes back as staged ones."""
         with _os_errors(f"cannot clear staging area {self.root}"):
             self._entries.clear()
-            self._save()
+            self._save(sync_folder=True)
             for child in self.tree.iterdir():
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)

@@ -128,6 +128,60 @@ def test_reconcile_after_interrupted_stage(staging: Staging, project: Path) -> N
     assert meta["entries"]["src/a.py"] == [sha(b"a = 1\n"), sha(b"a = 3\n")]
 
 
+def test_staging_syncs_data_not_folders(staging: Staging, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staged write syncs its file and meta.json, not their folders, and leaves an
+    unchanged deleted.txt alone: the area repairs itself from what is on disk."""
+    synced: list[bool] = []  # one per fsync: was it a folder?
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real(fd)
+
+    staging.stage("src/a.py", b"a = 2\n")  # (a new folder is synced when it is made)
+    listing = (staging.root / "deleted.txt").stat()
+    monkeypatch.setattr(os, "fsync", fsync)
+    staging.stage("src/new.py", b"new\n")
+    assert synced == [False, False]  # the file, meta.json
+    after = (staging.root / "deleted.txt").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (listing.st_ino, listing.st_mtime_ns)
+    staging.stage("old.py", None)
+    assert (staging.root / "deleted.txt").read_text() == "old.py\n"
+
+
+def test_clearing_the_area_is_synced_in_full(
+    staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a merge the log records the area cleared: a crash must not bring the
+    merged changes back as staged ones, so clearing syncs its folder too."""
+    staging.stage("src/a.py", b"a = 2\n")
+    folders: list[bool] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        folders.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    staging.clear()
+    assert True in folders
+
+
+def test_a_lost_rename_of_meta_json_loses_the_write_not_the_area(
+    staging: Staging, project: Path
+) -> None:
+    """A machine crash may keep the previous meta.json (its rename never reached the
+    disk): the write it named is dropped on reopening, everything before it stays."""
+    staging.stage("src/a.py", b"a = 2\n")
+    before = (staging.root / "meta.json").read_bytes()
+    staging.stage("src/new.py", b"new\n")
+    (staging.root / "meta.json").write_bytes(before)
+    again = Staging(staging.root, project)
+    assert again.overlay() == {"src/a.py": sha(b"a = 2\n")}
+    assert not (staging.tree / "src/new.py").exists()
+    assert again.read("src/a.py") == b"a = 2\n"
+
+
 @pytest.fixture()
 def shared_dir() -> Iterator[Path]:
     """A folder another uid can traverse (pytest's tmp_path parents are 0700)."""
