@@ -92,14 +92,23 @@ class PoolSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    #: Idle sandboxes of all kinds together (each also within its template's limit).
-    max_idle: int = Field(default=4, ge=0, le=16)
+    #: Idle sandboxes of all kinds together, at most (and within memory_budget).
+    max_idle: int = Field(default=10, ge=0, le=32)
+    #: What idle sandboxes may hold together (each counted at ~16 MiB).
+    memory_budget: str = "160MiB"
+    #: Sandboxes made at once in the background (each while its template has a slot).
+    makers: int = Field(default=2, ge=1, le=8)
     #: A kind of sandbox not asked for this long is no longer kept warm.
     idle_after: str = "120s"
     #: Below this fraction of the machine's memory available, the pool empties.
     min_free_memory: float = Field(default=0.15, ge=0.0, le=0.9)
 
     _duration = field_validator("idle_after")(valid_duration)
+    _size = field_validator("memory_budget")(valid_size)
+
+    @property
+    def memory_budget_mib(self) -> float:
+        return parse_size(self.memory_budget) / 2**20
 
     @property
     def idle_after_s(self) -> float:

@@ -91,8 +91,8 @@ def pool_limits(policy: PolicyFile) -> PoolLimits:
         max_idle=scheduler.pool.max_idle,
         idle_after_s=scheduler.pool.idle_after_s,
         min_free_memory=scheduler.pool.min_free_memory,
-        per_template=scheduler.limits,
-        global_max=scheduler.global_max,
+        memory_budget_mib=scheduler.pool.memory_budget_mib,
+        makers=scheduler.pool.makers,
     )
 
 
@@ -222,9 +222,8 @@ async def assemble_tools(
         policy.scheduler, runner, accepting_work, memory_usage=lambda: guard.ratio
     )
     await scheduler.start()
-    if runner is not None and runner.pool is not None:  # its sandboxes count (ADR-043)
+    if runner is not None and runner.pool is not None:  # its making counts (ADR-043/065)
         runner.pool.slots = scheduler
-        scheduler.on_start.append(runner.pool.nudge)
         scheduler.on_finish.append(runner.pool.nudge)  # a slot is free: refill now
     fast = FastPath(root, policy.tools.read_max_bytes)
     tests = TestPreparer(

@@ -24,22 +24,26 @@ What is never handed out:
 Third-party plugins are not pooled: their code would run, unwatched by the scheduler,
 for as long as it idles, and watch the session's staged folder change between calls.
 
-Sizing: a recipe is kept warm while it is in demand: one sandbox, plus one for each
-call in the last minute that found the pool empty, at most the template's scheduler
-limit; all recipes together at most ``scheduler.pool.max_idle`` (and the global limit).
-A recipe not asked for within ``scheduler.pool.idle_after`` is drained.  Under memory
-pressure (the kernel's guard past "shed", or the host's available memory below
-``scheduler.pool.min_free_memory``) the pool empties and makes nothing.  One sandbox is
-made at a time, in the background.  Pool sandboxes carry the same labels as every
-other, so a crashed kernel's are removed by the next one at start-up.
+Sizing, from the session's recent calls and a memory budget (ADR-065): a recipe is kept
+warm while it is in demand, with as many sandboxes as its longest run of calls in the
+last minute (calls that came faster than sandboxes are made: a model's turn asking for
+several in a row), or one more than the calls that found the pool empty, or what a batch
+announced (:meth:`SandboxPool.expect`); all recipes together at most
+``scheduler.pool.max_idle`` and what ``scheduler.pool.memory_budget`` holds at
+``IDLE_SANDBOX_MIB`` each, shared out to the recipes asked for most recently first.  A recipe
+not asked for within ``scheduler.pool.idle_after`` is drained.  Under memory pressure
+(the kernel's guard past "shed", or the host's available memory below
+``scheduler.pool.min_free_memory``) the pool empties and makes nothing.  Up to
+``scheduler.pool.makers`` sandboxes are made at once, in the background.  Pool sandboxes
+carry the same labels as every other, so a crashed kernel's are removed by the next one
+at start-up.
 
-Under the scheduler (ADR-043): each sandbox the pool makes holds a *yielding* lease of
-its template at the lowest priority from the moment its making starts until it is taken
-or dropped, so the limits count it.  The pool starts making one only while a slot is
-free and nothing waits in the queue; a user-facing call is never held back by an idle
-sandbox (yielding slots do not count against it), and as soon as such a call has started
-the pool drops idle sandboxes until they fit in what the running work leaves
-(:meth:`Slots.room`) -- the call itself takes its warm sandbox first.
+Under the scheduler (ADR-043, ADR-065): *making* a sandbox is work (the engine's create
+and start, the host's start-up), so each one being made holds a *yielding* lease of its
+template at the lowest priority: the pool starts one only while a slot is free and
+nothing waits in the queue, and a user-facing call never waits behind it.  A made,
+idle sandbox runs nothing (its host is blocked in ``tool.next``): it holds no slot and
+counts against the memory budget only; the call that takes it runs under its own slot.
 """
 
 from __future__ import annotations
@@ -49,14 +53,13 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.scheduler.task import PRIORITY_IDLE
+from fluffy.kernel.tools.pooldemand import MAKE_S, WINDOW_S, Demand
 from fluffy.kernel.tools.poolslots import (
     Lease,
     Maker,
@@ -74,8 +77,12 @@ __all__ = ["POOL_PRIORITY", "Recipe", "SandboxPool", "Slot", "folder_identity"]
 
 log = logging.getLogger("fluffy.kernel.pool")
 
-#: How far back demand is counted.
-WINDOW_S = 60.0
+#: After a call takes a sandbox, the pool makes none for this long: more calls of the
+#: same turn may follow, and making one (the engine's work, a host starting) would slow
+#: them down on a small machine; it refills in the model's time to think.
+QUIET_S = 0.2
+#: A call waits at most this long (or three recent makes) for a sandbox being made.
+WAIT_S = 1.0
 #: How often idle sandboxes are checked (age, pressure) when nothing else wakes the pool.
 TICK_S = 1.0
 #: A recipe whose sandbox could not be made is not tried again for this long (doubled
@@ -86,14 +93,6 @@ BACKOFF_MAX_S = 120.0
 CLOSE_WAIT_S = 60.0
 #: The scheduler priority of the pool's sandboxes: background, below all user work.
 POOL_PRIORITY = PRIORITY_IDLE
-
-
-@dataclass
-class _Demand:
-    misses: deque[float] = field(default_factory=deque)
-    last: float = 0.0
-    failed_until: float = 0.0
-    failures: int = 0
 
 
 class SandboxPool:
@@ -115,10 +114,15 @@ class SandboxPool:
         self.clock = clock
         self.generation = 0
         self.idle: dict[Recipe, list[Slot]] = {}
-        self.demand: dict[Recipe, _Demand] = {}
-        self.making: Recipe | None = None
-        self._arrival: asyncio.Future[None] | None = None  # the one being made is done
-        self._making_stale = False
+        self.demand: dict[Recipe, Demand] = {}
+        #: the sandboxes being made: each one's arrival (done once it is idle, or failed)
+        self.making: dict[asyncio.Future[None], Recipe] = {}
+        self._stale_makes: set[asyncio.Future[None]] = set()  # dropped when they arrive
+        self._unleased: set[asyncio.Future[None]] = set()  # not holding their slot yet
+        #: how long making a sandbox took lately (a moving average)
+        self.make_s = MAKE_S
+        self.last_take = float("-inf")  # (time.monotonic(): the quiet period after it)
+        self._makes: set[asyncio.Task[None]] = set()
         self.stats = {
             "made": 0,
             "taken": 0,
@@ -126,7 +130,6 @@ class SandboxPool:
             "stale": 0,
             "drained": 0,
             "failed": 0,
-            "yielded": 0,  # dropped to give their slot to user work
         }
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -141,29 +144,46 @@ class SandboxPool:
         if recipe.third_party:
             return None  # a third-party plugin's code never idles ahead of its call
         now = self.clock()
+        self.last_take = time.monotonic()
         demand = self._demand(recipe, now)
+        demand.calls.append(now)
         found = None
         if self.limits.enabled:
             found = await self._pick(recipe)
-            if found is None and self.making == recipe and self._arrival is not None:
-                # its sandbox is being made: waiting for it beats making another
-                await asyncio.shield(self._arrival)
+            # only a sandbox that holds its slot: one still waiting for a slot may wait
+            # for this very call's (it then makes its own after WAIT_S at most)
+            arrivals = [
+                f for f, r in self.making.items() if r == recipe and f not in self._unleased
+            ]
+            if found is None and arrivals:
+                # its sandbox is being made: waiting for it beats making another (still
+                # a call the pool was not ready for: it counts for the size)
+                demand.misses.append(now)
+                await asyncio.wait(
+                    [asyncio.shield(f) for f in arrivals],
+                    timeout=max(WAIT_S, 3 * self.make_s),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 found = await self._pick(recipe)
+                if found is None:
+                    demand.misses.pop()
         if found is None:
             demand.misses.append(now)
             self.stats["missed"] += 1
         else:
             self.stats["taken"] += 1
-            self._unlease(found)  # the call's own task holds its slot now
         self._start()
         self._wake.set()
         return found
 
-    def expect(self, recipe: Recipe) -> None:
-        """``recipe`` will be asked for soon (e.g. writes begin): keep one warm."""
+    def expect(self, recipe: Recipe, count: int = 1) -> None:
+        """``recipe`` will be asked for soon, ``count`` times (writes begin; a batch of
+        calls): keep that many warm."""
         if recipe.third_party:
             return
-        self._demand(recipe, self.clock())
+        now = self.clock()
+        demand = self._demand(recipe, now)
+        demand.expected, demand.expected_at = max(1, count), now
         self._start()
         self._wake.set()
 
@@ -178,9 +198,9 @@ class SandboxPool:
             for recipe in list(self.idle):
                 if folder in (recipe.project, recipe.staged_dir):
                     victims.extend(self.idle.pop(recipe))
-            making = self.making
-            if making is not None and folder in (making.project, making.staged_dir):
-                self._making_stale = True  # the one being made is dropped when it arrives
+            for arrival, making in self.making.items():
+                if folder in (making.project, making.staged_dir):
+                    self._stale_makes.add(arrival)  # dropped when it arrives
         if victims:
             log.info("pool: %d idle sandbox(es) dropped: %s", len(victims), why)
         self.stats["stale"] += len(victims)
@@ -205,14 +225,16 @@ class SandboxPool:
         return {
             "enabled": self.limits.enabled,
             "idle": self.size,
+            "making": len(self.making),
+            "capacity": self.limits.capacity,
             "recipes": len(self.idle),
             "under_pressure": self.under_pressure(),
             **self.stats,
         }
 
     async def close(self) -> None:
-        """Stop filling and destroy every idle sandbox.  One being made is waited for
-        (then destroyed): cancelled midway, the engine would finish making it unseen."""
+        """Stop filling and destroy every idle sandbox.  Those being made are waited for
+        (then destroyed): cancelled midway, the engine would finish making them unseen."""
         self._closed = True
         self._wake.set()
         if self._task is not None:
@@ -221,6 +243,11 @@ class SandboxPool:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        if self._makes:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*self._makes, return_exceptions=True), CLOSE_WAIT_S
+                )
         self.drain()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
@@ -272,8 +299,8 @@ class SandboxPool:
         return True
 
     # -- sizing --------------------------------------------------------------------------
-    def _demand(self, recipe: Recipe, now: float) -> _Demand:
-        demand = self.demand.setdefault(recipe, _Demand())
+    def _demand(self, recipe: Recipe, now: float) -> Demand:
+        demand = self.demand.setdefault(recipe, Demand())
         demand.last = now
         return demand
 
@@ -290,32 +317,45 @@ class SandboxPool:
             return 0
         if now - demand.last > self.limits.idle_after_s:
             return 0
-        misses = demand.misses
-        while misses and now - misses[0] > WINDOW_S:
-            misses.popleft()
-        cap = self.limits.per_template.get(recipe.template, self.limits.global_max)
-        return max(0, min(1 + len(demand.misses), cap, self.limits.max_idle))
+        return max(0, min(demand.wanted(now, self.make_s), self.limits.capacity))
+
+    def allotment(self, now: float) -> dict[Recipe, int]:
+        """How many idle sandboxes each recipe may have now: its target, the capacity
+        shared out in the order the recipes were last asked for (the newest first)."""
+        left, out = self.limits.capacity, {}
+        for recipe, _ in sorted(self.demand.items(), key=lambda kv: -kv[1].last):
+            out[recipe] = min(self.target(recipe, now), left)
+            left -= out[recipe]
+        return out
 
     def _plan(self, now: float) -> Recipe | None:
         """The recipe to make a sandbox for next (most recently asked first), or None."""
-        budget = min(self.limits.max_idle, self.limits.global_max) - self.size
-        if budget <= 0:
+        if self.size + len(self.making) >= self.limits.capacity:
             return None
+        if len(self.making) >= self.limits.makers:
+            return None
+        allotted = self.allotment(now)
         free: dict[str, int] = {}  # asked once per template: the scheduler's figures
         for recipe, demand in sorted(self.demand.items(), key=lambda kv: -kv[1].last):
             if now < demand.failed_until:
                 continue
             if self.slots is not None:
                 if recipe.template not in free:
-                    free[recipe.template] = self.slots.free(recipe.template)
+                    # (a make just started does not hold its slot yet: count it)
+                    kind = recipe.template
+                    leasing = sum(1 for f in self._unleased if self.making[f].template == kind)
+                    free[kind] = self.slots.free(kind) - leasing
                 if free[recipe.template] <= 0:
                     continue  # no slot free, or work waits for one: background waits
-            if len(self.idle.get(recipe, ())) < self.target(recipe, now):
+            made = len(self.idle.get(recipe, ())) + list(self.making.values()).count(recipe)
+            if made < allotted.get(recipe, 0):
                 return recipe
         return None
 
     def _trim(self, now: float) -> None:
-        """Drop idle sandboxes past their recipe's target (oldest first), dead or stale."""
+        """Drop idle sandboxes past their recipe's allotment (oldest first), dead or
+        stale: a recipe asked for now takes the room of one not asked for a while."""
+        allotted = self.allotment(now)
         for recipe in list(self.idle):
             slots = self.idle[recipe]
             keep = [s for s in slots if s.generation == self.generation and not s.job.lost]
@@ -323,7 +363,7 @@ class SandboxPool:
                 self.stats["stale"] += 1
                 self._discard(slot)
             keep.sort(key=lambda s: s.made_at, reverse=True)
-            excess = keep[self.target(recipe, now) :]
+            excess = keep[allotted.get(recipe, 0) :]
             for slot in excess:
                 self.stats["drained"] += 1
                 self._discard(slot)
@@ -335,30 +375,9 @@ class SandboxPool:
         for recipe in [r for r, d in self.demand.items() if now - d.last > WINDOW_S * 10]:
             if recipe not in self.idle:
                 del self.demand[recipe]
-        self._fit()
-
-    def _fit(self) -> None:
-        """Drop idle sandboxes (oldest first) until they fit in the scheduler's room."""
-        if self.slots is None:
-            return
-        by_template: dict[str, list[Slot]] = {}
-        for slots in self.idle.values():
-            for slot in slots:
-                by_template.setdefault(slot.recipe.template, []).append(slot)
-        for template, slots in by_template.items():
-            room = self.slots.room(template)
-            if self.making is not None and self.making.template == template:
-                room -= 1
-            slots.sort(key=lambda s: s.made_at)
-            for slot in slots[: max(0, len(slots) - max(0, room))]:
-                self.idle[slot.recipe].remove(slot)
-                if not self.idle[slot.recipe]:
-                    del self.idle[slot.recipe]
-                self.stats["yielded"] += 1
-                self._discard(slot)
 
     def nudge(self) -> None:
-        """User work started: check at once that the idle sandboxes still fit."""
+        """A scheduler slot changed hands: look at once whether one can be made."""
         if self._task is not None:
             self._wake.set()
 
@@ -386,67 +405,71 @@ class SandboxPool:
                 log.warning("pool: memory is short; %d idle sandbox(es) destroyed", dropped)
             return
         self._trim(now)
-        recipe = self._plan(now)
-        if recipe is not None:
-            await self._make(recipe)
-            self._wake.set()  # more may be needed
+        quiet = self.last_take + QUIET_S - time.monotonic()
+        if quiet > 0:  # calls are coming: make nothing until they pause
+            asyncio.get_running_loop().call_later(quiet, self._wake.set)
+            return
+        while (recipe := self._plan(now)) is not None:
+            arrival = asyncio.get_running_loop().create_future()
+            self.making[arrival] = recipe
+            self._unleased.add(arrival)
+            task = asyncio.create_task(self._make(recipe, arrival), name="sandbox-pool-make")
+            self._makes.add(task)
+            task.add_done_callback(self._makes.discard)
 
-    async def _make(self, recipe: Recipe) -> None:
+    async def _make(self, recipe: Recipe, arrival: asyncio.Future[None]) -> None:
         lease: Lease | None = None
-        if self.slots is not None:
-            # before it counts as being made: a call must never wait on a sandbox that
-            # itself waits for a slot
-            try:
-                lease = await self.slots.lease(
-                    recipe.template,
-                    f"pool-{uuid.uuid4().hex[:12]}",
-                    priority=POOL_PRIORITY,
-                    kind="pool_fill",
-                    yields=True,
-                )
-            except FluffyError as exc:
-                log.info("pool: no slot for a %s sandbox: %s", recipe.template, exc.what)
-                return
-        generation = self.generation
-        self.making = recipe
-        self._making_stale = False
-        arrival = self._arrival = asyncio.get_running_loop().create_future()
         try:
-            slot = await self.maker.open_slot(recipe)
-        except BaseException as exc:
+            if self.slots is not None:
+                # while it is made, it holds a yielding slot: making is work under the
+                # limits (an idle sandbox runs nothing and holds none)
+                try:
+                    lease = await self.slots.lease(
+                        recipe.template,
+                        f"pool-{uuid.uuid4().hex[:12]}",
+                        priority=POOL_PRIORITY,
+                        kind="pool_fill",
+                        yields=True,
+                    )
+                except FluffyError as exc:
+                    log.info("pool: no slot for a %s sandbox: %s", recipe.template, exc.what)
+                    return
+            self._unleased.discard(arrival)
+            generation = self.generation
+            began = time.monotonic()
+            try:
+                slot = await self.maker.open_slot(recipe)
+            except Exception as exc:  # FluffyError, OSError, or the engine SDK's own
+                self.stats["failed"] += 1
+                demand = self.demand.setdefault(recipe, Demand())
+                wait = min(BACKOFF_S * 2**demand.failures, BACKOFF_MAX_S)
+                demand.failures += 1
+                demand.failed_until = self.clock() + wait
+                log.warning(
+                    "pool: cannot make a %s sandbox (next try in %.0f s): %s",
+                    recipe.template,
+                    wait,
+                    exc,
+                )
+                return
+            slot.generation = generation
+            self.make_s = 0.8 * self.make_s + 0.2 * (time.monotonic() - began)
+            if recipe in self.demand:
+                self.demand[recipe].failures = 0
+            stale = arrival in self._stale_makes or generation != self.generation
+            if self._closed or stale or self.under_pressure():
+                self._discard(slot)
+                return
+            self.stats["made"] += 1
+            self.idle.setdefault(recipe, []).append(slot)
+        finally:
             if lease is not None:
                 lease.release()
-            if not isinstance(exc, Exception):
-                raise
-            # FluffyError, OSError, or the engine SDK's own
-            self.stats["failed"] += 1
-            demand = self.demand.setdefault(recipe, _Demand())
-            wait = min(BACKOFF_S * 2**demand.failures, BACKOFF_MAX_S)
-            demand.failures += 1
-            demand.failed_until = self.clock() + wait
-            log.warning(
-                "pool: cannot make a %s sandbox (next try in %.0f s): %s",
-                recipe.template,
-                wait,
-                exc,
-            )
-            return
-        finally:
-            self.making = None
-            self._arrival = None
+            self.making.pop(arrival, None)
+            self._stale_makes.discard(arrival)
+            self._unleased.discard(arrival)
             self._arrived(arrival)
-        slot.generation = generation
-        slot.lease = lease
-        if lease is not None:
-            lease.on_lost = lambda: self._lost(slot)
-        if recipe in self.demand:
-            self.demand[recipe].failures = 0
-        stale = self._making_stale or generation != self.generation
-        if self._closed or stale or self.under_pressure():
-            self._discard(slot)
-            return
-        self.stats["made"] += 1
-        self.idle.setdefault(recipe, []).append(slot)
+            self._wake.set()  # more may be needed
 
     @staticmethod
     def _arrived(arrival: asyncio.Future[None]) -> None:
@@ -458,24 +481,7 @@ class SandboxPool:
 
         asyncio.get_running_loop().call_soon(wake)
 
-    def _unlease(self, slot: Slot) -> None:
-        lease, slot.lease = slot.lease, None
-        if lease is not None:
-            lease.on_lost = None
-            lease.release()
-
-    def _lost(self, slot: Slot) -> None:
-        """The scheduler ended the slot's lease (it closed): the sandbox goes too."""
-        slot.lease = None
-        slots = self.idle.get(slot.recipe)
-        if slots is not None and slot in slots:
-            slots.remove(slot)
-            if not slots:
-                del self.idle[slot.recipe]
-            self._discard(slot)
-
     def _discard(self, slot: Slot) -> None:
-        self._unlease(slot)
         task = asyncio.ensure_future(self._close(slot))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

@@ -61,9 +61,6 @@ class Slots(Protocol):
     def free(self, template: str) -> int:
         """Slots free now with nothing queued: may the pool take one?"""
 
-    def room(self, template: str) -> int:
-        """Slots the running work leaves: how many sandboxes may the pool keep?"""
-
     async def lease(
         self, template: str, key: str, *, priority: int, kind: Any, yields: bool = False
     ) -> Any: ...
@@ -88,7 +85,6 @@ class Slot:
     image_id: str = ""
     generation: int = 0
     made_at: float = field(default_factory=time.monotonic)
-    lease: Lease | None = None  # its scheduler slot while the pool holds it
 
     @property
     def ready(self) -> bool:
@@ -105,15 +101,26 @@ class Maker(Protocol):
     async def image_id(self, ref: str) -> str: ...
 
 
+#: What one idle plugin sandbox holds, for the memory budget (its host waiting: ~14 MiB,
+#: ``pool_idle_memory_mib_per_sandbox`` in python -m benchmarks.tools).
+IDLE_SANDBOX_MIB = 16.0
+
+
 @dataclass
 class PoolLimits:
     enabled: bool = True
-    max_idle: int = 4
+    max_idle: int = 10
     idle_after_s: float = 120.0
     min_free_memory: float = 0.15
-    #: template -> at most this many idle (the scheduler's per-template limit)
-    per_template: dict[str, int] = field(default_factory=dict)
-    global_max: int = 4
+    #: what idle sandboxes may hold together (MiB), at IDLE_SANDBOX_MIB each
+    memory_budget_mib: float = 160.0
+    #: sandboxes made at once (each also needs a free slot of its template)
+    makers: int = 2
+
+    @property
+    def capacity(self) -> int:
+        """Idle sandboxes the pool may hold: max_idle, within the memory budget."""
+        return max(0, min(self.max_idle, int(self.memory_budget_mib // IDLE_SANDBOX_MIB)))
 
 
 def host_memory_free(meminfo: Path = Path("/proc/meminfo")) -> float | None:

@@ -60,6 +60,7 @@ from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import CHANGING_KINDS, run_ordered
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.tools.testrun import run_tests
+from fluffy.kernel.tools.warming import plugin_recipe, repeated_plugin_tools
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
@@ -206,6 +207,7 @@ class ToolRouter:
         that conflicts with earlier ones is submitted depending on them (ADR-043)."""
         tools = [str(item.get("tool")) for item in calls]
         planned, changes = self.plan(tools, [item.get("args") or {} for item in calls])
+        await self._expect_batch(session_id, tools)
         return await run_ordered(
             self.steps,
             planned,
@@ -217,6 +219,18 @@ class ToolRouter:
             lambda i, exc: self.refused(session_id, tools[i], calls[i].get("args") or {}, exc),
             priority=priority,
         )
+
+    async def _expect_batch(self, session_id: str, tools: list[str]) -> None:
+        """A tool asked for several times in a batch: that many sandboxes made ahead."""
+        repeated = repeated_plugin_tools(self.registry, tools)
+        if not repeated or self.runner is None or self.runner.pool is None:
+            return
+        try:
+            session = await self.workflow.get(session_id)
+        except FluffyError:
+            return  # the calls themselves will say why
+        for tool, count in repeated.items():
+            self._expect(session, tool, count)
 
     def plan(self, tools: list[str], args: list[Any]) -> tuple[list[PlannedCall], list[bool]]:
         """What each call of a response touches, and whether it changes something."""
@@ -442,39 +456,25 @@ class ToolRouter:
         assert self.runner is not None
         await self.runner.release(outcome)
 
-    def _expect(self, session: SessionRow, tool: str) -> None:
-        """Warm the pool for the session's next ``tool`` call (a sandbox of its recipe);
-        a hint only: whatever goes wrong is logged, never the call's failure."""
+    def _expect(self, session: SessionRow, tool: str, count: int = 1) -> None:
+        """Warm the pool for the session's next ``count`` ``tool`` calls (sandboxes of
+        their recipe); a hint only: whatever goes wrong is logged, never a failure."""
         try:
-            self._warm(session, tool)
+            self._warm(session, tool, count)
         except Exception:
             log.exception("could not warm a sandbox for %s", tool)
 
-    def _warm(self, session: SessionRow, tool: str) -> None:
+    def _warm(self, session: SessionRow, tool: str, count: int) -> None:
         runner = self.runner
         if runner is None or runner.pool is None:
             return
         if self.tests is not None and self.tests.mirror_needed():
             return  # its sandboxes mount the session's copy, made at the call
-        try:
-            spec = self.registry.get(tool)
-        except FluffyError:
-            return
-        if spec.plugin is None or spec.module is None:
-            return
-        recipe = runner.recipe(
-            plugin=spec.plugin,
-            module=spec.module,
-            template=spec.template,
-            project=self.project,
-            staged_dir=(
-                self.workspaces.landed(session.id).root
-                if tool == "git.commit"
-                else self.workspaces.get(session.id).root
-            ),
-            timeout_s=self.settings.call_timeout_s,
-        )
-        runner.pool.expect(recipe)
+        staged = self.workspaces.landed if tool == "git.commit" else self.workspaces.get
+        recipe = plugin_recipe(runner, self.registry, tool, self.project,
+                               staged(session.id).root, self.settings.call_timeout_s)  # fmt: skip
+        if recipe is not None:
+            runner.pool.expect(recipe, count)
 
     def _mirror(self, call: RoutedCall, stage: Any) -> Path:
         """The kernel's copy of the view for a sandbox that cannot read the project."""

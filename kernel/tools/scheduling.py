@@ -123,8 +123,6 @@ class SchedulerBridge:
         max_duration_s: float = 3600.0,
     ) -> None:
         self.max_duration_s = max_duration_s
-        #: called when work that keeps its slot starts (the pool then fits itself in)
-        self.on_start: list[Callable[[], None]] = []
         #: Called when a scheduled call has ended and given its slot back (the warm pool
         #: refills then, not at its next tick: the model's next call may come before).
         self.on_finish: list[Callable[[], None]] = []
@@ -152,7 +150,6 @@ class SchedulerBridge:
         kind: TaskType = "tool_call",
     ) -> Any:
         async def run(handle: TaskHandle) -> Any:
-            self._started()
             return await work()
 
         task: Task[Any] = Task(
@@ -189,8 +186,6 @@ class SchedulerBridge:
             lease.release()
             await ended  # raises why
             raise SchedulerError(f"lease {key} ended before it started")
-        if not yields:
-            self._started()
         return lease
 
     def _lease_task(
@@ -209,9 +204,6 @@ class SchedulerBridge:
         )
         return lease, task
 
-    def _started(self) -> None:
-        self._hooks(self.on_start)
-
     @staticmethod
     def _hooks(hooks: list[Callable[[], None]]) -> None:
         for hook in hooks:
@@ -227,7 +219,6 @@ class SchedulerBridge:
         Call on the scheduler's event loop."""
         lease, task = self._lease_task(template, key, priority, kind)
         self.scheduler.reserve(task)
-        self._started()
         return lease
 
     def reserver(self, template: str, kind: TaskType) -> Callable[[], Callable[[], None]]:
@@ -270,19 +261,6 @@ class SchedulerBridge:
             min(
                 limits.for_template(template) - running.get(template, 0),
                 limits.global_max - busy,
-            ),
-        )
-
-    def room(self, template: str) -> int:
-        """Slots of ``template`` not held by work that keeps them (yielding leases
-        aside): how many sandboxes the warm pool may keep of it now."""
-        limits = self.scheduler.limits
-        kept = [t for t, yields in self.scheduler.slots() if not yields]
-        return max(
-            0,
-            min(
-                limits.for_template(template) - kept.count(template),
-                limits.global_max - len(kept),
             ),
         )
 

@@ -1,7 +1,7 @@
-"""Scheduling on the live path (ADR-043), through the real bootstrap and L1 kernel
-(Docker and Podman): background work (the warm pool) holds the template's only slot,
-and a user-facing call still runs at once; the policy sandbox and a turn's ai-provider
-sandbox are counted by the scheduler (kernel.ping's figures)."""
+"""Scheduling on the live path (ADR-043, ADR-065), through the real bootstrap and L1
+kernel (Docker and Podman): an idle warm-pool sandbox holds no slot of its template, so
+other calls run at once and it waits for its own; the policy sandbox and a turn's
+ai-provider sandbox are counted by the scheduler (kernel.ping's figures)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 ALLOW_ALL = "def evaluate(request):\n    return None\n"
 SCHEDULER = {
     "global_max": 4,
-    # one code-executor slot: one idle pool sandbox reaches the limit
+    # one code-executor slot: an idle pool sandbox must leave it to other calls
     "per_template": {"ai-provider": 1, "code-executor": 1, "policy-sandbox": 1},
     # never drained while the test runs, and not emptied by a busy test machine
     "pool": {"idle_after": "1h", "min_free_memory": 0.0},
@@ -79,26 +79,24 @@ def test_the_policy_sandbox_holds_a_counted_slot(kernel: dict[str, Any]) -> None
     assert figures["limits"]["per_template"]["code-executor"] == 1
 
 
-def test_a_user_call_runs_while_background_work_holds_the_template(
+def test_an_idle_pool_sandbox_holds_no_slot_and_waits_for_its_call(
     kernel: dict[str, Any],
 ) -> None:
+    """The pool's idle sandbox runs nothing: it leaves the template's only slot to
+    other work (a git.status runs at once) and is still there for the write it was made
+    for, which takes it (ADR-065)."""
     with SyncClient(str(kernel["socket"]), timeout=300) as client:
         sid = client.call("session.create")["session_id"]
         client.call("session.message", {"session_id": sid, "text": "look around"})
         done = client.call("tool.call", {"session_id": sid, "tool": "plan.complete",
                                          "args": {"summary": "tests first"}})  # fmt: skip
         assert done["ok"], done  # writes come next: the pool warms an fs-tool sandbox
-        full = _wait_for(
+        idle = _wait_for(
             kernel,
-            lambda p: (
-                p["memory"]["pool"]["idle"] == 1
-                and p["scheduler"]["running_by_template"].get("code-executor") == 1
-            ),
-            "the pool never filled the code-executor slot",
-        )["scheduler"]
-        # the template's only slot is held by background work (idle priority, yielding)
-        assert full["running_by_priority"].get("5") == 1, full
-        assert full["yielding"] == 1, full
+            lambda p: p["memory"]["pool"]["idle"] == 1 and p["memory"]["pool"]["making"] == 0,
+            "the pool never made its fs-tool sandbox",
+        )
+        assert idle["scheduler"]["running_by_template"].get("code-executor") is None, idle
         # the pool's sandbox_created entry is an operational one, committed within the
         # audit log's flush interval (500 ms): wait for it rather than race the flush
         deadline = time.monotonic() + 30
@@ -112,33 +110,31 @@ def test_a_user_call_runs_while_background_work_holds_the_template(
                 break
             time.sleep(0.2)
         assert len(created) == 1, created  # the pool's, idle
-        before, pool_sandbox = created[0]["id"], created[0]["sandbox_id"]
-        # another plugin (git-tool): it cannot take the warm fs-tool sandbox; were it
-        # queued behind it, it would wait for the pool's idle_after (1 h)
+        pool_sandbox = created[0]["sandbox_id"]
+        # another plugin (git-tool) cannot take it, and need not wait for it
         status = client.call("tool.call", {"session_id": sid, "tool": "git.status",
                                            "args": {}})  # fmt: skip
         assert status["ok"], status
-    after = _ping(kernel)
-    assert after["memory"]["pool"]["yielded"] >= 1, after["memory"]["pool"]
-    assert after["scheduler"]["over_limit"] == 0, after["scheduler"]
-    # the order on record: the call started while the pool's sandbox held the slot,
-    # and the pool's sandbox went after (it gave its slot to the call)
-    (execute,) = [e for e in audit(kernel, "tool_execute") if e["syscall_type"] == "git.status"]
-    deadline = time.monotonic() + 120  # the engine removes it in the background
-    while True:
+        between = _ping(kernel)
+        assert between["memory"]["pool"]["idle"] >= 1, between["memory"]["pool"]
+        assert between["scheduler"]["over_limit"] == 0, between["scheduler"]
+        # the write it was made for takes it
+        probe = {"path": "tests/test_pool_probe.py", "content": "def test_probe():\n    pass\n"}
+        write = client.call("tool.call", {"session_id": sid, "tool": "fs.write", "args": probe})
+        assert write["ok"], write
+        assert write["timings"]["warm"] == 1.0, write["timings"]
+    deadline = time.monotonic() + 120  # single use: it goes after the call (in the
+    while True:  # background), and its entry names the call it served
         destroyed = [
             e for e in audit(kernel, "sandbox_destroyed") if e["sandbox_id"] == pool_sandbox
         ]
         if destroyed or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert execute["id"] > before
-    assert destroyed and destroyed[0]["id"] > execute["id"], (
-        execute["id"],
-        [(e["id"], e["input_summary"], e["metadata"]) for e in destroyed],
-        [(e["id"], e["sandbox_id"], e["input_summary"]) for e in audit(kernel, "sandbox_created")],
-        after["memory"]["pool"],
-    )
+    (result,) = [e for e in audit(kernel, "tool_result") if e["syscall_type"] == "fs.write"]
+    assert result["sandbox_id"] == pool_sandbox, (result, pool_sandbox)
+    assert destroyed, [(e["id"], e["sandbox_id"]) for e in audit(kernel, "sandbox_destroyed")]
+    assert destroyed[0]["metadata"]["call_id"] == result["metadata"]["call_id"]
 
 
 def test_a_turns_ai_provider_sandbox_is_counted(kernel: dict[str, Any]) -> None:

@@ -183,9 +183,7 @@ def _runner(tmp_path: Path, manager: ContainerManager, free: list[float]) -> Plu
     root.mkdir(mode=0o755)
     tmp_path.chmod(0o755)
     runner = PluginRunner(lambda: manager, root, environment=lambda: sandbox_environment().env)
-    runner.pool = SandboxPool(
-        runner, PoolLimits(per_template={"code-executor": 2}), host_free=lambda: free[0]
-    )
+    runner.pool = SandboxPool(runner, PoolLimits(), host_free=lambda: free[0])
     return runner
 
 

@@ -16,6 +16,7 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.tools.pool import SandboxPool
 from fluffy.kernel.tools.poolslots import (
+    IDLE_SANDBOX_MIB,
     PoolLimits,
     Recipe,
     Slot,
@@ -95,7 +96,7 @@ def recipe(tmp_path: Path, template: str = "code-executor", **changes: object) -
 
 
 def pool(maker: Maker, **limits: object) -> SandboxPool:
-    settings = PoolLimits(per_template={"code-executor": 2}, **limits)  # type: ignore[arg-type]
+    settings = PoolLimits(**limits)  # type: ignore[arg-type]
     return SandboxPool(maker, settings, host_free=lambda: 0.5)
 
 
@@ -126,8 +127,9 @@ async def test_a_pooled_sandbox_is_handed_out_once_and_never_again(tmp_path: Pat
     handed = [await subject.take(r) for _ in range(2)]
     assert all(s is not None for s in handed)
     assert len({id(s) for s in handed}) == 2
-    await settle(subject, 2)
+    await settle(subject, 2)  # the two calls in a row: the next run finds two
     later = [await subject.take(r) for _ in range(2)]
+    assert all(s is not None for s in later)
     assert not {id(s) for s in later} & {id(s) for s in handed}  # refilled with new ones
     assert not maker.closed  # the runner destroys what it took, after the call
     await subject.close()
@@ -219,9 +221,7 @@ async def test_a_sandbox_whose_host_hung_up_is_not_handed_out(tmp_path: Path) ->
 async def test_the_pool_empties_under_memory_pressure_and_refills_after(tmp_path: Path) -> None:
     free = [0.5]
     maker, r = Maker(), recipe(tmp_path)
-    subject = SandboxPool(
-        maker, PoolLimits(per_template={"code-executor": 2}), host_free=lambda: free[0]
-    )
+    subject = SandboxPool(maker, PoolLimits(), host_free=lambda: free[0])
     subject.expect(r)
     await settle(subject, 1)
     free[0] = 0.05  # the machine is short of memory
@@ -246,7 +246,7 @@ async def test_the_kernel_memory_guard_drains_the_pool(tmp_path: Path) -> None:
     maker, r = Maker(), recipe(tmp_path)
     subject = SandboxPool(
         maker,
-        PoolLimits(per_template={"code-executor": 2}),
+        PoolLimits(),
         kernel_pressure=lambda: not guard.accepting_work,
         host_free=lambda: 0.5,
     )
@@ -270,18 +270,73 @@ async def test_the_kernel_memory_guard_drains_the_pool(tmp_path: Path) -> None:
 async def test_demand_sets_the_size_and_idleness_empties_it(tmp_path: Path) -> None:
     now = [1000.0]
     maker, r = Maker(), recipe(tmp_path)
-    limits = PoolLimits(per_template={"code-executor": 2}, idle_after_s=120)
+    limits = PoolLimits(max_idle=4, idle_after_s=120)
     subject = SandboxPool(maker, limits, host_free=lambda: 0.5, clock=lambda: now[0])
     assert subject.target(r, now[0]) == 0  # never asked for: nothing kept
     subject.expect(r)
     assert subject.target(r, now[0]) == 1
     for _ in range(5):  # calls that found the pool empty
         await subject.take(r)
-    assert subject.target(r, now[0]) == 2  # capped by the template's scheduler limit
+        now[0] += 5  # (not in a row)
+    assert subject.target(r, now[0]) == 4  # 1 + 5 misses, capped by max_idle
     now[0] += 61
     assert subject.target(r, now[0]) == 1  # the misses are a minute old
     now[0] += 120
     assert subject.target(r, now[0]) == 0  # not asked for in idle_after: drained
+    await subject.close()
+
+
+def test_a_run_of_calls_in_a_row_sets_the_size_without_misses(tmp_path: Path) -> None:
+    """A turn's calls in a row (each sooner after the last than a sandbox takes to make)
+    size the pool for the next such turn, even when the pool had them all warm (so none
+    missed)."""
+    now = [1000.0]
+    r = recipe(tmp_path)
+    subject = SandboxPool(Maker(), PoolLimits(), host_free=lambda: 0.5, clock=lambda: now[0])
+    demand = subject._demand(r, now[0])
+    demand.calls.extend([1000.0, 1000.2, 1000.4, 1000.6, 1000.8, 1001.0, 1030.0])
+    assert subject.make_s == 0.25  # (nothing made yet: the default)
+    assert demand.longest_run(subject.make_s) == 6  # the last one came after a pause
+    assert subject.target(r, now[0]) == 6
+    now[0] += 61
+    assert subject.target(r, now[0]) == 1  # a minute later the run is forgotten
+
+
+@sync
+async def test_the_recipe_asked_for_last_takes_the_room_of_the_others(tmp_path: Path) -> None:
+    maker = Maker()
+    subject = pool(maker, max_idle=3)
+    old, new = recipe(tmp_path, plugin="git-tool"), recipe(tmp_path)
+    subject.expect(old, 3)
+    await settle(subject, 3)
+    subject.expect(new, 2)  # writes begin: two of the three places go to them
+    async with asyncio.timeout(5):
+        while len(subject.idle.get(new, ())) < 2:
+            await asyncio.sleep(0.01)
+    assert len(subject.idle.get(old, ())) == 1 and subject.size == 3
+    await subject.close()
+
+
+@sync
+async def test_the_memory_budget_caps_the_pool(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    subject = pool(maker, memory_budget_mib=3 * IDLE_SANDBOX_MIB + 1)
+    assert subject.limits.capacity == 3
+    subject.expect(r, 6)  # a batch of six writes announced
+    await settle(subject, 3)
+    await subject.close()
+
+
+@sync
+async def test_an_announced_batch_is_made_ahead_two_at_a_time(tmp_path: Path) -> None:
+    maker, r = Maker(), recipe(tmp_path)
+    maker.delay = 0.2
+    subject = pool(maker, makers=2)
+    subject.expect(r, 4)
+    await asyncio.sleep(0.1)
+    assert len(maker.begun) == 2 and subject.size == 0  # two at once, none ready yet
+    await settle(subject, 4)
+    assert len(maker.opened) == 4
     await subject.close()
 
 

@@ -1,6 +1,6 @@
-"""The warm pool under the scheduler (ADR-043): its sandboxes hold yielding leases that
-count against the limits, it fills only free slots, and it gives slots back the moment
-user work needs them -- without ever holding that work back."""
+"""The warm pool under the scheduler (ADR-043, ADR-065): making a sandbox holds a
+yielding lease that counts against the limits, the pool makes only in free slots and
+never holds user work back; a made, idle sandbox holds no slot at all."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ async def _scheduled(**limits: object) -> tuple[Maker, SandboxPool, SchedulerBri
     bridge = SchedulerBridge(SchedulerSettings(**limits), None, lambda: True)  # type: ignore[arg-type]
     await bridge.start()
     maker = Maker()
-    settings = PoolLimits(per_template=dict(bridge.scheduler.limits.per_template))
-    subject = SandboxPool(maker, settings, host_free=lambda: 0.5)
+    subject = SandboxPool(maker, PoolLimits(), host_free=lambda: 0.5)
     subject.slots = bridge
-    bridge.on_start.append(subject.nudge)
+    bridge.on_finish.append(subject.nudge)
     return maker, subject, bridge
 
 
@@ -31,22 +30,23 @@ def test_pool_work_is_below_all_user_work() -> None:
 
 
 @sync
-async def test_idle_sandboxes_hold_leases_the_scheduler_counts(tmp_path: Path) -> None:
-    _maker, subject, bridge = await _scheduled()
+async def test_making_holds_a_counted_lease_and_an_idle_sandbox_none(tmp_path: Path) -> None:
+    maker, subject, bridge = await _scheduled()
+    maker.delay = 0.3
     subject.expect(recipe(tmp_path))
-    await settle(subject, 1)
+    await asyncio.sleep(0.1)  # being made
     figures = bridge.figures()
     assert figures["running_by_template"] == {"code-executor": 1}
     assert figures["running_by_priority"] == {str(POOL_PRIORITY): 1}
     assert figures["yielding"] == 1
-    await subject.close()
-    await asyncio.sleep(0.05)
+    await settle(subject, 1)  # made: idle, running nothing
     assert bridge.figures()["running_by_template"] == {}
+    await subject.close()
     await bridge.close()
 
 
 @sync
-async def test_a_taken_sandbox_gives_its_lease_to_the_call(tmp_path: Path) -> None:
+async def test_a_taken_sandbox_runs_under_its_calls_slot(tmp_path: Path) -> None:
     _maker, subject, bridge = await _scheduled()
     r = recipe(tmp_path)
     subject.expect(r)
@@ -55,7 +55,7 @@ async def test_a_taken_sandbox_gives_its_lease_to_the_call(tmp_path: Path) -> No
 
     async def work() -> str:
         slot = await subject.take(r)
-        assert slot is not None and slot.lease is None
+        assert slot is not None
         taken.set()
         await asyncio.sleep(0.1)
         return "ok"
@@ -93,46 +93,67 @@ async def test_the_pool_does_not_fill_a_full_template(tmp_path: Path) -> None:
 
 
 @sync
-async def test_user_work_starts_at_once_and_the_pool_yields_its_slot(tmp_path: Path) -> None:
-    """code-executor limit 1, held by an idle pool sandbox of another recipe: a call
-    starts without waiting, and the idle sandbox is dropped so the limit holds again."""
+async def test_user_work_starts_at_once_while_the_pool_makes_one(tmp_path: Path) -> None:
+    """code-executor limit 1, held by a sandbox the pool is making: a call starts without
+    waiting for it (its lease yields)."""
     maker, subject, bridge = await _scheduled(per_template={"code-executor": 1})
-    other = recipe(tmp_path, plugin="git-tool")
-    subject.expect(other)
-    await settle(subject, 1)
+    maker.delay = 0.5
+    subject.expect(recipe(tmp_path, plugin="git-tool"))
+    await asyncio.sleep(0.1)
+    assert bridge.figures()["yielding"] == 1
     started = asyncio.Event()
-    gate = asyncio.Event()
 
     async def work() -> str:
         started.set()
-        assert await subject.take(recipe(tmp_path)) is None  # not its recipe
-        await gate.wait()
         return "ok"
 
     call = asyncio.ensure_future(bridge.schedule("code-executor", "c1", work, TURN_PRIORITY))
-    await asyncio.wait_for(started.wait(), 2)  # never queued behind the idle sandbox
-    await settle(subject, 0)
-    assert subject.stats["yielded"] == 1 and len(maker.closed) == 1
-    figures = bridge.figures()
-    assert figures["running_by_template"] == {"code-executor": 1}
-    assert figures["over_limit"] == 0
-    gate.set()
-    await call
+    await asyncio.wait_for(started.wait(), 0.3)  # not queued behind the making
+    assert await call == "ok"
+    await settle(subject, 1)
     await subject.close()
     await bridge.close()
 
 
 @sync
-async def test_a_call_takes_its_warm_sandbox_before_the_pool_yields(tmp_path: Path) -> None:
-    _maker, subject, bridge = await _scheduled(per_template={"code-executor": 1})
-    r = recipe(tmp_path)
-    subject.expect(r)
+async def test_idle_sandboxes_stay_while_user_work_runs(tmp_path: Path) -> None:
+    """code-executor limit 1: an idle sandbox of another recipe is not dropped when a
+    call takes the slot (it holds none), and is there for its own call after."""
+    maker, subject, bridge = await _scheduled(per_template={"code-executor": 1})
+    other = recipe(tmp_path, plugin="git-tool")
+    subject.expect(other)
     await settle(subject, 1)
+
+    async def work() -> bool:
+        return await subject.take(recipe(tmp_path)) is None  # not its recipe
+
+    assert await bridge.schedule("code-executor", "c1", work, TURN_PRIORITY)
+    assert subject.size >= 1 and not maker.closed
+    assert bridge.figures()["over_limit"] == 0
+
+    async def own() -> bool:
+        return await subject.take(other) is not None
+
+    assert await bridge.schedule("code-executor", "c2", own, TURN_PRIORITY)
+    await subject.close()
+    await bridge.close()
+
+
+@sync
+async def test_calls_never_wait_for_sandboxes_that_wait_for_their_slots(tmp_path: Path) -> None:
+    """A batch announced two writes, then its two calls took both code-executor slots
+    before the pool's makes got theirs: each call makes its own sandbox instead of
+    waiting for one that waits for its slot (which would hold until a task timed out)."""
+    _maker, subject, bridge = await _scheduled(per_template={"code-executor": 2})
+    r = recipe(tmp_path)
+    subject.expect(r, 2)
+    await asyncio.sleep(0)  # the pool plans its makes; the calls come in the same turn
 
     async def work() -> bool:
         return await subject.take(r) is not None
 
-    assert await bridge.schedule("code-executor", "c1", work, TURN_PRIORITY)
-    assert subject.stats["yielded"] == 0 and subject.stats["taken"] == 1
+    calls = [bridge.schedule("code-executor", f"c{i}", work, TURN_PRIORITY) for i in range(2)]
+    done = await asyncio.wait_for(asyncio.gather(*calls), 5)  # never a hang
+    assert len(done) == 2
     await subject.close()
     await bridge.close()

@@ -278,6 +278,47 @@ class FakePlugins:
         return None
 
 
+class CountingPool:
+    """What the router announces to the warm pool."""
+
+    def __init__(self) -> None:
+        self.expected: list[tuple[str, int]] = []
+
+    def expect(self, recipe: Any, count: int = 1) -> None:
+        self.expected.append((recipe, count))
+
+
+class PooledPlugins(FakePlugins):
+    def __init__(self, root: Path, project: Path) -> None:
+        super().__init__(root, project)
+        self.pool = CountingPool()  # type: ignore[assignment]
+
+    def recipe(self, *, plugin: str, **_: Any) -> str:
+        return plugin
+
+
+def test_a_batch_of_writes_has_that_many_sandboxes_made_ahead(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> list[tuple[str, int]]:
+        router = tools.router
+        fake = PooledPlugins(tmp_path / "outputs", harness.project)
+        router.runner = fake  # type: ignore[assignment]
+        await router.call(sid, "plan.complete", {})
+        writes = [
+            {"tool": "fs.write", "args": {"path": f"tests/test_{i}.py", "content": "x = 1\n"}}
+            for i in range(3)
+        ]
+        reads = [{"tool": "fs.read", "args": {"path": "README.md"}}] * 4
+        answers = await router.batch(sid, [*writes, *reads])
+        assert all(a["ok"] for a in answers[:3]), answers
+        return fake.pool.expected
+
+    expected = run(harness, body)
+    assert ("fs-tool", 3) in expected  # the batch's three writes, at once
+    assert all(count == 1 for plugin, count in expected if plugin != "fs-tool")
+
+
 @pytest.mark.parametrize("decision", ["approve", "reject"])
 def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, decision: str) -> None:
     harness = Harness(tmp_path)
