@@ -9,7 +9,6 @@ finished call to the server's audit observer.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import socket
 import time
@@ -307,7 +306,7 @@ class Connection(asyncio.Protocol):
             self.observe(message, started, error=refused)
             return
         handler: Handler = syscall.handler
-        if inspect.iscoroutinefunction(handler):
+        if syscall.is_async:
             self.in_flight[message.id] = None
             task = asyncio.ensure_future(self.run_async(handler, message, params))
             if message.id in self.in_flight:

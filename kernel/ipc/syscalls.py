@@ -27,6 +27,7 @@ a denial that it audits.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -128,6 +129,11 @@ class Syscall(Generic[P]):
     def accept(self, context: CallContext, params: Any) -> P:
         self.admit(context)
         return self.decode(params)
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """Whether the handler is a coroutine function (asked once, not per call)."""
+        return inspect.iscoroutinefunction(self.handler)
 
     def with_handler(self, handler: Callable[[CallContext, P], Any]) -> Syscall[P]:
         return replace(self, handler=handler)

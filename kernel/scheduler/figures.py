@@ -58,22 +58,33 @@ def stats(
     by_state: dict[TaskState, int] = dict.fromkeys(TASK_STATES, 0)
     for rec in records.values():
         by_state[rec.task.state] += 1
-    holders = [r for r in running.values() if holds_slot(r)]
-    started: Counter[str] = Counter(
-        r.task.sandbox_template for r in holders if r.task.state == "running"
-    )
+    # one pass over the slot holders (kernel.ping shows these on every call)
+    started: dict[str, int] = {}
+    per_template: dict[str, int] = {}
+    by_priority: dict[str, int] = {}
+    holders = yielding = 0
+    for r in running.values():
+        if not holds_slot(r):
+            continue
+        template = r.task.sandbox_template
+        holders += 1
+        yielding += r.task.yields
+        per_template[template] = per_template.get(template, 0) + 1
+        if r.task.state == "running":
+            started[template] = started.get(template, 0) + 1
+        key = str(r.run_priority)
+        by_priority[key] = by_priority.get(key, 0) + 1
     queued: Counter[str] = Counter(
         str(queue.effective(task_id, now)) for task_id in records if task_id in queue
     )
-    over = max(0, len(holders) - limits.global_max)
-    per_template: Counter[str] = Counter(r.task.sandbox_template for r in holders)
+    over = max(0, holders - limits.global_max)
     over_templates = sum(max(0, n - limits.for_template(t)) for t, n in per_template.items())
     return SchedulerStats(
         by_state=by_state,
-        running_by_template=dict(started),
-        running_by_priority=dict(Counter(str(r.run_priority) for r in holders)),
+        running_by_template=started,
+        running_by_priority=by_priority,
         queued_by_priority=dict(queued),
-        yielding=sum(1 for r in holders if r.task.yields),
+        yielding=yielding,
         over_limit=max(over, over_templates),
         accepting_work=accepting,
         paused_total=totals["paused"],

@@ -122,6 +122,8 @@ class SandboxPool:
         #: how long making a sandbox took lately (a moving average)
         self.make_s = MAKE_S
         self.last_take = float("-inf")  # (time.monotonic(): the quiet period after it)
+        self._free: float | None = None  # the host's free memory, read _free_at
+        self._free_at = float("-inf")
         self._makes: set[asyncio.Task[None]] = set()
         self.stats = {
             "made": 0,
@@ -307,8 +309,10 @@ class SandboxPool:
     def under_pressure(self) -> bool:
         if self.kernel_pressure():
             return True
-        free = self.host_free()
-        return free is not None and free < self.limits.min_free_memory
+        now = time.monotonic()
+        if now - self._free_at >= TICK_S:  # /proc/meminfo at most once a tick: kernel.ping
+            self._free, self._free_at = self.host_free(), now  # shows this on every call
+        return self._free is not None and self._free < self.limits.min_free_memory
 
     def target(self, recipe: Recipe, now: float) -> int:
         """How many idle sandboxes ``recipe`` should have now."""
