@@ -13,9 +13,13 @@ A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
   client sees it, minus the wait for its sandbox (``ready_ms``: nearly nothing when the
   warm pool had one) and minus the tool's own run time as the plugin host measured it:
   the kernel's dispatch, IPC both ways, sanitising and auditing (design budget 50 ms).
+- ipc_echo_rtt: the same client's round trip to a raw asyncio echo server (the baseline
+  of ``kernel.ping``, as in :mod:`benchmarks.ipc`);
 - fs_write: an ``fs.write`` end to end as the model sees it, ``--think-ms`` after the
-  previous call (a model's turn; the pool refills meanwhile), then back to back
-  (``fs_write_burst``; ``fs_write_cold``: those calls that found the pool empty);
+  previous call (a model's turn; the pool refills meanwhile); then a turn of ``--plugin-n``
+  writes back to back (``fs_write_first_burst``: the session's first such turn), a pause,
+  and another such turn (``fs_write_burst``: the pool sized from the first, ADR-065;
+  ``fs_write_cold``: its calls that found no sandbox ready);
 - raw_exec: ``<engine> exec <container> true`` into a running container (what reusing
   one sandbox would cost per call), same run;
 - pool_idle_memory_mib_per_sandbox: what an idle pool sandbox holds (``<engine> stats``);
@@ -24,13 +28,16 @@ A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
   (:mod:`benchmarks._testrun`).
 
 Keys: fs_read_p50_us / _p90_us / _p99_us, fs_read_per_s, ipc_rtt_p50_us / _p99_us,
-ratio_fs_read_vs_ipc_p50, round_of_10_reads_p50_ms / _p99_ms, plugin_call_overhead_p50_ms
-/ _p90_ms, plugin_sandbox_ready_p50_ms, plugin_call_total_p50_ms, fs_write_p50_ms / _p90_ms,
-fs_write_warm_share, fs_write_burst_p50_ms, fs_write_cold_p50_ms, raw_exec_p50_ms / _p90_ms,
-ratio_fs_write_vs_exec_p50 (goal <= 0.5), pool_idle_sandboxes,
-pool_idle_memory_mib_per_sandbox, test_run_files, test_run_p50_ms / _p90_ms,
-test_run_warm_share, test_run_direct_p50_ms, test_run_exec_p50_ms, test_run_overhead_ratio
-(goal <= 1.3), test_run_vs_exec_ratio, think_ms, engine.  Sandboxed keys need an engine.
+ipc_echo_rtt_p50_us, ratio_ipc_vs_echo_p50 (goal <= 1.1), ratio_fs_read_vs_ipc_p50,
+round_of_10_reads_p50_ms / _p99_ms, plugin_call_overhead_p50_ms / _p90_ms,
+plugin_sandbox_ready_p50_ms, plugin_call_total_p50_ms, fs_write_p50_ms / _p90_ms,
+fs_write_warm_share, fs_write_first_burst_p50_ms, fs_write_burst_p50_ms / _p90_ms,
+fs_write_burst_warm_share, fs_write_cold_p50_ms, raw_exec_p50_ms / _p90_ms,
+ratio_fs_write_vs_exec_p50 (goal <= 0.2), ratio_fs_write_burst_vs_exec_p50 (goal <= 1),
+pool_idle_sandboxes, pool_idle_memory_mib_per_sandbox, test_run_files, test_run_p50_ms /
+_p90_ms, test_run_warm_share, test_run_direct_p50_ms, test_run_exec_p50_ms,
+test_run_overhead_ratio (goal <= 1.3), test_run_vs_exec_ratio, think_ms, engine.
+Sandboxed keys need an engine.
 """
 
 from __future__ import annotations
@@ -55,7 +62,9 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo-project"
 SANDBOXED = (
     "plugin_n", "plugin_call_overhead_p50_ms", "plugin_call_overhead_p90_ms",
     "plugin_sandbox_ready_p50_ms", "plugin_call_total_p50_ms", "fs_write_p50_ms",
-    "fs_write_p90_ms", "fs_write_warm_share", "fs_write_burst_p50_ms", "fs_write_cold_p50_ms",
+    "fs_write_p90_ms", "fs_write_warm_share", "fs_write_first_burst_p50_ms",
+    "fs_write_burst_p50_ms", "fs_write_burst_p90_ms", "fs_write_burst_warm_share",
+    "fs_write_cold_p50_ms", "ratio_fs_write_burst_vs_exec_p50",
     "pool_idle_sandboxes", "pool_idle_memory_mib_per_sandbox", "raw_exec_p50_ms",
     "raw_exec_p90_ms", "ratio_fs_write_vs_exec_p50", "test_run_files", "test_run_p50_ms",
     "test_run_p90_ms", "test_run_warm_share", "test_run_direct_p50_ms", "test_run_exec_p50_ms",
@@ -120,12 +129,15 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
             batch = {"session_id": sid, "calls": [{"tool": "fs.read", "args": read["args"]}] * 10}
             assert client.call("tool.call", read)["ok"]
             ping = _timed(lambda: client.call("kernel.ping"), n)
+            echo = _echo_rtts(root, n)
             reads = _timed(lambda: client.call("tool.call", read), n)
             rounds = _timed(lambda: client.call("tool.batch", batch), max(50, n // 10), 10)
             result: dict[str, Any] = {
                 "n": n,
                 "ipc_rtt_p50_us": _us(ping, 0.5),
                 "ipc_rtt_p99_us": _us(ping, 0.99),
+                "ipc_echo_rtt_p50_us": _us(echo, 0.5),
+                "ratio_ipc_vs_echo_p50": round(percentile(ping, 0.5) / percentile(echo, 0.5), 2),
                 "fs_read_p50_us": _us(reads, 0.5),
                 "fs_read_p90_us": _us(reads, 0.9),
                 "fs_read_p99_us": _us(reads, 0.99),
@@ -149,12 +161,30 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
                 raw_exec_p50_ms=_ms(raw, 0.5),
                 raw_exec_p90_ms=_ms(raw, 0.9),
                 ratio_fs_write_vs_exec_p50=round(writes / (percentile(raw, 0.5) * 1000), 2),
+                ratio_fs_write_burst_vs_exec_p50=round(
+                    result["fs_write_burst_p50_ms"] / (percentile(raw, 0.5) * 1000), 2
+                ),
             )
             if test_files:
                 result.update(testrun.measure(engine, image, test_files, plugin_n, think_s))
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _echo_rtts(root: Path, n: int) -> list[float]:
+    """Baseline: the same client's round trip to a raw asyncio echo server (benchmarks.ipc's),
+    in its own process, in this run."""
+    from benchmarks.ipc import _start
+
+    path = str(root / "echo.sock")
+    server = _start("echo", path)
+    try:
+        with SyncClient(path, timeout=60) as echo:
+            return _timed(lambda: echo.call("kernel.ping"), n)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _plugin_calls(client: SyncClient, sid: str, n: int, think_s: float) -> dict[str, Any]:
@@ -209,13 +239,18 @@ def _writes(
         warm += was_warm
     time.sleep(max(think_s, 1.0))  # the pool refills: its idle sandboxes are measured
     memory = idle_memory_mib(engine, project)
-    burst = [write(n + i) for i in range(n)]
+    first = [write(n + i) for i in range(n)]  # no turn like it yet: the pool holds few
+    time.sleep(max(think_s, 2.0))  # a model's turn: the pool sizes itself for the next
+    burst = [write(2 * n + i) for i in range(n)]
     cold = [t for t, was_warm in burst if not was_warm]
     return {
         "fs_write_p50_ms": _ms(paced, 0.5),
         "fs_write_p90_ms": _ms(paced, 0.9),
         "fs_write_warm_share": round(warm / n, 2),
+        "fs_write_first_burst_p50_ms": _ms([t for t, _ in first], 0.5),
         "fs_write_burst_p50_ms": _ms([t for t, _ in burst], 0.5),
+        "fs_write_burst_p90_ms": _ms([t for t, _ in burst], 0.9),
+        "fs_write_burst_warm_share": round((n - len(cold)) / n, 2),
         "fs_write_cold_p50_ms": _ms(cold, 0.5) if cold else None,
         "pool_idle_sandboxes": len(memory),
         "pool_idle_memory_mib_per_sandbox": round(sum(memory) / len(memory), 1) if memory else None,
