@@ -34,8 +34,8 @@ class Gate(net.Bounded):
         super().__init__(path, _Handler, MAX_CONNECTIONS)
 
     def shutdown(self) -> None:
-        if self.dialler is not None:
-            self.dialler.shutdown()
+        if self.dialler is not None:  # both at once: each waits up to its poll interval
+            threading.Thread(target=self.dialler.shutdown).start()
         super().shutdown()
 
     def ask(self, method: str, path: str, body: bytes = b"") -> tuple[bytes, int, Any]:

@@ -157,6 +157,7 @@ class KernelSandboxes:
         self.instance = uuid.uuid4().hex[:12]
         self._manager: ContainerManager | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self.orphans_removed: list[str] = []
         self.error: FluffyError | None = None
         #: told of every sandbox's life (the kernel audits it: :func:`audit_observer`)
@@ -190,10 +191,19 @@ class KernelSandboxes:
         for error in report.errors:
             log.warning("cannot remove an orphan sandbox: %s", error)
         self.orphans_removed = report.containers
+        if self._closed:  # the kernel stopped meanwhile (close() did not wait)
+            self.close()
         return report.containers
 
     def close(self) -> None:
-        with self._lock:
+        """Destroy what is active.  While the start-up sweep is still opening the
+        manager (connecting, finding images) there is nothing to destroy yet: a stop
+        does not wait for it, and the sweep closes what it opened (or, if the process
+        ends first, the next kernel removes it as a crashed one's)."""
+        self._closed = True
+        if self._manager is None and self._lock.locked():
+            return  # being opened: the sweep closes it when it is done
+        with self._lock:  # (opened: every other holder returns at once)
             if self._manager is not None:
                 self._manager.close()
 
