@@ -7,11 +7,15 @@ the first answered ``kernel.ping`` on the project's socket (the bootstrap create
 starts L1, the kernel checks its database, opens the audit log and listens).
 restart_to_healthy: from SIGKILL of the running kernel container to the first answered
 ping of its replacement (the supervisor notices, backs off, starts a new L1).
+cli_start: ``fluffy start`` as a person runs it, until the command returns (the CLI's own
+start-up, the policy's network list, the bootstrap, the kernel healthy); stop: ``fluffy
+stop`` until it returns (the kernel records its shutdown, the container and the gate go).
 bare_container: ``docker run --rm --network none`` of the kernel image running ``true``
 (create, start, wait, remove), the engine's own floor.
 
 Keys: start_to_healthy_p50_ms / _p90_ms, restart_to_healthy_p50_ms / _p90_ms,
-bare_container_p50_ms / _p90_ms, ratio_start_vs_bare_p50, n, engine.
+cli_start_p50_ms / _p90_ms, stop_p50_ms / _p90_ms, bare_container_p50_ms / _p90_ms,
+ratio_start_vs_bare_p50 (goal <= 2), ratio_cli_start_vs_bare_p50 (goal <= 3), n, engine.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         kind = engine.info.engine
     starts: list[float] = []
     restarts: list[float] = []
+    cli_starts: list[float] = []
+    stops: list[float] = []
     bare: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         home, project = Path(tmp) / "home", Path(tmp) / "project"
@@ -105,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=120)
+            for command, samples in (("start", cli_starts), ("stop", stops)):
+                t3 = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "fluffy", command, "--project", str(project)],
+                    env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True,
+                )  # fmt: skip
+                samples.append((time.perf_counter() - t3) * 1000)
             t2 = time.perf_counter()
             subprocess.run(
                 [kind, "run", "--rm", "--network", "none", "--entrypoint", "true", image],
@@ -115,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         **_stats("start_to_healthy", starts),
         **_stats("restart_to_healthy", restarts),
+        **_stats("cli_start", cli_starts),
+        **_stats("stop", stops),
         **_stats("bare_container", bare),
         "n": args.n,
         "engine": kind,
     }
-    result["ratio_start_vs_bare_p50"] = round(
-        result["start_to_healthy_p50_ms"] / result["bare_container_p50_ms"], 2
-    )
+    for key, figure in (("start", "start_to_healthy"), ("cli_start", "cli_start")):
+        result[f"ratio_{key}_vs_bare_p50"] = round(
+            result[f"{figure}_p50_ms"] / result["bare_container_p50_ms"], 2
+        )
     print(json.dumps(result, sort_keys=True) if args.json else json.dumps(result, indent=2))
     return 0
 
