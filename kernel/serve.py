@@ -22,6 +22,7 @@ from fluffy.kernel import process_tuning
 from fluffy.kernel.ai.assemble import AiLayer, assemble_ai
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.audit.methods import audit_methods
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.audit.storage import StorageSettings
@@ -127,6 +128,7 @@ def kernel_syscalls(
     set (a name declared twice raises :class:`DuplicateSyscall` here, at start-up)."""
     return SyscallTable(
         default_methods(),
+        audit_methods(audit),
         workflow_methods(workflow, accepting_work),
         policy_methods(front, policy_path, state_dir, audit, reloaded, default_text, rules),
         project_methods(project, layout, default_text is not None, tools.environment),

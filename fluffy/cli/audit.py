@@ -14,7 +14,7 @@ from typing import Any
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, status_word, stdout
-from fluffy.errors import AuditQueryError, AuditUnavailable
+from fluffy.errors import AuditQueryError, AuditUnavailable, FluffyError
 from fluffy.paths import state_dir as default_state_dir
 
 EXIT_OK, EXIT_BROKEN = 0, 1
@@ -133,10 +133,24 @@ def _filters(args: argparse.Namespace) -> Any:
     )
 
 
+def _flush_running(folder: Path) -> None:
+    """Ask the kernel that writes ``folder`` (a project kernel's, beside its socket
+    folder) to commit what it holds: operational entries wait up to the flush interval.
+    No kernel, or one that does not answer: the log as it is on disk."""
+    sock = folder.parent / "run" / "kernel.sock"
+    if not sock.exists():
+        return
+    from fluffy.ipc.client import SyncClient
+
+    with contextlib.suppress(FluffyError, OSError), SyncClient(str(sock), timeout=5) as client:
+        client.call("audit.flush")
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     from fluffy.kernel.audit.query import entries
 
     folder = _state_dir(args)
+    _flush_running(folder)
     filters = _filters(args)
     with _reading(folder):
         found = list(entries(folder, filters))
