@@ -264,6 +264,15 @@ class AuditLog:
             await waiter
         return seq
 
+    def record_soon(self, event: Event) -> asyncio.Future[None]:
+        """Record ``event`` now (its place in the chain taken at once); the future is
+        done when it is durably committed (or fails with the commit's error)."""
+        self._append(event)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._batch.waiters.append(waiter)
+        self._wake.set()
+        return waiter
+
     def record_nowait(self, event: Event) -> int:
         """Record an operational event from synchronous code (never waits)."""
         seq, sync = self._append(event)

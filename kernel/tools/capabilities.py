@@ -17,6 +17,7 @@ itself never is (a digest names it).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class Capabilities:
         self.clock = clock
         self.audit = audit
 
-    async def issue(
+    def begin_issue(
         self,
         scope: Scope,
         *,
@@ -62,7 +63,11 @@ class Capabilities:
         call_id: str,
         plugin: str,
         sandbox_id: str | None = None,
-    ) -> CapabilityToken:
+    ) -> tuple[CapabilityToken, asyncio.Future[None]]:
+        """A token at once, and the future of its ``capability_issued`` entry's durable
+        commit: the caller hands the token out meanwhile, and accepts no use of it
+        before that future is done (the design's synchronous write: never lost before
+        the capability is exercised).  Call on the kernel's loop."""
         token = self.tokens.issue(
             container_id=container_id,
             connection=connection,
@@ -72,25 +77,30 @@ class Capabilities:
             now=self.clock(),
             ttl_s=ttl_s,
         )
-        if self.audit is not None:  # durable before the sandbox may use it
-            await self.audit.record(
-                Event(
-                    "capability_issued",
-                    caller="kernel",
-                    syscall_type=scope.syscall,
-                    sandbox_id=sandbox_id or container_id[:12],
-                    input_summary=f"token for {plugin}: {scope.syscall} on "
-                    f"{', '.join(scope.paths)[:300]}",
-                    metadata={
-                        "token": token_ref(token.token_id),
-                        "call_id": call_id,
-                        "plugin": plugin,
-                        "max_ops": str(token.max_ops),
-                        "ttl_s": f"{ttl_s:g}",
-                    },
-                )
+        if self.audit is None:
+            recorded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            recorded.set_result(None)
+            return token, recorded
+        recorded = self.audit.record_soon(  # in the chain now, durable when it is done
+            Event(
+                "capability_issued",
+                caller="kernel",
+                syscall_type=scope.syscall,
+                sandbox_id=sandbox_id or container_id[:12],
+                input_summary=f"token for {plugin}: {scope.syscall} on "
+                f"{', '.join(scope.paths)[:300]}",
+                metadata={
+                    "token": token_ref(token.token_id),
+                    "call_id": call_id,
+                    "plugin": plugin,
+                    "max_ops": str(token.max_ops),
+                    "ttl_s": f"{ttl_s:g}",
+                },
             )
-        return token
+        )
+        # a call that ends before its result never reads the outcome: read it here
+        recorded.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return token, recorded
 
     def expire(self, token_id: str, call_id: str, *, why: str = "the call is over") -> None:
         """Revoke a call's token and record how much of it was used."""

@@ -72,6 +72,8 @@ class Job:
     slot: str = ""  # names the sandbox's socket folder
     capability: Scope | None = None  # what its token covers (None: no token)
     token: CapabilityToken | None = None  # issued when the host takes the call
+    #: its capability_issued entry's durable commit (the result waits for it)
+    issued: asyncio.Future[None] | None = None
     timeout_s: float = 0.0  # the call's time limit (its token lives as long)
 
 

@@ -20,7 +20,14 @@ from typing import Any
 
 import msgspec
 
-from fluffy.errors import InvalidPayload, PolicyDenied, SandboxExited, ToolTimeout, ToolTransient
+from fluffy.errors import (
+    FluffyError,
+    InvalidPayload,
+    PolicyDenied,
+    SandboxExited,
+    ToolTimeout,
+    ToolTransient,
+)
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.lifecycle import Sandbox
@@ -106,7 +113,9 @@ class PluginSocket:
         """The call's token, bound to this sandbox and the connection that took it."""
         assert job.capability is not None and self.capabilities is not None
         container_id = job.sandbox.container_id if job.sandbox is not None else None
-        token = await self.capabilities.issue(
+        # handed out at once; its issue's durable commit overlaps the tool's run, and
+        # the call's result (where the token's uses come back) waits for it
+        token, job.issued = self.capabilities.begin_issue(
             job.capability,
             container_id=container_id or job.sandbox_id,
             connection=connection_key(context),
@@ -164,6 +173,14 @@ class PluginSocket:
             if job.future.done():
                 raise InvalidPayload("this call was answered already")
             reply: dict[str, Any] = msgspec.to_builtins(params)  # the fields sent
+            if job.issued is not None:
+                try:
+                    await job.issued  # no use of the token before its issue is durable
+                except FluffyError as exc:
+                    reply = {"call_id": job.call_id, "ok": False, "error": {
+                        "code": exc.code, "message": f"the call's token: {exc.what}"}}  # fmt: skip
+                if job.future.done():  # the call ended meanwhile (torn down, evicted)
+                    raise InvalidPayload("this call was answered already")
             if job.files_refused is not None:  # the call failed: its files are incomplete
                 reply = {
                     "call_id": job.call_id,

@@ -47,10 +47,15 @@ def setup(tmp_path: Path) -> tuple[PolicyEngine, Capabilities, Clock]:
 
 
 def issue(caps: Capabilities, *paths: str) -> Any:
-    return asyncio.run(
-        caps.issue(Scope("fs.write", paths), container_id="c1" * 32, connection="sock:1",
-                   ttl_s=30, call_id="k1", plugin="fs-tool")
-    )  # fmt: skip
+    async def durable() -> Any:
+        token, recorded = caps.begin_issue(
+            Scope("fs.write", paths), container_id="c1" * 32, connection="sock:1", ttl_s=30,
+            call_id="k1", plugin="fs-tool",
+        )  # fmt: skip
+        await recorded
+        return token
+
+    return asyncio.run(durable())
 
 
 def check(
@@ -130,9 +135,10 @@ def test_issued_and_expired_tokens_are_audited(tmp_path: Path) -> None:
         engine, _, clock = setup(tmp_path)
         caps = Capabilities(engine.tokens, clock, audit)
         scope = Scope("fs.write", ("src/a.py", "src/b.py"))
-        token = await caps.issue(
+        token, recorded = caps.begin_issue(
             scope, container_id="c2", connection="s", ttl_s=30, call_id="k2", plugin="fs-tool"
         )
+        await recorded
         secrets.append(token.token_id)
         token.ops_used = 1
         caps.expire(token.token_id, "k2")
@@ -167,8 +173,8 @@ def test_changes_without_the_call_s_token_are_refused_where_tokens_are_issued(
 
 
 def test_a_token_issued_as_its_call_ends_is_revoked_at_once(tmp_path: Path) -> None:
-    """The issue is recorded (durably) before the host gets the token; if the call is
-    torn down meanwhile, the token is revoked then, not left to its TTL."""
+    """If the call is torn down while its token is being issued, the token is revoked
+    then, not left to its TTL."""
     from fluffy.kernel.tools.pluginjob import Job
     from fluffy.kernel.tools.plugins import PluginRunner
 
@@ -189,3 +195,86 @@ def test_a_token_issued_as_its_call_ends_is_revoked_at_once(tmp_path: Path) -> N
     asyncio.run(main())
     (expired,) = list(entries(tmp_path, Filters(event_type="capability_expired")))
     assert expired["metadata"]["reason"] == "the call ended first"
+
+
+def test_a_result_waits_until_its_token_s_issue_is_durable(tmp_path: Path) -> None:
+    """The token goes to the host at once and the capability_issued commit overlaps the
+    tool's run; but the call's result, where the token's uses come back, is taken only
+    once that entry is durable (the design's synchronous write)."""
+    from fluffy.kernel.tools.pluginjob import Job
+    from fluffy.kernel.tools.plugins import PluginRunner
+    from fluffy.kernel.tools.pluginsocket import ToolResultParams
+
+    committed = asyncio.Event()
+
+    class SlowAudit:
+        def record_soon(self, event: Event) -> asyncio.Future[None]:
+            durable = asyncio.get_running_loop().create_future()
+
+            async def commit() -> None:
+                await committed.wait()
+                durable.set_result(None)
+
+            self.commit = asyncio.ensure_future(commit())
+            return durable
+
+    async def main() -> None:
+        engine, _, clock = setup(tmp_path)
+        caps = Capabilities(engine.tokens, clock, SlowAudit())  # type: ignore[arg-type]
+        runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
+        runner.capabilities = caps
+        job = Job("k4", "fs.write", {}, "strict", plugin="fs-tool", sandbox_id="sb1")
+        job.capability = Scope("fs.write", ("src/a.py",))
+        context = SimpleNamespace(binding="tool-y", connection=object())
+        runner.socket.jobs["tool-y"] = job
+        job.context = context  # type: ignore[assignment]
+        shown = await runner.socket.issue(job, context)  # type: ignore[arg-type]
+        assert shown["token"] in engine.tokens.tokens  # handed out before the commit
+        answer = ToolResultParams(call_id="k4", ok=True, result={"changes": []})
+        taking = asyncio.ensure_future(runner.socket.result(context, answer))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not job.future.done()  # the issue is not durable yet
+        committed.set()
+        await taking
+        assert job.future.result()["ok"] is True
+
+    asyncio.run(main())
+
+
+def test_a_result_for_a_call_ended_meanwhile_is_refused(tmp_path: Path) -> None:
+    """The call is torn down while its token's issue commits: the late result is
+    refused, never set on the finished call."""
+    from fluffy.errors import InvalidPayload
+    from fluffy.kernel.tools.pluginjob import Job
+    from fluffy.kernel.tools.plugins import PluginRunner
+    from fluffy.kernel.tools.pluginsocket import ToolResultParams
+
+    committed = asyncio.Event()
+
+    class SlowAudit:
+        def record_soon(self, event: Event) -> asyncio.Future[None]:
+            durable = asyncio.get_running_loop().create_future()
+            committed_soon = asyncio.ensure_future(committed.wait())
+            committed_soon.add_done_callback(lambda _: durable.set_result(None))
+            return durable
+
+    async def main() -> None:
+        engine, _, clock = setup(tmp_path)
+        runner = PluginRunner(lambda: None, tmp_path, environment=dict)  # type: ignore[arg-type,return-value]
+        runner.capabilities = Capabilities(engine.tokens, clock, SlowAudit())  # type: ignore[arg-type]
+        job = Job("k5", "fs.write", {}, "strict", plugin="fs-tool", sandbox_id="sb1")
+        job.capability = Scope("fs.write", ("src/a.py",))
+        context = SimpleNamespace(binding="tool-z", connection=object())
+        runner.socket.jobs["tool-z"] = job
+        job.context = context  # type: ignore[assignment]
+        await runner.socket.issue(job, context)  # type: ignore[arg-type]
+        answer = ToolResultParams(call_id="k5", ok=True, result={"changes": []})
+        taking = asyncio.ensure_future(runner.socket.result(context, answer))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        job.future.set_result({"call_id": "k5", "ok": False})  # torn down meanwhile
+        committed.set()
+        with pytest.raises(InvalidPayload):
+            await taking
+        assert job.future.result()["ok"] is False
+
+    asyncio.run(main())
