@@ -8,6 +8,7 @@ redacted (:mod:`fluffy.kernel.redaction`) and truncated to 500 characters.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -50,15 +51,29 @@ def mask_secrets(value: Any, depth: int = 0) -> Any:
     return value
 
 
+#: A secret-named key (:func:`_secret_field`) as it appears in JSON: ``"name":``.
+_SECRET_KEY = re.compile(
+    rb'"(?i:(?:api_key|apikey|token|secret|password|authorization)'
+    rb'|(?:[^"\\]|\\.)*(?:_api_key|_token|_secret|_password))":'
+)
+
+
 def summarize(value: Any) -> str:
     if value is None:
         return ""
-    if isinstance(value, dict | list):
-        value = mask_secrets(value)
     try:
-        text = value if isinstance(value, str) else _encode(value).decode()
+        if isinstance(value, str):
+            text = value
+        else:
+            # the encoding first (in C): a call's params may carry a whole conversation,
+            # and only one that names a secret-like key is walked to mask its values
+            raw = _encode(value)
+            # (non-ASCII text may lower-case to a secret name: the full walk decides)
+            if isinstance(value, dict | list) and (not raw.isascii() or _SECRET_KEY.search(raw)):
+                raw = _encode(mask_secrets(value))
+            text = raw.decode()
     except (TypeError, ValueError, OverflowError):
-        text = repr(value)
+        text = repr(mask_secrets(value) if isinstance(value, dict | list) else value)
     return truncate(redact(truncate(text, 20_000)))
 
 
