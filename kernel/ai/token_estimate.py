@@ -9,9 +9,10 @@ message pays a small framing overhead for its role and separators.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, Final
+
+import msgspec
 
 from fluffy.ipc.ai_types import Message
 from fluffy.kernel.tools.sanitizer import estimate_tokens as _chars_to_tokens
@@ -27,9 +28,13 @@ def estimate_tokens(text: str) -> int:
     return _chars_to_tokens(len(text))
 
 
+_encode = msgspec.json.Encoder(enc_hook=repr).encode
+
+
 def json_tokens(value: Any) -> int:
-    """Tokens of ``value``'s compact JSON encoding (schemas, tool-call arguments)."""
-    return estimate_tokens(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    """Tokens of ``value``'s compact JSON encoding (schemas, tool-call arguments; the
+    context counts every message's at every round, so msgspec's encoder, not json's)."""
+    return estimate_tokens(_encode(value).decode())
 
 
 def message_tokens(message: Message) -> int:
