@@ -204,6 +204,7 @@ async def serve(
     server.memory = lambda: {**guard.as_dict(), "pool": tools.pool_stats()}
     server.scheduler = tools.scheduler.figures
     await server.listen(socket_path)
+    tools.sweep()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

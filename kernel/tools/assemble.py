@@ -152,6 +152,13 @@ class ToolPath:
             self.runner.pool.limits = pool_limits(policy)
             self.runner.pool.invalidate("the policy was reloaded")
 
+    def sweep(self) -> None:
+        """Start-up recovery in the background: the sandboxes an earlier kernel of this
+        project left behind (the kernel calls it once it listens: the sweep connects to
+        the engine, importing its SDK, which the start need not wait for)."""
+        if self.sandboxes is not None:
+            threading.Thread(target=_remove_orphans, args=(self.sandboxes,), daemon=True).start()
+
     async def close(self) -> None:
         if self.mcp is not None:
             await self.mcp.close()
@@ -269,8 +276,6 @@ async def assemble_tools(
             log.warning("completed interrupted merges of session(s) %s", ", ".join(finished))
     except FluffyError as exc:
         log.error("could not complete an interrupted merge: %s", exc)
-    if sandboxes is not None:
-        threading.Thread(target=_remove_orphans, args=(sandboxes,), daemon=True).start()
     return ToolPath(router, sandboxes, runner, scheduler, plugins, mcp)
 
 
