@@ -22,6 +22,14 @@ def fluffy_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".fluffy"
 
 
+def user_config() -> Path:
+    return fluffy_home() / CONFIG_NAME
+
+
+def project_config(project: Path) -> Path:
+    return project / ".fluffy" / CONFIG_NAME
+
+
 def state_dir() -> Path:
     return fluffy_home() / "state"
 

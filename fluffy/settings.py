@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from fluffy.errors import ConfigError
-from fluffy.paths import CONFIG_NAME, fluffy_home
+from fluffy.paths import project_config, user_config
 
 Provider = Literal["scripted", "openai", "anthropic", "ollama", "lmstudio"]
 
@@ -187,14 +187,6 @@ class Settings(BaseModel):
 
     def api_key(self) -> str | None:
         return api_key(self)
-
-
-def user_config() -> Path:
-    return fluffy_home() / CONFIG_NAME
-
-
-def project_config(project: Path) -> Path:
-    return project / ".fluffy" / CONFIG_NAME
 
 
 def _is_key_name(key: object) -> bool:

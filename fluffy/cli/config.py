@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from fluffy.cli.render import print_json, stdout
 from fluffy.errors import ConfigError
-from fluffy.paths import kernel_socket, project_socket
+from fluffy.paths import kernel_socket, project_config, project_socket, user_config
 from fluffy.settings import (
     DEFAULT_MODELS,
     FIELDS,
@@ -36,9 +36,7 @@ from fluffy.settings import (
     Settings,
     api_key_source,
     load_settings,
-    project_config,
     read_file,
-    user_config,
     validate_layer,
 )
 

@@ -85,7 +85,7 @@ TRUST_FILE = "trusted-endpoints.json"
 def _chosen_by_project(settings: Any, key: str) -> str | None:
     """The project config file that chose setting ``key`` (None: the person chose it, on
     the command line, in the environment or in their own config, or nobody did)."""
-    from fluffy.settings import user_config
+    from fluffy.paths import user_config
 
     source = str(settings.sources.get(key, ""))
     if not getattr(settings, key, None) or not source.endswith("config.yaml"):

@@ -328,9 +328,9 @@ def _theme() -> None:
     import contextlib
     import os
 
-    from fluffy.paths import CONFIG_NAME, fluffy_home
+    from fluffy.paths import project_config, user_config
 
-    files = (fluffy_home() / CONFIG_NAME, Path.cwd() / ".fluffy" / CONFIG_NAME)
+    files = (user_config(), project_config(Path.cwd()))
     if not os.environ.get("FLUFFY_THEME", "").strip() and not any(f.exists() for f in files):
         use_theme("auto")  # nothing sets it: the default, without loading the settings
         return

@@ -9,14 +9,13 @@ from pydantic import ValidationError
 
 from fluffy.errors import ConfigError
 from fluffy.kernel.ai.context import TokenBudget
+from fluffy.paths import project_config, user_config
 from fluffy.settings import (
     MIN_CONTEXT_WINDOW,
     Settings,
     api_key,
     api_key_source,
     load_settings,
-    project_config,
-    user_config,
 )
 
 pytestmark = pytest.mark.unit
