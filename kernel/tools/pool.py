@@ -54,6 +54,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,16 @@ CLOSE_WAIT_S = 60.0
 POOL_PRIORITY = PRIORITY_IDLE
 
 
+@dataclass
+class _Make:
+    """A sandbox being made: its recipe, whether it holds its scheduler slot yet, and
+    whether it is dropped when it arrives (its folder was discarded meanwhile)."""
+
+    recipe: Recipe
+    leased: bool = False
+    stale: bool = False
+
+
 class SandboxPool:
     """Warm single-use sandboxes per recipe (see the module docstring)."""
 
@@ -115,15 +126,13 @@ class SandboxPool:
         self.generation = 0
         self.idle: dict[Recipe, list[Slot]] = {}
         self.demand: dict[Recipe, Demand] = {}
-        #: the sandboxes being made: each one's arrival (done once it is idle, or failed)
-        self.making: dict[asyncio.Future[None], Recipe] = {}
-        self._stale_makes: set[asyncio.Future[None]] = set()  # dropped when they arrive
-        self._unleased: set[asyncio.Future[None]] = set()  # not holding their slot yet
+        #: the sandboxes being made, by their arrival (done once idle, or failed)
+        self.making: dict[asyncio.Future[None], _Make] = {}
         #: how long making a sandbox took lately (a moving average)
         self.make_s = MAKE_S
         self.last_take = float("-inf")  # (time.monotonic(): the quiet period after it)
-        self._free: float | None = None  # the host's free memory, read _free_at
-        self._free_at = float("-inf")
+        #: whether memory was short when the filler last looked (what kernel.ping shows)
+        self.pressured = False
         self._makes: set[asyncio.Task[None]] = set()
         self.stats = {
             "made": 0,
@@ -149,28 +158,21 @@ class SandboxPool:
         self.last_take = time.monotonic()
         demand = self._demand(recipe, now)
         demand.calls.append(now)
-        found = None
-        if self.limits.enabled:
-            found = await self._pick(recipe)
-            # only a sandbox that holds its slot: one still waiting for a slot may wait
-            # for this very call's (it then makes its own after WAIT_S at most)
-            arrivals = [
-                f for f, r in self.making.items() if r == recipe and f not in self._unleased
-            ]
-            if found is None and arrivals:
-                # its sandbox is being made: waiting for it beats making another (still
-                # a call the pool was not ready for: it counts for the size)
-                demand.misses.append(now)
+        found = await self._pick(recipe) if self.limits.enabled else None
+        if found is None:
+            demand.misses.append(now)  # a call the pool was not ready for: it counts
+            # for the size.  Its sandbox may be being made: waiting for it beats making
+            # another -- only for one that holds its slot (one still waiting for a slot
+            # may wait for this very call's), and at most WAIT_S or three recent makes
+            arrivals = [f for f, m in self.making.items() if m.recipe == recipe and m.leased]
+            if arrivals:
                 await asyncio.wait(
                     [asyncio.shield(f) for f in arrivals],
                     timeout=max(WAIT_S, 3 * self.make_s),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 found = await self._pick(recipe)
-                if found is None:
-                    demand.misses.pop()
         if found is None:
-            demand.misses.append(now)
             self.stats["missed"] += 1
         else:
             self.stats["taken"] += 1
@@ -200,9 +202,9 @@ class SandboxPool:
             for recipe in list(self.idle):
                 if folder in (recipe.project, recipe.staged_dir):
                     victims.extend(self.idle.pop(recipe))
-            for arrival, making in self.making.items():
-                if folder in (making.project, making.staged_dir):
-                    self._stale_makes.add(arrival)  # dropped when it arrives
+            for making in self.making.values():
+                if folder in (making.recipe.project, making.recipe.staged_dir):
+                    making.stale = True  # dropped when it arrives
         if victims:
             log.info("pool: %d idle sandbox(es) dropped: %s", len(victims), why)
         self.stats["stale"] += len(victims)
@@ -230,7 +232,7 @@ class SandboxPool:
             "making": len(self.making),
             "capacity": self.limits.capacity,
             "recipes": len(self.idle),
-            "under_pressure": self.under_pressure(),
+            "under_pressure": self.pressured,
             **self.stats,
         }
 
@@ -309,10 +311,8 @@ class SandboxPool:
     def under_pressure(self) -> bool:
         if self.kernel_pressure():
             return True
-        now = time.monotonic()
-        if now - self._free_at >= TICK_S:  # /proc/meminfo at most once a tick: kernel.ping
-            self._free, self._free_at = self.host_free(), now  # shows this on every call
-        return self._free is not None and self._free < self.limits.min_free_memory
+        free = self.host_free()
+        return free is not None and free < self.limits.min_free_memory
 
     def target(self, recipe: Recipe, now: float) -> int:
         """How many idle sandboxes ``recipe`` should have now."""
@@ -347,11 +347,16 @@ class SandboxPool:
                 if recipe.template not in free:
                     # (a make just started does not hold its slot yet: count it)
                     kind = recipe.template
-                    leasing = sum(1 for f in self._unleased if self.making[f].template == kind)
+                    leasing = sum(
+                        1
+                        for m in self.making.values()
+                        if m.recipe.template == kind and not m.leased
+                    )
                     free[kind] = self.slots.free(kind) - leasing
                 if free[recipe.template] <= 0:
                     continue  # no slot free, or work waits for one: background waits
-            made = len(self.idle.get(recipe, ())) + list(self.making.values()).count(recipe)
+            made = len(self.idle.get(recipe, ()))
+            made += sum(1 for m in self.making.values() if m.recipe == recipe)
             if made < allotted.get(recipe, 0):
                 return recipe
         return None
@@ -403,7 +408,8 @@ class SandboxPool:
 
     async def _step(self) -> None:
         now = self.clock()
-        if self.under_pressure():
+        self.pressured = self.under_pressure()
+        if self.pressured:
             if self.size:
                 dropped = self.drain()
                 log.warning("pool: memory is short; %d idle sandbox(es) destroyed", dropped)
@@ -415,8 +421,7 @@ class SandboxPool:
             return
         while (recipe := self._plan(now)) is not None:
             arrival = asyncio.get_running_loop().create_future()
-            self.making[arrival] = recipe
-            self._unleased.add(arrival)
+            self.making[arrival] = _Make(recipe)
             task = asyncio.create_task(self._make(recipe, arrival), name="sandbox-pool-make")
             self._makes.add(task)
             task.add_done_callback(self._makes.discard)
@@ -438,7 +443,7 @@ class SandboxPool:
                 except FluffyError as exc:
                     log.info("pool: no slot for a %s sandbox: %s", recipe.template, exc.what)
                     return
-            self._unleased.discard(arrival)
+            self.making[arrival].leased = True
             generation = self.generation
             began = time.monotonic()
             try:
@@ -460,7 +465,7 @@ class SandboxPool:
             self.make_s = 0.8 * self.make_s + 0.2 * (time.monotonic() - began)
             if recipe in self.demand:
                 self.demand[recipe].failures = 0
-            stale = arrival in self._stale_makes or generation != self.generation
+            stale = self.making[arrival].stale or generation != self.generation
             if self._closed or stale or self.under_pressure():
                 self._discard(slot)
                 return
@@ -470,8 +475,6 @@ class SandboxPool:
             if lease is not None:
                 lease.release()
             self.making.pop(arrival, None)
-            self._stale_makes.discard(arrival)
-            self._unleased.discard(arrival)
             self._arrived(arrival)
             self._wake.set()  # more may be needed
 
