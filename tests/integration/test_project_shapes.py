@@ -23,7 +23,7 @@ from fluffy.images.spec import REQUIREMENTS_DIR
 from fluffy.images.templates import template_images
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from tests.conftest import connect_engine
-from tests.integration.tool_support import Kernel
+from tests.integration.tool_support import Kernel, git
 from tests.project_support import fixture_wheels, local_index, pip_env, session_steps, shape
 
 
@@ -77,13 +77,6 @@ def play(kernel: Kernel, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 assert answer["session"]["state"] == expect["state"], (step, answer["output"])
             answers.append(answer)
     return answers
-
-
-def git(project: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "safe.directory=*", "-C", str(project), *args],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", ["src", "flat", "requirements", "lock", "plain"])

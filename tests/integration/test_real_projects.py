@@ -19,7 +19,6 @@ over the budget.  The whole list on Podman: ``FLUFFY_REAL_PROJECTS_ALL=1``.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,8 @@ import pytest
 from fluffy.images.environment import ensure_environment
 from fluffy.images.templates import template_images
 from tests.conftest import connect_engine
-from tests.integration.tool_support import Kernel
+from tests.integration.tool_support import Kernel, git
+from tests.integration.tool_support import call as tool_call
 from tests.real_projects_support import (
     HostRun,
     RealProject,
@@ -81,17 +81,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Callable[[RealProject], Ho
     return run
 
 
-def git(project: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "safe.directory=*", "-C", str(project), *args],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-
-
 def call(client: Any, sid: str, tool: str, **args: Any) -> dict[str, Any]:
-    answer: dict[str, Any] = client.call(
-        "tool.call", {"session_id": sid, "tool": tool, "args": args}
-    )
+    answer = tool_call(client, sid, tool, **args)
     assert answer["ok"], (tool, answer.get("error"))
     return answer
 

@@ -85,6 +85,14 @@ class Kernel:
         return list(json.loads(out.stdout)["entries"])
 
 
+def git(project: Path, *args: str) -> str:
+    """``git -C project ARGS``'s output, stripped (any owner: the kernel may be another uid)."""
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(project), *args],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
 def call(client: SyncClient, session: str, tool: str, **args: Any) -> dict[str, Any]:
     answer: dict[str, Any] = client.call(
         "tool.call", {"session_id": session, "tool": tool, "args": args}
