@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import posixpath
+import stat
 import time
 from pathlib import Path, PurePosixPath
 
@@ -21,16 +21,17 @@ def normalize(path: str, root: Path | None) -> str:
     """
     if not path or "\x00" in path:
         raise PathEscape(f"{path!r} is not a path")
-    pure = PurePosixPath(path)
-    if pure.is_absolute():
+    if path.startswith("/"):
         if root is None:
             raise PathEscape(f"absolute path {path} with no project root to confine it")
         try:
-            pure = pure.relative_to(PurePosixPath(root.as_posix()))
+            text = str(PurePosixPath(path).relative_to(PurePosixPath(root.as_posix())))
         except ValueError:
             raise PathEscape(f"{path} is outside the project {root}") from None
+    else:
+        text = path
     parts: list[str] = []
-    for part in pure.parts:
+    for part in text.split("/"):
         if part in ("", "."):
             continue
         if part == "..":
@@ -39,13 +40,13 @@ def normalize(path: str, root: Path | None) -> str:
             parts.pop()
             continue
         parts.append(part)
-    relative = posixpath.join(*parts) if parts else "."
+    relative = "/".join(parts) if parts else "."
     if root is not None:
         base = _real_root(str(root))
         if base is None:
             return relative
         try:
-            resolved = str((Path(base) / relative).resolve())
+            resolved = _resolve(base, parts)
         except (OSError, RuntimeError) as exc:  # a symlink loop, among others
             raise PathEscape(f"{path} cannot be resolved: {exc}") from None
         if resolved == base:
@@ -55,6 +56,26 @@ def normalize(path: str, root: Path | None) -> str:
         # Rules judge what the path really is, not the name of a link to it.
         return resolved[len(base) + 1 :]
     return relative
+
+
+def _resolve(base: str, parts: list[str]) -> str:
+    """``Path(base, *parts).resolve()`` for a ``base`` already resolved, parts free of
+    ``.``/``..``: one ``lstat`` per part below the base (not per part of the whole
+    path, in Python), and the full resolution only when a part is a symlink."""
+    current = base.rstrip("/")  # the root directory itself: "", so "/part"
+    for index, part in enumerate(parts):
+        current = f"{current}/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:  # nothing below a missing part can be a link
+            return "/".join((current, *parts[index + 1 :]))
+        except OSError:
+            break
+        if stat.S_ISLNK(mode):
+            break
+    else:
+        return current or "/"
+    return str(Path(base, *parts).resolve())
 
 
 def _real_root(root: str) -> str | None:
