@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -256,10 +256,13 @@ class Staging:
     def is_empty(self) -> bool:
         return not self._entries
 
-    def diff(self) -> str:
-        """A unified diff of every staged change against the project (for review)."""
+    def diff(self, paths: Collection[str] | None = None) -> str:
+        """A unified diff of every staged change against the project (for review), or
+        of those of ``paths`` only (what one call staged)."""
         parts: list[str] = []
         for change in self.changes():
+            if paths is not None and change.path not in paths:
+                continue
             try:
                 with _os_errors(f"cannot diff {change.path!r}"):
                     old = read_existing(self.project, change.path, MAX_VIEW_BYTES)

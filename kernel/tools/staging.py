@@ -80,9 +80,10 @@ async def stage(
         await workflow.annotate(
             call.session.id, "review_required", review_required=[*reasons, call.review]
         )
-    diff = await asyncio.to_thread(stage.diff)
+    paths = [c.path for c in staged]
+    diff = await asyncio.to_thread(stage.diff, set(paths))  # this call's, not the session's
     return {
-        "staged": [c.path for c in staged],
+        "staged": paths,
         "note": "staged: tests and reads see it now; the project changes when the "
         "merge is approved in reviewing",
         "review_required": call.review,

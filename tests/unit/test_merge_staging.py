@@ -97,6 +97,9 @@ def test_diff_and_clear(staging: Staging) -> None:
     assert "--- a/old.py\n+++ /dev/null\n" in diff
     assert "Binary files /dev/null and b/bin.dat differ\n" in diff
     assert staging.diff_lines() == count_diff_lines(diff) == 3
+    only = staging.diff({"old.py"})  # one call's changes
+    assert only == "--- a/old.py\n+++ /dev/null\n" + only.split("+++ /dev/null\n", 1)[1]
+    assert "src/a.py" not in only and "bin.dat" not in only
     staging.clear()
     assert staging.is_empty() and staging.diff() == ""
     assert list(staging.tree.iterdir()) == []

@@ -336,7 +336,11 @@ def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, deci
         red = await router.call(sid, "test.run", {})
         assert red["session"]["state"] == "code_writing", red
         await router.call(sid, "fs.write", {"path": "src/app.py", "content": "KEY = 1\n"})
-        await router.call(sid, "fs.write", {"path": "pyproject.toml", "content": "[project]\n"})
+        wrote = await router.call(
+            sid, "fs.write", {"path": "pyproject.toml", "content": "[project]\n"}
+        )
+        diff = wrote["output"]["diff"]  # this call's change, not the whole session's
+        assert "+++ b/pyproject.toml" in diff and "app.py" not in diff, diff
         fake.green = True
         green = await router.call(sid, "test.run", {})
         assert green["session"]["state"] == "reviewing", green
