@@ -14,7 +14,8 @@ A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
   warm pool had one) and minus the tool's own run time as the plugin host measured it:
   the kernel's dispatch, IPC both ways, sanitising and auditing (design budget 50 ms).
 - ipc_echo_rtt: the same client's round trip to a raw asyncio echo server (the baseline
-  of ``kernel.ping``, as in :mod:`benchmarks.ipc`);
+  of ``kernel.ping``, as in :mod:`benchmarks.ipc`), in blocks of 100 alternating with
+  the pings, this process pinned to one CPU and both servers' event loops to another;
 - fs_write: an ``fs.write`` end to end as the model sees it, ``--think-ms`` after the
   previous call (a model's turn; the pool refills meanwhile); then a turn of ``--plugin-n``
   writes back to back (``fs_write_first_burst``: the session's first such turn), a pause,
@@ -43,11 +44,16 @@ Sandboxed keys need an engine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
+import socket
+import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +134,7 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
             }
             batch = {"session_id": sid, "calls": [{"tool": "fs.read", "args": read["args"]}] * 10}
             assert client.call("tool.call", read)["ok"]
-            ping = _timed(lambda: client.call("kernel.ping"), n)
-            echo = _echo_rtts(root, n)
+            ping, echo = _ping_and_echo(client, root, n)
             reads = _timed(lambda: client.call("tool.call", read), n)
             rounds = _timed(lambda: client.call("tool.batch", batch), max(50, n // 10), 10)
             result: dict[str, Any] = {
@@ -172,19 +177,54 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _echo_rtts(root: Path, n: int) -> list[float]:
-    """Baseline: the same client's round trip to a raw asyncio echo server (benchmarks.ipc's),
-    in its own process, in this run."""
+def _ping_and_echo(client: SyncClient, root: Path, n: int) -> tuple[list[float], list[float]]:
+    """``kernel.ping`` round trips, and the baseline: the same client's round trips to a
+    raw asyncio echo server (benchmarks.ipc's, in its own process), taken in alternating
+    blocks of 100 so both see the same machine (a pool refilling, a busy neighbour)."""
     from benchmarks.ipc import _start
 
     path = str(root / "echo.sock")
     server = _start("echo", path)
+    ping: list[float] = []
+    echo: list[float] = []
     try:
-        with SyncClient(path, timeout=60) as echo:
-            return _timed(lambda: echo.call("kernel.ping"), n)
+        with SyncClient(path, timeout=60) as raw, _pinned(client, raw):
+            for start in range(0, n, 100):
+                block = min(100, n - start)
+                ping += _timed(lambda: client.call("kernel.ping"), block, warmup=5)
+                echo += _timed(lambda: raw.call("kernel.ping"), block, warmup=5)
+        return ping, echo
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def _pinned(*clients: SyncClient) -> Iterator[None]:
+    """This process on one CPU, the servers' event loops (their main threads) on
+    another, for the time of the block.  Unpinned, where the OS places three processes
+    on two CPUs moves a round trip between ~33 us (same CPU) and ~60 us (a cross-CPU
+    wake-up) from one run to the next, whichever server is measured."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        yield
+        return
+    pids = [_peer_pid(c) for c in clients]
+    saved = {pid: os.sched_getaffinity(pid) for pid in (0, *pids)}
+    try:
+        os.sched_setaffinity(0, {cpus[0]})
+        for pid in pids:
+            os.sched_setaffinity(pid, {cpus[1]})
+        yield
+    finally:
+        for pid, mask in saved.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, mask)
+
+
+def _peer_pid(client: SyncClient) -> int:
+    creds = client.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[0])
 
 
 def _plugin_calls(client: SyncClient, sid: str, n: int, think_s: float) -> dict[str, Any]:
