@@ -133,18 +133,15 @@ def rounds(messages: Sequence[Message]) -> list[list[Message]]:
     message alone.  A tool result whose call is not right before it is a group of its
     own (an orphan)."""
     groups: list[list[Message]] = []
+    calls: frozenset[str] = frozenset()  # the ids of the calls the last group opened
     for message in messages:
-        if message.role == "tool" and groups and _answers(groups[-1], message):
+        if message.role == "tool" and message.tool_call_id in calls:
             groups[-1].append(message)
-        else:
-            groups.append([message])
+            continue
+        groups.append([message])
+        opens = message.role == "assistant" and message.tool_calls
+        calls = frozenset(c.id for c in message.tool_calls) if opens else frozenset()
     return groups
-
-
-def _answers(group: list[Message], result: Message) -> bool:
-    """Whether ``result`` answers a call of the round ``group`` opened."""
-    head = group[0]
-    return head.role == "assistant" and any(c.id == result.tool_call_id for c in head.tool_calls)
 
 
 def shorten_old_results(

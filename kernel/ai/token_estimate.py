@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from fluffy.ipc.ai_types import Message
-from fluffy.kernel.tools.sanitizer import estimate_tokens as _chars_to_tokens
+from fluffy.kernel.tools.sanitizer import CHARS_PER_TOKEN
 
 #: Role, separators and the provider's per-message framing.
 MESSAGE_OVERHEAD: Final = 4
@@ -25,7 +25,7 @@ CALL_OVERHEAD: Final = 4
 
 def estimate_tokens(text: str) -> int:
     """Tokens of ``text`` (one per 4 characters, rounded up)."""
-    return _chars_to_tokens(len(text))
+    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 _encode = msgspec.json.Encoder(enc_hook=repr).encode
@@ -34,20 +34,25 @@ _encode = msgspec.json.Encoder(enc_hook=repr).encode
 def json_tokens(value: Any) -> int:
     """Tokens of ``value``'s compact JSON encoding (schemas, tool-call arguments; the
     context counts every message's at every round, so msgspec's encoder, not json's)."""
-    return estimate_tokens(_encode(value).decode())
+    raw = _encode(value)
+    return -(-(len(raw) if raw.isascii() else len(raw.decode())) // CHARS_PER_TOKEN)
 
 
 def message_tokens(message: Message) -> int:
-    """Tokens one message costs in a request: content, tool calls and framing."""
-    total = MESSAGE_OVERHEAD + estimate_tokens(message.content)
+    """Tokens one message costs in a request: content, tool calls and framing.
+
+    (The context counts every message of the window at every round: the per-4-character
+    estimate is spelled out here rather than called per part.)"""
+    per = CHARS_PER_TOKEN
+    total = MESSAGE_OVERHEAD - (-len(message.content) // per)
     for call in message.tool_calls:
-        total += CALL_OVERHEAD + estimate_tokens(call.id) + estimate_tokens(call.name)
+        total += CALL_OVERHEAD - (-len(call.id) // per) - (-len(call.name) // per)
         if call.invalid_arguments is not None:  # sent back as the model wrote them
-            total += estimate_tokens(call.invalid_arguments)
+            total -= -len(call.invalid_arguments) // per
         else:
             total += json_tokens(call.arguments)
     if message.role == "tool":
-        total += estimate_tokens(message.tool_call_id) + estimate_tokens(message.name)
+        total -= (-len(message.tool_call_id) // per) + (-len(message.name) // per)
     return total
 
 

@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -432,3 +433,85 @@ def test_build_messages_opens_with_a_user_message() -> None:
     assert messages[1].content == CONTINUE and messages[0].content == "SYSTEM"
     messages = build_messages("SYSTEM", "", [], [user("hi")])
     assert [m.role for m in messages] == ["system", "user"]
+
+
+def _per_part(message: Message) -> int:
+    """The estimate as the design states it: each part's characters / 4, rounded up."""
+
+    def tokens(text: str) -> int:
+        return -(-len(text) // 4)
+
+    total = 4 + tokens(message.content)
+    for call in message.tool_calls:
+        total += 4 + tokens(call.id) + tokens(call.name)
+        if call.invalid_arguments is not None:
+            total += tokens(call.invalid_arguments)
+        else:
+            total += tokens(msgspec.json.encode(call.arguments).decode())
+    if message.role == "tool":
+        total += tokens(message.tool_call_id) + tokens(message.name)
+    return total
+
+
+CALLS = st.builds(
+    ToolCall,
+    id=st.text(max_size=9),
+    name=st.text(max_size=9),
+    arguments=st.dictionaries(st.text(max_size=5), st.text(max_size=7) | st.integers(), max_size=3),
+    invalid_arguments=st.none() | st.text(max_size=12),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    role=st.sampled_from(["user", "assistant", "tool", "system"]),
+    content=st.text(max_size=40),
+    calls=st.lists(CALLS, max_size=3),
+    call_id=st.text(max_size=6),
+    name=st.text(max_size=6),
+)
+def test_a_message_costs_each_part_rounded_up(
+    role: str, content: str, calls: list[ToolCall], call_id: str, name: str
+) -> None:
+    message = Message(role, content, calls, call_id, name)  # type: ignore[arg-type]
+    assert message_tokens(message) == _per_part(message)
+
+
+def _grouped(messages: list[Message]) -> list[list[Message]]:
+    """rounds() as first written: a tool result joins the group whose head called it."""
+    groups: list[list[Message]] = []
+    for message in messages:
+        head = groups[-1][0] if groups else None
+        if (
+            message.role == "tool"
+            and head is not None
+            and head.role == "assistant"
+            and any(c.id == message.tool_call_id for c in head.tool_calls)
+        ):
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+    return groups
+
+
+IDS = st.sampled_from(["a", "b", "c"])
+MESSAGES = st.lists(
+    st.one_of(
+        st.builds(Message, role=st.just("user"), content=st.just("u")),
+        st.builds(
+            Message,
+            role=st.just("assistant"),
+            tool_calls=st.lists(st.builds(ToolCall, id=IDS, name=st.just("fs.read")), max_size=3),
+        ),
+        st.builds(Message, role=st.just("tool"), tool_call_id=IDS, name=st.just("fs.read")),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(MESSAGES)
+def test_rounds_keep_each_result_with_the_call_that_asked_for_it(
+    messages: list[Message],
+) -> None:
+    assert rounds(messages) == _grouped(messages)
