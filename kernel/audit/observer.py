@@ -51,12 +51,26 @@ def mask_secrets(value: Any, depth: int = 0) -> Any:
     return value
 
 
-#: What every secret-named key (:func:`_secret_field`) ends with as it appears in ASCII
-#: JSON: the name's last letters, then ``":`` (JSON escapes no letter).  A sound
-#: pre-check: ``"mytoken":`` matches too, and the full walk then decides.  Literals
-#: only: a pattern that scans each string back from its quote is quadratic in a long one.
-#: Searched in the lower-cased text (a case-insensitive pattern is four times slower).
-_SECRET_KEY = re.compile(rb'(?:api_key|apikey|token|secret|password|authorization)":')
+#: What every secret-named key (:func:`_secret_field`) ends with once the JSON text is
+#: lower-cased: the name's last letters, then ``":`` (JSON escapes no letter, and no
+#: character lower-cases to an escaped one).  A sound pre-check: ``"mytoken":`` matches
+#: too, and the full walk then decides.  Lower-casing the whole text lowers each key as
+#: ``str.lower`` would (a Kelvin sign becomes ``k``; only a final sigma depends on its
+#: neighbours, and it becomes no ASCII letter).  Literals only: a pattern that scans
+#: each string back from its quote is quadratic in a long one.  A value the walk would
+#: leave as it is (empty, null, false: not masked) does not count: an AI host's every
+#: request names its provider's ``"api_key":""``.
+_MASKED_KEY_PATTERN = (
+    r'(?:api_key|apikey|token|secret|password|authorization)":(?!""|null|false|\[\]|\{\})'
+)
+_SECRET_KEY = re.compile(_MASKED_KEY_PATTERN.encode())
+_SECRET_KEY_TEXT = re.compile(_MASKED_KEY_PATTERN)
+#: The characters a summary is made from (then redacted and cut to 500).
+KEPT = 20_000
+#: Where a secret-like key must have begun to change those: masking changes the text
+#: only after a key's ``":``, and a match is at most 25 characters long.  (Beyond it
+#: nothing is looked at: the count of characters cut may then include a secret's.)
+_WINDOW = KEPT + 32
 
 
 def summarize(value: Any) -> str:
@@ -69,15 +83,19 @@ def summarize(value: Any) -> str:
             # the encoding first (in C): a call's params may carry a whole conversation,
             # and only one that names a secret-like key is walked to mask its values
             raw = _encode(value)
-            # (non-ASCII text may lower-case to a secret name: the full walk decides)
-            if isinstance(value, dict | list) and (
-                not raw.isascii() or _SECRET_KEY.search(raw.lower())
-            ):
-                raw = _encode(mask_secrets(value))
             text = raw.decode()
+            if (
+                isinstance(value, dict | list)
+                and (
+                    _SECRET_KEY.search(raw[:_WINDOW].lower())  # bytes.lower: ASCII letters
+                    if raw.isascii()
+                    else _SECRET_KEY_TEXT.search(text[:_WINDOW].lower())
+                )
+            ):
+                text = _encode(mask_secrets(value)).decode()
     except (TypeError, ValueError, OverflowError):
         text = repr(mask_secrets(value) if isinstance(value, dict | list) else value)
-    return truncate(redact(truncate(text, 20_000)))
+    return truncate(redact(truncate(text, KEPT)))
 
 
 def caller_of(call: CallRecord) -> str:

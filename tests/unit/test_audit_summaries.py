@@ -45,12 +45,20 @@ KEYS = st.one_of(
             "apikey",
             "client_secret",
             "note",
+            "to\u212aen",  # KELVIN SIGN: lower-cases to "token"
+            "MY_PA\u017fSWORD",  # LONG S: str.lower keeps it (no secret)
+            "\u0130_secret",  # I WITH DOT: lower-cases to two characters
+            "\u00e9t\u00e9_token",
         ]
     ),
     st.text(max_size=12),
 )
 VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=30)
+    | st.sampled_from(["", 0.0, -0.0]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
     max_leaves=25,
 )
@@ -67,3 +75,14 @@ def test_a_secret_deep_in_a_large_payload_is_masked() -> None:
     payload = {"messages": messages, "provider": {"settings": {"api_key": "sk-live-123"}}}
     assert "sk-live-123" not in summarize(payload)
     assert summarize({"messages": messages}) == reference({"messages": messages})
+
+
+@pytest.mark.parametrize("before", range(19_940, 20_060, 9))
+def test_a_secret_key_near_the_end_of_what_is_kept(before: int) -> None:
+    # only the first 20,000 characters make a summary: a key that starts in them is
+    # masked; one after them changes nothing the summary shows
+    payload = {"a": "x" * before, "my_token": "hunter2hunter2", "z": "y" * 30_000}
+    assert summarize(payload) == reference(payload)
+    assert summarize([payload, {"password": "p" * 50}]) == reference(
+        [payload, {"password": "p" * 50}]
+    )
