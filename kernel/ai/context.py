@@ -206,15 +206,17 @@ class ContextWindow:
         start = min(max(start, 0), len(history))
         limit = budget.recent_for(pins_tokens)
         pending = shorten_old_results(history[start:])
-        pending_tokens = int(messages_tokens(pending) * scale)
+        costs = [message_tokens(m) for m in pending]  # each counted once
+        pending_tokens = int(sum(costs) * scale)
         triggered = compact or pending_tokens > trigger * limit
         target = int(keep * limit) if triggered else limit
         if compact:
             target = min(target, int(keep * pending_tokens))
         groups = rounds(pending)
-        kept, used = 0, 0
+        kept, used, end = 0, 0, len(pending)
         for group in reversed(groups):
-            cost = int(sum(message_tokens(m) for m in group) * scale)
+            cost = int(sum(costs[end - len(group) : end]) * scale)
+            end -= len(group)
             if kept and used + cost > target:
                 break
             kept, used = kept + 1, used + cost  # the newest round always goes
