@@ -66,6 +66,8 @@ _SELECT_META: Final = (
 TITLE_CHARS: Final = 60
 ARCHIVE_AFTER_DAYS: Final = 30
 DAY_MS: Final = 86_400_000
+#: Sessions whose messages the store keeps in memory (the most recently loaded).
+LOADED_SESSIONS: Final = 8
 #: All pins together may take this many tokens (the context budget's ``pins`` part).
 PINS_TOKENS: Final = 2000
 
@@ -139,6 +141,9 @@ class ConversationStore:
 
     def __init__(self, db: aiosqlite.Connection) -> None:
         self.db = db
+        #: the messages of the sessions loaded lately, as stored (this store is the
+        #: only writer of its tables: append extends them, any other change drops them)
+        self._loaded: dict[str, list[Message]] = {}
 
     @classmethod
     async def open(cls, state_dir: Path) -> ConversationStore:
@@ -185,7 +190,13 @@ class ConversationStore:
             await self.db.commit()
         except BaseException:
             await self.db.rollback()
+            self._loaded.pop(session_id, None)
             raise
+        loaded = self._loaded.get(session_id)
+        if loaded is not None and len(loaded) == count:
+            loaded.extend(_decode_message(row[3]) for row in rows)
+        else:
+            self._loaded.pop(session_id, None)
         return count + len(rows)
 
     async def replace_calls(self, session_id: str, calls: Mapping[str, ToolCall]) -> bool:
@@ -207,17 +218,29 @@ class ConversationStore:
                 (_message_json(clean).decode(), session_id, seq),
             )
             await self.db.commit()
+            self._loaded.pop(session_id, None)
             return True
         return False
 
     async def load(self, session_id: str) -> list[Message]:
-        """The session's messages, oldest first (archived ones too)."""
-        rows = await self.db.execute_fetchall(
-            "SELECT seq, message FROM conversation WHERE session_id = ? UNION ALL "
-            "SELECT seq, message FROM conversation_archive WHERE session_id = ? ORDER BY seq",
-            (session_id, session_id),
-        )
-        return [_decode_message(row[1]) for row in rows]
+        """The session's messages, oldest first (archived ones too).
+
+        Kept after the first load (a running session's context reads them every model
+        round, and the list only grows): the same Message values come back each time."""
+        loaded = self._loaded.get(session_id)
+        if loaded is None:
+            rows = await self.db.execute_fetchall(
+                "SELECT seq, message FROM conversation WHERE session_id = ? UNION ALL "
+                "SELECT seq, message FROM conversation_archive WHERE session_id = ? "
+                "ORDER BY seq",
+                (session_id, session_id),
+            )
+            loaded = [_decode_message(row[1]) for row in rows]
+            while len(self._loaded) >= LOADED_SESSIONS:
+                self._loaded.pop(next(iter(self._loaded)))
+        self._loaded.pop(session_id, None)
+        self._loaded[session_id] = loaded  # the most recent last
+        return list(loaded)
 
     # -- meta -----------------------------------------------------------------------------
     async def meta(self, session_id: str) -> ConversationMeta | None:
@@ -332,6 +355,7 @@ class ConversationStore:
                     "UPDATE conversation_meta SET archived_at = ? WHERE session_id = ?",
                     (now, session_id),
                 )
+                self._loaded.pop(session_id, None)
             await self.db.commit()
         except BaseException:
             await self.db.rollback()

@@ -205,3 +205,23 @@ def test_a_session_not_idle_long_enough_is_kept(tmp_path: Path) -> None:
         return await store.prune(now_ms() + 29 * DAY_MS)
 
     assert with_store(tmp_path, body) == []
+
+
+def test_what_a_store_keeps_in_memory_follows_its_writes(tmp_path: Path) -> None:
+    summary = ToolCall(id="c1", name="fs.write", arguments={"path": "tests/test_a.py"})
+
+    async def body(store: ConversationStore) -> list[list[Message]]:
+        seen = [await store.load("s1")]
+        await store.append("s1", HISTORY[:2])
+        seen.append(await store.load("s1"))
+        assert await store.replace_calls("s1", {"c1": summary})
+        seen.append(await store.load("s1"))
+        await store.append("s1", HISTORY[2:])
+        seen.append(await store.load("s1"))
+        return seen
+
+    empty, first, replaced, full = with_store(tmp_path, body)
+    assert empty == [] and first == HISTORY[:2]
+    assert replaced[1].tool_calls == [summary]
+    assert full == [*replaced, *HISTORY[2:]]
+    assert with_store(tmp_path, lambda store: store.load("s1")) == full  # as stored
