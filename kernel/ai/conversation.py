@@ -153,8 +153,17 @@ class ConversationStore:
         await self.db.close()
 
     # -- messages -------------------------------------------------------------------------
-    async def append(self, session_id: str, messages: Sequence[Message]) -> int:
-        """Store ``messages`` after the session's last one; returns the message count."""
+    async def append(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        also: Sequence[tuple[str, tuple[Any, ...]]] = (),
+    ) -> int:
+        """Store ``messages`` after the session's last one; returns the message count.
+
+        ``also``: statements of this connection's other tables to commit with them (a
+        model round's usage: one transaction, one sync, instead of two)."""
         for message in messages:
             if not isinstance(message, Message):
                 raise TypeError(
@@ -187,6 +196,8 @@ class ConversationStore:
                 "updated_at = excluded.updated_at, touched = excluded.touched",
                 (session_id, title, turns, count + len(rows), now, now),
             )
+            for sql, parameters in also:
+                await self.db.execute(sql, parameters)
             await self.db.commit()
         except BaseException:
             await self.db.rollback()

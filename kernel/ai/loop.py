@@ -60,6 +60,7 @@ from fluffy.kernel.ai.reviews import TurnReviews
 from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.ai.toolcalls import TurnCalls
 from fluffy.kernel.ai.turn import Turn
+from fluffy.kernel.ai.usage import Booked
 from fluffy.kernel.tools.router import ToolRouter
 
 log = logging.getLogger("fluffy.kernel.ai")
@@ -380,12 +381,14 @@ class SessionLoop:
         if only is not None:
             tools = [t for t in tools if t.name in only]
         text: list[str] = []
-        response = await self._request(turn, session.state, session.mode, tools, text)
+        response, sent = await self._request(turn, session.state, session.mode, tools, text)
         turn.final_text = response.text or "".join(text)
         calls = list(response.tool_calls)
         # kept bounded: huge arguments or text would be sent back with every request
         message = bounded(Message(role="assistant", content=turn.final_text, tool_calls=calls))
-        await self.memory.append(sid, [message])
+        model = self._model(turn, response)
+        booked = Booked(turn.turn_id, model, response.usage, sent, tools)
+        await self.memory.append(sid, [message], booked=booked)  # the usage with it
         return calls  # as the model sent them: they run as asked (or are refused)
 
     async def _request(
@@ -395,8 +398,9 @@ class SessionLoop:
         mode: str,
         tools: list[ToolDefinition],
         text: list[str],
-    ) -> AIResponse:
-        """One model request, its text streamed to the user (and into ``text``).
+    ) -> tuple[AIResponse, list[Message]]:
+        """One model request, its text streamed to the user (and into ``text``); the
+        answer and what was sent (the caller books its usage).
 
         Retried within the provider's retry policy; a prompt the provider refuses as too
         long is compacted (the older half of the window summarised) and sent once more.
@@ -462,22 +466,18 @@ class SessionLoop:
                     "at once; check that context_window matches the model's "
                     "(`fluffy config set context_window N`).",
                 ) from None
-        await self._account(turn, response, sent, tools)
-        return response
+        return response, sent
 
-    async def _account(
-        self,
-        turn: Turn,
-        response: AIResponse,
-        sent: list[Message] | None = None,
-        tools: list[ToolDefinition] | None = None,
-    ) -> None:
-        """Book a response's usage (and with what was sent: calibrate the estimate)."""
+    def _model(self, turn: Turn, response: AIResponse) -> str:
+        """The model a response is booked to (the turn's tally counts it now)."""
         model = response.model or turn.provider.model or turn.provider.name
         turn.usage.add_usage(model, response.usage)
-        await self.memory.record_usage(
-            turn.session_id, turn.turn_id, model, response.usage, sent, tools or []
-        )
+        return model
+
+    async def _account(self, turn: Turn, response: AIResponse) -> None:
+        """Book the usage of a response no message keeps (a summary request)."""
+        model = self._model(turn, response)
+        await self.memory.record_usage(turn.session_id, turn.turn_id, model, response.usage)
 
     async def note_audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:
         if self.audit is not None:

@@ -22,7 +22,7 @@ from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.prompt import base_prompt
 from fluffy.kernel.ai.summary import fallback_summary
 from fluffy.kernel.ai.token_estimate import estimate_tokens
-from fluffy.kernel.ai.usage import Calibration, Tally, UsageLedger
+from fluffy.kernel.ai.usage import Booked, Calibration, Tally, UsageLedger, upsert
 from fluffy.kernel.tools.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow
 
@@ -85,8 +85,18 @@ class Memory:
             return ["**"]
         return None
 
-    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        await self.store.append(session_id, messages)
+    async def append(
+        self, session_id: str, messages: Sequence[Message], *, booked: Booked | None = None
+    ) -> None:
+        """Store ``messages``; ``booked``: the response they carry, its usage booked in
+        the same transaction (and the estimate calibrated against it)."""
+        if booked is None:
+            await self.store.append(session_id, messages)
+            return
+        usage = upsert(session_id, booked.turn_id, booked.model, booked.usage)
+        await self.store.append(session_id, messages, also=[usage])
+        if booked.sent is not None:
+            self.calibration.observe(session_id, booked.sent, booked.tools, booked.usage)
 
     async def context(
         self,
@@ -128,19 +138,9 @@ class Memory:
         system = "\n\n".join(part for part in (system, section) if part)
         return build_messages(system, summary, pins, window)
 
-    async def record_usage(
-        self,
-        session_id: str,
-        turn_id: str,
-        model: str,
-        usage: Usage,
-        sent: Sequence[Message] | None = None,
-        tools: Sequence[ToolDefinition] = (),
-    ) -> None:
-        """Book one request's usage; with ``sent``, calibrate the estimate against it."""
+    async def record_usage(self, session_id: str, turn_id: str, model: str, usage: Usage) -> None:
+        """Book the usage of a request whose answer no message keeps (a summary)."""
         await self.usage.record(session_id, turn_id, model, usage)
-        if sent is not None:
-            self.calibration.observe(session_id, sent, tools, usage)
 
     async def usage_report(self, session_id: str) -> dict[str, Any]:
         """``/usage``: the latest turn, the whole session, and the estimate's calibration."""

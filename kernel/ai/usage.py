@@ -79,6 +79,39 @@ def counts_of(usage: Usage) -> dict[str, int]:
     }
 
 
+UPSERT_SQL: Final = (
+    "INSERT INTO ai_usage (session_id, turn_id, model, requests, reported, "
+    "input_tokens, output_tokens, cached_tokens, started_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(session_id, turn_id, model) DO UPDATE SET "
+    "requests = requests + excluded.requests, "
+    "reported = reported + excluded.reported, "
+    "input_tokens = input_tokens + excluded.input_tokens, "
+    "output_tokens = output_tokens + excluded.output_tokens, "
+    "cached_tokens = cached_tokens + excluded.cached_tokens, "
+    "updated_at = excluded.updated_at"
+)
+
+
+@dataclass(frozen=True)
+class Booked:
+    """A model response's usage, booked to its turn with the message that answers it
+    (``sent``/``tools``: what was sent, to calibrate the estimate against)."""
+
+    turn_id: str
+    model: str
+    usage: Usage
+    sent: Sequence[Message] | None = None
+    tools: Sequence[ToolDefinition] = ()
+
+
+def upsert(session_id: str, turn_id: str, model: str, usage: Usage) -> tuple[str, tuple[Any, ...]]:
+    """The statement that adds ``usage`` to its turn's row (part of any transaction)."""
+    counts = counts_of(usage)
+    now = now_ms()
+    return UPSERT_SQL, (session_id, turn_id, model, *(counts[n] for n in _COUNTS), now, now)
+
+
 class UsageLedger:
     """The ``ai_usage`` table (the conversation store's connection)."""
 
@@ -86,22 +119,8 @@ class UsageLedger:
         self.db = db
 
     async def record(self, session_id: str, turn_id: str, model: str, usage: Usage) -> None:
-        counts = counts_of(usage)
-        now = now_ms()
         try:
-            await self.db.execute(
-                "INSERT INTO ai_usage (session_id, turn_id, model, requests, reported, "
-                "input_tokens, output_tokens, cached_tokens, started_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(session_id, turn_id, model) DO UPDATE SET "
-                "requests = requests + excluded.requests, "
-                "reported = reported + excluded.reported, "
-                "input_tokens = input_tokens + excluded.input_tokens, "
-                "output_tokens = output_tokens + excluded.output_tokens, "
-                "cached_tokens = cached_tokens + excluded.cached_tokens, "
-                "updated_at = excluded.updated_at",
-                (session_id, turn_id, model, *(counts[n] for n in _COUNTS), now, now),
-            )
+            await self.db.execute(*upsert(session_id, turn_id, model, usage))
             await self.db.commit()
         except BaseException:
             await self.db.rollback()

@@ -207,6 +207,28 @@ def test_a_session_not_idle_long_enough_is_kept(tmp_path: Path) -> None:
     assert with_store(tmp_path, body) == []
 
 
+def test_a_rounds_usage_commits_with_its_message_or_not_at_all(tmp_path: Path) -> None:
+    from fluffy.ipc.ai_types import Usage
+    from fluffy.kernel.ai.usage import UsageLedger, upsert
+
+    used = Usage(input_tokens=120, output_tokens=8, reported=True)
+
+    async def body(store: ConversationStore) -> tuple[list[Message], int, list[Message], int]:
+        ledger = UsageLedger(store.db)
+        assert await store.load("s1") == []  # loaded (and kept) before anything is written
+        await store.append("s1", HISTORY[:1], also=[upsert("s1", "t1", "m", used)])
+        ok = await store.load("s1"), (await ledger.session("s1"))[1].input_tokens
+        broken = ("INSERT INTO no_such_table VALUES (?)", (1,))
+        with pytest.raises(sqlite3.OperationalError):
+            await store.append("s1", HISTORY[1:2], also=[upsert("s1", "t1", "m", used), broken])
+        return *ok, await store.load("s1"), (await ledger.session("s1"))[1].input_tokens
+
+    kept, tokens, after, tokens_after = with_store(tmp_path, body)
+    assert kept == HISTORY[:1] and tokens == 120
+    assert after == HISTORY[:1] and tokens_after == 120  # neither the message nor its usage
+    assert with_store(tmp_path, lambda store: store.load("s1")) == HISTORY[:1]
+
+
 def test_what_a_store_keeps_in_memory_follows_its_writes(tmp_path: Path) -> None:
     summary = ToolCall(id="c1", name="fs.write", arguments={"path": "tests/test_a.py"})
 
