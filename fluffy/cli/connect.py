@@ -116,6 +116,25 @@ def ask(question: str) -> bool:
         return False
 
 
+#: What a held call's question takes (``fluffy "task"``): the prompt's spellings too.
+CALL_REPLIES = {
+    **dict.fromkeys(("y", "yes", "once", "/approve"), "approve"),
+    **dict.fromkeys(("a", "all", "/approve all"), "approve_session"),
+}
+
+
+def ask_call(question: str) -> str:
+    """Allow a held call once, for the session, or not: ``approve``, ``approve_session``
+    or ``reject`` (no terminal, end of input or anything else is no)."""
+    if not sys.stdin.isatty():
+        return "reject"
+    try:
+        reply = input(f"{question} [y]es once, [a]ll this session, [N]o: ")
+    except EOFError:
+        return "reject"
+    return CALL_REPLIES.get(" ".join(reply.strip().lower().split()), "reject")
+
+
 def approve_mode(mode: str | None, *, yes: bool, confirm: Confirm | None) -> None:
     """Debug mode needs the person's yes: ``--yes``, or the question answered with y.
 

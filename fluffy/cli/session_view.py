@@ -95,8 +95,12 @@ class SessionRenderer:
         prices: Mapping[str, Price] | None = None,
         palette: Palette = PALETTES["dark"],
         markdown: bool | None = None,
+        asks_below: bool = False,
     ) -> None:
         self.console = console
+        #: a held call is answered at a question printed under it (``fluffy "task"``),
+        #: not with the prompt's /approve commands
+        self.asks_below = asks_below
         self.diff_lines = diff_lines
         self.prices: Mapping[str, Price] = prices or {}
         self.palette = palette
@@ -165,6 +169,9 @@ class SessionRenderer:
     # -- the events -----------------------------------------------------------------------
     def render(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
+        if kind in ("review", "exemption", "tool_review") and self.spinner is not None:
+            self.spinner.stop()  # a question may follow: the spinner must not draw over it
+            self.spinner = None  # (the next event about a running tool starts it again)
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:  # a newer kernel's event: say it plainly rather than drop it
             self._line(f"  [dim]{escape(str(kind))}: {escape(json.dumps(event))}[/]")
@@ -273,8 +280,10 @@ class SessionRenderer:
         if event.get("allow_with"):
             self._line(f"    [dim]to stop asking: {escape(str(event['allow_with']))}[/]")
         self._line(
-            "    nothing runs until you decide: /approve (once), /approve all (this session), "
-            "/reject \\[why]"
+            "    nothing runs until you answer below"
+            if self.asks_below
+            else "    nothing runs until you decide: /approve (once), /approve all (this "
+            "session), /reject \\[why]"
         )
         self._line()
 

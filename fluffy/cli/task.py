@@ -27,6 +27,7 @@ from fluffy.cli.connect import (
     apply_mode,
     approve_mode,
     ask,
+    ask_call,
     attached,
     get_session,
     git_identity,
@@ -161,7 +162,7 @@ def run_task(args: argparse.Namespace) -> int:
     renderer = Tally(
         JsonRenderer()
         if args.json
-        else SessionRenderer(stdout, prices=settings.prices, palette=shown)
+        else SessionRenderer(stdout, prices=settings.prices, palette=shown, asks_below=terminal)
     )
     rejected: list[str] = []
 
@@ -177,7 +178,7 @@ def run_task(args: argparse.Namespace) -> int:
                 if event.get("command") is not None
                 else f"Allow {event.get('tool')}"
             )
-            return "approve" if ask(f"{what} this once?") else "reject"
+            return ask_call(f"{what}?")
         if ask("Approve?"):
             return "approve"
         if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):

@@ -113,3 +113,34 @@ def test_an_mcp_result_is_summarised_by_its_text() -> None:
     assert summarize_result("mcp.time.x", {}, failed) == "The server reported an error: bad zone"
     image = {"ok": True, "output": {"content": [{"type": "image", "bytes": 3}]}}
     assert summarize_result("mcp.x.y", {}, image) == "image"
+
+
+def test_a_one_shot_task_asks_under_the_held_call_with_its_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fluffy.cli import connect
+
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=True)
+    renderer = SessionRenderer(console, asks_below=True)
+    renderer.render({"type": "tool_executing", "call_id": "c", "tool_name": HELD["tool"]})
+    assert renderer.spinner is not None  # a running tool, on a terminal
+    renderer.render(HELD)
+    assert renderer.spinner is None  # stopped: the question is not drawn over
+    assert "nothing runs until you answer below" in out.getvalue()
+    assert "/approve all" not in out.getvalue()  # the prompt's commands are not asked for here
+
+    monkeypatch.setattr(connect.sys.stdin, "isatty", lambda: True)
+    asked: list[str] = []
+    for reply, decision in [("y", "approve"), ("/approve", "approve"), ("A", "approve_session"),
+                            ("/approve  all", "approve_session"), ("", "reject"),
+                            ("/approve please", "reject"), ("no", "reject")]:  # fmt: skip
+        monkeypatch.setattr("builtins.input", lambda q, r=reply: asked.append(q) or r)
+        assert connect.ask_call("Allow mcp.time.get_current_time?") == decision, reply
+    assert asked[0].endswith("[y]es once, [a]ll this session, [N]o: ")
+
+    def closed(question: str) -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", closed)
+    assert connect.ask_call("Allow x?") == "reject"
