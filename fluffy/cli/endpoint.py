@@ -21,10 +21,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 def public_url(name: str) -> str:
     """The provider's own endpoint, used when no base_url is set ("" for scripted)."""
-    from fluffy.sandboxes.ai.anthropic import DEFAULT_BASE_URL as ANTHROPIC
-    from fluffy.sandboxes.ai.openai import DEFAULT_BASE_URL as OPENAI
+    from fluffy.sandboxes.ai import endpoints  # not the adapters: they need httpx
 
-    return {"openai": OPENAI, "anthropic": ANTHROPIC}.get(name, "")
+    return {"openai": endpoints.OPENAI, "anthropic": endpoints.ANTHROPIC}.get(name, "")
 
 
 def endpoint(base_url: str) -> tuple[str, int] | None:

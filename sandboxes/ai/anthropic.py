@@ -30,6 +30,7 @@ from fluffy.ipc.ai_types import (
     ToolResult,
     Usage,
 )
+from fluffy.sandboxes.ai import endpoints
 from fluffy.sandboxes.ai.calls import (
     CallAssembler,
     ToolNames,
@@ -39,7 +40,7 @@ from fluffy.sandboxes.ai.calls import (
 )
 from fluffy.sandboxes.ai.httpio import Endpoint, context_too_long, is_context_length, redact
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_BASE_URL = endpoints.ANTHROPIC
 API_VERSION = "2023-06-01"
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 STOP_REASONS = {

@@ -28,6 +28,7 @@ from fluffy.ipc.ai_types import (
     ToolResult,
     Usage,
 )
+from fluffy.sandboxes.ai import endpoints
 from fluffy.sandboxes.ai.calls import (
     CallAssembler,
     ToolNames,
@@ -44,7 +45,7 @@ from fluffy.sandboxes.ai.httpio import (
     redact,
 )
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = endpoints.OPENAI
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
