@@ -9,6 +9,8 @@ errors, 3 a fluffy error (rendered as ERROR / Reason / Fix, or JSON with --json)
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -342,6 +344,13 @@ def _theme() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except BrokenPipeError:  # `fluffy ... | head`: the reader has what it wanted
+        return _stop_writing()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = parse(argv)
     _theme()
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
@@ -350,13 +359,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         func = lambda _: interactive(str(Path.cwd().resolve()))  # noqa: E731
     try:
-        return func(args)
+        code = func(args)
     except FluffyError as error:
         print_error(error, as_json=getattr(args, "json", False))
-        return EXIT_ERROR
+        code = EXIT_ERROR
     except KeyboardInterrupt:
         stderr.print("interrupted")
         return 130
+    sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
+    return code
+
+
+def _stop_writing() -> int:
+    """What a command does when its output's reader is gone: nothing more is written
+    (the interpreter's last flush would fail again) and it ends as SIGPIPE would end it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
