@@ -80,16 +80,21 @@ def _show_plan(summary: dict[str, Any]) -> None:
         stdout.print(f"  [yellow]warning[/]      {escape(warning)}")
 
 
-def _confirmed(args: argparse.Namespace, name: str) -> bool:
+def _confirmed(
+    args: argparse.Namespace,
+    name: str,
+    question: str = "Install {name}? It runs in its own sandbox, tagged third_party.",
+    undone: str = "installed",
+) -> bool:
     from fluffy.errors import PluginNotConfirmed
 
     if args.yes:
         return True
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise PluginNotConfirmed(
-            f"{name} was not installed: there is no terminal to confirm on and --yes was not given"
+            f"{name} was not {undone}: there is no terminal to confirm on and --yes was not given"
         )
-    answer = input(f"Install {name}? It runs in its own sandbox, tagged third_party. [y/N] ")
+    answer = input(f"{question.format(name=name)} [y/N] ")
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -277,9 +282,14 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
+    from fluffy.errors import PluginNotConfirmed
     from fluffy.kernel.plugins.install import remove
 
     async def run(registry: Any, store: Any) -> None:
+        _info_of(registry, args.name)  # a name that is not installed: said before asking
+        question = "Remove the plugin {name}? Its tools go; its files leave the store."
+        if not _confirmed(args, args.name, question, undone="removed"):
+            raise PluginNotConfirmed(f"{args.name} was not removed: you answered no")
         await remove(registry, store, args.name)
 
     asyncio.run(_with_registry(args, run))
@@ -354,8 +364,9 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--rejected", action="store_true", help="list rejected plugins")
     info = action("info", "show one plugin (and check its files)", cmd_info)
     info.add_argument("name")
-    remove = action("remove", "uninstall a plugin", cmd_remove)
+    remove = action("remove", "uninstall a plugin (after confirming)", cmd_remove)
     remove.add_argument("name")
+    remove.add_argument("--yes", "-y", action="store_true", help="confirm without asking")
     enable = action("enable", "enable a disabled plugin", cmd_enable)
     enable.add_argument("name")
     disable = action("disable", "disable a plugin (kept installed)", cmd_disable)

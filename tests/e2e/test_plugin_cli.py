@@ -111,7 +111,10 @@ def test_install_list_info_disable_enable_remove(home: Path, tmp_path: Path) -> 
 
     listed = fluffy(home, "list")
     assert "lint-tool 1.0.0  REGISTERED  tools: lint.check" in listed.stdout
-    removed = fluffy(home, "remove", "lint-tool")
+    unconfirmed = fluffy(home, "remove", "lint-tool")  # no terminal to ask on, no --yes
+    assert unconfirmed.returncode == 1 and "--yes was not given" in unconfirmed.stderr
+    assert "lint-tool" in fluffy(home, "list").stdout  # still installed
+    removed = fluffy(home, "remove", "lint-tool", "--yes")
     assert removed.returncode == 0, removed.stderr
     assert store_entries(home) == set()
     assert data(fluffy(home, "list", "--json"))["plugins"] == []
