@@ -143,7 +143,6 @@ def cmd_demo_session(args: argparse.Namespace) -> int:
             f"  kernel healthy in its L1 container ({status.get('runtime')}, "
             f"{str(status.get('container_id'))[:12]}); strict mode\n"
         )
-        stdout.print(f"You: {escape(script.task)}")
     shown = use_theme(settings.theme)
     renderer = JsonRenderer(lambda _: None) if args.json else SessionRenderer(stdout, palette=shown)
     try:

@@ -109,6 +109,17 @@ def test_demo_session_plays_the_scenario_through_the_l1_kernel(
     assert "ConfigError" not in shipped.read_text()
 
 
+def test_the_demo_session_shows_the_task_once(
+    tmp_path: Path, engine: object, images: dict[str, str]
+) -> None:
+    env = _env(FLUFFY_HOME=str(tmp_path / "home"), FLUFFY_KERNEL_IMAGE=images["kernel"])
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FLUFFY_API_KEY", "FLUFFY_BASE_URL"):
+        env.pop(key, None)
+    proc = _fluffy("demo", "--session", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("You: Add error handling to parseConfig") == 1, proc.stdout
+
+
 def test_a_broken_session_script_is_refused_with_its_place(tmp_path: Path) -> None:
     script = tmp_path / "bad.yaml"
     script.write_text("task: x\nsteps:\n  - tool: fs.read\n    argz: {}\n")
