@@ -6,7 +6,19 @@ cannot do what their author probably meant.
 
 from __future__ import annotations
 
+from fluffy.kernel.policy.engine import READ_ONLY
 from fluffy.kernel.policy.model import MATCH_FIELDS, PolicyFile, Rule
+
+#: Syscalls for which an unconditional allow is the usual rule, not an oversight: they
+#: read the project (the built-in rules still refuse secret files and paths outside
+#: it) or ask the person, who decides.  `fluffy init` writes such allows.
+READS_OR_ASKS = READ_ONLY | {
+    "git.status",
+    "git.diff",
+    "workflow.request_exemption",
+    "workflow.add_tests",
+    "workflow.request_mode",
+}
 
 
 def warnings(policy: PolicyFile) -> list[str]:
@@ -80,8 +92,10 @@ def _blanket(policy: PolicyFile) -> list[str]:
         rules = [r for r in policy.capabilities if syscall in (r.match.syscall or ())]
         if any(r.action == "deny" and _unconditional(r) for r in rules):
             found.append(f"syscall {syscall}: every request is denied (an unconditional deny)")
-        elif any(r.action == "allow" and _unconditional(r) for r in rules) and not any(
-            r.action in ("deny", "require_review") for r in rules
+        elif (
+            syscall not in READS_OR_ASKS
+            and any(r.action == "allow" and _unconditional(r) for r in rules)
+            and not any(r.action in ("deny", "require_review") for r in rules)
         ):
             found.append(
                 f"syscall {syscall}: every request is allowed (an unconditional allow "

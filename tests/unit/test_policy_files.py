@@ -186,11 +186,31 @@ def test_validate_names_syscalls_that_are_always_denied_or_allowed(tmp_path: Pat
         "capabilities:\n"
         "  - {name: no-git, match: {syscall: git.push}, action: deny}\n"
         "  - {name: read, match: {syscall: fs.read}, action: allow}\n"
+        "  - {name: web, match: {syscall: net.fetch}, action: allow}\n"
         "  - {name: write, match: {syscall: fs.write}, action: allow}\n"
         "  - {name: review, match: {syscall: fs.write, path_glob: [a/**]},"
         " action: require_review}\n"
     )
     found = warnings(policy)
     assert "syscall git.push: every request is denied (an unconditional deny)" in found
-    assert any(w.startswith("syscall fs.read: every request is allowed") for w in found)
-    assert not any(w.startswith("syscall fs.write: every") for w in found)
+    assert any(w.startswith("syscall net.fetch: every request is allowed") for w in found)
+    assert not any(w.startswith(("syscall fs.write: every", "syscall fs.read")) for w in found)
+
+
+@pytest.mark.parametrize("layout", ["flat", "src", "js"])
+def test_the_policy_fluffy_init_writes_validates_without_warnings(
+    tmp_path: Path, layout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # reading the project and asking the person are allowed outright on purpose: the
+    # validator says nothing about them (it still does about a write or the network)
+    if layout == "src":
+        (tmp_path / "src" / "pkg").mkdir(parents=True)
+        (tmp_path / "src" / "pkg" / "__init__.py").write_text("")
+    elif layout == "js":
+        (tmp_path / "package.json").write_text('{"name": "x", "scripts": {"test": "jest"}}')
+    (tmp_path / "tests").mkdir()
+    assert main(["init", "--project", str(tmp_path)]) == 0
+    capsys.readouterr()
+    policy = tmp_path / ".fluffy" / "policy.yaml"
+    assert main(["policy", "validate", str(policy), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
