@@ -88,13 +88,18 @@ def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from fluffy.kernel.project.layout import detect_layout
+
     project = _project(args)
     done = init_project(project, force=args.force)
+    layout = detect_layout(project).to_dict()  # what the written policy was made from
     if args.json:
-        print_json({"project": str(project), "files": done})
+        print_json({"project": str(project), "files": done, "layout": layout})
         return 0
     for name, what in done.items():
         stdout.print(f"{status_word('ok')} .fluffy/{name}: {what}")
+    for line in found_lines(layout):
+        stdout.print(escape(line))
     stdout.print(
         "Edit them to change what fluffy allows; while a kernel runs, change the policy with "
         "`fluffy config policy edit` (reviewed, audited)."
@@ -261,8 +266,6 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
     layout = info.get("layout") or {}
     if not policy.get("default"):
         return []
-    tests = ", ".join(layout.get("test_globs", [])[:1]) or "tests/**"
-    code = ", ".join(layout.get("source_globs", [])[:3]) or "src/**"
     env = info.get("environment") or {}
     if not env:
         env_line = "pytest in fluffy's own image (no dependencies declared)"
@@ -272,10 +275,20 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
         env_line = "the project's environment is not built (`fluffy env build`)"
     return [
         "No .fluffy/ here: fluffy applies its defaults (`fluffy init` writes them out to edit).",
+        *found_lines(layout)[:2],
+        f"  tests   {env_line}",
+    ]
+
+
+def found_lines(layout: dict[str, Any]) -> list[str]:
+    """What fluffy found in a project and what its default policy makes of it."""
+    tests = ", ".join(layout.get("test_globs", [])[:1]) or "tests/**"
+    code = ", ".join(layout.get("source_globs", [])[:3]) or "src/**"
+    return [
         f"  layout  {layout.get('summary', 'unknown')}",
         f"  policy  strict TDD: tests first in {tests}, then code in {code}; dependency, CI, "
         "hook and secret files wait for your review",
-        f"  tests   {env_line}",
+        *(f"  note    {note}" for note in layout.get("notes", [])),
     ]
 
 

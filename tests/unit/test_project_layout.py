@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,24 @@ def test_init_writes_commented_files_that_load_and_keeps_existing_ones(tmp_path:
     assert again["policy.yaml"].startswith("kept")
     assert (tmp_path / ".fluffy" / "policy.yaml").read_text() == "capabilities: []\n"
     assert init_project(tmp_path, force=True)["policy.yaml"] == "written"
+
+
+def test_init_says_what_it_found_and_what_the_policy_makes_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fluffy.cli.main import main
+
+    make(tmp_path, {"src/app/__init__.py": "", "spec/test_app.py": "", "pytest.ini":
+                    "[pytest]\ntestpaths = spec\n"})  # fmt: skip
+    assert main(["init", "--project", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "layout  src layout: src/app; tests in spec/" in text
+    assert "tests first in spec/**, then code in src/**" in text
+    assert main(["init", "--project", str(tmp_path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["layout"]["test_roots"] == ["spec"] and shown["files"]["policy.yaml"].startswith(
+        "kept"
+    )
 
 
 def test_render_is_stable_yaml_for_odd_paths(tmp_path: Path) -> None:
