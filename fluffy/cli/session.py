@@ -18,6 +18,7 @@ from rich.table import Table
 
 from fluffy.cli.render import print_json, stderr, stdout
 from fluffy.cli.usage import cost, dollars, tokens
+from fluffy.errors import FluffyError
 from fluffy.settings import Price
 
 
@@ -68,12 +69,8 @@ def sessions_table(
 
 
 def cmd_session_list(args: argparse.Namespace) -> int:
-    from fluffy.cli.connect import attached
-
     notes = stderr if args.json else stdout
-    with attached(_project(args), say=lambda text: notes.print(escape(text))) as kernel:
-        answer = kernel.client.call("session.list", {"limit": args.limit})
-    sessions: list[dict[str, Any]] = list(answer.get("sessions") or [])
+    sessions = _listed(_project(args), args.limit, notes)
     if args.json:
         print_json({"sessions": sessions})
     elif not sessions:
@@ -84,6 +81,31 @@ def cmd_session_list(args: argparse.Namespace) -> int:
         prices = load_settings(Path(_project(args)), {}).prices
         stdout.print(sessions_table(sessions, prices))
     return 0
+
+
+def _listed(project: str, limit: int, notes: Any) -> list[dict[str, Any]]:
+    """The project's sessions: from its kernel when one runs (or starts), else read
+    from its stored state (a listing starts no kernel); a kernel is started only when
+    that state cannot be read."""
+    import asyncio
+    import sqlite3
+
+    from fluffy.cli.connect import attached
+    from fluffy.cli.lifecycle import _status
+
+    if _status(project) is None:  # no supervisor: nothing writes the state now
+        from fluffy.bootstrap.supervisor import paths
+        from fluffy.kernel.ai.memory import sessions_at_rest
+        from fluffy.paths import fluffy_home
+
+        try:
+            state = paths(fluffy_home(), project)["state"]
+            return asyncio.run(sessions_at_rest(state, limit))
+        except (sqlite3.Error, OSError, FluffyError) as exc:
+            notes.print(escape(f"the stored sessions cannot be read here ({exc}): asking a kernel"))
+    with attached(project, say=lambda text: notes.print(escape(text))) as kernel:
+        answer = kernel.client.call("session.list", {"limit": limit})
+    return list(answer.get("sessions") or [])
 
 
 def cmd_session_resume(args: argparse.Namespace) -> int:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import aiosqlite
 
 from fluffy.errors import FluffyError, SessionNotFound
 from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
@@ -23,8 +26,10 @@ from fluffy.kernel.ai.prompt import base_prompt
 from fluffy.kernel.ai.summary import fallback_summary
 from fluffy.kernel.ai.token_estimate import estimate_tokens
 from fluffy.kernel.ai.usage import Booked, Calibration, Tally, UsageLedger, upsert
+from fluffy.kernel.audit.store import db_path
 from fluffy.kernel.tools.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.workflow.store import WorkflowStore
 
 log = logging.getLogger("fluffy.kernel.ai")
 
@@ -189,22 +194,51 @@ class Memory:
 
     async def sessions(self, workflow: Workflow, limit: int) -> list[dict[str, Any]]:
         """Sessions newest first, with the conversation's title and turn count."""
-        rows = await workflow.store.recent_sessions(limit)
-        usage = await self.usage.sessions(row.id for row in rows)
-        out: list[dict[str, Any]] = []
-        for row in rows:
-            meta = await self.store.meta(row.id)
-            out.append(
-                {
-                    "session_id": row.id,
-                    "mode": row.mode,
-                    "state": row.state,
-                    "created_at": row.created_at,
-                    "updated_at": max(row.updated_at, meta.updated_at if meta else 0),
-                    "title": meta.title if meta else "",
-                    "turns": meta.turns if meta else 0,
-                    "quarantined": bool(row.data.get("quarantined")),
-                    "usage": usage.get(row.id, Tally()).to_dict(),
-                }
-            )
-        return out
+        return await listed_sessions(workflow.store, self.store, self.usage, limit)
+
+
+async def listed_sessions(
+    workflow: WorkflowStore, store: ConversationStore, ledger: UsageLedger, limit: int
+) -> list[dict[str, Any]]:
+    """What ``session.list`` answers, from the stores (the kernel's, or read-only ones
+    on a project whose kernel is not running)."""
+    rows = await workflow.recent_sessions(limit)
+    usage = await ledger.sessions(row.id for row in rows)
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        meta = await store.meta(row.id)
+        out.append(
+            {
+                "session_id": row.id,
+                "mode": row.mode,
+                "state": row.state,
+                "created_at": row.created_at,
+                "updated_at": max(row.updated_at, meta.updated_at if meta else 0),
+                "title": meta.title if meta else "",
+                "turns": meta.turns if meta else 0,
+                "quarantined": bool(row.data.get("quarantined")),
+                "usage": usage.get(row.id, Tally()).to_dict(),
+            }
+        )
+    return out
+
+
+async def sessions_at_rest(state_dir: Path, limit: int) -> list[dict[str, Any]]:
+    """``session.list`` read from a stopped kernel's state database, read-only (nothing
+    is migrated or written; only while no kernel runs: nothing else writes it then);
+    raises sqlite3.Error when it cannot be read."""
+    path = db_path(state_dir)
+    if not path.is_file():
+        return []
+    wal = path.with_name(path.name + "-wal")
+    # a kernel that stopped cleanly left no log to replay: the file is read as it is
+    # (no lock, no -shm or -wal created); a crashed one's log is read read-only
+    settled = not wal.exists() or wal.stat().st_size == 0
+    mode = "immutable=1" if settled else "mode=ro"
+    db = await aiosqlite.connect(f"{path.as_uri()}?{mode}", uri=True)
+    try:
+        return await listed_sessions(
+            WorkflowStore(db), ConversationStore(db), UsageLedger(db), limit
+        )
+    finally:
+        await db.close()
