@@ -9,6 +9,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import msgspec
+
 VERBS = {
     "fs.read": "Reading",
     "fs.list": "Listing",
@@ -68,7 +70,7 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
         return str(error.get("what") or error.get("message") or "refused")
     out = answer.get("output")
     if not isinstance(out, dict):
-        return "done"
+        return "done" if out is None else _preview(out)
     if tool == "fs.read":
         if out.get("binary"):
             return f"Binary file, {out.get('size')} bytes"
@@ -115,7 +117,33 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
         return f"Plan accepted; now {steps[-1]['to']}" if steps else "Plan noted"
     if tool.startswith("mcp.") and isinstance(out.get("content"), list):
         return _mcp_summary(out)
-    return "done"
+    return _preview(out)
+
+
+#: A result's fields that say what it is in words, tried in this order.
+SAID_FIELDS = ("summary", "message", "text", "status", "result")
+PREVIEW_CHARS = 160
+
+
+def _preview(out: Any) -> str:
+    """Any other tool's answer (a plugin's, git.status, ...): the first line of a field
+    that says what it is, else its compact JSON; short, on one line, every control
+    character escaped as JSON escapes it (a plugin's text is not trusted)."""
+    if isinstance(out, dict):
+        said = next((out[k] for k in SAID_FIELDS if isinstance(out.get(k), str) and out[k]), "")
+        if said.strip():
+            first = said.strip().splitlines()[0]
+            return _short(msgspec.json.encode(first).decode()[1:-1])
+    if out in ({}, []):
+        return "done (nothing returned)"
+    try:
+        return _short(msgspec.json.encode(out).decode())
+    except (TypeError, ValueError):
+        return "done"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
 
 
 def _command_summary(out: dict[str, Any]) -> str:

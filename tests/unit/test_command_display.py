@@ -63,3 +63,21 @@ def test_container_run_is_a_debug_mode_tool_only() -> None:
     assert not tool_allowed("container.run", "execute", "exploring", "explore")
     assert not tool_allowed("container.run", "execute", "code_writing", "strict")
     assert available("exploring", "debug", [Tool()]) == ["container.run"]
+
+
+def test_any_other_tool_s_result_is_shown_not_just_done() -> None:
+    lint = {"problems": [{"path": "src/a.py", "line": 3, "code": "F401"}], "checked": 4}
+    shown = summarize_result("lint.check", {}, {"ok": True, "output": lint})
+    assert shown.startswith('{"problems":[{"path":"src/a.py","line":3,"code":"F401"}]')
+    said = {"summary": "2 problems in 1 file\nsrc/a.py:3 F401", "problems": []}
+    assert summarize_result("lint.check", {}, {"ok": True, "output": said}) == (
+        "2 problems in 1 file"
+    )
+    hostile = {"message": "\x1b[2J\x1b[31mall clear\x07"}
+    assert summarize_result("x.y", {}, {"ok": True, "output": hostile}) == (
+        "\\u001b[2J\\u001b[31mall clear\\u0007"
+    )  # a terminal's control sequences arrive as text, never as control
+    long = summarize_result("x.y", {}, {"ok": True, "output": {"k": "v" * 500}})
+    assert len(long) == 160 and long.endswith("...")
+    assert summarize_result("x.y", {}, {"ok": True, "output": {}}) == "done (nothing returned)"
+    assert summarize_result("x.y", {}, {"ok": True, "output": ["a", 1]}) == '["a",1]'
