@@ -42,6 +42,7 @@ class Reply:
     text: str
     quit: bool = False
     event: dict[str, Any] | None = None  # the turn_end of a task or a decided review
+    session_id: str | None = None  # the prompt goes on in this session from now (/new)
 
 
 def _leave_waiting(event: dict[str, Any]) -> str | None:
@@ -65,6 +66,38 @@ class Context:
     prepare: Callable[[], None] | None = None
     #: The models' prices (settings ``prices``): /usage shows the cost with them.
     prices: Mapping[str, Price] = field(default_factory=dict)
+    #: The mode a new session starts in (settings ``mode``; /new).
+    mode: str | None = None
+
+
+def _new_session(client: Any, ctx: Context) -> Reply:
+    """/new: a fresh session (a new conversation); the previous one stays as it is."""
+    from fluffy.cli.connect import apply_mode
+
+    session = client.call("session.create")
+    session = apply_mode(client, session, ctx.mode, yes=False, confirm=ctx.confirm)
+    ctx.after, ctx.exemption_shown, ctx.tool_shown = None, None, None
+    return Reply(
+        f"new session {session['session_id']} ({session['mode']} mode): the AI starts "
+        "without the previous conversation (`fluffy session resume ID` goes back to one)",
+        session_id=str(session["session_id"]),
+    )
+
+
+def continuing(client: Any, session: dict[str, Any]) -> str | None:
+    """The line that says the prompt continues an earlier conversation (None: there
+    is none to continue)."""
+    listed = client.call("session.list", {"limit": 1}).get("sessions") or []
+    latest = listed[0] if listed else {}
+    if latest.get("session_id") != session.get("session_id") or not latest.get("turns"):
+        return None
+    title = str(latest.get("title") or "").strip()
+    turns = int(latest["turns"])
+    about = f' ("{title}", {turns} task{"s" if turns != 1 else ""})' if title else ""
+    return (
+        f"continuing session {session['session_id']}{about}: the AI remembers that "
+        "conversation; /new starts a fresh one"
+    )
 
 
 def describe(status: dict[str, Any], session: dict[str, Any] | None) -> str:
@@ -120,6 +153,8 @@ def _command(
     rest = rest.strip()
     if name in ("/quit", "/exit"):
         return Reply("bye", quit=True)
+    if name == "/new":
+        return _new_session(client, ctx)
     if name == "/status":
         session = client.call("session.get", {"session_id": session_id})
         return Reply(describe(status, session) + "\n" + slash.instructions_text(client, session_id))
@@ -317,6 +352,8 @@ def run(
         confirm = ask if interactive else None
         session = apply_mode(client, session, mode, yes=yes, confirm=confirm)
         stdout.print(f"{status_word('ok')} {escape(describe(kernel.status, session))}")
+        if session_id is None and (note := continuing(client, session)) is not None:
+            stdout.print(escape(note))
         if kernel.owned:
             stdout.print("  (started for this session: leaving stops it)")
         if interactive:
@@ -335,6 +372,7 @@ def run(
                 options=options,
                 prepare=lambda: env_for_task(Path(project), stdout),
                 prices=settings.prices,
+                mode=settings.mode,
             )
             hint = allowlist_hint(Path(project), ctx.options or {})
             if hint is not None:
@@ -399,5 +437,7 @@ def _loop(client: Any, session_id: str, status: dict[str, Any], ctx: Context) ->
         reply = handle(line, client, session_id, status, ctx)
         if reply.text:
             stdout.print(escape(reply.text))
+        if reply.session_id is not None:
+            session_id = reply.session_id
         if reply.quit:
             return

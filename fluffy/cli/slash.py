@@ -30,6 +30,7 @@ COMMANDS = {
     "/history": "the session's workflow transitions",
     "/usage": "tokens (and cost, with prices set) of the last task and the session",
     "/cancel": "abandon the task in progress: the session goes back to idle",
+    "/new": "start a fresh session (a new conversation; the current one is kept)",
     "/help": "this list",
     "/quit": "leave (a kernel this fluffy started is stopped)",
 }

@@ -267,3 +267,26 @@ def test_help_says_how_to_write_several_lines() -> None:
         "Esc then Enter (or Alt+Enter) starts a new line"
         in handle("/help", kernel, sid, STATUS).text
     )
+
+
+def test_the_prompt_says_it_continues_a_conversation_and_new_starts_another() -> None:
+    from fluffy.cli.interactive import continuing
+
+    kernel = FakeKernel()
+    first = kernel.call("session.create")
+    note = continuing(kernel, first)
+    assert note is not None and "continuing session s1" in note and "/new" in note
+    assert '"task of s1", 1 task' in note
+
+    asked: list[str] = []
+    ctx = Context(options=OPTIONS, confirm=lambda q: asked.append(q) or True, mode="explore")
+    ctx.after, ctx.tool_shown = 7, ("r1", "mcp.x")
+    reply = handle("/new", kernel, "s1", STATUS, ctx)
+    assert reply.session_id == "s2" and "new session s2 (explore mode)" in reply.text
+    assert kernel.sessions["s2"]["mode"] == "explore" and kernel.sessions["s1"]  # kept
+    assert ctx.after is None and ctx.tool_shown is None  # nothing of s1's stream carried over
+    fresh = kernel.call("session.create")
+    listed = {"sessions": [{**fresh, "turns": 0}]}
+    kernel.m_session_list = lambda params: listed  # type: ignore[method-assign]
+    assert continuing(kernel, fresh) is None  # nothing said yet: nothing to continue
+    assert "/new" in COMMANDS
