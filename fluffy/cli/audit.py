@@ -27,20 +27,36 @@ def _project_files(project: Path) -> dict[str, Path]:
     return paths(fluffy_home(), str(project.resolve()))
 
 
+def _project(args: argparse.Namespace) -> Path:
+    return Path(getattr(args, "project", None) or ".").expanduser().resolve()
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
-    """--state-dir, else the current project's kernel state, else ~/.fluffy/state."""
+    """--state-dir; else the project's kernel state (--project, default: the current
+    folder); else, with no --project, ~/.fluffy/state when a kernel has kept one there."""
     if args.state_dir:
         folder = Path(args.state_dir).expanduser()
-    else:
-        project_state = _project_files(Path.cwd())["state"]
-        folder = project_state if project_state.is_dir() else default_state_dir()
-    if not folder.is_dir():
-        raise AuditQueryError(
-            f"the state folder {folder} does not exist",
-            why="fluffy keeps the audit database there once the kernel has run",
-            fix="Pass the kernel's state folder with --state-dir, or start fluffy once.",
-        )
-    return folder
+        if not folder.is_dir():
+            raise AuditQueryError(
+                f"the state folder {folder} does not exist",
+                why="fluffy keeps the audit database there once the kernel has run",
+                fix="Pass the kernel's state folder with --state-dir.",
+            )
+        return folder
+    project = _project(args)
+    folder = _project_files(project)["state"]
+    if folder.is_dir():
+        return folder
+    fallback = default_state_dir()
+    if not getattr(args, "project", None) and (fallback / "fluffy.db").is_file():
+        return fallback  # `fluffy kernel serve`'s own state
+    raise AuditQueryError(
+        f"there is no audit log for {project}",
+        why="no fluffy kernel has run for this folder (a project's log is kept once its "
+        "kernel starts)",
+        fix="Run the command in the project's folder, or name it with --project DIR "
+        "(or the state folder with --state-dir).",
+    )
 
 
 @contextlib.contextmanager
@@ -67,7 +83,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     folder = _state_dir(args)
     witness = None
     if not args.witness and not args.state_dir:  # the bootstrap's witness of this project
-        default = _project_files(Path.cwd())["witness"]
+        default = _project_files(_project(args))["witness"]
         args.witness = str(default) if default.exists() else None
     if args.witness:
         try:
@@ -89,9 +105,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_OK if report.ok else EXIT_BROKEN
     rate = report.entries / report.seconds if report.seconds else 0.0
     stdout.print(
-        f"checked {report.entries} entries in {len(report.files)} file(s) "
-        f"in {report.seconds:.2f} s ({rate:,.0f}/s)"
+        f"checked {report.entries} entries in {len(report.files)} file(s) of "
+        f"{escape(str(folder))} in {report.seconds:.2f} s ({rate:,.0f}/s)"
     )
+    if report.ok and report.entries == 0:
+        stdout.print(f"{status_word('warn')} the log has no entries yet: nothing was verified")
+        return EXIT_OK
     for warning in report.warnings:
         stdout.print(f"{status_word('warn')} {escape(warning)}")
     if report.unwitnessed is not None and report.witness is not None:
@@ -186,9 +205,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", help="the project whose log to read (default: .)")
     parser.add_argument(
         "--state-dir",
-        help="the kernel's state folder (default: the current project's, else ~/.fluffy/state)",
+        help="the kernel's state folder (default: the project's, else ~/.fluffy/state)",
     )
 
 
