@@ -138,8 +138,9 @@ class _Handler(socketserver.StreamRequestHandler):
             rules = load(self.server.rules)
             if not admits(rules, host, port):
                 raise Refused(
-                    f"{target} is not in the network allow-list fluffy started with "
-                    "(policy.yaml network_whitelist; it is read when the kernel starts)"
+                    f"{target} is not in the network allow-list approved at the kernel's start "
+                    "(an entry added to policy.yaml later needs your yes: `fluffy stop`, then "
+                    "`fluffy start` on a terminal or `fluffy start --yes`)"
                 )
             where = address(rules, host, port)
             upstream = socket.create_connection((where, port), timeout=TIMEOUT_S)

@@ -185,9 +185,10 @@ def get_session(client: Any, session_id: str) -> dict[str, Any]:
 
 
 @contextmanager
-def attached(project: str, *, say: Callable[[str], None]) -> Iterator[Attached]:
-    """A connection to the project's kernel, started (and later stopped) if needed."""
-    from fluffy.cli.lifecycle import _status, launch_supervisor
+def attached(project: str, *, say: Callable[[str], None], yes: bool = False) -> Iterator[Attached]:
+    """A connection to the project's kernel, started (and later stopped) if needed;
+    ``yes``: start-up's questions are answered yes (``--yes``)."""
+    from fluffy.cli.lifecycle import _status, approver, launch_supervisor
     from fluffy.ipc.client import SyncClient
     from fluffy.paths import project_socket
 
@@ -195,7 +196,7 @@ def attached(project: str, *, say: Callable[[str], None]) -> Iterator[Attached]:
     status = _status(project)
     if status is None or status.get("health") != "healthy":
         say(f"starting the kernel for {project} ...")
-        status, owned = launch_supervisor(project, detach=True, confirm=ask)
+        status, owned = launch_supervisor(project, detach=True, confirm=approver(yes))
     previous = _stop_on_hangup() if owned is not None else {}
     sock = project_socket(project)
     try:

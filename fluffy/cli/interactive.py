@@ -338,7 +338,7 @@ def run(
         approve_mode(cli.get("mode"), yes=yes, confirm=None)  # before starting anything
     if interactive:
         env_for_task(Path(project), stdout)  # the project's dependencies, if missing
-    with attached(project, say=lambda text: stdout.print(escape(text))) as kernel:
+    with attached(project, say=lambda text: stdout.print(escape(text)), yes=yes) as kernel:
         client = kernel.client
         info = show_project(client, Path(project), stdout)
         if interactive and first_run_block(info) and not info.get("initialised"):

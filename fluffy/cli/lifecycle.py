@@ -69,18 +69,32 @@ def _last_error(log: Path) -> dict[str, Any] | None:
     return None
 
 
-def start_kernel(project: str) -> dict[str, Any]:
-    """`fluffy start`: the bootstrap detached (it outlives this command)."""
+def start_kernel(project: str, *, yes: bool = False) -> dict[str, Any]:
+    """`fluffy start`: the bootstrap detached (it outlives this command); ``yes``: the
+    person approved what start-up would ask (``--yes``)."""
     current = _status(project)
     if current is not None and current.get("health") == "healthy":
         return current
-    return launch_supervisor(project, detach=True, confirm=_ask)[0]
+    return launch_supervisor(project, detach=True, confirm=approver(yes))[0]
 
 
 def _ask(question: str) -> bool:
     from fluffy.cli.connect import ask  # (the settings' import time: only when asked)
 
     return ask(question)
+
+
+def approver(yes: bool) -> Callable[[str], bool]:
+    """What answers start-up's questions (a network entry new in policy.yaml): the
+    person at the terminal, or ``--yes``, which says what it approved."""
+    if not yes:
+        return _ask
+
+    def approved(question: str) -> bool:
+        stdout.print(f"{status_word('warn')} {escape(question)} yes (--yes)")
+        return True
+
+    return approved
 
 
 def access_problem(project: str) -> str | None:
@@ -215,7 +229,7 @@ def launch_supervisor(
         stdout.print(
             f"{status_word('warn')} network: {escape(', '.join(left_out))} left out "
             "(new in policy.yaml since the last start, not approved); run fluffy in a "
-            "terminal to approve them"
+            "terminal to approve them, or add --yes"
         )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -285,7 +299,7 @@ def kernel_status(project: str) -> dict[str, Any]:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    status = start_kernel(_project(args))
+    status = start_kernel(_project(args), yes=args.yes)
     if args.json:
         print_json({"ok": True, **status})
     else:
@@ -334,4 +348,9 @@ def add_parser(sub: Any) -> None:
         command = sub.add_parser(name, help=text)
         command.add_argument("--project", help="the project folder (default: the current one)")
         command.add_argument("--json", action="store_true")
+        if name == "start":
+            command.add_argument(
+                "--yes", "-y", action="store_true",
+                help="approve network entries new in policy.yaml without asking",
+            )  # fmt: skip
         command.set_defaults(func=func)

@@ -191,7 +191,7 @@ def run_task(args: argparse.Namespace) -> int:
     if not terminal:
         approve_mode(mode, yes=args.yes, confirm=None)  # refused before starting anything
     env_for_task(project, notes)  # the project's dependencies, built offline if missing
-    with attached(str(project), say=lambda text: notes.print(escape(text))) as kernel:
+    with attached(str(project), say=lambda text: notes.print(escape(text)), yes=args.yes) as kernel:
         client = kernel.client
         show_project(client, project, notes)
         session = get_session(client, args.session) if args.session else None

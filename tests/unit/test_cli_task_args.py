@@ -72,7 +72,8 @@ def kernel(monkeypatch: pytest.MonkeyPatch, fluffy_home: Path) -> FakeKernel:
     fake = FakeKernel()
 
     @contextmanager
-    def attached(project: str, *, say: Any) -> Iterator[Attached]:
+    def attached(project: str, *, say: Any, yes: bool = False) -> Iterator[Attached]:
+        fake.approved_start = yes  # what start-up's questions would have been answered
         yield Attached(project, {"health": "healthy"}, fake, owned=False)
 
     monkeypatch.setattr(task, "attached", attached)
@@ -279,3 +280,14 @@ def test_on_a_terminal_the_ais_exemption_is_asked_even_with_yes(
     assert kernel.methods("workflow.decide_exemption") == [
         {"session_id": "s1", "grant": answer, "request_id": "ex-0123456789abcdef"}
     ]
+
+
+def test_a_task_s_yes_also_answers_start_up_s_questions(tmp_path: Path, kernel: FakeKernel) -> None:
+    # a network entry new in policy.yaml is approved by --yes when the task starts the
+    # kernel (fluffy.cli.lifecycle.approver); without it only a terminal can say yes
+    kernel.pages = [turn("t")]
+    assert _run(tmp_path, "a task") == 0
+    assert kernel.approved_start is False  # type: ignore[attr-defined]
+    kernel.pages = [turn("t")]
+    assert _run(tmp_path, "a task", "--yes") == 0
+    assert kernel.approved_start is True  # type: ignore[attr-defined]

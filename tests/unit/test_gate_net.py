@@ -272,10 +272,16 @@ def test_connections_beyond_the_limit_are_closed_at_once(gate: Gate) -> None:
     assert answer.endswith(b"/models")
 
 
-def test_entries_new_in_policy_yaml_reach_the_gate_only_when_approved(tmp_path: Path) -> None:
+def test_entries_new_in_policy_yaml_reach_the_gate_only_when_approved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """policy.yaml is in the project, which the kernel can write: the gate's list widens
-    only with the person's yes (the first list is taken as written; narrowing is free)."""
-    from fluffy.cli.lifecycle import write_network_allowlist
+    only with the person's yes (the first list is taken as written; narrowing is free),
+    at the terminal or by --yes."""
+    from fluffy.cli import connect
+    from fluffy.cli.lifecycle import approver, write_network_allowlist
+
+    monkeypatch.setattr(connect.sys.stdin, "isatty", lambda: False)
 
     project, net_json = tmp_path / "project", tmp_path / "base" / "net.json"
     (project / ".fluffy").mkdir(parents=True)
@@ -297,6 +303,13 @@ def test_entries_new_in_policy_yaml_reach_the_gate_only_when_approved(tmp_path: 
     assert "169.254.169.254:80" in asked[0] and len(gate_rules()) == 1
     assert write_network_allowlist(str(project), net_json, lambda q: True) == []
     assert gate_rules()[1] == ["169.254.169.254", 80, False]
+    policy("api.openai.com", "169.254.169.254:80", "127.0.0.1:11434")
+    assert write_network_allowlist(str(project), net_json, approver(False)) == [
+        "127.0.0.1:11434"
+    ]  # no terminal, no --yes
+    assert write_network_allowlist(str(project), net_json, approver(True)) == []  # --yes
+    assert gate_rules()[2] == ["127.0.0.1", 11434, False]
+    assert "127.0.0.1:11434. Allow it? yes (--yes)" in capsys.readouterr().out  # said
     policy()  # narrowed: no question
     assert write_network_allowlist(str(project), net_json, None) == [] and gate_rules() == []
 
