@@ -128,7 +128,8 @@ def write_network_allowlist(
     gate's previous list is let through only when ``confirm`` (the person at the
     terminal) says yes; the first list for a project is taken as written.  ``prior_path``:
     where the previous list was put aside (default: ``path`` itself).  Returns the
-    entries left out."""
+    entries left out; a policy.yaml that does not load raises its error (file:line:
+    field, as `fluffy policy validate` says it), the gate's list left admitting nothing."""
     from fluffy.kernel.net.allowlist import AllowList
     from fluffy.kernel.project.defaults import project_policy
 
@@ -136,7 +137,9 @@ def write_network_allowlist(
         entries = project_policy(Path(project))[0].network_whitelist
         rules = AllowList.from_entries(entries).rules
     except FluffyError:
-        rules = ()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_json(path, {"rules": []})
+        raise
     before = prior_path or path
     prior = (read_json(before) or {}).get("rules") if before.exists() else None
     wanted = [[r.host, r.port, r.wildcard] for r in rules]
@@ -221,6 +224,15 @@ def launch_supervisor(
     # read while the kernel's container starts (the policy's import and validation)
     try:
         left_out = write_network_allowlist(project, net, confirm, prior_path=approved)
+    except FluffyError as exc:  # a broken policy.yaml: said now, not as a crash loop
+        proc.terminate()
+        proc.wait(timeout=60)
+        raise KernelStartFailed(
+            f"the kernel was not started: {exc.what}",
+            why=f"the project's policy does not load ({exc.code})",
+            fix="Correct .fluffy/policy.yaml (`fluffy policy validate .fluffy/policy.yaml` "
+            "checks it; `fluffy init --force` writes the defaults), then start again.",
+        ) from exc
     except BaseException:  # (an interrupted question too): no kernel on a half start
         proc.terminate()
         raise

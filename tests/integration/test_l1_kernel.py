@@ -404,8 +404,17 @@ def test_l1_runs_tools_in_sibling_sandboxes_and_removes_orphans(l1: dict[str, An
     thread.join(timeout=60)
 
 
-def test_a_kernel_that_cannot_start_says_why(l1: dict[str, Any]) -> None:
-    """Its last output is kept before the container goes, and reaches the user."""
+def _leftover(l1: dict[str, Any]) -> str:
+    return subprocess.run(
+        [l1["cli"], "ps", "-aq", "--filter", "label=fluffy.role=l1-kernel", "--filter",
+         f"label=fluffy.project_path={l1['project']}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def test_a_broken_policy_is_said_before_any_kernel_runs(l1: dict[str, Any]) -> None:
+    """The host reads policy.yaml as L1 starts: a file that does not load ends the start
+    at once with its file:line:field, not as a kernel crash loop seconds later."""
     policy = l1["project"] / ".fluffy" / "policy.yaml"
     policy.parent.mkdir(exist_ok=True)
     policy.write_text("capabilities:\n  - name: broken\n    action: allow\n")  # no match
@@ -413,12 +422,23 @@ def test_a_kernel_that_cannot_start_says_why(l1: dict[str, Any]) -> None:
     assert started.returncode == 3, started.stdout + started.stderr
     error = json.loads(started.stdout or started.stderr)["error"]
     assert error["code"] == "kernel.start_failed"
+    assert f"{policy}:2: capabilities.0.match: Field required" in error["what"]
+    assert "policy.invalid" in error["why"] and "fluffy policy validate" in error["fix"]
+    assert _leftover(l1) == ""
+
+
+def test_a_kernel_that_cannot_start_says_why(l1: dict[str, Any]) -> None:
+    """Its last output is kept before the container goes, and reaches the user."""
+    from fluffy.images.builder import build_images
+
+    with connect_engine(l1["cli"]) as connected:  # an image that holds no kernel
+        other = {status.name: status.ref for status in build_images(connected)}["code-executor"]
+    kit = {**l1, "env": {**l1["env"], "FLUFFY_KERNEL_IMAGE": other}}
+    started = _fluffy(kit, "start", timeout=240)
+    assert started.returncode == 3, started.stdout + started.stderr
+    error = json.loads(started.stdout or started.stderr)["error"]
+    assert error["code"] == "kernel.start_failed"
     assert "the kernel's last output" in error["why"]
-    assert "policy.yaml:2: capabilities.0.match: Field required" in error["why"]
+    assert "No module named fluffy.kernel" in error["why"]
     assert "docker logs" not in error["fix"]  # the container is gone: the output is here
-    leftover = subprocess.run(
-        [l1["cli"], "ps", "-aq", "--filter", "label=fluffy.role=l1-kernel", "--filter",
-         f"label=fluffy.project_path={l1['project']}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    assert leftover == ""
+    assert _leftover(l1) == ""

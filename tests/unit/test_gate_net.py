@@ -329,6 +329,9 @@ class _Launched:
     def terminate(self) -> None:
         self.terminated = True
 
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
 
 def test_the_gate_admits_nothing_while_a_start_makes_its_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -371,3 +374,38 @@ def test_the_gate_admits_nothing_while_a_start_makes_its_list(
     assert json.loads(net_json.read_text())["rules"] == [["api.openai.com", 443, False]]
     assert status["health"] == "healthy"  # evil.example: not approved, left out
     assert not (p["base"] / "net.approved.json").exists()
+
+
+def test_a_broken_policy_is_reported_at_once_not_as_a_crash_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy.yaml that does not load is read on the host as the kernel starts: the
+    start ends at once with its file:line:field, the supervisor launched is stopped,
+    and the gate's list admits nothing."""
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.cli import lifecycle
+    from fluffy.errors import KernelStartFailed
+
+    monkeypatch.setenv("FLUFFY_HOME", str(tmp_path / "home"))
+    project = tmp_path / "project"
+    (project / ".fluffy").mkdir(parents=True)
+    (project / ".fluffy" / "policy.yaml").write_text(
+        "network_whitelist: [api.openai.com]\ncapabilities:\n"
+        "  - {name: x, match: {syscall: fs.read}, action: alow}\n"
+    )
+    p = paths(tmp_path / "home", str(project))
+    launched: list[_Launched] = []
+
+    def popen(*args: object, **kwargs: object) -> _Launched:
+        launched.append(_Launched(p["base"] / "net.json", p["status"], []))
+        return launched[-1]
+
+    monkeypatch.setattr(lifecycle.subprocess, "Popen", popen)
+    with pytest.raises(KernelStartFailed) as raised:
+        lifecycle.launch_supervisor(str(project), detach=True)
+    error = raised.value
+    assert "policy.yaml:3: capabilities.0.action" in error.what
+    assert str(project) in error.what  # the host path, not where L1 mounts it
+    assert "fluffy policy validate" in (error.fix or "")
+    assert launched[-1].terminated
+    assert json.loads((p["base"] / "net.json").read_text())["rules"] == []
