@@ -194,6 +194,11 @@ def launch_supervisor(
             fix=f"Let the kernel's user read it (e.g. `chmod u+rx {project}` as its owner), or "
             "run fluffy as the project's owner.",
         )
+    from fluffy.kernel.containers.engine import engine_access_problem
+
+    denied = engine_access_problem()  # the bootstrap would only say "no engine answers"
+    if denied is not None:
+        raise denied
     p = paths(fluffy_home(), project)
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pin_images(p["state"])

@@ -186,12 +186,61 @@ def connect(env: dict[str, str] | None = None, timeout: int = API_TIMEOUT) -> En
             return _connect_endpoint(endpoint, timeout)
         except EngineUnavailable as exc:
             tried.append(f"{endpoint.engine}: {endpoint.url} ({exc.what.rsplit(': ', 1)[-1]})")
+    denied = access_denied(tried)
+    if denied is not None:
+        raise denied
     raise EngineUnavailable(
         "no container engine answers",
         why="fluffy needs Docker or Podman: every sandbox is a container. Tried: "
         + "; ".join(tried),
         fix=_start_hint() or install_guide(),
     )
+
+
+#: How a person who may not use the engine's socket gets an engine (ENVIRONMENT: the
+#: docker group is root-equivalent, which is why rootless Podman is offered beside it).
+ACCESS_FIX = (
+    "Either join the docker group: `sudo usermod -aG docker $USER`, then log out and in "
+    "(or `newgrp docker` in this shell); its members can run any container, as root "
+    "can. Or use rootless Podman, which needs no group: `sudo apt install podman`, "
+    "`systemctl --user enable --now podman.socket`, then `export FLUFFY_RUNTIME=podman`."
+)
+
+
+def access_denied(tried: list[str]) -> EngineUnavailable | None:
+    """The error for an engine that runs but whose socket this user may not open (None:
+    no socket refused this user).  ``tried``: ``engine: url (problem)`` lines."""
+    denied = [line for line in tried if "permission denied" in line.lower()]
+    if not denied:
+        return None
+    return EngineUnavailable(
+        "a container engine runs here, but its socket is not open to you",
+        why=f"{'; '.join(denied)}: user {_user()} is not in the group that may use it",
+        fix=ACCESS_FIX,
+    )
+
+
+def engine_access_problem(env: dict[str, str] | None = None) -> EngineUnavailable | None:
+    """Before a start: every engine socket that exists refuses this user (None: one
+    may answer, or there is none, which the start itself reports)."""
+    tried: list[str] = []
+    for endpoint in candidate_endpoints(env):
+        problem = _probe_socket(endpoint.url)
+        if problem == "no socket":
+            continue
+        if problem is None or "permission denied" not in problem:
+            return None  # it answers, or fails otherwise: the start itself says how
+        tried.append(f"{endpoint.engine}: {endpoint.url} ({problem})")
+    return access_denied(tried)
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def _start_hint() -> str | None:
