@@ -279,6 +279,7 @@ PARTS: tuple[tuple[tuple[str, ...], Callable[[Any], None] | str], ...] = (
     (("plugin",), "plugin"),
     (("mcp",), "mcp"),
     (("demo",), _demo),
+    (("ui",), "ui"),
     (("completion",), "completion"),
 )
 COMMANDS = frozenset(name for names, _ in PARTS for name in names)

@@ -27,6 +27,8 @@ def _named() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for folder in ("kernel", "fluffy", "sandboxes", "plugins"):
         for path in (ROOT / folder).rglob("*.py"):
+            if path.is_relative_to(ROOT / "fluffy" / "ui"):
+                continue  # the web view's strings are its URL paths ("/audit"), not commands
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
                     for name in NAMED.findall(node.value):

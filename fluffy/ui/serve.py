@@ -1,0 +1,52 @@
+"""`fluffy ui`: the view served on 127.0.0.1 beside the project's running kernel, the
+browser opened at the per-launch address."""
+
+from __future__ import annotations
+
+import socket
+import webbrowser
+from collections.abc import Callable
+from pathlib import Path
+
+from fluffy.ui.app import Launch, make_app
+from fluffy.ui.backend import KernelBackend
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the server binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def serve(
+    project: Path,
+    *,
+    port: int = 0,
+    open_browser: bool = True,
+    say: Callable[[str], None] = print,
+    owned: bool = False,
+) -> int:
+    """Serve until interrupted, the project's kernel running (``owned``: started for the
+    view, by the caller, which stops it after)."""
+    import uvicorn
+
+    from fluffy.bootstrap.supervisor import paths
+    from fluffy.paths import fluffy_home, project_socket
+
+    files = paths(fluffy_home(), str(project))
+    launch = Launch(port=port or free_port())
+    backend = KernelBackend(project, project_socket(str(project)), files["state"], files["witness"])
+    app = make_app(backend, launch)
+    say(f"fluffy ui for {project}: {launch.url()}")
+    say("(the address carries this run's token; Ctrl-C stops the view)")
+    if owned:
+        say("(the kernel was started for the view: it stops when the view does)")
+    if open_browser:
+        webbrowser.open(launch.url())
+    config = uvicorn.Config(
+        app, host=launch.host, port=launch.port, log_level="warning", access_log=False,
+        lifespan="off",
+    )  # fmt: skip
+    uvicorn.Server(config).run()
+    return 0
