@@ -1,0 +1,147 @@
+"""`fluffy ui` in a real headless Chromium (Debian's) against a real kernel (L1) and
+sandboxes: a session whose merge waits for the person is approved from the page, and
+the commit lands; the AI's hostile text in the diff stays text.
+
+Playwright drives the system browser (its own browser download cannot be had here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fluffy.demo_session import git, init_repository
+from tests.conftest import unavailable
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "demo-project"
+FLUFFY = str(Path(sys.executable).parent / "fluffy")
+CHROMIUM = "/usr/bin/chromium"
+#: What a hostile model writes into a file it changes.
+HOSTILE = "<script>alert('pwned')</script> <img src=x onerror=alert(1)> \u202eexe.txt"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+
+def _script(tmp_path: Path) -> Path:
+    """The demo scenario plus a sensitive change (pyproject.toml): the merge waits."""
+    data = yaml.safe_load((ROOT / "examples/sessions/add-error-handling.yaml").read_text())
+    steps = data["steps"]
+    at = next(
+        i
+        for i, s in enumerate(steps)
+        if s["tool"] == "fs.write" and "ConfigError" in str(s["args"].get("content", ""))
+    )
+    pyproject = (DEMO / "pyproject.toml").read_text() + f"# {HOSTILE}\n"
+    steps.insert(
+        at + 1,
+        {"say": "Note it in pyproject.toml.", "tool": "fs.write",
+         "args": {"path": "pyproject.toml", "content": pyproject}},
+    )  # fmt: skip
+    path = tmp_path / "script.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _run(argv: list[str], project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FLUFFY, *argv], cwd=project, env=env, capture_output=True, text=True, timeout=600,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _address(ui: subprocess.Popen[str]) -> str:
+    assert ui.stdout is not None
+    deadline = time.monotonic() + 60
+    seen = ""
+    while time.monotonic() < deadline:
+        line = ui.stdout.readline()
+        seen += line
+        found = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", line)
+        if found:
+            return found.group(0)
+        assert line or ui.poll() is None, f"fluffy ui ended: {seen}"
+    raise AssertionError(f"fluffy ui printed no address: {seen}")
+
+
+def test_a_review_is_approved_in_the_browser_and_the_commit_lands(
+    engine: object, images: dict[str, str], tmp_path: Path
+) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        unavailable("Debian's chromium is not installed (scripts/setup --with-browser)")
+    project = tmp_path / "project"
+    shutil.copytree(DEMO, project)
+    init_repository(project)
+    if os.getuid() == 0:
+        for path in [project, *project.rglob("*")]:
+            os.lchown(path, 1000, 1000)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
+        "FLUFFY_HOME": str(tmp_path / "home"),
+        "FLUFFY_KERNEL_IMAGE": images["kernel"],
+    }
+    started = _run(["start"], project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    ui: subprocess.Popen[str] | None = None
+    try:
+        task = _run(["Add error handling to parseConfig", "--script", str(_script(tmp_path))],
+                    project, env)  # fmt: skip
+        assert "waits for your review" in task.stdout + task.stderr, task.stdout + task.stderr
+        sid = re.search(r"session ([0-9a-f]{12})", task.stdout + task.stderr)
+        assert sid is not None
+        ui = subprocess.Popen(
+            [FLUFFY, "ui", "--no-open"], cwd=project, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        address = _address(ui)
+        with playwright.sync_playwright() as driver:
+            browser = driver.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(address)
+            assert "token=" not in page.url  # the token went into a cookie
+            page.click(f"a[href='/s/{sid.group(1)}']")
+            page.wait_for_selector("#review")
+            diff = page.inner_text("pre.diff")
+            assert "<script>alert('pwned')</script>" in diff  # shown, as text
+            assert "<U+202E>exe.txt" in diff  # the direction override named
+            assert (
+                page.locator("main img").count() == 0 and page.locator("main script").count() == 0
+            )
+            shots = Path(os.environ.get("FLUFFY_SCREENSHOTS") or tmp_path)  # README's pictures
+            page.set_viewport_size({"width": 1280, "height": 900})
+            page.screenshot(path=str(shots / "ui-review.png"))
+            page.click("#approve")
+            page.wait_for_load_state()
+            assert page.locator("#state").count() == 1, page.url + page.content()[-3000:]
+            deadline = time.monotonic() + 300
+            while "idle" not in (page.text_content("#state", timeout=5000) or ""):
+                assert time.monotonic() < deadline, page.inner_text("main")[-2000:]
+                assert page.locator("#state").count() == 1, page.inner_text("main")[-2000:]
+                page.wait_for_timeout(1000)
+                page.reload()
+            page.screenshot(path=str(shots / "ui-session.png"))
+            timeline = page.inner_text("#timeline")
+            assert "merge" in timeline and "git.commit" in timeline
+            assert dialogs == []  # nothing the model wrote ever ran
+            browser.close()
+    finally:
+        if ui is not None:
+            ui.terminate()
+            ui.communicate(timeout=60)  # (reads and closes its output)
+        _run(["stop"], project, env)
+    log = git(project, "-c", "safe.directory=*", "log", "--format=%s")
+    assert log.splitlines()[0] == "Add error handling to parseConfig"
+    assert HOSTILE in (project / "pyproject.toml").read_text()
