@@ -79,3 +79,54 @@ def audit(kit: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
                  "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     return list(json.loads(out.stdout)["entries"])
+
+
+def reviewed_script(folder: Path, note: str = "# error handling added") -> Path:
+    """The demo scenario (examples/sessions/add-error-handling.yaml) plus a change to
+    pyproject.toml, a sensitive file, so the merge waits for the person; ``note``: the
+    line the change adds.  Written to ``folder``/script.yaml."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples/sessions/add-error-handling.yaml").read_text())
+    steps = data["steps"]
+    at = next(
+        i
+        for i, s in enumerate(steps)
+        if s["tool"] == "fs.write" and "ConfigError" in str(s["args"].get("content", ""))
+    )
+    pyproject = (DEMO / "pyproject.toml").read_text() + f"{note}\n"
+    steps.insert(
+        at + 1,
+        {"say": "Note it in pyproject.toml (sensitive: reviewed).", "tool": "fs.write",
+         "args": {"path": "pyproject.toml", "content": pyproject}},
+    )  # fmt: skip
+    path = folder / "script.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def user_project(
+    base: Path,
+    kernel_image: str,
+    *,
+    prepare: Callable[[Path], None] | None = None,
+    repository: bool = True,
+) -> tuple[Path, dict[str, str]]:
+    """A copy of the demo project in ``base`` (``prepare`` changes it first; a git
+    repository unless ``repository`` is False), owned by a user when run as root, and
+    the environment `fluffy` runs in for it (its own FLUFFY_HOME, no API key)."""
+    project = base / "project"
+    shutil.copytree(DEMO, project)
+    if prepare is not None:
+        prepare(project)
+    if repository:
+        init_repository(project)
+    if os.getuid() == 0:  # a user's project is theirs: the kernel runs as its owner
+        for path in [project, *project.rglob("*")]:
+            os.lchown(path, 1000, 1000)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
+        "FLUFFY_HOME": str(base / "home"),
+        "FLUFFY_KERNEL_IMAGE": kernel_image,
+    }
+    return project, env

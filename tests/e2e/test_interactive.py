@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from typing import Any
 
 from fluffy.cli.interactive import handle
 from fluffy.ipc.client import SyncClient
+from tests.e2e.project_kernel import user_project
 
 from .test_workflow_ipc import DEMO, _serve, _stop
 
@@ -48,16 +48,7 @@ def test_prompt_commands_talk_to_the_kernel(tmp_path: Path) -> None:
 def test_fluffy_brings_the_kernel_up_in_the_foreground_and_stops_it(
     engine: object, images: dict[str, str], tmp_path: Path
 ) -> None:
-    project = tmp_path / "project"
-    shutil.copytree(DEMO, project)
-    if os.getuid() == 0:
-        for path in [project, *project.rglob("*")]:
-            os.lchown(path, 1000, 1000)
-    env = {
-        **os.environ,
-        "FLUFFY_HOME": str(tmp_path / "home"),
-        "FLUFFY_KERNEL_IMAGE": images["kernel"],
-    }
+    project, env = user_project(tmp_path, images["kernel"], repository=False)
     out = subprocess.run(
         [FLUFFY], cwd=project, env=env, stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=300,

@@ -7,16 +7,15 @@ from __future__ import annotations
 import os
 import re
 import select
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from fluffy.demo_session import git, init_repository
+from fluffy.demo_session import git
+from tests.e2e.project_kernel import reviewed_script, user_project
 
 pytestmark = pytest.mark.e2e
 
@@ -71,49 +70,21 @@ class Terminal:
             os.close(self.master)
 
 
-def _script(tmp_path: Path) -> Path:
-    """The demo scenario plus a change to pyproject.toml: a sensitive file, reviewed."""
-    data = yaml.safe_load((ROOT / "examples/sessions/add-error-handling.yaml").read_text())
-    steps = data["steps"]
-    at = next(
-        i
-        for i, s in enumerate(steps)
-        if s["tool"] == "fs.write"
-        and "src" in s["args"]["path"]
-        and "content" in s["args"]
-        and "ConfigError" in s["args"]["content"]
-    )
-    pyproject = (DEMO / "pyproject.toml").read_text() + "# error handling added\n"
-    steps.insert(
-        at + 1,
-        {"say": "Note it in pyproject.toml (sensitive: reviewed).", "tool": "fs.write",
-         "args": {"path": "pyproject.toml", "content": pyproject}},
-    )  # fmt: skip
-    path = tmp_path / "script.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def test_typing_a_task_reviewing_and_switching_modes_in_a_terminal(
     engine: object, images: dict[str, str], tmp_path: Path
 ) -> None:
-    project = tmp_path / "project"
-    shutil.copytree(DEMO, project)
-    policy = project / ".fluffy" / "policy.yaml"
-    policy.write_text(policy.read_text() + POLICY_EXTRA)
-    init_repository(project)
-    if os.getuid() == 0:
-        for path in [project, *project.rglob("*")]:
-            os.lchown(path, 1000, 1000)
+    def explore_allowed(project: Path) -> None:
+        policy = project / ".fluffy" / "policy.yaml"
+        policy.write_text(policy.read_text() + POLICY_EXTRA)
+
+    project, env = user_project(tmp_path, images["kernel"], prepare=explore_allowed)
     env = {
-        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
-        "FLUFFY_HOME": str(tmp_path / "home"),
-        "FLUFFY_KERNEL_IMAGE": images["kernel"],
+        **env,
         "TERM": "xterm",
         "PROMPT_TOOLKIT_NO_CPR": "1",
         "COLUMNS": "120",
     }
-    term = Terminal([FLUFFY, "--script", str(_script(tmp_path))], project, env)
+    term = Terminal([FLUFFY, "--script", str(reviewed_script(tmp_path))], project, env)
     try:
         term.expect("[strict] [idle]")
         term.send("/status")

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from fluffy.demo_session import git, init_repository
+from fluffy.demo_session import git
 from tests.conftest import unavailable
+from tests.e2e.project_kernel import reviewed_script, user_project
 
 pytestmark = pytest.mark.e2e
 
@@ -31,26 +30,6 @@ CHROMIUM = "/usr/bin/chromium"
 HOSTILE = "<script>alert('pwned')</script> <img src=x onerror=alert(1)> \u202eexe.txt"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
-
-
-def _script(tmp_path: Path) -> Path:
-    """The demo scenario plus a sensitive change (pyproject.toml): the merge waits."""
-    data = yaml.safe_load((ROOT / "examples/sessions/add-error-handling.yaml").read_text())
-    steps = data["steps"]
-    at = next(
-        i
-        for i, s in enumerate(steps)
-        if s["tool"] == "fs.write" and "ConfigError" in str(s["args"].get("content", ""))
-    )
-    pyproject = (DEMO / "pyproject.toml").read_text() + f"# {HOSTILE}\n"
-    steps.insert(
-        at + 1,
-        {"say": "Note it in pyproject.toml.", "tool": "fs.write",
-         "args": {"path": "pyproject.toml", "content": pyproject}},
-    )  # fmt: skip
-    path = tmp_path / "script.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def _run(argv: list[str], project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -80,23 +59,13 @@ def test_a_review_is_approved_in_the_browser_and_the_commit_lands(
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         unavailable("Debian's chromium is not installed (scripts/setup --with-browser)")
-    project = tmp_path / "project"
-    shutil.copytree(DEMO, project)
-    init_repository(project)
-    if os.getuid() == 0:
-        for path in [project, *project.rglob("*")]:
-            os.lchown(path, 1000, 1000)
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
-        "FLUFFY_HOME": str(tmp_path / "home"),
-        "FLUFFY_KERNEL_IMAGE": images["kernel"],
-    }
+    project, env = user_project(tmp_path, images["kernel"])
     started = _run(["start"], project, env)
     assert started.returncode == 0, started.stdout + started.stderr
     ui: subprocess.Popen[str] | None = None
     try:
-        task = _run(["Add error handling to parseConfig", "--script", str(_script(tmp_path))],
-                    project, env)  # fmt: skip
+        script = reviewed_script(tmp_path, f"# {HOSTILE}")
+        task = _run(["Add error handling to parseConfig", "--script", str(script)], project, env)
         assert "waits for your review" in task.stdout + task.stderr, task.stdout + task.stderr
         sid = re.search(r"session ([0-9a-f]{12})", task.stdout + task.stderr)
         assert sid is not None
