@@ -246,7 +246,8 @@ class Guard:
         if offered is not None:
             if not hmac.compare_digest(offered, launch.token):
                 return PlainTextResponse("wrong token: open the address `fluffy ui` printed", 403)
-            answer = RedirectResponse(request.url.remove_query_params("token").path, 303)
+            kept = request.url.remove_query_params("token")  # the rest of the address stays
+            answer = RedirectResponse(kept.path + (f"?{kept.query}" if kept.query else ""), 303)
             answer.set_cookie(
                 COOKIE, launch.token, httponly=True, samesite="strict", path="/", secure=False
             )

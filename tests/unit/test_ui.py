@@ -110,6 +110,9 @@ def test_nothing_is_served_without_the_launch_s_token(ui: Any) -> None:
     client.cookies.set(COOKIE, "x" * 43)
     assert client.get("/").status_code == 403
     client.cookies.clear()
+    deep = client.get(f"/audit?type=policy_update&token={launch.token}", follow_redirects=False)
+    assert deep.headers["location"] == "/audit?type=policy_update"  # only the token leaves
+    client.cookies.clear()
     _signed_in(client, launch)
     shown = client.get("/")
     assert shown.status_code == 200 and shown.headers["content-security-policy"] == CSP
