@@ -122,10 +122,19 @@ class KernelBackend:
         return dict(self._call("project.info") or {})
 
     def head(self) -> str:
-        """What changes when anything is recorded: the live view's signal."""
-        pong = self._call("kernel.ping") or {}
-        head = pong.get("audit_head") or {}
-        return f"{head.get('seq', 0)}:{head.get('hash', '')}"
+        """What changes when something is recorded that a page shows: the newest entry
+        other than the IPC layer's own (``syscall``), read from the log without a call
+        to the kernel -- the view's own reads are audited, and must not wake it again."""
+        from fluffy.kernel.audit.store import connect_ro, db_path
+
+        conn = connect_ro(db_path(self.state))
+        try:
+            row = conn.execute(
+                "SELECT max(seq) FROM audit_log WHERE event_type != 'syscall'"
+            ).fetchone()
+        finally:
+            conn.close()
+        return str(row[0] if row else 0)
 
     def _flush(self) -> None:
         with contextlib.suppress(FluffyError, OSError):  # else the log as it is on disk

@@ -177,3 +177,29 @@ def test_pages_show_the_session_the_audit_log_and_the_policy(ui: Any) -> None:
     assert "Intact: 7 entries checked" in client.get("/audit/verify").text
     assert "fluffy/env:x" in client.get("/policy").text
     assert client.get("/static/ui.css").status_code == 200
+
+
+def test_the_live_signal_ignores_the_ipc_layer_s_own_entries(tmp_path: Path) -> None:
+    # the view's own reads are audited `syscall` entries: were they the signal, an open
+    # page would refetch, be audited, and refetch again, forever
+    import asyncio
+
+    from fluffy.kernel.audit.entry import Event
+    from fluffy.kernel.audit.log import AuditLog
+    from fluffy.ui.backend import KernelBackend
+
+    state = tmp_path / "state"
+    backend = KernelBackend(tmp_path, tmp_path / "none.sock", state)
+
+    async def record(*events: Event) -> None:
+        audit = await AuditLog.open(state)
+        for event in events:
+            await audit.record(event)
+        await audit.close()
+
+    asyncio.run(record(Event("kernel_start")))
+    first = backend.head()
+    asyncio.run(record(Event("syscall", syscall_type="session.get", policy_decision="allowed")))
+    assert backend.head() == first
+    asyncio.run(record(Event("policy_update")))
+    assert backend.head() != first
