@@ -240,11 +240,11 @@ class Guard:
     async def _refusal(self, request: Request) -> Response | None:
         launch = self.launch
         host = request.headers.get("host", "")
-        if host not in (f"{launch.host}:{launch.port}", f"localhost:{launch.port}"):
+        if host != f"{launch.host}:{launch.port}":
             return PlainTextResponse("fluffy ui answers on its own address only", 421)
         offered = request.query_params.get("token")
         if offered is not None:
-            if not hmac.compare_digest(offered, launch.token):
+            if not hmac.compare_digest(offered.encode(), launch.token.encode()):
                 return PlainTextResponse("wrong token: open the address `fluffy ui` printed", 403)
             kept = request.url.remove_query_params("token")  # the rest of the address stays
             answer = RedirectResponse(kept.path + (f"?{kept.query}" if kept.query else ""), 303)
@@ -252,7 +252,8 @@ class Guard:
                 COOKIE, launch.token, httponly=True, samesite="strict", path="/", secure=False
             )
             return answer
-        if not hmac.compare_digest(request.cookies.get(COOKIE, ""), launch.token):
+        cookie = request.cookies.get(COOKIE, "").encode()  # bytes: any text compares
+        if not hmac.compare_digest(cookie, launch.token.encode()):
             return PlainTextResponse(
                 "not signed in: open the address `fluffy ui` printed (it carries a token)", 403
             )
@@ -265,7 +266,7 @@ class Guard:
 
 async def _csrf_ok(request: Request, launch: Launch) -> bool:
     form = await request.form()
-    return hmac.compare_digest(str(form.get("csrf") or ""), launch.csrf)
+    return hmac.compare_digest(str(form.get("csrf") or "").encode(), launch.csrf.encode())
 
 
 def _secured(response: Response) -> Response:

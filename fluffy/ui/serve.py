@@ -3,6 +3,7 @@ browser opened at the per-launch address."""
 
 from __future__ import annotations
 
+import secrets
 import socket
 import webbrowser
 from collections.abc import Callable
@@ -10,6 +11,14 @@ from pathlib import Path
 
 from fluffy.ui.app import Launch, make_app
 from fluffy.ui.backend import KernelBackend
+
+
+def loopback_address() -> str:
+    """A loopback address of this run's own (127.x.y.z: Linux answers all of 127/8).
+    Browsers keep cookies per host, not per port: on 127.0.0.1 the view's token cookie
+    would be sent to every other local server."""
+    a, b, c = (secrets.randbelow(254) + 1 for _ in range(3))
+    return f"127.{a}.{b}.{c + 1}"  # never 127.x.y.1, a common service address
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -35,7 +44,8 @@ def serve(
     from fluffy.paths import fluffy_home, project_socket
 
     files = paths(fluffy_home(), str(project))
-    launch = Launch(port=port or free_port())
+    host = loopback_address()
+    launch = Launch(host=host, port=port or free_port(host))
     backend = KernelBackend(project, project_socket(str(project)), files["state"], files["witness"])
     app = make_app(backend, launch)
     say(f"fluffy ui for {project}: {launch.url()}")
@@ -46,7 +56,7 @@ def serve(
         webbrowser.open(launch.url())
     config = uvicorn.Config(
         app, host=launch.host, port=launch.port, log_level="warning", access_log=False,
-        lifespan="off",
+        lifespan="off", timeout_graceful_shutdown=1,  # an open live stream must not hold Ctrl-C
     )  # fmt: skip
     uvicorn.Server(config).run()
     return 0

@@ -46,7 +46,7 @@ def _address(ui: subprocess.Popen[str]) -> str:
     while time.monotonic() < deadline:
         line = ui.stdout.readline()
         seen += line
-        found = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", line)
+        found = re.search(r"http://127\.\d+\.\d+\.\d+:\d+/\?token=[\w-]+", line)
         if found:
             return found.group(0)
         assert line or ui.poll() is None, f"fluffy ui ended: {seen}"
