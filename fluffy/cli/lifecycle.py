@@ -129,7 +129,8 @@ def write_network_allowlist(
     terminal) says yes; the first list for a project is taken as written.  ``prior_path``:
     where the previous list was put aside (default: ``path`` itself).  Returns the
     entries left out; a policy.yaml that does not load raises its error (file:line:
-    field, as `fluffy policy validate` says it), the gate's list left admitting nothing."""
+    field, as `fluffy policy validate` says it), with no list at ``path`` (nothing
+    admitted)."""
     from fluffy.kernel.net.allowlist import AllowList
     from fluffy.kernel.project.defaults import project_policy
 
@@ -137,8 +138,7 @@ def write_network_allowlist(
         entries = project_policy(Path(project))[0].network_whitelist
         rules = AllowList.from_entries(entries).rules
     except FluffyError:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_json(path, {"rules": []})
+        path.unlink(missing_ok=True)  # the gate admits nothing (no list: nothing)
         raise
     before = prior_path or path
     prior = (read_json(before) or {}).get("rules") if before.exists() else None
@@ -232,6 +232,8 @@ def launch_supervisor(
     except FluffyError as exc:  # a broken policy.yaml: said now, not as a crash loop
         proc.terminate()
         proc.wait(timeout=60)
+        if approved.exists():  # the list approved before stays the one to compare with
+            approved.replace(net)
         raise KernelStartFailed(
             f"the kernel was not started: {exc.what}",
             why=f"the project's policy does not load ({exc.code})",

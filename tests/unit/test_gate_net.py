@@ -408,4 +408,10 @@ def test_a_broken_policy_is_reported_at_once_not_as_a_crash_loop(
     assert str(project) in error.what  # the host path, not where L1 mounts it
     assert "fluffy policy validate" in (error.fix or "")
     assert launched[-1].terminated
-    assert json.loads((p["base"] / "net.json").read_text())["rules"] == []
+    assert not (p["base"] / "net.json").exists()  # nothing admitted
+    p["base"].mkdir(parents=True, exist_ok=True)
+    (p["base"] / "net.json").write_text('{"rules": [["api.openai.com", 443, false]]}')
+    with pytest.raises(KernelStartFailed):  # again, with a list approved before
+        lifecycle.launch_supervisor(str(project), detach=True)
+    approved = json.loads((p["base"] / "net.json").read_text())["rules"]
+    assert approved == [["api.openai.com", 443, False]]  # kept for the next start
