@@ -202,9 +202,12 @@ class SyncClient:
 
     def call(self, method: str, params: Any = None) -> Any:
         message_id = str(uuid.uuid4())
-        self.sock.sendall(
-            encode(IpcMessage(id=message_id, type="request", method=method, params=params))
-        )
+        try:
+            self.sock.sendall(
+                encode(IpcMessage(id=message_id, type="request", method=method, params=params))
+            )
+        except (BrokenPipeError, ConnectionResetError):  # not the CLI's own output's
+            raise ConnectionClosed("the kernel closed the connection") from None
         while True:
             message = decode_message(self._read_frame())
             if message.type == "event":
