@@ -57,7 +57,12 @@ def task_parser() -> argparse.ArgumentParser:
         description='fluffy "TASK": run one task through the kernel; without TASK, the prompt.',
     )
     parser.add_argument("task", nargs="?", help="what the AI should do (quote it)")
-    parser.add_argument("--yes", "-y", action="store_true", help="approve reviews and debug mode")
+    parser.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="approve reviews, debug mode and network entries new in policy.yaml",
+    )
     parser.add_argument(
         "--provider",
         choices=PROVIDERS,
