@@ -48,8 +48,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -62,6 +60,7 @@ from benchmarks._kernel import idle_memory_mib, kernel
 from benchmarks._stats import percentile
 from fluffy.demo_session import init_repository
 from fluffy.ipc.client import SyncClient
+from fluffy.ipc.transport import peer_identity
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo-project"
 #: The figures that need a container engine (null without one).
@@ -223,8 +222,7 @@ def _pinned(*clients: SyncClient) -> Iterator[None]:
 
 
 def _peer_pid(client: SyncClient) -> int:
-    creds = client.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[0])
+    return peer_identity(client.sock).pid
 
 
 def _plugin_calls(client: SyncClient, sid: str, n: int, think_s: float) -> dict[str, Any]:
