@@ -101,10 +101,7 @@ class KernelBackend:
     def entry(self, seq: int) -> dict[str, Any] | None:
         from fluffy.kernel.audit.query import Filters, entries
 
-        for found in entries(self.state, Filters()):
-            if found.get("id") == seq:
-                return found
-        return None
+        return next(entries(self.state, Filters(seq=seq)), None)
 
     def verification(self) -> dict[str, Any]:
         from fluffy.kernel.audit.store import read_head

@@ -48,6 +48,7 @@ class Filters:
     session: str | None = None
     decision: str | None = None
     limit: int | None = None
+    seq: int | None = None  # one entry (the web view's entry page)
 
     def __post_init__(self) -> None:
         if self.event_type is not None and self.event_type not in EVENT_TYPES:
@@ -69,6 +70,7 @@ class Filters:
             ("event_type = ?", self.event_type),
             (field_sql("session_id") + " = ?", self.session),
             (field_sql("policy_decision") + " = ?", self.decision),
+            ("seq = ?", self.seq),
         ):
             if value is not None:
                 clauses.append(column)

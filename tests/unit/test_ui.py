@@ -203,3 +203,5 @@ def test_the_live_signal_ignores_the_ipc_layer_s_own_entries(tmp_path: Path) -> 
     assert backend.head() == first
     asyncio.run(record(Event("policy_update")))
     assert backend.head() != first
+    assert backend.entry(3)["event_type"] == "policy_update"  # one entry, by its seq
+    assert backend.entry(99) is None
