@@ -186,8 +186,9 @@ async def test_a_sandbox_of_a_rebuilt_image_is_never_handed_out(tmp_path: Path) 
 async def test_a_sandbox_whose_folder_was_replaced_is_not_handed_out(tmp_path: Path) -> None:
     _, r, subject = await warm(tmp_path)
     assert r.staged_dir is not None
-    r.staged_dir.rmdir()  # discarded and made again: the mount shows the old folder
-    (tmp_path / "spare").mkdir()  # the old inode number is not reused at once
+    # discarded and made again: the mount shows the old folder. The old one is moved
+    # aside, not removed, so the file system cannot hand its inode to the new one.
+    r.staged_dir.rename(tmp_path / "discarded")
     r.staged_dir.mkdir()
     assert await subject.take(r) is None
     await subject.close()
