@@ -20,6 +20,7 @@ result says why (the AI reads it and carries on).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,8 @@ from fluffy.kernel.workflow.states import flow_of
 
 #: How much of a diff a result or an audit entry carries.
 DIFF_PREVIEW = 20_000
+#: How much of a decided diff is kept whole beside its audit entry (for the web view).
+DIFF_KEPT = 2_000_000
 
 
 @dataclass
@@ -404,7 +407,8 @@ class Flow:
         if self.audit is None:
             return
         session = await self.workflow.get(session_id)
-        await self.audit.record(
+        kept = diff[:DIFF_KEPT]
+        seq = await self.audit.record(
             Event(
                 kind,
                 caller="kernel",
@@ -413,6 +417,7 @@ class Flow:
                 state_machine_state=session.state,
                 input_summary=summary,
                 output_summary=diff[:DIFF_PREVIEW],
-                metadata=meta,
+                metadata={**meta, "diff_sha256": hashlib.sha256(kept.encode()).hexdigest()},
             )
         )
+        await self.workflow.store.keep_diff(seq, session_id, kept)

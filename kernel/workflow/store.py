@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS test_runs (
     id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, recorded_at INTEGER NOT NULL,
     state TEXT NOT NULL, run TEXT NOT NULL, coverage TEXT
 );
+CREATE TABLE IF NOT EXISTS review_diffs (
+    audit_seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL, diff TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS workflow_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 DOMAIN: Final = b"fluffy.state.v1\x00"
@@ -312,6 +315,17 @@ class WorkflowStore:
             )
         )
         return int(rows[0][0] or 0) if rows else 0
+
+    async def keep_diff(self, audit_seq: int, session_id: str, diff: str) -> None:
+        """The whole diff a merge decision was about, under its audit entry's number (the
+        entry keeps a preview and the diff's SHA-256: the web view checks one by the
+        other)."""
+        async with self._writing:
+            await self.db.execute(
+                "INSERT OR REPLACE INTO review_diffs VALUES (?, ?, ?)",
+                (audit_seq, session_id, diff),
+            )
+            await self.db.commit()
 
     async def delete_meta(self, key: str) -> None:
         async with self._writing:  # a commit here must not commit half of a save
