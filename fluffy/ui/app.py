@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import html
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import (
+    HTMLResponse,
     PlainTextResponse,
     RedirectResponse,
     Response,
@@ -247,7 +249,7 @@ class Guard:
             if not hmac.compare_digest(offered.encode(), launch.token.encode()):
                 return PlainTextResponse("wrong token: open the address `fluffy ui` printed", 403)
             kept = request.url.remove_query_params("token")  # the rest of the address stays
-            answer = RedirectResponse(kept.path + (f"?{kept.query}" if kept.query else ""), 303)
+            answer = _onward(kept.path + (f"?{kept.query}" if kept.query else ""))
             answer.set_cookie(
                 COOKIE, launch.token, httponly=True, samesite="strict", path="/", secure=False
             )
@@ -262,6 +264,18 @@ class Guard:
             if origin not in (None, f"http://{host}") or not await _csrf_ok(request, launch):
                 return PlainTextResponse("refused: not a form of this page", 403)
         return None
+
+
+def _onward(path: str) -> Response:
+    """The page that sends the browser on once the token is a cookie.  Not a redirect:
+    a redirect continues the navigation that brought the token (from the redirect file,
+    a terminal or another site), and a SameSite=Strict cookie is not sent on a navigation
+    another site began; a refresh is this page's own, same-site navigation."""
+    shown = html.escape(path, quote=True)
+    return HTMLResponse(
+        f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={shown}">'
+        f'<title>fluffy ui</title><p><a href="{shown}">Continue to fluffy ui</a></p>\n'
+    )
 
 
 async def _csrf_ok(request: Request, launch: Launch) -> bool:

@@ -3,10 +3,15 @@ browser opened at the per-launch address."""
 
 from __future__ import annotations
 
+import contextlib
+import html
+import os
 import secrets
+import shutil
 import socket
+import tempfile
 import webbrowser
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fluffy.ui.app import Launch, make_app
@@ -26,6 +31,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redirect_file(url: str) -> Iterator[Path]:
+    """A page only this user can read that sends the browser on to ``url``, as Jupyter
+    does: the browser is started with the file's name, so the token is not on its
+    command line (which every local user can read in ``ps``).  Removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="fluffy-ui-"))  # 0700
+    page = folder / "open.html"
+    shown = html.escape(url, quote=True)
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(
+            '<!doctype html><meta charset="utf-8">'
+            f'<meta http-equiv="refresh" content="0;url={shown}">'
+            f'<title>fluffy ui</title><p><a href="{shown}">Open fluffy ui</a></p>\n'
+        )
+    try:
+        yield page
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def serve(
@@ -48,15 +74,17 @@ def serve(
     launch = Launch(host=host, port=port or free_port(host))
     backend = KernelBackend(project, project_socket(str(project)), files["state"], files["witness"])
     app = make_app(backend, launch)
-    say(f"fluffy ui for {project}: {launch.url()}")
-    say("(the address carries this run's token; Ctrl-C stops the view)")
-    if owned:
-        say("(the kernel was started for the view: it stops when the view does)")
-    if open_browser:
-        webbrowser.open(launch.url())
     config = uvicorn.Config(
         app, host=launch.host, port=launch.port, log_level="warning", access_log=False,
         lifespan="off", timeout_graceful_shutdown=1,  # an open live stream must not hold Ctrl-C
     )  # fmt: skip
-    uvicorn.Server(config).run()
+    with redirect_file(launch.url()) as page:
+        say(f"fluffy ui for {project}: {launch.url()}")
+        say(f"or open {page.as_uri()} (it sends the browser on with the token)")
+        say("(the address carries this run's token; Ctrl-C stops the view)")
+        if owned:
+            say("(the kernel was started for the view: it stops when the view does)")
+        if open_browser:
+            webbrowser.open(page.as_uri())
+        uvicorn.Server(config).run()
     return 0

@@ -40,14 +40,15 @@ def _run(argv: list[str], project: Path, env: dict[str, str]) -> subprocess.Comp
 
 
 def _address(ui: subprocess.Popen[str]) -> str:
+    """The file `fluffy ui` prints beside its address, that sends a browser on to it."""
     assert ui.stdout is not None
     deadline = time.monotonic() + 60
     seen = ""
     while time.monotonic() < deadline:
         line = ui.stdout.readline()
         seen += line
-        found = re.search(r"http://127\.\d+\.\d+\.\d+:\d+/\?token=[\w-]+", line)
-        if found:
+        found = re.search(r"file:///\S+/open\.html", line)
+        if found and re.search(r"http://127\.\d+\.\d+\.\d+:\d+/\?token=[\w-]+", seen):
             return found.group(0)
         assert line or ui.poll() is None, f"fluffy ui ended: {seen}"
     raise AssertionError(f"fluffy ui printed no address: {seen}")
@@ -79,7 +80,8 @@ def test_a_review_is_approved_in_the_browser_and_the_commit_lands(
             page = browser.new_page()
             dialogs: list[str] = []
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            page.goto(address)
+            page.goto(address)  # the redirect file (the token not on a command line)
+            page.wait_for_url(re.compile(r"^http://127\.\d+\.\d+\.\d+:\d+/$"))
             assert "token=" not in page.url  # the token went into a cookie
             page.click(f"a[href='/s/{sid.group(1)}']")
             page.wait_for_selector("#review")

@@ -94,7 +94,10 @@ def ui(tmp_path: Path) -> tuple[TestClient, Launch, Backend]:
 
 def _signed_in(client: TestClient, launch: Launch) -> None:
     first = client.get(f"/?token={launch.token}", follow_redirects=False)
-    assert first.status_code == 303 and first.headers["location"] == "/"
+    # a page of its own sends the browser on: a redirect would carry on the navigation
+    # that brought the token, and a SameSite=Strict cookie is not sent on a navigation
+    # begun elsewhere (the redirect file, another site)
+    assert first.status_code == 200 and 'http-equiv="refresh" content="0;url=/"' in first.text
     cookie = first.headers["set-cookie"]
     assert f"{COOKIE}={launch.token}" in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
@@ -111,7 +114,7 @@ def test_nothing_is_served_without_the_launch_s_token(ui: Any) -> None:
     assert client.get("/").status_code == 403
     client.cookies.clear()
     deep = client.get(f"/audit?type=policy_update&token={launch.token}", follow_redirects=False)
-    assert deep.headers["location"] == "/audit?type=policy_update"  # only the token leaves
+    assert 'content="0;url=/audit?type=policy_update"' in deep.text  # only the token leaves
     client.cookies.clear()
     _signed_in(client, launch)
     shown = client.get("/")
@@ -177,6 +180,22 @@ def test_pages_show_the_session_the_audit_log_and_the_policy(ui: Any) -> None:
     assert "Intact: 7 entries checked" in client.get("/audit/verify").text
     assert "fluffy/env:x" in client.get("/policy").text
     assert client.get("/static/ui.css").status_code == 200
+
+
+def test_the_browser_is_sent_on_by_a_file_only_this_user_reads() -> None:
+    # the browser starts with the file's name: the token is not on its command line
+    import stat
+
+    from fluffy.ui.serve import redirect_file
+
+    url = 'http://127.1.2.3:5000/?token=abc"><script>x</script>'
+    with redirect_file(url) as page:
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600
+        assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+        text = page.read_text()
+        shown = "http://127.1.2.3:5000/?token=abc&quot;&gt;&lt;script&gt;x&lt;/script&gt;"
+        assert f'content="0;url={shown}"' in text and "<script" not in text
+    assert not page.parent.exists()
 
 
 def test_the_live_signal_ignores_the_ipc_layer_s_own_entries(tmp_path: Path) -> None:
