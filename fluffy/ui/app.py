@@ -20,6 +20,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -36,7 +37,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from fluffy.errors import FluffyError
-from fluffy.ui.backend import Backend
+from fluffy.ui.backend import AUDIT_LIMIT, TIMELINE_LIMIT, Backend
 from fluffy.ui.safe import diff_lines, visible, when
 
 HERE = Path(__file__).resolve().parent
@@ -71,6 +72,17 @@ def story(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def anchors(reviews: list[dict[str, Any]]) -> dict[int, str]:
+    """Timeline rows that have a review on the page (its decision, its commit), to the
+    review's anchor: a commit links to the diff it took."""
+    linked: dict[int, str] = {}
+    for review in reviews:
+        linked[int(review["id"])] = f"review-{review['id']}"
+        if review.get("commit"):
+            linked[int(review["commit"]["entry"])] = f"review-{review['id']}"
+    return linked
+
+
 class Launch:
     """The secrets of one `fluffy ui` run, and where it listens."""
 
@@ -102,6 +114,21 @@ def make_app(backend: Backend, launch: Launch) -> Starlette:
     def sessions(request: Request) -> Response:
         return page(request, "sessions.html", sessions=backend.sessions())
 
+    def records(sid: str, before: str) -> dict[str, Any]:
+        """The parts of a session's page that grow while it runs."""
+        raw = backend.entries({"session": sid, "before": before})
+        reviews = backend.reviews(sid)
+        return {
+            "sid": sid,
+            "timeline": story(raw),
+            "older": raw[0]["id"] if len(raw) >= TIMELINE_LIMIT else None,
+            "before": before,
+            "runs": backend.test_runs(sid),
+            "reviews": reviews,
+            "anchors": anchors(reviews),
+            "diff_lines": diff_lines,
+        }
+
     def session(request: Request) -> Response:
         sid = request.path_params["sid"]
         found = backend.session(sid)
@@ -113,13 +140,12 @@ def make_app(backend: Backend, launch: Launch) -> Starlette:
             session=found,
             review=backend.review(sid),
             held=backend.held_call(sid),
-            timeline=story(backend.entries({"session": sid})),
-            diff_lines=diff_lines,
+            **records(sid, str(request.query_params.get("before") or "")),
         )
 
     def timeline(request: Request) -> Response:
         sid = request.path_params["sid"]
-        return page(request, "timeline.html", timeline=story(backend.entries({"session": sid})))
+        return page(request, "records.html", **records(sid, ""))
 
     async def decide(request: Request) -> Response:
         form = await request.form()
@@ -136,9 +162,14 @@ def make_app(backend: Backend, launch: Launch) -> Starlette:
         return RedirectResponse(f"/s/{sid}", status_code=303)
 
     def audit(request: Request) -> Response:
-        keys = ("type", "decision", "session", "since")
+        keys = ("type", "decision", "session", "since", "before")
         chosen = {k: str(request.query_params.get(k) or "") for k in keys}
-        return page(request, "audit.html", entries=backend.entries(chosen), chosen=chosen)
+        found = backend.entries(chosen)
+        older = None
+        if len(found) >= AUDIT_LIMIT:
+            older = urlencode({**{k: v for k, v in chosen.items() if v}, "before": found[0]["id"]})
+        newest = urlencode({k: v for k, v in chosen.items() if v and k != "before"})
+        return page(request, "audit.html", entries=found, chosen=chosen, older=older, newest=newest)
 
     def entry(request: Request) -> Response:
         found = backend.entry(int(request.path_params["seq"]))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fluffy.errors import FluffyError
+from fluffy.errors import AuditQueryError, FluffyError
 
 #: The audit entries a session's timeline shows, newest last (at most this many).
 TIMELINE_LIMIT = 500
@@ -33,6 +33,8 @@ class Backend(Protocol):
     def decide_call(self, session_id: str, review_id: str, decision: str) -> dict[str, Any]: ...
     def entries(self, filters: dict[str, str]) -> list[dict[str, Any]]: ...
     def entry(self, seq: int) -> dict[str, Any] | None: ...
+    def test_runs(self, session_id: str) -> list[dict[str, Any]]: ...
+    def reviews(self, session_id: str) -> list[dict[str, Any]]: ...
     def verification(self) -> dict[str, Any]: ...
     def policy(self) -> dict[str, Any]: ...
     def environment(self) -> dict[str, Any]: ...
@@ -88,8 +90,12 @@ class KernelBackend:
     def entries(self, filters: dict[str, str]) -> list[dict[str, Any]]:
         from fluffy.kernel.audit.query import Filters, entries, parse_since
 
+        before = filters.get("before") or ""
+        if before and not before.isdigit():
+            raise AuditQueryError(f"not an entry number: {before!r}", fix="Use the page's links.")
         self._flush()
         chosen = Filters(
+            before=int(before) if before else None,
             since_ms=parse_since(filters["since"]) if filters.get("since") else None,
             event_type=filters.get("type") or None,
             session=filters.get("session") or None,
@@ -102,6 +108,17 @@ class KernelBackend:
         from fluffy.kernel.audit.query import Filters, entries
 
         return next(entries(self.state, Filters(seq=seq)), None)
+
+    def test_runs(self, session_id: str) -> list[dict[str, Any]]:
+        from fluffy.ui.records import test_runs
+
+        return test_runs(self.state, session_id)
+
+    def reviews(self, session_id: str) -> list[dict[str, Any]]:
+        from fluffy.ui.records import reviews
+
+        self._flush()
+        return reviews(self.state, session_id)
 
     def verification(self) -> dict[str, Any]:
         from fluffy.kernel.audit.store import read_head

@@ -49,6 +49,8 @@ class Filters:
     decision: str | None = None
     limit: int | None = None
     seq: int | None = None  # one entry (the web view's entry page)
+    tool: str | None = None
+    before: int | None = None  # entries older than this seq (a page further back)
 
     def __post_init__(self) -> None:
         if self.event_type is not None and self.event_type not in EVENT_TYPES:
@@ -71,6 +73,9 @@ class Filters:
             (field_sql("session_id") + " = ?", self.session),
             (field_sql("policy_decision") + " = ?", self.decision),
             ("seq = ?", self.seq),
+            # a tool call is recorded as the syscall it is (the tool's name as syscall_type)
+            (f"? IN ({field_sql('syscall_type')}, {field_sql('tool_name')})", self.tool),
+            ("seq < ?", self.before),
         ):
             if value is not None:
                 clauses.append(column)

@@ -103,9 +103,27 @@ def test_a_review_is_approved_in_the_browser_and_the_commit_lands(
                 assert page.locator("#state").count() == 1, page.inner_text("main")[-2000:]
                 page.wait_for_timeout(1000)
                 page.reload()
-            page.screenshot(path=str(shots / "ui-session.png"))
             timeline = page.inner_text("#timeline")
             assert "merge" in timeline and "git.commit" in timeline
+            # the tests went red (each failing test named), then green
+            runs = page.locator("#tests div.run")
+            assert page.locator("#tests div.run.red ul.failing li").count() >= 1
+            assert "green" in runs.last.inner_text(), page.inner_text("#tests")
+            # the approved change, with its whole diff and the commit that took it
+            review = page.locator("#reviews details.review-approved")
+            while review.locator("code.commit").count() == 0:  # the commit's result follows
+                assert time.monotonic() < deadline, page.inner_text("#reviews")
+                page.wait_for_timeout(500)
+                page.reload()
+            assert review.count() == 1, page.inner_text("#reviews")
+            shown_sha = review.locator("code.commit").inner_text()
+            review.locator("summary").click()
+            merged = review.locator("pre.diff").inner_text()
+            assert "pyproject.toml" in merged and "<script>alert('pwned')</script>" in merged
+            assert "ConfigError" in merged  # beyond the audit entry's 500-character preview
+            linked = page.locator("#timeline a.to-review").first.get_attribute("href")
+            assert linked == "#" + (review.get_attribute("id") or "-")
+            page.screenshot(path=str(shots / "ui-merged.png"))
             assert dialogs == []  # nothing the model wrote ever ran
             browser.close()
     finally:
@@ -113,6 +131,7 @@ def test_a_review_is_approved_in_the_browser_and_the_commit_lands(
             ui.terminate()
             ui.communicate(timeout=60)  # (reads and closes its output)
         _run(["stop"], project, env)
-    log = git(project, "-c", "safe.directory=*", "log", "--format=%s")
-    assert log.splitlines()[0] == "Add error handling to parseConfig"
+    log = git(project, "-c", "safe.directory=*", "log", "--format=%H %s")
+    assert log.splitlines()[0].split(" ", 1)[1] == "Add error handling to parseConfig"
+    assert log.startswith(shown_sha)  # the page named the commit that landed
     assert HOSTILE in (project / "pyproject.toml").read_text()

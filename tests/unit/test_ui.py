@@ -70,6 +70,26 @@ class Backend:
     def entry(self, seq: int) -> dict[str, Any] | None:
         return {"id": seq, "input_summary": HOSTILE} if seq == 7 else None
 
+    def test_runs(self, session_id: str) -> list[dict[str, Any]]:
+        return [{"id": 1, "timestamp": 1_764_300_000_000, "state": "test_writing",
+                 "exit_code": 1, "green": False, "more_failing": 0,
+                 "counts": {"passed": 0, "failed": 1, "error": 0, "skipped": 0},
+                 "failing": [{"id": f"tests/test_x.py::test_{HOSTILE}", "outcome": "failed",
+                              "message": f"AssertionError: {HOSTILE}"}]},
+                {"id": 2, "timestamp": 1_764_300_060_000, "state": "code_writing",
+                 "exit_code": 0, "green": True, "more_failing": 0, "failing": [],
+                 "counts": {"passed": 3, "failed": 0, "error": 0, "skipped": 0}}]  # fmt: skip
+
+    def reviews(self, session_id: str) -> list[dict[str, Any]]:
+        return [{"id": 40, "timestamp": 1_764_300_100_000, "kind": "rejected", "by": "",
+                 "files": ["src/app.py"], "diff": DIFF, "cut": False, "commit": None,
+                 "kept": "whole",
+                 "summary": "merge rejected by the user"},
+                {"id": 50, "timestamp": 1_764_300_200_000, "kind": "approved", "by": "user",
+                 "files": ["src/app.py", HOSTILE], "diff": DIFF, "cut": True, "kept": "preview",
+                 "commit": {"sha": "c0ffee" * 6 + "abcd", "entry": 7, "message": HOSTILE},
+                 "summary": "merge approved by user"}]  # fmt: skip
+
     def verification(self) -> dict[str, Any]:
         return {"ok": True, "entries": 7, "witness": {"seq": 7, "hash": "ab" * 32},
                 "unwitnessed": None, "warnings": [], "problem": None}  # fmt: skip
@@ -153,12 +173,14 @@ def test_a_decision_needs_this_page_s_form(ui: Any) -> None:
 def test_hostile_text_is_shown_as_text(ui: Any) -> None:
     client, launch, _ = ui
     _signed_in(client, launch)
-    for path in ("/", "/s/s1", "/audit", "/audit/7", "/policy"):
+    for path in ("/", "/s/s1", "/s/s1/timeline", "/audit", "/audit/7", "/policy"):
         html = client.get(path).text
         assert "<script>alert" not in html and "<img src=x" not in html, path
         assert 'href="javascript:' not in html and "onerror=alert(1)>" not in html, path
         # the only scripts are this server's own file, none inline
-        assert re.findall(r"<script[^>]*>", html) == ['<script src="/static/ui.js" defer>'], path
+        assert "<script" not in html.replace('<script src="/static/ui.js" defer>', ""), path
+        if path != "/s/s1/timeline":  # (a part of the page, fetched by the page's script)
+            assert re.findall(r"<script[^>]*>", html) == ['<script src="/static/ui.js" defer>']
     page = client.get("/s/s1").text
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
     assert "&lt;U+202E&gt;gnp.exe" in page  # the direction override named, not obeyed
@@ -176,10 +198,52 @@ def test_pages_show_the_session_the_audit_log_and_the_policy(ui: Any) -> None:
     assert missing.status_code == 200 and "no session nope" in missing.text
     client.get("/audit?type=tool_result&decision=denied&session=s1&since=2h")
     assert backend.filters[-1] == {"type": "tool_result", "decision": "denied",
-                                   "session": "s1", "since": "2h"}  # fmt: skip
+                                   "session": "s1", "since": "2h", "before": ""}  # fmt: skip
     assert "Intact: 7 entries checked" in client.get("/audit/verify").text
     assert "fluffy/env:x" in client.get("/policy").text
     assert client.get("/static/ui.css").status_code == 200
+
+
+def test_a_session_shows_its_test_runs_reviews_and_commit(ui: Any) -> None:
+    client, launch, _ = ui
+    _signed_in(client, launch)
+    page = client.get("/s/s1").text
+    tests = page[page.index('id="tests"') : page.index('id="reviews"')]
+    assert tests.count('class="run red"') == 1 and tests.count('class="run green"') == 1
+    assert "0 passed, 1 failed" in tests and "3 passed, 0 failed" in tests
+    assert "AssertionError: &lt;script&gt;" in tests  # the failing test's message, as text
+    reviews = page[page.index('id="reviews"') : page.index('id="timeline"')]
+    assert reviews.index('id="review-40"') < reviews.index('id="review-50"')
+    assert "<strong>rejected</strong>" in reviews and "<strong>approved</strong>" in reviews
+    approved = reviews[reviews.index('id="review-50"') :]
+    assert "c0ffeec0ffee</code>" in approved  # the commit, beside the diff it took
+    assert f"git show {'c0ffee' * 6}abcd" in approved  # the diff was cut: where all of it is
+    assert approved.count('class="add"') == 2 and approved.count('class="del"') == 1
+    # the commit's timeline row links to its review and diff
+    timeline = page[page.index('id="timeline"') :]
+    assert '<a href="#review-50" class="to-review">' in timeline
+    # the live refresh fetches the same parts of the page
+    part = client.get("/s/s1/timeline").text
+    assert 'id="review-50"' in part and 'id="run-2"' in part and "<html" not in part
+
+
+def test_the_audit_page_and_a_long_timeline_page_back(ui: Any, monkeypatch: Any) -> None:
+    import fluffy.ui.app as app
+
+    client, launch, backend = ui
+    _signed_in(client, launch)
+    monkeypatch.setattr(app, "AUDIT_LIMIT", 1)
+    monkeypatch.setattr(app, "TIMELINE_LIMIT", 1)
+    page = client.get("/audit?type=tool_result&before=").text
+    assert '<a href="/audit?type=tool_result&amp;before=7" id="older">' in page
+    older = client.get("/audit?type=tool_result&before=7").text
+    assert backend.filters[-1]["before"] == "7" and backend.filters[-1]["type"] == "tool_result"
+    assert '<a href="/audit?type=tool_result" id="newest">' in older
+    session = client.get("/s/s1").text
+    assert '<a href="/s/s1?before=7" id="older">' in session
+    back = client.get("/s/s1?before=7").text
+    assert backend.filters[-1] == {"session": "s1", "before": "7"}
+    assert "data-refresh=" not in back  # an older page is not refreshed with new entries
 
 
 def test_the_browser_is_sent_on_by_a_file_only_this_user_reads() -> None:

@@ -10,15 +10,21 @@
   source.onerror = function () { badge.classList.remove("on"); };
   source.onmessage = function () {
     if (first) { first = false; return; }  // the head as the page was made
-    const timeline = document.getElementById("timeline");
-    if (timeline && timeline.dataset.refresh) {
-      fetch(timeline.dataset.refresh, { credentials: "same-origin" })
+    const records = document.getElementById("records");
+    if (records && records.dataset.refresh) {
+      fetch(records.dataset.refresh, { credentials: "same-origin" })
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
           if (html === null) return;
           const parsed = new DOMParser().parseFromString(html, "text/html");
-          const table = parsed.querySelector("table");
-          if (table) timeline.replaceChildren(document.importNode(table, true));
+          const open = Array.from(records.querySelectorAll("details[open]")).map(function (d) { return d.id; });
+          records.replaceChildren.apply(records, Array.from(parsed.body.childNodes).map(function (n) {
+            return document.importNode(n, true);
+          }));
+          open.forEach(function (id) {  // a diff the person opened stays open
+            const again = document.getElementById(id);
+            if (again) again.open = true;
+          });
         });
     }
     // a review or a held call may have appeared, or been decided elsewhere
@@ -32,7 +38,7 @@
             const now = document.getElementById(id);
             const then = parsed.getElementById(id);
             if (now && then) now.replaceWith(document.importNode(then, true));
-            else if (!now && then) document.querySelector("main h2").before(document.importNode(then, true));
+            else if (!now && then) document.getElementById("records").before(document.importNode(then, true));
             else if (now && !then) now.remove();
           });
         });
