@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from fluffy.errors.ai import (
     AiError,
+    CallCancelled,
     ContextTooLong,
+    LoopFailed,
     ProviderBusy,
     ProviderFailed,
     Quarantined,
+    TurnNotStarted,
     TurnRunning,
 )
 from fluffy.errors.configuration import (
@@ -139,6 +142,7 @@ __all__ = [
     "AuditUnavailable",
     "BaseImageUnavailable",
     "BranchError",
+    "CallCancelled",
     "CircuitOpen",
     "ConfigError",
     "ConnectionClosed",
@@ -174,6 +178,7 @@ __all__ = [
     "KernelNotRunning",
     "KernelOverloaded",
     "KernelStartFailed",
+    "LoopFailed",
     "McpError",
     "McpServerFailed",
     "McpServerInvalid",
@@ -221,6 +226,7 @@ __all__ = [
     "ToolTransient",
     "ToolUnavailable",
     "TransitionDenied",
+    "TurnNotStarted",
     "TurnRunning",
     "UnknownMethod",
     "VersionUnsupported",

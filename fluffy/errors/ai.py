@@ -65,3 +65,28 @@ class ContextTooLong(ProviderFailed):
         "Start a new session, or set context_window to the model's real window "
         "(`fluffy config set context_window N`)."
     )
+
+
+class TurnNotStarted(AiError):
+    """A task was not handed to the session: what stopped it is the ``what``."""
+
+    code = "ai.start"
+    default_why = "the session could not take the task (its state or the kernel refused it)"
+    default_fix = "Fix what the message names, then send the task again."
+
+
+class LoopFailed(AiError):
+    """An unexpected exception ended a turn (a bug of the kernel's, reported, not hidden)."""
+
+    code = "ai.loop_failed"
+    default_why = "an unexpected error ended the kernel's session loop"
+    default_fix = "Retry; if it persists, report it with the kernel's log."
+
+
+class CallCancelled(AiError):
+    """A tool call had no result: the turn was cancelled or interrupted while it ran.
+    Sent to the model as the call's answer (providers refuse an unanswered call)."""
+
+    code = "ai.cancelled"
+    default_why = "the turn was cancelled or interrupted before the call finished"
+    default_fix = "Nothing to repair: ask again to go on."

@@ -35,9 +35,11 @@ import msgspec
 from fluffy.errors import (
     ContextTooLong,
     FluffyError,
+    LoopFailed,
     PolicyDenied,
     PolicyError,
     Quarantined,
+    TurnNotStarted,
     TurnRunning,
     WorkflowError,
 )
@@ -149,8 +151,12 @@ class SessionLoop:
                 await self.emit_steps(turn, "idle", {})
         except BaseException as exc:
             turn.status = "failed"
-            what = exc.what if isinstance(exc, FluffyError) else type(exc).__name__
-            await self._end(turn, {"what": what, "why": "", "fix": "", "code": "ai.start"})
+            refused = (
+                TurnNotStarted(exc.what, why=exc.why or None, fix=exc.fix or None)
+                if isinstance(exc, FluffyError)
+                else TurnNotStarted(type(exc).__name__, why=str(exc)[:500] or None)
+            )
+            await self._end(turn, _ended(refused))
             raise
         turn.task = asyncio.create_task(self._run(turn), name=f"turn-{turn.turn_id}")
         return turn
@@ -282,16 +288,12 @@ class SessionLoop:
             turn.status = "cancelled"
         except FluffyError as exc:
             turn.status = "failed"
-            error = {"what": exc.what, "why": exc.why, "fix": exc.fix, "code": exc.code}
+            error = _ended(exc)
         except Exception as exc:  # a bug: still an end the CLI can show
             log.exception("turn %s failed", turn.turn_id)
             turn.status = "failed"
-            error = {
-                "what": f"the session loop failed: {type(exc).__name__}",
-                "why": str(exc)[:500],
-                "fix": "Retry; if it persists, report it with the kernel's log.",
-                "code": "ai.loop_failed",
-            }
+            failed = LoopFailed(f"the session loop failed: {type(exc).__name__}")
+            error = _ended(failed) | {"why": str(exc)[:500] or failed.why}
         finally:
             if turn.provider_session is not None:
                 self.round_gaps.extend(turn.provider_session.gaps)
@@ -482,3 +484,8 @@ class SessionLoop:
     async def note_audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None:
         if self.audit is not None:
             await self.audit(session_id, summary, metadata)
+
+
+def _ended(exc: FluffyError) -> dict[str, str]:
+    """A failed turn's error as its ``turn_end`` event carries it."""
+    return {"what": exc.what, "why": exc.why, "fix": exc.fix, "code": exc.code}

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import msgspec
 
-from fluffy.errors import FluffyError, SessionNotFound
+from fluffy.errors import CallCancelled, FluffyError, SessionNotFound
 from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
 from fluffy.kernel.ai.context import ContextWindow, TokenBudget, build_messages, pins_tokens
 from fluffy.kernel.ai.conversation import ConversationStore
@@ -36,10 +37,9 @@ log = logging.getLogger("fluffy.kernel.ai")
 Summariser = Callable[[list[Message], str], Awaitable[str]]
 
 
-UNANSWERED = (
-    '{"ok": false, "error": {"code": "ai.cancelled", '
-    '"what": "no result: the call was interrupted"}}'
-)
+UNANSWERED = msgspec.json.encode(
+    {"ok": False, "error": CallCancelled("no result: the call was interrupted").to_dict()}
+).decode()
 
 
 def answered(history: list[Message]) -> list[Message]:

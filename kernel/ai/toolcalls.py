@@ -14,7 +14,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from fluffy.errors import FluffyError, Quarantined
+from fluffy.errors import CallCancelled, FluffyError, Quarantined
 from fluffy.ipc.ai_types import Message, ToolCall
 from fluffy.kernel.ai.bounds import OMITTED, TOO_LARGE, needs_summary, summarised
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
@@ -75,8 +75,8 @@ class TurnCalls:
             # conversation with a tool call left unanswered
             for i, answer in enumerate(answers):
                 if not answer:
-                    answers[i] = {"ok": False, "error": {"code": "ai.cancelled",
-                                  "what": "the call was cancelled before it finished"}}  # fmt: skip
+                    cancelled = CallCancelled("the call was cancelled before it finished")
+                    answers[i] = {"ok": False, "error": cancelled.to_dict()}
             # a refused call's large arguments (or any call's huge ones) are not sent back
             # with every later request: a summary stands in for them (ADR-054)
             kept = {

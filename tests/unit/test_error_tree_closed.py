@@ -187,3 +187,30 @@ def test_the_scanner_follows_bases_across_modules() -> None:
         "b.py:ConfigError": "outside",  # its own bases decide, not its name
         "c.py:Own": "tree",
     }
+
+
+def _error_payload_codes() -> list[tuple[str, int, str]]:
+    """(path, line, code) of each error written by hand: a dict literal with a string
+    ``"code"`` beside a ``"what"`` (the shape of :meth:`FluffyError.to_dict`)."""
+    found = []
+    for path in tracked("*.py", skip=("tests/", "benchmarks/", "scripts/")):
+        rel = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Dict):
+                continue
+            keys = {k.value: v for k, v in zip(node.keys, node.values, strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)}  # fmt: skip
+            code = keys.get("code")
+            if "what" in keys and isinstance(code, ast.Constant) and isinstance(code.value, str):
+                found.append((rel, node.lineno, code.value))
+    return found
+
+
+def test_every_error_code_written_by_hand_is_a_code_of_the_tree() -> None:
+    # an error built as a dict, not raised, still reaches a user or the model: its code
+    # must be one the tree defines (docs/errors.md), not a string of its own
+    codes = {cls.code for cls in all_error_classes()}
+    strays = [f"{rel}:{line}: {code}" for rel, line, code in _error_payload_codes()
+              if code not in codes]  # fmt: skip
+    assert strays == [], "\n".join(strays)
