@@ -1,6 +1,6 @@
 """Wheels for the images, downloaded on the host.
 
-HTTPS from inside a build container may not be trusted (ENVIRONMENT.md: the host's
+HTTPS from inside a build container may not be trusted (docs/environment.md: the host's
 CA is not the container's), so pip never runs against an index inside an image.
 The host downloads the exact wheels a lock pins, for the image's platform (which is
 not the host's on macOS), into a cache folder keyed by the lock and platform; the

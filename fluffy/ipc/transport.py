@@ -2,7 +2,7 @@
 
 Linux: ``SO_PEERCRED`` gives the peer's pid, uid and gid as seen from the listener's pid
 namespace.  A peer in a sibling container (another pid namespace) shows ``pid == 0``
-while uid and gid stay real (ENVIRONMENT.md), so fluffy binds identity to the *socket*
+while uid and gid stay real (docs/environment.md), so fluffy binds identity to the *socket*
 (one socket per sandbox, docs/ipc.md) and uses the pid only where it is visible.
 macOS (``LOCAL_PEERCRED``) and Windows named pipes have a place here but no
 implementation yet: the kernel runs in a Linux container on every platform.
