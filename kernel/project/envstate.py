@@ -83,10 +83,6 @@ class EnvChoice:
     current: bool
     note: str = ""
 
-    @property
-    def generated_dir(self) -> str | None:
-        return None if self.record is None else f"envs/{self.record.key}/generated"
-
     def to_dict(self) -> dict[str, Any]:
         record = self.record
         return {

@@ -87,10 +87,6 @@ class SanitizeResult:
     redacted_kinds: list[str] = field(default_factory=list)
 
     @property
-    def original_tokens(self) -> int:
-        return estimate_tokens(self.original_chars)
-
-    @property
     def sanitized_tokens(self) -> int:
         return estimate_tokens(self.sanitized_chars)
 
