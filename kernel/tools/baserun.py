@@ -21,11 +21,11 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from fluffy.junit import parse_junit
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.evidence import snapshot_trees
-from fluffy.kernel.workflow.junit import parse_junit
 
 BASE_SUFFIX = ".base"
 

@@ -35,11 +35,11 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fluffy.junit import TestCase, parse_junit
 from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.routedcall import RoutedCall
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
-from fluffy.kernel.workflow.junit import TestCase, parse_junit
 
 #: How a failing case of the cross-check is named in the run's evidence.
 PREFIX = "[the person's tests, without this session's test changes] "

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
+from fluffy.junit import parse_junit
 from fluffy.kernel.confined_files import read_regular, safe_relpath
 from fluffy.kernel.project.envstate import ENV_PYTHON
 from fluffy.kernel.project.interpreter import mismatch
@@ -28,7 +29,6 @@ from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
 from fluffy.kernel.workflow.evidence import TestRun
-from fluffy.kernel.workflow.junit import parse_junit
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
 

@@ -3,7 +3,7 @@
 The guards (``test_writing -> code_writing`` needs a red run, ``validating -> reviewing``
 a green one) never read what the AI says about its tests.  They read a :class:`TestRun`
 that the kernel executed itself: the command, the exit code, every test's outcome from
-pytest's JUnit XML (read by :mod:`fluffy.kernel.workflow.junit`), and a hash of the
+pytest's JUnit XML (read by :mod:`fluffy.junit`), and a hash of the
 test tree and the source tree taken *before* the run.  The rules:
 
 * **Red** means at least one test whose file was added or changed since ``test_writing``
@@ -39,8 +39,8 @@ from typing import Any
 from pathspec import GitIgnoreSpec
 
 from fluffy.errors import EvidenceError
+from fluffy.junit import OUTCOMES, TestCase, parse_junit
 from fluffy.kernel.project.viewfiles import ignored, ignored_dir, ignored_file
-from fluffy.kernel.workflow.junit import OUTCOMES, TestCase, parse_junit
 
 STREAM_ABOVE_BYTES = 8 * 1024 * 1024
 DEFAULT_TEST_GLOBS = ("tests/**", "test/**", "**/test_*.py", "**/*_test.py", "**/conftest.py")

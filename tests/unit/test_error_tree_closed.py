@@ -34,7 +34,7 @@ INTERNAL: dict[str, str] = {
         "kernel/tools/plugins.py catches it and runs the call in a fresh sandbox"
     ),
     "kernel/workflow/baseline.py:_NotRegular": "caught in its module: a warning naming the file",
-    "kernel/workflow/junit.py:_Refused": "caught in its module and raised as EvidenceError",
+    "fluffy/junit.py:_Refused": "caught in its module and raised as EvidenceError",
     "kernel/yamltext.py:YamlSyntax": (
         "each caller raises its own error: PolicyError, ConfigError, PluginManifestYaml"
     ),

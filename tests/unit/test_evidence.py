@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluffy.errors import EvidenceError
+from fluffy.junit import MAX_REPORT_BYTES, TestCase, parse_junit
 from fluffy.kernel.workflow.evidence import (
     WHAT_IS_RED,
     TestRun,
@@ -24,7 +25,6 @@ from fluffy.kernel.workflow.evidence import (
     run_pytest,
     snapshot_trees,
 )
-from fluffy.kernel.workflow.junit import MAX_REPORT_BYTES, TestCase, parse_junit
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_ADD = "from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from fluffy.junit import TestCase
 from fluffy.kernel.tools.guardrun import Verdict, cross_check
-from fluffy.kernel.workflow.junit import TestCase
 
 OVERLAY = {"tests/test_new.py": "a" * 64, "src/calc.py": "b" * 64}
 GLOBS = ("tests/**",)

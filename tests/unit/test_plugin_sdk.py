@@ -622,7 +622,14 @@ def test_a_failing_job_is_a_structured_error(
 
 
 # -- layering -------------------------------------------------------------------------
-ALLOWED = ("msgspec", "fluffy.ipc", "fluffy.errors", "fluffy.plugins", "fluffy.safetext")
+ALLOWED = (
+    "msgspec",
+    "fluffy.ipc",
+    "fluffy.errors",
+    "fluffy.plugins",
+    "fluffy.safetext",
+    "fluffy.junit",
+)
 
 
 def _imports(path: Path) -> set[str]:

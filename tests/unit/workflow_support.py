@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fluffy.junit import TestCase
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.model import parse_policy
 from fluffy.kernel.workflow.evidence import TestRun, snapshot_trees
-from fluffy.kernel.workflow.junit import TestCase
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import WorkflowStore
 

@@ -1,8 +1,11 @@
 """pytest's JUnit XML report, read into one :class:`TestCase` per test.
 
-:func:`parse_junit` is the only reader of a report the kernel trusts as evidence
-(:mod:`fluffy.kernel.workflow.evidence` judges the cases it returns).  It refuses
-DOCTYPEs, reports over 32 MiB and malformed XML with :class:`EvidenceError`.
+:func:`parse_junit` is fluffy's one reader of a report: the kernel's evidence
+(:mod:`fluffy.kernel.workflow.evidence` judges the cases it returns) and the test tool's
+counts in its sandbox (``fluffy.plugins.test_tool``, which reads the same report first,
+for display).  It refuses DOCTYPEs, reports over 32 MiB and malformed XML with
+:class:`EvidenceError`.  Standard library and the error tree only: it ships in the L2
+images too (images/spec.py, SANDBOX_PARTS).
 """
 
 from __future__ import annotations
