@@ -1,60 +1,18 @@
-"""Glob patterns over project paths, on the standard library (no pathspec in L2 images).
+"""Glob patterns over project paths, with .gitignore's rules (pathspec, as the kernel).
 
-``*`` and ``?`` never cross a ``/``; ``**`` does (``**/`` also matches no folder at all);
-``[abc]``, ``[a-z]`` and ``[!abc]`` are character classes.  A pattern without a ``/``
-matches a file's name at any depth (``*.py`` finds every Python file, as in ripgrep and
-.gitignore); a pattern with one matches the whole path from the project root.
+``*`` and ``?`` never cross a ``/``; ``**`` does; ``[abc]``, ``[a-z]`` and ``[!abc]`` are
+character classes.  A pattern without a ``/`` matches a name at any depth (``*.py``
+finds every Python file, as in ripgrep and .gitignore); a pattern with one matches the
+path from the project root; a pattern that names a folder matches what is inside it.
+One pattern names what to include, so .gitignore's negation (``!``) and comments
+(``#``) are refused rather than silently matching nothing.
 """
 
 from __future__ import annotations
 
-import re
+import pathspec
 
 from fluffy.errors import ToolInputInvalid
-
-
-def _char_class(body: str) -> str:
-    negate = body[:1] in ("!", "^")
-    if negate:
-        body = body[1:]
-    items: list[str] = []
-    k = 0
-    while k < len(body):
-        if k + 2 < len(body) and body[k + 1] == "-":
-            items.append(f"{re.escape(body[k])}-{re.escape(body[k + 2])}")
-            k += 3
-        else:
-            items.append(re.escape(body[k]))
-            k += 1
-    return f"[^/{''.join(items)}]" if negate else f"[{''.join(items)}]"
-
-
-def translate(pattern: str) -> str:
-    """The regular expression (source) matching what ``pattern`` matches."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if pattern.startswith("**", i):
-            i += 2
-            if i < n and pattern[i] == "/":
-                out.append("(?:.*/)?")
-                i += 1
-            else:
-                out.append(".*")
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and (end := pattern.find("]", i + 2)) != -1:
-            out.append(_char_class(pattern[i + 1 : end]))
-            i = end + 1
-            continue
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "(?s:" + "".join(out) + r")\Z"
 
 
 class Glob:
@@ -66,17 +24,28 @@ class Glob:
             cleaned = cleaned[2:]
         cleaned = cleaned.lstrip("/")
         if not cleaned:
-            raise ToolInputInvalid(f"the glob {pattern!r} is empty", fix="Use e.g. '**/*.py'.")
-        self.pattern = cleaned
-        self.by_name = "/" not in cleaned
+            raise ToolInputInvalid(
+                f"the glob {pattern!r} is empty",
+                why="an empty pattern names no file",
+                fix="Use e.g. '**/*.py'.",
+            )
+        if cleaned[0] in "!#":
+            raise ToolInputInvalid(
+                f"the glob {pattern!r} starts with {cleaned[0]!r}",
+                why="in .gitignore syntax that makes it an exclusion or a comment, and a "
+                "search glob names the files to include",
+                fix=f"Write '\\{cleaned[0]}' for a name that starts with {cleaned[0]!r}, "
+                "or leave the character out.",
+            )
         try:
-            self.regex = re.compile(translate(cleaned))
-        except re.error as exc:
+            self._spec = pathspec.GitIgnoreSpec.from_lines([cleaned])
+        except (ValueError, TypeError) as exc:  # pathspec's pattern errors are ValueErrors
             raise ToolInputInvalid(
                 f"the glob {pattern!r} is not valid: {exc}",
+                why="the pattern is not .gitignore syntax",
                 fix="Use *, ?, ** and [a-z] classes only.",
             ) from None
+        self.pattern = cleaned
 
     def matches(self, rel: str) -> bool:
-        target = rel.rsplit("/", 1)[-1] if self.by_name else rel
-        return self.regex.match(target) is not None
+        return self._spec.match_file(rel)

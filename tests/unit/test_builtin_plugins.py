@@ -268,10 +268,21 @@ def test_glob_lists_view_files(project: Roots) -> None:
         ("docs/**", "docs/a/b.md", True),
         ("./docs/*.md", "docs/a.md", True),
         ("a+b(c).txt", "a+b(c).txt", True),
+        ("src", "src/a/b.py", True),  # a folder: what is inside it
+        ("\\#notes.md", "#notes.md", True),
     ],
 )
 def test_globs(pattern: str, path: str, matches: bool) -> None:
     assert Glob(pattern).matches(path) is matches
+
+
+@pytest.mark.parametrize("pattern", ["", "  ", "./", "!*.py", "#notes"])
+def test_a_glob_that_would_match_nothing_is_refused(pattern: str) -> None:
+    from fluffy.errors import ToolInputInvalid
+
+    with pytest.raises(ToolInputInvalid) as refused:
+        Glob(pattern)
+    assert refused.value.why and refused.value.fix
 
 
 # -- git ------------------------------------------------------------------------------

@@ -624,6 +624,7 @@ def test_a_failing_job_is_a_structured_error(
 # -- layering -------------------------------------------------------------------------
 ALLOWED = (
     "msgspec",
+    "pathspec",  # the search tool's globs (in the code-executor image, where tools run)
     "fluffy.ipc",
     "fluffy.errors",
     "fluffy.plugins",
