@@ -185,6 +185,32 @@ def docker_runtime() -> str:
     return "docker"
 
 
+def test_the_search_tool_runs_in_its_sandbox_with_gitignore_globs(
+    tmp_path: Path, runtime: str
+) -> None:
+    # with the kernel's fast path off, search.* run in the search-tool's L2 sandbox: its
+    # globs are pathspec's (the code-executor image carries it), as the fast path's are
+    project = demo_project(tmp_path)
+    policy = project / ".fluffy" / "policy.yaml"
+    policy.write_text(policy.read_text() + "\ntools: {fast_path: false}\n")
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "look"})
+            found = call(client, sid, "search.glob", pattern="tests/test_*.py")
+            assert found["route"] == "plugin" and "create_ms" in found["timings"], found
+            assert _ok(found)["paths"] == ["tests/test_config.py"]
+            folder = _ok(call(client, sid, "search.glob", pattern="src"))["paths"]
+            assert "src/democonfig/config.py" in folder  # a folder: what is inside it
+            hits = _ok(call(client, sid, "search.grep", pattern="def parse_config", glob="*.py"))
+            assert [m["path"] for m in hits["matches"]] == ["src/democonfig/config.py"]
+            refused = call(client, sid, "search.glob", pattern="!*.py")
+            assert not refused["ok"] and "exclusion" in json.dumps(refused["error"])
+    finally:
+        kernel.stop()
+
+
 def test_kernel_killed_in_the_middle_of_a_merge_completes_it_once(
     tmp_path: Path, docker_runtime: str
 ) -> None:
