@@ -117,6 +117,42 @@ def test_bootstrap_imports_the_standard_library_only() -> None:
                 assert top in sys.stdlib_module_names or trusted, (module, imp)
 
 
+def _closure(roots: list[str]) -> tuple[set[str], set[str]]:
+    """(fluffy modules, other top-level names) that importing ``roots`` runs: each
+    module's imports, followed through fluffy's own, parent packages included (Python
+    runs a package's ``__init__`` before its modules)."""
+    seen: set[str] = set()
+    outside: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in MODULES:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        for imp in _imports(MODULES[module], module):
+            if _in(imp, "fluffy"):
+                # `from fluffy.errors import X`: the package (X may be a name in it)
+                todo += [imp] if imp in MODULES else [imp.rpartition(".")[0]]
+            else:
+                outside.add(imp.split(".")[0])
+    return seen, outside
+
+
+def test_what_the_bootstrap_runs_is_the_standard_library_and_the_error_tree() -> None:
+    # not only its own imports: everything they import in turn (the error tree, the
+    # gate, fluffy's own __init__) stays on the standard library, so the host needs no
+    # third-party package to start the kernel
+    inside, outside = _closure([m for m in MODULES if _in(m, "fluffy.bootstrap")])
+    assert outside <= set(sys.stdlib_module_names), sorted(outside - set(sys.stdlib_module_names))
+    strays = sorted(m for m in inside if not any(
+        _in(m, p) for p in ("fluffy.bootstrap", "fluffy.gate", "fluffy.errors")
+    ) and m not in ("fluffy", "fluffy._version"))  # fmt: skip
+    assert strays == [], strays
+    assert "fluffy.errors.tree" in inside  # the walk follows `from fluffy.errors import`
+
+
 def test_the_engine_gate_imports_the_standard_library_only() -> None:
     for module, path in MODULES.items():
         if _in(module, "fluffy.gate"):
