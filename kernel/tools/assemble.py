@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,19 +53,6 @@ from fluffy.kernel.workflow.missing import MissingCode
 log = logging.getLogger("fluffy.kernel.tools")
 
 
-def _step_delay() -> Callable[[object, str], None] | None:
-    """Test hook: FLUFFY_TEST_MERGE_STEP_DELAY_S slows every merge step (crash tests)."""
-    delay = float(os.environ.get("FLUFFY_TEST_MERGE_STEP_DELAY_S") or 0)
-    if delay <= 0:
-        return None
-
-    def pause(operation: object, phase: str) -> None:
-        if phase.startswith("applied:"):
-            time.sleep(delay)
-
-    return pause
-
-
 def _merger(project: Path, state_dir: Path, policy: PolicyFile, layout: Layout) -> Merger:
     return Merger(
         project,
@@ -80,7 +64,6 @@ def _merger(project: Path, state_dir: Path, policy: PolicyFile, layout: Layout) 
         max_auto_lines=policy.merge.auto_merge_max_lines,
         auto_merge=list(policy.merge.auto_merge_paths),
         roots=layout.merge_globs,
-        on_step=_step_delay(),
     )
 
 

@@ -215,8 +215,12 @@ def test_kernel_killed_in_the_middle_of_a_merge_completes_it_once(
     tmp_path: Path, docker_runtime: str
 ) -> None:
     project = demo_project(tmp_path)
-    slow = {"FLUFFY_TEST_MERGE_STEP_DELAY_S": "0.4"}
-    kernel = Kernel(tmp_path, project, docker_runtime, **slow).start()
+    kernel = Kernel(tmp_path, project, docker_runtime)
+    # every merge step slowed by 0.4 s: a window to kill the kernel in the middle
+    root = str(Path(__file__).resolve().parents[2])
+    kernel.env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, kernel.env.get("PYTHONPATH")]))
+    kernel.launcher = [sys.executable, "-m", "tests.integration.slow_merge_kernel", "0.4"]
+    kernel.start()
     with kernel.client() as client:
         sid = client.call("session.create")["session_id"]
         client.call("session.message", {"session_id": sid, "text": "extras"})
@@ -259,7 +263,7 @@ def test_kernel_killed_in_the_middle_of_a_merge_completes_it_once(
     ]
     assert 0 < len(done) < len(intended), done  # really interrupted in the middle
     # restart: the operation log completes the merge, the session moves on, once
-    kernel.env.pop("FLUFFY_TEST_MERGE_STEP_DELAY_S")
+    kernel.launcher = Kernel(tmp_path, project, docker_runtime).launcher  # full speed
     kernel.start()
     with kernel.client() as client:
         session = client.call("session.get", {"session_id": sid})

@@ -38,11 +38,13 @@ class Kernel:
         self.project = project
         self.env = {**os.environ, "FLUFFY_RUNTIME": runtime, **env}
         self.proc: subprocess.Popen[str] | None = None
+        #: What runs `fluffy` (a test may put its own entry point in front of it).
+        self.launcher = [FLUFFY]
 
     def start(self) -> Kernel:
         self.sock.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
-            [FLUFFY, "kernel", "serve", "--socket", str(self.sock), "--state-dir",
+            [*self.launcher, "kernel", "serve", "--socket", str(self.sock), "--state-dir",
              str(self.state), "--project", str(self.project)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
