@@ -10,6 +10,7 @@ taken.  In production bootstrap starts the same process inside the L1 container.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -152,81 +153,85 @@ async def serve(
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     policy, default_text = project_policy(project)  # a bad policy file blocks start-up
     layout = detect_layout(project) if project is not None else None
-    audit = await open_audit(state_dir, policy.audit)  # integrity check, recovery first
-    store = await WorkflowStore.open(state_dir)
-    front = AuditedPolicy(
-        PolicyEngine(policy, builtins=default_builtins(project), root=project), audit
-    )
-    workflow = Workflow(
-        store,
-        project or state_dir,
-        audit=audit,
-        policy=front,
-        exemptions=policy.exemptions,
-        tech_debt=policy.tech_debt,
-        test_globs=layout.test_globs if layout is not None else DEFAULT_TEST_GLOBS,
-        on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
-    )
-    guard = MemoryGuard()
-    tools = await assemble_tools(
-        state_dir, project, policy, workflow, front, audit, guard, layout=layout, images=images
-    )
-    ai = await assemble_ai(state_dir, policy, tools, audit)
-    rules = await load_rules(project, state_dir, policy, tools, front, audit)
-
-    def reloaded(new: PolicyFile) -> None:
-        workflow.exemptions = new.exemptions
-        workflow.tech_debt = new.tech_debt
-        tools.reload(new)
-        ai.reload(new)
-
-    guard.check()
-    watcher = asyncio.create_task(guard.watch(), name="memory-guard")
-    policy_path = project / ".fluffy" / "policy.yaml" if project is not None else None
-    methods = kernel_syscalls(
-        workflow=workflow,
-        accepting_work=lambda: guard.accepting_work,
-        front=front,
-        policy_path=policy_path,
-        state_dir=state_dir,
-        audit=audit,
-        reloaded=reloaded,
-        default_text=default_text,
-        rules=rules,
-        project=project,
-        layout=layout,
-        tools=tools,
-        ai=ai,
-    )
-    server = KernelServer(methods, limits or Limits())
-    server.observer = SyscallAuditor(audit, lambda: workflow.current)
-    server.audit_head = lambda: audit.durable_head.to_dict() if audit.durable_head.seq else None
-    server.memory = lambda: {**guard.as_dict(), "pool": tools.pool_stats()}
-    server.scheduler = tools.scheduler.figures
-    await server.listen(socket_path)
-    tools.sweep()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"fluffy kernel listening on {socket_path}", file=sys.stderr, flush=True)
-    try:
-        await stop.wait()
-    finally:
-        watcher.cancel()
-        await server.close()
-        await ai.close()
+    # what is opened is closed in reverse, whether the kernel stops or its start fails
+    async with contextlib.AsyncExitStack() as opened:
+        audit = await open_audit(state_dir, policy.audit)  # integrity check, recovery first
+        opened.push_async_callback(_close_audit, audit, state_dir)
+        store = await WorkflowStore.open(state_dir)
+        opened.push_async_callback(store.close)
+        front = AuditedPolicy(
+            PolicyEngine(policy, builtins=default_builtins(project), root=project), audit
+        )
+        workflow = Workflow(
+            store,
+            project or state_dir,
+            audit=audit,
+            policy=front,
+            exemptions=policy.exemptions,
+            tech_debt=policy.tech_debt,
+            test_globs=layout.test_globs if layout is not None else DEFAULT_TEST_GLOBS,
+            on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
+        )
+        guard = MemoryGuard()
+        tools = await assemble_tools(
+            state_dir, project, policy, workflow, front, audit, guard, layout=layout, images=images
+        )
+        opened.push_async_callback(tools.close)
+        ai = await assemble_ai(state_dir, policy, tools, audit)
+        opened.push_async_callback(ai.close)
+        rules = await load_rules(project, state_dir, policy, tools, front, audit)
         if rules is not None:
-            await asyncio.to_thread(rules.close)
-        await tools.close()
-        await store.close()
-        await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))
-        await audit.close()
-        await asyncio.to_thread(take_backup, state_dir)
+            opened.push_async_callback(asyncio.to_thread, rules.close)
+
+        def reloaded(new: PolicyFile) -> None:
+            workflow.exemptions = new.exemptions
+            workflow.tech_debt = new.tech_debt
+            tools.reload(new)
+            ai.reload(new)
+
+        guard.check()
+        watcher = asyncio.create_task(guard.watch(), name="memory-guard")
+        opened.callback(watcher.cancel)
+        policy_path = project / ".fluffy" / "policy.yaml" if project is not None else None
+        methods = kernel_syscalls(
+            workflow=workflow,
+            accepting_work=lambda: guard.accepting_work,
+            front=front,
+            policy_path=policy_path,
+            state_dir=state_dir,
+            audit=audit,
+            reloaded=reloaded,
+            default_text=default_text,
+            rules=rules,
+            project=project,
+            layout=layout,
+            tools=tools,
+            ai=ai,
+        )
+        server = KernelServer(methods, limits or Limits())
+        server.observer = SyscallAuditor(audit, lambda: workflow.current)
+        server.audit_head = lambda: audit.durable_head.to_dict() if audit.durable_head.seq else None
+        server.memory = lambda: {**guard.as_dict(), "pool": tools.pool_stats()}
+        server.scheduler = tools.scheduler.figures
+        opened.push_async_callback(server.close)
+        await server.listen(socket_path)
+        tools.sweep()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, stop.set)
+            opened.callback(loop.remove_signal_handler, sig)
+        print(f"fluffy kernel listening on {socket_path}", file=sys.stderr, flush=True)
+        await stop.wait()
     print("fluffy kernel stopped", file=sys.stderr, flush=True)
     return 0
+
+
+async def _close_audit(audit: AuditLog, state_dir: Path) -> None:
+    """The log's last entry, the log closed, then the state database backed up."""
+    await audit.record(Event("kernel_shutdown", input_summary="kernel stopped"))
+    await audit.close()
+    await asyncio.to_thread(take_backup, state_dir)
 
 
 def main(

@@ -1,0 +1,55 @@
+"""The kernel's start-up and shutdown (kernel/serve.py): what a start opened is closed
+in reverse when a later step fails, as on a clean stop -- the audit log ends with
+``kernel_shutdown``, and no database connection is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fluffy.errors import ConfigError
+from fluffy.kernel import serve as serve_module
+from fluffy.kernel.audit.query import Filters, entries
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_start_that_fails_midway_closes_what_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[str] = []
+    real_open = serve_module.WorkflowStore.open
+
+    async def store_open(state_dir: Path) -> Any:
+        store = await real_open(state_dir)
+        real_close = store.close
+
+        async def close() -> None:
+            closed.append("store")
+            await real_close()
+
+        store.close = close  # type: ignore[method-assign]
+        return store
+
+    async def tools_fail(*_: Any, **__: Any) -> Any:
+        raise ConfigError("the tools could not be assembled", why="a test", fix="none")
+
+    monkeypatch.setattr(serve_module.WorkflowStore, "open", store_open)
+    monkeypatch.setattr(serve_module, "assemble_tools", tools_fail)
+    before = threading.active_count()
+    state = tmp_path / "state"
+    with pytest.raises(ConfigError, match="could not be assembled"):
+        asyncio.run(serve_module.serve(tmp_path / "k.sock", state))
+    assert closed == ["store"]
+    events = [e["event_type"] for e in entries(state, Filters())]
+    assert events[0] == "kernel_start" and events[-1] == "kernel_shutdown", events
+    assert list((state / "backups").glob("*.db")), "the state was backed up as on a stop"
+    deadline = time.monotonic() + 10  # aiosqlite's threads end once their connection closes
+    while threading.active_count() > before:
+        assert time.monotonic() < deadline, threading.enumerate()
+        time.sleep(0.05)
