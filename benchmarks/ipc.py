@@ -61,8 +61,8 @@ async def _serve(kind: str, path: str) -> None:
         async with server:
             await server.serve_forever()
     else:
-        from fluffy.kernel.ipc.methods import default_methods
         from fluffy.kernel.ipc.server import KernelServer
+        from fluffy.kernel.syscalls.kernel import default_methods
 
         kernel = KernelServer(default_methods())
         await kernel.listen(Path(path))

@@ -38,7 +38,6 @@ DEMO = ROOT / "examples" / "demo-project"
 
 async def _rounds(rounds: int) -> dict[str, Any]:
     from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
-    from fluffy.kernel.ai.assemble import assemble_ai
     from fluffy.kernel.audit.entry import Event
     from fluffy.kernel.audit.log import AuditLog
     from fluffy.kernel.memory_guard import MemoryGuard
@@ -46,7 +45,8 @@ async def _rounds(rounds: int) -> dict[str, Any]:
     from fluffy.kernel.policy.builtin import default_builtins
     from fluffy.kernel.policy.engine import PolicyEngine
     from fluffy.kernel.policy.model import load_policy
-    from fluffy.kernel.tools.assemble import assemble_tools
+    from fluffy.kernel.syscalls.assemble_ai import assemble_ai
+    from fluffy.kernel.syscalls.assemble_tools import assemble_tools
     from fluffy.kernel.workflow.machine import Workflow
     from fluffy.kernel.workflow.store import WorkflowStore
 

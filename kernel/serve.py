@@ -20,32 +20,32 @@ from pathlib import Path
 from fluffy import __version__
 from fluffy.errors import ConfigError
 from fluffy.kernel import process_tuning
-from fluffy.kernel.ai.assemble import AiLayer, assemble_ai
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.audit.methods import audit_methods
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.audit.recovery import check_database, take_backup
 from fluffy.kernel.audit.storage import StorageSettings
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
 from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.memory_guard import MemoryGuard
-from fluffy.kernel.plugins.methods import plugin_methods
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
-from fluffy.kernel.policy.methods import policy_methods
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.policy.rules import BrokenRules, ProjectRules, rules_dir
 from fluffy.kernel.project.defaults import project_policy
 from fluffy.kernel.project.layout import Layout, detect_layout
-from fluffy.kernel.project.methods import project_methods
-from fluffy.kernel.tools.assemble import ToolPath, assemble_tools
+from fluffy.kernel.syscalls.assemble_ai import AiLayer, assemble_ai
+from fluffy.kernel.syscalls.assemble_tools import ToolPath, assemble_tools
+from fluffy.kernel.syscalls.audit import audit_methods
+from fluffy.kernel.syscalls.kernel import default_methods
+from fluffy.kernel.syscalls.plugins import plugin_methods
+from fluffy.kernel.syscalls.policy import policy_methods
+from fluffy.kernel.syscalls.project import project_methods
+from fluffy.kernel.syscalls.workflow import workflow_methods
 from fluffy.kernel.tools.sandboxes import ImageChooser
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.machine import Workflow
-from fluffy.kernel.workflow.methods import workflow_methods
 from fluffy.kernel.workflow.store import WorkflowStore
 
 log = logging.getLogger("fluffy.kernel")

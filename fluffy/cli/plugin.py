@@ -7,7 +7,7 @@ capabilities and the policy pre-check's warnings are shown and the user confirms
 terminal, or with ``--yes`` up front; with neither, nothing is installed (exit 1).
 
 When a kernel runs for the project (``--project``, default ``.``), the review goes
-through it (``plugin.install``, kernel/plugins/methods.py; ADR-040): the CLI reads the
+through it (``plugin.install``, kernel/syscalls/plugins.py; ADR-040): the CLI reads the
 folder once and sends the bytes, the kernel checks them and pre-checks them against its
 current policy, and records the user's answer in the project's audit log (an approval
 before anything is installed, a refusal too); then the CLI installs exactly the bytes

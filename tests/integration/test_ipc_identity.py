@@ -17,8 +17,8 @@ from conftest import unavailable
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import SANDBOX_UID
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
+from fluffy.kernel.syscalls.kernel import default_methods
 
 CLIENT = r"""
 import json

@@ -12,12 +12,12 @@ from functools import cache
 from pathlib import Path
 from unittest.mock import MagicMock
 
-from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.policy.extensions import extension_syscalls
 from fluffy.kernel.serve import kernel_syscalls
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.assemble_ai import AiLayer
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from fluffy.kernel.tools.pluginsocket import PluginSocket
 
 

@@ -16,7 +16,6 @@ import msgspec
 import pytest
 
 from fluffy.ipc.ai_types import Message, ToolCall
-from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.bounds import (
     ARGUMENTS_KEPT,
     OMITTED,
@@ -26,7 +25,8 @@ from fluffy.kernel.ai.bounds import (
     bounded,
     needs_summary,
 )
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.assemble_ai import AiLayer
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness
 

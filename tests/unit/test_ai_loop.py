@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
-from fluffy.kernel.ai.assemble import AiLayer, assemble_ai
 from fluffy.kernel.policy.model import load_policy
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.assemble_ai import AiLayer, assemble_ai
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from tests.unit.test_tool_router import SECRET, Harness
 
 pytestmark = pytest.mark.unit

@@ -15,9 +15,9 @@ import pytest
 
 from fluffy.errors import ContextTooLong, ProviderBusy
 from fluffy.ipc.ai_types import Message
-from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.provider import ProviderSession
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.assemble_ai import AiLayer
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
-from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.conversation import ConversationStore
-from fluffy.kernel.ai.methods import ai_methods
 from fluffy.kernel.ai.token_estimate import messages_tokens
 from fluffy.kernel.ai.usage import MAX_SCALE, Calibration, UsageLedger, tools_tokens
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.ai import ai_methods
+from fluffy.kernel.syscalls.assemble_ai import AiLayer
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness
 

@@ -13,9 +13,9 @@ from fluffy.errors import PeerRejected
 from fluffy.ipc.client import AsyncClient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.audit.methods import audit_methods
 from fluffy.kernel.audit.query import entries
 from fluffy.kernel.ipc.server import KernelServer
+from fluffy.kernel.syscalls.audit import audit_methods
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from fluffy.ipc.client import AsyncClient
 from fluffy.ipc.protocol import HEADER, SUPPORTED_API_VERSIONS, encode
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer, Limits
+from fluffy.kernel.syscalls.kernel import default_methods
 
 FRAMES = 100_000
 HANDSHAKE = encode(

@@ -25,9 +25,9 @@ from fluffy.errors import (
 )
 from fluffy.ipc.client import AsyncClient, SyncClient
 from fluffy.ipc.protocol import HEADER, SUPPORTED_API_VERSIONS, encode
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import CallContext, KernelServer, Limits
 from fluffy.kernel.ipc.syscalls import NoParams, Syscall, SyscallTable
+from fluffy.kernel.syscalls.kernel import default_methods
 
 T = TypeVar("T")
 

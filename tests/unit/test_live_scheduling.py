@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from fluffy.errors import ToolFailed
-from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.scheduler import PRIORITY_HIGH, PRIORITY_NORMAL
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.assemble_ai import AiLayer
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from tests.unit.test_ai_loop import _events, _script
 from tests.unit.test_ai_loop import run as run_ai
 from tests.unit.test_tool_router import Harness, run
@@ -167,9 +167,9 @@ def test_the_policy_sandbox_reserves_its_slot_without_queueing(
 
 
 def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> None:
-    from fluffy.kernel.ipc.methods import ping
     from fluffy.kernel.ipc.server import KernelServer
     from fluffy.kernel.ipc.syscalls import SyscallTable
+    from fluffy.kernel.syscalls.kernel import ping
 
     async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
         lease = await tools.scheduler.lease("ai-provider", "t", priority=2, kind="ai_generate")

@@ -18,12 +18,12 @@ from benchmarks._proxy import loopback_server
 from fluffy.cli.main import parse
 from fluffy.cli.mcp import _draft, _host_warnings, _unlisted_hosts
 from fluffy.errors import McpServerInvalid
-from fluffy.kernel.ai.assemble import proxy_auditor
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.mcp.connection import McpConnection
 from fluffy.kernel.mcp.record import McpTool, parse_record, save_record
 from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.net import AllowList, ConnectProxy, ProxyRecord
+from fluffy.kernel.syscalls.assemble_ai import proxy_auditor
 from tests.unit.mcp_support import fake_server
 
 pytestmark = pytest.mark.timeout(60)

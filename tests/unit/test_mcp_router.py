@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.record import save_record
+from fluffy.kernel.syscalls.mcp import mcp_methods
 from fluffy.kernel.tools.routedcall import TURN_PRIORITY
 from tests.unit.mcp_support import fake_server
 from tests.unit.test_tool_router import Harness

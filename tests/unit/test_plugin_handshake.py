@@ -13,7 +13,6 @@ from fluffy.ipc.client import AsyncClient, SyncClient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.plugins.handshake import (
     CURRENT_API_VERSION,
@@ -22,6 +21,7 @@ from fluffy.kernel.plugins.handshake import (
     check_negotiated,
 )
 from fluffy.kernel.plugins.store import PluginStore
+from fluffy.kernel.syscalls.kernel import default_methods
 from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
 from fluffy.kernel.tools.plugins import PluginRunner
 from tests.unit.plugin_support import tool

@@ -27,17 +27,17 @@ from fluffy.ipc.client import SyncClient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.plugins.install import install, plan
-from fluffy.kernel.plugins.methods import REVIEW_DIR, plugin_methods
 from fluffy.kernel.plugins.store import PluginStore, read_tree
 from fluffy.kernel.plugins.wire import encode_files, tree_digest
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import PolicyFile, parse_policy
+from fluffy.kernel.syscalls.kernel import default_methods
+from fluffy.kernel.syscalls.plugins import REVIEW_DIR, plugin_methods
 from fluffy.kernel.tools.fastpath import kernel_tools
 from fluffy.kernel.tools.plugin_activation import activate, open_home
 from fluffy.kernel.tools.registry import Registry

@@ -170,7 +170,7 @@ async def _kernel(tmp_path: Path) -> tuple[Any, Any, Any, Path]:
     from fluffy.kernel.audit.entry import Event
     from fluffy.kernel.audit.log import AuditLog
     from fluffy.kernel.policy.audited import AuditedPolicy
-    from fluffy.kernel.policy.methods import policy_methods
+    from fluffy.kernel.syscalls.policy import policy_methods
 
     project = tmp_path / "p"
     (project / ".fluffy").mkdir(parents=True)

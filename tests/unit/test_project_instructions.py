@@ -16,12 +16,12 @@ import pytest
 from fluffy.errors import FluffyError
 from fluffy.ipc.ai_types import Message
 from fluffy.kernel.ai import instructions
-from fluffy.kernel.ai.assemble import AiLayer
 from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.instructions import END, FRAME, MAX_TOTAL_BYTES, read_instructions
 from fluffy.kernel.ai.memory import Memory
-from fluffy.kernel.ai.methods import ai_methods
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.ai import ai_methods
+from fluffy.kernel.syscalls.assemble_ai import AiLayer
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 from fluffy.settings import MIN_CONTEXT_WINDOW
 from tests.unit.test_ai_loop import _events, _script, run
 from tests.unit.test_tool_router import Harness

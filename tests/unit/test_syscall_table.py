@@ -27,7 +27,6 @@ from fluffy.errors import DuplicateSyscall, InvalidPayload, KernelStartFailed, P
 from fluffy.ipc.client import AsyncClient
 from fluffy.ipc.protocol import CURRENT_API_VERSION
 from fluffy.kernel.ipc.context import CallContext, CallRecord
-from fluffy.kernel.ipc.methods import default_methods
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.ipc.syscalls import (
     ANY,
@@ -38,7 +37,8 @@ from fluffy.kernel.ipc.syscalls import (
     Syscall,
     SyscallTable,
 )
-from fluffy.kernel.workflow.methods import workflow_methods
+from fluffy.kernel.syscalls.kernel import default_methods
+from fluffy.kernel.syscalls.workflow import workflow_methods
 from unit.kernel_table import sandbox_tables, served_table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.model import load_policy
-from fluffy.kernel.tools.assemble import ToolPath, assemble_tools
+from fluffy.kernel.syscalls.assemble_tools import ToolPath, assemble_tools
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import WorkflowStore
 

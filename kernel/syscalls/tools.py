@@ -3,7 +3,7 @@
 ``tool.call`` / ``tool.batch`` are the AI's tool calls (relayed by the CLI's socket
 here; the kernel's session loop calls the router directly).  Only the user (the CLI's
 socket) approves or rejects a merge; ``session.message``, which starts a task, is the
-AI layer's (``kernel/ai/methods.py``).
+AI layer's (``kernel/syscalls/ai.py``).
 Plugin sandboxes never see these methods: each has its own socket with only
 ``tool.next`` / ``tool.result``.
 """
@@ -19,8 +19,8 @@ import msgspec
 from fluffy.errors import InvalidPayload
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.syscalls.workflow import OptionalSessionParams, SessionParams
 from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.workflow.methods import OptionalSessionParams, SessionParams
 
 MAX_BATCH = 32
 

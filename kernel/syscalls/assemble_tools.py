@@ -19,7 +19,6 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.confined_files import DEFAULT_SENSITIVE
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.ipc.syscalls import SyscallTable
-from fluffy.kernel.mcp.methods import mcp_methods
 from fluffy.kernel.mcp.servers import McpServers
 from fluffy.kernel.memory_guard import MemoryGuard
 from fluffy.kernel.merge.merger import Merger
@@ -27,12 +26,13 @@ from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.project.layout import Layout, detect_layout
+from fluffy.kernel.syscalls.mcp import mcp_methods
+from fluffy.kernel.syscalls.tools import tool_methods
 from fluffy.kernel.tools import availability
 from fluffy.kernel.tools.breaker import BreakerBoard
 from fluffy.kernel.tools.capabilities import Capabilities
 from fluffy.kernel.tools.envfilter import sandbox_environment
 from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
-from fluffy.kernel.tools.methods import tool_methods
 from fluffy.kernel.tools.plugin_activation import Activated, activate
 from fluffy.kernel.tools.plugins import PluginRunner
 from fluffy.kernel.tools.pool import SandboxPool

@@ -18,9 +18,9 @@ from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
 from fluffy.kernel.merge.identity import clean
+from fluffy.kernel.syscalls.workflow import SessionParams, SessionView, _view
 from fluffy.kernel.tools.flow import overlap_report
 from fluffy.kernel.workflow.budget import LOCK_KEY
-from fluffy.kernel.workflow.methods import SessionParams, SessionView, _view
 
 MAX_TEXT = 100_000
 MAX_WAIT_MS = 30_000
@@ -343,5 +343,5 @@ def with_review_hooks(methods: SyscallTable, loop: SessionLoop) -> SyscallTable:
 
 def _handler(methods: SyscallTable, name: str) -> Callable[[CallContext, Any], Any]:
     syscall = methods.syscall(name)
-    assert syscall is not None, f"{name} is declared in kernel/tools/methods.py"
+    assert syscall is not None, f"{name} is declared in kernel/syscalls/tools.py"
     return syscall.handler

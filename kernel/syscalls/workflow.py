@@ -3,7 +3,7 @@
 The caller's identity comes from the socket binding, never from the request: only the
 CLI's socket speaks for the user (``approved`` is honoured from it alone); a plugin that
 asks for a mode change is the plugin, and the policy engine judges it as such.
-``session.cancel`` is the AI layer's (``kernel/ai/methods.py``): it stops a running turn,
+``session.cancel`` is the AI layer's (``kernel/syscalls/ai.py``): it stops a running turn,
 then cancels the workflow's session.
 """
 

@@ -1,7 +1,7 @@
 """``kernel.ping``, the one syscall of API 0 (health check and identity).
 
-Each feature declares its own syscalls beside its code (``workflow/methods.py``,
-``ai/methods.py``, ...) as :class:`~fluffy.kernel.ipc.syscalls.Syscall` records; the
+Each area declares its syscalls in its module of this package (``workflow.py``,
+``ai.py``, ...) as :class:`~fluffy.kernel.ipc.syscalls.Syscall` records; the
 kernel joins them into one :class:`~fluffy.kernel.ipc.syscalls.SyscallTable`
 (:func:`fluffy.kernel.serve.kernel_syscalls`), closed: anything not listed is refused
 and nothing runs.

@@ -13,7 +13,6 @@ from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.instructions import Instructions, read_instructions
 from fluffy.kernel.ai.loop import InstructionSource, SessionLoop
 from fluffy.kernel.ai.memory import Memory
-from fluffy.kernel.ai.methods import ai_methods, with_review_hooks
 from fluffy.kernel.ai.provider import ProviderRunner
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
@@ -24,7 +23,8 @@ from fluffy.kernel.net.allowlist import AllowList
 from fluffy.kernel.net.dial import gate_dialler
 from fluffy.kernel.net.proxy import ConnectProxy, ProxyRecord
 from fluffy.kernel.policy.model import PolicyFile
-from fluffy.kernel.tools.assemble import ToolPath
+from fluffy.kernel.syscalls.ai import ai_methods, with_review_hooks
+from fluffy.kernel.syscalls.assemble_tools import ToolPath
 
 log = logging.getLogger("fluffy.kernel.ai")
 
