@@ -124,3 +124,10 @@ def fluffy_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "fluffy-home"
     monkeypatch.setenv("FLUFFY_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (``pytest.mark.anyio``, anyio's pytest plugin) run on asyncio, as the
+    kernel does."""
+    return "asyncio"

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-from collections.abc import Awaitable
 from contextlib import closing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -29,13 +28,8 @@ from fluffy.kernel.audit.store import ARCHIVE_DIR, Head, db_path
 from fluffy.kernel.audit.verify import verify
 from tests.audit_support import change_entry, entry_fields
 
-T = TypeVar("T")
 DAY1 = 20_000 * DAY_MS + DAY_MS // 2  # 2024-10-04 12:00 UTC
 PER_DAY = 5
-
-
-def run(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
 
 
 class Clock:
@@ -101,7 +95,7 @@ def _with_archives(state: Path) -> None:
         log = await three_days(state, Clock())
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
 
 
 # -- rotation ---------------------------------------------------------------------------
@@ -119,7 +113,7 @@ def test_each_past_day_moves_into_an_archive_and_the_chain_spans_the_files(
         await log.close()
         return head
 
-    head = run(scenario())
+    head = asyncio.run(scenario())
     found = archives(tmp_path)
     assert [a.day for a in found] == [day_name(DAY1), day_name(DAY1 + DAY_MS)]
     assert all(a.path.parent == tmp_path / ARCHIVE_DIR for a in found)
@@ -149,7 +143,7 @@ def test_rotation_none_keeps_everything_in_the_active_database(tmp_path: Path) -
         log = await three_days(tmp_path, Clock(), settings=StorageSettings(rotation="none"))
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     assert archives(tmp_path) == []
     assert len(rows(db_path(tmp_path))) == 1 + 3 * (PER_DAY + 1)
     assert verify(tmp_path).ok
@@ -170,8 +164,8 @@ def test_a_log_reopened_on_a_later_day_rotates_without_new_entries(tmp_path: Pat
         await asyncio.sleep(0.3)  # idle: the writer's periodic wake-up does the rotation
         await log.close()
 
-    run(first())
-    run(second())
+    asyncio.run(first())
+    asyncio.run(second())
     assert [a.last_seq for a in archives(tmp_path)] == [PER_DAY + 2]
     assert rows(db_path(tmp_path)) == []
     report = verify(tmp_path)
@@ -193,7 +187,7 @@ def test_retention_deletes_old_archives_and_records_what_they_held(
         await settle(log)
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     found = archives(tmp_path)
     assert [a.day for a in found] == [day_name(DAY1 + DAY_MS)]  # day 1 gone, day 2 kept
     deleted = logged(tmp_path, "audit_archive_deleted")
@@ -241,7 +235,7 @@ def test_a_hand_deletion_after_a_recorded_one_names_the_first_unrecorded_entry(
         await settle(log)
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     (kept,) = archives(tmp_path)
     assert verify(tmp_path).ok
     kept.path.unlink()  # day 2 vanishes without a record; day 1's deletion is on record
@@ -307,7 +301,7 @@ def test_a_tiny_max_size_through_the_writer_records_every_deletion_and_verifies(
         await settle(log)
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     assert archives(tmp_path) == []
     deleted = logged(tmp_path, "audit_archive_deleted")
     assert [d["metadata"]["first_seq"] for d in deleted] == ["1", str(PER_DAY + 3)]
@@ -349,7 +343,7 @@ def test_an_interrupted_rotation_is_finished_at_the_next_open_without_duplicates
         log = await three_days(tmp_path, clock)
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     total = _interrupt_last_rotation(tmp_path)
     last_archived = archives(tmp_path)[-1].last_seq
     assert rows(db_path(tmp_path))[0][0] < last_archived  # the rows are in both files
@@ -366,7 +360,7 @@ def test_an_interrupted_rotation_is_finished_at_the_next_open_without_duplicates
         await log.record(Event("kernel_start"))
         await log.close()
 
-    run(reopen())
+    asyncio.run(reopen())
     active = [s for s, _, _ in rows(db_path(tmp_path))]
     assert active == list(range(last_archived + 1, total + 2))
     assert meta(db_path(tmp_path))["anchor_seq"] == str(last_archived)
@@ -381,7 +375,7 @@ def test_a_tampered_copy_left_by_an_interrupted_rotation_is_not_accepted(tmp_pat
         log = await three_days(tmp_path, Clock())
         await log.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     _interrupt_last_rotation(tmp_path)
     first = archives(tmp_path)[-1].first_seq
     with closing(sqlite3.connect(db_path(tmp_path))) as conn:
@@ -399,7 +393,7 @@ def test_a_half_written_archive_is_removed_at_the_next_open(tmp_path: Path) -> N
         log = await AuditLog.open(tmp_path, clock=Clock(DAY1 + 2 * DAY_MS + 1000))
         await log.close()
 
-    run(reopen())
+    asyncio.run(reopen())
     assert not stray.exists()
     assert verify(tmp_path).ok
 
@@ -458,7 +452,7 @@ def test_a_wal_checkpoint_follows_every_thousand_writes(tmp_path: Path) -> None:
         await log.close()
         return counts
 
-    assert run(scenario()) == [0, 1, 2]
+    assert asyncio.run(scenario()) == [0, 1, 2]
     assert verify(state).ok
 
 
@@ -484,6 +478,6 @@ def test_a_storage_check_falling_due_at_close_records_its_deletions(tmp_path: Pa
             await log.db.close()  # the writer died: close by hand so the test run can end
             raise
 
-    run(scenario())
+    asyncio.run(scenario())
     assert len(logged(tmp_path, "audit_archive_deleted")) == 2
     assert verify(tmp_path).ok

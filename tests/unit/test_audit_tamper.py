@@ -136,10 +136,6 @@ async def _extend(state: Path, count: int, clock: Clock, tag: str) -> Head:
     return head
 
 
-def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
 @dataclass(frozen=True)
 class Template:
     path: Path
@@ -178,7 +174,7 @@ def _insert(conn: sqlite3.Connection, row: list[Any]) -> None:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     path = tmp_path_factory.mktemp("audit-template")
-    head: Head = _run(_build(path, 300, Clock()))
+    head: Head = asyncio.run(_build(path, 300, Clock()))
     conn = sqlite3.connect(db_path(path))
     try:
         rows = map(unpack, conn.execute(SELECT_ROWS + " WHERE seq >= 150 ORDER BY seq"))
@@ -577,7 +573,7 @@ def test_restoring_an_older_copy_is_rolled_back(case: Case, tmp_path: Path) -> N
     entry: the first one the old copy lacks."""
     old = tmp_path / "old.db"
     shutil.copyfile(db_path(case.state), old)
-    head = _run(_extend(case.state, 30, Clock(NOON + 60_000), "later "))
+    head = asyncio.run(_extend(case.state, 30, Clock(NOON + 60_000), "later "))
     assert head.seq == case.n + 30 and verify(case.state).ok
     shutil.copyfile(old, db_path(case.state))
     _broken(case.state, "rolled_back", case.n + 1)
@@ -596,8 +592,8 @@ def test_an_older_copy_with_other_entries_after_it_is_rolled_back(
     fork = tmp_path / "fork"
     fork.mkdir()
     shutil.copyfile(db_path(case.state), db_path(fork))
-    _run(_extend(case.state, written, Clock(NOON + 60_000), "real "))
-    _run(_extend(fork, forked, Clock(NOON + 60_000), "fake "))
+    asyncio.run(_extend(case.state, written, Clock(NOON + 60_000), "real "))
+    asyncio.run(_extend(fork, forked, Clock(NOON + 60_000), "fake "))
     shutil.copyfile(db_path(fork), db_path(case.state))
     if forked > written:
         _broken(case.state, "rolled_back", case.n + written)
@@ -608,7 +604,7 @@ def test_an_older_copy_with_other_entries_after_it_is_rolled_back(
 def test_replacing_the_database_by_another_chain_is_replaced(case: Case, tmp_path: Path) -> None:
     """Right entry: none (the whole file is another chain)."""
     other = tmp_path / "other"
-    _run(_build(other, case.n + 20, Clock()))
+    asyncio.run(_build(other, case.n + 20, Clock()))
     shutil.copyfile(db_path(other), db_path(case.state))
     report = _broken(case.state, "replaced", None)
     assert report.checkpoint is not None and report.checkpoint.chain_id == case.head.chain_id
@@ -620,7 +616,7 @@ def test_a_witness_held_outside_catches_a_rollback_the_checkpoint_missed(
 ) -> None:
     """Roll back the database and the checkpoint together: only an outside witness sees it."""
     saved = {name: (case.state / name).read_bytes() for name in ("fluffy.db", HEAD_NAME)}
-    witness = _run(_extend(case.state, 5, Clock(NOON + 60_000), "later "))
+    witness = asyncio.run(_extend(case.state, 5, Clock(NOON + 60_000), "later "))
     for name, data in saved.items():
         (case.state / name).write_bytes(data)
     assert verify(case.state).ok
@@ -645,7 +641,7 @@ def test_a_log_cut_back_to_an_earlier_witnessed_head_fails_against_the_final_wit
 ) -> None:
     """The bootstrap witnesses the final head at stop (ADR-054): a log cut back to the
     head it had witnessed a moment earlier verifies alone, never against the witness."""
-    final = _run(_extend(case.state, 3, Clock(NOON + 60_000), "last "))
+    final = asyncio.run(_extend(case.state, 3, Clock(NOON + 60_000), "last "))
     _cut_back(case.state, case.head)
     assert verify(case.state).ok  # on its own the shorter chain is consistent
     report = _broken(case.state, "rolled_back", case.n + 1, witness=final)
@@ -653,7 +649,7 @@ def test_a_log_cut_back_to_an_earlier_witnessed_head_fails_against_the_final_wit
 
 
 def test_entries_after_the_witnessed_head_are_reported_as_unwitnessed(case: Case) -> None:
-    _run(_extend(case.state, 4, Clock(NOON + 60_000), "after "))
+    asyncio.run(_extend(case.state, 4, Clock(NOON + 60_000), "after "))
     report = verify(case.state, witness=case.head)
     assert report.ok  # a warning: a running kernel's newest entries are not witnessed yet
     assert report.unwitnessed == (case.n + 1, case.n + 4)
@@ -712,7 +708,7 @@ def test_metadata_is_stored_canonically_whatever_the_key_order(tmp_path: Path) -
         log.record_nowait(second)
         await log.close()
 
-    _run(record())
+    asyncio.run(record())
     with closing(sqlite3.connect(db_path(tmp_path))) as conn:
         rows = map(unpack, conn.execute(SELECT_ROWS + " WHERE seq > 1"))
         stored = [row[COLUMNS.index("metadata")] for row in rows]
@@ -905,7 +901,7 @@ def test_a_negative_zero_duration_verifies(tmp_path: Path) -> None:
         log.record_nowait(Event("syscall", duration_ms=-0.0))
         await log.close()
 
-    _run(record())
+    asyncio.run(record())
     assert verify(tmp_path).ok
 
 

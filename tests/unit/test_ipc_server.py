@@ -8,7 +8,6 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,11 +28,9 @@ from fluffy.kernel.ipc.server import CallContext, KernelServer, Limits
 from fluffy.kernel.ipc.syscalls import NoParams, Syscall, SyscallTable
 from fluffy.kernel.syscalls.kernel import default_methods
 
+pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
+
 T = TypeVar("T")
-
-
-def run(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
 
 
 class SlowParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -114,84 +111,64 @@ async def closed(path: str, *frames: bytes) -> bool:
     return data is not None
 
 
-def test_handshake_then_ping(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        client = await AsyncClient.connect(path, plugin_name="tester")
-        assert (
-            client.ack is not None
-            and client.ack.negotiated_api_version == SUPPORTED_API_VERSIONS[1]
-        )
-        pong = await client.call("kernel.ping")
-        assert pong["pong"] is True
-        assert pong["identity"]["peer_pid"] == os.getpid()
-        assert pong["identity"]["peer_uid"] == os.getuid()
-        assert pong["identity"]["binding"] == "cli" and pong["identity"]["plugin_name"] == "tester"
-        await client.close()
-        await server.close()
-        assert server.stats["handshakes"] == 1 and server.stats["requests"] == 1
-
-    run(main())
+async def test_handshake_then_ping(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    client = await AsyncClient.connect(path, plugin_name="tester")
+    assert client.ack is not None and client.ack.negotiated_api_version == SUPPORTED_API_VERSIONS[1]
+    pong = await client.call("kernel.ping")
+    assert pong["pong"] is True
+    assert pong["identity"]["peer_pid"] == os.getpid()
+    assert pong["identity"]["peer_uid"] == os.getuid()
+    assert pong["identity"]["binding"] == "cli" and pong["identity"]["plugin_name"] == "tester"
+    await client.close()
+    await server.close()
+    assert server.stats["handshakes"] == 1 and server.stats["requests"] == 1
 
 
-def test_many_concurrent_requests_on_one_connection_are_correlated(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        client = await AsyncClient.connect(path)
-        calls = [
-            client.call("test.slow", {"seconds": (50 - n) / 1000, "tag": n}) for n in range(50)
-        ]
-        started = time.monotonic()
-        assert await asyncio.gather(*calls) == list(range(50))
-        assert time.monotonic() - started < 1.0  # concurrent, not 50 sleeps in a row
-        await client.close()
-        await server.close()
-
-    run(main())
+async def test_many_concurrent_requests_on_one_connection_are_correlated(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    client = await AsyncClient.connect(path)
+    calls = [client.call("test.slow", {"seconds": (50 - n) / 1000, "tag": n}) for n in range(50)]
+    started = time.monotonic()
+    assert await asyncio.gather(*calls) == list(range(50))
+    assert time.monotonic() - started < 1.0  # concurrent, not 50 sleeps in a row
+    await client.close()
+    await server.close()
 
 
-def test_server_pushes_events(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        client = await AsyncClient.connect(path)
-        assert await client.call("test.events") == "sent"
-        ticks = [await asyncio.wait_for(client.events.get(), 2) for _ in range(3)]
-        assert [t.params["n"] for t in ticks] == [0, 1, 2]
-        assert all(t.type == "event" and t.method == "test.tick" for t in ticks)
-        await client.close()
-        await server.close()
-
-    run(main())
+async def test_server_pushes_events(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    client = await AsyncClient.connect(path)
+    assert await client.call("test.events") == "sent"
+    ticks = [await asyncio.wait_for(client.events.get(), 2) for _ in range(3)]
+    assert [t.params["n"] for t in ticks] == [0, 1, 2]
+    assert all(t.type == "event" and t.method == "test.tick" for t in ticks)
+    await client.close()
+    await server.close()
 
 
-def test_unknown_method_runs_nothing_and_keeps_serving(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        client = await AsyncClient.connect(path)
-        with pytest.raises(UnknownMethod) as info:
-            await client.call("fs.format_disk")
-        assert "kernel.ping" in str(info.value)
-        assert (await client.call("kernel.ping"))["pong"] is True
-        await client.close()
-        await server.close()
-        assert server.stats["ipc.unknown_method"] == 1
-
-    run(main())
+async def test_unknown_method_runs_nothing_and_keeps_serving(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    client = await AsyncClient.connect(path)
+    with pytest.raises(UnknownMethod) as info:
+        await client.call("fs.format_disk")
+    assert "kernel.ping" in str(info.value)
+    assert (await client.call("kernel.ping"))["pong"] is True
+    await client.close()
+    await server.close()
+    assert server.stats["ipc.unknown_method"] == 1
 
 
-def test_handler_failures_are_structured_and_do_not_leak(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        client = await AsyncClient.connect(path)
-        with pytest.raises(Exception) as info:
-            await client.call("test.boom")
-        assert getattr(info.value, "wire_code", "") == "ipc.internal"
-        assert "secret internal detail" not in str(info.value)
-        assert (await client.call("kernel.ping"))["pong"] is True
-        await client.close()
-        await server.close()
-
-    run(main())
+async def test_handler_failures_are_structured_and_do_not_leak(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    client = await AsyncClient.connect(path)
+    with pytest.raises(Exception) as info:
+        await client.call("test.boom")
+    assert getattr(info.value, "wire_code", "") == "ipc.internal"
+    assert "secret internal detail" not in str(info.value)
+    assert (await client.call("kernel.ping"))["pong"] is True
+    await client.close()
+    await server.close()
 
 
 @pytest.mark.parametrize(
@@ -209,26 +186,23 @@ def test_handler_failures_are_structured_and_do_not_leak(tmp_path: Path) -> None
         ([HEADER.pack(64 * 1024 * 1024)], "ipc.frame_too_large"),
     ],
 )
-def test_fatal_input_gets_one_structured_error_then_close(
+async def test_fatal_input_gets_one_structured_error_then_close(
     tmp_path: Path, frames: list[bytes], code: str
 ) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        answers = await raw(path, *frames, read=3)
-        assert answers[-1]["error"]["code"] == code
-        assert answers[-1]["type"] == "response"
-        if code == "ipc.version_unsupported":
-            low, high = SUPPORTED_API_VERSIONS
-            assert f"{low} to {high}" in answers[-1]["error"]["message"]
-        assert len(answers) <= 2  # nothing after the error: closed
-        # others are still served
-        with_client = await AsyncClient.connect(path)
-        assert (await with_client.call("kernel.ping"))["pong"] is True
-        await with_client.close()
-        await server.close()
-        assert server.stats[code] >= 1
-
-    run(main())
+    server, path = await start(tmp_path)
+    answers = await raw(path, *frames, read=3)
+    assert answers[-1]["error"]["code"] == code
+    assert answers[-1]["type"] == "response"
+    if code == "ipc.version_unsupported":
+        low, high = SUPPORTED_API_VERSIONS
+        assert f"{low} to {high}" in answers[-1]["error"]["message"]
+    assert len(answers) <= 2  # nothing after the error: closed
+    # others are still served
+    with_client = await AsyncClient.connect(path)
+    assert (await with_client.call("kernel.ping"))["pong"] is True
+    await with_client.close()
+    await server.close()
+    assert server.stats[code] >= 1
 
 
 @pytest.mark.parametrize(
@@ -243,144 +217,117 @@ def test_fatal_input_gets_one_structured_error_then_close(
         b"[1, 2, 3]",
     ],
 )
-def test_bad_payloads_get_an_error_and_the_connection_goes_on(
+async def test_bad_payloads_get_an_error_and_the_connection_goes_on(
     tmp_path: Path, payload: bytes
 ) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
-        answers = await raw(path, handshake(), HEADER.pack(len(payload)) + payload, ping, read=3)
-        assert answers[1]["error"]["code"] == "ipc.invalid_payload"
-        assert answers[2]["id"] == "p" and answers[2]["result"]["pong"] is True
-        await server.close()
-
-    run(main())
+    server, path = await start(tmp_path)
+    ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
+    answers = await raw(path, handshake(), HEADER.pack(len(payload)) + payload, ping, read=3)
+    assert answers[1]["error"]["code"] == "ipc.invalid_payload"
+    assert answers[2]["id"] == "p" and answers[2]["result"]["pong"] is True
+    await server.close()
 
 
-def test_duplicate_in_flight_id_is_refused(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        request = encode(
-            {
-                "id": "same",
-                "type": "request",
-                "method": "test.slow",
-                "params": {"seconds": 0.2, "tag": "first"},
-            }
-        )
-        answers = await raw(path, handshake(), request, request, read=3)
-        assert answers[1]["error"]["code"] == DuplicateId.code
-        assert answers[2]["result"] == "first"
-        await server.close()
-
-    run(main())
+async def test_duplicate_in_flight_id_is_refused(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    request = encode(
+        {
+            "id": "same",
+            "type": "request",
+            "method": "test.slow",
+            "params": {"seconds": 0.2, "tag": "first"},
+        }
+    )
+    answers = await raw(path, handshake(), request, request, read=3)
+    assert answers[1]["error"]["code"] == DuplicateId.code
+    assert answers[2]["result"] == "first"
+    await server.close()
 
 
-def test_slow_writer_hits_the_frame_deadline(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path, frame_deadline_s=0.3)
-        reader, writer = await asyncio.open_unix_connection(path)
-        writer.write(handshake())
-        writer.write(HEADER.pack(100) + b'{"id":')  # ... and never the rest
-        await writer.drain()
-        data = await asyncio.wait_for(reader.read(), 3)
-        assert b"ipc.read_timeout" in data
+async def test_slow_writer_hits_the_frame_deadline(tmp_path: Path) -> None:
+    server, path = await start(tmp_path, frame_deadline_s=0.3)
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(handshake())
+    writer.write(HEADER.pack(100) + b'{"id":')  # ... and never the rest
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 3)
+    assert b"ipc.read_timeout" in data
+    writer.close()
+    assert server.stats["ipc.read_timeout"] == 1
+    await server.close()
+
+
+async def test_silent_connection_must_handshake_in_time(tmp_path: Path) -> None:
+    server, path = await start(tmp_path, handshake_deadline_s=0.3)
+    reader, writer = await asyncio.open_unix_connection(path)
+    data = await asyncio.wait_for(reader.read(), 3)
+    assert b"ipc.read_timeout" in data
+    writer.close()
+    await server.close()
+
+
+async def test_truncated_frame_is_counted_and_the_server_goes_on(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    await raw(path, handshake(), HEADER.pack(50) + b'{"id"', read=1)
+    await asyncio.sleep(0.05)
+    assert server.stats["ipc.frame_truncated"] == 1
+    client = await AsyncClient.connect(path)
+    assert (await client.call("kernel.ping"))["pong"] is True
+    await client.close()
+    await server.close()
+
+
+async def test_connection_limit_refuses_the_extra_and_serves_the_rest(tmp_path: Path) -> None:
+    server, path = await start(tmp_path, max_connections=50)
+    idle = [await asyncio.open_unix_connection(path) for _ in range(50)]
+    answers = await raw(path, read=1)
+    assert answers[0]["error"]["code"] == "ipc.too_many_connections"
+    for _, writer in idle[:10]:
         writer.close()
-        assert server.stats["ipc.read_timeout"] == 1
-        await server.close()
-
-    run(main())
-
-
-def test_silent_connection_must_handshake_in_time(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path, handshake_deadline_s=0.3)
-        reader, writer = await asyncio.open_unix_connection(path)
-        data = await asyncio.wait_for(reader.read(), 3)
-        assert b"ipc.read_timeout" in data
+    await asyncio.sleep(0.05)
+    client = await AsyncClient.connect(path)
+    assert (await client.call("kernel.ping"))["pong"] is True
+    await client.close()
+    for _, writer in idle[10:]:
         writer.close()
-        await server.close()
-
-    run(main())
+    await server.close()
 
 
-def test_truncated_frame_is_counted_and_the_server_goes_on(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        await raw(path, handshake(), HEADER.pack(50) + b'{"id"', read=1)
-        await asyncio.sleep(0.05)
-        assert server.stats["ipc.frame_truncated"] == 1
-        client = await AsyncClient.connect(path)
-        assert (await client.call("kernel.ping"))["pong"] is True
-        await client.close()
-        await server.close()
-
-    run(main())
+async def test_peer_uid_not_allowed_is_rejected(tmp_path: Path) -> None:
+    server = KernelServer(METHODS)
+    path = tmp_path / "s" / "k.sock"
+    await server.listen(path, allowed_uids=frozenset({os.getuid() + 4242}))
+    answers = await raw(str(path), handshake(), read=2)
+    assert answers[0]["error"]["code"] == "ipc.peer_rejected"
+    await server.close()
 
 
-def test_connection_limit_refuses_the_extra_and_serves_the_rest(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path, max_connections=50)
-        idle = [await asyncio.open_unix_connection(path) for _ in range(50)]
-        answers = await raw(path, read=1)
-        assert answers[0]["error"]["code"] == "ipc.too_many_connections"
-        for _, writer in idle[:10]:
-            writer.close()
-        await asyncio.sleep(0.05)
-        client = await AsyncClient.connect(path)
-        assert (await client.call("kernel.ping"))["pong"] is True
-        await client.close()
-        for _, writer in idle[10:]:
-            writer.close()
-        await server.close()
-
-    run(main())
+async def test_socket_is_0600_in_a_0700_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "loose"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    server = KernelServer(METHODS)
+    await server.listen(folder / "k.sock")
+    assert stat.S_IMODE((folder / "k.sock").stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    await server.close()
+    assert not (folder / "k.sock").exists()
 
 
-def test_peer_uid_not_allowed_is_rejected(tmp_path: Path) -> None:
-    async def main() -> None:
-        server = KernelServer(METHODS)
-        path = tmp_path / "s" / "k.sock"
-        await server.listen(path, allowed_uids=frozenset({os.getuid() + 4242}))
-        answers = await raw(str(path), handshake(), read=2)
-        assert answers[0]["error"]["code"] == "ipc.peer_rejected"
-        await server.close()
+async def test_sync_client_for_scripts_and_health_checks(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    loop = asyncio.get_running_loop()
 
-    run(main())
+    def blocking() -> None:
+        with SyncClient(path, timeout=5) as client:
+            assert client.call("kernel.ping")["pong"] is True
+            with pytest.raises(UnknownMethod):
+                client.call("nope")
+        with pytest.raises(VersionUnsupported):
+            SyncClient(path, api_version=999)
 
-
-def test_socket_is_0600_in_a_0700_folder(tmp_path: Path) -> None:
-    async def main() -> None:
-        folder = tmp_path / "loose"
-        folder.mkdir(mode=0o755)
-        folder.chmod(0o755)
-        server = KernelServer(METHODS)
-        await server.listen(folder / "k.sock")
-        assert stat.S_IMODE((folder / "k.sock").stat().st_mode) == 0o600
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-        await server.close()
-        assert not (folder / "k.sock").exists()
-
-    run(main())
-
-
-def test_sync_client_for_scripts_and_health_checks(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        loop = asyncio.get_running_loop()
-
-        def blocking() -> None:
-            with SyncClient(path, timeout=5) as client:
-                assert client.call("kernel.ping")["pong"] is True
-                with pytest.raises(UnknownMethod):
-                    client.call("nope")
-            with pytest.raises(VersionUnsupported):
-                SyncClient(path, api_version=999)
-
-        await loop.run_in_executor(None, blocking)
-        await server.close()
-
-    run(main())
+    await loop.run_in_executor(None, blocking)
+    await server.close()
 
 
 def test_sync_client_sees_a_closed_server(tmp_path: Path) -> None:
@@ -400,7 +347,7 @@ def test_errors_raised_by_clients_keep_their_codes() -> None:
     }
 
 
-def test_thousands_of_idle_connections_meet_the_limit_and_ping_still_works(
+async def test_thousands_of_idle_connections_meet_the_limit_and_ping_still_works(
     tmp_path: Path,
 ) -> None:
     import resource
@@ -411,7 +358,7 @@ def test_thousands_of_idle_connections_meet_the_limit_and_ping_still_works(
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     total = min(2200, (min(wanted, hard) - 100) // 2)
 
-    async def main() -> None:
+    try:
         server, path = await start(tmp_path, max_connections=total - 200)
         idle = []
         for _ in range(total):
@@ -426,80 +373,63 @@ def test_thousands_of_idle_connections_meet_the_limit_and_ping_still_works(
         assert (await client.call("kernel.ping"))["pong"] is True
         await client.close()
         await server.close()
-
-    try:
-        run(main())
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_credentials_are_pluggable_for_other_platforms(tmp_path: Path) -> None:
+async def test_credentials_are_pluggable_for_other_platforms(tmp_path: Path) -> None:
     from fluffy.ipc.transport import PeerIdentity
 
-    async def main() -> None:
-        server = KernelServer(METHODS, credentials=lambda _sock: PeerIdentity(7, 8, 9))
-        await server.listen(tmp_path / "p" / "k.sock")
-        client = await AsyncClient.connect(str(tmp_path / "p" / "k.sock"))
-        identity = (await client.call("kernel.ping"))["identity"]
-        assert (identity["peer_pid"], identity["peer_uid"], identity["peer_gid"]) == (7, 8, 9)
-        await client.close()
-        await server.close()
-
-    run(main())
+    server = KernelServer(METHODS, credentials=lambda _sock: PeerIdentity(7, 8, 9))
+    await server.listen(tmp_path / "p" / "k.sock")
+    client = await AsyncClient.connect(str(tmp_path / "p" / "k.sock"))
+    identity = (await client.call("kernel.ping"))["identity"]
+    assert (identity["peer_pid"], identity["peer_uid"], identity["peer_gid"]) == (7, 8, 9)
+    await client.close()
+    await server.close()
 
 
-def test_reserved_ids_and_deep_nesting_are_invalid_payloads(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        reserved = encode({"id": "connection", "type": "request", "method": "kernel.ping"})
-        deep = (
-            b'{"id": "d", "type": "request", "method": "kernel.ping", "params": '
-            + b"[" * 5000
-            + b"]" * 5000
-            + b"}"
-        )
-        ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
-        answers = await raw(
-            path, handshake(), reserved, HEADER.pack(len(deep)) + deep, ping, read=4
-        )
-        assert [a.get("error", {}).get("code") for a in answers[1:3]] == ["ipc.invalid_payload"] * 2
-        assert answers[1]["id"] == "unknown"
-        assert answers[3]["result"]["pong"] is True
-        await server.close()
-
-    run(main())
+async def test_reserved_ids_and_deep_nesting_are_invalid_payloads(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    reserved = encode({"id": "connection", "type": "request", "method": "kernel.ping"})
+    deep = (
+        b'{"id": "d", "type": "request", "method": "kernel.ping", "params": '
+        + b"[" * 5000
+        + b"]" * 5000
+        + b"}"
+    )
+    ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
+    answers = await raw(path, handshake(), reserved, HEADER.pack(len(deep)) + deep, ping, read=4)
+    assert [a.get("error", {}).get("code") for a in answers[1:3]] == ["ipc.invalid_payload"] * 2
+    assert answers[1]["id"] == "unknown"
+    assert answers[3]["result"]["pong"] is True
+    await server.close()
 
 
-def test_a_peer_that_never_reads_is_cut_off_not_buffered_forever(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path, max_write_buffer=64 * 1024)
-        _reader, writer = await asyncio.open_unix_connection(path)
-        writer.write(handshake())
-        ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
-        try:
-            for _ in range(200):
-                writer.write(ping * 500)
-                await asyncio.wait_for(writer.drain(), 2)
-        except (TimeoutError, ConnectionError):
-            pass
-        await asyncio.sleep(0.2)
-        assert server.stats["ipc.write_buffer_full"] + server.stats["requests"] > 0
-        total = sum(c.transport.get_write_buffer_size() for c in server.connections if c.transport)
-        assert total <= 64 * 1024 + 65536
-        writer.close()
-        client = await AsyncClient.connect(path)
-        assert (await client.call("kernel.ping"))["pong"] is True
-        await client.close()
-        await server.close()
-
-    run(main())
+async def test_a_peer_that_never_reads_is_cut_off_not_buffered_forever(tmp_path: Path) -> None:
+    server, path = await start(tmp_path, max_write_buffer=64 * 1024)
+    _reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(handshake())
+    ping = encode({"id": "p", "type": "request", "method": "kernel.ping"})
+    try:
+        for _ in range(200):
+            writer.write(ping * 500)
+            await asyncio.wait_for(writer.drain(), 2)
+    except (TimeoutError, ConnectionError):
+        pass
+    await asyncio.sleep(0.2)
+    assert server.stats["ipc.write_buffer_full"] + server.stats["requests"] > 0
+    total = sum(c.transport.get_write_buffer_size() for c in server.connections if c.transport)
+    assert total <= 64 * 1024 + 65536
+    writer.close()
+    client = await AsyncClient.connect(path)
+    assert (await client.call("kernel.ping"))["pong"] is True
+    await client.close()
+    await server.close()
 
 
-def test_a_big_frame_before_the_handshake_is_refused_at_the_header(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, path = await start(tmp_path)
-        answers = await raw(path, HEADER.pack(100_000), read=1)
-        assert answers[0]["error"]["code"] == "ipc.frame_too_large"
-        await server.close()
-
-    run(main())
+async def test_a_big_frame_before_the_handshake_is_refused_at_the_header(tmp_path: Path) -> None:
+    server, path = await start(tmp_path)
+    answers = await raw(path, HEADER.pack(100_000), read=1)
+    assert answers[0]["error"]["code"] == "ipc.frame_too_large"
+    await server.close()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -23,8 +21,7 @@ from fluffy.kernel.policy.engine import PolicyEngine
 from fluffy.kernel.policy.model import parse_policy
 from tests.unit.plugin_support import make_plugin, manifest, tool
 
-pytestmark = pytest.mark.unit
-T = TypeVar("T")
+pytestmark = [pytest.mark.unit, pytest.mark.anyio]
 BUILTINS = Reserved(plugins={"fs-tool", "git-tool"}, tools={"fs.write", "git.diff"})
 ALLOWING = """
 capabilities:
@@ -37,48 +34,41 @@ capabilities:
 """
 
 
-def run(work: Awaitable[T]) -> T:
-    return asyncio.run(work)  # type: ignore[arg-type]
-
-
 async def opened(tmp_path: Path, **options: Any) -> PluginRegistry:
     options.setdefault("reserved", BUILTINS)
     options.setdefault("store", PluginStore(tmp_path / "store"))
     return await PluginRegistry.open(db_path(tmp_path / "state"), **options)
 
 
-def test_the_whole_lifecycle_is_persisted(tmp_path: Path) -> None:
+async def test_the_whole_lifecycle_is_persisted(tmp_path: Path) -> None:
     folder = make_plugin(tmp_path / "src")
 
-    async def main() -> None:
-        registry = await opened(tmp_path, store=None)
-        info = await registry.register(discover(folder))
-        assert (info.state, info.version, info.tools) == ("REGISTERED", "1.0.0", ["demo.echo"])
-        assert info.tags == ("demo", "third_party") and info.manifest_path.endswith("manifest.yaml")
-        steps = [
-            (registry.load("demo-tool"), "LOADED"),
-            (registry.enable("demo-tool"), "ACTIVE"),
-            (registry.unload("demo-tool"), "UNLOADED"),
-            (registry.load("demo-tool"), "LOADED"),
-            (registry.disable("demo-tool", "policy changed"), "DISABLED"),
-            (registry.enable("demo-tool"), "REGISTERED"),
-        ]
-        for step, state in steps:
-            assert (await step).state == state
-        await registry.disable("demo-tool", "the user said so")
-        await registry.close()
-        again = await opened(tmp_path, store=None)  # a new process sees the same
-        kept = again.get("demo-tool")
-        assert kept is not None and (kept.state, kept.reason) == ("DISABLED", "the user said so")
-        assert kept.manifest is not None and kept.manifest.tool_names == ["demo.echo"]
-        assert [i.name for i in again.list(state="DISABLED")] == ["demo-tool"]
-        assert [i.name for i in again.by_tag("third_party")] == ["demo-tool"]
-        assert again.by_tag("core_plugin") == []
-        await again.unregister("demo-tool")
-        assert again.get("demo-tool") is None and again.list() == []
-        await again.close()
-
-    run(main())
+    registry = await opened(tmp_path, store=None)
+    info = await registry.register(discover(folder))
+    assert (info.state, info.version, info.tools) == ("REGISTERED", "1.0.0", ["demo.echo"])
+    assert info.tags == ("demo", "third_party") and info.manifest_path.endswith("manifest.yaml")
+    steps = [
+        (registry.load("demo-tool"), "LOADED"),
+        (registry.enable("demo-tool"), "ACTIVE"),
+        (registry.unload("demo-tool"), "UNLOADED"),
+        (registry.load("demo-tool"), "LOADED"),
+        (registry.disable("demo-tool", "policy changed"), "DISABLED"),
+        (registry.enable("demo-tool"), "REGISTERED"),
+    ]
+    for step, state in steps:
+        assert (await step).state == state
+    await registry.disable("demo-tool", "the user said so")
+    await registry.close()
+    again = await opened(tmp_path, store=None)  # a new process sees the same
+    kept = again.get("demo-tool")
+    assert kept is not None and (kept.state, kept.reason) == ("DISABLED", "the user said so")
+    assert kept.manifest is not None and kept.manifest.tool_names == ["demo.echo"]
+    assert [i.name for i in again.list(state="DISABLED")] == ["demo-tool"]
+    assert [i.name for i in again.by_tag("third_party")] == ["demo-tool"]
+    assert again.by_tag("core_plugin") == []
+    await again.unregister("demo-tool")
+    assert again.get("demo-tool") is None and again.list() == []
+    await again.close()
 
 
 @pytest.mark.parametrize(
@@ -91,26 +81,23 @@ def test_the_whole_lifecycle_is_persisted(tmp_path: Path) -> None:
         (["load"], "load", "cannot load plugin demo-tool: it is LOADED"),
     ],
 )
-def test_illegal_moves_name_the_state_and_what_is_allowed(
+async def test_illegal_moves_name_the_state_and_what_is_allowed(
     tmp_path: Path, state_moves: list[str], action: str, message: str
 ) -> None:
-    async def main() -> None:
-        registry = await opened(tmp_path, store=None)
-        await registry.register(discover(make_plugin(tmp_path / "src")))
-        for move in state_moves:
-            await getattr(registry, move)("demo-tool")
-        before = registry.require("demo-tool").state
-        with pytest.raises(PluginStateError) as caught:
-            await getattr(registry, action)("demo-tool")
-        assert caught.value.what == message and "From " in caught.value.fix
-        assert registry.require("demo-tool").state == before
-        with pytest.raises(PluginStateError, match="needs a reason"):
-            await registry.disable("demo-tool", " ")
-        with pytest.raises(PluginNotFound):
-            await registry.load("nobody")
-        await registry.close()
-
-    run(main())
+    registry = await opened(tmp_path, store=None)
+    await registry.register(discover(make_plugin(tmp_path / "src")))
+    for move in state_moves:
+        await getattr(registry, move)("demo-tool")
+    before = registry.require("demo-tool").state
+    with pytest.raises(PluginStateError) as caught:
+        await getattr(registry, action)("demo-tool")
+    assert caught.value.what == message and "From " in caught.value.fix
+    assert registry.require("demo-tool").state == before
+    with pytest.raises(PluginStateError, match="needs a reason"):
+        await registry.disable("demo-tool", " ")
+    with pytest.raises(PluginNotFound):
+        await registry.load("nobody")
+    await registry.close()
 
 
 def hostile(tmp_path: Path) -> dict[str, Path]:
@@ -163,76 +150,67 @@ REASONS = {
 }
 
 
-def test_hostile_plugins_are_rejected_with_their_reasons_and_kept_listed(tmp_path: Path) -> None:
+async def test_hostile_plugins_are_rejected_with_their_reasons_and_kept_listed(
+    tmp_path: Path,
+) -> None:
     source = make_plugin(tmp_path / "good" / "demo")
     folders = hostile(tmp_path / "bad")
 
-    async def main() -> None:
-        registry = await opened(tmp_path)
-        assert (await registry.register(discover(source))).state == "REGISTERED"
-        for label, folder in folders.items():
-            info = await registry.register(discover(folder))
-            assert info.state == "REJECTED", label
-            assert REASONS[label] in (info.reason or ""), (label, info.reason)
-            assert info.manifest_path == str(folder / "manifest.yaml")
-        await registry.close()
-        again = await opened(tmp_path)
-        rejected = again.list(rejected=True)
-        assert {i.manifest_path for i in rejected} == {
-            str(f / "manifest.yaml") for f in folders.values()
-        }
-        assert all(i.state == "REJECTED" and i.reason for i in rejected)
-        assert [i.name for i in again.list()] == ["demo-tool"]  # nothing else registered
-        await again.close()
-
-    run(main())
+    registry = await opened(tmp_path)
+    assert (await registry.register(discover(source))).state == "REGISTERED"
+    for label, folder in folders.items():
+        info = await registry.register(discover(folder))
+        assert info.state == "REJECTED", label
+        assert REASONS[label] in (info.reason or ""), (label, info.reason)
+        assert info.manifest_path == str(folder / "manifest.yaml")
+    await registry.close()
+    again = await opened(tmp_path)
+    rejected = again.list(rejected=True)
+    assert {i.manifest_path for i in rejected} == {
+        str(f / "manifest.yaml") for f in folders.values()
+    }
+    assert all(i.state == "REJECTED" and i.reason for i in rejected)
+    assert [i.name for i in again.list()] == ["demo-tool"]  # nothing else registered
+    await again.close()
 
 
-def test_scan_finds_plugin_folders_valid_or_not(tmp_path: Path) -> None:
+async def test_scan_finds_plugin_folders_valid_or_not(tmp_path: Path) -> None:
     make_plugin(tmp_path / "plugins" / "one", data=manifest("one-tool"))
     make_plugin(tmp_path / "plugins" / "two", text="- not a mapping\n")
     (tmp_path / "plugins" / "not-a-plugin").mkdir()
 
-    async def main() -> None:
-        registry = await opened(tmp_path)
-        found = await registry.scan(tmp_path / "plugins")
-        assert [(d.name, d.manifest is not None) for d in found] == [
-            ("one-tool", True),
-            ("two", False),
-        ]
-        assert found[1].error is not None and "mapping" in found[1].error.what
-        assert scan(tmp_path / "plugins" / "one")[0].name == "one-tool"
-        assert scan(tmp_path / "nowhere") == []
-        await registry.close()
-
-    run(main())
+    registry = await opened(tmp_path)
+    found = await registry.scan(tmp_path / "plugins")
+    assert [(d.name, d.manifest is not None) for d in found] == [
+        ("one-tool", True),
+        ("two", False),
+    ]
+    assert found[1].error is not None and "mapping" in found[1].error.what
+    assert scan(tmp_path / "plugins" / "one")[0].name == "one-tool"
+    assert scan(tmp_path / "nowhere") == []
+    await registry.close()
 
 
-def test_a_tampered_plugin_refuses_to_load_is_disabled_and_audited(tmp_path: Path) -> None:
+async def test_a_tampered_plugin_refuses_to_load_is_disabled_and_audited(tmp_path: Path) -> None:
     store = PluginStore(tmp_path / "store")
     installed = store.install(make_plugin(tmp_path / "src"), "demo-tool", "1.0.0")
     state = tmp_path / "state"
 
-    async def main() -> None:
-        audit = await AuditLog.open(state)
-        await audit.record(Event("kernel_start", input_summary="test"))
-        registry = await opened(tmp_path, store=store, audit=audit)
-        await registry.register(discover(installed.path), folder=installed.path)
-        assert (await registry.load("demo-tool")).state == "LOADED"  # intact: loads
-        await registry.unload("demo-tool")
-        (installed.path / "plugin.py").write_text("import socket  # something else\n")
-        (installed.path / "dropped.py").write_text("")
-        with pytest.raises(PluginTampered) as caught:
-            await registry.load("demo-tool")
-        assert (
-            "changed: plugin.py" in caught.value.what and "added: dropped.py" in caught.value.what
-        )
-        info = registry.require("demo-tool")
-        assert info.state == "DISABLED" and "files changed since install" in (info.reason or "")
-        await registry.close()
-        await audit.close()
-
-    run(main())
+    audit = await AuditLog.open(state)
+    await audit.record(Event("kernel_start", input_summary="test"))
+    registry = await opened(tmp_path, store=store, audit=audit)
+    await registry.register(discover(installed.path), folder=installed.path)
+    assert (await registry.load("demo-tool")).state == "LOADED"  # intact: loads
+    await registry.unload("demo-tool")
+    (installed.path / "plugin.py").write_text("import socket  # something else\n")
+    (installed.path / "dropped.py").write_text("")
+    with pytest.raises(PluginTampered) as caught:
+        await registry.load("demo-tool")
+    assert "changed: plugin.py" in caught.value.what and "added: dropped.py" in caught.value.what
+    info = registry.require("demo-tool")
+    assert info.state == "DISABLED" and "files changed since install" in (info.reason or "")
+    await registry.close()
+    await audit.close()
     found = [
         e
         for e in entries(state, Filters(event_type="syscall"))
@@ -248,49 +226,43 @@ def test_a_tampered_plugin_refuses_to_load_is_disabled_and_audited(tmp_path: Pat
     )
 
 
-def test_a_plugin_gone_from_the_store_is_refused_too(tmp_path: Path) -> None:
+async def test_a_plugin_gone_from_the_store_is_refused_too(tmp_path: Path) -> None:
     store = PluginStore(tmp_path / "store")
     installed = store.install(make_plugin(tmp_path / "src"), "demo-tool", "1.0.0")
 
-    async def main() -> None:
-        registry = await opened(tmp_path, store=store)
-        await registry.register(discover(installed.path), folder=installed.path)
-        store.remove("demo-tool")
-        with pytest.raises(PluginTampered, match="is installed"):
-            await registry.load("demo-tool")
-        assert registry.require("demo-tool").state == "DISABLED"
-        await registry.close()
-
-    run(main())
+    registry = await opened(tmp_path, store=store)
+    await registry.register(discover(installed.path), folder=installed.path)
+    store.remove("demo-tool")
+    with pytest.raises(PluginTampered, match="is installed"):
+        await registry.load("demo-tool")
+    assert registry.require("demo-tool").state == "DISABLED"
+    await registry.close()
 
 
-def test_the_capability_precheck_warns_but_never_blocks(tmp_path: Path) -> None:
+async def test_the_capability_precheck_warns_but_never_blocks(tmp_path: Path) -> None:
     deny_all = PolicyEngine(parse_policy("capabilities: []")).evaluate
     allowing = PolicyEngine(parse_policy(ALLOWING)).evaluate
     needy = manifest(required_capabilities=["fs.read", "shell.run"])
 
-    async def main() -> None:
-        strict = await opened(tmp_path / "a", precheck=lambda m: precheck(deny_all, m))
-        info = await strict.register(discover(make_plugin(tmp_path / "p1", data=needy)))
-        assert info.state == "REGISTERED"
-        assert [w.split(":")[0] for w in info.warnings] == [
-            "capability fs.read",
-            "capability shell.run",
-            "tool demo.echo",
-        ]
-        await strict.close()
-        kind = await opened(tmp_path / "b", precheck=lambda m: precheck(allowing, m))
-        info = await kind.register(discover(make_plugin(tmp_path / "p2", data=needy)))
-        assert info.warnings == (
-            "capability shell.run: the current policy denies it to a third_party plugin in "
-            "every workflow state",
-        )
-        await kind.close()
-
-    run(main())
+    strict = await opened(tmp_path / "a", precheck=lambda m: precheck(deny_all, m))
+    info = await strict.register(discover(make_plugin(tmp_path / "p1", data=needy)))
+    assert info.state == "REGISTERED"
+    assert [w.split(":")[0] for w in info.warnings] == [
+        "capability fs.read",
+        "capability shell.run",
+        "tool demo.echo",
+    ]
+    await strict.close()
+    kind = await opened(tmp_path / "b", precheck=lambda m: precheck(allowing, m))
+    info = await kind.register(discover(make_plugin(tmp_path / "p2", data=needy)))
+    assert info.warnings == (
+        "capability shell.run: the current policy denies it to a third_party plugin in "
+        "every workflow state",
+    )
+    await kind.close()
 
 
-def test_the_install_flow_installs_nothing_for_a_hostile_plugin(tmp_path: Path) -> None:
+async def test_the_install_flow_installs_nothing_for_a_hostile_plugin(tmp_path: Path) -> None:
     from fluffy.errors import PluginError
     from fluffy.kernel.plugins.install import install, plan, remove
 
@@ -298,22 +270,19 @@ def test_the_install_flow_installs_nothing_for_a_hostile_plugin(tmp_path: Path) 
     good = make_plugin(tmp_path / "good")
     bad = make_plugin(tmp_path / "bad", data=manifest("bad-tool", min_api_version=9))
 
-    async def main() -> None:
-        registry = await opened(tmp_path, store=store)
-        with pytest.raises(PluginError, match="needs syscall API version 9"):
-            await plan(registry, bad)
-        assert store.names() == [] and registry.list() == []
-        assert [i.name for i in registry.list(rejected=True)] == ["bad-tool"]
-        approved = await plan(registry, good)
-        assert approved.to_dict()["tools"][0]["name"] == "demo.echo"
-        info = await install(registry, store, approved)
-        assert info.state == "REGISTERED" and info.folder == str(store.root / "demo-tool" / "1.0.0")
-        assert store.verify("demo-tool").ok
-        with pytest.raises(PluginError, match="already registered"):
-            await plan(registry, good)
-        await remove(registry, store, "demo-tool")
-        assert store.names() == [] and registry.list() == []
-        await registry.close()
-
-    run(main())
+    registry = await opened(tmp_path, store=store)
+    with pytest.raises(PluginError, match="needs syscall API version 9"):
+        await plan(registry, bad)
+    assert store.names() == [] and registry.list() == []
+    assert [i.name for i in registry.list(rejected=True)] == ["bad-tool"]
+    approved = await plan(registry, good)
+    assert approved.to_dict()["tools"][0]["name"] == "demo.echo"
+    info = await install(registry, store, approved)
+    assert info.state == "REGISTERED" and info.folder == str(store.root / "demo-tool" / "1.0.0")
+    assert store.verify("demo-tool").ok
+    with pytest.raises(PluginError, match="already registered"):
+        await plan(registry, good)
+    await remove(registry, store, "demo-tool")
+    assert store.names() == [] and registry.list() == []
+    await registry.close()
     assert yaml.safe_load((bad / "manifest.yaml").read_text())["min_api_version"] == 9

@@ -13,12 +13,10 @@ refuses their malformed params on real sockets.
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Awaitable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import pytest
@@ -41,8 +39,10 @@ from fluffy.kernel.syscalls.kernel import default_methods
 from fluffy.kernel.syscalls.workflow import workflow_methods
 from unit.kernel_table import sandbox_tables, served_table
 
+pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
+
+
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 
 class EchoParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -75,10 +75,6 @@ TABLE = SyscallTable(
 )
 
 
-def run(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
-
-
 async def serve(tmp: Path, binding: str = "cli") -> tuple[KernelServer, list[CallRecord], str]:
     server = KernelServer(TABLE)
     seen: list[CallRecord] = []
@@ -101,80 +97,68 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("params", "said"), REFUSED)
-def test_params_are_decoded_strictly_before_the_handler_runs(
+async def test_params_are_decoded_strictly_before_the_handler_runs(
     tmp_path: Path, params: Any, said: str
 ) -> None:
-    async def main() -> None:
-        ran.clear()
-        server, seen, path = await serve(tmp_path)
-        client = await AsyncClient.connect(path)
-        with pytest.raises(InvalidPayload) as caught:
-            await client.call("test.echo", params)
-        # the connection stays open: the next call is served
-        answer = await client.call("test.echo", {"session_id": "s", "approved": True})
-        await client.close()
-        await server.close()
-        assert caught.value.what == f"test.echo: {said}"
-        assert caught.value.fix is not None and "{session_id, approved?" in caught.value.fix
-        assert ran == [EchoParams("s", approved=True)]  # the refused call never ran
-        assert answer == {"session_id": "s", "approved": True, "typed": True}
-        refusal = next(r for r in seen if r.error is not None)
-        assert (refusal.method, refusal.decision, refusal.rule) == (
-            "test.echo",
-            "denied",
-            "kernel.method_table",
-        )
-        assert refusal.error.code == "ipc.invalid_payload"
-
-    run(main())
+    ran.clear()
+    server, seen, path = await serve(tmp_path)
+    client = await AsyncClient.connect(path)
+    with pytest.raises(InvalidPayload) as caught:
+        await client.call("test.echo", params)
+    # the connection stays open: the next call is served
+    answer = await client.call("test.echo", {"session_id": "s", "approved": True})
+    await client.close()
+    await server.close()
+    assert caught.value.what == f"test.echo: {said}"
+    assert caught.value.fix is not None and "{session_id, approved?" in caught.value.fix
+    assert ran == [EchoParams("s", approved=True)]  # the refused call never ran
+    assert answer == {"session_id": "s", "approved": True, "typed": True}
+    refusal = next(r for r in seen if r.error is not None)
+    assert (refusal.method, refusal.decision, refusal.rule) == (
+        "test.echo",
+        "denied",
+        "kernel.method_table",
+    )
+    assert refusal.error.code == "ipc.invalid_payload"
 
 
 @pytest.mark.parametrize("params", [None, {}])
-def test_no_params_is_the_empty_struct(tmp_path: Path, params: Any) -> None:
-    async def main() -> None:
-        ran.clear()
-        server, _, path = await serve(tmp_path)
-        client = await AsyncClient.connect(path)
-        assert await client.call("test.none", params) == "ok"
-        with pytest.raises(InvalidPayload, match=r"test\.none: params: unknown field x"):
-            await client.call("test.none", {"x": 1})
-        await client.close()
-        await server.close()
-        assert ran == [NoParams()]
-
-    run(main())
+async def test_no_params_is_the_empty_struct(tmp_path: Path, params: Any) -> None:
+    ran.clear()
+    server, _, path = await serve(tmp_path)
+    client = await AsyncClient.connect(path)
+    assert await client.call("test.none", params) == "ok"
+    with pytest.raises(InvalidPayload, match=r"test\.none: params: unknown field x"):
+        await client.call("test.none", {"x": 1})
+    await client.close()
+    await server.close()
+    assert ran == [NoParams()]
 
 
-def test_a_cli_only_syscall_refuses_another_socket_before_reading_params(
+async def test_a_cli_only_syscall_refuses_another_socket_before_reading_params(
     tmp_path: Path,
 ) -> None:
-    async def main() -> None:
-        ran.clear()
-        server, seen, path = await serve(tmp_path, binding="sb-1")
-        client = await AsyncClient.connect(path)
-        with pytest.raises(PeerRejected) as caught:
-            await client.call("test.user", {"junk": True})  # refused as the caller first
-        assert await client.call("test.none") == "ok"  # open; any caller may call this
-        await client.close()
-        await server.close()
-        assert caught.value.what == "only the user may do it"
-        assert "sb-1" in (caught.value.why or "")
-        assert ran == [NoParams()]
-        (refusal,) = [r for r in seen if r.error is not None]
-        assert refusal.decision == "denied" and refusal.error.code == "ipc.peer_rejected"
-
-    run(main())
+    ran.clear()
+    server, seen, path = await serve(tmp_path, binding="sb-1")
+    client = await AsyncClient.connect(path)
+    with pytest.raises(PeerRejected) as caught:
+        await client.call("test.user", {"junk": True})  # refused as the caller first
+    assert await client.call("test.none") == "ok"  # open; any caller may call this
+    await client.close()
+    await server.close()
+    assert caught.value.what == "only the user may do it"
+    assert "sb-1" in (caught.value.why or "")
+    assert ran == [NoParams()]
+    (refusal,) = [r for r in seen if r.error is not None]
+    assert refusal.decision == "denied" and refusal.error.code == "ipc.peer_rejected"
 
 
-def test_the_cli_socket_may_call_a_cli_only_syscall(tmp_path: Path) -> None:
-    async def main() -> None:
-        server, _, path = await serve(tmp_path, binding="cli")
-        client = await AsyncClient.connect(path)
-        assert await client.call("test.user") == "ok"
-        await client.close()
-        await server.close()
-
-    run(main())
+async def test_the_cli_socket_may_call_a_cli_only_syscall(tmp_path: Path) -> None:
+    server, _, path = await serve(tmp_path, binding="cli")
+    client = await AsyncClient.connect(path)
+    assert await client.call("test.user") == "ok"
+    await client.close()
+    await server.close()
 
 
 def test_a_name_declared_twice_is_an_error_at_start_up() -> None:
