@@ -77,8 +77,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 1 when the chain is broken or disagrees with a head kept outside it.  Entries
     after the witnessed head are *unwitnessed*: a warning line (``unwitnessed`` in --json)
     with exit 0, since a running or crashed kernel always has a few (ADR-054)."""
-    from fluffy.kernel.audit.store import read_head
-    from fluffy.kernel.audit.verify import verify
+    from fluffy.host.audit import read_head, verify
 
     folder = _state_dir(args)
     witness = None
@@ -141,7 +140,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _filters(args: argparse.Namespace) -> Any:
-    from fluffy.kernel.audit.query import Filters, parse_since
+    from fluffy.host.audit import Filters, parse_since
 
     return Filters(
         since_ms=parse_since(args.since) if args.since else None,
@@ -166,7 +165,7 @@ def _flush_running(folder: Path) -> None:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from fluffy.kernel.audit.query import entries
+    from fluffy.host.audit import entries
 
     folder = _state_dir(args)
     _flush_running(folder)
@@ -190,7 +189,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from fluffy.kernel.audit.query import export_jsonl
+    from fluffy.host.audit import export_jsonl
 
     folder = _state_dir(args)
     filters = _filters(args)

@@ -49,7 +49,7 @@ def settings_for(project: Path, cli: dict[str, Any]) -> Settings:
 
 def script_turns(path: str) -> list[dict[str, Any]]:
     """The scripted provider's turns, read and validated by the kernel's own loader."""
-    from fluffy.kernel.ai.script import load_turns
+    from fluffy.host.sessions import load_turns
 
     return list(load_turns(Path(path)))
 

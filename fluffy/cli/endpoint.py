@@ -44,8 +44,8 @@ def _entry(host: str, port: int) -> str:
 
 def allowlist_hint(project: Path, options: dict[str, Any]) -> str | None:
     """What to add to policy.yaml when the provider's ``base_url`` is not admitted."""
-    from fluffy.kernel.net.allowlist import AllowList
-    from fluffy.kernel.project.defaults import project_policy
+    from fluffy.host.policy import AllowList
+    from fluffy.host.project import project_policy
 
     provider = options.get("provider") or {}
     base_url = str(provider.get("base_url") or public_url(str(provider.get("name"))))

@@ -24,7 +24,7 @@ from rich.markup import escape
 from fluffy.cli.connect import ask
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import ExemptionDenied, KernelNotRunning, SessionNotFound
-from fluffy.kernel.policy.tdd_settings import CATEGORIES
+from fluffy.host.policy import CATEGORIES
 from fluffy.safetext import visible
 
 USAGE = "/exempt <category> <path> [<path> ...] -- <reason>"

@@ -131,8 +131,8 @@ def write_network_allowlist(
     entries left out; a policy.yaml that does not load raises its error (file:line:
     field, as `fluffy policy validate` says it), with no list at ``path`` (nothing
     admitted)."""
-    from fluffy.kernel.net.allowlist import AllowList
-    from fluffy.kernel.project.defaults import project_policy
+    from fluffy.host.policy import AllowList
+    from fluffy.host.project import project_policy
 
     try:
         entries = project_policy(Path(project))[0].network_whitelist
@@ -194,7 +194,7 @@ def launch_supervisor(
             fix=f"Let the kernel's user read it (e.g. `chmod u+rx {project}` as its owner), or "
             "run fluffy as the project's owner.",
         )
-    from fluffy.kernel.containers.engine import engine_access_problem
+    from fluffy.host.engine import engine_access_problem
 
     denied = engine_access_problem()  # the bootstrap would only say "no engine answers"
     if denied is not None:

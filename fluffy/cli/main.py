@@ -44,8 +44,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_images_build(args: argparse.Namespace) -> int:
     from fluffy.cli.progress import ConsoleReporter
+    from fluffy.host.engine import connect
     from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.engine import connect
 
     with connect() as engine:
         console = stderr if args.json else stdout
@@ -62,8 +62,8 @@ def cmd_images_build(args: argparse.Namespace) -> int:
 
 
 def cmd_images_list(args: argparse.Namespace) -> int:
+    from fluffy.host.engine import connect
     from fluffy.images.builder import plan_images
-    from fluffy.kernel.containers.engine import connect
 
     with connect() as engine:
         plan = plan_images(engine)
@@ -77,8 +77,8 @@ def cmd_images_list(args: argparse.Namespace) -> int:
 
 
 def cmd_images_prune(args: argparse.Namespace) -> int:
+    from fluffy.host.engine import connect
     from fluffy.images.builder import prune_images
-    from fluffy.kernel.containers.engine import connect
 
     with connect() as engine:
         removed = prune_images(engine)
@@ -94,9 +94,9 @@ def cmd_images_prune(args: argparse.Namespace) -> int:
 def cmd_kernel_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from fluffy.host.kernel import main as serve_main
     from fluffy.images.spec import IMAGES_DIR
     from fluffy.images.templates import template_images
-    from fluffy.kernel.serve import main as serve_main
 
     project = Path(args.project).resolve() if args.project else None
     # on a host with fluffy's image sources, sandboxes run only current images
@@ -178,7 +178,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.session:
         return cmd_demo_session(args)
     from fluffy.demo import run_demo
-    from fluffy.kernel.containers.engine import connect
+    from fluffy.host.engine import connect
 
     with connect() as engine:
         if not args.json:

@@ -66,7 +66,7 @@ def _draft(args: argparse.Namespace) -> Any:
     """The record as far as the arguments go (image and tools come later)."""
     from pydantic import ValidationError
 
-    from fluffy.kernel.mcp.record import McpServer, check_name
+    from fluffy.host.mcp import McpServer, check_name
 
     check_name(args.name)
     try:
@@ -89,8 +89,8 @@ def _draft(args: argparse.Namespace) -> Any:
 def _unlisted_hosts(project: Path, hosts: list[str]) -> tuple[list[str], str | None]:
     """The hosts the policy's network_whitelist does not admit (the proxy will refuse
     them), and why none could be checked (a policy that does not load)."""
-    from fluffy.kernel.net.allowlist import AllowList, Rule
-    from fluffy.kernel.project.defaults import project_policy
+    from fluffy.host.policy import AllowList, Rule
+    from fluffy.host.project import project_policy
 
     if not hosts:
         return [], None
@@ -130,9 +130,8 @@ def _probe(
     engine: Any, draft: Any, project: Path, base: str
 ) -> tuple[list[Any], str, dict[str, str]]:
     """Start the server once in its sandbox: its tools, name/version, tools left out."""
-    from fluffy.kernel.containers.factory import open_runtime
-    from fluffy.kernel.containers.manager import ContainerManager
-    from fluffy.kernel.mcp.connection import McpConnection
+    from fluffy.host.engine import ContainerManager, open_runtime
+    from fluffy.host.mcp import McpConnection
 
     manager = ContainerManager(open_runtime(engine), {"code-executor": base, "mcp-server": base})
 
@@ -216,9 +215,9 @@ def _reload(project: Path) -> dict[str, Any] | None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from fluffy.host.engine import connect
+    from fluffy.host.mcp import load_records, save_record
     from fluffy.images.mcpenv import ensure_server_image
-    from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.mcp.record import load_records, save_record
 
     project = _project(args)
     draft = _draft(args)
@@ -289,7 +288,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from fluffy.kernel.mcp.record import load_records
+    from fluffy.host.mcp import load_records
 
     project = _project(args)
     servers, problems = load_records(project)
@@ -319,7 +318,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    from fluffy.kernel.mcp.record import remove_record
+    from fluffy.host.mcp import remove_record
 
     project = _project(args)
     if not remove_record(project, args.name):

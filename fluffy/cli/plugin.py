@@ -37,9 +37,7 @@ T = TypeVar("T")
 
 
 def _evaluate(project: Path) -> Any:
-    from fluffy.kernel.policy.builtin import default_builtins
-    from fluffy.kernel.policy.engine import PolicyEngine
-    from fluffy.kernel.policy.model import PolicyFile, load_policy
+    from fluffy.host.policy import PolicyEngine, PolicyFile, default_builtins, load_policy
 
     path = project / ".fluffy" / "policy.yaml"
     policy = load_policy(path) if path.is_file() else PolicyFile()
@@ -48,8 +46,8 @@ def _evaluate(project: Path) -> Any:
 
 
 async def _with_registry(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T:
-    from fluffy.kernel.plugins.store import PluginStore
-    from fluffy.kernel.tools.plugin_activation import open_home
+    from fluffy.host.plugins import PluginStore
+    from fluffy.host.tools import open_home
 
     store = PluginStore.default()
     registry = await open_home(store, _evaluate(Path(getattr(args, "project", None) or ".")))
@@ -121,7 +119,7 @@ def _kernel_socket(project: str) -> Path | None:
 
 
 def _install_on_host(args: argparse.Namespace, project: str) -> int:
-    from fluffy.kernel.plugins.install import install, plan
+    from fluffy.host.plugins import install, plan
 
     async def run(registry: Any, store: Any) -> int:
         approved = await plan(registry, Path(args.path))
@@ -152,11 +150,16 @@ def _install_through_kernel(args: argparse.Namespace, project: str, sock: Path) 
     """The kernel reviews the bytes read here and records the answer; they are installed."""
     from fluffy.cli.connect import CALL_TIMEOUT_S
     from fluffy.errors import PluginInstallRefused, PluginNotConfirmed
+    from fluffy.host.plugins import (
+        InstallPlan,
+        check_sendable,
+        encode_files,
+        install,
+        read_manifest_text,
+        read_tree,
+        tree_digest,
+    )
     from fluffy.ipc.client import SyncClient
-    from fluffy.kernel.plugins.install import InstallPlan, install
-    from fluffy.kernel.plugins.manifest import read_manifest_text
-    from fluffy.kernel.plugins.store import read_tree
-    from fluffy.kernel.plugins.wire import check_sendable, encode_files, tree_digest
 
     source = Path(args.path).expanduser().absolute()
     files = read_tree(source)  # once: what the kernel reviews is what is installed
@@ -283,7 +286,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     from fluffy.errors import PluginNotConfirmed
-    from fluffy.kernel.plugins.install import remove
+    from fluffy.host.plugins import remove
 
     async def run(registry: Any, store: Any) -> None:
         _info_of(registry, args.name)  # a name that is not installed: said before asking

@@ -58,10 +58,14 @@ def _read_request(source: str) -> RequestSpec:
 
 
 def cmd_policy_check(args: argparse.Namespace) -> int:
-    from fluffy.kernel.policy.builtin import default_builtins
-    from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
-    from fluffy.kernel.policy.model import load_policy
-    from fluffy.kernel.policy.tokens import TokenUse
+    from fluffy.host.policy import (
+        Caller,
+        PolicyEngine,
+        Request,
+        TokenUse,
+        default_builtins,
+        load_policy,
+    )
 
     try:
         policy = load_policy(Path(args.policy))
@@ -116,8 +120,7 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_validate(args: argparse.Namespace) -> int:
-    from fluffy.kernel.policy.analysis import warnings
-    from fluffy.kernel.policy.model import load_policy
+    from fluffy.host.policy import load_policy, warnings
 
     try:
         policy = load_policy(Path(args.file))

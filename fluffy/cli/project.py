@@ -58,9 +58,8 @@ def _project(args: argparse.Namespace) -> Path:
 
 def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
     """Write ``.fluffy/policy.yaml`` and ``.fluffy/config.yaml``; file -> what happened."""
-    from fluffy.kernel.policy.model import parse_policy
-    from fluffy.kernel.project.defaults import render_policy
-    from fluffy.kernel.project.layout import detect_layout
+    from fluffy.host.policy import parse_policy
+    from fluffy.host.project import detect_layout, render_policy
 
     folder = project / ".fluffy"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
@@ -88,7 +87,7 @@ def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from fluffy.kernel.project.layout import detect_layout
+    from fluffy.host.project import detect_layout
 
     project = _project(args)
     done = init_project(project, force=args.force)
@@ -131,9 +130,9 @@ def ensure_env(
     state: Path | None = None,
 ) -> tuple[Any, bool]:
     """The project's environment, built with progress when missing: (record, built)."""
+    from fluffy.host.engine import connect
     from fluffy.images.environment import ensure_environment
     from fluffy.images.templates import template_images
-    from fluffy.kernel.containers.engine import connect
 
     state = state or _state(project)
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -186,7 +185,7 @@ def env_for_task(project: Path, console: Console) -> None:
     declares nothing needs no engine work here; an engine that does not answer is left
     to the kernel's start to report."""
     from fluffy.errors import EngineError
-    from fluffy.kernel.project.deps import collect_requirements
+    from fluffy.host.project import collect_requirements
 
     if not collect_requirements(project).wanted():
         return
@@ -216,9 +215,9 @@ def cmd_env_build(args: argparse.Namespace) -> int:
 
 
 def cmd_env_status(args: argparse.Namespace) -> int:
+    from fluffy.host.engine import connect
+    from fluffy.host.project import choose
     from fluffy.images.templates import template_images
-    from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.project.envstate import choose
 
     project = _project(args)
     with connect() as engine:
@@ -247,8 +246,8 @@ def cmd_env_status(args: argparse.Namespace) -> int:
 
 
 def cmd_env_clear(args: argparse.Namespace) -> int:
+    from fluffy.host.engine import connect
     from fluffy.images.environment import clear_environments
-    from fluffy.kernel.containers.engine import connect
 
     project = _project(args)
     with connect() as engine:

@@ -16,18 +16,16 @@ from fluffy.cli.render import print_json, stderr, stdout
 from fluffy.errors import SandboxRunFailed
 
 if TYPE_CHECKING:
-    from fluffy.kernel.containers.engine import Engine
-    from fluffy.kernel.project.envstate import EnvRecord
+    from fluffy.host.engine import Engine
+    from fluffy.host.project import EnvRecord
 
 #: Exit codes for sandboxes that did not end by themselves (as coreutils' timeout does).
 EXIT_TIMEOUT, EXIT_OOM = 124, 137
 
 
 def cmd_sandbox_run(args: argparse.Namespace) -> int:
+    from fluffy.host.engine import FailureReason, connect, template_config
     from fluffy.images.templates import open_manager
-    from fluffy.kernel.containers.config import template_config
-    from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.lifecycle import FailureReason
 
     command = [part for part in args.cmd if part != "--"] if args.cmd else []
     if not command:
@@ -56,8 +54,8 @@ def cmd_sandbox_run(args: argparse.Namespace) -> int:
                 if record.generated and scratch is None:  # files its install makes
                     scratch = Path(tempfile.mkdtemp(prefix="fluffy-sandbox-run-"))
             if scratch is not None:  # a readable copy (with the generated files)
-                from fluffy.kernel.containers.runtime import sandbox_identity
-                from fluffy.kernel.tools.testview import TestViews
+                from fluffy.host.engine import sandbox_identity
+                from fluffy.host.tools import TestViews
 
                 views = TestViews(scratch, project, sandbox_identity()[0])
                 generated = _state(project) / "envs" / record.key / "generated" if record else None
@@ -108,8 +106,8 @@ def _state(project: Path) -> Path:
 def _environment(engine: Engine, project: Path, template: str) -> EnvRecord | None:
     """The project's test environment for a test-like template (as test.run uses it),
     None when the project has none or the template runs no project code."""
+    from fluffy.host.project import choose
     from fluffy.images.templates import template_images
-    from fluffy.kernel.project.envstate import choose
 
     if template not in ("code-executor", "integration-test"):
         return None
@@ -144,9 +142,7 @@ def _user_for(project: Path) -> tuple[str | None, Path | None]:
 
 
 def cmd_sandbox_gc(args: argparse.Namespace) -> int:
-    from fluffy.kernel.containers.engine import connect
-    from fluffy.kernel.containers.factory import open_runtime
-    from fluffy.kernel.containers.manager import ContainerManager
+    from fluffy.host.engine import ContainerManager, connect, open_runtime
 
     with connect() as engine:
         manager = ContainerManager(open_runtime(engine), {})
@@ -167,7 +163,7 @@ def cmd_sandbox_gc(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from fluffy.kernel.containers.config import TEMPLATES
+    from fluffy.host.engine import TEMPLATES
 
     sandbox = sub.add_parser("sandbox", help="run a command in a sandbox; clean up orphans")
     actions = sandbox.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)

@@ -95,7 +95,7 @@ def _listed(project: str, limit: int, notes: Any) -> list[dict[str, Any]]:
 
     if _status(project) is None:  # no supervisor: nothing writes the state now
         from fluffy.bootstrap.supervisor import paths
-        from fluffy.kernel.ai.memory import sessions_at_rest
+        from fluffy.host.sessions import sessions_at_rest
         from fluffy.paths import fluffy_home
 
         try:

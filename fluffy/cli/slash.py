@@ -73,7 +73,7 @@ def simple(
         return f"unpinned; {len(answer.get('pins') or [])} pin(s) left"
     if name == "/exempt":
         from fluffy.cli.exemption import USAGE, parse_exempt, request
-        from fluffy.kernel.policy.tdd_settings import CATEGORIES
+        from fluffy.host.policy import CATEGORIES
 
         parsed = parse_exempt(rest)
         if parsed is None:

@@ -88,7 +88,7 @@ class KernelBackend:
         return dict(self._call("tool.decide", params) or {})
 
     def entries(self, filters: dict[str, str]) -> list[dict[str, Any]]:
-        from fluffy.kernel.audit.query import Filters, entries, parse_since
+        from fluffy.host.audit import Filters, entries, parse_since
 
         before = filters.get("before") or ""
         if before and not before.isdigit():
@@ -105,7 +105,7 @@ class KernelBackend:
         return list(entries(self.state, chosen))
 
     def entry(self, seq: int) -> dict[str, Any] | None:
-        from fluffy.kernel.audit.query import Filters, entries
+        from fluffy.host.audit import Filters, entries
 
         return next(entries(self.state, Filters(seq=seq)), None)
 
@@ -121,8 +121,7 @@ class KernelBackend:
         return reviews(self.state, session_id)
 
     def verification(self) -> dict[str, Any]:
-        from fluffy.kernel.audit.store import read_head
-        from fluffy.kernel.audit.verify import verify
+        from fluffy.host.audit import read_head, verify
 
         self._flush()
         witness = read_head(self.witness) if self.witness and self.witness.exists() else None
@@ -139,7 +138,7 @@ class KernelBackend:
         """What changes when something is recorded that a page shows: the newest entry
         other than the IPC layer's own (``syscall``), read from the log without a call
         to the kernel -- the view's own reads are audited, and must not wake it again."""
-        from fluffy.kernel.audit.store import connect_ro, db_path
+        from fluffy.host.audit import connect_ro, db_path
 
         conn = connect_ro(db_path(self.state))
         try:

@@ -16,8 +16,7 @@ from typing import Any
 
 import msgspec
 
-from fluffy.kernel.audit.query import Filters, entries
-from fluffy.kernel.audit.store import connect_ro, db_path
+from fluffy.host.audit import Filters, connect_ro, db_path, entries
 
 #: The newest runs a session's page shows, and the failing tests shown of each.
 RUNS_SHOWN = 20

@@ -1,0 +1,34 @@
+"""A project: its layout, its default policy, its environment's requirements."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fluffy.host import lazy
+
+if TYPE_CHECKING:
+    from fluffy.kernel.project.defaults import (
+        project_policy,
+        render_policy,
+    )
+    from fluffy.kernel.project.deps import collect_requirements
+    from fluffy.kernel.project.envstate import EnvRecord, choose
+    from fluffy.kernel.project.layout import detect_layout
+
+_FROM = {
+    "choose": "fluffy.kernel.project.envstate",
+    "collect_requirements": "fluffy.kernel.project.deps",
+    "detect_layout": "fluffy.kernel.project.layout",
+    "EnvRecord": "fluffy.kernel.project.envstate",
+    "project_policy": "fluffy.kernel.project.defaults",
+    "render_policy": "fluffy.kernel.project.defaults",
+}
+__all__ = [
+    "EnvRecord",
+    "choose",
+    "collect_requirements",
+    "detect_layout",
+    "project_policy",
+    "render_policy",
+]
+__getattr__ = lazy(__name__, _FROM)

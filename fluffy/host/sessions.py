@@ -1,0 +1,21 @@
+"""Sessions at rest: the state database's sessions without a kernel, scripted turns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fluffy.host import lazy
+
+if TYPE_CHECKING:
+    from fluffy.kernel.ai.memory import sessions_at_rest
+    from fluffy.kernel.ai.script import load_turns
+
+_FROM = {
+    "load_turns": "fluffy.kernel.ai.script",
+    "sessions_at_rest": "fluffy.kernel.ai.memory",
+}
+__all__ = [
+    "load_turns",
+    "sessions_at_rest",
+]
+__getattr__ = lazy(__name__, _FROM)
