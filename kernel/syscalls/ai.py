@@ -8,11 +8,11 @@ quarantine; the provider's settings (and its API key) arrive here and stay in me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
-from fluffy.errors import InvalidPayload, MergeOverlap
+from fluffy.errors import MergeOverlap
 from fluffy.ipc.ai_types import ProviderConfig
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.context import CallContext
@@ -24,7 +24,12 @@ from fluffy.kernel.workflow.budget import LOCK_KEY
 
 MAX_TEXT = 100_000
 MAX_WAIT_MS = 30_000
-CALL_DECISIONS = ("allow", "allow_session", "deny")
+CallDecision = Literal["allow", "allow_session", "deny"]
+CALL_DECISIONS: tuple[str, ...] = get_args(CallDecision)
+#: A task or pinned text: not empty, not only whitespace (``pattern`` is searched).
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT, pattern=r"\S")]
+#: The id of a request or held call the person was shown.
+ShownId = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 
 
 class CommitAuthor(msgspec.Struct, forbid_unknown_fields=True):
@@ -36,10 +41,11 @@ class CommitAuthor(msgspec.Struct, forbid_unknown_fields=True):
 
 class MessageParams(msgspec.Struct, forbid_unknown_fields=True):
     session_id: str
-    text: str
+    text: Text
     provider: ProviderConfig | None = None  # None: the scripted provider's defaults
     auto_approve: bool = False
-    max_rounds: int | None = None  # None: policy.yaml session.max_rounds
+    #: None: policy.yaml session.max_rounds (also the ceiling)
+    max_rounds: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
     #: the session's commits are authored by this person (None: the repository's
     #: [user], else fluffy's placeholder) and end with this trailer ("": none)
     author: CommitAuthor | None = None
@@ -53,12 +59,12 @@ class EventsParams(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ListParams(msgspec.Struct, forbid_unknown_fields=True):
-    limit: int | None = None  # None: 20
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] | None = None  # None: 20
 
 
 class PinParams(msgspec.Struct, forbid_unknown_fields=True):
     session_id: str
-    text: str
+    text: Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
 
 
 class UnpinParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,14 +79,14 @@ class InstructionsParams(msgspec.Struct, forbid_unknown_fields=True):
 class DecideExemptionParams(msgspec.Struct, forbid_unknown_fields=True):
     session_id: str
     grant: bool
-    request_id: str
+    request_id: ShownId
     reason: str | None = None
 
 
 class DecideCallParams(msgspec.Struct, forbid_unknown_fields=True):
     session_id: str
-    review_id: str
-    decision: str  # one of CALL_DECISIONS
+    review_id: ShownId
+    decision: CallDecision
     reason: str | None = None
 
 
@@ -92,12 +98,9 @@ def ai_methods(
 
     async def message(context: CallContext, p: MessageParams) -> dict[str, Any]:
         text = p.text
-        if not text.strip() or len(text) > MAX_TEXT:
-            raise InvalidPayload(f"text must be a non-empty string of at most {MAX_TEXT} chars")
-        rounds = p.max_rounds or max_rounds()
-        if not 1 <= rounds <= 1000:
-            raise InvalidPayload("max_rounds must be an integer from 1 to 1000")
-        rounds = min(rounds, max_rounds())  # policy.yaml session.max_rounds is the ceiling
+        rounds = min(
+            p.max_rounds or max_rounds(), max_rounds()
+        )  # policy.yaml session.max_rounds is the ceiling
         identity: dict[str, Any] = {}
         if p.author is not None:
             identity["commit_author"] = clean(p.author.name, p.author.email)
@@ -144,8 +147,6 @@ def ai_methods(
 
     async def session_list(context: CallContext, p: ListParams) -> dict[str, Any]:
         limit = p.limit or 20
-        if not 1 <= limit <= 500:
-            raise InvalidPayload("limit must be an integer from 1 to 500")
         return {"sessions": await memory.sessions(workflow, limit)}
 
     async def usage(context: CallContext, p: SessionParams) -> dict[str, Any]:
@@ -155,8 +156,6 @@ def ai_methods(
 
     async def pin(context: CallContext, p: PinParams) -> dict[str, Any]:
         await workflow.get(p.session_id)
-        if not p.text.strip():
-            raise InvalidPayload("text must be a non-empty string")
         return {"pins": await memory.pin(p.session_id, p.text.strip())}
 
     async def pins(context: CallContext, p: SessionParams) -> dict[str, Any]:
@@ -202,8 +201,6 @@ def ai_methods(
         return (await loop.instructions(sid, "user")).view()
 
     async def decide_exemption(context: CallContext, p: DecideExemptionParams) -> dict[str, Any]:
-        if len(p.request_id) > 100:
-            raise InvalidPayload("request_id must be the id of the request shown (a string)")
         why = p.reason or ""
         sid = p.session_id
         outcome = await workflow.decide_exemption(
@@ -215,10 +212,6 @@ def ai_methods(
 
     async def decide_call(context: CallContext, p: DecideCallParams) -> dict[str, Any]:
         """The user's answer on a tool call held for review (an MCP tool, ADR-046)."""
-        if p.decision not in CALL_DECISIONS:
-            raise InvalidPayload("decision must be one of " + ", ".join(CALL_DECISIONS))
-        if len(p.review_id) > 100:
-            raise InvalidPayload("review_id must be the id of the call shown (a string)")
         why = p.reason or ""
         sid = p.session_id
         await loop.decide_call(sid, p.review_id, p.decision, why[:2000])

@@ -10,7 +10,7 @@ then cancels the workflow's session.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -24,7 +24,7 @@ from fluffy.kernel.workflow.store import SessionRow
 
 
 class CreateParams(msgspec.Struct, forbid_unknown_fields=True):
-    mode: str = "strict"
+    mode: Mode = "strict"
     approved: bool = False  # honoured from the CLI's socket only
 
 
@@ -40,7 +40,7 @@ class SessionParams(msgspec.Struct, forbid_unknown_fields=True):
 
 class SetModeParams(msgspec.Struct, forbid_unknown_fields=True):
     session_id: str
-    mode: str
+    mode: Mode
     approved: bool = False  # honoured from the CLI's socket only
 
 
@@ -84,7 +84,7 @@ def workflow_methods(
         caller, is_user = _caller(context)  # a plugin asking for a mode is judged as itself
         approved = p.approved and is_user
         # a mode not in MODES is refused by set_mode (ModeDenied names the modes)
-        session = await workflow.new_session(cast(Mode, p.mode), caller, approved=approved)
+        session = await workflow.new_session(p.mode, caller, approved=approved)
         return _view(session)
 
     async def get(context: CallContext, p: OptionalSessionParams) -> dict[str, Any] | None:

@@ -173,6 +173,36 @@ def test_a_name_declared_twice_is_an_error_at_start_up() -> None:
         SyscallTable(TABLE, [Syscall("test.none", NoParams, optional, str, since=1)])
 
 
+@pytest.mark.parametrize(
+    ("method", "params", "named"),
+    [
+        ("session.create", {"mode": "yolo"}, "params.mode: invalid enum value"),
+        ("session.set_mode", {"session_id": "s", "mode": "STRICT"}, "params.mode"),
+        ("session.message", {"session_id": "s", "text": "   "}, "params.text"),
+        ("session.message", {"session_id": "s", "text": ""}, "params.text"),
+        ("session.message", {"session_id": "s", "text": "x" * 100_001}, "params.text"),
+        ("session.message", {"session_id": "s", "text": "t", "max_rounds": 0}, ">= 1"),
+        ("session.message", {"session_id": "s", "text": "t", "max_rounds": 1001}, "<= 1000"),
+        ("session.list", {"limit": 501}, "params.limit"),
+        ("session.pin", {"session_id": "s", "text": "\n\t"}, "params.text"),
+        ("tool.decide", {"session_id": "s", "review_id": "r", "decision": "maybe"},
+         "params.decision"),
+        ("tool.decide", {"session_id": "s", "review_id": "r" * 101, "decision": "deny"},
+         "params.review_id"),
+        ("workflow.decide_exemption", {"session_id": "s", "grant": True, "request_id": ""},
+         "params.request_id"),
+    ],
+)  # fmt: skip
+def test_bounds_are_declared_on_the_params_and_refused_before_any_handler(
+    method: str, params: dict[str, Any], named: str
+) -> None:
+    syscall = served_table().syscall(method)
+    assert syscall is not None, method
+    with pytest.raises(InvalidPayload, match=re.escape(named)) as refused:
+        syscall.decode(params)
+    assert refused.value.code == "ipc.invalid_payload" and refused.value.fix
+
+
 def test_every_served_declaration_is_typed_closed_and_versioned() -> None:
     table = served_table()
     assert table.syscall("session.message") is not None  # the AI layer's, not the tools'
