@@ -174,7 +174,7 @@ def ai_methods(
         report, notes = await workflow.baseline()  # the baseline file
         baseline = None if report is None else round(report.percent, 4)
         locked = await workflow.store.get_meta(LOCK_KEY) is not None
-        latest = await workflow._latest(session)
+        latest = await workflow.latest_run(session)
         current = latest[2].percent if latest is not None and latest[2] is not None else None
         delta = None if baseline is None or current is None else round(current - baseline, 2)
         settings = workflow.tech_debt

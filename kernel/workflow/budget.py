@@ -37,7 +37,7 @@ class Host(Protocol):
     project: Path
     tech_debt: TechDebtSettings
 
-    async def _latest(
+    async def latest_run(
         self, session: SessionRow
     ) -> tuple[int, TestRun, CoverageReport | None] | None: ...
 
@@ -69,7 +69,7 @@ class CoverageBudget:
         past the lockout threshold; any other change below min_delta gets a notice.  An
         ``automatic`` merge of a non-strict change with no coverage recorded is refused:
         the budget cannot be checked, so a person decides."""
-        latest = await self.workflow._latest(session)
+        latest = await self.workflow.latest_run(session)
         current = latest[2] if latest else None
         if current is None and automatic and session.mode != "strict":
             raise TransitionDenied(
@@ -116,7 +116,7 @@ class CoverageBudget:
         restore): the kernel writes the baseline file, and keeps a copy in its database."""
         if session.mode != "strict" or session.data.get("exemption"):
             return []
-        latest = await self.workflow._latest(session)
+        latest = await self.workflow.latest_run(session)
         if latest is None or latest[2] is None:
             return []
         current = latest[2]

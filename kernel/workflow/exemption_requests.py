@@ -32,11 +32,11 @@ class Host(Protocol):
 
     async def get(self, session_id: str) -> SessionRow: ...
 
-    async def _save(
+    async def record_step(
         self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
     ) -> None: ...
 
-    async def _entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]: ...
+    async def entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]: ...
 
 
 class ExemptionRequests:
@@ -75,7 +75,7 @@ class ExemptionRequests:
             data={**session.data, "exemption_pending": pending},
             updated_at=now_ms(),
         )
-        await self.workflow._save(updated, "exemption_held", session.state, note)
+        await self.workflow.record_step(updated, "exemption_held", session.state, note)
         return updated
 
     async def _refuse_second_request(
@@ -133,7 +133,7 @@ class ExemptionRequests:
         note["request_id"] = held
         if not grant:
             note["refused_because"] = why[:400]
-            await self.workflow._save(cleared, "exemption_refused", session.state, note)
+            await self.workflow.record_step(cleared, "exemption_refused", session.state, note)
             await self._audit_exemption(
                 "exemption_denied",
                 session,
@@ -141,7 +141,7 @@ class ExemptionRequests:
                 f"refused by {by}" + (f": {why}" if why else ""),
             )
             return Outcome(cleared, session.state, "exemption_refused")
-        await self.workflow._save(cleared, "exemption_decided", session.state, note)
+        await self.workflow.record_step(cleared, "exemption_decided", session.state, note)
         return await self.grant(
             session_id, category, paths, reason, by=by, requested_by="ai", request_id=held
         )
@@ -213,7 +213,7 @@ class ExemptionRequests:
             note["requested_by"] = requested_by
             note["request_id"] = request_id
         rule = await self._check_exemption(session, category, paths, reason, note)
-        data = await self.workflow._entering(session, "exploring", "exemption_granted")
+        data = await self.workflow.entering(session, "exploring", "exemption_granted")
         data.pop("exemption_pending", None)
         data["exemption"] = {
             "category": category,
@@ -222,7 +222,7 @@ class ExemptionRequests:
             "condition": rule.condition or "",
         }
         updated = replace(session, state="exploring", data=data, updated_at=now_ms())
-        await self.workflow._save(updated, "exemption_granted", session.state, note)
+        await self.workflow.record_step(updated, "exemption_granted", session.state, note)
         await self._audit_exemption("exemption_granted", updated, note, f"granted by {by}")
         return Outcome(updated, session.state, "exemption_granted")
 

@@ -35,7 +35,7 @@ class Host(Protocol):
 
     def snapshot(self, session_id: str) -> tuple[TreeSnapshot, TreeSnapshot]: ...
 
-    async def _latest(
+    async def latest_run(
         self, session: SessionRow
     ) -> tuple[int, TestRun, CoverageReport | None] | None: ...
 
@@ -90,7 +90,7 @@ class Guards:
                     fix="Make the change first (writes go through fs.write).",
                 )
             return []
-        latest = await self.workflow._latest(session)
+        latest = await self.workflow.latest_run(session)
         since = int(data.get("runs_since", 0))
         if latest is None or latest[0] <= since:
             raise TransitionDenied(

@@ -104,7 +104,7 @@ class Workflow:
         async with self.lock:
             now = now_ms()
             session = SessionRow(uuid.uuid4().hex[:12], now, now, "strict", "idle", {})
-            await self._save(session, "session_created", "idle", {})
+            await self.record_step(session, "session_created", "idle", {})
         if mode != "strict":
             outcome = await self.set_mode(
                 session.id, mode, caller or Caller("user"), approved=approved
@@ -118,9 +118,11 @@ class Workflow:
             raise SessionNotFound(f"no session {session_id!r}")
         return session
 
-    async def _save(
+    async def record_step(
         self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
     ) -> None:
+        """Save ``session`` as changed by ``event`` (chained in the state log) and audit
+        it; the collaborators (exemption requests) record their steps here too."""
         await self.store.save(session, event, from_state, note)
         self.current = (session.id, session.mode, session.state)
         if self.audit is not None:
@@ -171,9 +173,11 @@ class Workflow:
             )
         return run_id
 
-    async def _latest(
+    async def latest_run(
         self, session: SessionRow
     ) -> tuple[int, TestRun, CoverageReport | None] | None:
+        """The session's newest recorded test run (id, run, coverage), checked against
+        its digest in the chained state log; None before any run."""
         found = await self.store.latest_run(session.id)
         if found is None:
             return None
@@ -228,18 +232,18 @@ class Workflow:
             data["merge_approved"] = bool(approved)
         session = replace(session, data=data)
         warnings = await self.guards.check(transition.guard, session) if transition.guard else []
-        data = await self._entering(session, transition.to, event)
+        data = await self.entering(session, transition.to, event)
         warnings += data.pop("baseline_notes", [])
         updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
         note: dict[str, Any] = {"warnings": warnings} if warnings else {}
         if by is not None:  # who decided (e.g. the user's choice at a review)
             note["by"] = by
-        await self._save(updated, event, state, note)
+        await self.record_step(updated, event, state, note)
         if transition.to == "idle" and state != "idle" and self.on_session_end is not None:
             await self.on_session_end()
         return Outcome(updated, state, event, warnings)
 
-    async def _entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]:
+    async def entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]:
         """The session data after entering ``target`` (baselines for the next guards)."""
         data = dict(session.data)
         # guards need a run newer than this one
@@ -301,7 +305,7 @@ class Workflow:
             session = await self.get(session_id)
             data = {k: v for k, v in {**session.data, **values}.items() if v is not None}
             updated = replace(session, data=data, updated_at=now_ms())
-            await self._save(updated, note, session.state, {})
+            await self.record_step(updated, note, session.state, {})
             return updated
 
     async def cancel(self, session_id: str) -> Outcome:
@@ -391,7 +395,7 @@ class Workflow:
         reason = await self._mode_refusal(session, mode, caller, approved)
         target = "strict" if reason else mode
         updated = replace(session, mode=target, updated_at=now_ms())
-        await self._save(
+        await self.record_step(
             updated, "set_mode", session.state, {"asked": mode, "refused": reason or ""}
         )
         if reason:
