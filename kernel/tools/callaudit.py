@@ -27,6 +27,7 @@ _ENCODE = msgspec.json.Encoder(enc_hook=repr).encode
 
 async def finish(
     call: RoutedCall | None,
+    *,
     tool: str,
     session_id: str,
     call_id: str,
@@ -35,7 +36,6 @@ async def finish(
     output: dict[str, Any] | FluffyError,
     asked: list[dict[str, Any]],
     args: Any,
-    *,
     sanitizer: OutputSanitizer,
     workflow: Workflow,
     audit: AuditLog | None,
