@@ -267,6 +267,7 @@ def read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path} must be a mapping of settings, not {type(data).__name__}",
             fix="Write one `setting: value` per line (see `fluffy config init`).",
+            why="a settings file is YAML whose top level maps setting names to values",
         )
     key = _find_key(data)
     if key is not None:
@@ -287,6 +288,8 @@ def _project_only(data: dict[str, Any], path: Path, is_project: bool) -> None:
             raise ConfigError(
                 f"{path}: `{key}` is a project setting",
                 fix=f"Move `{key}:` to the project's .fluffy/config.yaml.",
+                why="the project's own settings belong to the project, not to a user's settings "
+                "file",
             )
         from fluffy.kernel.project.testcmd import TestCommand
 
@@ -326,6 +329,8 @@ def load_settings(
         raise ConfigError(
             "API keys are not command-line options",
             fix="Set OPENAI_API_KEY or ANTHROPIC_API_KEY (or FLUFFY_API_KEY) in the environment.",
+            why="a key on the command line would be visible to every local user in the process "
+            "list",
         )
     values = validate_layer(given, "command line")
     layers.append((values, dict.fromkeys(values, "command line")))

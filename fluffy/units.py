@@ -29,7 +29,11 @@ def parse_size(value: str | int) -> int:
     """Bytes in ``value`` ("512MiB", "1GB", "100"); fractional results round down."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise ConfigError(f"size {value} is negative", fix="Give a size of 0 or more.")
+            raise ConfigError(
+                f"size {value} is negative",
+                fix="Give a size of 0 or more.",
+                why="a size counts bytes",
+            )
         return value
     match = re.fullmatch(_NUMBER + r"(KiB|MiB|GiB|KB|MB|GB)?", str(value).strip())
     if not match:

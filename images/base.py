@@ -55,7 +55,12 @@ def ensure_base_image(engine: Engine, log: Callable[[str], None] = print) -> str
             debootstrap_import(engine, ref, log)
     image_id = store.image_id(ref)
     if not image_id:
-        raise BaseImageUnavailable(f"base image {ref} is still missing after import")
+        raise BaseImageUnavailable(
+            f"base image {ref} is still missing after import",
+            why="the debootstrap import ended without the engine listing the image",
+            fix="Run `fluffy images build` again; if it persists, check the engine's storage "
+            "(`docker info`).",
+        )
     return image_id
 
 

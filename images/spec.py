@@ -144,6 +144,7 @@ def spec_for_template(template: str) -> ImageSpec:
     raise ConfigError(
         f"no image serves the sandbox template {template!r}",
         fix="Use one of: " + ", ".join(t for s in IMAGES for t in s.templates),
+        why="each sandbox template is served by one of fluffy's images",
     )
 
 

@@ -149,6 +149,7 @@ async def serve(
         raise ConfigError(
             f"project directory {project} does not exist",
             fix="Pass an existing directory with --project.",
+            why="the kernel serves one existing project folder",
         )
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     policy, default_text = project_policy(project)  # a bad policy file blocks start-up

@@ -295,6 +295,7 @@ def rules_for(profile: str) -> list[Rule]:
         raise ConfigError(
             f"unknown seccomp profile {profile!r}",
             fix="Use one of: " + ", ".join(PROFILES),
+            why="a sandbox's system calls are filtered by one of fluffy's named profiles",
         )
     upto = PROFILES.index(profile)
     return [rule for rule in RULES if PROFILES.index(rule.profile) <= upto]

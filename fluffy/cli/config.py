@@ -93,6 +93,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{path} already exists; nothing was changed",
             fix="Pass --force to replace it with the commented template.",
+            why="`fluffy config init` never overwrites a settings file without being asked",
         )
     _write_atomically(path, _template(args.project))
     stdout.print(f"wrote {escape(str(path))}")
@@ -114,6 +115,7 @@ def _known(key: str) -> str:
         raise ConfigError(
             f"unknown setting {key!r}",
             fix=f"Use one of: {', '.join(FIELDS)}.",
+            why="only the settings fluffy knows can be read or written",
         )
     return name
 
@@ -195,6 +197,7 @@ def _edit(text: str) -> str:
             raise ConfigError(
                 f"the editor {editor!r} exited with {result.returncode}; nothing was changed",
                 fix="Set VISUAL or EDITOR to an editor that exits 0 when you save.",
+                why="a non-zero exit means the edit was abandoned or failed, so it is not applied",
             )
         return Path(name).read_text(encoding="utf-8")
     finally:

@@ -180,7 +180,10 @@ def get_session(client: Any, session_id: str) -> dict[str, Any]:
     """The named session; an error naming `fluffy session list` if there is none."""
     found: dict[str, Any] | None = client.call("session.get", {"session_id": session_id})
     if found is None:
-        raise SessionNotFound(f"there is no session {session_id}")
+        raise SessionNotFound(
+            f"there is no session {session_id}",
+            why="the kernel for this project has no session with that id",
+        )
     return found
 
 

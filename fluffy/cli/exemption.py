@@ -91,6 +91,7 @@ def _session(client: Any, wanted: str | None) -> str:
         raise SessionNotFound(
             "there is no session to exempt" if wanted is None else f"there is no session {wanted}",
             fix='Start one with `fluffy "a task"` or `fluffy`; `fluffy session list` shows them.',
+            why="an exemption is asked for within a session, and the kernel has none to match",
         )
     return str(found["session_id"])
 

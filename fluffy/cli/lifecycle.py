@@ -265,7 +265,10 @@ def launch_supervisor(
         time.sleep(0.01)
     proc.terminate()
     raise KernelStartFailed(
-        f"the kernel was not healthy within {START_TIMEOUT_S:.0f} s", fix=f"See {p['log']}."
+        f"the kernel was not healthy within {START_TIMEOUT_S:.0f} s",
+        fix=f"See {p['log']}.",
+        why="it did not answer kernel.ping on its socket in time; it may have crashed while "
+        "starting",
     )
 
 
@@ -278,7 +281,10 @@ def stop_kernel(project: str, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:
-            raise KernelStartFailed(f"the supervisor (pid {pid}) did not stop in {timeout:.0f} s")
+            raise KernelStartFailed(
+                f"the supervisor (pid {pid}) did not stop in {timeout:.0f} s",
+                why="it did not exit after SIGTERM within the wait",
+            )
         time.sleep(0.01)
     return True
 

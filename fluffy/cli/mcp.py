@@ -322,7 +322,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
     project = _project(args)
     if not remove_record(project, args.name):
-        raise McpServerNotFound(f"the project has no MCP server named {args.name}")
+        raise McpServerNotFound(
+            f"the project has no MCP server named {args.name}",
+            why="there is no .fluffy/mcp/ record with that name",
+        )
     reloaded = _reload(project)
     if args.json:
         print_json({"ok": True, "removed": args.name, "kernel_reloaded": reloaded is not None})

@@ -255,7 +255,10 @@ def _info_of(registry: Any, name: str) -> Any:
 
     info = registry.get(name)
     if info is None:
-        raise PluginNotFound(f"no plugin named {name!r} is installed")
+        raise PluginNotFound(
+            f"no plugin named {name!r} is installed",
+            why="the plugin registry in fluffy's home has no entry with that name",
+        )
     return info
 
 

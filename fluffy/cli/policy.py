@@ -48,12 +48,17 @@ def _read_request(source: str) -> RequestSpec:
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
         return msgspec.json.decode(raw, type=RequestSpec)
     except OSError as exc:
-        raise PolicyError(f"cannot read the request {source}: {exc}") from None
+        raise PolicyError(
+            f"cannot read the request {source}: {exc}",
+            why="the request file could not be opened",
+            fix="Pass a readable JSON file, or - to read standard input.",
+        ) from None
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise PolicyError(
             f"the request in {source} is not valid: {exc}",
             fix='Give JSON like {"syscall": "fs.write", "path": "src/a.py", '
             '"caller": {"name": "tool", "tags": ["core_plugin"]}}.',
+            why="a request is a JSON object of the fields the policy engine matches on",
         ) from None
 
 

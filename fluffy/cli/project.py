@@ -52,6 +52,7 @@ def _project(args: argparse.Namespace) -> Path:
         raise ConfigError(
             f"the project folder {project} does not exist",
             fix="Pass an existing folder with --project, or run fluffy inside the project.",
+            why="fluffy works on an existing project folder",
         )
     return project
 
@@ -66,6 +67,7 @@ def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
         raise ConfigError(
             f"{folder} exists and is not a folder",
             fix="Move it away, then run `fluffy init` again.",
+            why="fluffy keeps the project's policy and settings in a .fluffy folder",
         )
     folder.mkdir(exist_ok=True)
     today = datetime.date.today().isoformat()

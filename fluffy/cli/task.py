@@ -130,6 +130,7 @@ def run_task(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"the project folder {project} does not exist",
             fix="Pass an existing folder with --project, or run fluffy inside the project.",
+            why="fluffy works on an existing project folder",
         )
     if args.task is None:
         from fluffy.cli.interactive import run as interactive

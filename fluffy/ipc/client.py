@@ -59,7 +59,12 @@ def _check_ack(reply: HandshakeResponse | IpcMessage) -> HandshakeResponse:
     if isinstance(reply, IpcMessage):
         if reply.error is not None:
             raise_error(reply.error)
-        raise IpcError("the kernel answered the handshake with something else")
+        raise IpcError(
+            "the kernel answered the handshake with something else",
+            why="the socket is not a fluffy kernel of a compatible version, or the kernel is "
+            "broken",
+            fix="Check `fluffy status`; restart the kernel with `fluffy stop` then `fluffy start`.",
+        )
     return reply
 
 
@@ -197,7 +202,13 @@ class SyncClient:
     def _read_frame(self) -> bytes:
         (length,) = HEADER.unpack(self._read_exact(4))
         if length == 0 or length > DEFAULT_MAX_FRAME:
-            raise IpcError(f"the kernel sent a frame of {length} bytes")
+            raise IpcError(
+                f"the kernel sent a frame of {length} bytes",
+                why="a frame of that size is empty or over the protocol's limit: the stream is "
+                "corrupt",
+                fix="Retry; if it persists, restart the kernel with `fluffy stop` then `fluffy "
+                "start`.",
+            )
         return self._read_exact(length)
 
     def call(self, method: str, params: Any = None) -> Any:

@@ -91,6 +91,7 @@ class TokenBudget:
                 raise ConfigError(
                     f"token budget {name} must be a whole number >= 0, not {value!r}",
                     fix="Set context_window to the model's context window in tokens.",
+                    why="the context is split into token budgets, each a count of tokens",
                 )
         if self.recent_messages < MIN_RECENT:
             fixed = " + ".join(f"{name} {value}" for name, value in parts.items())

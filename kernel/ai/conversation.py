@@ -266,7 +266,10 @@ class ConversationStore:
     async def _require(self, session_id: str) -> ConversationMeta:
         meta = await self.meta(session_id)
         if meta is None:
-            raise SessionNotFound(f"session {session_id} has no conversation")
+            raise SessionNotFound(
+                f"session {session_id} has no conversation",
+                why="the session exists but no conversation has been stored for it",
+            )
         return meta
 
     async def list_sessions(
@@ -308,7 +311,12 @@ class ConversationStore:
         """Pin ``text`` (never summarised away); all pins share a 2,000-token budget."""
         text = redact(text.strip())
         if not text:
-            raise ConfigError("an empty pin was not added", fix="Pin some text: /pin TEXT.")
+            raise ConfigError(
+                "an empty pin was not added",
+                fix="Pin some text: /pin TEXT.",
+                why="a pin is text kept in the model's context, and this one was empty after "
+                "redaction",
+            )
         meta = await self._require(session_id)
         used = sum(estimate_tokens(pin.text) for pin in meta.pins)
         if used + estimate_tokens(text) > PINS_TOKENS:

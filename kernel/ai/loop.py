@@ -197,6 +197,7 @@ class SessionLoop:
                     f"{shown.get('tool')} needs the user's review, and the session already "
                     "waits for another decision",
                     fix="Decide on what the session shows first, then call it again.",
+                    why="a session holds one question for the person at a time",
                 )
             turn.review = asyncio.get_running_loop().create_future()
             turn.status = "waiting_review"

@@ -151,6 +151,7 @@ def template_config(name: str, **overrides: object) -> SandboxConfig:
         raise ConfigError(
             f"unknown sandbox template {name!r}",
             fix="Use one of: " + ", ".join(TEMPLATES),
+            why="a sandbox is made from one of fluffy's templates",
         ) from None
     try:
         return SandboxConfig.model_validate({**base.model_dump(), **overrides})
@@ -161,4 +162,5 @@ def template_config(name: str, **overrides: object) -> SandboxConfig:
         raise ConfigError(
             f"invalid settings for the {name} sandbox: {problems}",
             fix="Use the design's units (e.g. 512MiB, 30s) and the documented limits.",
+            why="a sandbox's settings are checked against the design's limits before it is made",
         ) from None

@@ -173,7 +173,10 @@ class McpServers:
     async def call(self, tool: str, args: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         name, short = split_name(tool)
         if name not in self.servers:
-            raise McpServerNotFound(f"there is no MCP server {name!r} in this project")
+            raise McpServerNotFound(
+                f"there is no MCP server {name!r} in this project",
+                why="the tool's name starts with a server that has no .fluffy/mcp/ record",
+            )
         ticket = self.breakers.before(f"mcp:{name}")
         running: _Running | None = None
         try:

@@ -413,7 +413,13 @@ class Merger:
         assert step.source is not None
         data = self.log.source(op, step.source)
         if sha256(data) != step.new_sha256:
-            raise MergeError(f"merge {op.id}: the copy of {path!r} is corrupt")
+            raise MergeError(
+                f"merge {op.id}: the copy of {path!r} is corrupt",
+                why="the bytes kept for this step no longer match the SHA-256 recorded when the "
+                "merge was planned",
+                fix="Nothing was written for that file; reject the review and redo the change "
+                "(`fluffy audit verify` checks the rest).",
+            )
         write_atomic(self.project, path, data, temp_name=temp)
         return StepResult("applied")
 

@@ -184,7 +184,12 @@ class OperationLog:
         try:
             return msgspec.json.decode(path.read_bytes(), type=MergeOperation)
         except (OSError, msgspec.DecodeError) as exc:
-            raise MergeError(f"cannot read merge operation {path}", why=str(exc)) from exc
+            raise MergeError(
+                f"cannot read merge operation {path}",
+                why=str(exc),
+                fix="Look at the file; if it is damaged, move it out of the merges folder and "
+                "restart the kernel (the change is still staged).",
+            ) from exc
 
     def operations(self) -> list[MergeOperation]:
         """Every recorded operation, oldest first."""

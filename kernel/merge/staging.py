@@ -160,7 +160,11 @@ class Staging:
                     return None
                 data = read_existing(self.tree, rel, MAX_VIEW_BYTES)
                 if data is None:
-                    raise MergeError(f"staged file {rel!r} is missing from {self.tree}")
+                    raise MergeError(
+                        f"staged file {rel!r} is missing from {self.tree}",
+                        why="the session's staged tree lost a file its record lists",
+                        fix="Reject the change (`/reject`) and write it again.",
+                    )
                 return data
             return read_existing(self.project, rel, MAX_VIEW_BYTES)
 

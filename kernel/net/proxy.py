@@ -141,12 +141,17 @@ class ConnectProxy:
         """
         path = Path(socket_path)
         if path in self._listeners:
-            raise ConfigError(f"the proxy already listens on {path}")
+            raise ConfigError(
+                f"the proxy already listens on {path}",
+                why="each sandbox gets its own proxy socket",
+                fix="Give this sandbox another socket path.",
+            )
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise ConfigError(
                     f"{path} exists and is not a socket",
                     fix="Remove it, or give the proxy another socket path.",
+                    why="the proxy listens on a Unix socket and does not replace other files",
                 )
         staging = path.with_name(f".{secrets.token_hex(4)}.s")
         listener_tasks: set[asyncio.Task[None]] = set()

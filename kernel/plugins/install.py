@@ -83,7 +83,10 @@ async def plan(registry: PluginRegistry, source: Path) -> InstallPlan:
     problem = registry.refusal(manifest)
     if problem is not None:
         await registry.reject(found.manifest_path, manifest.name, problem)
-        raise PluginRejected(f"{manifest.name} {manifest.version} cannot be installed: {problem}")
+        raise PluginRejected(
+            f"{manifest.name} {manifest.version} cannot be installed: {problem}",
+            why="the plugin's manifest or files do not meet fluffy's install rules",
+        )
     files = await asyncio.to_thread(inspect_tree, source)
     warnings = registry.precheck(manifest) if registry.precheck is not None else []
     return InstallPlan(source, manifest, len(files), sum(f.size for f in files), warnings)
@@ -130,4 +133,7 @@ async def remove(registry: PluginRegistry, store: PluginStore, name: str) -> Non
     if store.get(name) is not None:
         await asyncio.to_thread(store.remove, name)
     elif not known:
-        raise PluginNotFound(f"no plugin named {name!r} is installed")
+        raise PluginNotFound(
+            f"no plugin named {name!r} is installed",
+            why="neither the registry nor the plugin store has a plugin of that name",
+        )

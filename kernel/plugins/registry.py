@@ -216,7 +216,10 @@ class PluginRegistry:
     def require(self, name: str) -> PluginInfo:
         info = self._plugins.get(name)
         if info is None:
-            raise PluginNotFound(f"no plugin named {name!r} is registered")
+            raise PluginNotFound(
+                f"no plugin named {name!r} is registered",
+                why="the registry has no entry with that name",
+            )
         return info
 
     def list(

@@ -296,7 +296,10 @@ class PluginStore:
     def require(self, name: str) -> Installed:
         found = self.get(name)
         if found is None:
-            raise PluginNotFound(f"no plugin named {name!r} is installed in {self.root}")
+            raise PluginNotFound(
+                f"no plugin named {name!r} is installed in {self.root}",
+                why="the store has no installed version of it",
+            )
         return found
 
     def names(self) -> list[str]:
@@ -351,7 +354,10 @@ class PluginStore:
     def remove(self, name: str) -> None:
         folder = self.folder(name)
         if not (folder / RECORD).is_file():
-            raise PluginNotFound(f"no plugin named {name!r} is installed in {self.root}")
+            raise PluginNotFound(
+                f"no plugin named {name!r} is installed in {self.root}",
+                why="the store has no install record for it",
+            )
         (folder / RECORD).unlink()  # first: a half-removed plugin is no longer installed
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -240,7 +240,10 @@ class ExtensionHost:
             return future.result(timeout)
         except FutureTimeout:
             raise SandboxRunFailed(
-                f"extension rules did not answer within {timeout * 1000:.0f} ms"
+                f"extension rules did not answer within {timeout * 1000:.0f} ms",
+                why="extension rules have a time budget per request, and a slow rule denies "
+                "rather than waits",
+                fix="Make the rule faster, or remove it from .fluffy/rules/.",
             ) from None
         finally:
             with self._pending_lock:
@@ -259,7 +262,13 @@ class ExtensionHost:
             "command": list(request.command) if request.command is not None else None,
         }
         if not self.ready.is_set():
-            raise SandboxRunFailed("the policy sandbox is restarting; denied meanwhile")
+            raise SandboxRunFailed(
+                "the policy sandbox is restarting; denied meanwhile",
+                why="its previous run failed or timed out, and extension rules fail closed until "
+                "it is back",
+                fix="Retry in a few seconds; the kernel's log says why the policy sandbox "
+                "restarted.",
+            )
         try:
             return iter(self.evaluate_raw(payload, self.timeout_s))
         except FluffyError:

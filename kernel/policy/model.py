@@ -226,6 +226,7 @@ def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
         raise PolicyError(
             str(exc),
             fix="Fix the YAML syntax at that line (anchors and aliases are not allowed).",
+            why="the file is not valid YAML, or uses anchors, which fluffy refuses",
         ) from None
     if data is None:
         data = {}
@@ -234,6 +235,7 @@ def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
             f"{source}:1: the policy must be a mapping with a `capabilities` list, "
             f"not a {type(data).__name__}",
             fix="Start the file with `capabilities:` and list the rules under it.",
+            why="policy.yaml is a mapping whose capabilities key lists the rules",
         )
     try:
         return PolicyFile.model_validate(data)
@@ -259,11 +261,14 @@ def load_policy(path: Path) -> PolicyFile:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PolicyError(
-            f"policy file {path} does not exist", fix="Create it, or point to an existing policy."
+            f"policy file {path} does not exist",
+            fix="Create it, or point to an existing policy.",
+            why="the policy is read from that path",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyError(
             f"cannot read policy file {path}: {exc}",
             fix="Check the file's permissions and encoding (UTF-8).",
+            why="the file exists but could not be read as UTF-8 text",
         ) from None
     return parse_policy(text, str(path))

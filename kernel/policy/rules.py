@@ -101,6 +101,7 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
         raise PolicyError(
             "rules must map file names to their new text (or null to remove)",
             fix='Send {"rules": {"no-secrets.py": "def evaluate(request): ..."}}.',
+            why="policy.update takes the rules folder's changes as a mapping",
         )
     names = set(current)
     for name, text in changes.items():  # names and sizes first: cheap, before compiling
@@ -113,19 +114,32 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
             )
         if text is None:
             if name not in names:
-                raise PolicyError(f"there is no rule {name} to remove", fix="List the rules.")
+                raise PolicyError(
+                    f"there is no rule {name} to remove",
+                    fix="List the rules.",
+                    why="removing a rule needs a rule of that name in .fluffy/rules/",
+                )
             names.discard(name)
             continue
         if not isinstance(text, str):
-            raise PolicyError(f"{name}: a rule's text must be a string")
+            raise PolicyError(
+                f"{name}: a rule's text must be a string",
+                why="a rule is Python source text",
+                fix='Send the rule as a string: {"name.py": "def evaluate(request): ..."}.',
+            )
         if len(text.encode()) > MAX_RULE_BYTES:
             raise PolicyError(
                 f"{name} is {len(text.encode())} bytes; a rule may have {MAX_RULE_BYTES}",
                 fix="Keep a rule small; split it in two.",
+                why="each rule's size is capped so the policy sandbox stays fast",
             )
         names.add(name)
     if len(names) > MAX_RULES:
-        raise PolicyError(f"{len(names)} rules; a project may have {MAX_RULES}")
+        raise PolicyError(
+            f"{len(names)} rules; a project may have {MAX_RULES}",
+            why="each rule runs on every request, so their number is capped",
+            fix="Remove a rule first, or merge two rules into one.",
+        )
     after = {name: body for name, body in current.items() if name in names}
     for name, text in changes.items():
         if text is None:
@@ -143,6 +157,7 @@ def check_changes(current: Mapping[str, str], changes: object) -> dict[str, str]
             raise PolicyError(
                 f".fluffy/rules/{name}: too deeply nested to compile",
                 fix="Simplify the rule; nothing was changed.",
+                why="Python's compiler ran out of stack or memory on it",
             ) from None
         after[name] = text
     return after
@@ -179,7 +194,13 @@ class BrokenRules:
         self.__name__ = "extension-rules"
 
     def __call__(self, request: Request) -> Iterator[Verdict]:
-        raise SandboxRunFailed(f"the project's extension rules did not load: {self.reason}")
+        raise SandboxRunFailed(
+            f"the project's extension rules did not load: {self.reason}",
+            why="extension rules fail closed: while they cannot load, every request they would "
+            "judge is denied",
+            fix="Fix the rule files in .fluffy/rules/ (the kernel's log names the error), then "
+            "restart the kernel.",
+        )
 
     def stop(self) -> None:
         return None
@@ -242,6 +263,8 @@ class ProjectRules:
             raise SandboxRunFailed(
                 "no container engine to run them in",
                 fix="Extension rules run in a policy sandbox: start the kernel with an engine.",
+                why="extension rules run only in a policy sandbox, and this kernel has no "
+                "container engine",
             )
         folder = stage(rules, self.scratch)
         host = ExtensionHost(self._manager(), folder)

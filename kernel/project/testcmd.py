@@ -71,7 +71,11 @@ def load_test_command(project: Path) -> TestCommand | None:
     try:
         data, _ = load_yaml_node(text, ".fluffy/config.yaml", "configuration files")
     except YamlSyntax as exc:
-        raise ConfigError(str(exc), fix="Fix the YAML syntax of .fluffy/config.yaml.") from None
+        raise ConfigError(
+            str(exc),
+            fix="Fix the YAML syntax of .fluffy/config.yaml.",
+            why="the project's settings file is not valid YAML",
+        ) from None
     raw = data.get("tests") if isinstance(data, dict) else None
     if raw is None:
         return None
@@ -83,4 +87,5 @@ def load_test_command(project: Path) -> TestCommand | None:
         raise ConfigError(
             f".fluffy/config.yaml: tests.{where}: {problem['msg']}",
             fix="See docs/architecture.md (test runners) for the `tests:` setting.",
+            why="the `tests:` setting does not match its schema",
         ) from None

@@ -67,6 +67,8 @@ class ReadyQueue:
             raise SchedulerError(
                 f"age_threshold_s must be positive, got {age_threshold_s!r}",
                 fix="Set scheduler.age_threshold to a positive duration, e.g. 30s.",
+                why="aging raises a waiting task's priority once per threshold, so it must be a "
+                "positive time",
             )
         self.threshold = age_threshold_s
         self._entries: dict[str, Entry] = {}
@@ -98,9 +100,17 @@ class ReadyQueue:
 
     def push(self, entry: Entry) -> None:
         if entry.task_id in self._entries:
-            raise SchedulerError(f"task {entry.task_id} is already in the ready queue")
+            raise SchedulerError(
+                f"task {entry.task_id} is already in the ready queue",
+                why="a task is queued once; queueing it again is a scheduler bug",
+                fix="Report it with the kernel's log; the task keeps its first place.",
+            )
         if entry.priority < PRIORITY_SYSTEM:
-            raise SchedulerError(f"task {entry.task_id}: priority {entry.priority} is below 1")
+            raise SchedulerError(
+                f"task {entry.task_id}: priority {entry.priority} is below 1",
+                why="priorities start at 1 (system)",
+                fix="Give the task a priority of 1 or more.",
+            )
         key = self._key(entry, entry.since)
         self._entries[entry.task_id] = entry
         self._keys[entry.task_id] = key

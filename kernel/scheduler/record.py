@@ -77,6 +77,7 @@ def check_submittable(task: Task[Any], known: Mapping[str, TaskRecord], *, close
         raise SchedulerError(
             f"cannot submit task {task.id}: the scheduler is closed",
             why="close() was called; a closed scheduler takes no new tasks",
+            fix="Submit work before the kernel stops; a new kernel start makes a new scheduler.",
         )
     if task.id in known:
         raise SchedulerError(
@@ -100,4 +101,21 @@ def dependency_error(rec: TaskRecord, failed: TaskRecord) -> DependencyFailed:
     return DependencyFailed(
         f"dependency failed: {failed.id}",
         why=f"{rec.id} depends on {failed.id}, which {verb}: {headline(failed.task.error)}",
+    )
+
+
+def closed_error(doing: str) -> SchedulerError:
+    """The scheduler was closed (the kernel is stopping): nothing new runs."""
+    return SchedulerError(
+        f"cannot {doing}: the scheduler is closed",
+        why="close() was called; a closed scheduler runs nothing",
+        fix="Make a new scheduler (the kernel does at its next start).",
+    )
+
+
+def unknown_task(task_id: str) -> SchedulerError:
+    return SchedulerError(
+        f"no task with id {task_id!r}",
+        why="the task finished and was forgotten, or was never submitted",
+        fix="Look the task up by the id submit() returned, while it runs.",
     )

@@ -32,9 +32,11 @@ from fluffy.kernel.scheduler.queue import Entry, ReadyQueue
 from fluffy.kernel.scheduler.record import (
     TaskRecord,
     check_submittable,
+    closed_error,
     dependency_error,
     headline,
     holds_slot,
+    unknown_task,
 )
 from fluffy.kernel.scheduler.task import (
     NO_SANDBOX,
@@ -129,6 +131,7 @@ class Scheduler:
             raise SchedulerError(
                 f"task {task.id}: a reservation cannot have dependencies",
                 why="a reservation starts at once; it cannot wait for other tasks",
+                fix="Submit the reservation without dependencies.",
             )
         rec = self._register(task)
         rec.unpreemptable = True
@@ -205,7 +208,7 @@ class Scheduler:
 
     async def start(self) -> None:
         if self._closed:
-            raise SchedulerError("cannot start a closed scheduler")
+            raise closed_error("start it")
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._main(), name="fluffy-scheduler")
 
@@ -476,7 +479,7 @@ class Scheduler:
         try:
             return self._records[task_id]
         except KeyError:
-            raise SchedulerError(f"no task with id {task_id!r}") from None
+            raise unknown_task(task_id) from None
 
     def _accepting(self) -> bool:
         try:

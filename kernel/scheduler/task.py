@@ -94,11 +94,16 @@ class Task(Generic[T]):
     def __post_init__(self) -> None:
         self.dependencies = tuple(self.dependencies)
         if not isinstance(self.id, str) or not self.id:
-            raise SchedulerError("a task needs a non-empty string id", why=f"got {self.id!r}")
+            raise SchedulerError(
+                "a task needs a non-empty string id",
+                why=f"got {self.id!r}",
+                fix="Give each task a unique, non-empty id.",
+            )
         if self.type not in TASK_TYPES:
             raise SchedulerError(
                 f"task {self.id}: unknown type {self.type!r}",
                 fix=f"Use one of: {', '.join(TASK_TYPES)}.",
+                why="the scheduler orders and limits tasks by their type",
             )
         if isinstance(self.priority, bool) or self.priority not in PRIORITIES:
             raise SchedulerError(
@@ -107,13 +112,23 @@ class Task(Generic[T]):
                 fix="Pass an integer from 1 to 5.",
             )
         if not self.sandbox_template:
-            raise SchedulerError(f"task {self.id}: sandbox_template is empty")
+            raise SchedulerError(
+                f"task {self.id}: sandbox_template is empty",
+                why="a task runs in a sandbox made from a template",
+                fix="Name the sandbox template the task runs in.",
+            )
         if not self.max_duration_s > 0:
             raise SchedulerError(
-                f"task {self.id}: max_duration_s must be positive, got {self.max_duration_s!r}"
+                f"task {self.id}: max_duration_s must be positive, got {self.max_duration_s!r}",
+                why="a task's time limit must leave it time to run",
+                fix="Give max_duration_s a positive number of seconds.",
             )
         if len(set(self.dependencies)) != len(self.dependencies):
-            raise SchedulerError(f"task {self.id}: a dependency is listed twice")
+            raise SchedulerError(
+                f"task {self.id}: a dependency is listed twice",
+                why="a task waits for each of its dependencies once",
+                fix="List each dependency once.",
+            )
 
 
 @dataclass(frozen=True)
@@ -137,6 +152,7 @@ class Limits:
                 raise SchedulerError(
                     f"scheduler limit {name} must be a positive integer, got {value!r}",
                     fix="Correct the scheduler section of policy.yaml.",
+                    why="a limit counts tasks or sandboxes",
                 )
 
     def for_template(self, template: str) -> int:

@@ -116,7 +116,8 @@ def plugin_methods(
                 problem = f"a plugin named {manifest.name!r} is already installed"
             if problem is not None:
                 raise PluginRejected(
-                    f"{manifest.name} {manifest.version} cannot be installed: {problem}"
+                    f"{manifest.name} {manifest.version} cannot be installed: {problem}",
+                    why="the plugin's manifest or files do not meet fluffy's install rules",
                 )
             warnings = precheck(front.engine.evaluate, manifest)  # the policy as it is now
             total = sum(len(data) for data in files.values())

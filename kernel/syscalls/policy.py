@@ -123,10 +123,16 @@ def policy_methods(
             raise PolicyError(
                 "this kernel has no project, so no policy file to change",
                 fix="Start the kernel with --project.",
+                why="a kernel started without --project serves no policy file",
             )
         changes = params.rules
         if changes is not None and rules is None:
-            raise PolicyError("this kernel has no project rules folder to change")
+            raise PolicyError(
+                "this kernel has no project rules folder to change",
+                why="extension rules live in the project's .fluffy/rules/, and this kernel has "
+                "none",
+                fix="Start the kernel with --project to change the project's rules.",
+            )
         async with lock:  # one update at a time: each is planned on what is in force
             return await _update(context, params, changes)
 
@@ -176,6 +182,7 @@ def policy_methods(
                 raise PolicyError(
                     f"{plan.breaking} breaking changes need the confirmation phrase",
                     fix=f'Send the phrase exactly: "{CONFIRM_PHRASE}".',
+                    why="an update that removes or weakens rules must be confirmed on purpose",
                 )
             # once started, applying finishes even if the caller hangs up: half an
             # update (files written, engine not swapped) would be a policy not in force

@@ -223,6 +223,7 @@ def check(
         current_state=state,
         reason=reason,
         available_tools=available(state, mode, all_tools),
+        fix="Use a tool the answer lists as available, or move the workflow on first.",
     )
 
 

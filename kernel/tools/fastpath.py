@@ -242,13 +242,20 @@ class FastPath:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise ToolFailed(f"cannot read {rel}", why=exc.strerror or str(exc)) from None
+            raise ToolFailed(
+                f"cannot read {rel}",
+                why=exc.strerror or str(exc),
+                fix="Check that the path exists and is readable in the project.",
+            ) from None
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
                 raise ToolFailed(f"{rel} is a directory", fix="Use fs.list for directories.")
             if not stat.S_ISREG(info.st_mode):
-                raise ToolFailed(f"{rel} is not a regular file (a device, FIFO or socket)")
+                raise ToolFailed(
+                    f"{rel} is not a regular file (a device, FIFO or socket)",
+                    fix="Read regular files only; fs.list shows what a folder holds.",
+                )
             if info.st_size > self.read_max_bytes * 64:
                 raise ToolFailed(
                     f"{rel} is {info.st_size} bytes, too large to read",
@@ -339,7 +346,10 @@ class FastPath:
                     size = entry.stat(follow_symlinks=False).st_size if kind == "file" else None
                     entries[entry.name] = {"name": entry.name, "type": kind, "size": size}
         elif not any(path.startswith(prefix) for path, h in overlay.items() if h is not None):
-            raise ToolFailed(f"{rel} is not a directory of the project")
+            raise ToolFailed(
+                f"{rel} is not a directory of the project",
+                fix="List an existing folder; fs.list with no path lists the project's root.",
+            )
         for path, staged in overlay.items():
             if not path.startswith(prefix):
                 continue

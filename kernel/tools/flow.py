@@ -200,6 +200,7 @@ class Flow:
                 raise WorkflowError(
                     f"nothing to approve: the session is in {session.state}, not reviewing",
                     fix="Approve when the session waits in reviewing (/status shows it).",
+                    why="only a change waiting for review can be approved",
                 )
             stage = self.workspaces.get(session_id)
             plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=True)
@@ -310,6 +311,7 @@ class Flow:
                 raise WorkflowError(
                     f"no review to add tests to: the session is in {session.state}, not reviewing",
                     fix="Ask for tests when a change waits for review (/status shows it).",
+                    why="tests are added to a change that waits for review",
                 )
             if flow_of(session.mode, bool(session.data.get("exemption"))) == "strict":  # type: ignore[arg-type]
                 raise WorkflowError(
@@ -337,7 +339,12 @@ class Flow:
             await self.workflow.annotate(session_id, "tests_decided", tests_requested=None)
             step = await self._try(session_id, "add_tests", by=by)
             if step.target is None:
-                raise WorkflowError(f"tests cannot be added now: {step.why}")
+                raise WorkflowError(
+                    f"tests cannot be added now: {step.why}",
+                    why="the workflow refused the step to retroactive_testing",
+                    fix="Approve or reject the change instead; /status shows what the session "
+                    "allows.",
+                )
             return {"workflow": [step.to_dict()], "state": step.target, "kept": True}
 
     async def request_tests(self, session_id: str, reason: str) -> dict[str, Any]:
@@ -370,6 +377,7 @@ class Flow:
             raise WorkflowError(
                 f"nothing to reject: the session is in {state}, not reviewing",
                 fix="Reject when the session waits in reviewing.",
+                why="only a change waiting for review can be rejected",
             )
         stage = self.workspaces.get(session_id)
         diff = await asyncio.to_thread(stage.diff)

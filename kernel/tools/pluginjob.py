@@ -146,7 +146,11 @@ async def first_done(awaitable: Any, exited: asyncio.Future[int], *, value: bool
     if main.done() and not main.cancelled():
         return main.result()
     if value:
-        raise SandboxExited("the plugin sandbox exited without answering")
+        raise SandboxExited(
+            "the plugin sandbox exited without answering",
+            fix="Retry the call; if it fails again, the plugin crashes on it (`fluffy audit log "
+            "--type sandbox_failed`).",
+        )
     return None
 
 

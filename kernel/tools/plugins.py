@@ -338,7 +338,12 @@ class PluginRunner:
         result = reply.get("result")
         if not isinstance(result, dict):
             await self._teardown(binding, sandbox)
-            raise ToolFailed(f"{plugin} answered {tool} without a result object")
+            raise ToolFailed(
+                f"{plugin} answered {tool} without a result object",
+                why="a plugin answers a call with a JSON object",
+                fix="The plugin is broken for this tool; report it to its author, or disable it "
+                "(`fluffy plugin disable`).",
+            )
         try:
             fd = await asyncio.to_thread(open_call_dir, sandbox.output_dir, job.call_id)
         except ToolFailed:

@@ -292,6 +292,8 @@ async def await_reply(
             raise SandboxExited(
                 f"the plugin sandbox for {job.tool} exited before asking for work",
                 why=output_tail(runtime, container_id),
+                fix="Retry the call; if it fails again, look at the sandbox's output in `fluffy "
+                "audit log --type sandbox_failed`.",
             )
         try:
             return await asyncio.wait_for(first_done(job.future, exited, value=True), timeout_s)

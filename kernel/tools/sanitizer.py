@@ -107,11 +107,13 @@ def _check_strategies(strategies: Mapping[str, str]) -> dict[str, Strategy]:
             raise ConfigError(
                 f"truncation key {name!r} is not a tool name or an 'ns.*' prefix",
                 fix="Use a tool name (fs.read), a namespace prefix (search.*) or '*'.",
+                why="tools.truncation keys name the tools whose output they shorten",
             )
         if strategy not in STRATEGIES:
             raise ConfigError(
                 f"truncation strategy {strategy!r} for {name!r} is unknown",
                 fix="Use one of head, tail, middle.",
+                why="a truncation strategy says which part of a long output is kept",
             )
         checked[name] = strategy
     return checked
@@ -158,7 +160,11 @@ class OutputSanitizer:
         strategies: Mapping[str, Strategy] | None = None,
     ) -> None:
         if isinstance(extra_patterns, str):
-            raise ConfigError("redaction patterns must be a list of strings, not one string")
+            raise ConfigError(
+                "redaction patterns must be a list of strings, not one string",
+                why="tools.redaction patterns is a YAML list",
+                fix="Write the patterns as a list: [pattern-one, pattern-two].",
+            )
         if not isinstance(max_result_tokens, int) or max_result_tokens < MIN_RESULT_TOKENS:
             raise ConfigError(
                 f"max_result_tokens {max_result_tokens!r} is too small",

@@ -57,7 +57,11 @@ class _Preemptor:
     @staticmethod
     def _call_only(task: Task[Any], action: str) -> None:
         if task.type != "tool_call":
-            raise SchedulerError(f"{task.id} ({task.type}) cannot be {action}: it is a lease")
+            raise SchedulerError(
+                f"{task.id} ({task.type}) cannot be {action}: it is a lease",
+                why="only tool calls can be paused or resumed; a lease only holds a sandbox slot",
+                fix="Pause or resume the tool call itself.",
+            )
 
     async def pause(self, task: Task[Any]) -> None:
         self._call_only(task, "paused")
@@ -185,7 +189,11 @@ class SchedulerBridge:
         if not lease.started.done():  # ended before it ever ran (cancelled, closed)
             lease.release()
             await ended  # raises why
-            raise SchedulerError(f"lease {key} ended before it started")
+            raise SchedulerError(
+                f"lease {key} ended before it started",
+                why="the lease's task ended (cancelled or failed) before it got its slot",
+                fix="Retry the call; the scheduler's state is in `fluffy status --json`.",
+            )
         return lease
 
     def _lease_task(
@@ -310,6 +318,7 @@ async def run_ordered(
                 raise ToolFailed(
                     f"{tools[i]} (call {i} of the response) failed",
                     why=str(error.get("what") or "") or None,
+                    fix="Read the call's own error in the answer; retry that call alone.",
                 )
 
         return go

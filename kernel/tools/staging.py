@@ -70,6 +70,8 @@ async def stage(
                 current_state=now.state,
                 reason=f"it was allowed in {call.session.state}; nothing was staged",
                 available_tools=await available(now.id),
+                fix="Nothing was staged from this call; call the tool again if the new state "
+                "allows it.",
             )
         stage = workspaces.get(call.session.id)
         staged = await asyncio.to_thread(

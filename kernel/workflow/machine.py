@@ -115,7 +115,9 @@ class Workflow:
     async def get(self, session_id: str) -> SessionRow:
         session = await self.store.load(session_id)
         if session is None:
-            raise SessionNotFound(f"no session {session_id!r}")
+            raise SessionNotFound(
+                f"no session {session_id!r}", why="the state database has no session with that id"
+            )
         return session
 
     async def record_step(
@@ -399,7 +401,12 @@ class Workflow:
             updated, "set_mode", session.state, {"asked": mode, "refused": reason or ""}
         )
         if reason:
-            raise ModeDenied(f"mode {mode} refused; the session is in strict mode", why=reason)
+            raise ModeDenied(
+                f"mode {mode} refused; the session is in strict mode",
+                why=reason,
+                fix="Stay in strict mode, or ask the person to switch (/explore or /debug at the "
+                "prompt).",
+            )
         return Outcome(updated, session.state, "set_mode")
 
     async def _mode_refusal(
