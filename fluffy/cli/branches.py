@@ -19,11 +19,15 @@ command-running settings ignored (``core.fsmonitor``, ``core.hooksPath``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +85,27 @@ def branches(project: Path) -> dict[str, Branch]:
     return found
 
 
-def _save(project: Path, found: dict[str, Branch]) -> None:
+@contextlib.contextmanager
+def _changing(project: Path) -> Iterator[dict[str, Branch]]:
+    """The project's branch sessions, to change and save: one process at a time (two
+    `fluffy --branch` started together would each save its own list, and one branch
+    would be lost), written whole through a temporary file of this process's own."""
     path = _registry(project)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: asdict(v) for k, v in found.items()}, indent=1))
-    tmp.replace(path)
+    with path.with_suffix(".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = branches(project)
+        yield found
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+        tmp = Path(name)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps({k: asdict(v) for k, v in found.items()}, indent=1))
+            tmp.replace(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
 
 
 def start(project: Path, task: str = "") -> Branch:
@@ -121,9 +140,8 @@ def start(project: Path, task: str = "") -> Branch:
     made = Branch(
         ident, str(project), str(path), name, head.stdout.strip(), time.time(), task[:200]
     )
-    found = branches(project)
-    found[ident] = made
-    _save(project, found)
+    with _changing(project) as found:
+        found[ident] = made
     return made
 
 
@@ -177,9 +195,8 @@ def discard(project: Path, ident: str) -> dict[str, Any]:
     home = paths(fluffy_home(), made.path)
     shutil.rmtree(home["base"], ignore_errors=True)
     _git(project, "branch", "-D", made.branch, check=False)
-    found = branches(project)
-    found.pop(ident, None)
-    _save(project, found)
+    with _changing(project) as found:
+        found.pop(ident, None)
     return {"id": ident, "branch": made.branch, "discarded": True}
 
 
