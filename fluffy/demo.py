@@ -14,11 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.errors import ConfigError, SandboxRunFailed
+from fluffy.host.engine import TEMPLATES, Engine, RunOutcome, sandbox_identity, template_config
 from fluffy.images.templates import open_manager
-from fluffy.kernel.containers.config import TEMPLATES, template_config
-from fluffy.kernel.containers.engine import Engine
-from fluffy.kernel.containers.manager import RunOutcome
-from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.paths import package_root
 from fluffy.seccomp.cases import CONTAINER_CASES, FACTS, SECCOMP_CASES
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fluffy.host.sessions import Expect, SessionScript, load_script
 from fluffy.ipc.client import SyncClient
-from fluffy.kernel.ai.script import Expect, SessionScript, load_script
 from fluffy.paths import fluffy_home, package_root
 
 __all__ = ["DEFAULT_SCRIPT", "SessionDemo", "fresh_project", "load_script", "play"]
@@ -243,8 +243,7 @@ def play(
 
 
 def verify_audit(state: Path, witness: Path) -> bool:
-    from fluffy.kernel.audit.store import read_head
-    from fluffy.kernel.audit.verify import verify
+    from fluffy.host.audit import read_head, verify
 
     head = read_head(witness) if witness.exists() else None
     return verify(state, witness=head).ok

@@ -110,7 +110,7 @@ def _limits_check(engine: Any) -> Check | None:
 
 def engine_checks() -> tuple[list[Check], dict[str, Any] | None]:
     """The engine, its CLI, the base image and fluffy's images."""
-    from fluffy.kernel.containers.engine import connect
+    from fluffy.host.engine import connect
 
     try:
         engine = connect()
@@ -153,8 +153,8 @@ def sandbox_checks(engine: Any) -> list[Check]:
     """Per template: a probe in a real sandbox shows its seccomp profile applies."""
     import json
 
+    from fluffy.host.engine import TEMPLATES, template_config
     from fluffy.images.templates import open_manager
-    from fluffy.kernel.containers.config import TEMPLATES, template_config
     from fluffy.seccomp.cases import SECCOMP_CASES, SELF_TEST
 
     checks: list[Check] = []

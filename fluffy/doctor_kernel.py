@@ -101,8 +101,7 @@ def _socket(run_dir: Path) -> Check:
 
 
 def _witness(state: Path, witness: Path) -> Check:
-    from fluffy.kernel.audit.store import read_head
-    from fluffy.kernel.audit.verify import verify
+    from fluffy.host.audit import read_head, verify
 
     try:
         head = read_head(witness)

@@ -291,7 +291,7 @@ def _project_only(data: dict[str, Any], path: Path, is_project: bool) -> None:
                 why="the project's own settings belong to the project, not to a user's settings "
                 "file",
             )
-        from fluffy.kernel.project.testcmd import TestCommand
+        from fluffy.host.project import TestCommand
 
         try:
             TestCommand.model_validate(data.pop(key))

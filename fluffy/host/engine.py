@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     )
     from fluffy.kernel.containers.factory import open_runtime
     from fluffy.kernel.containers.lifecycle import FailureReason
-    from fluffy.kernel.containers.manager import ContainerManager
+    from fluffy.kernel.containers.manager import ContainerManager, RunOutcome
     from fluffy.kernel.containers.runtime import sandbox_identity
 
 _FROM = {
+    "RunOutcome": "fluffy.kernel.containers.manager",
     "connect": "fluffy.kernel.containers.engine",
     "ContainerManager": "fluffy.kernel.containers.manager",
     "Engine": "fluffy.kernel.containers.engine",
@@ -37,6 +38,7 @@ __all__ = [
     "ContainerManager",
     "Engine",
     "FailureReason",
+    "RunOutcome",
     "connect",
     "engine_access_problem",
     "open_runtime",

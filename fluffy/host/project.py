@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from fluffy.kernel.project.deps import collect_requirements
     from fluffy.kernel.project.envstate import EnvRecord, choose
     from fluffy.kernel.project.layout import detect_layout
+    from fluffy.kernel.project.testcmd import TestCommand
 
 _FROM = {
+    "TestCommand": "fluffy.kernel.project.testcmd",
     "choose": "fluffy.kernel.project.envstate",
     "collect_requirements": "fluffy.kernel.project.deps",
     "detect_layout": "fluffy.kernel.project.layout",
@@ -25,6 +27,7 @@ _FROM = {
 }
 __all__ = [
     "EnvRecord",
+    "TestCommand",
     "choose",
     "collect_requirements",
     "detect_layout",

@@ -8,13 +8,19 @@ from fluffy.host import lazy
 
 if TYPE_CHECKING:
     from fluffy.kernel.ai.memory import sessions_at_rest
-    from fluffy.kernel.ai.script import load_turns
+    from fluffy.kernel.ai.script import Expect, SessionScript, load_script, load_turns
 
 _FROM = {
+    "load_script": "fluffy.kernel.ai.script",
+    "SessionScript": "fluffy.kernel.ai.script",
+    "Expect": "fluffy.kernel.ai.script",
     "load_turns": "fluffy.kernel.ai.script",
     "sessions_at_rest": "fluffy.kernel.ai.memory",
 }
 __all__ = [
+    "Expect",
+    "SessionScript",
+    "load_script",
     "load_turns",
     "sessions_at_rest",
 ]
