@@ -100,11 +100,14 @@ def rootless() -> Iterator[dict[str, Any]]:
         "XDG_RUNTIME_DIR": str(run_dir), "FLUFFY_RUNTIME": "podman", "LANG": "C.UTF-8",
     }  # fmt: skip
     archive = Path(user.pw_dir) / "fluffy-images.tar"  # where the user can read it
-    subprocess.run(["podman", "save", "-m", "-o", str(archive), "debian:bookworm-slim",
-                    *refs.values()], check=True, capture_output=True)  # fmt: skip
-    os.chown(archive, user.pw_uid, user.pw_gid)
-    loaded = _as_user(user, env, "podman", "load", "-i", str(archive))
-    archive.unlink()
+    archive.unlink(missing_ok=True)  # podman save refuses to overwrite one an earlier run left
+    try:
+        subprocess.run(["podman", "save", "-m", "-o", str(archive), "debian:bookworm-slim",
+                        *refs.values()], check=True, capture_output=True)  # fmt: skip
+        os.chown(archive, user.pw_uid, user.pw_gid)
+        loaded = _as_user(user, env, "podman", "load", "-i", str(archive))
+    finally:
+        archive.unlink(missing_ok=True)
     assert loaded.returncode == 0, loaded.stderr
     service = subprocess.Popen(
         ["runuser", "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
