@@ -97,57 +97,65 @@ def reviews(state: Path, session_id: str) -> list[dict[str, Any]]:
         )
         if (sha := commit_of(e))
     ]
+    approvals = [int(e["id"]) for e in decided if e["event_type"] == "merge_approved"]
+    kept = _kept_diffs(state, session_id, min((int(e["id"]) for e in decided), default=0))
     shown: list[dict[str, Any]] = []
-    for i, entry in enumerate(decided):
-        later = [int(e["id"]) for e in decided[i + 1 :] if e["event_type"] == "merge_approved"]
-        until = later[0] if later else None
+    for entry in decided:
+        seq = int(entry["id"])
         commit = None
-        if entry["event_type"] == "merge_approved":
+        if entry["event_type"] == "merge_approved":  # its commit comes before the next one
+            until = next((later for later in approvals if later > seq), None)
             commit = next(
-                ({"sha": sha, "entry": seq, "message": _message(e)}
-                 for seq, sha, e in commits
-                 if seq > int(entry["id"]) and (until is None or seq < until)),
+                ({"sha": sha, "entry": at, "message": _message(e)}
+                 for at, sha, e in commits if seq < at and (until is None or at < until)),
                 None,
             )  # fmt: skip
-        meta = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
-        diff, kept = _diff(state, entry, meta or {})
+        meta = entry["metadata"] if isinstance(entry.get("metadata"), dict) else {}
+        diff, state_of = _diff(entry, meta, kept.get(seq))
         shown.append(
             {
                 "id": entry["id"],
                 "timestamp": entry.get("timestamp"),
                 "kind": str(entry["event_type"]).removeprefix("merge_"),
                 "summary": entry.get("input_summary") or "",
-                "by": (meta or {}).get("by", ""),
-                "files": [f for f in str((meta or {}).get("files") or "").split(",") if f],
+                "by": meta.get("by", ""),
+                "files": [f for f in str(meta.get("files") or "").split(",") if f],
                 "diff": diff[:DIFF_SHOWN],
-                "kept": kept,
-                "cut": kept != "whole" or len(diff) > DIFF_SHOWN,
+                "kept": state_of,
+                "cut": state_of != "whole" or len(diff) > DIFF_SHOWN,
                 "commit": commit,
             }
         )
     return shown
 
 
-def _diff(state: Path, entry: dict[str, Any], meta: dict[str, Any]) -> tuple[str, str]:
+def _kept_diffs(state: Path, session_id: str, first: int) -> dict[int, str]:
+    """The session's kept diffs from audit entry ``first`` on, read in one query."""
+    if not first:
+        return {}
+    conn = connect_ro(db_path(state))
+    try:
+        rows = conn.execute(
+            "SELECT audit_seq, diff FROM review_diffs WHERE session_id = ? AND audit_seq >= ?",
+            (session_id, first),
+        ).fetchall()
+    except sqlite3.OperationalError:  # a log from before diffs were kept
+        rows = []
+    finally:
+        conn.close()
+    return {int(seq): str(diff) for seq, diff in rows}
+
+
+def _diff(entry: dict[str, Any], meta: dict[str, Any], kept: str | None) -> tuple[str, str]:
     """The decided diff kept beside ``entry`` when it is the one the entry's SHA-256
     names (``whole``), else the entry's own preview: none was kept (``preview``), or the
     one kept was changed after the decision (``altered``)."""
-    conn = connect_ro(db_path(state))
-    try:
-        row = conn.execute(
-            "SELECT diff FROM review_diffs WHERE audit_seq = ?", (int(entry["id"]),)
-        ).fetchone()
-    except sqlite3.OperationalError:  # a log from before diffs were kept
-        row = None
-    finally:
-        conn.close()
-    named = str(meta.get("diff_sha256") or "")
     preview = str(entry.get("output_summary") or "")
-    if row is None:
+    if kept is None:
         return preview, "preview"
-    if named != hashlib.sha256(str(row[0]).encode()).hexdigest():
+    if str(meta.get("diff_sha256") or "") != hashlib.sha256(kept.encode()).hexdigest():
         return preview, "altered"
-    return str(row[0]), "whole"
+    return kept, "whole"
 
 
 def commit_of(entry: dict[str, Any]) -> str | None:
