@@ -43,9 +43,7 @@ async def finish(
     """The answer to a call (``call``: None if it was refused before it was prepared),
     recorded in its ``tool_result`` entry."""
     duration_ms = (time.perf_counter() - started) * 1000
-    route = call.spec.route if call is not None else None
-    if call is not None and call.spec.route == "fast" and call.sandbox_id:
-        route = "plugin"  # a fast tool sent to its plugin (tools.fast_path: false)
+    route = (call.route or call.spec.route) if call is not None else None
     if isinstance(output, FluffyError):
         answer: dict[str, Any] = {"ok": False, "error": output.to_dict()}
         original: Any = answer["error"]

@@ -44,3 +44,4 @@ class RoutedCall:
     priority: int = CALL_PRIORITY  # its sandbox's scheduler priority
     reviewed: str | None = None  # a call held for the user that they allowed (how)
     rule: str | None = None  # the policy rule(s) that allowed it (the audit entries' name)
+    route: str | None = None  # where it ran, when not its spec's route (a fast tool's plugin)

@@ -335,6 +335,8 @@ class ToolRouter:
             if spec.name.startswith("search."):
                 return await asyncio.to_thread(self.fast.run, spec.name, call.args, stage)
             return self.fast.run(spec.name, call.args, stage, normalized=True)
+        if spec.route == "fast":  # tools.fast_path: false sends it to its plugin
+            call.route = "plugin"
         if spec.name == "test.run":
             return await run_tests(
                 call,
