@@ -28,6 +28,7 @@ SANDBOX_PARTS = (
     "plugins",
     "safetext.py",  # container.run shows output as the CLI shows text
     "junit.py",  # the test tool counts a report as the kernel reads it
+    "merge3.py",  # git.commit replays a session's changes as the merge wrote them
 )
 #: Labels every fluffy image carries (LABEL_IMAGE, LABEL_HASH: the garbage collector and
 #: doctor find them so); the kernel finds a sandbox's image by both, so they are declared

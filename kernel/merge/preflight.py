@@ -2,7 +2,7 @@
 
 For each staged change the project's file is read once: unchanged since it was staged,
 the staged content is written; already the staged content, nothing; changed by the
-person since, the two changes are merged three-way (:mod:`fluffy.kernel.merge.merge3`)
+person since, the two changes are merged three-way (:mod:`fluffy.merge3`)
 when they do not overlap.  If any file's changes overlap, :class:`MergeOverlap` names
 them and shows both versions, and nothing is written at all: a merge lands whole or
 not at all.  Each step keeps a copy of what it replaces, so a file changed *while* the
@@ -15,7 +15,6 @@ from pathlib import Path
 
 from fluffy.errors import MergeError, MergeOverlap, MergeRefused
 from fluffy.kernel.confined_files import ProtectedPaths, read_existing, safe_relpath
-from fluffy.kernel.merge.merge3 import merge3
 from fluffy.kernel.merge.oplog import MergeStep
 from fluffy.kernel.merge.staging import (
     MAX_VIEW_BYTES,
@@ -25,6 +24,7 @@ from fluffy.kernel.merge.staging import (
     render_diff,
     sha256,
 )
+from fluffy.merge3 import merge3
 
 
 def file_steps(

@@ -76,7 +76,7 @@ class Staging:
         self.project = project
         self.tree = root / "tree"
         #: the project's content of each path when the session first staged it: what the
-        #: model's change was made against (a three-way merge's base, kernel/merge/merge3)
+        #: model's change was made against (a three-way merge's base, fluffy/merge3.py)
         self.bases = root / "base"
         self._entries: dict[str, tuple[str | None, str | None]] = {}  # path -> (base, new)
         self._listing: bytes | None = None  # deleted.txt as this object last wrote it

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluffy.kernel.merge.merge3 import merge3
+from fluffy.merge3 import merge3
 
 BASE = b"one\ntwo\nthree\nfour\nfive\n"
 
