@@ -6,6 +6,10 @@ against ``base`` (the file when the session first staged it), the project now ho
 kept ``base``'s lines are stable; between them, a side that changed nothing gives way
 to the other, identical changes are taken once, and two different changes to the same
 (or adjacent) lines are a conflict: nothing is merged and the caller shows both.
+
+:func:`carry` is the same merge seen from the commit: the session's change carried onto
+HEAD's file, so the person's uncommitted lines stay out of the AI's commit (the git
+tool runs it in its sandbox; this module is standard library only and in the L2 images).
 """
 
 from __future__ import annotations
@@ -57,3 +61,25 @@ def merge3(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
         merged += z[zs:ze]
         iz, ia, ib = ze, ae, be
     return b"".join(merged)
+
+
+def carry(
+    content: bytes | None, base: bytes | None, new: bytes | None
+) -> tuple[bool, bytes | None]:
+    """One change (``base`` -> ``new``; None: absent) carried onto ``content``.
+
+    This is how a commit takes only the session's change: ``content`` is the committed
+    file (HEAD's), ``base`` what the session's change was made against (the working tree,
+    with whatever the person had not committed) and ``new`` the change.  Returns
+    ``(True, result)``, or ``(False, None)`` when the change cannot be told apart from
+    what ``content`` lacks (the two overlap).  A removal is carried whatever ``content``
+    holds: the file is gone from the working tree too.
+    """
+    if new is None or content == base:
+        return True, new
+    if content == new:
+        return True, content
+    if content is None or base is None:
+        return False, None
+    merged = merge3(base, new, content)
+    return (merged is not None), merged

@@ -32,6 +32,8 @@ class Tally:
     inner: Any
     merged: list[str] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
+    #: merged files a commit left out (they overlap the person's uncommitted lines)
+    left_out: list[str] = field(default_factory=list)
     writes: int = 0  # writes that staged a change in this turn
 
     def render(self, event: dict[str, Any]) -> None:
@@ -41,8 +43,10 @@ class Tally:
             self.writes += 1
         if kind == "merged":
             self.merged += [str(p) for p in event.get("paths") or []]
-        elif kind == "commit" and event.get("sha"):
-            self.commits.append(str(event["sha"]))
+        elif kind == "commit":
+            if event.get("sha"):
+                self.commits.append(str(event["sha"]))
+            self.left_out += [str(p) for p in event.get("left_out") or []]
         self.inner.render(event)
 
     def __getattr__(self, name: str) -> Any:
@@ -71,8 +75,14 @@ def outcome(end: dict[str, Any], state: str, tally: Tally) -> Outcome:
                 "quarantined": "the session was quarantined"}[status]  # fmt: skip
         return Outcome(False, f"Not landed: {word}" + (f" after it {done}" if done else ""),
                        state, commit)  # fmt: skip
-    if state == "idle" and commit:
-        return Outcome(True, f"Landed: {done}.", state, commit)
+    kept = ""
+    if tally.left_out:
+        kept = (
+            f"{', '.join(tally.left_out)} merged into your working tree but not committed "
+            "(the change touches lines of yours that are not committed; commit them yourself)"
+        )
+    if state == "idle" and (commit or kept):
+        return Outcome(True, f"Landed: {'; '.join(filter(None, (done, kept)))}.", state, commit)
     if not tally.writes and not tally.merged and not commit and status != "waiting_review":
         return Outcome(True, "No change was made.", state, None)
     why = _WHY.get(state, f"the session stopped in {state}")

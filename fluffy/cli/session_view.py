@@ -305,9 +305,11 @@ class SessionRenderer:
         self._line()
 
     def _on_commit(self, event: dict[str, Any]) -> None:
-        if self.last_tool == "git.commit":  # the call's own lines already said it
+        for note in event.get("notes") or []:  # what the commit left to the person
+            self._line(f"  [yellow]Note:[/] {escape(str(note))}")
+        if self.last_tool == "git.commit" or not event.get("sha"):  # said, or none made
             return
-        sha = str(event.get("sha") or "")[:12]
+        sha = str(event.get("sha"))[:12]
         self._line(f'  Committing: "{escape(str(event.get("message", "")))}" [dim]{sha}[/]')
         self._line()
 

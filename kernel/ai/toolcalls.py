@@ -182,9 +182,11 @@ class TurnCalls:
             return
         if call.name == "git.commit":
             message = call.arguments.get("message") if isinstance(call.arguments, dict) else ""
-            await self.loop.emit(
-                turn, {"type": "commit", "sha": output.get("commit"), "message": message}
-            )
+            event = {"type": "commit", "sha": output.get("commit"), "message": message}
+            for key in ("left_out", "notes"):  # the person's lines kept out of it
+                if output.get(key):
+                    event[key] = output[key]
+            await self.loop.emit(turn, event)
         review = output.get("review")
         if call.name == "test.run" and isinstance(review, dict):
             await self.loop.decisions.review(turn, review)

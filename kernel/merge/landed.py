@@ -1,17 +1,25 @@
-"""What a session merged and has not committed yet: the exact contents a commit takes.
+"""What a session merged and has not committed yet: each change, as the commit takes it.
 
-The AI's commit holds HEAD's tree plus these paths, each with the content the merge
-wrote (or removed), never whatever else is in the working tree: the person's untracked
-files, their other uncommitted edits and their index stay theirs.  The record lives
-in ``<state>/landed/<session>/``, which the git tool's sandbox sees read-only at
-``/staged`` when it commits::
+The AI's commit holds HEAD's tree plus the session's own changes to the paths it merged,
+never whatever else is in the working tree: the person's untracked files, their other
+uncommitted edits -- also those in a file the session changed, made before the session
+or while it worked -- and their index stay theirs.  So the record keeps, for each path,
+every change the session merged since its last commit as the pair (the content the
+change was made against, the session's content); the git tool carries those changes
+onto HEAD's file (:func:`fluffy.merge3.carry`) and leaves a path out of the commit,
+with a note, where they overlap the person's uncommitted lines.
 
-    tree/<path>      the merged content of each written path
-    landed.json      {path: sha256 of that content, or null for a removal}
+The record lives in ``<state>/landed/<session>/``, which the git tool's sandbox sees
+read-only at ``/staged`` when it commits::
 
-It is written *before* the merge touches the project (and trimmed to what the merge
-really did afterwards), so a kernel killed mid-merge, which completes the merge at its
-next start, still commits it.  A commit clears it.
+    blobs/<sha256>   each content, named by its hash
+    landed.json      {path: [[base sha256 or null, new sha256 or null], ...]}
+
+(null base: the path did not exist; null new: the session removed it; a base whose
+blob is missing is a copy the staging area lost: the git tool then commits the change
+only onto the very same content.)  It is written *before* the merge touches the project
+(and trimmed to what the merge really did afterwards), so a kernel killed mid-merge,
+which completes the merge at its next start, still commits it.  A commit clears it.
 """
 
 from __future__ import annotations
@@ -20,11 +28,24 @@ import hashlib
 import json
 import shutil
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from fluffy.kernel.confined_files import read_existing, safe_relpath, write_atomic
 
 MAX_LANDED_BYTES = 64 * 1024 * 1024
+HEX64 = frozenset("0123456789abcdef")
+
+Step = tuple[str | None, str | None]  # (base sha256, new sha256); None: absent
+
+
+@dataclass(frozen=True)
+class Change:
+    """One merged change of a path: what it was made against, and the session's content."""
+
+    base_sha256: str | None  # None: the path did not exist
+    base: bytes | None  # the base's content (None: absent, or a copy that was lost)
+    new: bytes | None  # None: the session removed the path
 
 
 def safe_name(session_id: str) -> str:
@@ -34,59 +55,90 @@ def safe_name(session_id: str) -> str:
     return session_id
 
 
+def _sha(value: object) -> str | None:
+    if isinstance(value, str) and len(value) == 64 and set(value) <= HEX64:
+        return value
+    return None
+
+
 class Landed:
-    """One session's merged, uncommitted paths (see the module docstring)."""
+    """One session's merged, uncommitted changes (see the module docstring)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.tree = root / "tree"
+        self.blobs = root / "blobs"
         self.index = root / "landed.json"
 
-    def paths(self) -> dict[str, str | None]:
-        """path -> sha256 of the content to commit (None: the path is removed)."""
+    def paths(self) -> dict[str, list[Step]]:
+        """path -> its merged changes, oldest first (what git.commit is handed)."""
         try:
             data = json.loads(self.index.read_text())
         except (OSError, ValueError):
             return {}
         if not isinstance(data, dict):
             return {}
-        return {str(k): (str(v) if isinstance(v, str) else None) for k, v in data.items()}
+        listing: dict[str, list[Step]] = {}
+        for rel, steps in data.items():
+            if not isinstance(steps, list):
+                continue
+            kept = [
+                (_sha(step[0]), _sha(step[1]))
+                for step in steps
+                if isinstance(step, list) and len(step) == 2
+            ]
+            if kept:
+                listing[str(rel)] = kept
+        return listing
 
-    def content(self, rel: str) -> bytes | None:
-        return read_existing(self.tree, safe_relpath(rel), MAX_LANDED_BYTES)
+    def blob(self, sha: str | None) -> bytes | None:
+        """The content named ``sha`` (None when absent or not that content)."""
+        if sha is None:
+            return None
+        data = read_existing(self.blobs, sha, MAX_LANDED_BYTES)
+        return data if data is not None and hashlib.sha256(data).hexdigest() == sha else None
 
-    def add(self, contents: Mapping[str, bytes | None]) -> None:
-        """Record ``contents`` (path -> merged bytes, None for a removal) on top."""
-        self.tree.mkdir(parents=True, exist_ok=True)
-        for folder in (self.root, self.tree):
+    def add(self, changes: Mapping[str, Change]) -> None:
+        """Record one more change for each path (after the ones it already has)."""
+        for folder in (self.root, self.blobs):
+            folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o755)  # the git tool's sandbox reads it as another uid
         listing = self.paths()
-        for rel, data in contents.items():
-            rel = safe_relpath(rel)
-            if data is None:
-                listing[rel] = None
-                if (self.tree / rel).is_file():
-                    (self.tree / rel).unlink()
-                continue
-            write_atomic(self.tree, rel, data, mode=0o644, dir_mode=0o755)
-            listing[rel] = hashlib.sha256(data).hexdigest()
+        for rel, change in changes.items():
+            new = self._put(change.new)
+            base = change.base_sha256
+            if change.base is not None:
+                base = self._put(change.base)
+            listing.setdefault(safe_relpath(rel), []).append((base, new))
         self._save(listing)
 
-    def keep_only(self, merged: Iterable[str], planned: Iterable[str]) -> None:
-        """After a merge: drop the planned paths it did not write."""
-        done = set(merged)
+    def drop_last(self, paths: Iterable[str]) -> None:
+        """Take back the last change recorded for each of ``paths`` (a merge that did not
+        write them)."""
         listing = self.paths()
-        for rel in set(planned) - done:
-            listing.pop(rel, None)
-            if (self.tree / rel).is_file():
-                (self.tree / rel).unlink()
+        for rel in set(paths):
+            steps = listing.get(rel)
+            if steps:
+                steps.pop()
+                if not steps:
+                    del listing[rel]
         self._save(listing)
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _save(self, listing: Mapping[str, str | None]) -> None:
+    def _put(self, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        sha = hashlib.sha256(data).hexdigest()
+        if self.blob(sha) is None:
+            write_atomic(self.blobs, sha, data, mode=0o644, dir_mode=0o755)
+        return sha
+
+    def _save(self, listing: Mapping[str, list[Step]]) -> None:
+        if not listing and not self.root.is_dir():
+            return  # nothing recorded, nothing to take back
+        data = {rel: [list(step) for step in steps] for rel, steps in sorted(listing.items())}
         tmp = self.index.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(sorted(listing.items())), indent=1))
+        tmp.write_text(json.dumps(data, indent=1))
         tmp.chmod(0o644)
         tmp.replace(self.index)

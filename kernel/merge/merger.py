@@ -113,9 +113,8 @@ class MergeResult:
     error: str | None = None
     #: steps left out on purpose, and why (the person's git index kept, for one)
     notes: list[str] = field(default_factory=list)
-    #: files merged three-way with the person's changes made since they were staged,
-    #: with the content written (what a commit of this merge must take)
-    three_way: dict[str, bytes] = field(default_factory=dict)
+    #: files merged three-way with the person's changes made since they were staged
+    three_way: list[str] = field(default_factory=list)
 
 
 def _view_reader(staging: Staging) -> Callable[[str], bytes | None]:
@@ -276,11 +275,7 @@ class Merger:
                 staging.clear()  # only now: a rolled-back merge leaves it as it was
                 op.staging_cleared = True
                 self.log.save(op)
-            result.three_way = {
-                step.path: sources[step.source]
-                for step in steps
-                if step.path in merged3 and step.source is not None
-            }
+            result.three_way = sorted(merged3)
             return result
 
     def merge_git(self, call_dir: Path, result: dict[str, object]) -> MergeResult:

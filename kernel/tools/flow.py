@@ -33,6 +33,7 @@ from fluffy.errors import (
 )
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
+from fluffy.kernel.merge.landed import Change
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.evidence import TestRun
@@ -65,11 +66,16 @@ class Step:
         return data
 
 
-def _contents(plan: Any) -> dict[str, bytes | None]:
-    """Each planned path's new content (None: removed), read before the merge clears the
-    staging area."""
+def _changes(plan: Any) -> dict[str, Change]:
+    """Each planned path's change as the commit takes it (what it was made against, the
+    new content or None for a removal), read before the merge clears the staging area."""
+    stage = plan.staging
     return {
-        change.path: plan.staging.read(change.path) if change.op == "write" else None
+        change.path: Change(
+            change.base_sha256,
+            stage.base(change.path) if change.base_sha256 else None,
+            stage.read(change.path) if change.op == "write" else None,
+        )
         for change in plan.changes
     }
 
@@ -227,7 +233,7 @@ class Flow:
         )
         await self.workflow.annotate(session_id, "merge_started", merge_started=by)
         landed = self.workspaces.landed(session_id)
-        planned = await asyncio.to_thread(_contents, plan)
+        planned = await asyncio.to_thread(_changes, plan)
         try:
             # what the commit takes, recorded before the project changes (crash-safe)
             await asyncio.to_thread(landed.add, planned)
@@ -243,14 +249,15 @@ class Flow:
         except BaseException as exc:
             # nothing (or a resumable operation) was written: no approval stays behind
             if isinstance(exc, MergeConflict | MergeRefused):  # nothing, for sure
-                await asyncio.to_thread(landed.keep_only, [], planned)
+                await asyncio.to_thread(landed.drop_last, planned)
             await self.workflow.annotate(session_id, "merge_failed", merge_started=None)
             if isinstance(exc, MergeOverlap):
                 await self._withdraw(session_id, exc)
             raise
-        await asyncio.to_thread(landed.keep_only, list(getattr(result, "merged", [])), planned)
-        if result.three_way:  # what was written is the merge of both: the commit takes it
-            await asyncio.to_thread(landed.add, result.three_way)
+        # a file merged three-way with the person's lines: the commit still takes only
+        # the session's change (carried onto HEAD by git.commit), their lines stay theirs
+        unwritten = set(planned) - set(getattr(result, "merged", []))
+        await asyncio.to_thread(landed.drop_last, unwritten)
         summary = await self._finish_merge(session_id, result)
         if budget:
             summary["budget"] = budget
@@ -282,6 +289,8 @@ class Flow:
             "refused": [str(r) for r in refused],
             "operation": getattr(result, "operation_id", None),
         }
+        if getattr(result, "three_way", None):  # the person's own lines are kept in them
+            summary["three_way"] = list(result.three_way)
         if conflicts or refused:  # a git merge (a files merge lands whole or raises)
             await self.workflow.annotate(session_id, "merge_incomplete", merge_started=None)
             summary["state"] = "reviewing"

@@ -192,7 +192,19 @@ async def commit_settings(
 async def commit(
     call: RoutedCall, outcome: PluginOutcome, *, merger: Merger, flow: Flow
 ) -> dict[str, Any]:
-    """Apply ``git.commit``'s prepared commit to the repository."""
+    """Apply ``git.commit``'s prepared commit to the repository (none when every
+    merged change overlaps the person's uncommitted lines, or HEAD has them all)."""
+    left_out = _texts(outcome.result.get("left_out"))
+    notes = _texts(outcome.result.get("notes"))
+    if outcome.result.get("commit") is None:
+        steps = await flow.committed(call.session.id)
+        return {
+            "commit": None,
+            "files": [],
+            "left_out": left_out,
+            "notes": notes,
+            "workflow": [s.to_dict() for s in steps],
+        }
     result = await asyncio.to_thread(merger.merge_git, outcome.call_dir, outcome.result)
     problems = [*result.conflicts, *result.refused]
     if result.status != "completed" or problems:
@@ -210,6 +222,16 @@ async def commit(
         "merged": list(getattr(result, "merged", [])),
         "workflow": [s.to_dict() for s in steps],
     }
-    if getattr(result, "notes", None):
-        answer["notes"] = list(result.notes)
+    if left_out:
+        answer["left_out"] = left_out
+    notes += list(getattr(result, "notes", None) or [])
+    if notes:
+        answer["notes"] = notes
     return answer
+
+
+def _texts(value: object, *, most: int = 1000) -> list[str]:
+    """A list of short texts from the git tool's answer (anything else is dropped)."""
+    if not isinstance(value, list):
+        return []
+    return [item[:2000] for item in value[:most] if isinstance(item, str)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from fluffy.errors import ToolFailed
@@ -61,13 +62,17 @@ def git(
     env: Mapping[str, str] | None = None,
     input: str | None = None,
     check: bool = True,
+    cwd: Path | None = None,
 ) -> RunResult:
     """``git <args>`` in the project; ToolFailed when it fails and ``check`` is set."""
     command = [GIT, "--no-pager"]
     for setting in SAFE_CONFIG:
         command += ["-c", setting]
     result = ctx.run(
-        [*command, *args], cwd=ctx.workspace, env={**git_env(ctx), **(env or {})}, input=input
+        [*command, *args],
+        cwd=ctx.workspace if cwd is None else cwd,
+        env={**git_env(ctx), **(env or {})},
+        input=input,
     )
     if check and not result.ok:
         detail = (result.stderr or result.stdout).strip()[-2000:]

@@ -15,6 +15,16 @@ from typing import Any
 
 from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.plugins.git_tool.gitcmd import git, optional, parse_status, require_repository
+from fluffy.plugins.git_tool.landing import (
+    REGULAR,
+    Blobs,
+    Entry,
+    Landing,
+    carry_all,
+    kept_note,
+    person_entry,
+    write_blob,
+)
 from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin, normalise_path
 
 MAX_DIFF_CHARS = 1024 * 1024
@@ -119,12 +129,10 @@ def _order(ctx: ToolContext) -> dict[str, Any]:
     return order
 
 
-def _mode(ctx: ToolContext, parent: str | None, rel: str, env: dict[str, str]) -> str:
+def _mode(ctx: ToolContext, head: Entry | None, rel: str) -> str:
     """The path's mode: HEAD's, else the file's exec bit in the project, else 100644."""
-    if parent is not None:
-        listed = optional(ctx, "ls-tree", parent, "--", rel, env=env)
-        if listed and listed.split()[0] in ("100644", "100755"):
-            return listed.split()[0]
+    if head is not None and head.mode in REGULAR:
+        return head.mode
     try:
         executable = (ctx.workspace / rel).stat().st_mode & 0o111
     except OSError:
@@ -132,34 +140,32 @@ def _mode(ctx: ToolContext, parent: str | None, rel: str, env: dict[str, str]) -
     return "100755" if executable else "100644"
 
 
-def _apply(ctx: ToolContext, order: dict[str, Any], parent: str | None,
-           env: dict[str, str], indexes: list[dict[str, str]]) -> None:  # fmt: skip
-    """Put each landed path's blob (checked against its sha256) into every index."""
-    landed = ctx.view.tree  # /staged is the session's landed record for a commit
-    for raw, sha in sorted(order["paths"].items()):
-        rel = normalise_path(raw, what="a landed path")
-        if sha is None:
-            for index in indexes:
-                git(ctx, "update-index", "--force-remove", "--", rel, env={**env, **index})
-            continue
-        source = landed / rel
-        data = source.read_bytes() if source.is_file() and not source.is_symlink() else None
-        if data is None or hashlib.sha256(data).hexdigest() != sha:
-            raise ToolFailed(
-                f"the merged content of {rel} is not the one the merge recorded",
-                why="the session's record of what it merged was changed or lost",
-                fix="Make the change again; the merged files are in the project.",
-            )
-        blob = git(ctx, "hash-object", "-w", f"--path={rel}", str(source), env=env).stdout
-        entry = f"{_mode(ctx, parent, rel, env)},{blob.strip()},{rel}"
-        for index in indexes:
-            git(ctx, "update-index", "--add", "--cacheinfo", entry, env={**env, **index})
+def _apply(ctx: ToolContext, landing: Landing, env: dict[str, str], person: str) -> None:
+    """Put each path's carried content into the commit's index, and into the person's
+    where they held HEAD's version (their own staged version is carried or kept)."""
+    blobs = Blobs(ctx, env)
+    index = {"GIT_INDEX_FILE": person}
+    for rel, data in sorted(landing.contents.items()):
+        new = None
+        if data is not None:
+            new = Entry(_mode(ctx, landing.heads[rel], rel), write_blob(ctx, rel, data, env))
+            blobs.known[new.sha1] = data
+        theirs = person_entry(blobs, landing, rel, new, index)
+        for entry, extra in ((new, {}), (theirs, index)):
+            if entry == "keep":
+                landing.notes.append(kept_note(rel))
+            elif entry is None:
+                git(ctx, "update-index", "--force-remove", "--", rel, env={**env, **extra})
+            elif isinstance(entry, Entry):
+                info = f"{entry.mode},{entry.sha1},{rel}"
+                git(ctx, "update-index", "--add", "--cacheinfo", info, env={**env, **extra})
 
 
 def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    """HEAD's tree plus exactly the paths the session merged (never `git add -A`), as the
-    person; the person's index is updated for those paths only (the kernel swaps it in
-    only if nobody changed it meanwhile)."""
+    """HEAD's tree plus the session's own changes to the paths it merged (never `git add
+    -A`, never the person's uncommitted lines: landing.py), as the person; the person's
+    index is updated for those paths only (the kernel swaps it in only if nobody changed
+    it meanwhile).  No commit (``commit: None``) when nothing is left to commit."""
     require_repository(ctx)
     order = _order(ctx)
     objects = ctx.call_dir / OBJECTS
@@ -188,19 +194,22 @@ def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         person.write_bytes(data)
     elif parent is not None:
         git(ctx, "read-tree", parent, env={**env, "GIT_INDEX_FILE": str(person)})
-    _apply(ctx, order, parent, env, [{}, {"GIT_INDEX_FILE": str(person)}])
+    landing = carry_all(ctx, order, parent, env)
+    _apply(ctx, landing, env, str(person))
     tree = git(ctx, "write-tree", env=env).stdout.strip()
     if parent is not None:
         before = git(ctx, "rev-parse", f"{parent}^{{tree}}", env=env).stdout.strip()
     else:
         before = git(ctx, "hash-object", "-t", "tree", "--stdin", env=env, input="").stdout.strip()
-    if tree == before:
-        raise ToolFailed(
-            "nothing to commit: the merged files are the same as in "
-            + (f"the last commit {parent[:12]}" if parent else "an empty repository"),
-            why="a commit records changes, and there are none",
-            fix="Make (and merge) a change first, then commit.",
-        )
+    if tree == before:  # every change overlaps the person's lines, or HEAD has it
+        if not landing.left_out:
+            landing.notes.append(
+                "nothing was committed: "
+                + (f"the last commit {parent[:12]}" if parent else "the repository")
+                + " already has every change the session merged"
+            )
+        return {"commit": None, "files": [], "left_out": landing.left_out,
+                "notes": landing.notes}  # fmt: skip
     command = ["commit-tree", tree, "--no-gpg-sign"]
     if parent is not None:
         command += ["-p", parent]
@@ -220,6 +229,8 @@ def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         "index_base": base,
         "files": files,
         "author": f"{author['name']} <{author['email']}>",
+        "left_out": landing.left_out,
+        "notes": landing.notes,
     }
 
 

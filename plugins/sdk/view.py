@@ -45,7 +45,8 @@ class ProjectView:
 
     def __init__(self, workspace: Path, staged: Path) -> None:
         self.workspace = Path(workspace)
-        self.tree = Path(staged) / "tree"
+        self.staged = Path(staged)
+        self.tree = self.staged / "tree"
         self.deleted = _read_deleted(Path(staged) / "deleted.txt")
         self._real = {root: os.path.realpath(root) for root in (self.workspace, self.tree)}
 

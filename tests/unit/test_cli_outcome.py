@@ -29,6 +29,8 @@ WRITE = {"type": "tool_result", "tool_name": "fs.write", "ok": True}
 REFUSED = {"type": "tool_result", "tool_name": "fs.write", "ok": False}
 MERGED = {"type": "merged", "paths": ["calc.py"]}
 COMMIT = {"type": "commit", "sha": "4b1b1a057113aaaa", "message": "Add"}
+PART = {**COMMIT, "left_out": ["calc.py"], "notes": ["calc.py was left out"]}
+NONE = {"type": "commit", "sha": None, "message": "Add", "left_out": ["calc.py"]}
 DONE = {"type": "turn_end", "status": "done"}
 
 
@@ -36,6 +38,10 @@ DONE = {"type": "turn_end", "status": "done"}
     ("events", "end", "state", "landed", "says"),
     [
         ((WRITE, MERGED, COMMIT), DONE, "idle", True, "Landed: committed 4b1b1a057113"),
+        ((WRITE, MERGED, PART), DONE, "idle", True, "committed 4b1b1a057113; calc.py merged into "
+         "your working tree but not committed"),
+        ((WRITE, MERGED, NONE), DONE, "idle", True, "Landed: calc.py merged into your working "
+         "tree but not committed (the change touches lines of yours"),
         ((), DONE, "planning", True, "No change was made"),  # a question, answered
         ((REFUSED,), DONE, "test_writing", True, "No change was made"),
         ((WRITE,), DONE, "code_writing", False, "the tests did not pass"),

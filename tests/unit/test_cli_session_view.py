@@ -249,3 +249,10 @@ def test_a_retry_says_why_and_how_long_it_waits() -> None:
     )
     assert "  api.openai.com answered 429" in lines
     assert "  the provider is overloaded, retrying in 1 s (attempt 3 of 5)" in lines
+
+
+def test_what_a_commit_left_to_the_person_is_said() -> None:
+    note = "src/a.py was left out of the commit: the session's change there overlaps [b]"
+    text = render([{"type": "commit", "sha": None, "message": "m", "notes": [note]}])
+    assert f"Note: {note}" in " ".join(text.split())  # markup-like text stays literal
+    assert "Committing" not in text  # there is no commit

@@ -62,12 +62,19 @@ def test_git_status_and_diff(repo: Roots) -> None:
 PERSON = {"name": "Ann Person", "email": "ann@example.org"}
 
 
-def landed(roots: Roots, contents: dict[str, bytes | None]) -> dict[str, Any]:
-    """What the kernel hands git.commit: the session's merged paths (kernel/merge/landed)."""
+Change = tuple[bytes | None, bytes | None]  # (what the change was made against, new)
+
+
+def landed(roots: Roots, changes: dict[str, Change | list[Change]]) -> dict[str, Any]:
+    """What the kernel hands git.commit: the session's merged changes (kernel/merge/landed)."""
+    from fluffy.kernel.merge.landed import Change as Step
     from fluffy.kernel.merge.landed import Landed
 
     record = Landed(roots.staged)  # mounted at /staged for git.commit
-    record.add(contents)
+    for rel, steps in changes.items():
+        for base, new in steps if isinstance(steps, list) else [steps]:
+            sha = None if base is None else hashlib.sha256(base).hexdigest()
+            record.add({rel: Step(sha, base, new)})
     return {"commit": {"paths": record.paths(), "author": PERSON,
                        "message": "Change b\n\nAssisted-by: fluffy\n"}}  # fmt: skip
 
@@ -80,7 +87,7 @@ def test_git_commit_holds_only_what_the_session_merged(repo: Roots) -> None:
     head = git(repo.workspace, "rev-parse", "HEAD").strip()
     index = (repo.workspace / ".git" / "index").read_bytes()
     before = snapshot(repo.workspace)
-    order = landed(repo, {"b.txt": b"two merged\n"})
+    order = landed(repo, {"b.txt": (b"two\n", b"two merged\n")})
     result = ok(call(repo, "git.commit", {"message": "Change b"}, settings=order))
     assert snapshot(repo.workspace) == before  # nothing written under the project
     assert result["parent"] == head and result["ref"] == "refs/heads/main"
@@ -110,18 +117,27 @@ def test_git_commit_holds_only_what_the_session_merged(repo: Roots) -> None:
 def test_git_commit_refusals(repo: Roots) -> None:
     message = error(call(repo, "git.commit", {"message": "m"}), "tool.failed")
     assert "no list of merged paths" in message  # never a commit of the whole tree
-    same = landed(repo, {"b.txt": b"two\n"})  # what HEAD already has
-    again = error(call(repo, "git.commit", {"message": "m"}, "c2", settings=same), "tool.failed")
-    assert "nothing to commit" in again and "Fix:" in again
-    forged = landed(repo, {"b.txt": b"x\n"})
-    (repo.staged / "tree" / "b.txt").write_text("changed behind the record\n")
+    forged = landed(repo, {"b.txt": (b"two\n", b"x\n")})
+    (repo.staged / "blobs" / hashlib.sha256(b"x\n").hexdigest()).write_text("behind\n")
     bad = error(call(repo, "git.commit", {"message": "m"}, "c3", settings=forged), "tool.failed")
     assert "not the one the merge recorded" in bad
-    order = landed(repo, {"b.txt": b"y\n"})
+    order = landed(repo, {"b.txt": (b"two\n", b"y\n")})
     order["commit"]["author"] = {"name": "a <b>", "email": "e@x"}
     error(call(repo, "git.commit", {"message": "m"}, "c4", settings=order), "tool.input_invalid")
-    unknown = call(repo, "git.commit", {"message": "m", "author_name": "Ann"}, "c5")
+    order = landed(repo, {"b.txt": (b"two\n", b"y\n")})
+    order["commit"]["paths"]["b.txt"] = [["not a sha", None]]
+    error(call(repo, "git.commit", {"message": "m"}, "c5", settings=order), "tool.input_invalid")
+    unknown = call(repo, "git.commit", {"message": "m", "author_name": "Ann"}, "c6")
     error(unknown, "tool.input_invalid")  # the model does not choose the author
+
+
+def test_git_commit_of_what_head_already_has_commits_nothing(repo: Roots) -> None:
+    """The person committed the very change themselves: nothing is left to commit, which
+    is said, and is no failure (the session is done)."""
+    same = landed(repo, {"b.txt": (b"two\n", b"two\n")})
+    result = ok(call(repo, "git.commit", {"message": "m"}, "c2", settings=same))
+    assert result["commit"] is None and result["files"] == [] and result["left_out"] == []
+    assert "already has every change" in result["notes"][0]
 
 
 def test_git_commit_in_a_repository_without_commits(roots: Roots) -> None:
@@ -130,7 +146,135 @@ def test_git_commit_in_a_repository_without_commits(roots: Roots) -> None:
     assert "not a git repository" in message
     git(roots.workspace, "init", "-q", "-b", "main")
     assert ok(call(roots, "git.status", {}))["head"] is None
-    order = landed(roots, {"a.txt": b"x\n"})
+    order = landed(roots, {"a.txt": (None, b"x\n")})
     result = ok(call(roots, "git.commit", {"message": "root"}, "c2", settings=order))
     assert result["parent"] is None and result["ref"] == "refs/heads/main"
     assert result["files"] == ["a.txt"] and result["index_base"] is None  # d/b.txt is not
+
+
+# -- the person's lines in a file the session changed ---------------------------------
+LINES = [f"line {i}\n" for i in range(10)]
+
+
+def text(**changed: str) -> bytes:
+    """LINES with some lines replaced (``l3="x\\n"`` replaces line 3)."""
+    lines = list(LINES)
+    for key, value in changed.items():
+        lines[int(key[1:])] = value
+    return "".join(lines).encode()
+
+
+@pytest.fixture()
+def lines(roots: Roots) -> Roots:
+    put(roots.workspace, {"c.py": text(), "d.py": text(), "e.py": text()})
+    git(roots.workspace, "init", "-q", "-b", "main")
+    git(roots.workspace, "add", "-A")
+    git(roots.workspace, "commit", "-q", "-m", "first")
+    return roots
+
+
+def committed(roots: Roots, result: dict[str, Any], rel: str) -> bytes:
+    alt = {
+        "GIT_OBJECT_DIRECTORY": str(roots.output / "c1" / result["objects"]),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(roots.workspace / ".git" / "objects"),
+    }
+    return git(roots.workspace, "show", f"{result['commit']}:{rel}", **alt).encode()
+
+
+def person_index(roots: Roots, result: dict[str, Any], rel: str) -> bytes:
+    """The content the person's index (as the kernel will swap it in) holds for ``rel``."""
+    env = {
+        "GIT_OBJECT_DIRECTORY": str(roots.output / "c1" / result["objects"]),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(roots.workspace / ".git" / "objects"),
+        "GIT_INDEX_FILE": str(roots.output / "c1" / result["index"]),
+    }
+    return git(roots.workspace, "show", f":{rel}", **env).encode()
+
+
+def test_the_commit_takes_the_sessions_change_never_the_persons_lines(lines: Roots) -> None:
+    """c.py: the person's uncommitted line was there before the session started (the
+    change was made against it); d.py: the person edited it while the session worked (the
+    merge wrote both). Either way the commit holds HEAD plus the session's line only, and
+    the person's index holds what the commit does (their lines stay unstaged edits)."""
+    mine = text(l0="mine 0\n")
+    put(lines.workspace, {"c.py": text(l0="mine 0\n", l8="session 8\n"),
+                          "d.py": text(l2="mine 2\n", l8="session 8\n")})  # fmt: skip
+    order = landed(lines, {"c.py": (mine, text(l0="mine 0\n", l8="session 8\n")),
+                           "d.py": (text(), text(l8="session 8\n"))})  # fmt: skip
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert result["files"] == ["c.py", "d.py"] and result["left_out"] == []
+    for rel in ("c.py", "d.py"):
+        assert committed(lines, result, rel) == text(l8="session 8\n")
+        assert person_index(lines, result, rel) == text(l8="session 8\n")
+
+
+def test_a_change_overlapping_the_persons_lines_is_left_out_with_a_note(lines: Roots) -> None:
+    """The session rewrote the line the person had changed and not committed: it cannot
+    be told apart, so that file stays out of the commit (both are in the working tree);
+    the other file is committed."""
+    order = landed(lines, {"c.py": (text(l8="mine 8\n"), text(l8="session 8\n")),
+                           "d.py": (text(), text(l1="session 1\n"))})  # fmt: skip
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert result["files"] == ["d.py"] and result["left_out"] == ["c.py"]
+    assert "c.py was left out of the commit" in result["notes"][0]
+    assert "`git diff c.py`" in result["notes"][0]
+    assert committed(lines, result, "c.py") == text()
+    (lines.staged / "landed.json").unlink()  # a session whose only change overlaps
+    alone = landed(lines, {"e.py": (text(l8="mine 8\n"), text(l8="session 8\n"))})
+    nothing = ok(call(lines, "git.commit", {"message": "m"}, "c2", settings=alone))
+    assert nothing["commit"] is None and nothing["left_out"] == ["e.py"]
+
+
+def test_changes_merged_twice_before_a_commit_are_carried_in_order(lines: Roots) -> None:
+    """Two merges, then one commit: the second change was made against the first merge's
+    result plus a line the person wrote meanwhile; the commit has both session lines and
+    none of the person's."""
+    first = (text(l0="mine 0\n"), text(l0="mine 0\n", l5="session 5\n"))
+    second = (text(l0="mine 0\n", l3="mine 3\n", l5="session 5\n"),
+              text(l0="mine 0\n", l3="mine 3\n", l5="session 5\n", l9="session 9\n"))  # fmt: skip
+    order = landed(lines, {"c.py": [first, second]})
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert committed(lines, result, "c.py") == text(l5="session 5\n", l9="session 9\n")
+
+
+def test_the_persons_staged_version_is_carried_onto_the_commit_or_kept(lines: Roots) -> None:
+    """The person had staged their own line (git add): their index gets the commit's
+    change on top of it; where the two overlap their staged version is kept, with a note."""
+    put(lines.workspace, {"c.py": text(l0="mine 0\n"), "d.py": text(l8="mine 8\n")})
+    git(lines.workspace, "add", "c.py", "d.py")
+    order = landed(lines, {"c.py": (text(l0="mine 0\n"), text(l0="mine 0\n", l8="session 8\n")),
+                           "d.py": (text(l8="mine 8\n"), text(l8="session 8\n"))})  # fmt: skip
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert committed(lines, result, "c.py") == text(l8="session 8\n")
+    assert person_index(lines, result, "c.py") == text(l0="mine 0\n", l8="session 8\n")
+    assert result["left_out"] == ["d.py"]  # the working tree's change overlaps too
+    assert person_index(lines, result, "d.py") == text(l8="mine 8\n")
+
+
+def test_a_staged_version_overlapping_the_commit_is_kept_in_the_index(lines: Roots) -> None:
+    put(lines.workspace, {"c.py": text(l8="staged 8\n")})
+    git(lines.workspace, "add", "c.py")
+    put(lines.workspace, {"c.py": text(l8="session 8\n")})  # the person went back, unstaged
+    order = landed(lines, {"c.py": (text(), text(l8="session 8\n"))})
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert committed(lines, result, "c.py") == text(l8="session 8\n")
+    assert person_index(lines, result, "c.py") == text(l8="staged 8\n")
+    assert any("your staged version of c.py was kept" in note for note in result["notes"])
+
+
+def test_a_lost_base_copy_commits_only_onto_the_same_content(lines: Roots) -> None:
+    mine = text(l0="mine 0\n")
+    order = landed(lines, {"c.py": (text(), text(l8="session 8\n")),
+                           "d.py": (mine, text(l0="mine 0\n", l8="s\n"))})  # fmt: skip
+    for base in (text(), text(l0="mine 0\n")):
+        (lines.staged / "blobs" / hashlib.sha256(base).hexdigest()).unlink()
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert committed(lines, result, "c.py") == text(l8="session 8\n")  # HEAD is the base
+    assert result["left_out"] == ["d.py"] and "is lost" in result["notes"][0]
+
+
+def test_a_removal_is_committed_and_a_new_file_needs_head_without_it(lines: Roots) -> None:
+    order = landed(lines, {"c.py": (text(l0="mine 0\n"), None), "new.py": (None, b"new\n"),
+                           "d.py": (None, b"session's d\n")})  # fmt: skip
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert sorted(result["files"]) == ["c.py", "new.py"] and result["left_out"] == ["d.py"]
