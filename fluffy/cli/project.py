@@ -185,15 +185,16 @@ def env_for_task(project: Path, console: Console) -> None:
     """Before a task: the environment, built if missing; a failure is shown, not fatal
     (the tests then run without the project's dependencies and say so).  A project that
     declares nothing needs no engine work here; an engine that does not answer is left
-    to the kernel's start to report."""
-    from fluffy.errors import EngineError
+    to the kernel's start to report (any other engine error, a stale image for one, is
+    shown: the tests would otherwise say only that the environment is missing)."""
+    from fluffy.errors import EngineTimeout, EngineUnavailable
     from fluffy.host.project import collect_requirements
 
     if not collect_requirements(project).wanted():
         return
     try:
         ensure_env(project, console)
-    except EngineError:
+    except (EngineUnavailable, EngineTimeout):
         return
     except FluffyError as exc:
         console.print(f"[yellow]WARNING: the test environment was not built: {escape(exc.what)}[/]")
