@@ -14,11 +14,11 @@ import hashlib
 import os
 import shutil
 import sqlite3
-from collections.abc import Awaitable
 from contextlib import closing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+import anyio
 import pytest
 
 from fluffy.kernel.audit.entry import Event
@@ -37,15 +37,11 @@ from fluffy.kernel.audit.verify import verify
 from fluffy.kernel.serve import open_audit
 from tests.audit_support import change_entry, rewrite_in_earlier_layout
 
-T = TypeVar("T")
+pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
 COUNT = 1200  # enough rows for a multi-page table and index
 
 
-def run(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
-
-
-async def _write(state: Path, count: int, tag: str) -> Head:
+async def write(state: Path, count: int = COUNT, tag: str = "entry") -> Head:
     log = await AuditLog.open(state)
     if log.empty:
         await log.record(Event("kernel_start", input_summary="kernel started"))
@@ -61,14 +57,10 @@ async def _write(state: Path, count: int, tag: str) -> Head:
     return head
 
 
-def write(state: Path, count: int = COUNT, tag: str = "entry") -> Head:
-    return run(_write(state, count, tag))
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state = tmp_path_factory.mktemp("recovery-template")
-    write(state)
+    anyio.run(write, state)  # once per module (the tests, sync or not, copy it)
     return state
 
 
@@ -233,7 +225,7 @@ def test_a_missing_database_with_a_checkpoint_is_a_new_database_and_a_break(
     assert read_head(head_path(state)) == checkpoint  # the evidence is not overwritten
 
 
-def test_a_tampered_database_is_reported_and_left_as_it_is(state: Path) -> None:
+async def test_a_tampered_database_is_reported_and_left_as_it_is(state: Path) -> None:
     path = db_path(state)
     with closing(sqlite3.connect(path)) as conn:
         change_entry(conn, 500, input_summary="nothing to see")
@@ -251,7 +243,7 @@ def test_a_tampered_database_is_reported_and_left_as_it_is(state: Path) -> None:
     assert not (state / "corrupt").exists()
 
     # the kernel comes up, records the break, and does not launder the chain
-    run(_startup_and_close(state))
+    await _startup_and_close(state)
     report = verify(state)
     assert not report.ok and report.problem is not None
     assert (report.problem.kind, report.problem.seq) == ("modified", 500)
@@ -277,11 +269,11 @@ def test_a_corrupt_index_is_salvaged_with_every_entry(state: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [corrupt_table, truncate_half], ids=["pages", "half"])
-def test_an_unsalvageable_file_restores_the_newest_backup(state: Path, damage: Any) -> None:
+async def test_an_unsalvageable_file_restores_the_newest_backup(state: Path, damage: Any) -> None:
     take_backup(state)
-    first = write(state, 50, "after the first backup")
+    first = await write(state, 50, "after the first backup")
     newest = take_backup(state)
-    write(state, 50, "lost")
+    await write(state, 50, "lost")
     damaged = damage(state)
     check = check_database(state)
     assert check.outcome == "restored_backup", check.detail
@@ -292,10 +284,10 @@ def test_an_unsalvageable_file_restores_the_newest_backup(state: Path, damage: A
     assert the_break(check)["outcome"] == "restored_backup"
 
 
-def test_a_backup_that_does_not_verify_is_skipped(state: Path) -> None:
+async def test_a_backup_that_does_not_verify_is_skipped(state: Path) -> None:
     take_backup(state)
     older = read_head(head_path(state))
-    write(state, 20, "later")
+    await write(state, 20, "later")
     newest = take_backup(state)
     assert newest is not None
     with closing(sqlite3.connect(newest)) as conn:  # a healthy file, but tampered
@@ -345,10 +337,10 @@ def test_a_salvage_that_does_not_verify_is_not_used(state: Path) -> None:
 # -- backups ----------------------------------------------------------------------------
 
 
-def test_backups_keep_the_newest_five(state: Path) -> None:
+async def test_backups_keep_the_newest_five(state: Path) -> None:
     made = []
     for i in range(KEEP_BACKUPS + 2):
-        write(state, 1, f"round {i}")
+        await write(state, 1, f"round {i}")
         backup = take_backup(state)
         assert backup is not None
         made.append(backup)
@@ -377,8 +369,8 @@ async def _startup_and_close(state: Path) -> Head:
     return head
 
 
-def _break_after_startup(state: Path, outcome: str) -> None:
-    head = run(_startup_and_close(state))
+async def _break_after_startup(state: Path, outcome: str) -> None:
+    head = await _startup_and_close(state)
     report = verify(state)
     assert report.ok, report.problem
     assert report.head == head
@@ -390,34 +382,34 @@ def _break_after_startup(state: Path, outcome: str) -> None:
     assert start["metadata"]["database"] == outcome
 
 
-def test_startup_after_a_salvage_records_the_break_and_verifies(state: Path) -> None:
+async def test_startup_after_a_salvage_records_the_break_and_verifies(state: Path) -> None:
     needs_cli()
     corrupt_index(state)
-    _break_after_startup(state, "recovered")
+    await _break_after_startup(state, "recovered")
 
 
-def test_startup_after_restoring_a_backup_records_the_break_and_verifies(state: Path) -> None:
+async def test_startup_after_restoring_a_backup_records_the_break_and_verifies(state: Path) -> None:
     take_backup(state)
-    write(state, 30, "lost")
+    await write(state, 30, "lost")
     corrupt_table(state)
-    _break_after_startup(state, "restored_backup")
+    await _break_after_startup(state, "restored_backup")
 
 
-def test_startup_with_a_new_database_records_the_break_and_verifies(
+async def test_startup_with_a_new_database_records_the_break_and_verifies(
     state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     truncate_half(state)
     no_cli(monkeypatch)
-    _break_after_startup(state, "new_database")
+    await _break_after_startup(state, "new_database")
 
 
-def test_startup_with_a_missing_database_records_the_break_and_verifies(state: Path) -> None:
+async def test_startup_with_a_missing_database_records_the_break_and_verifies(state: Path) -> None:
     db_path(state).unlink()
-    _break_after_startup(state, "new_database")
+    await _break_after_startup(state, "new_database")
 
 
-def test_a_clean_startup_records_no_break(state: Path) -> None:
-    head = run(_startup_and_close(state))
+async def test_a_clean_startup_records_no_break(state: Path) -> None:
+    head = await _startup_and_close(state)
     report = verify(state)
     assert report.ok and report.breaks == []
     assert report.head == head

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,8 @@ from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.tools.callfiles import FilesParams, Received, parse_files, write_files
 from fluffy.kernel.tools.pluginsocket import PLUGIN_SANDBOX, PluginSocket, ToolResultParams
+
+pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
 
 MODULE = "fluffy_test_demo_plugin"
 PLUGIN_SOURCE = textwrap.dedent(
@@ -193,10 +195,6 @@ async def sandbox(tmp_path: Path, *extra: str) -> AsyncIterator[Sandbox]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(scenario())  # type: ignore[arg-type]
-
-
 def job(call_id: str, tool: str, args: Any) -> dict[str, Any]:
     return {
         "call_id": call_id,
@@ -207,102 +205,87 @@ def job(call_id: str, tool: str, args: Any) -> dict[str, Any]:
     }
 
 
-def test_jobs_run_to_results_and_errors(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with sandbox(tmp_path) as box:
-            box.kernel.jobs.put_nowait(job("c1", "demo.echo", {"text": "new\n"}))
-            context, first = await box.result()
-            assert (context.plugin_name, context.plugin_version) == ("demo-tool", "3")
-            assert first["call_id"] == "c1" and first["ok"] is True
-            result = first["result"]
-            assert result["echo"] == "new\n" and result["mode"] == "debug"
-            assert result["sandbox"] == "sb-test"
-            assert result["changes"] == [{"path": "hello.txt", "op": "patch", "file": "0.diff"}]
-            assert (box.output / "c1" / "0.diff").is_file()  # written in the sandbox,
-            diff = (box.kernel.received / "c1" / "0.diff").read_text()  # sent to the kernel
-            assert diff == "--- a/hello.txt\n+++ b/hello.txt\n@@ -1 +1 @@\n-old\n+new\n"
-            assert (box.workspace / "hello.txt").read_text() == "old\n"
+async def test_jobs_run_to_results_and_errors(tmp_path: Path) -> None:
+    async with sandbox(tmp_path) as box:
+        box.kernel.jobs.put_nowait(job("c1", "demo.echo", {"text": "new\n"}))
+        context, first = await box.result()
+        assert (context.plugin_name, context.plugin_version) == ("demo-tool", "3")
+        assert first["call_id"] == "c1" and first["ok"] is True
+        result = first["result"]
+        assert result["echo"] == "new\n" and result["mode"] == "debug"
+        assert result["sandbox"] == "sb-test"
+        assert result["changes"] == [{"path": "hello.txt", "op": "patch", "file": "0.diff"}]
+        assert (box.output / "c1" / "0.diff").is_file()  # written in the sandbox,
+        diff = (box.kernel.received / "c1" / "0.diff").read_text()  # sent to the kernel
+        assert diff == "--- a/hello.txt\n+++ b/hello.txt\n@@ -1 +1 @@\n-old\n+new\n"
+        assert (box.workspace / "hello.txt").read_text() == "old\n"
 
-            box.kernel.jobs.put_nowait(job("c2", "demo.echo", {"text": 5}))
-            _, invalid = await box.result()
-            assert invalid["call_id"] == "c2" and invalid["ok"] is False
-            assert invalid["error"]["code"] == "tool.input_invalid"
-            assert "args.text: expected string" in invalid["error"]["message"]
+        box.kernel.jobs.put_nowait(job("c2", "demo.echo", {"text": 5}))
+        _, invalid = await box.result()
+        assert invalid["call_id"] == "c2" and invalid["ok"] is False
+        assert invalid["error"]["code"] == "tool.input_invalid"
+        assert "args.text: expected string" in invalid["error"]["message"]
 
-            box.kernel.jobs.put_nowait(job("c3", "demo.echo", {"text": "crash"}))
-            _, crashed = await box.result()
-            assert crashed["ok"] is False and crashed["error"]["code"] == "tool.failed"
-            message = crashed["error"]["message"]
-            assert "RuntimeError: kaboom in the handler" in message
-            assert "Traceback" not in message and "Fix:" in message
+        box.kernel.jobs.put_nowait(job("c3", "demo.echo", {"text": "crash"}))
+        _, crashed = await box.result()
+        assert crashed["ok"] is False and crashed["error"]["code"] == "tool.failed"
+        message = crashed["error"]["message"]
+        assert "RuntimeError: kaboom in the handler" in message
+        assert "Traceback" not in message and "Fix:" in message
 
-            box.kernel.jobs.put_nowait(job("c4", "demo.missing", {}))
-            _, missing = await box.result()
-            assert missing["error"]["code"] == "tool.not_found"
+        box.kernel.jobs.put_nowait(job("c4", "demo.missing", {}))
+        _, missing = await box.result()
+        assert missing["error"]["code"] == "tool.not_found"
 
-            code, stderr = await box.finish()
-            assert code == 0
-            assert "Traceback" in stderr and "kaboom in the handler" in stderr
-
-    run(scenario)
+        code, stderr = await box.finish()
+        assert code == 0
+        assert "Traceback" in stderr and "kaboom in the handler" in stderr
 
 
-def test_secrets_in_the_environment_never_reach_a_tool(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with sandbox(tmp_path) as box:
-            box.kernel.jobs.put_nowait(job("c1", "demo.echo", {"text": "x"}))
-            _, reply = await box.result()
-            result = reply["result"]
-            for seen in (result["host_env"], result["ctx_env"], result["child_env"]):
-                assert "PATH" in seen  # the allow-list is kept...
-                assert not set(SECRETS) & set(seen)  # ...and nothing else
-                assert "PYTHONPATH" not in seen
-            assert result["home"] == "/tmp"
-            assert (await box.finish())[0] == 0
-
-    run(scenario)
+async def test_secrets_in_the_environment_never_reach_a_tool(tmp_path: Path) -> None:
+    async with sandbox(tmp_path) as box:
+        box.kernel.jobs.put_nowait(job("c1", "demo.echo", {"text": "x"}))
+        _, reply = await box.result()
+        result = reply["result"]
+        for seen in (result["host_env"], result["ctx_env"], result["child_env"]):
+            assert "PATH" in seen  # the allow-list is kept...
+            assert not set(SECRETS) & set(seen)  # ...and nothing else
+            assert "PYTHONPATH" not in seen
+        assert result["home"] == "/tmp"
+        assert (await box.finish())[0] == 0
 
 
-def test_pause_and_resume_reach_the_hooks_while_a_handler_runs(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with sandbox(tmp_path) as box:
-            box.kernel.jobs.put_nowait(job("w1", "demo.wait", {}))
-            context = await asyncio.wait_for(box.kernel.handed.get(), WAIT)
-            context.send_event("tool.pause", {"grace_s": 1})
-            context.send_event("tool.resume", {})
-            _, reply = await box.result()
-            # the handler waited for on_resume: the host served events while it ran
-            assert reply["ok"] is True and reply["result"] == {"events": ["pause", "resume"]}
-            assert (await box.finish())[0] == 0
-
-    run(scenario)
+async def test_pause_and_resume_reach_the_hooks_while_a_handler_runs(tmp_path: Path) -> None:
+    async with sandbox(tmp_path) as box:
+        box.kernel.jobs.put_nowait(job("w1", "demo.wait", {}))
+        context = await asyncio.wait_for(box.kernel.handed.get(), WAIT)
+        context.send_event("tool.pause", {"grace_s": 1})
+        context.send_event("tool.resume", {})
+        _, reply = await box.result()
+        # the handler waited for on_resume: the host served events while it ran
+        assert reply["ok"] is True and reply["result"] == {"events": ["pause", "resume"]}
+        assert (await box.finish())[0] == 0
 
 
-def test_the_host_reconnects_when_the_connection_drops_during_a_pause(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with sandbox(tmp_path) as box:
-            box.kernel.jobs.put_nowait(job("w1", "demo.wait", {}))
-            context = await asyncio.wait_for(box.kernel.handed.get(), WAIT)
-            context.send_event("tool.pause", {"grace_s": 1})
-            context.connection.close()  # the kernel gave up on the frozen connection
-            answered, reply = await box.result()
-            assert answered.connection is not context.connection  # a new connection
-            assert reply["ok"] is True and reply["result"] == {"events": ["pause", "resume"]}
-            code, stderr = await box.finish()
-            assert code == 0 and "reconnected" in stderr
-
-    run(scenario)
+async def test_the_host_reconnects_when_the_connection_drops_during_a_pause(tmp_path: Path) -> None:
+    async with sandbox(tmp_path) as box:
+        box.kernel.jobs.put_nowait(job("w1", "demo.wait", {}))
+        context = await asyncio.wait_for(box.kernel.handed.get(), WAIT)
+        context.send_event("tool.pause", {"grace_s": 1})
+        context.connection.close()  # the kernel gave up on the frozen connection
+        answered, reply = await box.result()
+        assert answered.connection is not context.connection  # a new connection
+        assert reply["ok"] is True and reply["result"] == {"events": ["pause", "resume"]}
+        code, stderr = await box.finish()
+        assert code == 0 and "reconnected" in stderr
 
 
-def test_a_drop_without_a_pause_ends_the_host(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with sandbox(tmp_path) as box:
-            box.kernel.on_next = lambda context: context.connection.close()
-            code = await asyncio.wait_for(box.process.wait(), WAIT)
-            assert code == 1
-            assert box.kernel.results.empty()
-
-    run(scenario)
+async def test_a_drop_without_a_pause_ends_the_host(tmp_path: Path) -> None:
+    async with sandbox(tmp_path) as box:
+        box.kernel.on_next = lambda context: context.connection.close()
+        code = await asyncio.wait_for(box.process.wait(), WAIT)
+        assert code == 1
+        assert box.kernel.results.empty()
 
 
 def test_a_module_without_a_plugin_does_not_start(tmp_path: Path) -> None:

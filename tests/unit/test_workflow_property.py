@@ -7,6 +7,7 @@ whether any file changed after the run.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import tempfile
 from pathlib import Path
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from fluffy.errors import FluffyError
 from fluffy.kernel.workflow.states import EVENTS
 
-from .workflow_support import fake_run, make_project, open_kit, run
+from .workflow_support import fake_run, make_project, open_kit
 
 ACTIONS = [f"fire:{e}" for e in EVENTS] + [
     "red_run",  # a new test file failing on an assertion, recorded
@@ -99,7 +100,7 @@ def test_strict_mode_never_reaches_code_writing_without_a_red_run(actions: list[
             finally:
                 await kit.close()
 
-        run(main())
+        asyncio.run(main())  # a hypothesis example per loop
 
 
 def test_the_property_is_not_vacuous() -> None:
