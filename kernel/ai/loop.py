@@ -108,8 +108,8 @@ class SessionLoop:
         self.round_gaps: deque[float] = deque(maxlen=10_000)
         router.reviewer = self.review_call
         #: a response's tool calls, and the user's decisions a turn waits for
-        self.tool_calls = TurnCalls(self)
-        self.decisions = TurnReviews(self)
+        self.tool_calls = TurnCalls(self, router)
+        self.decisions = TurnReviews(self, router)
         #: the wait between a request's attempts (tests: a fake clock)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 

@@ -20,14 +20,21 @@ from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.tools.flow import overlap_report
 
 if TYPE_CHECKING:
-    from fluffy.kernel.ai.loop import SessionLoop
+    from fluffy.kernel.ai.host import TurnHost
+    from fluffy.kernel.tools.router import ToolRouter
 
 
 class TurnReviews:
-    """Asks the user and waits, for a turn of ``loop``."""
+    """Asks the user and waits, for a turn of ``loop`` (kernel/ai/host.py); merges what
+    they approve through ``router``'s flow."""
 
-    def __init__(self, loop: SessionLoop) -> None:
+    def __init__(self, loop: TurnHost, router: ToolRouter) -> None:
         self.loop = loop
+        self.workflow = router.workflow
+        self.flow = router.flow
+        self.registry = router.registry
+        self.workspaces = router.workspaces
+        self.merger = router.merger
 
     async def wait_for_user(self, turn: Turn) -> dict[str, Any]:
         """Park the turn until the user decides (``resolve_review``); no idle sandbox."""
@@ -45,7 +52,7 @@ class TurnReviews:
         """The AI asked for a TDD exemption: only the user grants it (never --yes)."""
         sid = turn.session_id
         asked = dict(output.get("exemption") or {})
-        held = await self.loop.router.workflow.get(sid)
+        held = await self.workflow.get(sid)
         before = held.state
         pending = held.data.get("exemption_pending") or {}
         if pending.get("request_id") != asked.get("request_id"):  # decided meanwhile
@@ -61,7 +68,7 @@ class TurnReviews:
         shown = {k: pending[k] for k in ("request_id", "category", "paths", "reason")}
         await self.loop.emit(turn, {"type": "exemption", "kernel_decides": False, **shown})
         decision = await self.wait_for_user(turn)
-        session = await self.loop.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         if session.state != before:  # granted: the explore flow starts
             await self.loop.emit(
                 turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
@@ -91,7 +98,7 @@ class TurnReviews:
              "why": "your version is kept; nothing of the change was merged",
              "fix": str(found.get("fix", ""))},
         )  # fmt: skip
-        session = await self.loop.router.workflow.get(turn.session_id)
+        session = await self.workflow.get(turn.session_id)
         note = (
             f"{found.get('what', '')}. {found.get('fix', '')} Workflow state: {session.state}.\n"
             f"{str(found.get('why', ''))[:6000]}"
@@ -121,7 +128,7 @@ class TurnReviews:
             )
             return
         shown = await self._show(sid)
-        session = await self.loop.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         # --yes stands for the user on size and sensitive files; a policy require_review
         # rule asks for a person, and so do changed test-support code (a green run may
         # rest on it: kernel/merge/support.py) and a file outside the source and test
@@ -144,7 +151,7 @@ class TurnReviews:
             # shielded: a cancelled turn must not leave a merge half-recorded
             try:
                 outcome = await asyncio.shield(
-                    self.loop.router.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
+                    self.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
                 )
             except MergeOverlap as exc:
                 await self._overlap(turn, overlap_report(exc))
@@ -173,7 +180,7 @@ class TurnReviews:
                 f"Workflow state: {result.get('state', 'committing')}. Commit with git.commit."
             )
         elif decision["decision"] == "add_tests":
-            session = await self.loop.router.workflow.get(sid)
+            session = await self.workflow.get(sid)
             await self.loop.emit(
                 turn,
                 {"type": "state", "from": "reviewing", "to": session.state, "mode": session.mode},
@@ -197,7 +204,7 @@ class TurnReviews:
         """Before a person decides on an explore change, the model may ask for tests
         first (workflow.add_tests, one round); the person sees the request and decides."""
         sid = turn.session_id
-        if "workflow.add_tests" not in self.loop.router.registry.specs:
+        if "workflow.add_tests" not in self.registry.specs:
             return None
         ask = (
             "The change waits for the user's review. If it should get tests before it is "
@@ -208,7 +215,7 @@ class TurnReviews:
         calls = await self.loop.ask(turn, only=frozenset({"workflow.add_tests"}))
         if calls:
             await self.loop.tool_calls.run(turn, calls)
-        session = await self.loop.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         requested = session.data.get("tests_requested")
         return str(requested) if requested else None
 
@@ -221,9 +228,9 @@ class TurnReviews:
             )
 
     async def _show(self, session_id: str) -> dict[str, Any]:
-        stage = self.loop.router.workspaces.get(session_id)
-        plan = await asyncio.to_thread(self.loop.router.merger.plan, stage, tests_pass=True)
-        session = await self.loop.router.workflow.get(session_id)
+        stage = self.workspaces.get(session_id)
+        plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=True)
+        session = await self.workflow.get(session_id)
         exempted = bool(session.data.get("exemption"))
         return {
             "plan_id": plan.plan_id,

@@ -23,7 +23,8 @@ from fluffy.kernel.tools.routedcall import TURN_PRIORITY
 from fluffy.kernel.tools.scheduling import run_ordered
 
 if TYPE_CHECKING:
-    from fluffy.kernel.ai.loop import SessionLoop
+    from fluffy.kernel.ai.host import TurnHost
+    from fluffy.kernel.tools.router import ToolRouter
 
 DENIAL_CODES = frozenset({"tool.unavailable", "policy.denied", "policy.invalid", "ai.quarantined"})
 #: A tool result in the conversation is at most this long (the router already truncated
@@ -32,16 +33,19 @@ RESULT_CHARS = 40_000
 
 
 class TurnCalls:
-    """Runs a turn's tool calls for ``loop`` (its router, memory, events and counts)."""
+    """Runs a turn's tool calls through ``router``, for ``loop`` (its events, the
+    conversation and the session's refusal count: kernel/ai/host.py)."""
 
-    def __init__(self, loop: SessionLoop) -> None:
+    def __init__(self, loop: TurnHost, router: ToolRouter) -> None:
         self.loop = loop
+        self.router = router
+        self.workflow = router.workflow
 
     async def run(self, turn: Turn, calls: list[ToolCall]) -> bool:
         """Run one response's calls; True when the turn must stop (quarantine)."""
         sid = turn.session_id
         tools = [call.name for call in calls]
-        planned, changes = self.loop.router.plan(tools, [call.arguments for call in calls])
+        planned, changes = self.router.plan(tools, [call.arguments for call in calls])
         answers: list[dict[str, Any]] = [{} for _ in calls]
 
         async def one(i: int) -> dict[str, Any]:
@@ -49,7 +53,7 @@ class TurnCalls:
             return answers[i]
 
         async def refuse(i: int, error: FluffyError) -> dict[str, Any]:
-            answers[i] = await self.loop.router.refused(sid, tools[i], calls[i].arguments, error)
+            answers[i] = await self.router.refused(sid, tools[i], calls[i].arguments, error)
             await self.loop.emit(
                 turn,
                 {
@@ -66,7 +70,7 @@ class TurnCalls:
 
         try:
             done = await run_ordered(
-                self.loop.router.steps, planned, tools, changes, one, refuse, priority=TURN_PRIORITY
+                self.router.steps, planned, tools, changes, one, refuse, priority=TURN_PRIORITY
             )
             for i, answer in enumerate(done):
                 answers[i] = answer
@@ -96,7 +100,7 @@ class TurnCalls:
             if kept:
                 await asyncio.shield(self.loop.memory.store.replace_calls(sid, kept))
             await asyncio.shield(self.loop.memory.append(sid, results_messages))
-        session = await self.loop.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         if session.data.get("quarantined"):
             turn.status = "quarantined"
             return True
@@ -106,7 +110,7 @@ class TurnCalls:
 
     async def _one(self, turn: Turn, call: ToolCall) -> dict[str, Any]:
         sid = turn.session_id
-        before = (await self.loop.router.workflow.get(sid)).state
+        before = (await self.workflow.get(sid)).state
         await self.loop.emit(
             turn,
             {
@@ -147,17 +151,17 @@ class TurnCalls:
                 "fix": "Call the tool again with a JSON object of its parameters.",
             }
             return {"ok": False, "error": error, "tool": call.name}
-        session = await self.loop.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         if session.data.get("quarantined"):
             spec = None
             try:
-                spec = self.loop.router.registry.get(call.name)
+                spec = self.router.registry.get(call.name)
             except FluffyError:
                 spec = None
             if spec is None or spec.kind != "read":
                 exc = Quarantined(f"{call.name} refused: the session is quarantined (read-only)")
                 return {"ok": False, "error": exc.to_dict(), "tool": call.name}
-        return await self.loop.router.call(
+        return await self.router.call(
             sid, call.name, call.arguments, call_id=call.id, priority=TURN_PRIORITY
         )
 
@@ -165,11 +169,11 @@ class TurnCalls:
         sid = turn.session_id
         count = self.loop.denials.get(sid, 0) + 1
         self.loop.denials[sid] = count
-        session = await self.loop.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         if count < self.loop.quarantine_after or session.data.get("quarantined"):
             return
         reason = f"{count} tool calls were refused in this session"
-        await self.loop.router.workflow.annotate(sid, "quarantined", quarantined=reason)
+        await self.workflow.annotate(sid, "quarantined", quarantined=reason)
         await self.loop.note_audit(sid, f"session quarantined: {reason}", {"denials": str(count)})
         await self.loop.emit(turn, {"type": "quarantine", "denials": count, "reason": reason})
 
