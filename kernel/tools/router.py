@@ -45,12 +45,10 @@ from fluffy.kernel.tools import availability, staging
 from fluffy.kernel.tools.authorise import authorise, call_paths, size_after
 from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
 from fluffy.kernel.tools.callaudit import finish, record_execute
-from fluffy.kernel.tools.commandrun import TOOL as COMMAND_TOOL
-from fluffy.kernel.tools.commandrun import run_command
 from fluffy.kernel.tools.fastpath import FastPath, parse_args
 from fluffy.kernel.tools.flow import Flow
+from fluffy.kernel.tools.handlers import HANDLERS
 from fluffy.kernel.tools.mcpreview import McpCalls, call_mcp
-from fluffy.kernel.tools.moderequest import request_mode
 from fluffy.kernel.tools.parallel import PlannedCall
 from fluffy.kernel.tools.pluginjob import PluginOutcome
 from fluffy.kernel.tools.plugins import PluginRunner
@@ -59,7 +57,6 @@ from fluffy.kernel.tools.routedcall import CALL_PRIORITY, Reviewer, RoutedCall
 from fluffy.kernel.tools.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.scheduling import CHANGING_KINDS, run_ordered
 from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
-from fluffy.kernel.tools.testrun import run_tests
 from fluffy.kernel.tools.warming import plugin_recipe, repeated_plugin_tools
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.machine import Workflow
@@ -230,7 +227,7 @@ class ToolRouter:
         except FluffyError:
             return  # the calls themselves will say why
         for tool, count in repeated.items():
-            self._expect(session, tool, count)
+            self.expect(session, tool, count)
 
     def plan(self, tools: list[str], args: list[Any]) -> tuple[list[PlannedCall], list[bool]]:
         """What each call of a response touches, and whether it changes something."""
@@ -310,26 +307,9 @@ class ToolRouter:
     # -- executing ----------------------------------------------------------------------
     async def _execute(self, call: RoutedCall) -> dict[str, Any]:
         spec, session = call.spec, call.session
-        if spec.name == "plan.complete":
-            steps = await self.flow.plan_complete(session.id)
-            self._expect(session, "fs.write")  # writes come next: have their sandbox ready
-            return {"workflow": [s.to_dict() for s in steps]}
-        if spec.name == "workflow.request_exemption":
-            args = parse_args(spec.name, call.args)
-            held = await self.workflow.hold_exemption(
-                session.id, args.category, list(args.paths), args.reason
-            )
-            return {
-                "held_for_review": True,
-                "exemption": held.data["exemption_pending"],
-                "note": "The user decides on this exemption; the workflow waits for the "
-                "answer. Nothing is exempt until the user grants it.",
-            }
-        if spec.name == "workflow.request_mode":
-            return await request_mode(call, workflow=self.workflow, reviewer=self.reviewer)
-        if spec.name == "workflow.add_tests":
-            reason = parse_args(spec.name, call.args).reason
-            return await self.flow.request_tests(session.id, reason)
+        handler = HANDLERS.get(spec.name)  # the kernel's own part of a built-in tool
+        if handler is not None:
+            return await handler(self, call)
         stage = self.workspaces.get(session.id)
         if spec.route == "fast" and (self.settings.fast_path or spec.module is None):
             if spec.name.startswith("search."):
@@ -337,36 +317,9 @@ class ToolRouter:
             return self.fast.run(spec.name, call.args, stage, normalized=True)
         if spec.route == "fast":  # tools.fast_path: false sends it to its plugin
             call.route = "plugin"
-        if spec.name == "test.run":
-            return await run_tests(
-                call,
-                preparer=self.tests,
-                flow=self.flow,
-                workflow=self.workflow,
-                workspaces=self.workspaces,
-                sandbox=self._plugin,
-                release=self._release,
-                expect=self._expect,
-                require_all_green=self.require_all_green,
-            )
-        if spec.name == COMMAND_TOOL:
-            return await run_command(
-                call,
-                preparer=self.tests,
-                workflow=self.workflow,
-                workspaces=self.workspaces,
-                sandbox=self._plugin,
-                release=self._release,
-                reviewer=self.reviewer,
-                session_allowed=self.session_allowed,
-            )
         if spec.route == "mcp":
             return await self._mcp(call)
-        extra, landed = None, None
-        if spec.name == "git.commit":  # the session's merged paths, never the whole tree
-            extra = await staging.commit_settings(call, self.workspaces, self.project)
-            landed = self.workspaces.landed(call.session.id).root
-        outcome = await self._plugin(call, settings=extra, staged_dir=landed)
+        outcome = await self.sandbox(call)
         try:
             if spec.kind == "write":
                 return await staging.stage(
@@ -380,13 +333,11 @@ class ToolRouter:
                     protected=self.protected,
                     available=self.available,
                 )
-            if spec.name == "git.commit":
-                return await staging.commit(call, outcome, merger=self.merger, flow=self.flow)
             return outcome.result
         finally:
-            await self._release(outcome)
+            await self.release(outcome)
 
-    async def _plugin(
+    async def sandbox(
         self,
         call: RoutedCall,
         test: TestPlan | None = None,
@@ -454,11 +405,11 @@ class ToolRouter:
             timeout_s=self.settings.call_timeout_s,
         )
 
-    async def _release(self, outcome: PluginOutcome) -> None:
+    async def release(self, outcome: PluginOutcome) -> None:
         assert self.runner is not None
         await self.runner.release(outcome)
 
-    def _expect(self, session: SessionRow, tool: str, count: int = 1) -> None:
+    def expect(self, session: SessionRow, tool: str, count: int = 1) -> None:
         """Warm the pool for the session's next ``count`` ``tool`` calls (sandboxes of
         their recipe); a hint only: whatever goes wrong is logged, never a failure."""
         try:
