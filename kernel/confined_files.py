@@ -52,6 +52,12 @@ DEFAULT_SENSITIVE: tuple[str, ...] = (
     *("constraints*.txt", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock", "pdm.lock"),
     *("tox.ini", "noxfile.py", "docs/conf.py", "Makefile", "justfile", "Taskfile.y*ml"),
     *("package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.toml"),
+    *("npm-shrinkwrap.json", "pnpm-workspace.yaml", ".pnpmfile.*", ".yarn/**", "bun.lock*"),
+    *("bunfig.toml", ".nvmrc", ".node-version", "lerna.json", "nx.json", "turbo.json"),
+    # JavaScript tools' settings are code the person's tools run (dev server, linter,
+    # test runner, editor's TypeScript plugins)
+    *("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.mts"),
+    *("*.config.cts", ".eslintrc*", ".babelrc*", ".prettierrc*", "tsconfig*.json"),
     *("Cargo.lock", "build.rs", ".cargo/**", "go.mod", "go.sum"),
     # tools' settings that name code to run (plugins, hooks, init-hook, wrappers)
     *(".claude/**", ".cursor/**", ".zed/**", ".mcp.json", ".pylintrc", "pylintrc"),

@@ -269,7 +269,12 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
     if not policy.get("default"):
         return []
     env = info.get("environment") or {}
-    if not env:
+    if layout.get("language") == "javascript":
+        env_line = (
+            "JavaScript tests do not run in a sandbox yet (Node environments come next); "
+            "the tests-first rules use the folders and patterns above"
+        )
+    elif not env:
         env_line = "pytest in fluffy's own image (no dependencies declared)"
     elif env.get("image"):
         env_line = f"pytest with the project's {env.get('packages')} packages installed offline"
@@ -285,6 +290,8 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
 def found_lines(layout: dict[str, Any]) -> list[str]:
     """What fluffy found in a project and what its default policy makes of it."""
     tests = ", ".join(layout.get("test_globs", [])[:1]) or "tests/**"
+    if layout.get("language") == "javascript":
+        tests += ", *.test.*, *.spec.*, __tests__/"
     code = ", ".join(layout.get("source_globs", [])[:3]) or "src/**"
     return [
         f"  layout  {layout.get('summary', 'unknown')}",

@@ -19,8 +19,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fluffy.kernel.project.files import ini_list, read_ini, read_toml, strings, table
+from fluffy.kernel.project.nodelayout import (
+    CODE_EXTS,
+    NODE_TEST_GLOBS,
+    NodeFacts,
+    node_parts,
+    node_project,
+)
 
-Kind = Literal["src", "flat", "modules", "empty"]
+Kind = Literal["src", "flat", "modules", "empty", "node"]
+Language = Literal["python", "javascript"]
 
 #: Generic test file patterns (pytest's defaults and conftest files), always tests.
 GENERIC_TEST_GLOBS = ("**/test_*.py", "**/*_test.py", "**/conftest.py")
@@ -55,11 +63,15 @@ class Layout:
     #: pytest's own ``pythonpath`` setting (already on sys.path in a test run).
     pythonpath: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: what the code is written in; a JavaScript/TypeScript project's facts in ``node``
+    language: Language = "python"
+    node: NodeFacts | None = None
 
     @property
     def test_globs(self) -> tuple[str, ...]:
         roots = tuple(f"{root}/**" for root in self.test_roots if root not in ("", "."))
-        return tuple(dict.fromkeys((*roots, *GENERIC_TEST_GLOBS)))
+        generic = NODE_TEST_GLOBS if self.language == "javascript" else GENERIC_TEST_GLOBS
+        return tuple(dict.fromkeys((*roots, *generic)))
 
     @property
     def source_globs(self) -> tuple[str, ...]:
@@ -71,6 +83,10 @@ class Layout:
             if root not in ("", "."):
                 globs.append(f"{root}/**")
         top = "." in self.source_roots or not self.source_roots
+        if self.language == "javascript":
+            if top:
+                globs += [f"*.{ext}" for ext in CODE_EXTS]
+            return tuple(dict.fromkeys(globs))
         for package in self.packages:
             if "/" in package:
                 continue  # under a source root, covered above
@@ -87,6 +103,11 @@ class Layout:
         would find as a module; tooling such as ``tasks.py`` is not) -- never the whole
         top, whose other files are configuration some tool on the host reads."""
         globs = [f"{root}/**" for root in self.source_roots if root not in ("", ".")]
+        if self.language == "javascript":
+            if "." in self.source_roots or not self.source_roots:  # code at the top, not
+                # the tools' settings there (vite.config.ts, eslint.config.js, dotfiles)
+                globs += [f"/*.{ext}" for ext in CODE_EXTS] + ["!/*.config.*", "!/.*"]
+            return tuple(dict.fromkeys((*self.test_globs, *globs)))
         for package in self.packages:
             if "/" not in package:  # at the top (under a source root: covered above)
                 globs.append(f"/{package}" if package.endswith(".py") else f"{package}/**")
@@ -101,6 +122,8 @@ class Layout:
 
     def describe(self) -> str:
         """One line for people: ``src layout: src/humanize; tests in tests/``."""
+        if self.language == "javascript" and self.node is not None:
+            return describe_node(self)
         shown = ", ".join(self.packages[:4]) + (" ..." if len(self.packages) > 4 else "")
         label = {
             "src": "src layout",
@@ -125,6 +148,8 @@ class Layout:
             "pythonpath": list(self.pythonpath),
             "notes": list(self.notes),
             "summary": self.describe(),
+            "language": self.language,
+            "node": None if self.node is None else vars(self.node),
         }
 
 
@@ -278,6 +303,11 @@ def detect_layout(root: Path) -> Layout:
         notes.append(f"test folders from {settings_file} (testpaths): {', '.join(test_roots)}")
     else:
         test_roots = [rel for rel in ("tests", "test") if _is_dir(root, rel)] or ["tests"]
+    found = node_project(root)
+    if found is not None and kind == "empty":  # a JavaScript/TypeScript project
+        return _node_layout(root, *found)
+    if found is not None:
+        notes.append("package.json found too: tests run as the Python code's (pytest)")
     return Layout(
         kind=kind,
         name=name,
@@ -287,3 +317,33 @@ def detect_layout(root: Path) -> Layout:
         pythonpath=tuple(dict.fromkeys(pythonpath)),
         notes=tuple(notes),
     )
+
+
+def _node_layout(root: Path, package: dict[str, Any], notes: list[str]) -> Layout:
+    code, workspaces, tests, facts = node_parts(root, package, notes)
+    name = package.get("name")
+    return Layout(
+        kind="node",
+        name=name if isinstance(name, str) else None,
+        source_roots=tuple(code) or (".",),
+        packages=tuple(workspaces),
+        test_roots=tuple(tests) or ("test",),
+        notes=tuple(notes),
+        language="javascript",
+        node=facts,
+    )
+
+
+def describe_node(layout: Layout) -> str:
+    """``JavaScript project (pnpm, TypeScript, vitest): src/; tests in test/, *.test.*``."""
+    facts = layout.node or NodeFacts()
+    what = ", ".join(
+        part
+        for part in (facts.manager, "TypeScript" if facts.typescript else "", facts.runner or "")
+        if part
+    )
+    roots = [f"{r}/" for r in layout.source_roots if r != "."] or ["code at the top"]
+    shown = ", ".join(roots[:4]) + (" ..." if len(roots) > 4 else "")
+    tests = ", ".join([*(f"{r}/" for r in layout.test_roots), "*.test.*", "*.spec.*"])
+    script = f"; test script: {facts.test_script}" if facts.test_script else ""
+    return f"JavaScript project ({what}): {shown}; tests in {tests}{script}"

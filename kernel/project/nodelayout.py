@@ -1,0 +1,222 @@
+"""A JavaScript or TypeScript project's layout as its own files say it (npm, pnpm, yarn).
+
+Read, all as data (nothing of the project runs): ``package.json`` (its name, the
+``workspaces`` globs, the ``test`` script, ``engines.node``, ``packageManager``, the test
+runner among the dependencies), ``pnpm-workspace.yaml``'s ``packages``, the lock file that
+names the package manager, ``tsconfig.json``, ``.nvmrc`` / ``.node-version``; then the
+folders: ``src/`` and ``lib/`` hold code (in the top package and in each workspace
+package), ``test/``, ``tests/``, ``spec/`` and ``__tests__/`` hold tests, and anywhere a
+``*.test.*`` / ``*.spec.*`` file is a test.  :func:`node_layout` returns it as a
+:class:`~fluffy.kernel.project.layout.Layout` whose notes say how each part was found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fluffy.kernel.project.files import read_text
+
+#: The extensions of JavaScript and TypeScript code (the globs list each: .gitignore
+#: patterns have no braces).
+CODE_EXTS = ("js", "mjs", "cjs", "jsx", "ts", "mts", "cts", "tsx")
+#: Test files wherever they are (vitest's and jest's default patterns).
+NODE_TEST_GLOBS = (
+    *(f"**/*.{kind}.{ext}" for kind in ("test", "spec") for ext in CODE_EXTS),
+    "**/__tests__/**",
+)
+#: Folders that hold tests, in the order they are looked for.
+TEST_FOLDERS = ("test", "tests", "spec", "__tests__")
+#: Folders that hold a package's code.
+CODE_FOLDERS = ("src", "lib")
+#: Lock files, and the package manager each one names.
+LOCKS = (
+    ("pnpm-lock.yaml", "pnpm"),
+    ("yarn.lock", "yarn"),
+    ("package-lock.json", "npm"),
+    ("npm-shrinkwrap.json", "npm"),
+)
+#: Test runners, as a dependency's name (the first found in the dev dependencies wins).
+RUNNERS = ("vitest", "jest", "mocha", "ava", "tap", "uvu")
+#: At most this many workspace packages are listed.
+MAX_WORKSPACES = 40
+_VERSION = re.compile(r"v?(\d+)(\.\d+){0,2}")
+_WORD = re.compile(r"[a-z]+")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the project's files say about running it (shown on the first run)."""
+
+    manager: str = "npm"
+    typescript: bool = False
+    runner: str | None = None
+    test_script: str | None = None
+    node: str | None = None  # the Node major version asked for, e.g. "20"
+
+
+def read_json(root: Path, rel: str, notes: list[str]) -> dict[str, Any] | None:
+    text = read_text(root, rel)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        notes.append(f"{rel} is not valid JSON ({str(exc)[:120]}); it was ignored")
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_dir(root: Path, rel: str) -> bool:
+    path = root / rel
+    return path.is_dir() and not path.is_symlink()
+
+
+def _strings(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _workspace_globs(root: Path, package: dict[str, Any], notes: list[str]) -> list[str]:
+    declared = package.get("workspaces")
+    globs = _strings(declared.get("packages") if isinstance(declared, dict) else declared)
+    source = "package.json (workspaces)"
+    text = read_text(root, "pnpm-workspace.yaml")
+    if not globs and text is not None:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            notes.append("pnpm-workspace.yaml is not valid YAML; it was ignored")
+            data = None
+        globs = _strings(data.get("packages")) if isinstance(data, dict) else []
+        source = "pnpm-workspace.yaml"
+    if globs:
+        notes.append(f"workspaces from {source}: {', '.join(globs[:6])}")
+    return globs
+
+
+def _folders(path: Path) -> list[str]:
+    """The folders directly in ``path`` (no links, no dot-folders, no node_modules)."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return []
+    return sorted(
+        e.name
+        for e in entries
+        if e.is_dir(follow_symlinks=False)
+        and not e.name.startswith(".")
+        and e.name != "node_modules"
+    )
+
+
+def _workspaces(root: Path, globs: list[str]) -> list[str]:
+    """The workspace packages' folders (each holding a package.json) the globs name; a
+    glob is a folder path whose parts may be ``*`` (one level) or end in ``/**``."""
+    found: list[str] = []
+    for raw in globs:
+        if raw.startswith("!"):
+            continue
+        parts = [p for p in raw.strip().strip("/").split("/") if p not in ("", ".")]
+        if not parts or any(p == ".." for p in parts):
+            continue
+        if parts[-1] == "**":
+            parts[-1] = "*"
+        candidates = [""]
+        for part in parts:
+            following: list[str] = []
+            for base in candidates:
+                if part == "*":
+                    try:
+                        names = sorted(
+                            e.name for e in os.scandir(root / base) if not e.name.startswith(".")
+                        )
+                    except OSError:
+                        names = []
+                    following += [f"{base}{n}/" for n in names if n != "node_modules"]
+                else:
+                    following.append(f"{base}{part}/")
+            candidates = following[: MAX_WORKSPACES * 4]
+        for candidate in candidates:
+            rel = candidate.rstrip("/")
+            if _is_dir(root, rel) and (root / rel / "package.json").is_file():
+                found.append(rel)
+    return list(dict.fromkeys(found))
+
+
+def _facts(root: Path, package: dict[str, Any], notes: list[str]) -> NodeFacts:
+    manager = "npm"
+    declared = package.get("packageManager")
+    if isinstance(declared, str) and _WORD.match(declared):
+        manager = _WORD.match(declared).group(0)  # type: ignore[union-attr]
+        notes.append(f"package manager from package.json (packageManager): {declared[:40]}")
+    else:
+        for lock, name in LOCKS:
+            if (root / lock).is_file():
+                manager = name
+                notes.append(f"package manager from its lock file: {lock}")
+                break
+    deps: dict[str, Any] = {}
+    for key in ("dependencies", "devDependencies"):
+        value = package.get(key)
+        if isinstance(value, dict):
+            deps.update(value)
+    scripts = package.get("scripts")
+    script = scripts.get("test") if isinstance(scripts, dict) else None
+    script = script if isinstance(script, str) and script.strip() else None
+    runner = next((name for name in RUNNERS if name in deps), None)
+    if runner is None and script is not None and "node --test" in script:
+        runner = "node"
+    typescript = "typescript" in deps or (root / "tsconfig.json").is_file()
+    node = None
+    engines = package.get("engines")
+    wanted = engines.get("node") if isinstance(engines, dict) else None
+    for source, text in (
+        ("package.json (engines.node)", wanted if isinstance(wanted, str) else None),
+        (".nvmrc", read_text(root, ".nvmrc", 256)),
+        (".node-version", read_text(root, ".node-version", 256)),
+    ):
+        match = _VERSION.search(text or "")
+        if match is not None:
+            node = match.group(1)
+            notes.append(f"Node {node} from {source}")
+            break
+    if script is not None:
+        notes.append(f"test script (package.json): {script[:120]}")
+    return NodeFacts(manager, typescript, runner, script, node)
+
+
+def node_project(root: Path) -> tuple[dict[str, Any], list[str]] | None:
+    """``package.json`` and the notes of reading it; None when there is none."""
+    notes: list[str] = []
+    package = read_json(root, "package.json", notes)
+    if package is None:
+        return None
+    return package, notes
+
+
+def node_parts(
+    root: Path, package: dict[str, Any], notes: list[str]
+) -> tuple[list[str], list[str], list[str], NodeFacts]:
+    """(code roots, workspace packages, test roots, facts) of a Node project."""
+    workspaces = _workspaces(root, _workspace_globs(root, package, notes))
+    if len(workspaces) > MAX_WORKSPACES:
+        notes.append(
+            f"{len(workspaces)} workspace packages: the first {MAX_WORKSPACES} are listed; "
+            "add the others' folders to the policy's globs (`fluffy init`) to write there"
+        )
+        workspaces = workspaces[:MAX_WORKSPACES]
+    code: list[str] = []
+    tests: list[str] = []
+    for base in ("", *(f"{w}/" for w in workspaces)):
+        found = [f"{base}{f}" for f in CODE_FOLDERS if _is_dir(root, f"{base}{f}")]
+        code += found or ([base.rstrip("/")] if base else [])  # a package's own top
+        tests += [f"{base}{f}" for f in TEST_FOLDERS if _is_dir(root, f"{base}{f}")]
+    if code:
+        notes.append(f"code in {', '.join(code[:6])}" + (" ..." if len(code) > 6 else ""))
+    return code, workspaces, tests, _facts(root, package, notes)
