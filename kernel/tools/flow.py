@@ -126,7 +126,7 @@ class Flow:
 
     async def state(self, session_id: str) -> tuple[str, str, bool]:
         session = await self.workflow.get(session_id)
-        flow = flow_of(session.mode, bool(session.data.get("exemption")))  # type: ignore[arg-type]
+        flow = flow_of(session.mode, bool(session.data.get("exemption")))
         return session.state, flow, bool(session.data.get("exemption"))
 
     # -- tools ----------------------------------------------------------------------
@@ -322,7 +322,7 @@ class Flow:
                     fix="Ask for tests when a change waits for review (/status shows it).",
                     why="tests are added to a change that waits for review",
                 )
-            if flow_of(session.mode, bool(session.data.get("exemption"))) == "strict":  # type: ignore[arg-type]
+            if flow_of(session.mode, bool(session.data.get("exemption"))) == "strict":
                 raise WorkflowError(
                     "a strict-mode change has its tests already",
                     why="in strict mode the tests were written and failed before the code",

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from fluffy.errors import ModeDenied, SessionNotFound, TransitionDenied
 from fluffy.kernel.audit.entry import Event, now_ms
@@ -46,8 +46,8 @@ from fluffy.kernel.workflow.states import (
     EVENTS,
     MODES,
     Mode,
-    State,
     flow_of,
+    is_mode,
     next_state,
 )
 from fluffy.kernel.workflow.store import Outcome, SessionRow, WorkflowStore
@@ -220,8 +220,8 @@ class Workflow:
                 f"unknown workflow event {event!r}", fix=f"Use one of: {', '.join(EVENTS)}."
             )
         session = await self.get(session_id)
-        state = cast(State, session.state)
-        flow = flow_of(cast(Mode, session.mode), bool(session.data.get("exemption")))
+        state = session.state
+        flow = flow_of(session.mode, bool(session.data.get("exemption")))
         transition = next_state(flow, state, event)
         if transition is None:
             raise TransitionDenied(
@@ -385,7 +385,7 @@ class Workflow:
         self, session_id: str, mode: str, caller: Caller, *, approved: bool = False
     ) -> Outcome:
         """``session.set_mode``: always through the policy engine; a denial falls back to strict."""
-        if mode not in MODES:
+        if not is_mode(mode):
             raise ModeDenied(f"unknown mode {mode!r}", fix=f"Use one of: {', '.join(MODES)}.")
         session = await self.get(session_id)
         if session.state not in ("idle", "planning"):
@@ -410,7 +410,7 @@ class Workflow:
         return Outcome(updated, session.state, "set_mode")
 
     async def _mode_refusal(
-        self, session: SessionRow, mode: str, caller: Caller, approved: bool
+        self, session: SessionRow, mode: Mode, caller: Caller, approved: bool
     ) -> str | None:
         if mode == "strict":
             return None

@@ -9,7 +9,7 @@ design's.  Any state goes to ``idle`` on ``cancel``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal, TypeGuard, get_args
 
 State = Literal[
     "idle",
@@ -27,6 +27,16 @@ Flow = Literal["strict", "explore"]
 
 STATES: Final[tuple[State, ...]] = get_args(State)
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+
+
+def is_mode(value: object) -> TypeGuard[Mode]:
+    return value in MODES
+
+
+def is_state(value: object) -> TypeGuard[State]:
+    return value in STATES
+
+
 #: The caller tag of the person (their CLI, or their answer to the model's question): a
 #: policy rule matches it (``caller_tag: [person]``).
 PERSON: Final = frozenset({"person"})

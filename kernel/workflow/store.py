@@ -22,6 +22,7 @@ import msgspec
 from fluffy.errors import WorkflowError
 from fluffy.kernel.audit.entry import now_ms
 from fluffy.kernel.audit.store import PRAGMAS, db_path
+from fluffy.kernel.workflow.states import Mode, State, is_mode, is_state
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -71,8 +72,8 @@ class SessionRow:
     id: str
     created_at: int
     updated_at: int
-    mode: str
-    state: str
+    mode: Mode
+    state: State
     data: dict[str, Any]
 
 
@@ -237,7 +238,15 @@ class WorkflowStore:
         if not rows:
             return None
         raw = rows[0]
-        session = SessionRow(raw[0], raw[1], raw[2], raw[3], raw[4], msgspec.json.decode(raw[5]))
+        mode, state = raw[3], raw[4]
+        if not is_mode(mode) or not is_state(state):  # only the kernel writes these
+            raise WorkflowError(
+                f"session {session_id} has an unknown mode or state ({mode!r}, {state!r})",
+                why="the session row holds a value the workflow never writes",
+                fix="Run `fluffy audit verify`; then leave (/quit) and run `fluffy` again: a new "
+                "session starts.",
+            )
+        session = SessionRow(raw[0], raw[1], raw[2], mode, state, msgspec.json.decode(raw[5]))
         notes = [n for n in await self._chained(session_id) if "session" in n]
         if not notes or notes[-1]["session"] != digest([session.mode, session.state, session.data]):
             raise WorkflowError(

@@ -680,3 +680,24 @@ async def test_a_baseline_file_that_cannot_be_written_is_noted(tmp_path: Path) -
         assert done.warnings and "cannot write the coverage baseline file" in done.warnings[0]
     finally:
         await kit.close()
+
+
+async def test_a_session_row_with_a_mode_the_workflow_never_writes_is_refused(
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path / "p")
+    state = tmp_path / "s"
+    kit = await open_kit(state, project)
+    try:
+        sid = (await kit.workflow.new_session()).id
+    finally:
+        await kit.close()
+    with sqlite3.connect(state / "fluffy.db") as conn:
+        conn.execute("UPDATE sessions SET mode = 'turbo' WHERE id = ?", (sid,))
+    kit = await open_kit(state, project)
+    try:
+        with pytest.raises(WorkflowError, match="unknown mode or state") as caught:
+            await kit.workflow.get(sid)
+        assert caught.value.why and caught.value.fix
+    finally:
+        await kit.close()
