@@ -14,18 +14,22 @@ read-only at ``/staged`` when it commits::
 
     blobs/<sha256>   each content, named by its hash
     landed.json      {path: [[base sha256 or null, new sha256 or null], ...]}
+    pending.json     the paths of the last record whose merge has not ended yet
 
 (null base: the path did not exist; null new: the session removed it; a base whose
 blob is missing is a copy the staging area lost: the git tool then commits the change
-only onto the very same content.)  It is written *before* the merge touches the project
-(and trimmed to what the merge really did afterwards), so a kernel killed mid-merge,
-which completes the merge at its next start, still commits it.  A commit clears it.
+only onto the very same content.)  It is written *before* the merge touches the project,
+pending, and settled when the merge ends (:meth:`Landed.settle`: the paths it wrote keep
+their new change, the others lose it) -- also when a kernel killed mid-merge completes or
+drops the merge at its next start -- so the record never holds a change the project does
+not.  A commit clears it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -56,9 +60,11 @@ def safe_name(session_id: str) -> str:
 
 
 def _sha(value: object) -> str | None:
-    if isinstance(value, str) and len(value) == 64 and set(value) <= HEX64:
-        return value
-    return None
+    """A recorded hash as it is (None: absent); anything else becomes ``""``, which the
+    git tool refuses for that path (a damaged record is never read as a removal)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) and len(value) == 64 and set(value) <= HEX64 else ""
 
 
 class Landed:
@@ -68,6 +74,7 @@ class Landed:
         self.root = root
         self.blobs = root / "blobs"
         self.index = root / "landed.json"
+        self.pending = root / "pending.json"
 
     def paths(self) -> dict[str, list[Step]]:
         """path -> its merged changes, oldest first (what git.commit is handed)."""
@@ -109,19 +116,29 @@ class Landed:
             if change.base is not None:
                 base = self._put(change.base)
             listing.setdefault(safe_relpath(rel), []).append((base, new))
+        self._write(self.pending, sorted({safe_relpath(rel) for rel in changes}))
         self._save(listing)
 
-    def drop_last(self, paths: Iterable[str]) -> None:
-        """Take back the last change recorded for each of ``paths`` (a merge that did not
-        write them)."""
+    def unsettled(self) -> bool:
+        return self.pending.is_file()
+
+    def settle(self, written: Iterable[str]) -> None:
+        """The merge of the last record ended: the paths it wrote keep their new change,
+        the others lose it (nothing, or a merge that stopped, wrote them)."""
+        try:
+            pending = json.loads(self.pending.read_text())
+        except (OSError, ValueError):
+            return  # nothing pending
+        done = set(written)
         listing = self.paths()
-        for rel in set(paths):
+        for rel in {str(p) for p in pending if isinstance(p, str)} - done:
             steps = listing.get(rel)
             if steps:
                 steps.pop()
                 if not steps:
                     del listing[rel]
         self._save(listing)
+        self.pending.unlink(missing_ok=True)
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -138,7 +155,14 @@ class Landed:
         if not listing and not self.root.is_dir():
             return  # nothing recorded, nothing to take back
         data = {rel: [list(step) for step in steps] for rel, steps in sorted(listing.items())}
-        tmp = self.index.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
+        self._write(self.index, data)
+
+    @staticmethod
+    def _write(path: Path, data: object) -> None:
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as handle:
+            handle.write(json.dumps(data, indent=1))
+            handle.flush()
+            os.fsync(handle.fileno())
         tmp.chmod(0o644)
-        tmp.replace(self.index)
+        tmp.replace(path)

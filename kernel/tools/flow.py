@@ -27,7 +27,6 @@ from typing import Any
 from fluffy.errors import (
     MergeConflict,
     MergeOverlap,
-    MergeRefused,
     TransitionDenied,
     WorkflowError,
 )
@@ -68,16 +67,21 @@ class Step:
 
 def _changes(plan: Any) -> dict[str, Change]:
     """Each planned path's change as the commit takes it (what it was made against, the
-    new content or None for a removal), read before the merge clears the staging area."""
+    new content or None for a removal), read before the merge clears the staging area;
+    content that is not the planned (reviewed) one is refused."""
     stage = plan.staging
-    return {
-        change.path: Change(
-            change.base_sha256,
-            stage.base(change.path) if change.base_sha256 else None,
-            stage.read(change.path) if change.op == "write" else None,
-        )
-        for change in plan.changes
-    }
+    found: dict[str, Change] = {}
+    for change in plan.changes:
+        new = stage.read(change.path) if change.op == "write" else None
+        if new is not None and hashlib.sha256(new).hexdigest() != change.sha256:
+            raise MergeConflict(
+                f"the staged content of {change.path} is not the one planned for the merge",
+                why="the staging area changed after the merge was planned",
+                fix="Look at the changes again (review.show) and approve those.",
+            )
+        base = stage.base(change.path) if change.base_sha256 else None
+        found[change.path] = Change(change.base_sha256, base, new)
+    return found
 
 
 def overlap_report(exc: MergeOverlap) -> dict[str, Any]:
@@ -233,12 +237,14 @@ class Flow:
         )
         await self.workflow.annotate(session_id, "merge_started", merge_started=by)
         landed = self.workspaces.landed(session_id)
-        planned = await asyncio.to_thread(_changes, plan)
         try:
-            # what the commit takes, recorded before the project changes (crash-safe)
+            planned = await asyncio.to_thread(_changes, plan)
+            # what the commit takes, recorded (pending) before the project changes: a
+            # kernel killed mid-merge settles it when it completes the merge at start
             await asyncio.to_thread(landed.add, planned)
             result = await asyncio.to_thread(self.merger.merge, plan)
             if result.status == "failed":  # a file changed while it wrote: rolled back
+                await asyncio.to_thread(landed.settle, list(result.merged))
                 paths = [i.path for i in (*result.conflicts, *result.refused)]
                 raise MergeOverlap(
                     f"nothing was merged: {', '.join(paths)} changed while the merge wrote "
@@ -247,17 +253,17 @@ class Flow:
                     why=result.error or "",
                 )
         except BaseException as exc:
-            # nothing (or a resumable operation) was written: no approval stays behind
-            if isinstance(exc, MergeConflict | MergeRefused):  # nothing, for sure
-                await asyncio.to_thread(landed.drop_last, planned)
+            # nothing (or a resumable operation) was written: no approval stays behind,
+            # and the record keeps a change only if an operation will still write it
+            if landed.unsettled() and not await asyncio.to_thread(self.merger.log.pending):
+                await asyncio.to_thread(landed.settle, [])
             await self.workflow.annotate(session_id, "merge_failed", merge_started=None)
             if isinstance(exc, MergeOverlap):
                 await self._withdraw(session_id, exc)
             raise
         # a file merged three-way with the person's lines: the commit still takes only
         # the session's change (carried onto HEAD by git.commit), their lines stay theirs
-        unwritten = set(planned) - set(getattr(result, "merged", []))
-        await asyncio.to_thread(landed.drop_last, unwritten)
+        await asyncio.to_thread(landed.settle, list(getattr(result, "merged", [])))
         summary = await self._finish_merge(session_id, result)
         if budget:
             summary["budget"] = budget
@@ -410,6 +416,9 @@ class Flow:
             session = await self.workflow.get(sid)
             if session.state != "reviewing" or not session.data.get("merge_started"):
                 continue
+            landed = self.workspaces.landed(sid)
+            written = [path for result in completed for path in result.merged]
+            await asyncio.to_thread(landed.settle, written)  # what the merge really wrote
             if not completed:
                 await self.workflow.annotate(sid, "merge_not_started", merge_started=None)
                 continue

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fluffy.errors import MergeConflict, ToolFailed, ToolTransient
+from fluffy.errors import FluffyError, MergeConflict, ToolFailed, ToolTransient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import Filters, entries
@@ -567,3 +568,32 @@ def test_a_refusal_says_where_the_refusing_rule_lives() -> None:
     assert "(.fluffy/rules)" in denied_fix("ext:no-todo") and "no-todo" in denied_fix("ext:no-todo")
     assert "built-in rule" in denied_fix("builtin:policy-files")
     assert ".fluffy/policy.yaml" in denied_fix("write-src") and denied_fix(None) == denied_fix("x")
+
+
+def test_a_merge_that_fails_before_writing_leaves_nothing_for_the_commit(tmp_path: Path) -> None:
+    """The record of what the commit takes is written before the merge: a merge that
+    stops before writing (its operation log cannot be created) takes it back, so a later
+    commit never holds a change the project does not (review of issue 37's stop)."""
+    harness = Harness(tmp_path)
+
+    async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], bool]:
+        router = tools.router
+        fake = FakePlugins(tmp_path / "outputs", harness.project)
+        router.runner = fake  # type: ignore[assignment]
+        await router.call(sid, "plan.complete", {})
+        await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": "x = 1\n"})
+        await router.call(sid, "test.run", {})
+        await router.call(sid, "fs.write", {"path": "pyproject.toml", "content": "[x]\n"})
+        fake.green = True
+        review = (await router.call(sid, "test.run", {}))["output"]["review"]
+        log = router.merger.log.root
+        shutil.rmtree(log, ignore_errors=True)
+        log.write_text("not a folder")  # the operation cannot be created
+        with pytest.raises(FluffyError):
+            await router.flow.approve(sid, by="user", plan_id=review["plan_id"])
+        landed = router.workspaces.landed(sid)
+        return landed.paths(), landed.unsettled()
+
+    paths, unsettled = run(harness, body)
+    assert paths == {} and unsettled is False
+    assert not (harness.project / "tests" / "test_x.py").exists()
