@@ -79,7 +79,12 @@ def carry(
         return True, new
     if content == new:
         return True, content
-    if content is None or base is None:
-        return False, None
+    if content is None or base is None or any(map(is_binary, (content, base, new))):
+        return False, None  # a binary file is never merged line by line
     merged = merge3(base, new, content)
     return (merged is not None), merged
+
+
+def is_binary(data: bytes) -> bool:
+    """git's test: a NUL byte in the first 8,000 bytes."""
+    return b"\0" in data[:8000]

@@ -38,6 +38,8 @@ def git_env(ctx: ToolContext) -> dict[str, str]:
         "GIT_DIR": str(workspace / ".git"),
         "GIT_WORK_TREE": str(workspace),
         "GIT_OPTIONAL_LOCKS": "0",
+        # paths are file names, never pathspec magic (`:!x`, `:(glob)`) or globs
+        "GIT_LITERAL_PATHSPECS": "1",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_TERMINAL_PROMPT": "0",

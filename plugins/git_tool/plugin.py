@@ -16,6 +16,7 @@ from typing import Any
 from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.plugins.git_tool.gitcmd import git, optional, parse_status, require_repository
 from fluffy.plugins.git_tool.landing import (
+    KEEP,
     REGULAR,
     Blobs,
     Entry,
@@ -23,7 +24,6 @@ from fluffy.plugins.git_tool.landing import (
     carry_all,
     kept_note,
     person_entry,
-    write_blob,
 )
 from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin, normalise_path
 
@@ -140,25 +140,27 @@ def _mode(ctx: ToolContext, head: Entry | None, rel: str) -> str:
     return "100755" if executable else "100644"
 
 
-def _apply(ctx: ToolContext, landing: Landing, env: dict[str, str], person: str) -> None:
+def _apply(ctx: ToolContext, blobs: Blobs, landing: Landing, person: str) -> None:
     """Put each path's carried content into the commit's index, and into the person's
     where they held HEAD's version (their own staged version is carried or kept)."""
-    blobs = Blobs(ctx, env)
-    index = {"GIT_INDEX_FILE": person}
     for rel, data in sorted(landing.contents.items()):
-        new = None
-        if data is not None:
-            new = Entry(_mode(ctx, landing.heads[rel], rel), write_blob(ctx, rel, data, env))
-            blobs.known[new.sha1] = data
-        theirs = person_entry(blobs, landing, rel, new, index)
-        for entry, extra in ((new, {}), (theirs, index)):
-            if entry == "keep":
-                landing.notes.append(kept_note(rel))
-            elif entry is None:
-                git(ctx, "update-index", "--force-remove", "--", rel, env={**env, **extra})
-            elif isinstance(entry, Entry):
-                info = f"{entry.mode},{entry.sha1},{rel}"
-                git(ctx, "update-index", "--add", "--cacheinfo", info, env={**env, **extra})
+        mode = _mode(ctx, landing.heads[rel], rel)
+        new = None if data is None else Entry(mode, blobs.store(data))  # repository form
+        _put(ctx, blobs.env, rel, new)
+        theirs = person_entry(blobs, landing, rel, new, {"GIT_INDEX_FILE": person})
+        if theirs == KEEP:
+            landing.notes.append(kept_note(rel))
+        else:
+            _put(ctx, {**blobs.env, "GIT_INDEX_FILE": person}, rel, theirs)
+
+
+def _put(ctx: ToolContext, env: dict[str, str], rel: str, entry: Entry | None) -> None:
+    """Set (or, None, remove) ``rel``'s entry in the index ``env`` names."""
+    if entry is None:
+        git(ctx, "update-index", "--force-remove", "--", rel, env=env)
+    else:
+        info = f"{entry.mode},{entry.sha1},{rel}"
+        git(ctx, "update-index", "--add", "--cacheinfo", info, env=env)
 
 
 def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -194,8 +196,9 @@ def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         person.write_bytes(data)
     elif parent is not None:
         git(ctx, "read-tree", parent, env={**env, "GIT_INDEX_FILE": str(person)})
-    landing = carry_all(ctx, order, parent, env)
-    _apply(ctx, landing, env, str(person))
+    blobs = Blobs(ctx, env)
+    landing = carry_all(blobs, order, parent)
+    _apply(ctx, blobs, landing, str(person))
     tree = git(ctx, "write-tree", env=env).stdout.strip()
     if parent is not None:
         before = git(ctx, "rev-parse", f"{parent}^{{tree}}", env=env).stdout.strip()

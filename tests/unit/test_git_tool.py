@@ -117,18 +117,26 @@ def test_git_commit_holds_only_what_the_session_merged(repo: Roots) -> None:
 def test_git_commit_refusals(repo: Roots) -> None:
     message = error(call(repo, "git.commit", {"message": "m"}), "tool.failed")
     assert "no list of merged paths" in message  # never a commit of the whole tree
-    forged = landed(repo, {"b.txt": (b"two\n", b"x\n")})
-    (repo.staged / "blobs" / hashlib.sha256(b"x\n").hexdigest()).write_text("behind\n")
-    bad = error(call(repo, "git.commit", {"message": "m"}, "c3", settings=forged), "tool.failed")
-    assert "not the one the merge recorded" in bad
     order = landed(repo, {"b.txt": (b"two\n", b"y\n")})
     order["commit"]["author"] = {"name": "a <b>", "email": "e@x"}
     error(call(repo, "git.commit", {"message": "m"}, "c4", settings=order), "tool.input_invalid")
-    order = landed(repo, {"b.txt": (b"two\n", b"y\n")})
-    order["commit"]["paths"]["b.txt"] = [["not a sha", None]]
-    error(call(repo, "git.commit", {"message": "m"}, "c5", settings=order), "tool.input_invalid")
     unknown = call(repo, "git.commit", {"message": "m", "author_name": "Ann"}, "c6")
     error(unknown, "tool.input_invalid")  # the model does not choose the author
+
+
+def test_a_damaged_record_leaves_its_path_to_the_person(repo: Roots) -> None:
+    """Changed behind the record, missing, or not a hash: that path is not committed (a
+    note says so), the rest is, and later commits are not blocked."""
+    forged = landed(repo, {"b.txt": (b"two\n", b"x\n"), "a.txt": (b"one\n", b"one more\n")})
+    (repo.staged / "blobs" / hashlib.sha256(b"x\n").hexdigest()).write_text("behind\n")
+    result = ok(call(repo, "git.commit", {"message": "m"}, "c3", settings=forged))
+    assert result["files"] == ["a.txt"] and result["left_out"] == ["b.txt"]
+    assert "record of the change is damaged" in result["notes"][0]
+    (repo.staged / "landed.json").unlink()
+    order = landed(repo, {"b.txt": (b"two\n", b"y\n")})
+    order["commit"]["paths"]["b.txt"] = [["not a sha", None]]
+    result = ok(call(repo, "git.commit", {"message": "m"}, "c5", settings=order))
+    assert result["commit"] is None and result["left_out"] == ["b.txt"]
 
 
 def test_git_commit_of_what_head_already_has_commits_nothing(repo: Roots) -> None:
@@ -278,3 +286,49 @@ def test_a_removal_is_committed_and_a_new_file_needs_head_without_it(lines: Root
                            "d.py": (None, b"session's d\n")})  # fmt: skip
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
     assert sorted(result["files"]) == ["c.py", "new.py"] and result["left_out"] == ["d.py"]
+
+
+def test_a_name_like_pathspec_magic_is_a_plain_file_name(lines: Roots) -> None:
+    """`:foo` and `:!x` are file names a model may write, never git's pathspec magic: the
+    person's own staged `:foo` is seen (and kept), `:!x` does not break the commit."""
+    put(lines.workspace, {":foo": "person staged\n"})
+    git(lines.workspace, "add", "--", ":(literal):foo")
+    order = landed(lines, {":foo": (None, b"session\n"), ":!x": (None, b"new\n")})
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert sorted(result["files"]) == [":!x", ":foo"]
+    assert committed(lines, result, ":foo") == b"session\n"
+    assert person_index(lines, result, ":foo") == b"person staged\n"  # theirs, kept
+    assert any("your staged version of :foo was kept" in n for n in result["notes"])
+
+
+def test_end_of_line_attributes_do_not_look_like_the_persons_lines(lines: Roots) -> None:
+    """A file git stores with LF and checks out with CRLF: the change is carried in the
+    repository's form, so it is committed (not left out as an overlap) and stays LF."""
+    put(lines.workspace, {".gitattributes": "*.bat text eol=crlf\n", "run.bat": "a\nb\n"})
+    git(lines.workspace, "add", "-A")
+    git(lines.workspace, "commit", "-q", "-m", "bat")
+    order = landed(lines, {"run.bat": (b"a\r\nb\r\n", b"a\r\nb\r\nc\r\n")})
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert result["left_out"] == [] and result["files"] == ["run.bat"]
+    assert committed(lines, result, "run.bat") == b"a\nb\nc\n"
+
+
+def test_a_binary_file_with_the_persons_changes_is_never_merged(lines: Roots) -> None:
+    head = b"\0" + b"".join(f"{i}\n".encode() for i in range(10))
+    put(lines.workspace, {"img.bin": head})
+    git(lines.workspace, "add", "-A")
+    git(lines.workspace, "commit", "-q", "-m", "bin")
+    mine = head.replace(b"1\n", b"mine\n")
+    order = landed(lines, {"img.bin": (mine, mine.replace(b"8\n", b"session\n"))})
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert result["left_out"] == ["img.bin"] and "binary file" in result["notes"][0]
+
+
+def test_head_without_a_plain_file_there_is_said_plainly(lines: Roots) -> None:
+    (lines.workspace / "link.py").symlink_to("c.py")
+    git(lines.workspace, "add", "-A")
+    git(lines.workspace, "commit", "-q", "-m", "link")
+    order = landed(lines, {"link.py": (None, b"x = 1\n")})
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert result["left_out"] == ["link.py"]
+    assert "HEAD has a symbolic link there, not a file" in result["notes"][0]
