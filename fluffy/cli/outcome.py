@@ -59,10 +59,13 @@ class Outcome:
     line: str
     state: str
     commit: str | None
+    #: merged files the commit left to the person (in their working tree, not committed)
+    left_out: tuple[str, ...] = ()
 
     def event(self) -> dict[str, Any]:
         return {"type": "summary", "landed": self.landed, "text": self.line,
-                "state": self.state, "commit": self.commit}  # fmt: skip
+                "state": self.state, "commit": self.commit,
+                "left_out": list(self.left_out)}  # fmt: skip
 
 
 def outcome(end: dict[str, Any], state: str, tally: Tally) -> Outcome:
@@ -79,10 +82,11 @@ def outcome(end: dict[str, Any], state: str, tally: Tally) -> Outcome:
     if tally.left_out:
         kept = (
             f"{', '.join(tally.left_out)} merged into your working tree but not committed "
-            "(the change touches lines of yours that are not committed; commit them yourself)"
+            "(the notes above say why; commit them yourself)"
         )
     if state == "idle" and (commit or kept):
-        return Outcome(True, f"Landed: {'; '.join(filter(None, (done, kept)))}.", state, commit)
+        line = f"Landed: {'; '.join(filter(None, (done, kept)))}."
+        return Outcome(True, line, state, commit, tuple(tally.left_out))
     if not tally.writes and not tally.merged and not commit and status != "waiting_review":
         return Outcome(True, "No change was made.", state, None)
     why = _WHY.get(state, f"the session stopped in {state}")

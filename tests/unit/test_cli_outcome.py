@@ -41,7 +41,7 @@ DONE = {"type": "turn_end", "status": "done"}
         ((WRITE, MERGED, PART), DONE, "idle", True, "committed 4b1b1a057113; calc.py merged into "
          "your working tree but not committed"),
         ((WRITE, MERGED, NONE), DONE, "idle", True, "Landed: calc.py merged into your working "
-         "tree but not committed (the change touches lines of yours"),
+         "tree but not committed (the notes above say why"),
         ((), DONE, "planning", True, "No change was made"),  # a question, answered
         ((REFUSED,), DONE, "test_writing", True, "No change was made"),
         ((WRITE,), DONE, "code_writing", False, "the tests did not pass"),
@@ -60,3 +60,8 @@ def test_the_line_and_the_exit_say_what_landed(
     summary = result.event()
     assert summary["type"] == "summary" and summary["landed"] is landed
     assert summary["text"] == result.line and summary["state"] == state
+
+
+def test_the_json_summary_names_the_files_left_to_the_person() -> None:
+    assert outcome(DONE, "idle", _tally(WRITE, MERGED, PART)).event()["left_out"] == ["calc.py"]
+    assert outcome(DONE, "idle", _tally(WRITE, MERGED, COMMIT)).event()["left_out"] == []
