@@ -10,6 +10,7 @@ detection must never stop a kernel from starting.
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import stat
 import tomllib
@@ -63,6 +64,26 @@ def read_toml(root: Path, rel: str, notes: list[str] | None = None) -> dict[str,
         if notes is not None:
             notes.append(f"{rel} is not valid TOML ({str(exc)[:120]}); it was ignored")
         return None
+
+
+def read_json(root: Path, rel: str, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """A JSON object file (anything else, or JSON that does not parse, counts as absent)."""
+    text = read_text(root, rel)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        if notes is not None:
+            notes.append(f"{rel} is not valid JSON ({str(exc)[:120]}); it was ignored")
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_folder(root: Path, rel: str) -> bool:
+    """Whether ``rel`` is a folder of the project (not a link to one)."""
+    path = root / rel
+    return path.is_dir() and not path.is_symlink()
 
 
 def read_ini(

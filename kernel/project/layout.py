@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fluffy.kernel.project.files import ini_list, read_ini, read_toml, strings, table
+from fluffy.kernel.project.files import ini_list, is_folder, read_ini, read_toml, strings, table
 from fluffy.kernel.project.nodelayout import (
     CODE_EXTS,
     NODE_TEST_GLOBS,
@@ -161,11 +161,6 @@ def _clean(rel: str) -> str | None:
     return "/".join(parts) or "."
 
 
-def _is_dir(root: Path, rel: str) -> bool:
-    path = root / rel
-    return path.is_dir() and not path.is_symlink()
-
-
 def _configured_roots(root: Path, pyproject: dict[str, Any], notes: list[str]) -> list[str]:
     """Source roots named by the build backend's settings."""
     found: list[str] = []
@@ -197,7 +192,7 @@ def _configured_roots(root: Path, pyproject: dict[str, Any], notes: list[str]) -
     roots = []
     for raw in found:
         rel = _clean(raw)
-        if rel is not None and (rel == "." or _is_dir(root, rel)):
+        if rel is not None and (rel == "." or is_folder(root, rel)):
             roots.append(rel)
     if roots:
         notes.append(f"source roots from the build settings: {', '.join(dict.fromkeys(roots))}")
@@ -278,7 +273,7 @@ def detect_layout(root: Path) -> Layout:
     ]
     roots = _configured_roots(root, pyproject, notes)
     if not roots:
-        src_packages = _packages_in(root, "src") if _is_dir(root, "src") else []
+        src_packages = _packages_in(root, "src") if is_folder(root, "src") else []
         if src_packages:
             roots = ["src"]
             notes.append("src/ holds the code (src layout)")
@@ -297,12 +292,12 @@ def detect_layout(root: Path) -> Layout:
     test_roots = [
         rel
         for rel in (_clean(p) for p in _setting_list(settings.get("testpaths")))
-        if rel and rel != "." and _is_dir(root, rel)
+        if rel and rel != "." and is_folder(root, rel)
     ]
     if test_roots:
         notes.append(f"test folders from {settings_file} (testpaths): {', '.join(test_roots)}")
     else:
-        test_roots = [rel for rel in ("tests", "test") if _is_dir(root, rel)] or ["tests"]
+        test_roots = [rel for rel in ("tests", "test") if is_folder(root, rel)] or ["tests"]
     found = node_project(root)
     if found is not None and kind == "empty":  # a JavaScript/TypeScript project
         return _node_layout(root, *found)

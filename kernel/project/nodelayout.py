@@ -12,7 +12,6 @@ package), ``test/``, ``tests/``, ``spec/`` and ``__tests__/`` hold tests, and an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from fluffy.kernel.project.files import read_text
+from fluffy.kernel.project.files import is_folder, read_json, read_text, strings
 
 #: The extensions of JavaScript and TypeScript code (the globs list each: .gitignore
 #: patterns have no braces).
@@ -61,30 +60,9 @@ class NodeFacts:
     node: str | None = None  # the Node major version asked for, e.g. "20"
 
 
-def read_json(root: Path, rel: str, notes: list[str]) -> dict[str, Any] | None:
-    text = read_text(root, rel)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        notes.append(f"{rel} is not valid JSON ({str(exc)[:120]}); it was ignored")
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _is_dir(root: Path, rel: str) -> bool:
-    path = root / rel
-    return path.is_dir() and not path.is_symlink()
-
-
-def _strings(value: Any) -> list[str]:
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
-
-
 def _workspace_globs(root: Path, package: dict[str, Any], notes: list[str]) -> list[str]:
     declared = package.get("workspaces")
-    globs = _strings(declared.get("packages") if isinstance(declared, dict) else declared)
+    globs = strings(declared.get("packages") if isinstance(declared, dict) else declared)
     source = "package.json (workspaces)"
     text = read_text(root, "pnpm-workspace.yaml")
     if not globs and text is not None:
@@ -93,7 +71,7 @@ def _workspace_globs(root: Path, package: dict[str, Any], notes: list[str]) -> l
         except yaml.YAMLError:
             notes.append("pnpm-workspace.yaml is not valid YAML; it was ignored")
             data = None
-        globs = _strings(data.get("packages")) if isinstance(data, dict) else []
+        globs = strings(data.get("packages")) if isinstance(data, dict) else []
         source = "pnpm-workspace.yaml"
     if globs:
         notes.append(f"workspaces from {source}: {', '.join(globs[:6])}")
@@ -144,7 +122,7 @@ def _workspaces(root: Path, globs: list[str]) -> list[str]:
             candidates = following[: MAX_WORKSPACES * 4]
         for candidate in candidates:
             rel = candidate.rstrip("/")
-            if _is_dir(root, rel) and (root / rel / "package.json").is_file():
+            if is_folder(root, rel) and (root / rel / "package.json").is_file():
                 found.append(rel)
     return list(dict.fromkeys(found))
 
@@ -152,9 +130,10 @@ def _workspaces(root: Path, globs: list[str]) -> list[str]:
 def _facts(root: Path, package: dict[str, Any], notes: list[str]) -> NodeFacts:
     manager = "npm"
     declared = package.get("packageManager")
-    if isinstance(declared, str) and _WORD.match(declared):
-        manager = _WORD.match(declared).group(0)  # type: ignore[union-attr]
-        notes.append(f"package manager from package.json (packageManager): {declared[:40]}")
+    named = _WORD.match(declared) if isinstance(declared, str) else None
+    if named is not None:
+        manager = named.group(0)
+        notes.append(f"package manager from package.json (packageManager): {str(declared)[:40]}")
     else:
         for lock, name in LOCKS:
             if (root / lock).is_file():
@@ -214,9 +193,9 @@ def node_parts(
     code: list[str] = []
     tests: list[str] = []
     for base in ("", *(f"{w}/" for w in workspaces)):
-        found = [f"{base}{f}" for f in CODE_FOLDERS if _is_dir(root, f"{base}{f}")]
+        found = [f"{base}{f}" for f in CODE_FOLDERS if is_folder(root, f"{base}{f}")]
         code += found or ([base.rstrip("/")] if base else [])  # a package's own top
-        tests += [f"{base}{f}" for f in TEST_FOLDERS if _is_dir(root, f"{base}{f}")]
+        tests += [f"{base}{f}" for f in TEST_FOLDERS if is_folder(root, f"{base}{f}")]
     if code:
         notes.append(f"code in {', '.join(code[:6])}" + (" ..." if len(code) > 6 else ""))
     return code, workspaces, tests, _facts(root, package, notes)
