@@ -85,6 +85,15 @@ def carry(
     return (merged is not None), merged
 
 
-def is_binary(data: bytes) -> bool:
-    """git's test: a NUL byte in the first 8,000 bytes."""
-    return b"\0" in data[:8000]
+def is_binary(data: bytes | None) -> bool:
+    """Not text: a NUL byte, or not UTF-8 (the merge, its review and the commit's carry
+    all use this one test)."""
+    if data is None:
+        return False
+    if b"\x00" in data:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False

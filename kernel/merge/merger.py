@@ -56,10 +56,10 @@ from fluffy.kernel.merge.staging import (
     MAX_VIEW_BYTES,
     StagedChange,
     Staging,
-    is_binary,
     sha256,
 )
 from fluffy.kernel.merge.support import SupportChange, support_changes
+from fluffy.merge3 import is_binary
 
 #: Why a change outside the allow-list waits (the review names each such file).
 OUTSIDE = "outside the source and test folders: a tool on your machine may read it as configuration"

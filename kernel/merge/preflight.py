@@ -20,11 +20,10 @@ from fluffy.kernel.merge.staging import (
     MAX_VIEW_BYTES,
     StagedChange,
     Staging,
-    is_binary,
     render_diff,
     sha256,
 )
-from fluffy.merge3 import merge3
+from fluffy.merge3 import is_binary, merge3
 
 
 def file_steps(

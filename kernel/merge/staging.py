@@ -36,6 +36,7 @@ from fluffy.kernel.confined_files import (
     write_atomic,
 )
 from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
+from fluffy.merge3 import is_binary
 
 #: Largest file the view reads (project or staged), in bytes.
 MAX_VIEW_BYTES = 64 * 1024 * 1024
@@ -298,18 +299,6 @@ class Staging:
 def decode_text(data: bytes | None) -> str | None:
     """``data`` as UTF-8 text; raises UnicodeDecodeError for binary content."""
     return None if data is None else data.decode("utf-8")
-
-
-def is_binary(data: bytes | None) -> bool:
-    if data is None:
-        return False
-    if b"\x00" in data:
-        return True
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
 
 
 def render_diff(path: str, old: bytes | None, new: bytes | None) -> str:
