@@ -67,21 +67,18 @@ class Step:
 
 def _changes(plan: Any) -> dict[str, Change]:
     """Each planned path's change as the commit takes it (what it was made against, the
-    new content or None for a removal), read before the merge clears the staging area;
-    content that is not the planned (reviewed) one is refused."""
+    new content or None for a removal), read before the merge clears the staging area.
+    (Content that is not the planned one is refused by the merge, which then settles the
+    record empty.)"""
     stage = plan.staging
-    found: dict[str, Change] = {}
-    for change in plan.changes:
-        new = stage.read(change.path) if change.op == "write" else None
-        if new is not None and hashlib.sha256(new).hexdigest() != change.sha256:
-            raise MergeConflict(
-                f"the staged content of {change.path} is not the one planned for the merge",
-                why="the staging area changed after the merge was planned",
-                fix="Look at the changes again (review.show) and approve those.",
-            )
-        base = stage.base(change.path) if change.base_sha256 else None
-        found[change.path] = Change(change.base_sha256, base, new)
-    return found
+    return {
+        change.path: Change(
+            change.base_sha256,
+            stage.base(change.path) if change.base_sha256 else None,
+            stage.read(change.path) if change.op == "write" else None,
+        )
+        for change in plan.changes
+    }
 
 
 def overlap_report(exc: MergeOverlap) -> dict[str, Any]:
