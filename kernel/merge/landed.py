@@ -13,8 +13,8 @@ The record lives in ``<state>/landed/<session>/``, which the git tool's sandbox 
 read-only at ``/staged`` when it commits::
 
     blobs/<sha256>   each content, named by its hash
-    landed.json      {path: [[base sha256 or null, new sha256 or null], ...]}
-    pending.json     the paths of the last record whose merge has not ended yet
+    landed.json      {"changes": {path: [[base sha256 or null, new sha256 or null], ...]},
+                      "pending": [the paths of the last record whose merge has not ended]}
 
 (null base: the path did not exist; null new: the session removed it; a base whose
 blob is missing is a copy the staging area lost: the git tool then commits the change
@@ -74,18 +74,18 @@ class Landed:
         self.root = root
         self.blobs = root / "blobs"
         self.index = root / "landed.json"
-        self.pending = root / "pending.json"
 
-    def paths(self) -> dict[str, list[Step]]:
-        """path -> its merged changes, oldest first (what git.commit is handed)."""
+    def _load(self) -> tuple[dict[str, list[Step]], set[str]]:
+        """(path -> its merged changes, oldest first; the paths still pending)."""
         try:
             data = json.loads(self.index.read_text())
         except (OSError, ValueError):
-            return {}
+            return {}, set()
         if not isinstance(data, dict):
-            return {}
+            return {}, set()
+        changes, pending = data.get("changes"), data.get("pending")
         listing: dict[str, list[Step]] = {}
-        for rel, steps in data.items():
+        for rel, steps in (changes if isinstance(changes, dict) else {}).items():
             if not isinstance(steps, list):
                 continue
             kept = [
@@ -95,7 +95,12 @@ class Landed:
             ]
             if kept:
                 listing[str(rel)] = kept
-        return listing
+        waiting = {p for p in pending if isinstance(p, str)} if isinstance(pending, list) else set()
+        return listing, waiting
+
+    def paths(self) -> dict[str, list[Step]]:
+        """path -> its merged changes, oldest first (what git.commit is handed)."""
+        return self._load()[0]
 
     def blob(self, sha: str | None) -> bytes | None:
         """The content named ``sha`` (None when absent or not that content)."""
@@ -105,40 +110,36 @@ class Landed:
         return data if data is not None and hashlib.sha256(data).hexdigest() == sha else None
 
     def add(self, changes: Mapping[str, Change]) -> None:
-        """Record one more change for each path (after the ones it already has)."""
+        """Record one more change for each path (after the ones it already has), pending
+        until :meth:`settle`."""
         for folder in (self.root, self.blobs):
             folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o755)  # the git tool's sandbox reads it as another uid
-        listing = self.paths()
+        listing, _ = self._load()
         for rel, change in changes.items():
             new = self._put(change.new)
             base = change.base_sha256
             if change.base is not None:
                 base = self._put(change.base)
             listing.setdefault(safe_relpath(rel), []).append((base, new))
-        self._write(self.pending, sorted({safe_relpath(rel) for rel in changes}))
-        self._save(listing)
+        self._save(listing, {safe_relpath(rel) for rel in changes})  # one atomic write
 
     def unsettled(self) -> bool:
-        return self.pending.is_file()
+        return bool(self._load()[1])
 
     def settle(self, written: Iterable[str]) -> None:
         """The merge of the last record ended: the paths it wrote keep their new change,
         the others lose it (nothing, or a merge that stopped, wrote them)."""
-        try:
-            pending = json.loads(self.pending.read_text())
-        except (OSError, ValueError):
-            return  # nothing pending
-        done = set(written)
-        listing = self.paths()
-        for rel in {str(p) for p in pending if isinstance(p, str)} - done:
+        listing, pending = self._load()
+        if not pending:
+            return
+        for rel in pending - set(written):
             steps = listing.get(rel)
             if steps:
                 steps.pop()
                 if not steps:
                     del listing[rel]
-        self._save(listing)
-        self.pending.unlink(missing_ok=True)
+        self._save(listing, set())
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -151,18 +152,14 @@ class Landed:
             write_atomic(self.blobs, sha, data, mode=0o644, dir_mode=0o755)
         return sha
 
-    def _save(self, listing: Mapping[str, list[Step]]) -> None:
+    def _save(self, listing: Mapping[str, list[Step]], pending: set[str]) -> None:
         if not listing and not self.root.is_dir():
             return  # nothing recorded, nothing to take back
-        data = {rel: [list(step) for step in steps] for rel, steps in sorted(listing.items())}
-        self._write(self.index, data)
-
-    @staticmethod
-    def _write(path: Path, data: object) -> None:
-        tmp = path.with_suffix(".tmp")
+        changes = {rel: [list(step) for step in steps] for rel, steps in sorted(listing.items())}
+        tmp = self.index.with_suffix(".tmp")
         with tmp.open("w") as handle:
-            handle.write(json.dumps(data, indent=1))
+            handle.write(json.dumps({"changes": changes, "pending": sorted(pending)}, indent=1))
             handle.flush()
             os.fsync(handle.fileno())
         tmp.chmod(0o644)
-        tmp.replace(path)
+        tmp.replace(self.index)
