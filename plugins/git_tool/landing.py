@@ -93,29 +93,34 @@ class Blobs:
         """The record's content ``sha`` (None: missing, or not that content)."""
         source = self.folder / sha
         data = source.read_bytes() if source.is_file() and not source.is_symlink() else None
-        return data if data is not None and hashlib.sha256(data).hexdigest() == sha else None
-
-    def entry(
-        self, tree: str | None, rel: str, index: dict[str, str] | None = None
-    ) -> Entry | None:
-        """``rel`` in ``tree``, or with ``index`` in that index (an unmerged path's mode
-        is ``"unmerged"``)."""
-        if index is not None:
-            out = git(self.ctx, "ls-files", "-s", "-z", "--", rel, env={**self.env, **index})
-        elif tree is None:
+        if data is None or hashlib.sha256(data).hexdigest() != sha:
             return None
+        self.known[git_sha1(data)] = data  # HEAD's file is often this very content
+        return data
+
+    def entries(
+        self, tree: str | None, rels: list[str], index: dict[str, str] | None = None
+    ) -> dict[str, Entry]:
+        """``rels`` in ``tree``, or with ``index`` in that index, in one git call (an
+        unmerged path's mode is ``"unmerged"``; a path that is not there is missing)."""
+        if not rels or (tree is None and index is None):
+            return {}
+        if index is not None:
+            command = ["ls-files", "-s", "-z", "--", *rels]
         else:
-            out = git(self.ctx, "ls-tree", "-z", tree, "--", rel, env=self.env)
-        for record in out.stdout.split("\0"):
+            command = ["ls-tree", "-z", str(tree), "--", *rels]
+        out = git(self.ctx, *command, env={**self.env, **(index or {})}).stdout
+        wanted, found = set(rels), {}
+        for record in out.split("\0"):
             head, _, name = record.partition("\t")
             parts = head.split()
-            if name != rel or len(parts) != 3:
+            if name not in wanted or len(parts) != 3:
                 continue
             if index is None:  # <mode> <type> <object>
-                return Entry(parts[0], parts[2])
-            # <mode> <object> <stage>
-            return Entry(parts[0] if parts[2] == "0" else "unmerged", parts[1])
-        return None
+                found[name] = Entry(parts[0], parts[2])
+            else:  # <mode> <object> <stage>
+                found[name] = Entry(parts[0] if parts[2] == "0" else "unmerged", parts[1])
+        return found
 
     def read(self, sha1: str) -> bytes:
         """A blob of the repository, as bytes (never through a text pipe)."""
@@ -136,87 +141,122 @@ class Blobs:
         self.known[sha1] = data
         return data
 
-    def store(self, data: bytes, rel: str | None = None) -> str:
-        """``data`` as a blob in the call's object folder: as it is, or (``rel``) through
-        the path's clean filter and end-of-line settings, as `git add` stores it."""
+    def _hash(self, data: bytes, *how: str) -> str:
         path = self.ctx.call_dir / "landed-blob"
         path.write_bytes(data)
-        how = f"--path={rel}" if rel is not None else "--no-filters"
-        sha = git(self.ctx, "hash-object", "-w", how, str(path), env=self.env).stdout.strip()
-        if rel is None:
-            self.known[sha] = data
-        return sha
+        return git(self.ctx, "hash-object", *how, str(path), env=self.env).stdout.strip()
+
+    def store(self, data: bytes) -> str:
+        """``data``, already in the repository's form, as a blob of the call's objects."""
+        return self.store_all([data])[0]
+
+    def store_all(self, contents: list[bytes]) -> list[str]:
+        """Each of ``contents`` (in the repository's form) as a blob, in one git call."""
+        if not contents:
+            return []
+        paths = []
+        for number, data in enumerate(contents):
+            paths.append(self.ctx.call_dir / f"landed-blob-{number}")
+            paths[-1].write_bytes(data)
+        listed = "".join(f"{path}\n" for path in paths)
+        out = git(self.ctx, "hash-object", "-w", "--no-filters", "--stdin-paths", env=self.env,
+                  input=listed).stdout.split()  # fmt: skip
+        for path in paths:
+            path.unlink()
+        self.known.update(zip(out, contents, strict=True))
+        return out
+
+    def converting(self, rels: list[str]) -> set[str]:
+        """Which of ``rels`` git stores other than as their bytes (an end-of-line, text,
+        filter, encoding or ident attribute, or core.autocrlf), in one git call."""
+        value = git(self.ctx, "config", "--get", "core.autocrlf", env=self.env, check=False)
+        if value.stdout.strip().lower() in ("true", "input"):
+            return set(rels)
+        attrs = ("text", "eol", "crlf", "filter", "working-tree-encoding", "ident")
+        out = git(self.ctx, "check-attr", "-z", *attrs, "--", *rels, env=self.env).stdout
+        fields = out.split("\0")  # <path> NUL <attribute> NUL <value> NUL ...
+        return {
+            fields[i]
+            for i in range(0, len(fields) - 2, 3)
+            if fields[i + 2] not in ("unspecified", "unset")
+        }
 
     def repo_form(self, rel: str, data: bytes) -> bytes:
         """``data`` (a working-tree file of ``rel``) as the repository stores it."""
-        path = self.ctx.call_dir / "landed-blob"
-        path.write_bytes(data)
-        sha = git(self.ctx, "hash-object", f"--path={rel}", str(path), env=self.env)
-        if sha.stdout.strip() == git_sha1(data):  # no filter, no end-of-line change
-            return data
-        return self.read(self.store(data, rel))
+        sha = self._hash(data, "-w", f"--path={rel}")
+        return data if sha == git_sha1(data) else self.read(sha)
 
 
 def carry_all(blobs: Blobs, order: dict[str, Any], parent: str | None) -> Landing:
     """Each merged path's content for the commit, carried onto HEAD's."""
     landing = Landing()
-    for raw, recorded in sorted(order["paths"].items()):
-        rel = normalise_path(raw, what="a landed path")
-        head = blobs.entry(parent, rel)
-        landing.heads[rel] = head
-        steps = _steps(recorded)
+    recorded = {normalise_path(raw, what="a landed path"): steps
+                for raw, steps in order["paths"].items()}  # fmt: skip
+    rels = sorted(recorded)
+    heads, converting = blobs.entries(parent, rels), blobs.converting(rels)
+    for rel in rels:
+        head = landing.heads[rel] = heads.get(rel)
+        steps = _steps(recorded[rel])
         if head is not None and head.mode not in REGULAR:
             kind = {"120000": "a symbolic link", "160000": "a submodule"}.get(head.mode, "a folder")
             landing.leave(rel, f"HEAD has {kind} there, not a file")
         elif steps is None:
             landing.leave(rel, "the kernel's record of the change is damaged")
         else:
-            content = None if head is None else blobs.read(head.sha1)
-            why = _carry_steps(blobs, rel, content, steps, landing)
-            if why is not None:
-                landing.leave(rel, why)
+            try:
+                landing.contents[rel] = _carried(blobs, rel, head, steps, rel in converting)
+            except LeftOut as exc:
+                landing.leave(rel, str(exc))
     return landing
 
 
-def _carry_steps(
-    blobs: Blobs, rel: str, content: bytes | None, steps: Steps, landing: Landing
-) -> str | None:
-    """Carry ``steps`` onto ``content`` into ``landing``; else why it cannot be."""
+class LeftOut(Exception):
+    """Why a path's change cannot be carried onto HEAD's file."""
+
+
+def _carried(
+    blobs: Blobs, rel: str, head: Entry | None, steps: Steps, converts: bool
+) -> bytes | None:
+    """``steps`` carried onto HEAD's ``rel`` (:class:`LeftOut` when they cannot be)."""
+    first_base = steps[0][0]
+    if first_base is not None:
+        blobs.landed(first_base)  # known: HEAD's file is read without git when it is this
+    content = None if head is None else blobs.read(head.sha1)
     for base_sha, new_sha in steps:
         new = None if new_sha is None else blobs.landed(new_sha)
         if new_sha is not None and new is None:
-            return "the kernel's record of the change is damaged (its content is missing)"
+            raise LeftOut("the kernel's record of the change is damaged (its content is missing)")
         base = None if base_sha is None else blobs.landed(base_sha)
         if base_sha is not None and base is None:  # a lost copy: only onto itself
             if content is None or hashlib.sha256(content).hexdigest() != base_sha:
-                return (
+                raise LeftOut(
                     "the copy the change was made against is lost, so it cannot be told "
                     "apart from your uncommitted lines there"
                 )
             base = content
-        new = None if new is None else blobs.repo_form(rel, new)
-        base = None if base is None else blobs.repo_form(rel, base)
+        if converts:
+            new = None if new is None else blobs.repo_form(rel, new)
+            base = None if base is None else blobs.repo_form(rel, base)
         sides = [side for side in (content, base, new) if side is not None]
         if new is not None and content not in (base, new):  # a merge with their lines
             if any(map(is_binary, sides)):
-                return "it is a binary file with changes of yours that are not committed"
+                raise LeftOut("it is a binary file with changes of yours that are not committed")
             if max(map(len, sides)) > MAX_CARRY_BYTES:
-                return (
+                raise LeftOut(
                     f"it is larger than {MAX_CARRY_BYTES // 1024 // 1024} MiB and holds "
                     "changes of yours that are not committed"
                 )
         done, content = carry(content, base, new)
         if not done:
-            return "the change touches lines of yours that are not committed"
-    landing.contents[rel] = content
-    return None
+            raise LeftOut("the change touches lines of yours that are not committed")
+    return content
 
 
 def person_entry(blobs: Blobs, landing: Landing, rel: str, new: Entry | None,
-                 index: dict[str, str]) -> Entry | Literal["keep"] | None:  # fmt: skip
-    """The person's index entry for a committed path: the commit's where they held HEAD's
-    version; their own staged version carried onto it; else :data:`KEEP`."""
-    theirs = blobs.entry(None, rel, index)
+                 theirs: Entry | None) -> Entry | Literal["keep"] | None:  # fmt: skip
+    """The person's index entry for a committed path (``theirs``: what it holds now):
+    the commit's where they held HEAD's version; their own staged version carried onto
+    it; else :data:`KEEP`."""
     head = landing.heads.get(rel)
     if theirs in (head, new):
         return new

@@ -143,24 +143,33 @@ def _mode(ctx: ToolContext, head: Entry | None, rel: str) -> str:
 def _apply(ctx: ToolContext, blobs: Blobs, landing: Landing, person: str) -> None:
     """Put each path's carried content into the commit's index, and into the person's
     where they held HEAD's version (their own staged version is carried or kept)."""
-    for rel, data in sorted(landing.contents.items()):
+    index = {"GIT_INDEX_FILE": person}
+    theirs = blobs.entries(None, sorted(landing.contents), index)
+    written = {rel: data for rel, data in sorted(landing.contents.items()) if data is not None}
+    blob = dict(zip(written, blobs.store_all(list(written.values())), strict=True))
+    ours: dict[str, Entry | None] = {}
+    persons: dict[str, Entry | None] = {}
+    for rel in sorted(landing.contents):
         mode = _mode(ctx, landing.heads[rel], rel)
-        new = None if data is None else Entry(mode, blobs.store(data))  # repository form
-        _put(ctx, blobs.env, rel, new)
-        theirs = person_entry(blobs, landing, rel, new, {"GIT_INDEX_FILE": person})
-        if theirs == KEEP:
+        new = ours[rel] = Entry(mode, blob[rel]) if rel in blob else None
+        entry = person_entry(blobs, landing, rel, new, theirs.get(rel))
+        if entry == KEEP:
             landing.notes.append(kept_note(rel))
         else:
-            _put(ctx, {**blobs.env, "GIT_INDEX_FILE": person}, rel, theirs)
+            persons[rel] = entry
+    _put(ctx, blobs.env, ours)
+    _put(ctx, {**blobs.env, **index}, persons)
 
 
-def _put(ctx: ToolContext, env: dict[str, str], rel: str, entry: Entry | None) -> None:
-    """Set (or, None, remove) ``rel``'s entry in the index ``env`` names."""
-    if entry is None:
-        git(ctx, "update-index", "--force-remove", "--", rel, env=env)
-    else:
-        info = f"{entry.mode},{entry.sha1},{rel}"
-        git(ctx, "update-index", "--add", "--cacheinfo", info, env=env)
+def _put(ctx: ToolContext, env: dict[str, str], entries: dict[str, Entry | None]) -> None:
+    """Set (or, None, remove) each path's entry in the index ``env`` names, in one call."""
+    if not entries:
+        return
+    removed = "0 " + "0" * 40
+    lines = (
+        f"{removed if e is None else f'{e.mode} {e.sha1}'}\t{rel}\0" for rel, e in entries.items()
+    )
+    git(ctx, "update-index", "-z", "--index-info", env=env, input="".join(lines))
 
 
 def commit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ INTERNAL: dict[str, str] = {
     ),
     "kernel/workflow/baseline.py:_NotRegular": "caught in its module: a warning naming the file",
     "fluffy/junit.py:_Refused": "caught in its module and raised as EvidenceError",
+    "plugins/git_tool/landing.py:LeftOut": "caught in its module: a note on the left-out file",
     "kernel/yamltext.py:YamlSyntax": (
         "each caller raises its own error: PolicyError, ConfigError, PluginManifestYaml"
     ),
