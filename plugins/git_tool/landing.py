@@ -9,7 +9,8 @@ lines in that file -- made before the session or while it worked -- stay in the 
 tree and out of the commit.  A path is left out of the commit, with a note, where the
 change cannot be told apart from their lines (they overlap, the file is binary or too
 large to separate, HEAD has no plain file there) or its record is damaged: the working
-tree has the change, for the person to commit.
+tree has the change, for the person to commit; and then the other paths are left out
+too: a commit holds the session's whole change or none of it.
 
 The person's index is updated for a committed path only where it held HEAD's version;
 a version they staged is carried onto the commit's, or kept as it was, never replaced.
@@ -207,6 +208,16 @@ def carry_all(blobs: Blobs, order: dict[str, Any], parent: str | None) -> Landin
                 landing.contents[rel] = _carried(blobs, rel, head, steps, rel in converting)
             except LeftOut as exc:
                 landing.leave(rel, str(exc))
+    if landing.left_out and landing.contents:  # never a commit of part of the change
+        rest = sorted(landing.contents)
+        landing.left_out += rest
+        landing.contents.clear()
+        landing.notes.append(
+            f"{', '.join(rest)} {'was' if len(rest) == 1 else 'were'} not committed either: "
+            "a commit holds the session's whole change or none of it (a test without its "
+            "code would leave HEAD red). Everything is in your working tree; commit it "
+            "together once you have looked at the file(s) above"
+        )
     return landing
 
 

@@ -10,7 +10,8 @@ the person edits `calc.py` (the file the model is changing):
 
 And the person had uncommitted lines in `calc.py` before the session started (the model
 edits the file around them): the commit takes the model's change without their lines,
-or -- where the model's change touches them -- leaves the file to the person, saying so.
+or -- where the model's change touches them -- commits nothing and leaves the whole change
+to the person, saying so (a commit never holds the test without its code).
 """
 
 from __future__ import annotations
@@ -131,12 +132,12 @@ def test_a_change_touching_uncommitted_lines_is_left_to_the_person(
     answers = session(tmp_path, project, runtime, None, edit)
     committed = answers[5]
     assert committed["ok"], committed.get("error")
-    assert committed["output"]["left_out"] == ["calc.py"]
+    assert committed["output"]["commit"] is None  # never the test without its code
+    assert committed["output"]["left_out"] == ["calc.py", "tests/test_sub.py"]
     assert "calc.py was left out of the commit" in committed["output"]["notes"][0]
     assert committed["session"]["state"] == "idle"
-    assert git(project, "show", "--name-only", "--format=", "HEAD").split() == [
-        "tests/test_sub.py"]  # fmt: skip
-    assert git(project, "show", "HEAD:calc.py") == CALC
+    assert git(project, "log", "--format=%s") == "initial\n"
+    assert (project / "tests" / "test_sub.py").read_text() == TEST  # in the working tree
     assert (project / "calc.py").read_text() == mine.replace(
         "# checked by me\n", "# checked by me\n\n\ndef sub(a, b):\n    return a - b\n"
     )  # both

@@ -126,11 +126,11 @@ def test_git_commit_refusals(repo: Roots) -> None:
 
 def test_a_damaged_record_leaves_its_path_to_the_person(repo: Roots) -> None:
     """Changed behind the record, missing, or not a hash: that path is not committed (a
-    note says so), the rest is, and later commits are not blocked."""
+    note says so), nor the rest of the change, and later commits are not blocked."""
     forged = landed(repo, {"b.txt": (b"two\n", b"x\n"), "a.txt": (b"one\n", b"one more\n")})
     (repo.staged / "blobs" / hashlib.sha256(b"x\n").hexdigest()).write_text("behind\n")
     result = ok(call(repo, "git.commit", {"message": "m"}, "c3", settings=forged))
-    assert result["files"] == ["a.txt"] and result["left_out"] == ["b.txt"]
+    assert result["commit"] is None and result["left_out"] == ["b.txt", "a.txt"]
     assert "record of the change is damaged" in result["notes"][0]
     (repo.staged / "landed.json").unlink()
     order = landed(repo, {"b.txt": (b"two\n", b"y\n")})
@@ -218,15 +218,15 @@ def test_the_commit_takes_the_sessions_change_never_the_persons_lines(lines: Roo
 
 def test_a_change_overlapping_the_persons_lines_is_left_out_with_a_note(lines: Roots) -> None:
     """The session rewrote the line the person had changed and not committed: it cannot
-    be told apart, so that file stays out of the commit (both are in the working tree);
-    the other file is committed."""
+    be told apart, so that file stays out of the commit (both are in the working tree),
+    and so does the rest of the change: a commit holds all of it or none."""
     order = landed(lines, {"c.py": (text(l8="mine 8\n"), text(l8="session 8\n")),
                            "d.py": (text(), text(l1="session 1\n"))})  # fmt: skip
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
-    assert result["files"] == ["d.py"] and result["left_out"] == ["c.py"]
+    assert result["commit"] is None and result["left_out"] == ["c.py", "d.py"]
     assert "c.py was left out of the commit" in result["notes"][0]
     assert "`git diff c.py`" in result["notes"][0]
-    assert committed(lines, result, "c.py") == text()
+    assert "d.py was not committed either" in result["notes"][1]
     (lines.staged / "landed.json").unlink()  # a session whose only change overlaps
     alone = landed(lines, {"e.py": (text(l8="mine 8\n"), text(l8="session 8\n"))})
     nothing = ok(call(lines, "git.commit", {"message": "m"}, "c2", settings=alone))
@@ -250,13 +250,15 @@ def test_the_persons_staged_version_is_carried_onto_the_commit_or_kept(lines: Ro
     change on top of it; where the two overlap their staged version is kept, with a note."""
     put(lines.workspace, {"c.py": text(l0="mine 0\n"), "d.py": text(l8="mine 8\n")})
     git(lines.workspace, "add", "c.py", "d.py")
-    order = landed(lines, {"c.py": (text(l0="mine 0\n"), text(l0="mine 0\n", l8="session 8\n")),
-                           "d.py": (text(l8="mine 8\n"), text(l8="session 8\n"))})  # fmt: skip
+    order = landed(lines, {"c.py": (text(l0="mine 0\n"), text(l0="mine 0\n", l8="session 8\n"))})
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
     assert committed(lines, result, "c.py") == text(l8="session 8\n")
     assert person_index(lines, result, "c.py") == text(l0="mine 0\n", l8="session 8\n")
-    assert result["left_out"] == ["d.py"]  # the working tree's change overlaps too
-    assert person_index(lines, result, "d.py") == text(l8="mine 8\n")
+    assert person_index(lines, result, "d.py") == text(l8="mine 8\n")  # not the session's
+    (lines.staged / "landed.json").unlink()
+    order = landed(lines, {"d.py": (text(l8="mine 8\n"), text(l8="session 8\n"))})
+    result = ok(call(lines, "git.commit", {"message": "m"}, "c2", settings=order))
+    assert result["commit"] is None and result["left_out"] == ["d.py"]  # overlaps
 
 
 def test_a_staged_version_overlapping_the_commit_is_kept_in_the_index(lines: Roots) -> None:
@@ -271,21 +273,26 @@ def test_a_staged_version_overlapping_the_commit_is_kept_in_the_index(lines: Roo
 
 
 def test_a_lost_base_copy_commits_only_onto_the_same_content(lines: Roots) -> None:
-    mine = text(l0="mine 0\n")
-    order = landed(lines, {"c.py": (text(), text(l8="session 8\n")),
-                           "d.py": (mine, text(l0="mine 0\n", l8="s\n"))})  # fmt: skip
-    for base in (text(), text(l0="mine 0\n")):
-        (lines.staged / "blobs" / hashlib.sha256(base).hexdigest()).unlink()
+    order = landed(lines, {"c.py": (text(), text(l8="session 8\n"))})
+    (lines.staged / "blobs" / hashlib.sha256(text()).hexdigest()).unlink()
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
     assert committed(lines, result, "c.py") == text(l8="session 8\n")  # HEAD is the base
+    (lines.staged / "landed.json").unlink()
+    mine = text(l0="mine 0\n")
+    order = landed(lines, {"d.py": (mine, text(l0="mine 0\n", l8="s\n"))})
+    (lines.staged / "blobs" / hashlib.sha256(mine).hexdigest()).unlink()
+    result = ok(call(lines, "git.commit", {"message": "m"}, "c2", settings=order))
     assert result["left_out"] == ["d.py"] and "is lost" in result["notes"][0]
 
 
 def test_a_removal_is_committed_and_a_new_file_needs_head_without_it(lines: Roots) -> None:
-    order = landed(lines, {"c.py": (text(l0="mine 0\n"), None), "new.py": (None, b"new\n"),
-                           "d.py": (None, b"session's d\n")})  # fmt: skip
+    order = landed(lines, {"c.py": (text(l0="mine 0\n"), None), "new.py": (None, b"new\n")})
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
-    assert sorted(result["files"]) == ["c.py", "new.py"] and result["left_out"] == ["d.py"]
+    assert sorted(result["files"]) == ["c.py", "new.py"] and result["left_out"] == []
+    (lines.staged / "landed.json").unlink()
+    order = landed(lines, {"d.py": (None, b"session's d\n")})  # HEAD has a d.py already
+    result = ok(call(lines, "git.commit", {"message": "m"}, "c2", settings=order))
+    assert result["commit"] is None and result["left_out"] == ["d.py"]
 
 
 def test_a_name_like_pathspec_magic_is_a_plain_file_name(lines: Roots) -> None:
@@ -332,3 +339,15 @@ def test_head_without_a_plain_file_there_is_said_plainly(lines: Roots) -> None:
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
     assert result["left_out"] == ["link.py"]
     assert "HEAD has a symbolic link there, not a file" in result["notes"][0]
+
+
+def test_a_commit_never_holds_part_of_the_change(lines: Roots) -> None:
+    """A test without its code would leave HEAD red: when the code is left out (it touches
+    the person's uncommitted lines), the test is not committed either; both stay in the
+    working tree and the notes say so."""
+    order = landed(lines, {"c.py": (text(l8="mine 8\n"), text(l8="session 8\n")),
+                           "tests/test_c.py": (None, b"from c import x\n")})  # fmt: skip
+    result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
+    assert result["commit"] is None and result["files"] == []
+    assert result["left_out"] == ["c.py", "tests/test_c.py"]
+    assert "a commit holds the session's whole change or none of it" in result["notes"][1]
