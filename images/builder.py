@@ -28,6 +28,7 @@ from fluffy.images.spec import (
     IMAGES,
     LABEL_HASH,
     LABEL_IMAGE,
+    NODE_LOCK,
     REPOSITORY_PREFIX,
     ImageSpec,
     build_order,
@@ -164,6 +165,8 @@ def build_images(
     store = ImageStore(engine)
     base_id = ensure_base_image(engine, reporter.message)
     arch = linux_arch(engine.info.arch)
+    if names is None:  # Node for JavaScript projects' environments: fetched once, up front
+        ensure_wheelhouse(NODE_LOCK, arch, reporter.message)
     results: list[ImageStatus] = []
     built_any = False
     for spec, tag, ref, parent_ref in _tagged(build_order(names, specs), base_id, arch):

@@ -38,6 +38,7 @@ from fluffy.errors import EnvironmentFailed, FluffyError
 from fluffy.images.envreport import read_report, remove_links
 from fluffy.images.envstage import Say, Stager, project_version, write_plan
 from fluffy.images.imagefiles import copy_from_image
+from fluffy.images.nodeenv import NodePlan, build_node_environment, plan_node_environment
 from fluffy.images.sdists import STAGE_LABELS
 from fluffy.images.spec import IMAGE_PYTHON, LABEL_IMAGE, REQUIREMENTS_DIR
 from fluffy.images.wheelhouse import linux_arch
@@ -102,9 +103,12 @@ def _pinned(name: str) -> str | None:
     return None
 
 
-def plan_environment(project: Path, base_image: str) -> EnvPlan | None:
+def plan_environment(project: Path, base_image: str) -> EnvPlan | NodePlan | None:
     """The plan for ``project``'s environment, or None when it needs none (no
-    requirements and nothing to install: the code-executor image serves it)."""
+    requirements and nothing to install: the code-executor image serves it).  A
+    JavaScript project's is a :class:`~fluffy.images.nodeenv.NodePlan`."""
+    if detect_layout(project).language == "javascript":
+        return plan_node_environment(project, base_image)
     reqs = collect_requirements(project)
     if not reqs.wanted():
         return None
@@ -208,7 +212,7 @@ def _missing_build(report: dict[str, Any], refused: list[Refusal]) -> list[str]:
 
 def build_environment(
     engine: Engine,
-    plan: EnvPlan,
+    plan: EnvPlan | NodePlan,
     state: Path,
     *,
     say: Say = lambda _text: None,
@@ -216,6 +220,9 @@ def build_environment(
     owner: tuple[int, int] | None = None,
 ) -> EnvRecord:
     """Download, build the image (network off), record it under ``state``."""
+    if isinstance(plan, NodePlan):
+        return build_node_environment(engine, plan, state, say=say, on_line=on_line,
+                                      owner=owner)  # fmt: skip
     started = time.monotonic()
     store = ImageStore(engine)
     folder = record_path(state, plan.key).parent

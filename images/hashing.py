@@ -24,7 +24,8 @@ INSTALL_STAGE_NAME = "install.Dockerfile"
 #: Length of the hex tag (64 bits: collisions are not a practical concern here).
 TAG_LENGTH = 16
 #: What of fluffy's package goes into images that carry fluffy.
-FLUFFY_SOURCE_SUFFIXES = frozenset({".py", ".typed", ".json", ".yaml", ".yml"})
+#: (``.mjs``/``.cjs``: the JUnit reporters Node's test runners load, sandboxes/node/)
+FLUFFY_SOURCE_SUFFIXES = frozenset({".py", ".typed", ".json", ".yaml", ".yml", ".mjs", ".cjs"})
 
 
 def fluffy_source_files(parts: tuple[str, ...] = ()) -> dict[str, Path]:

@@ -38,6 +38,8 @@ IMAGES_DIR = Path(__file__).resolve().parent
 #: The install stage every image that carries fluffy shares (relative to the source dir).
 INSTALL_STAGE = Path("stages") / "install.Dockerfile"
 REQUIREMENTS_DIR = IMAGES_DIR / "requirements"
+#: Node for JavaScript projects' environments (images/nodeenv.py): a wheel, not an image.
+NODE_LOCK = REQUIREMENTS_DIR / "node-runtime.lock"
 
 
 @dataclass(frozen=True)

@@ -188,9 +188,9 @@ def env_for_task(project: Path, console: Console) -> None:
     to the kernel's start to report (any other engine error, a stale image for one, is
     shown: the tests would otherwise say only that the environment is missing)."""
     from fluffy.errors import EngineTimeout, EngineUnavailable
-    from fluffy.host.project import collect_requirements
+    from fluffy.host.project import needs_environment
 
-    if not collect_requirements(project).wanted():
+    if not needs_environment(project):
         return
     try:
         ensure_env(project, console)

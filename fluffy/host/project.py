@@ -12,7 +12,7 @@ if TYPE_CHECKING:
         render_policy,
     )
     from fluffy.kernel.project.deps import collect_requirements
-    from fluffy.kernel.project.envstate import EnvRecord, choose
+    from fluffy.kernel.project.envstate import EnvRecord, choose, needs_environment
     from fluffy.kernel.project.layout import detect_layout
     from fluffy.kernel.project.testcmd import TestCommand
 
@@ -22,6 +22,7 @@ _FROM = {
     "collect_requirements": "fluffy.kernel.project.deps",
     "detect_layout": "fluffy.kernel.project.layout",
     "EnvRecord": "fluffy.kernel.project.envstate",
+    "needs_environment": "fluffy.kernel.project.envstate",
     "project_policy": "fluffy.kernel.project.defaults",
     "render_policy": "fluffy.kernel.project.defaults",
 }
@@ -31,6 +32,7 @@ __all__ = [
     "choose",
     "collect_requirements",
     "detect_layout",
+    "needs_environment",
     "project_policy",
     "render_policy",
 ]

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.kernel.project.deps import collect_requirements, env_inputs, env_key
+from fluffy.kernel.project.layout import detect_layout
+from fluffy.kernel.project.nodeenv import node_inputs, node_major
 
 #: Bump when the environment's layout changes (every project rebuilds once).
 ENV_SCHEME = 2
@@ -45,6 +47,8 @@ class EnvRecord:
     warnings: list[str] = field(default_factory=list)
     python: str = ""
     build_s: float = 0.0
+    #: a JavaScript project's: the Node version (e.g. "v24.19.0")
+    node: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EnvRecord:
@@ -100,18 +104,39 @@ class EnvChoice:
         }
 
 
+def needs_environment(project: Path) -> bool:
+    """Whether the project's tests need an environment image: a JavaScript project
+    (Node), or a Python project that declares requirements."""
+    if detect_layout(project).language == "javascript":
+        return True
+    return collect_requirements(project).wanted()
+
+
+def wanted_key(project: Path, base_image: str) -> tuple[str, dict[str, str]] | None:
+    """The key of the environment the project's files ask for, and the files' hashes;
+    None when it needs none (a Python project with no requirements).  A JavaScript
+    project always has one: Node is not in fluffy's code-executor image."""
+    if detect_layout(project).language == "javascript":
+        inputs, runtime = node_inputs(project), f"node{node_major(project)[0]}"
+    elif collect_requirements(project).wanted():
+        inputs, runtime = env_inputs(project), ENV_PYTHON
+    else:
+        return None
+    return env_key(inputs, base_image, runtime, ENV_SCHEME), inputs
+
+
 def choose(project: Path, state: Path, base_image: str) -> EnvChoice:
     """The environment for the project's dependency files as they are now."""
-    requirements = collect_requirements(project)
-    if not requirements.wanted():
+    wanted = wanted_key(project, base_image)
+    if wanted is None:
         return EnvChoice(None, None, True)
-    key = env_key(env_inputs(project), base_image, ENV_PYTHON, ENV_SCHEME)
+    key, inputs = wanted
     record = load_record(state, key)
     if record is not None:
         return EnvChoice(record, key, True)
     older = all_records(state)
     if older:
-        changed = sorted(set(older[0].inputs.items()) ^ set(env_inputs(project).items()))
+        changed = sorted(set(older[0].inputs.items()) ^ set(inputs.items()))
         files = sorted({rel for rel, _ in changed}) or ["fluffy's images"]
         return EnvChoice(
             older[0],

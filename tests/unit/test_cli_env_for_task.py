@@ -27,7 +27,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, error: Exception) -> s
 
     import fluffy.host.project as host_project
 
-    monkeypatch.setattr(host_project, "collect_requirements", lambda _p: _Wanted())
+    monkeypatch.setattr(host_project, "needs_environment", lambda _p: _Wanted().wanted())
     monkeypatch.setattr(cli_project, "ensure_env", fail)
     console = Console(file=io.StringIO(), width=200)
     cli_project.env_for_task(tmp_path, console)

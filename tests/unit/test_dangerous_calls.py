@@ -52,6 +52,10 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
         "container.run: the command a person reviewed (or a rule allowed), in its sandbox",
     ),
     "sandboxes/envbuild.py": ({"subprocess"}, "pip in the environment-build sandbox"),
+    "sandboxes/nodebuild.py": (
+        {"subprocess"},
+        "node --version, chmod in the Node environment's build",
+    ),
     "sandboxes/mcp_host.py": ({"exec"}, "becomes the MCP server on its socket"),
     "sandboxes/probe.py": (
         {"engine-socket", "exec", "native", "subprocess"},

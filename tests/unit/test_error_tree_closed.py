@@ -19,6 +19,9 @@ from tests.repo_files import ROOT, tracked
 
 #: "path:Class" -> why it never reaches a user (where it is translated)
 INTERNAL: dict[str, str] = {
+    "sandboxes/nodebuild.py:Refused": (
+        "caught in its module: printed as FLUFFY-ENV-ERROR, which the host's build reports"
+    ),
     "gate/net.py:Refused": "the gate's dialler answers it as a 403 line to the kernel's proxy",
     "gate/rules.py:Refused": "gate/server.py answers it as a 403 to L1 (the SDK's error mapping)",
     "kernel/audit/verify.py:_Unreadable": "caught in its module: reported as a modified file",

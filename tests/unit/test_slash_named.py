@@ -17,7 +17,8 @@ NAMED = re.compile(r"(?:^|[\s(`'\"])(/[a-z][a-z_-]*)(?=$|[\s).,;:`'\"])")
 NOT_COMMANDS = frozenset(
     {"/bin", "/boot", "/build", "/dev", "/docker", "/etc", "/fluffy", "/generated", "/json",
      "/messages", "/output", "/proc", "/run", "/s", "/staged", "/sys", "/tmp",
-     "/workspace", "/x", "/fluffy-probe"}
+     "/workspace", "/x", "/fluffy-probe", "/node_modules", "/jest-junit", "/node-test-junit",
+     "/prepare", "/index", "/package"}
 )  # fmt: skip
 #: Other names the prompt accepts.
 ALIASES = frozenset({"/exit"})

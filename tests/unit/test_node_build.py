@@ -1,0 +1,119 @@
+"""The Node environment's build step: archives unpacked as data, packages laid out."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from fluffy.images.npmfetch import archive_name
+from fluffy.kernel.project.npmlock import read_node_lock
+from fluffy.sandboxes import nodebuild
+from tests.node_support import PACKAGES, npm_lock, pnpm_lock, tarball
+
+pytestmark = pytest.mark.unit
+
+
+def _hostile() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+
+        def add(name: str, data: bytes = b"x", mode: int = 0o644, kind: bytes = tarfile.REGTYPE,
+                link: str = "") -> None:  # fmt: skip
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.type, info.linkname = len(data), mode, kind, link
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+        add("package/index.js", b"ok")
+        add("package/bin/cli.js", b"#!/usr/bin/env node", mode=0o755)
+        add("package/../../escaped.js")
+        add("/etc/absolute.js")
+        add("package/link.js", kind=tarfile.SYMTYPE, link="/etc/passwd")
+        add("package/hard.js", kind=tarfile.LNKTYPE, link="package/index.js")
+        add("package/fifo", kind=tarfile.FIFOTYPE)
+        add("other-top/readme.md", b"kept: the first folder is stripped whatever its name")
+    return out.getvalue()
+
+
+def test_an_archive_is_unpacked_as_files_and_folders_inside_its_package(tmp_path: Path) -> None:
+    archive = tmp_path / "a.tgz"
+    archive.write_bytes(_hostile())
+    dest = tmp_path / "modules" / "pkg"
+    nodebuild.unpack(archive, dest, [1 << 30])
+    found = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert found == [
+        "a.tgz",
+        "modules/pkg/bin/cli.js",
+        "modules/pkg/index.js",
+        "modules/pkg/readme.md",
+    ]
+    assert (dest / "bin/cli.js").stat().st_mode & 0o111
+    assert not (dest / "index.js").stat().st_mode & 0o111
+    assert not any(p.is_symlink() for p in tmp_path.rglob("*"))
+
+
+def test_the_unpacked_size_is_capped(tmp_path: Path) -> None:
+    archive = tmp_path / "a.tgz"
+    archive.write_bytes(tarball({"big.js": "x" * 1000}))
+    with pytest.raises(nodebuild.Refused):
+        nodebuild.unpack(archive, tmp_path / "pkg", [999])
+
+
+def _plan(tmp_path: Path, name: str, text: str) -> tuple[dict[str, object], Path]:
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / name).write_text(text)
+    lock = read_node_lock(tmp_path / "project", {"devDependencies": {"tinyfmt": "^1.0.0"}},
+                          "x86_64")  # fmt: skip
+    assert lock is not None
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    plan = lock.to_plan()
+    by_key = {f"{p.name}@{p.version}": p for p in PACKAGES}
+    for key, entry in plan["packages"].items():
+        source = by_key[key]
+        entry["archive"] = archive_name(source.integrity)
+        (archives / entry["archive"]).write_bytes(source.data)
+    return plan, archives
+
+
+def test_npm_locks_are_laid_at_their_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nodebuild, "MODULES", tmp_path / "node_modules")
+    plan, archives = _plan(tmp_path, "package-lock.json", npm_lock())
+    top = nodebuild.lay_out(plan, archives)
+    assert top == {"tinycore": "2.0.0", "tinyfmt": "1.0.0"}
+    assert "repeat" in (tmp_path / "node_modules/tinycore/index.js").read_text()
+
+
+def test_pnpm_locks_are_laid_out_isolated_with_links_to_each_dependency(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    modules = tmp_path / "node_modules"
+    monkeypatch.setattr(nodebuild, "MODULES", modules)
+    plan, archives = _plan(tmp_path, "pnpm-lock.yaml", pnpm_lock())
+    assert nodebuild.lay_out(plan, archives) == {"tinyfmt": "1.0.0"}
+    store = modules / ".store"
+    assert (modules / "tinyfmt").resolve() == store / "tinyfmt@1.0.0/node_modules/tinyfmt"
+    beside = store / "tinyfmt@1.0.0/node_modules/tinycore"
+    assert beside.resolve() == store / "tinycore@2.0.0/node_modules/tinycore"
+    assert not (modules / "tinycore").exists()  # not the project's own dependency
+    assert (store / "node_modules/tinycore").is_symlink()  # hoisted, as pnpm does
+    assert (modules / ".vite").readlink() == Path("/tmp/.vite")
+
+
+def test_bins_of_top_level_packages_are_linked_inside_node_modules_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    modules = tmp_path / "node_modules"
+    monkeypatch.setattr(nodebuild, "MODULES", modules)
+    tool = modules / "tool"
+    tool.mkdir(parents=True)
+    (tool / "cli.js").write_text("#!/usr/bin/env node\n")
+    manifest = {"bin": {"tool": "cli.js", "../evil": "cli.js", "escape": "../../../etc/passwd"}}
+    (tool / "package.json").write_text(json.dumps(manifest))
+    nodebuild._bins({"tool": tool})
+    assert sorted(p.name for p in (modules / ".bin").iterdir()) == ["tool"]
+    assert (modules / ".bin/tool").resolve() == (tool / "cli.js").resolve()
+    assert (tool / "cli.js").stat().st_mode & 0o111
