@@ -18,11 +18,21 @@ from xml.parsers import expat
 from fluffy.errors import EvidenceError
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
+#: Whose report: pytest's, another runner's (every ``<failure>`` an assertion), or a
+#: JavaScript runner's (vitest, jest, node's: the failure's ``type`` says).
+Dialect = Literal["pytest", "junit", "javascript"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 # pytest's crash message for an assertion: "assert x == y" (rewritten) or "AssertionError[: ..]".
 _ASSERTION = re.compile(r"(assert\b|AssertionError\b)")
+#: A JavaScript failure that is an assertion: its error class, or how its message starts.
+_JS_ASSERTION_TYPES = frozenset({"AssertionError", "JestAssertionError", "ERR_ASSERTION"})
+_JS_ASSERTION = re.compile(r"(AssertionError\b|expect(ed)?\b|expect\()")
+#: A JavaScript stack frame's file (``at f (file:///workspace/a.test.ts:3:9)``).
+_JS_FRAME = re.compile(r"(?:file://)?((?:/|\.{0,2}/)?[^\s():'\"]+\.[cm]?[jt]sx?):\d+")
+#: The file whose import failed (Node: ``Cannot find module 'x' imported from /w/a.test.js``).
+_JS_IMPORTER = re.compile(r"Cannot find module \S+ (?:imported )?from '?((?:file://)?[^\s']+)'?")
 _CRASH_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?::.*)?)$")
 
 
@@ -103,7 +113,7 @@ def _crash_line(text: str) -> str:
 
 
 def parse_junit(
-    xml: bytes, *, name: str = "junit report", any_failure: bool = False
+    xml: bytes, *, name: str = "junit report", dialect: Dialect = "pytest"
 ) -> list[TestCase]:
     """Parse pytest's ``--junitxml`` output into one :class:`TestCase` per node id.
 
@@ -113,9 +123,12 @@ def parse_junit(
     ``"error"``; ``<skipped>`` (skip and xfail) is ``"skipped"``.  pytest reports a test
     that fails *and* errors in teardown twice; the worse outcome wins.  DOCTYPEs (and so
     entity declarations), reports over 32 MiB and malformed XML raise
-    :class:`EvidenceError` -- never any other exception.  ``any_failure``: a report of
+    :class:`EvidenceError` -- never any other exception.  ``dialect="junit"``: a report of
     another test runner (a project's own command), where every ``<failure>`` is a failed
-    assertion (JUnit's own meaning) and ``<error>`` an unexpected exception.
+    assertion (JUnit's own meaning) and ``<error>`` an unexpected exception;
+    ``"javascript"``: vitest's, jest's or node's (fluffy's reporters), where a case's
+    ``file`` (or ``classname``) is its test file and a ``<failure>`` is an assertion when
+    its ``type`` is an assertion error's.
     """
     if len(xml) > MAX_REPORT_BYTES:
         raise EvidenceError(f"{name} is too large", why=f"{len(xml)} bytes > {MAX_REPORT_BYTES}")
@@ -140,7 +153,8 @@ def parse_junit(
         elif current is not None and tag in ("failure", "error", "skipped"):
             kind = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
             if _RANK[kind] > _RANK[current["kind"]]:
-                current.update(kind=kind, message=attrs.get("message", ""), text="")
+                current.update(kind=kind, message=attrs.get("message", ""), text="",
+                               type=attrs.get("type", ""))  # fmt: skip
                 capture = []
 
     def data(text: str) -> None:
@@ -152,7 +166,7 @@ def parse_junit(
         if tag in ("failure", "error", "skipped") and current is not None and capture is not None:
             current["text"], capture = "".join(capture), None
         elif tag == "testcase" and current is not None:
-            _add_case(cases, current, any_failure)
+            _add_case(cases, current, dialect)
             current = None
 
     parser = expat.ParserCreate()
@@ -171,19 +185,43 @@ def parse_junit(
     return list(cases.values())
 
 
-def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], any_failure: bool) -> None:
+def _js_case(raw: dict[str, Any]) -> tuple[str, str, bool, str]:
+    """(node id, file, assertion, origin) of a JavaScript runner's case."""
+    attrs: dict[str, str] = raw["attrs"]
+    file = (attrs.get("file") or attrs.get("classname", "")).replace("\\", "/")
+    file = file.removeprefix("/workspace/")
+    name = attrs["name"]
+    node = file if name == file else f"{file}::{name}"
+    kind = str(raw.get("type", ""))
+    assertion = raw["kind"] == "failed" and (
+        kind in _JS_ASSERTION_TYPES or bool(_JS_ASSERTION.match(str(raw["message"]).strip()))
+    )
+    frames = [f for f in _JS_FRAME.findall(raw["text"]) if "node_modules/" not in f]
+    importer = _JS_IMPORTER.search(str(raw["message"]))  # a module the file imports failed
+    origin = importer.group(1) if importer else frames[0] if frames else ""
+    return node, file, assertion, origin.removeprefix("file://")
+
+
+def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], dialect: Dialect) -> None:
     attrs: dict[str, str] = raw["attrs"]
     if "name" not in attrs:
         raise _Refused("a <testcase> has no name attribute")
-    node, file = _node_id(attrs.get("classname", ""), attrs["name"], attrs.get("file", ""))
     outcome = cast(Outcome, raw["kind"])
     lines = str(raw["message"]).strip().splitlines()
     message = lines[0] if lines else ""
-    crash = _crash_line(raw["text"])
-    if message in ("", "collection failure") and crash:
-        message = f"{message}: {crash}" if message else crash
-    assertion = outcome == "failed" and (any_failure or bool(_ASSERTION.match(message)))
+    if dialect == "javascript":
+        node, file, assertion, origin = _js_case(raw)
+        if node in cases:  # two tests of one name (it.each, a repeated title): both count
+            node = next(f"{node} [{n}]" for n in range(2, len(cases) + 3)
+                        if f"{node} [{n}]" not in cases)  # fmt: skip
+    else:
+        node, file = _node_id(attrs.get("classname", ""), attrs["name"], attrs.get("file", ""))
+        crash = _crash_line(raw["text"])
+        if message in ("", "collection failure") and crash:
+            message = f"{message}: {crash}" if message else crash
+        assertion = outcome == "failed" and (dialect == "junit" or bool(_ASSERTION.match(message)))
+        origin = ""
     old = cases.get(node)
     if old is None or _RANK[outcome] > _RANK[old.outcome]:
-        origin = _innermost(raw["text"])
+        origin = origin or _innermost(raw["text"])
         cases[node] = TestCase(node, file, outcome, assertion, message[:200], origin[:500])

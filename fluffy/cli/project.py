@@ -269,10 +269,16 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
     if not policy.get("default"):
         return []
     env = info.get("environment") or {}
+    node = layout.get("node") or {}
     if layout.get("language") == "javascript":
+        runner = {"vitest": "vitest", "jest": "jest", "node": "node --test", None: "node --test"}
+        how = runner.get(node.get("runner"))
         env_line = (
-            "JavaScript tests do not run in a sandbox yet (Node environments come next); "
-            "the tests-first rules use the folders and patterns above"
+            f"{how} with Node and the lock file's packages laid out offline"
+            + ("" if env.get("image") else " (built before the task; `fluffy env build`)")
+            if how
+            else f"{node.get('runner')} has no JUnit route in fluffy: name a command in "
+            ".fluffy/config.yaml (tests:) that writes JUnit XML to {junit}"
         )
     elif not env:
         env_line = "pytest in fluffy's own image (no dependencies declared)"

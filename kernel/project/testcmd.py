@@ -8,6 +8,12 @@
       env: {JEST_JUNIT_OUTPUT_FILE: "{junit}"}   # optional
       junit: "{junit}"                           # where the command writes its JUnit XML
 
+or only the variables the tests need, for the runner fluffy picks (pytest, vitest, jest,
+node's own)::
+
+    tests:
+      env: {TZ: America/New_York}
+
 The command runs in the test sandbox with the project's view read-only at /workspace
 (its working directory), no network, and these placeholders filled in: ``{junit}`` (a
 writable path fluffy reads the report from), ``{coverage}`` (one for a coverage file),
@@ -36,14 +42,14 @@ class TestCommand(BaseModel):
     __test__ = False  # not a pytest test class
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    command: list[str] = Field(min_length=1, max_length=200)
+    command: list[str] | None = Field(default=None, min_length=1, max_length=200)
     env: dict[str, str] = Field(default_factory=dict, max_length=100)
     junit: str = JUNIT
 
     @field_validator("command")
     @classmethod
-    def _plain(cls, value: list[str]) -> list[str]:
-        for part in value:
+    def _plain(cls, value: list[str] | None) -> list[str] | None:
+        for part in value or []:
             if "\x00" in part or len(part) > 4096:
                 raise ValueError("each argument is a plain string of at most 4096 characters")
         return value
@@ -59,7 +65,9 @@ class TestCommand(BaseModel):
         return value
 
     def settings(self) -> dict[str, Any]:
-        """The test tool's settings for this command."""
+        """The test tool's settings for this command (only ``env`` when it names none)."""
+        if self.command is None:
+            return {"env": dict(self.env)}
         return {"command": list(self.command), "env": dict(self.env), "junit": self.junit}
 
 

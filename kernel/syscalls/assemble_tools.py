@@ -47,6 +47,7 @@ from fluffy.kernel.tools.testview import TestViews
 from fluffy.kernel.tools.treereader import SessionTree
 from fluffy.kernel.tools.workspace import Workspaces
 from fluffy.kernel.workflow.evidence import MissingProof
+from fluffy.kernel.workflow.jsmissing import JsMissingCode
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.missing import MissingCode
 
@@ -226,6 +227,10 @@ async def assemble_tools(
     roots = (*layout.import_roots(), ".", *layout.test_roots)
 
     def missing_code(session_id: str) -> MissingProof:
+        if layout.language == "javascript":
+            return JsMissingCode(
+                SessionTree(fast, workspaces.get(session_id)), layout.source_roots
+            ).proves
         judge = MissingCode(
             SessionTree(fast, workspaces.get(session_id)), roots, third_party=tests.third_party()
         )

@@ -76,7 +76,7 @@ async def base_run(
         await release(outcome)
     if junit is None:
         return BaseResult(frozenset(), frozenset(), 0)  # nothing to compare with
-    cases = parse_junit(junit, name="the base tree's junit report", any_failure=plan.custom)
+    cases = parse_junit(junit, name="the base tree's junit report", dialect=plan.dialect)
     failing = sorted(c.id for c in cases if c.outcome in ("failed", "error"))
     passing = sorted((c.id, c.file) for c in cases if c.outcome == "passed")
     cache.parent.mkdir(parents=True, exist_ok=True)

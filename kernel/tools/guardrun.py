@@ -132,7 +132,7 @@ async def cross_check(
     tail = str(outcome.result.get("output_tail", ""))[-1000:]
     if junit is None:  # pytest always writes one: the process ended before it could
         return Verdict((_unfinished("(no report)", exit_code, "wrote no report", tail),), (), 0)
-    cases = parse_junit(junit, name="the cross-check's junit report", any_failure=plan.custom)
+    cases = parse_junit(junit, name="the cross-check's junit report", dialect=plan.dialect)
     old = known or set()  # failing on the base tree too: not the session's doing
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
     broken = tuple(c for c in failing if c.file not in changed)

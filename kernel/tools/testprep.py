@@ -17,9 +17,11 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from fluffy.junit import Dialect
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_party_modules
 from fluffy.kernel.project.layout import Layout
+from fluffy.kernel.project.nodeenv import node_test_command
 from fluffy.kernel.project.testcmd import load_test_command
 from fluffy.kernel.tools.testview import Synced, TestViews
 
@@ -32,6 +34,8 @@ class TestPlan:
     choice: EnvChoice | None
     settings: dict[str, Any] = field(default_factory=dict)
     custom: bool = False
+    #: whose JUnit the run writes (pytest's, a project command's, a JavaScript runner's)
+    dialect: Dialect = "pytest"
 
     @property
     def image(self) -> str | None:
@@ -114,11 +118,18 @@ class TestPreparer:
             "import_roots": list(self.layout.import_roots()),
             "coverage": coverage,
         }
-        if record is not None:
+        if record is not None and not record.node:
             settings["python"] = f"{ENV_ROOT}/bin/python"
             installed = {canonicalize_name(name) for name in record.packages}
             settings["no_cov"] = "pytest-cov" in installed
         command = load_test_command(self.project)
-        if command is not None:
+        if command is not None and command.command is not None:
             settings.update(command.settings())
-        return TestPlan(synced, choice, settings, custom=command is not None)
+            return TestPlan(synced, choice, settings, custom=True, dialect="junit")
+        own_env = command.env if command is not None else {}  # `tests: env:` alone
+        node = node_test_command(self.layout.node) if self.layout.language == "javascript" else None
+        if node is not None:
+            settings.update(node, env={**node["env"], **own_env})
+            return TestPlan(synced, choice, settings, custom=True, dialect="javascript")
+        settings["env"] = dict(own_env)
+        return TestPlan(synced, choice, settings)

@@ -77,7 +77,7 @@ async def run_tests(
         result = outcome.result
         junit = output_file(outcome, result.get("junit"))
         cases = (
-            parse_junit(junit, name="the test run's junit report", any_failure=plan.custom)
+            parse_junit(junit, name="the test run's junit report", dialect=plan.dialect)
             if junit
             else []
         )

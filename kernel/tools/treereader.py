@@ -33,6 +33,10 @@ class SessionTree:
         return any(k.startswith(prefix) and v is not None for k, v in self.overlay.items())
 
     def python_files(self, folder: str, limit: int) -> list[str]:
+        return self.files(folder, (".py",), limit)
+
+    def files(self, folder: str, suffixes: tuple[str, ...], limit: int) -> list[str]:
+        """The view's files under ``folder`` whose names end in one of ``suffixes``."""
         found: list[str] = []
         base = self.fast.project if folder in ("", ".") else self.fast.project / folder
         prefix = "" if folder in ("", ".") else folder.rstrip("/") + "/"
@@ -40,7 +44,7 @@ class SessionTree:
             dirs[:] = sorted(d for d in dirs if not ignored_dir(d))
             rel_dir = Path(current).relative_to(self.fast.project).as_posix()
             for name in sorted(files):
-                if not name.endswith(".py"):
+                if not name.endswith(suffixes):
                     continue
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if self.overlay.get(rel, "") is None:
@@ -49,7 +53,7 @@ class SessionTree:
                 if len(found) >= limit:
                     return found
         for rel, sha in sorted(self.overlay.items()):
-            wanted = sha is not None and rel.endswith(".py") and rel.startswith(prefix)
+            wanted = sha is not None and rel.endswith(suffixes) and rel.startswith(prefix)
             if wanted and rel not in found and not ignored(rel):
                 found.append(rel)
         return found[:limit]

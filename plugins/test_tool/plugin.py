@@ -21,6 +21,7 @@ and the end of the output for display.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin,
 from fluffy.plugins.test_tool.junit import EMPTY, junit_counts
 
 OUTPUT_TAIL = 4000
+#: Terminal colour and cursor codes (runners colour their output when CI is set): dropped
+#: from what the model and the person read.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 COVERAGE_TIMEOUT_S = 300
 JUNIT, COVERAGE, DATA = "junit.xml", "coverage.json", ".coverage"
 #: pytest's cache goes where the sandbox may write (the project is read-only).
@@ -156,8 +160,9 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         env.update(extra)
     else:
         command = _pytest(ctx, args, python)
+        env.update(_custom(ctx, args)[1])  # the project's variables (`tests: env:`)
     tests = ctx.run(command, cwd=ctx.workspace, timeout_s=args["timeout_s"], env=env)
-    output = tests.stdout + (("\n" + tests.stderr) if tests.stderr else "")
+    output = _ANSI.sub("", tests.stdout + (("\n" + tests.stderr) if tests.stderr else ""))
     if tests.timed_out:
         raise ToolTimeout(
             f"the tests did not finish within {args['timeout_s']} s; output ends: {output[-500:]}",

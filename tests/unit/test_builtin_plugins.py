@@ -349,6 +349,23 @@ def test_test_run_runs_a_projects_own_command(roots: Roots) -> None:
     assert result["coverage"] is None
 
 
+def test_the_projects_variables_reach_pytest_and_colour_codes_do_not_reach_the_model(
+    roots: Roots,
+) -> None:
+    """``tests: env:`` alone: pytest runs with the project's variables; the output the
+    model reads has no terminal codes."""
+    test = (
+        "import os\n\ndef test_tz():\n    print('\\x1b[31mcoloured\\x1b[0m')\n"
+        "    assert os.environ.get('TZ') == 'America/New_York'\n"
+    )
+    put(roots.workspace, {"tests/test_tz.py": test})
+    result = _run_with(roots, {"env": {"TZ": "America/New_York"}, "coverage": False}, "v1")
+    assert result["exit_code"] == 0, result["output_tail"]
+    bare = _run_with(roots, {"coverage": False}, "v2")
+    assert bare["exit_code"] == 1 and "coloured" in bare["output_tail"]
+    assert "\x1b" not in bare["output_tail"]
+
+
 def test_test_run_with_paths_keyword_and_no_tests(tiny: Roots) -> None:
     only = ok(call(tiny, "test.run", {"paths": ["tests/test_calc.py"], "keyword": "add"}))
     assert only["counts"]["found"] == 1

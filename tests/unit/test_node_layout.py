@@ -146,11 +146,11 @@ def test_the_default_policy_is_tests_first_where_the_project_keeps_them(tmp_path
     assert "Layout fluffy found: JavaScript project (pnpm, TypeScript, vitest)" in text
 
 
-def test_the_first_run_says_what_was_found_and_that_node_tests_do_not_run_yet(
+def test_the_first_run_says_what_was_found_and_how_node_tests_run(
     tmp_path: Path,
 ) -> None:
     layout = detect_layout(make(tmp_path, VITEST)).to_dict()
     block = first_run_block({"policy": {"default": True}, "layout": layout})
     assert "JavaScript project (pnpm, TypeScript, vitest)" in block[1]
     assert "*.test.*" in block[2] and "src/**" in block[2]
-    assert "JavaScript tests do not run in a sandbox yet" in block[3]
+    assert "vitest with Node and the lock file's packages laid out offline" in block[3]

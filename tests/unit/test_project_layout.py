@@ -208,6 +208,11 @@ def test_a_projects_own_test_command_is_read_from_its_config(tmp_path: Path) -> 
     make(tmp_path, {".fluffy/config.yaml": "tests: {command: []}\n"})
     with pytest.raises(ConfigError, match=r"tests\.command"):
         load_test_command(tmp_path)
+    # only the variables, for the runner fluffy picks
+    make(tmp_path, {".fluffy/config.yaml": "tests:\n  env: {TZ: America/New_York}\n"})
+    command = load_test_command(tmp_path)
+    assert command is not None and command.settings() == {"env": {"TZ": "America/New_York"}}
+    load_settings(tmp_path, {}, env={})
 
 
 def test_tests_is_a_project_setting_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
