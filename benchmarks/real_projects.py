@@ -49,7 +49,7 @@ from tests.real_projects_support import (
 )
 
 
-def _call(client: SyncClient, sid: str, tool: str, **args: Any) -> dict[str, Any]:
+def call_tool(client: SyncClient, sid: str, tool: str, **args: Any) -> dict[str, Any]:
     answer: dict[str, Any] = client.call(
         "tool.call", {"session_id": sid, "tool": tool, "args": args}
     )
@@ -58,7 +58,7 @@ def _call(client: SyncClient, sid: str, tool: str, **args: Any) -> dict[str, Any
     return answer
 
 
-def _environment(engine_name: str, repo: Path, state: Path) -> tuple[float, float]:
+def environment_times(engine_name: str, repo: Path, state: Path) -> tuple[float, float]:
     from fluffy.images.environment import ensure_environment
     from fluffy.images.templates import template_images
     from fluffy.kernel.containers.engine import connect
@@ -84,16 +84,16 @@ def _sandbox(work: Path, repo: Path, engine: str) -> dict[str, Any]:
     with kernel(work, repo, engine) as sock, SyncClient(str(sock), timeout=1800) as client:
         sid = client.call("session.create")["session_id"]
         client.call("session.message", {"session_id": sid, "text": "run the tests"})
-        _call(client, sid, "plan.complete", summary="run the suite")
+        call_tool(client, sid, "plan.complete", summary="run the suite")
         t0 = time.perf_counter()
-        whole = _call(client, sid, "test.run")["output"]
+        whole = call_tool(client, sid, "test.run")["output"]
         testrun_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         sid = client.call("session.create")["session_id"]
         client.call("session.message", {"session_id": sid, "text": "add fluffy_triple"})
         landed = True
         for step in steps:
-            answer = _call(client, sid, str(step["tool"]), **step["args"])
+            answer = call_tool(client, sid, str(step["tool"]), **step["args"])
             expect = step.get("expect") or {}
             if "state" in expect and answer["session"]["state"] != expect["state"]:
                 landed = False
@@ -118,7 +118,7 @@ def measure(project: RealProject, engine: str, root: Path) -> dict[str, Any]:
     work.chmod(0o755)  # the sandbox user reads the project
     on_host = host_run(project, unpack(project, work / "host", git=False), work)
     repo = unpack(project, work / "repo")
-    cold, warm = _environment(engine, repo, work / "state")
+    cold, warm = environment_times(engine, repo, work / "state")
     sandbox = _sandbox(work, repo, engine)
     got = [sandbox[f"testrun_{k}"] for k in ("passed", "failed", "skipped")]
     want = expected_counts(project, on_host)
