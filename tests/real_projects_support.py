@@ -61,15 +61,16 @@ def real_projects() -> list[RealProject]:
 
 
 def unpack(project: RealProject, dest: Path, *, git: bool = True) -> Path:
-    """The archive's tree at ``dest`` (world-readable: the sandbox user reads it), a git
+    """The archive's tree at ``dest`` (world-readable: the sandbox user reads it; its
+    executables kept executable), a git
     repository with one commit when ``git``."""
     with tarfile.open(FIXTURES / project.archive) as tar:
         tar.extractall(dest.parent / f".{dest.name}-unpack", filter="data")
     top = dest.parent / f".{dest.name}-unpack" / f"{project.name}-{project.version}"
     top.rename(dest)
     (dest.parent / f".{dest.name}-unpack").rmdir()
-    for path in [dest, *dest.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    for path in [dest, *dest.rglob("*")]:  # an executable stays one (a test may spawn it)
+        path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o100 else 0o644)
     if git:
         env = {**os.environ, **GIT}
         for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "import"]):
