@@ -35,9 +35,13 @@ from fluffy.kernel.project.deps import env_key
 from fluffy.kernel.project.envstate import ENV_SCHEME, EnvRecord, record_path
 from fluffy.kernel.project.files import read_json
 from fluffy.kernel.project.nodeenv import DEFAULT_NODE, node_inputs, node_major
-from fluffy.kernel.project.npmlock import NodeLock, read_node_lock
+from fluffy.kernel.project.nodelock import read_node_lock
+from fluffy.kernel.project.npmlock import NodeLock
 
 ENV_REPOSITORY = "fluffy/env"
+#: The code-executor image's PATH, then Node's (a package's command never comes first).
+_PATH = "/opt/fluffy/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_PATH += ":/opt/node/bin"
 DOCKERFILE = f"""\
 # A JavaScript project's test environment (fluffy env build): FROM fluffy's code-executor
 # image, Node from its wheel and the lock's packages laid out offline in /node_modules.

@@ -21,7 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from fluffy.errors import EnvironmentFailed
@@ -42,10 +42,18 @@ HEADERS = {"User-Agent": "fluffy (npm archives)", "Accept": "application/octet-s
 def registry() -> str:
     """The registry packages come from (the person's setting, else npm's)."""
     chosen = os.environ.get(REGISTRY_VARIABLE, "").strip() or DEFAULT_REGISTRY
-    if not chosen.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+    try:
+        parts = urllib.parse.urlsplit(chosen)
+        local = parts.hostname in ("127.0.0.1", "::1", "localhost")
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, local, port_ok = urllib.parse.urlsplit(""), False, False
+    secure = parts.scheme == "https" or (parts.scheme == "http" and local)
+    if not secure or not parts.hostname or parts.username or parts.query or not port_ok:
         raise EnvironmentFailed(
-            f"{REGISTRY_VARIABLE}={chosen[:100]} is not an https URL",
-            why="packages are fetched over HTTPS (plain HTTP only from this machine)",
+            f"{REGISTRY_VARIABLE}={chosen[:100]} is not an https URL of a registry",
+            why="packages are fetched over HTTPS (plain HTTP only from this machine), from "
+            "a registry's address with no user name or query",
             fix=f"Set {REGISTRY_VARIABLE} to your registry's https:// address, or unset it.",
         )
     return chosen.rstrip("/")
@@ -155,6 +163,7 @@ def _download(package: NodePackage, registry_: _Registry) -> bytes:
     if len(data) > MAX_ARCHIVE_BYTES:
         raise EnvironmentFailed(
             f"{package.key}'s archive is larger than {MAX_ARCHIVE_BYTES // 2**20} MiB",
+            why="fluffy takes no single package archive larger than that",
             fix="Leave such a package out of the test dependencies.",
         )
     return data
@@ -183,27 +192,36 @@ def _one(package: NodePackage, registry_: _Registry, store: Path) -> tuple[str, 
 def fetch_archives(
     packages: Iterable[NodePackage], dest: Path, say: Callable[[str], None]
 ) -> dict[str, str]:
-    """Every package's archive into ``dest`` (checked, from the cache when there);
-    package key -> file name in ``dest``."""
+    """Every package's archive into ``dest`` (checked, from the cache when there), each
+    archive once however many packages share it; package key -> file name in ``dest``.
+    The first failure stops the rest; so does passing 4 GiB downloaded."""
     store = cache_dir() / "npm"
     store.mkdir(parents=True, exist_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
     wanted = list(packages)
+    unique = list({p.integrity: p for p in wanted}.values())
     client = _Registry(registry())
+    pool = ThreadPoolExecutor(WORKERS)
+    downloaded, fresh = 0, 0
     try:
-        with ThreadPoolExecutor(WORKERS) as pool:
-            done = list(pool.map(lambda p: _one(p, client, store), wanted))
+        for future in as_completed([pool.submit(_one, p, client, store) for p in unique]):
+            size = future.result()[1]  # the first failure raises here
+            downloaded, fresh = downloaded + size, fresh + (1 if size else 0)
+            if downloaded > MAX_TOTAL_BYTES:
+                raise EnvironmentFailed(
+                    f"the packages are larger than {MAX_TOTAL_BYTES // 2**30} GiB in all",
+                    why="fluffy stops downloading there: a test environment of that size "
+                    "is more likely a mistake (or a hostile lock) than a need",
+                    fix="Trim the project's dependencies.",
+                )
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         client.close()
-    downloaded = sum(size for _, size in done)
-    if downloaded > MAX_TOTAL_BYTES:
-        raise EnvironmentFailed("the packages are larger than 4 GiB in all",
-                                fix="Trim the project's dependencies.")  # fmt: skip
-    fresh = sum(1 for _, size in done if size)
-    say(f"{len(wanted)} package archive(s): {fresh} downloaded "
-        f"({downloaded / 2**20:.1f} MiB), {len(wanted) - fresh} from the cache")  # fmt: skip
+    say(f"{len(unique)} package archive(s): {fresh} downloaded "
+        f"({downloaded / 2**20:.1f} MiB), {len(unique) - fresh} from the cache")  # fmt: skip
     files: dict[str, str] = {}
-    for package, (name, _) in zip(wanted, done, strict=True):
+    for package in wanted:
+        name = archive_name(package.integrity)
         target = dest / name
         if not target.exists():
             try:

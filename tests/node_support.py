@@ -14,6 +14,7 @@ import io
 import json
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,10 +78,15 @@ PACKAGES = (TINYFMT, TINYCORE)
 
 @contextmanager
 def npm_registry(
-    packages: tuple[Package, ...] = PACKAGES, *, flaky: int = 0, ports: list[int] | None = None
+    packages: tuple[Package, ...] = PACKAGES,
+    *,
+    flaky: int = 0,
+    ports: list[int] | None = None,
+    slow_s: float = 0.0,
 ) -> Iterator[tuple[str, list[str]]]:
     """A registry of ``packages`` on 127.0.0.1: (its URL, the paths asked for).  The first
-    ``flaky`` requests get a 503; ``ports`` collects each request's client port."""
+    ``flaky`` requests get a 503; ``ports`` collects each request's client port; each
+    archive is answered after ``slow_s`` (a 404 at once)."""
     served = {p.path: p.data for p in packages}
     asked: list[str] = []
 
@@ -99,6 +105,8 @@ def npm_registry(
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if data is not None:
+                time.sleep(slow_s)
             self.send_response(200 if data is not None else 404)
             self.send_header("Content-Length", str(len(data or b"")))
             self.end_headers()

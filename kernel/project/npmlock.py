@@ -19,25 +19,23 @@ are *skipped*.  Workspace packages are links to the project's own folders.
 
 from __future__ import annotations
 
-import json
+import base64
 import re
+import urllib.parse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fluffy.errors import EnvironmentFailed
-from fluffy.kernel.project.files import read_text
 
 #: Lock files, in the order they are looked for.
-NODE_LOCKS = ("package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml", "yarn.lock")
+NODE_LOCKS = ("pnpm-lock.yaml", "yarn.lock", "npm-shrinkwrap.json", "package-lock.json")
 MAX_LOCK_BYTES = 64 * 1024 * 1024
 MAX_PACKAGES = 20_000
 #: An npm package name (old packages may have capitals).
-_NAME = re.compile(r"^(?:@[A-Za-z0-9][\w.~-]*/)?[A-Za-z0-9_][\w.~-]*$")
-_VERSION = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]*)?$")
-_INTEGRITY = re.compile(r"^(sha512|sha384|sha256|sha1)-[A-Za-z0-9+/]+={0,2}$")
+_NAME = re.compile(r"(?:@[A-Za-z0-9][\w.~-]*/)?[A-Za-z0-9_][\w.~-]*")
+_VERSION = re.compile(r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]*)?")
+#: An integrity's algorithm and the length of its digest, in bytes.
+_DIGESTS = {"sha512": 64, "sha384": 48, "sha256": 32, "sha1": 20}
 #: The image's platform, in npm's words.
 PLATFORM = {"os": "linux", "libc": "glibc"}
 CPU = {"x86_64": "x64", "aarch64": "arm64"}
@@ -76,8 +74,6 @@ class NodeLock:
     refused: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    #: packages the lock says have an install script (none is run)
-    scripted: list[str] = field(default_factory=list)
 
     def to_plan(self) -> dict[str, Any]:
         """The build's plan (plain JSON)."""
@@ -107,37 +103,68 @@ def _fits(entry: dict[str, Any], arch: str) -> bool:
     return True
 
 
+def is_package_name(name: str) -> bool:
+    return len(name) <= 214 and _NAME.fullmatch(name) is not None
+
+
+def checked_integrity(value: Any) -> str | None:
+    """The lock's integrity (its first, SRI-style ``algorithm-base64``) when it is a
+    well-formed digest of a known algorithm; None otherwise."""
+    first = value.split()[0] if isinstance(value, str) and value.split() else ""
+    algorithm, _, digest = first.partition("-")
+    try:
+        raw = base64.b64decode(digest, validate=True)
+    except ValueError:
+        return None
+    return first if len(raw) == _DIGESTS.get(algorithm, -1) else None
+
+
+def registry_download(resolved: str, name: str, version: str) -> bool:
+    """Whether a lock's ``resolved`` URL is a registry's archive of ``name@version`` (any
+    host: the download itself comes from fluffy's registry), not another URL."""
+    path = urllib.parse.urlsplit(resolved).path
+    base = name.rsplit("/", 1)[-1]
+    return resolved.startswith(("https://", "http://")) and (
+        path.endswith(f"/{name}/-/{base}-{version}.tgz")
+        or path.endswith(f"/{name.replace('/', '%2f')}/-/{base}-{version}.tgz")
+    )
+
+
 def _safe_folder(rel: str) -> bool:
     parts = rel.split("/")
     return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
-def _add(lock: NodeLock, name: str, version: str, integrity: Any, where: str) -> str | None:
-    """The package's key once checked, or None (refused, with the reason noted)."""
-    if not _NAME.match(name) or len(name) > 214:
+def add_package(
+    lock: NodeLock, name: str, version: str, integrity: Any, where: str, key: str = ""
+) -> str | None:
+    """The package's key (``key``, else ``name@version``) once checked, or None (refused,
+    with the reason noted)."""
+    if not is_package_name(name):
         lock.refused.append(f"{where}: {name[:80]!r} is not an npm package name")
         return None
-    if not _VERSION.match(version):
-        lock.refused.append(f"{where}: {name}@{version[:80]} is not a registry version "
+    if _VERSION.fullmatch(version) is None:
+        lock.refused.append(f"{where}: {name}@{version[:80]!r} is not a registry version "
                             "(git, URL and file dependencies are not fetched)")  # fmt: skip
         return None
-    if not isinstance(integrity, str) or not _INTEGRITY.match(integrity.split()[0]):
-        lock.refused.append(f"{where}: {name}@{version} has no integrity in the lock, so "
-                            "its download could not be checked")  # fmt: skip
+    checked = checked_integrity(integrity)
+    if checked is None:
+        lock.refused.append(f"{where}: {name}@{version} has no well-formed integrity in the "
+                            "lock, so its download could not be checked")  # fmt: skip
         return None
-    key = f"{name}@{version}"
+    key = key or f"{name}@{version}"
     if key not in lock.packages and len(lock.packages) >= MAX_PACKAGES:
         raise EnvironmentFailed(
             f"{lock.file} names more than {MAX_PACKAGES} packages",
             why="fluffy lays at most that many into a test environment",
             fix="Trim the project's dependencies, or run its tests outside fluffy.",
         )
-    lock.packages.setdefault(key, NodePackage(key, name, version, integrity.split()[0]))
+    lock.packages.setdefault(key, NodePackage(key, name, version, checked))
     return key
 
 
 # -- npm: package-lock.json v2/v3 ---------------------------------------------------------
-def _npm(data: Any, file: str, arch: str) -> NodeLock:
+def read_npm(data: Any, file: str, arch: str) -> NodeLock:
     lock = NodeLock(file, "tree")
     packages = data.get("packages") if isinstance(data, dict) else None
     if not isinstance(packages, dict):
@@ -155,6 +182,11 @@ def _npm(data: Any, file: str, arch: str) -> NodeLock:
                                     "(fluffy lays the top-level node_modules only)")  # fmt: skip
             continue  # a workspace package's own entry: it is the project's folder
         rel = path[len("node_modules/") :]
+        if not all(is_package_name(p) for p in rel.split("/node_modules/")):
+            lock.refused.append(f"{path[:120]!r}: not an install path of npm packages")
+            continue
+        if entry.get("inBundle"):
+            continue  # it comes inside its parent's archive
         name = str(entry.get("name") or rel.rsplit("node_modules/", 1)[-1])
         if entry.get("link"):
             target = str(entry.get("resolved", ""))
@@ -166,18 +198,15 @@ def _npm(data: Any, file: str, arch: str) -> NodeLock:
         if not _fits(entry, arch):
             lock.skipped.append(f"{path}: for another platform")
             continue
+        version = str(entry.get("version", ""))
         resolved = str(entry.get("resolved", ""))
-        if resolved and not resolved.startswith(("https://", "http://")):
-            lock.refused.append(f"{path}: {resolved[:80]} is not a registry download")
+        if resolved and not registry_download(resolved, name, version):
+            lock.refused.append(f"{path}: {resolved[:100]} is not a registry download "
+                                "(URL, git and file dependencies are not fetched)")  # fmt: skip
             continue
-        if not all(_NAME.match(p) for p in rel.split("/node_modules/")):
-            lock.refused.append(f"{path}: not an install path of npm packages")
-            continue
-        key = _add(lock, name, str(entry.get("version", "")), entry.get("integrity"), path)
+        key = add_package(lock, name, version, entry.get("integrity"), path)
         if key is not None:
             lock.placed[rel] = key
-            if entry.get("hasInstallScript"):
-                lock.scripted.append(key)
     return lock
 
 
@@ -198,7 +227,7 @@ def _pnpm_target(name: str, value: Any) -> str:
     return text.lstrip("/")
 
 
-def _pnpm(data: Any, file: str, arch: str) -> NodeLock:
+def read_pnpm(data: Any, file: str, arch: str) -> NodeLock:
     lock = NodeLock(file, "isolated")
     version = str(data.get("lockfileVersion", "")) if isinstance(data, dict) else ""
     if not version.startswith(("6", "9")):
@@ -208,10 +237,15 @@ def _pnpm(data: Any, file: str, arch: str) -> NodeLock:
             fix="Update the lock with pnpm 8 or later: `pnpm install --lockfile-only`.",
         )
     packages = data.get("packages") or {}
-    snapshots = data.get("snapshots") if version.startswith("9") else packages
-    if not isinstance(packages, dict) or not isinstance(snapshots, dict):
-        raise EnvironmentFailed(f"{file}: `packages` is not a mapping",
-                                fix="Regenerate it: `pnpm install --lockfile-only`.")  # fmt: skip
+    snapshots = (data.get("snapshots") or {}) if version.startswith("9") else packages
+    importers = data.get("importers") or {".": data}
+    for part, value in (("packages", packages), ("snapshots", snapshots), ("importers", importers)):
+        if not isinstance(value, dict):
+            raise EnvironmentFailed(
+                f"{file}: `{part}` is not a mapping",
+                why="a pnpm lock's packages, snapshots and importers map names to entries",
+                fix="Regenerate it: `pnpm install --lockfile-only`.",
+            )
     keys: dict[str, str | None] = {}  # snapshot -> package key (None: not installed)
 
     def entry(table: dict[str, Any], snapshot: str) -> dict[str, Any]:
@@ -227,37 +261,41 @@ def _pnpm(data: Any, file: str, arch: str) -> NodeLock:
             meta = entry(packages, snapshot)
             resolution = meta.get("resolution")
             keys[snapshot] = None
-            if not isinstance(resolution, dict) or "integrity" not in resolution:
+            tarball = resolution.get("tarball") if isinstance(resolution, dict) else None
+            real = str(meta.get("name") or name)
+            if (
+                not isinstance(resolution, dict)
+                or "integrity" not in resolution
+                or (tarball is not None and not registry_download(str(tarball), real, ver))
+            ):
                 lock.refused.append(f"{snapshot[:120]}: not from the registry (git, tarball "
                                     "URL and folder dependencies are not fetched)")  # fmt: skip
             elif not _fits(meta, arch):
                 lock.skipped.append(f"{snapshot[:120]}: for another platform")
-            else:
-                keys[snapshot] = _add(lock, str(meta.get("name") or name), ver,
-                                      resolution.get("integrity"), snapshot[:120])  # fmt: skip
-                if keys[snapshot] is not None and meta.get("requiresBuild"):
-                    lock.scripted.append(str(keys[snapshot]))
+            else:  # one per snapshot: peers make variants of one release
+                keys[snapshot] = add_package(lock, real, ver, resolution.get("integrity"),
+                                      snapshot[:120], key=snapshot.lstrip("/"))  # fmt: skip
         return keys[snapshot]
 
-    importers = data.get("importers") or {".": data}
-    for where, importer in sorted(importers.items(), key=lambda kv: kv[0] != "."):
-        for dep, value in _groups(importer, ("dependencies", "devDependencies",
+    for where, importer in sorted(importers.items(), key=lambda kv: str(kv[0]) != "."):
+        for dep, value in dependency_groups(importer, ("dependencies", "devDependencies",
                                              "optionalDependencies")):  # fmt: skip
             text = str(value.get("version") if isinstance(value, dict) else value)
             if text.startswith("link:"):
                 target = _join(str(where), text[len("link:") :])
-                if target is not None and _NAME.match(dep):
+                if target is not None and is_package_name(dep):
                     lock.links.setdefault(dep, target)
                 continue
             key = package(_pnpm_target(dep, value))
-            if key is not None:
-                lock.roots.setdefault(dep, key)
+            if key is not None and lock.roots.setdefault(dep, key) != key:
+                lock.skipped.append(f"{where}: {dep} {key} (the top level has "
+                                    f"{lock.roots[dep]}; workspace packages share it)")  # fmt: skip
     done: set[str] = set()
     while todo := [s for s, k in keys.items() if k is not None and s not in done]:
         for snapshot in todo:
             done.add(snapshot)
             owner = lock.packages[str(keys[snapshot])]
-            for dep, value in _groups(entry(snapshots, snapshot),
+            for dep, value in dependency_groups(entry(snapshots, snapshot),
                                       ("dependencies", "optionalDependencies")):  # fmt: skip
                 if not str(value).startswith("link:"):
                     target = package(_pnpm_target(dep, value))
@@ -266,13 +304,15 @@ def _pnpm(data: Any, file: str, arch: str) -> NodeLock:
     return lock
 
 
-def _groups(table: Any, groups: tuple[str, ...]) -> list[tuple[str, Any]]:
+def dependency_groups(table: Any, groups: tuple[str, ...]) -> list[tuple[str, Any]]:
     """(name, value) of each dependency in ``table``'s ``groups``."""
     found: list[tuple[str, Any]] = []
     for group in groups:
         deps = table.get(group) if isinstance(table, dict) else None
-        if isinstance(deps, dict):
-            found += [(str(name), value) for name, value in deps.items()]
+        if isinstance(deps, dict):  # a name is a folder in node_modules: npm's names only
+            found += [
+                (str(name), value) for name, value in deps.items() if is_package_name(str(name))
+            ]
     return found
 
 
@@ -288,107 +328,3 @@ def _join(base: str, rel: str) -> str | None:
             parts.append(part)
     joined = "/".join(parts)
     return joined if _safe_folder(joined) else None
-
-
-# -- yarn v1 ------------------------------------------------------------------------------
-def _yarn_entries(text: str) -> dict[str, dict[str, Any]]:
-    """yarn.lock v1's entries: each ``name@range`` -> {version, resolved, integrity,
-    dependencies}."""
-    entries: dict[str, dict[str, Any]] = {}
-    current: dict[str, Any] | None = None
-    in_deps = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        indent = len(raw) - len(raw.lstrip(" "))
-        if indent == 0:
-            current, in_deps = {"dependencies": {}}, False
-            for spec in line.rstrip(":").split(","):
-                entries[spec.strip().strip('"')] = current
-        elif current is not None and indent == 2:
-            in_deps = line in ("dependencies:", "optionalDependencies:")
-            key, _, value = line.partition(" ")
-            if not line.endswith(":"):
-                current[key.strip('"')] = value.strip().strip('"')
-        elif current is not None and in_deps:
-            key, _, value = line.partition(" ")
-            current["dependencies"][key.strip('"')] = value.strip().strip('"')
-    return entries
-
-
-def _yarn(text: str, file: str, manifest: dict[str, Any]) -> NodeLock:
-    lock = NodeLock(file, "isolated")
-    if "__metadata:" in text:
-        raise EnvironmentFailed(
-            f"{file} is a Yarn 2+ (Berry) lock, which fluffy does not read yet",
-            why="Berry records its own archive checksums, not the npm registry's integrity, "
-            "so fluffy could not check what it downloads",
-            fix="Add a package-lock.json beside it (`npm install --package-lock-only`), or "
-            "run the tests outside fluffy.",
-        )
-    entries = _yarn_entries(text)
-    keys: dict[int, str | None] = {}
-    entry_of: dict[str, dict[str, Any]] = {}
-
-    def package(spec: str) -> str | None:
-        entry = entries.get(spec)
-        if entry is None:
-            lock.refused.append(f"{spec[:120]}: not in {file}")
-            return None
-        if id(entry) not in keys:
-            at = spec.find("@", 1)
-            name = spec[:at] if at > 0 else spec
-            resolved = str(entry.get("resolved", ""))
-            keys[id(entry)] = None
-            if resolved and not resolved.startswith(("https://", "http://")):
-                lock.refused.append(f"{spec[:120]}: {resolved[:80]} is not a registry download")
-            else:
-                key = _add(lock, name, str(entry.get("version", "")), entry.get("integrity"),
-                           spec[:120])  # fmt: skip
-                keys[id(entry)] = key
-                if key is not None:
-                    entry_of[key] = entry
-        return keys[id(entry)]
-
-    for dep, wanted in _groups(manifest, ("dependencies", "devDependencies",
-                                          "optionalDependencies")):  # fmt: skip
-        if not str(wanted).startswith(("workspace:", "file:", "link:", "portal:")):
-            key = package(f"{dep}@{wanted}")
-            if key is not None:
-                lock.roots.setdefault(dep, key)
-    todo, done = list(lock.roots.values()), set()
-    while todo:
-        key = todo.pop()
-        if key in done:
-            continue
-        done.add(key)
-        for dep, wanted in entry_of[key]["dependencies"].items():
-            target = package(f"{dep}@{wanted}")
-            if target is not None:
-                lock.packages[key].deps.setdefault(dep, target)
-                todo.append(target)
-    return lock
-
-
-def read_node_lock(root: Path, manifest: dict[str, Any], arch: str) -> NodeLock | None:
-    """The project's lock file as :class:`NodeLock`; None when it has none.  A lock that
-    cannot be read raises :class:`EnvironmentFailed` saying why and what to do."""
-    for name in NODE_LOCKS:
-        text = read_text(root, name, MAX_LOCK_BYTES)
-        if text is None:
-            continue
-        try:
-            if name.endswith(".json"):
-                return _npm(json.loads(text), name, arch)
-            if name == "pnpm-lock.yaml":
-                return _pnpm(yaml.safe_load(text), name, arch)
-            return _yarn(text, name, manifest)
-        except (ValueError, yaml.YAMLError) as exc:
-            raise EnvironmentFailed(
-                f"{name} cannot be read",
-                why=f"it is not valid {'JSON' if name.endswith('.json') else 'YAML'}: "
-                f"{str(exc)[:300]}",
-                fix=f"Regenerate {name} with its package manager.",
-            ) from None
-    return None

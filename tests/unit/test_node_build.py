@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fluffy.images.npmfetch import archive_name
-from fluffy.kernel.project.npmlock import read_node_lock
+from fluffy.kernel.project.nodelock import read_node_lock
 from fluffy.sandboxes import nodebuild
 from tests.node_support import PACKAGES, npm_lock, pnpm_lock, tarball
 

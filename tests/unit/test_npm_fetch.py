@@ -65,7 +65,18 @@ def test_a_version_the_registry_lacks_is_named(
     assert "ghost@9.9.9" in error.value.what and "HTTP 404" in error.value.why
 
 
-@pytest.mark.parametrize("value", ["http://example.com", "file:///etc", "ftp://x"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "http://example.com",
+        "file:///etc",
+        "ftp://x",
+        "http://127.0.0.1.attacker.example",
+        "http://localhost.attacker.example",
+        "http://localhost@attacker.example/",
+        "https://user:pw@registry.example",
+    ],
+)
 def test_the_registry_is_https_or_this_machine(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(REGISTRY_VARIABLE, value)
     with pytest.raises(EnvironmentFailed) as error:
@@ -88,3 +99,26 @@ def test_a_registry_answer_of_503_is_retried_and_connections_are_kept_alive(
         files = fetch_archives([_package(p) for p in many], tmp_path / "a", lambda _t: None)
     assert len(files) == 30 and len(asked) == 32  # two 503s, each asked again
     assert len(set(ports)) <= WORKERS < 30  # one connection per worker, not per archive
+
+
+def test_the_first_failure_stops_the_downloads_still_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = tuple(package(f"q{n}", "1.0.0", f"export const n = {n};\n") for n in range(60))
+    missing = NodePackage("ghost@9.9.9", "ghost", "9.9.9", TINYCORE.integrity)
+    with npm_registry(many, slow_s=0.2) as (url, asked):
+        monkeypatch.setenv(REGISTRY_VARIABLE, url)
+        with pytest.raises(EnvironmentFailed, match=r"ghost@9\.9\.9"):
+            fetch_archives([missing, *(_package(p) for p in many)], tmp_path / "a", lambda _t: None)
+    assert len(asked) <= 1 + 2 * WORKERS  # the archives still queued were never asked for
+
+
+def test_packages_sharing_an_archive_download_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = _package(TINYFMT)
+    variant = replace(one, key="tinyfmt@1.0.0(peer@1.0.0)")  # pnpm: a variant per peer set
+    with npm_registry() as (url, asked):
+        monkeypatch.setenv(REGISTRY_VARIABLE, url)
+        files = fetch_archives([one, variant], tmp_path / "a", lambda _t: None)
+    assert len(asked) == 1 and files[one.key] == files[variant.key]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import EnvironmentFailed
-from fluffy.kernel.project.npmlock import NodePackage, read_node_lock
+from fluffy.kernel.project.nodelock import read_node_lock
+from fluffy.kernel.project.npmlock import NodePackage
 from tests.node_support import TINYCORE, TINYFMT, npm_lock, pnpm_lock, yarn_lock
 
 pytestmark = pytest.mark.unit
@@ -85,7 +86,6 @@ def test_npm_nested_links_platforms_and_refusals(tmp_path: Path) -> None:
         "@esbuild/linux-x64": "@esbuild/linux-x64@0.1.0",
     }
     assert lock.links == {"ws-pkg": "packages/ws-pkg"}
-    assert lock.scripted == ["a@1.0.0"]  # named, never run
     refused = "\n".join(lock.refused)
     for name in ("evil-link", "from-git", "from-file", "no-integrity", "escape"):
         assert name in refused
@@ -134,8 +134,10 @@ packages:
     resolution: {{tarball: https://codeload.github.com/x/y/tar.gz/abc}}
 """
     lock = read(tmp_path, "pnpm-lock.yaml", text)
-    assert lock.roots == {"react-dom": "react-dom@18.0.0", "alias": "real@1.0.0"}
-    assert lock.packages["react-dom@18.0.0"].deps == {"react": "react@18.0.0"}
+    peered = "react-dom@18.0.0(react@18.0.0)"  # a variant per peer set, fetched once
+    assert lock.roots == {"react-dom": peered, "alias": "real@1.0.0"}
+    assert lock.packages[peered].deps == {"react": "react@18.0.0"}
+    assert lock.packages[peered].name == "react-dom" and lock.packages[peered].version == "18.0.0"
     assert lock.links == {"mine": "packages/mine"}  # ../outside is not the project's
     assert any("github.com/x/y" in r for r in lock.refused)
 
@@ -172,3 +174,108 @@ def test_yarn_entries_missing_from_the_lock_and_git_sources(tmp_path: Path) -> N
     assert lock.roots == {"ok": "ok@1.0.0"}
     refused = "\n".join(lock.refused)
     assert "gone@^3: not in yarn.lock" in refused and "git+https" in refused
+
+
+def test_hostile_npm_entries_are_refused_by_name_never_laid_out(tmp_path: Path) -> None:
+    packages = {
+        "node_modules/../../etc/ld.so.preload": {"link": True, "resolved": "evil"},
+        "node_modules/x/node_modules/../../../y": {"version": "1.0.0", "integrity": SHA},
+        "node_modules/tarball": {
+            "version": "1.0.0",
+            "integrity": SHA,
+            "resolved": "https://evil.example/any/thing.tgz",
+        },
+        "node_modules/mirror": {
+            "version": "1.0.0",
+            "integrity": SHA,
+            "resolved": "https://mirror.example/r/mirror/-/mirror-1.0.0.tgz",
+        },
+        "node_modules/empty": {"version": "1.0.0", "integrity": ""},
+        "node_modules/short": {"version": "1.0.0", "integrity": "sha512-AAAA"},
+        "node_modules/md5": {"version": "1.0.0", "integrity": "md5-" + "A" * 22 + "=="},
+        "node_modules/newline\n": {"version": "1.0.0", "integrity": SHA},
+        "node_modules/bundled": {"version": "1.0.0", "inBundle": True},
+    }
+    lock = read(
+        tmp_path, "package-lock.json", json.dumps({"lockfileVersion": 3, "packages": packages})
+    )
+    assert lock.placed == {"mirror": "mirror@1.0.0"}  # another registry's layout: by name
+    assert lock.links == {}
+    refused = "\n".join(lock.refused)
+    for name in ("ld.so.preload", "../../../y", "evil.example", "empty", "short", "md5", "newline"):
+        assert name in refused, name
+    assert "bundled" not in refused  # it comes inside its parent's archive
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        (
+            "pnpm-lock.yaml",
+            "lockfileVersion: '9.0'\nimporters: [1]\n",
+            "`importers` is not a mapping",
+        ),
+        ("package-lock.json", "[" * 100_000 + "]" * 100_000, "cannot be read"),
+        ("pnpm-lock.yaml", "lockfileVersion: '5.4'\n", "version 5.4"),
+    ],
+)
+def test_malformed_locks_are_refused_with_what_to_do(
+    tmp_path: Path, name: str, text: str, said: str
+) -> None:
+    (tmp_path / name).write_text(text)
+    with pytest.raises(EnvironmentFailed) as error:
+        read_node_lock(tmp_path, {}, "x86_64")
+    assert said in error.value.what and error.value.fix
+
+
+def test_a_lock_that_is_a_link_is_refused_not_skipped(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text(npm_lock())
+    (tmp_path / "package-lock.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(EnvironmentFailed, match="cannot be read"):
+        read_node_lock(tmp_path, {}, "x86_64")
+
+
+def test_the_lock_of_the_declared_package_manager_wins(tmp_path: Path) -> None:
+    (tmp_path / "pnpm-lock.yaml").write_text(pnpm_lock())
+    (tmp_path / "package-lock.json").write_text(npm_lock())
+    assert read(tmp_path, "yarn.lock", yarn_lock(), {"packageManager": "npm@10"}).file == (
+        "package-lock.json"
+    )
+    assert read(tmp_path, "yarn.lock", yarn_lock(), MANIFEST).file == "pnpm-lock.yaml"
+
+
+def test_a_pnpm_lock_with_only_workspace_links_has_no_snapshots(tmp_path: Path) -> None:
+    text = (
+        "lockfileVersion: '9.0'\nimporters:\n  .:\n    dependencies:\n      mine:\n"
+        "        specifier: workspace:*\n        version: link:packages/mine\n"
+    )
+    lock = read(tmp_path, "pnpm-lock.yaml", text)
+    assert lock.links == {"mine": "packages/mine"} and not lock.packages
+
+
+def test_yarn_aliases_fetch_the_real_package_and_workspaces_are_read(tmp_path: Path) -> None:
+    (tmp_path / "packages/web").mkdir(parents=True)
+    (tmp_path / "packages/web/package.json").write_text(
+        json.dumps({"name": "@me/web", "dependencies": {"tinycore": "^2.0.0"}})
+    )
+    text = (
+        'alias@npm:tinyfmt@^1.0.0:\n  version "1.0.0"\n'
+        f'  resolved "https://registry.yarnpkg.com{TINYFMT.path}#x"\n'
+        f"  integrity {TINYFMT.integrity}\n\n"
+        'tinycore@^2.0.0:\n  version "2.0.0"\n'
+        f'  resolved "https://registry.yarnpkg.com{TINYCORE.path}"\n'
+        f"  integrity {TINYCORE.integrity}\n"
+    )
+    manifest = {"workspaces": ["packages/*"], "devDependencies": {"alias": "npm:tinyfmt@^1.0.0"}}
+    lock = read(tmp_path, "yarn.lock", text, manifest)
+    assert lock.roots == {"alias": "tinyfmt@1.0.0", "tinycore": "tinycore@2.0.0"}
+    assert lock.packages["tinyfmt@1.0.0"].name == "tinyfmt"
+    assert lock.links == {"@me/web": "packages/web"}
+
+
+def test_dependency_names_that_are_not_npm_names_are_dropped(tmp_path: Path) -> None:
+    text = pnpm_lock().replace(
+        "      tinycore: 2.0.0\n", "      tinycore: 2.0.0\n      ../../x: 2.0.0\n"
+    )
+    lock = read(tmp_path, "pnpm-lock.yaml", text)
+    assert lock.packages["tinyfmt@1.0.0"].deps == {"tinycore": "tinycore@2.0.0"}
