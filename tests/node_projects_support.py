@@ -20,7 +20,7 @@ from fluffy.images.spec import NODE_LOCK
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from fluffy.junit import parse_junit
 from fluffy.kernel.project.layout import detect_layout
-from fluffy.kernel.project.nodeenv import NODE_MODULES, REPORTERS, node_test_command
+from fluffy.kernel.project.nodeenv import NODE, NODE_MODULES, REPORTERS, node_test_command
 from tests.real_projects_support import FIXTURES
 
 SANDBOX_NODE = Path(__file__).resolve().parent.parent / "sandboxes" / "node"
@@ -100,7 +100,9 @@ def host_run(project: NodeProject, tree: Path, work: Path) -> HostRun:
     assert settings is not None
     report = work / "host-junit.xml"
     command = [
-        part.replace("{junit}", str(report))
+        "node"
+        if part == NODE
+        else part.replace("{junit}", str(report))
         .replace(f"{NODE_MODULES}/", f"{tree}/node_modules/")
         .replace(f"{REPORTERS}/", f"{SANDBOX_NODE}/")
         for part in settings["command"]

@@ -27,13 +27,17 @@ NODE_MODULES = "/node_modules"
 REPORTERS = f"{NODE_HOME}/fluffy"
 JEST_REPORTER = f"{REPORTERS}/jest-junit.cjs"
 NODE_REPORTER = f"{REPORTERS}/node-test-junit.mjs"
-PREPARE = ["node", f"--import={REPORTERS}/prepare.mjs"]
-NODE_PATH = f"{NODE_MODULES}/.bin:{NODE_HOME}/bin:/usr/local/bin:/usr/bin:/bin"
+NODE = f"{NODE_HOME}/bin/node"
+PREPARE = [NODE, f"--import={REPORTERS}/prepare.mjs"]
+#: Node's and the system's tools before any package's command (a package may not stand in
+#: for ``node`` or ``sh``; the image refuses such names too).
+NODE_PATH = f"{NODE_HOME}/bin:/usr/local/bin:/usr/bin:/bin:{NODE_MODULES}/.bin"
 #: Files the environment is built from (besides the lock files).
 NODE_INPUTS = ("package.json", ".nvmrc", ".node-version")
 _LEAD = re.compile(r"^\s*v?(\d{1,3})\b")
 _AT_LEAST = re.compile(r"^\s*>=?\s*v?(\d{1,3})\b")
 _ANY = re.compile(r"(\d{1,3})")
+_BELOW = re.compile(r"(<=?)\s*v?(\d{1,3})\b")
 
 
 def node_inputs(root: Path) -> dict[str, str]:
@@ -61,12 +65,16 @@ def node_major(root: Path) -> tuple[int, str]:
     engines = package.get("engines")
     wanted = engines.get("node") if isinstance(engines, dict) else None
     if isinstance(wanted, str):
-        first = wanted.split("||")[-1]  # the newest alternative
-        at_least = _AT_LEAST.match(first)
-        if at_least is not None:
-            major = int(at_least.group(1))
-            return max(major, DEFAULT_NODE), "package.json (engines.node)"
-        found = _ANY.search(first)
+        newest = wanted.split("||")[-1]  # the newest alternative
+        at_least = _AT_LEAST.match(newest)
+        below = _BELOW.search(newest)
+        if at_least is not None:  # ">=18", ">=18 <21": the default, or the range's top
+            major = max(int(at_least.group(1)), DEFAULT_NODE)
+            if below is not None:
+                top = int(below.group(2)) - (1 if below.group(1) == "<" else 0)
+                major = max(int(at_least.group(1)), min(major, top))
+            return major, "package.json (engines.node)"
+        found = _ANY.search(newest)
         if found is not None:
             return int(found.group(1)), "package.json (engines.node)"
     return DEFAULT_NODE, "fluffy's default"

@@ -228,8 +228,8 @@ async def assemble_tools(
 
     def missing_code(session_id: str) -> MissingProof:
         if layout.language == "javascript":
-            return JsMissingCode(
-                SessionTree(fast, workspaces.get(session_id)), layout.source_roots
+            return JsMissingCode(  # the whole project: code lives beside the roots too
+                SessionTree(fast, workspaces.get(session_id)), (*layout.source_roots, ".")
             ).proves
         judge = MissingCode(
             SessionTree(fast, workspaces.get(session_id)), roots, third_party=tests.third_party()

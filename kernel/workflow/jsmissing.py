@@ -31,23 +31,87 @@ from fluffy.kernel.project.nodelayout import CODE_EXTS
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 MAX_SCAN_FILES = 3000
 _IDENT = r"[A-Za-z_$][\w$]*"
+#: What a runner puts before the error's own words: its class, a code, vite's plugin name.
+_LEAD = r"(?:(?:\w*Error|Error \[\w+\]|\[[\w:-]+\]):? )*"
 _MODULE = (
     re.compile(
-        r"Cannot find module ['\"]([^'\"]{1,300})['\"]"
+        rf"^{_LEAD}Cannot find module ['\"]([^'\"]{{1,300}})['\"]"
         r"(?: (?:imported )?from ['\"]?([^'\"\s]{1,300}))?"
     ),
-    re.compile(r"Failed to load url (\S{1,300}) \(resolved id: [^)]*\)(?: in (\S{1,300}))?"),
+    re.compile(
+        rf"^{_LEAD}Failed to load url (\S{{1,300}}) \(resolved id: [^)]*\)(?: in (\S{{1,300}}))?"
+    ),
 )
 _SYMBOL = (
-    re.compile(rf"does not provide an export named ['\"]({_IDENT})['\"]"),
-    re.compile(rf"No matching export in \"[^\"]+\" for import \"({_IDENT})\""),
-    re.compile(rf"['\"]({_IDENT})['\"] is not exported by"),
     re.compile(
-        rf"^(?:\w*Error: )?\(?(?:0 ?, ?)?(?:{_IDENT}\.)*({_IDENT})\)? is not a "
-        r"(?:function|constructor)\b"
+        rf"^{_LEAD}The requested module \S+ does not provide an export named ['\"]({_IDENT})['\"]"
     ),
-    re.compile(rf"^(?:ReferenceError: )?({_IDENT}) is not defined\b"),
+    re.compile(rf"^{_LEAD}No matching export in \"[^\"]+\" for import \"({_IDENT})\""),
+    re.compile(rf"^{_LEAD}['\"]({_IDENT})['\"] is not exported by"),
+    # an import binding a bundler or babel wrote ((0 , __vite_ssr_import_1__.x), (0 , _src.x),
+    # __vi_import_0__.x), or a bare name: never a member of some object (fs.readFileSynk)
+    re.compile(
+        rf"^(?:\w*Error: )?(?:\(0 ?, ?(?:__vite_ssr_import_\d+__|__vi_import_\d+__|_{_IDENT})"
+        rf"\.({_IDENT})\)|(?:__vite_ssr_import_\d+__|__vi_import_\d+__)\.({_IDENT})|({_IDENT})) "
+        r"is not a (?:function|constructor)\b"
+    ),
+    re.compile(rf"^(?:ReferenceError: )?({_IDENT}) is not defined$"),
 )
+#: Names a runtime or a test framework provides: "not defined" means a setup is missing
+#: (vitest's globals, jsdom, CommonJS in an ES module), not the project's code.
+GLOBALS = frozenset(
+    {
+        "describe",
+        "it",
+        "test",
+        "expect",
+        "vi",
+        "jest",
+        "beforeEach",
+        "afterEach",
+        "beforeAll",
+        "afterAll",
+        "suite",
+        "bench",
+        "assert",
+        "window",
+        "document",
+        "navigator",
+        "location",
+        "localStorage",
+        "sessionStorage",
+        "globalThis",
+        "self",
+        "global",
+        "process",
+        "Buffer",
+        "require",
+        "module",
+        "exports",
+        "__dirname",
+        "__filename",
+        "fetch",
+        "Request",
+        "Response",
+        "Headers",
+        "URL",
+        "URLSearchParams",
+        "structuredClone",
+        "TextEncoder",
+        "TextDecoder",
+        "setImmediate",
+        "HTMLElement",
+        "Element",
+        "Node",
+        "Event",
+        "CustomEvent",
+        "React",
+        "h",
+        "jsx",
+    }
+)
+#: Where build output goes: a test importing it waits for a build, not for code.
+BUILD_FOLDERS = ("dist", "build", "out", "lib-esm", "coverage", ".next", ".nuxt", ".output")
 _TEST_FILE = re.compile(r"(^|/)(__tests__|__mocks__)/|\.(test|spec)\.[cm]?[jt]sx?$")
 _SUFFIXES = tuple(f".{ext}" for ext in CODE_EXTS)
 _JS_TO_TS = {".js": (".ts", ".tsx"), ".mjs": (".mts",), ".cjs": (".cts",), ".jsx": (".tsx",)}
@@ -77,13 +141,16 @@ class JsMissingCode:
         if re.search(r"\bTS\d{4}\b", message):
             return False  # a TypeScript compile error: not red
         for pattern in _MODULE:
-            found = pattern.search(message)
+            found = pattern.search(message.strip())
             if found is not None:
                 return self._module_missing(found.group(1), found.group(2))
+        if "in ES module scope" in message:
+            return False  # CommonJS names in an ES module: a setup problem
         for pattern in _SYMBOL:
             found = pattern.search(message.strip())
             if found is not None:
-                return not self._mentioned(found.group(1))
+                name = next(g for g in found.groups() if g)
+                return name not in GLOBALS and not self._mentioned(name)
         return False
 
     def _module_missing(self, spec: str, importer: str | None) -> bool:
@@ -92,13 +159,15 @@ class JsMissingCode:
             rel = spec.removeprefix("/workspace/") if spec.startswith("/workspace/") else None
         elif spec.startswith(("./", "../")) and importer:
             where = importer.removeprefix("file://").removeprefix("/workspace/").strip("'\"")
-            if where.startswith("/"):
-                return False  # an importer outside the project's view
+            if where.startswith("/") or self.tree.read(where) is None:
+                return False  # an importer outside the view, or named from another root
             rel = posixpath.normpath(posixpath.join(posixpath.dirname(where), spec))
         else:
             return False  # a package (an environment problem), or no importer to resolve from
         if rel is None or rel.startswith("..") or rel in ("", "."):
             return False
+        if rel.split("/", 1)[0] in BUILD_FOLDERS:
+            return False  # build output: no code a session writes makes it appear
         return not any(self._exists(c) for c in _candidates(rel))
 
     def _exists(self, rel: str) -> bool:

@@ -1,6 +1,6 @@
 // fluffy's JUnit reporter for jest (--reporters=<this>; FLUFFY_JUNIT names the file).
-// One <testcase> per test: classname and file are the test file (relative to jest's
-// root), the failure's type is the error's class (a failed expect() is an
+// One <testcase> per test: classname and file are the test file (relative to the
+// working folder), the failure's type is the error's class (a failed expect() is an
 // AssertionError) and its message the error's first line.  A test file that fails
 // before its tests run (an import that fails) is one <testcase> with an <error>.
 'use strict';
@@ -26,7 +26,8 @@ function firstLine(text) {
 }
 
 class FluffyJunit {
-  constructor(globalConfig) { this.root = globalConfig.rootDir || process.cwd(); }
+  // paths from the working folder (the project's top), whatever jest's rootDir is
+  constructor() { this.root = process.cwd(); }
 
   onRunComplete(_contexts, results) {
     let out = '<?xml version="1.0" encoding="utf-8"?>\n<testsuites>\n';

@@ -18,6 +18,30 @@ pytestmark = pytest.mark.unit
 VITEST = (Path(__file__).parent.parent / "fixtures" / "vitest-junit.xml").read_bytes()
 
 
+@pytest.mark.parametrize(
+    ("kind", "message", "assertion"),
+    [
+        ("AssertionError", "expected 1 to be 2", True),
+        ("Error", "expect(received).toBe(expected)", True),
+        ("", "AssertionError: 1 == 2", True),
+        ("ReferenceError", "expect is not defined", False),
+        ("TypeError", "expect(...).toBeInTheDocument is not a function", False),
+        ("TypeError", "expected.map is not a function", False),
+        ("AssertionError", "New snapshot was not written. The update flag must be set", False),
+    ],
+)
+def test_a_javascript_failure_is_an_assertion_by_its_type(
+    kind: str, message: str, assertion: bool
+) -> None:
+    xml = (
+        f'<testsuites><testcase classname="t.test.js" name="a" file="t.test.js">'
+        f'<failure type="{kind}" message="{message}">at t.test.js:1:1</failure>'
+        "</testcase></testsuites>"
+    ).encode()
+    (case,) = parse_junit(xml, dialect="javascript")
+    assert case.assertion is assertion
+
+
 def test_vitest_cases_are_per_file_and_only_assertion_errors_are_assertions() -> None:
     cases = {c.id: c for c in parse_junit(VITEST, dialect="javascript")}
     assert list(cases) == [
@@ -65,7 +89,8 @@ TREE = {
     [
         ("(0 , __vite_ssr_import_1__.brandNew) is not a function", True),
         ("TypeError: (0 , _src.brandNew) is not a function", True),
-        ("m.brandNew is not a function", True),
+        ("m.brandNew is not a function", False),  # a member of some object: not proven
+        ("__vi_import_0__.brandNew is not a function", True),
         ("brandNew is not defined", True),
         ("ReferenceError: brandNew is not defined", True),
         ("The requested module '../src/a.mjs' does not provide an export named 'brandNew'", True),
@@ -81,25 +106,49 @@ TREE = {
             "Cannot find module '/workspace/src/nothing.js' imported from /workspace/test/a.mjs",
             True,
         ),
-        ("Cannot find module './nothing' from 'test/a.test.js'", True),
+        ("Cannot find module './nothing' from 'test/a.test.ts'", True),
         (
-            "Failed to load url ../src/nope (resolved id: ../src/nope) in /workspace/test/a.ts",
+            "Failed to load url ../src/nope (resolved id: ../src/n) in /workspace/test/a.test.ts",
             True,
         ),
         ("Cannot find module '../src/utils.js' imported from '/workspace/test/a.test.ts'", False),
         ("Cannot find module '../src/util' imported from '/workspace/test/a.test.ts'", False),
-        ("Cannot find module '../src' from 'test/a.test.js'", False),  # src/index.ts
-        ("Cannot find module 'left-pad' from 'test/a.test.js'", False),  # a package
-        ("Cannot find module '../../../etc/x' from 'test/a.test.js'", False),  # outside
+        ("Cannot find module '../src' from 'test/a.test.ts'", False),  # src/index.ts
+        ("Cannot find module 'left-pad' from 'test/a.test.ts'", False),  # a package
+        ("Cannot find module '../../../etc/x' from 'test/a.test.ts'", False),  # outside
         ("Cannot find module './nothing'", False),  # from where?
         # other failures, and TypeScript's compile errors, are not red
         ("TS2305: Module '\"../src\"' has no exported member 'brandNew'.", False),
         ("Cannot read properties of undefined (reading 'x')", False),
+        # a setup is missing (vitest's globals, jsdom, CommonJS in an ES module), or a typo
+        # on a library's object: never the project's missing code
+        ("ReferenceError: describe is not defined", False),
+        ("vi is not defined", False),
+        ("document is not defined", False),
+        ("ReferenceError: __dirname is not defined in ES module scope", False),
+        ("require is not defined in ES module scope, you can use import instead", False),
+        ("fs.readFileSynk is not a function", False),
+        # an importer not in the tree (jest's rootDir), build output a build would make
+        ("Cannot find module './nothing' from 'a.test.ts'", False),
+        ("Cannot find module '../dist/index.mjs' imported from '/workspace/test/a.test.ts'", False),
         ("expected 1 to be 2", False),
+        # the words somewhere else in an assertion's message prove nothing
+        ("TypeError: expected \"Cannot find module '/workspace/src/zz.js'\" to be 3", False),
+        ("Error: boom (see does not provide an export named 'zzz')", False),
+        (
+            "Error [ERR_MODULE_NOT_FOUND]: Cannot find module '/workspace/src/zz.js' imported "
+            "from /workspace/test/a.test.ts",
+            True,
+        ),
     ],
 )
 def test_natural_red_is_checked_against_the_tree(message: str, red: bool) -> None:
-    assert JsMissingCode(Tree(TREE), ("src",)).proves(message) is red
+    assert JsMissingCode(Tree(TREE), ("src", ".")).proves(message) is red
+
+
+def test_code_beside_the_roots_counts_too() -> None:
+    tree = Tree({**TREE, "index.js": "export function rootOnly() {}\n"})
+    assert JsMissingCode(tree, ("src", ".")).proves("rootOnly is not defined") is False
 
 
 def test_a_word_in_a_file_too_large_to_read_is_not_ruled_out() -> None:
@@ -140,6 +189,16 @@ def _project(root: Path, files: dict[str, str]) -> Path:
             "package.json (engines.node)",
         ),
         ({}, DEFAULT_NODE, "fluffy's default"),
+        (
+            {"package.json": json.dumps({"engines": {"node": ">=18 <21"}})},
+            20,
+            "package.json (engines.node)",
+        ),
+        (
+            {"package.json": json.dumps({"engines": {"node": ">=14.17.0 <=16"}})},
+            16,
+            "package.json (engines.node)",
+        ),
     ],
 )
 def test_the_node_major_comes_from_the_projects_files(
