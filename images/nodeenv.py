@@ -21,10 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from fluffy.bootstrap.supervisor import project_id
 from fluffy.errors import EnvironmentFailed, FluffyError
 from fluffy.images.envdownload import pip_download
+from fluffy.images.envreport import read_report, remove_links
+from fluffy.images.imagefiles import copy_from_image
 from fluffy.images.npmfetch import fetch_archives
 from fluffy.images.sdists import STAGE_LABELS
 from fluffy.images.spec import LABEL_IMAGE, NODE_LOCK
@@ -51,7 +54,7 @@ FROM ${{BASE_IMAGE}}
 USER root
 COPY . /build/
 RUN /opt/fluffy/venv/bin/python -m fluffy.sandboxes.nodebuild /build && rm -rf /build
-ENV PATH=/node_modules/.bin:/opt/node/bin:/opt/fluffy/venv/bin:/usr/local/bin:/usr/bin:/bin
+ENV PATH={_PATH}
 USER 10001:10001
 WORKDIR /workspace
 """
@@ -111,11 +114,6 @@ def _stage(plan: NodePlan, context: Path, arch: str, say: Callable[[str], None])
                               "--package-lock-only`)")  # fmt: skip
     for refusal in lock.refused[:20]:
         say(f"not fetched: {refusal}")
-    if lock.scripted:
-        shown = ", ".join(sorted(set(lock.scripted))[:8])
-        lock.notes.append(f"{len(set(lock.scripted))} package(s) have install scripts, which "
-                          f"fluffy does not run: {shown} (a native addon among them may be "
-                          "missing in the tests)")  # fmt: skip
     _node_wheel(plan, context / "node", arch, say)
     say(f"downloading {len(lock.packages)} package(s) from {lock.file or 'no lock'} "
         "(archives only: nothing runs on this host)")  # fmt: skip
@@ -127,6 +125,18 @@ def _stage(plan: NodePlan, context: Path, arch: str, say: Callable[[str], None])
     (context / "plan.json").write_text(json.dumps(document))
     (context / "Dockerfile").write_text(DOCKERFILE)
     return lock
+
+
+def _report(engine: Engine, image: str, folder: Path) -> dict[str, Any]:
+    """The build's report (what its install scripts did), read as untrusted data: the
+    packages' scripts ran where it was written."""
+    copy_from_image(engine, image, "/opt/fluffy/env/report", folder)
+    report = folder / "report"
+    remove_links(report)
+    try:
+        return read_report(report)
+    finally:
+        shutil.rmtree(report, ignore_errors=True)
 
 
 def build_node_environment(
@@ -160,9 +170,10 @@ def build_node_environment(
                 why=f"{exc.what}: {exc.why}"[-1500:],
                 fix="Read the message above; fix the lock file, then run `fluffy env build`.",
             ) from exc
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        built = _report(engine, plan.image, folder)
     record = EnvRecord(
         key=plan.key,
         image=plan.image,
@@ -173,7 +184,11 @@ def build_node_environment(
         skipped=lock.skipped[:200],
         refused=lock.refused[:200],
         packages={p.name: p.version for p in lock.packages.values()},
-        warnings=[*lock.notes, f"Node {plan.major} ({plan.major_from})"],
+        warnings=[
+            *lock.notes,
+            *built.get("warnings", [])[:60],
+            f"Node {plan.major} ({plan.major_from})",
+        ],
         python="",
         node=f"v{plan.major}",
         build_s=round(time.monotonic() - started, 1),

@@ -17,28 +17,43 @@ of each package).
    folder; no package script runs (npm's ``--ignore-scripts``);
 3. each top-level package's ``bin`` linked in ``/node_modules/.bin``; caches tools write
    next to their packages (``.vite``, ``.cache``) point into ``/tmp``;
-4. ``/opt/fluffy/env/report/env.json``: the top-level packages and Node's version.
+4. the packages' install scripts, as the sandbox user, network none
+   (:mod:`fluffy.sandboxes.nodescripts`);
+5. ``/opt/fluffy/env/report/env.json``: the top-level packages, Node's version, notes.
 
 Standard library only (it runs with the image's own Python).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from fluffy.sandboxes.nodescripts import run_scripts, script_order
 
 NODE = Path("/opt/node")
 MODULES = Path("/node_modules")
 REPORT = Path("/opt/fluffy/env/report")
 WORKSPACE = "/workspace"
 MAX_UNPACKED = 16 * 1024 * 1024 * 1024
+#: A package's command name, and the ones it may not take (Node's, the system's tools).
+_COMMAND = re.compile(r"[A-Za-z0-9_][\w.+-]{0,100}")
+RESERVED = frozenset(
+    {"node", "nodejs", "npm", "npx", "corepack", "sh", "bash", "dash", "env", "git", "less",
+     "python", "python3", "pip", "pip3", "ls", "cat", "cp", "mv", "rm", "chmod", "test",
+     "true", "false", "sudo", "su", "ld.so"}
+)  # fmt: skip
 #: Folders tools write beside their packages: in the read-only image, they live in /tmp.
 CACHES = (".vite", ".vite-temp", ".cache", ".vitest")
 
@@ -86,30 +101,46 @@ def unpack(archive: Path, dest: Path, budget: list[int]) -> None:
             if not parts or member.name.startswith("/") or ".." in parts:
                 continue
             target = dest.joinpath(*parts)
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            if not member.isfile():
-                continue  # links and devices are not unpacked (npm does the same)
-            budget[0] -= member.size
-            if budget[0] < 0:
-                raise Refused("the packages unpack to more than 16 GiB")
-            source = tar.extractfile(member)
-            if source is None:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.is_dir():
-                continue
-            with target.open("wb") as out:
-                shutil.copyfileobj(source, out)
-            target.chmod(0o755 if member.mode & 0o111 else 0o644)
+            try:
+                _member(tar, member, target, budget)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                continue  # a name given twice, as a file and as a folder: the first stays
 
 
-def _store(key: str, name: str) -> Path:
-    return MODULES / ".store" / key.replace("/", "+") / "node_modules" / name
+def _member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, budget: list[int]) -> None:
+    """One archive member at ``target``: a folder, or a regular file's bytes (links and
+    devices are not unpacked: npm does the same)."""
+    if member.isdir():
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    source = tar.extractfile(member) if member.isfile() else None
+    if source is None:
+        return
+    budget[0] -= member.size
+    if budget[0] < 0:
+        raise Refused("the packages unpack to more than 16 GiB")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or target.is_dir():
+        return
+    with target.open("wb") as out:
+        shutil.copyfileobj(source, out)
+    target.chmod(0o755 if member.mode & 0o111 else 0o644)
+
+
+def _store(key: str, package: dict[str, Any]) -> Path:
+    """A package's folder in the isolated layout: ``.store/<name>@<version>`` (a variant
+    by peers gets a short digest of its key: never the key's own text as a file name)."""
+    name, version = str(package["name"]), str(package["version"])
+    folder = f"{name.replace('/', '+')}@{version}"
+    if key != f"{name}@{version}":
+        folder += "+" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return MODULES / ".store" / folder / "node_modules" / name
 
 
 def _link(link: Path, target: Path | str) -> None:
+    """``link`` -> ``target``; a link that would not be inside /node_modules is not made."""
+    if not os.path.normpath(link).startswith(f"{MODULES}/"):
+        raise Refused(f"a link at {link} would be outside {MODULES}")
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.exists() and not link.is_symlink():
         link.symlink_to(target)
@@ -128,16 +159,16 @@ def lay_out(plan: dict[str, Any], archives: Path) -> dict[str, str]:
                 top[rel] = folder
     else:
         for key, package in packages.items():
-            unpack(archives / package["archive"], _store(key, package["name"]), budget)
+            unpack(archives / package["archive"], _store(key, package), budget)
         hoisted = MODULES / ".store" / "node_modules"
         for key, package in sorted(packages.items()):
-            own = _store(key, package["name"]).parent
+            own = _store(key, package).parent
             for dep, target in package["deps"].items():
                 if target in packages:
-                    _link(own / dep, _store(target, packages[target]["name"]))
-            _link(hoisted / package["name"], _store(key, package["name"]))
+                    _link(own / dep, _store(target, packages[target]))
+            _link(hoisted / package["name"], _store(key, package))
         for name, key in plan["roots"].items():
-            _link(MODULES / name, _store(key, packages[key]["name"]))
+            _link(MODULES / name, _store(key, packages[key]))
             top[name] = MODULES / name
     for name, folder in plan["links"].items():
         _link(MODULES / name, f"{WORKSPACE}/{folder}")
@@ -145,6 +176,13 @@ def lay_out(plan: dict[str, Any], archives: Path) -> dict[str, str]:
         _link(MODULES / cache, f"/tmp/{cache}")  # noqa: S108 - the sandbox's tmpfs
     _bins(top)
     return {name: _version(folder) for name, folder in sorted(top.items())}
+
+
+def _folder_of(plan: dict[str, Any]) -> Callable[[str], Path]:
+    """A package's folder: by install path (tree) or by key (isolated)."""
+    if plan["layout"] == "tree":
+        return lambda rel: MODULES / rel
+    return lambda key: _store(key, plan["packages"][key])
 
 
 def _version(folder: Path) -> str:
@@ -167,13 +205,14 @@ def _bins(top: dict[str, Path]) -> None:
             declared = {name.rsplit("/", 1)[-1]: declared}
         if not isinstance(declared, dict):
             continue
+        own = package.resolve()
         for command, rel in declared.items():
             command, rel = str(command), str(rel)
-            if "/" in command or command.startswith(".") or ".." in PurePosixPath(rel).parts:
-                continue
+            if not _COMMAND.fullmatch(command) or command in RESERVED or rel.startswith("/"):
+                continue  # a path, a dot-name, or a command the system's or Node's own
             target = (package / rel).resolve()
-            if not str(target).startswith(str(MODULES) + "/") or not target.is_file():
-                continue
+            if not target.is_relative_to(own) or not target.is_file():
+                continue  # only a file of the package itself
             target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             _link(folder / command, target)
 
@@ -188,14 +227,20 @@ def main(build: Path) -> int:
     MODULES.mkdir(exist_ok=True)
     try:
         packages = lay_out(plan, build / "archives")
-    except (Refused, tarfile.TarError, OSError, KeyError) as exc:
+    except (Refused, tarfile.TarError, OSError, KeyError, ValueError) as exc:
         detail = {"step": "packages", "output": f"{type(exc).__name__}: {exc}"}
         print("FLUFFY-ENV-ERROR " + json.dumps(detail), flush=True)
         return 1
     subprocess.run(["chmod", "-R", "a+rX", str(MODULES), str(NODE)], check=True)
+    scripts = run_scripts(script_order(plan, _folder_of(plan)), MODULES, NODE / "bin")
+    subprocess.run(["chmod", "-R", "a+rX", str(MODULES)], check=True)
     REPORT.mkdir(parents=True, exist_ok=True)
-    report = {"packages": packages, "warnings": plan.get("warnings", [])[:100],
-              "python": "", "node": version}  # fmt: skip
+    ran = [line.removesuffix(" ran") for line in scripts if line.endswith(" ran")]
+    warnings = [f"install script: {line}" for line in scripts if not line.endswith(" ran")]
+    if ran:
+        shown = ", ".join(ran[:6]) + (" ..." if len(ran) > 6 else "")
+        warnings.insert(0, f"{len(ran)} install script(s) ran in the build, network none: {shown}")
+    report = {"packages": packages, "warnings": warnings[:100], "python": "", "node": version}
     (REPORT / "env.json").write_text(json.dumps(report))
     print(f"Node {version}; {len(plan['packages'])} package(s) laid out", flush=True)
     return 0

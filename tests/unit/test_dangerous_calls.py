@@ -56,6 +56,7 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
         {"subprocess"},
         "node --version, chmod in the Node environment's build",
     ),
+    "sandboxes/nodescripts.py": ({"subprocess"}, "packages' install scripts in the image build"),
     "sandboxes/mcp_host.py": ({"exec"}, "becomes the MCP server on its socket"),
     "sandboxes/probe.py": (
         {"engine-socket", "exec", "native", "subprocess"},

@@ -111,9 +111,54 @@ def test_bins_of_top_level_packages_are_linked_inside_node_modules_only(
     tool = modules / "tool"
     tool.mkdir(parents=True)
     (tool / "cli.js").write_text("#!/usr/bin/env node\n")
-    manifest = {"bin": {"tool": "cli.js", "../evil": "cli.js", "escape": "../../../etc/passwd"}}
+    (modules / "other").mkdir()
+    (modules / "other" / "secret.js").write_text("x")
+    manifest = {
+        "bin": {
+            "tool": "cli.js",
+            "../evil": "cli.js",
+            "escape": "../../../etc/passwd",
+            "node": "cli.js",  # shadowing Node or the system's tools
+            "sh": "cli.js",
+            "abs": str(modules / "other" / "secret.js"),  # another package's file
+            "beside": "../other/secret.js",
+        }
+    }
     (tool / "package.json").write_text(json.dumps(manifest))
     nodebuild._bins({"tool": tool})
     assert sorted(p.name for p in (modules / ".bin").iterdir()) == ["tool"]
     assert (modules / ".bin/tool").resolve() == (tool / "cli.js").resolve()
     assert (tool / "cli.js").stat().st_mode & 0o111
+
+
+def test_a_link_outside_node_modules_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth: the lock reader refuses such names; the build refuses them too."""
+    monkeypatch.setattr(nodebuild, "MODULES", tmp_path / "node_modules")
+    plan = {"layout": "tree", "packages": {}, "placed": {}, "roots": {},
+            "links": {"../../etc/ld.so.preload": "evil"}}  # fmt: skip
+    with pytest.raises(nodebuild.Refused, match="outside"):
+        nodebuild.lay_out(plan, tmp_path)
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_name_given_as_a_file_then_a_folder_keeps_the_first(tmp_path: Path) -> None:
+    archive = tmp_path / "a.tgz"
+    archive.write_bytes(tarball({"dup": "first", "dup/inner": "second", "ok.js": "fine"}))
+    nodebuild.unpack(archive, tmp_path / "pkg", [1 << 30])
+    assert (tmp_path / "pkg/dup").read_text() == "first" and (tmp_path / "pkg/ok.js").is_file()
+
+
+def test_a_peer_variant_gets_its_own_folder_named_by_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nodebuild, "MODULES", tmp_path / "node_modules")
+    plain = nodebuild._store("a@1.0.0", {"name": "a", "version": "1.0.0"})
+    variant = nodebuild._store(
+        "a@1.0.0(x\x00y" + "z" * 300 + ")", {"name": "a", "version": "1.0.0"}
+    )
+    assert plain.parent.parent.name == "a@1.0.0"
+    assert (
+        variant.parent.parent.name.startswith("a@1.0.0+") and len(variant.parent.parent.name) < 40
+    )
