@@ -27,7 +27,11 @@ Support code (by path or by content of a changed file):
   (``pluginmanager``), assigns into the ``pytest`` module, or schedules code at exit
   (``atexit``); and code outside the tests that imports pytest at all.
 
-The last item is a heuristic over what can be seen (a test module can still patch pytest
+A JavaScript project's support code (:mod:`fluffy.kernel.merge.jssupport`): the runners'
+and transpilers' configuration, setup files, ``__mocks__``, ``package.json``, and code
+that reaches the run's reporting or exit.
+
+The last items are heuristics over what can be seen (a test module can still patch pytest
 in ways it does not name): the cross-check of a deciding green run
 (:mod:`fluffy.kernel.tools.guardrun`) runs the person's tests without the session's test
 changes, so such a patch cannot turn the person's failing tests green.
@@ -43,6 +47,8 @@ import sys
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from fluffy.kernel.merge.jssupport import js_support
 
 _LOADED_AT_START = ("sitecustomize.py", "usercustomize.py")
 _CONFIG = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", ".coveragerc",
@@ -298,6 +304,8 @@ def support_changes(changed: Iterable[str], read: Reader) -> list[SupportChange]
             why = f"pytest loads it as the plugin {module}"
         elif (shadowed := shadows(path, read)) is not None:
             why = shadowed
+        elif (js := js_support(path, read)) is not None:
+            why = js
         elif name.endswith(".py") and (text := _text(read(path))) is not None:
             found = touches_machinery(text)
             if found is None and not _is_test_file(name):
