@@ -21,13 +21,12 @@ repository (``fluffy/env-<project id>``): one checkout cannot re-tag another's.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,7 @@ from fluffy.kernel.project.envstate import (
     all_records,
     load_record,
     record_path,
+    save_record,
 )
 from fluffy.kernel.project.layout import detect_layout
 from fluffy.kernel.project.reqlines import Refusal, requirement_line
@@ -278,12 +278,7 @@ def build_environment(
         python=str(report.get("python", "")),
         build_s=round(time.monotonic() - started, 1),
     )
-    tmp_path = folder / "env.json.tmp"
-    tmp_path.write_text(json.dumps(asdict(record), indent=1, sort_keys=True))
-    tmp_path.replace(record_path(state, plan.key))
-    if owner is not None and os.geteuid() == 0:
-        for path in [folder.parent, *folder.parent.rglob("*")]:
-            os.lchown(path, *owner)
+    save_record(state, record, owner)
     return record
 
 

@@ -14,12 +14,11 @@ image.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
 from fluffy.kernel.project.deps import env_key
-from fluffy.kernel.project.envstate import ENV_SCHEME, EnvRecord, record_path
+from fluffy.kernel.project.envstate import ENV_SCHEME, EnvRecord, record_path, save_record
 from fluffy.kernel.project.files import read_json
 from fluffy.kernel.project.nodeenv import DEFAULT_NODE, node_inputs, node_major
 from fluffy.kernel.project.nodelock import read_node_lock
@@ -193,10 +192,5 @@ def build_node_environment(
         node=f"v{plan.major}",
         build_s=round(time.monotonic() - started, 1),
     )
-    tmp_path = folder / "env.json.tmp"
-    tmp_path.write_text(json.dumps(asdict(record), indent=1, sort_keys=True))
-    tmp_path.replace(record_path(state, plan.key))
-    if owner is not None and os.geteuid() == 0:
-        for path in [folder.parent, *folder.parent.rglob("*")]:
-            os.lchown(path, *owner)
+    save_record(state, record, owner)
     return record

@@ -12,7 +12,8 @@ with none at all, fluffy's code-executor image with the project's import roots o
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+import os
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,18 @@ def load_record(state: Path, key: str) -> EnvRecord | None:
         return EnvRecord.from_dict(json.loads(record_path(state, key).read_text()))
     except (OSError, ValueError, TypeError):
         return None
+
+
+def save_record(state: Path, record: EnvRecord, owner: tuple[int, int] | None) -> None:
+    """Write ``record`` where :func:`load_record` reads it (one atomic rename), its folder
+    given to ``owner`` (the project's owner, when the build ran as root)."""
+    path = record_path(state, record.key)
+    tmp_path = path.with_suffix(".json.tmp")
+    tmp_path.write_text(json.dumps(asdict(record), indent=1, sort_keys=True))
+    tmp_path.replace(path)
+    if owner is not None and os.geteuid() == 0:
+        for found in [path.parent.parent, *path.parent.parent.rglob("*")]:
+            os.lchown(found, *owner)
 
 
 def all_records(state: Path) -> list[EnvRecord]:
