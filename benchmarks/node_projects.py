@@ -21,18 +21,13 @@ Per project, in one run (keys as in ``benchmarks.real_projects``):
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks._kernel import kernel
-from benchmarks.real_projects import call_tool, environment_times
+from benchmarks.real_projects import call_tool, cli, environment_times, run_measured
 from fluffy.ipc.client import SyncClient
 from tests.node_projects_support import (
     NodeProject,
@@ -106,38 +101,12 @@ def measure(project: NodeProject, engine: str, root: Path) -> dict[str, Any]:
 
 
 def run(engine: str, only: list[str]) -> dict[str, Any]:
-    from fluffy.images.builder import build_images
-    from fluffy.kernel.containers.engine import connect
-
-    with connect({**os.environ, "FLUFFY_RUNTIME": engine}) as connected:
-        build_images(connected)
     chosen = [p for p in node_projects() if not only or p.name in only]
-    root = Path(tempfile.mkdtemp(prefix="fluffy-bench-node-"))
-    root.chmod(0o755)
-    saved = dict(os.environ)
-    os.environ["FLUFFY_HOME"] = str(root / "home")  # no caches: a cold build downloads all
-    try:
-        rows = [measure(project, engine, root) for project in chosen]
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        shutil.rmtree(root, ignore_errors=True)
-    return {"engine": engine, "projects": rows}
+    return run_measured(engine, chosen, measure, "fluffy-bench-node-")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.node_projects")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--engine", default=os.environ.get("FLUFFY_RUNTIME", "docker"))
-    parser.add_argument("--only", action="append", default=[], metavar="NAME")
-    args = parser.parse_args(argv)
-    result = run(args.engine, args.only)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for row in result["projects"]:
-            print(" ".join(f"{k}={v}" for k, v in row.items() if k != "shape"))
-    return 0
+    return cli("python -m benchmarks.node_projects", run, argv)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,19 +144,25 @@ def measure(project: RealProject, engine: str, root: Path) -> dict[str, Any]:
     }
 
 
-def run(engine: str, only: list[str]) -> dict[str, Any]:
+def run_measured(
+    engine: str,
+    projects: list[Any],
+    measure: Callable[[Any, str, Path], dict[str, Any]],
+    prefix: str,
+) -> dict[str, Any]:
+    """Build fluffy's images on ``engine``, then ``measure`` each project in a fresh
+    ``FLUFFY_HOME`` (no caches: a cold build downloads everything)."""
     from fluffy.images.builder import build_images
     from fluffy.kernel.containers.engine import connect
 
     with connect({**os.environ, "FLUFFY_RUNTIME": engine}) as connected:
         build_images(connected)
-    chosen = [p for p in real_projects() if not only or p.name in only]
-    root = Path(tempfile.mkdtemp(prefix="fluffy-bench-real-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     root.chmod(0o755)
     saved = dict(os.environ)
-    os.environ["FLUFFY_HOME"] = str(root / "home")  # no wheel cache: a cold build downloads
+    os.environ["FLUFFY_HOME"] = str(root / "home")
     try:
-        rows = [measure(project, engine, root) for project in chosen]
+        rows = [measure(project, engine, root) for project in projects]
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -163,19 +170,29 @@ def run(engine: str, only: list[str]) -> dict[str, Any]:
     return {"engine": engine, "projects": rows}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.real_projects")
+def run(engine: str, only: list[str]) -> dict[str, Any]:
+    chosen = [p for p in real_projects() if not only or p.name in only]
+    return run_measured(engine, chosen, measure, "fluffy-bench-real-")
+
+
+def cli(prog: str, run_: Callable[[str, list[str]], dict[str, Any]], argv: list[str] | None) -> int:
+    """``--json``, ``--engine``, ``--only NAME``: one JSON object, or a line per project."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--engine", default=os.environ.get("FLUFFY_RUNTIME", "docker"))
     parser.add_argument("--only", action="append", default=[], metavar="NAME")
     args = parser.parse_args(argv)
-    result = run(args.engine, args.only)
+    result = run_(args.engine, args.only)
     if args.json:
         print(json.dumps(result))
     else:
         for row in result["projects"]:
             print(" ".join(f"{k}={v}" for k, v in row.items() if k != "shape"))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli("python -m benchmarks.real_projects", run, argv)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,22 @@ STEPS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
+def committed_project(root: Path, manager: str, extra: dict[str, str] | None = None) -> Path:
+    """A Node project (tests/node_support.py) with ``extra`` files, committed once."""
+    node_project(root, manager)
+    for rel, text in (extra or {}).items():
+        (root / rel).write_text(text)
+    env = {**os.environ, **GIT}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, env=env, capture_output=True)
+    return root
+
+
+def environment(runtime: str, project: Path, state: Path) -> tuple[Any, bool]:
+    with connect_engine(runtime) as engine:
+        return ensure_environment(engine, project, state, template_images(engine)["code-executor"])
+
+
 @pytest.fixture(scope="module")
 def registry() -> Iterator[tuple[str, list[str]]]:
     with npm_registry() as served:
@@ -67,15 +83,9 @@ def test_a_node_project_of_each_lock_goes_red_green_and_commits(
 ) -> None:  # fmt: skip
     url, _asked = registry
     monkeypatch.setenv(REGISTRY_VARIABLE, url)
-    project = tmp_path / "repo"
-    node_project(project, manager)
-    env = {**os.environ, **GIT}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
+    project = committed_project(tmp_path / "repo", manager)
     (project / ".env").write_text("TOKEN=mine\n")  # the person's own file: never committed
-    with connect_engine(runtime) as engine:
-        base = template_images(engine)["code-executor"]
-        record, built = ensure_environment(engine, project, tmp_path / "state", base)
+    record, built = environment(runtime, project, tmp_path / "state")
     assert built and record is not None and record.node == "v24"
     assert record.packages == {"tinyfmt": "1.0.0", "tinycore": "2.0.0"}
     assert not record.refused
@@ -105,14 +115,8 @@ def test_a_type_error_on_code_the_project_has_is_not_red(
     TypeError on a function the project has (a wrong first test) is not."""
     url, _asked = registry
     monkeypatch.setenv(REGISTRY_VARIABLE, url)
-    project = tmp_path / "repo"
-    node_project(project, "npm")
-    env = {**os.environ, **GIT}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
-    with connect_engine(runtime) as engine:
-        ensure_environment(engine, project, tmp_path / "state",
-                           template_images(engine)["code-executor"])  # fmt: skip
+    project = committed_project(tmp_path / "repo", "npm")
+    environment(runtime, project, tmp_path / "state")
     not_red = (
         "import { test } from 'node:test';\nimport { show } from '../src/calc.js';\n\n"
         "test('show', () => {\n  show.call(null)();\n});\n"  # TypeError on code it has
@@ -142,18 +146,12 @@ def test_a_failure_the_project_had_before_the_change_does_not_block_it(
     failing before the change too, and the change merges and commits."""
     url, _asked = registry
     monkeypatch.setenv(REGISTRY_VARIABLE, url)
-    project = tmp_path / "repo"
-    node_project(project, "npm")
-    (project / "test/flaky.test.js").write_text(
+    broken = (
         "import { test } from 'node:test';\nimport assert from 'node:assert/strict';\n\n"
         "test('known broken', () => {\n  assert.equal(1, 2);\n});\n"
     )
-    env = {**os.environ, **GIT}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
-    with connect_engine(runtime) as engine:
-        ensure_environment(engine, project, tmp_path / "state",
-                           template_images(engine)["code-executor"])  # fmt: skip
+    project = committed_project(tmp_path / "repo", "npm", {"test/flaky.test.js": broken})
+    environment(runtime, project, tmp_path / "state")
     kernel = Kernel(tmp_path, project, runtime).start()
     try:
         answers = play(kernel, STEPS)

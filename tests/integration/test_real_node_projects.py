@@ -39,21 +39,6 @@ CASES = [("docker", name) for name in PROJECTS] + [("podman", "ufo")]
 
 
 @pytest.fixture(scope="module")
-def images() -> Callable[[str], None]:
-    from fluffy.images.builder import build_images
-
-    built: set[str] = set()
-
-    def ensure(runtime: str) -> None:
-        if runtime not in built:
-            with connect_engine(runtime) as connected:
-                build_images(connected)
-            built.add(runtime)
-
-    return ensure
-
-
-@pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Callable[[NodeProject], HostRun]:
     runs: dict[str, HostRun] = {}
 

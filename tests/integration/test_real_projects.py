@@ -52,22 +52,6 @@ CASES = [("docker", name) for name in PROJECTS] + [
 
 
 @pytest.fixture(scope="module")
-def images() -> Callable[[str], None]:
-    """Build fluffy's images on an engine once per module."""
-    from fluffy.images.builder import build_images
-
-    built: set[str] = set()
-
-    def ensure(runtime: str) -> None:
-        if runtime not in built:
-            with connect_engine(runtime) as connected:
-                build_images(connected)
-            built.add(runtime)
-
-    return ensure
-
-
-@pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Callable[[RealProject], HostRun]:
     """The host's run of a project's suite, once per project (both engines compare to it)."""
     runs: dict[str, HostRun] = {}
