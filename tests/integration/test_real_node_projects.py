@@ -7,6 +7,8 @@ yet (a natural red), the module, the suite green, merge, commit -- lands a commi
 
 ufo (vitest, TypeScript, pnpm), luxon (jest through babel, npm) and commander (node's
 runner, ES modules, npm) on Docker; ufo on Podman too (the engine is what Podman changes).
+Each also goes from task to commit played by a model: fluffy's scripted provider, and the
+real OpenAI adapter against a fake OpenAI-compatible server.
 """
 
 from __future__ import annotations
@@ -129,7 +131,9 @@ def _follow(client: Any, sid: str) -> list[dict[str, Any]]:
             return events
 
 
-@pytest.mark.parametrize(("name", "model"), [("commander", "scripted"), ("ufo", "openai")])
+@pytest.mark.parametrize(
+    ("name", "model"), [(name, model) for name in PROJECTS for model in ("scripted", "openai")]
+)
 def test_a_model_takes_a_real_node_project_from_task_to_commit(
     tmp_path: Path, name: str, model: str, images: Callable[[str], None]
 ) -> None:
