@@ -107,7 +107,8 @@ def plan_environment(project: Path, base_image: str) -> EnvPlan | NodePlan | Non
     """The plan for ``project``'s environment, or None when it needs none (no
     requirements and nothing to install: the code-executor image serves it).  A
     JavaScript project's is a :class:`~fluffy.images.nodeenv.NodePlan`."""
-    if detect_layout(project).language == "javascript":
+    layout = detect_layout(project)
+    if layout.language == "javascript":
         return plan_node_environment(project, base_image)
     reqs = collect_requirements(project)
     if not reqs.wanted():
@@ -120,7 +121,6 @@ def plan_environment(project: Path, base_image: str) -> EnvPlan | NodePlan | Non
             extra.append(_pinned(tool) or tool)
         elif tool not in reqs.names:
             extra.append(tool)  # pinned by the lock
-    layout = detect_layout(project)
     return EnvPlan(
         project=project,
         key=env_key(inputs, base_image, IMAGE_PYTHON, ENV_SCHEME),

@@ -33,10 +33,9 @@ from fluffy.images.spec import LABEL_IMAGE, NODE_LOCK
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
-from fluffy.kernel.project.deps import env_key
-from fluffy.kernel.project.envstate import ENV_SCHEME, EnvRecord, record_path, save_record
+from fluffy.kernel.project.envstate import EnvRecord, node_key, record_path, save_record
 from fluffy.kernel.project.files import read_json
-from fluffy.kernel.project.nodeenv import DEFAULT_NODE, node_inputs, node_major
+from fluffy.kernel.project.nodeenv import DEFAULT_NODE, node_major
 from fluffy.kernel.project.nodelock import read_node_lock
 from fluffy.kernel.project.npmlock import NodeLock
 
@@ -76,9 +75,8 @@ class NodePlan:
 
 
 def plan_node_environment(project: Path, base_image: str) -> NodePlan:
-    key, inputs = env_key(node_inputs(project), base_image, f"node{node_major(project)[0]}",
-                          ENV_SCHEME), node_inputs(project)  # fmt: skip
     major, source = node_major(project)
+    key, inputs = node_key(project, base_image, major)
     return NodePlan(project, key, base_image, inputs, major, source)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fluffy.kernel.project.deps import collect_requirements, env_inputs, env_key
-from fluffy.kernel.project.layout import detect_layout
+from fluffy.kernel.project.layout import Language, detect_layout
 from fluffy.kernel.project.nodeenv import node_inputs, node_major
 
 #: Bump when the environment's layout changes (every project rebuilds once).
@@ -125,22 +125,34 @@ def needs_environment(project: Path) -> bool:
     return collect_requirements(project).wanted()
 
 
-def wanted_key(project: Path, base_image: str) -> tuple[str, dict[str, str]] | None:
+def node_key(project: Path, base_image: str, major: int) -> tuple[str, dict[str, str]]:
+    """A JavaScript project's environment key (Node ``major``) and the files' hashes: the
+    one formula ``fluffy env`` builds by and ``test.run`` looks up by."""
+    inputs = node_inputs(project)
+    return env_key(inputs, base_image, f"node{major}", ENV_SCHEME), inputs
+
+
+def wanted_key(
+    project: Path, base_image: str, language: Language | None = None
+) -> tuple[str, dict[str, str]] | None:
     """The key of the environment the project's files ask for, and the files' hashes;
     None when it needs none (a Python project with no requirements).  A JavaScript
-    project always has one: Node is not in fluffy's code-executor image."""
-    if detect_layout(project).language == "javascript":
-        inputs, runtime = node_inputs(project), f"node{node_major(project)[0]}"
-    elif collect_requirements(project).wanted():
+    project always has one: Node is not in fluffy's code-executor image.  ``language``:
+    the project's, when the caller knows its layout (else it is detected)."""
+    if (language or detect_layout(project).language) == "javascript":
+        return node_key(project, base_image, node_major(project)[0])
+    if collect_requirements(project).wanted():
         inputs, runtime = env_inputs(project), ENV_PYTHON
     else:
         return None
     return env_key(inputs, base_image, runtime, ENV_SCHEME), inputs
 
 
-def choose(project: Path, state: Path, base_image: str) -> EnvChoice:
+def choose(
+    project: Path, state: Path, base_image: str, language: Language | None = None
+) -> EnvChoice:
     """The environment for the project's dependency files as they are now."""
-    wanted = wanted_key(project, base_image)
+    wanted = wanted_key(project, base_image, language)
     if wanted is None:
         return EnvChoice(None, None, True)
     key, inputs = wanted

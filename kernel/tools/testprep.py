@@ -83,7 +83,9 @@ class TestPreparer:
 
     def environment(self) -> EnvChoice | None:
         base = self.base_image()
-        return None if base is None else choose(self.project, self.state_dir, base)
+        if base is None:
+            return None
+        return choose(self.project, self.state_dir, base, self.layout.language)
 
     def third_party(self) -> Callable[[str], bool]:
         """Top-level modules of declared or installed distributions (natural red)."""
