@@ -104,4 +104,4 @@ def node_test_command(facts: NodeFacts | None) -> dict[str, Any] | None:
         ]  # fmt: skip
     else:
         return None
-    return {"command": command, "env": env, "junit": "{junit}", "runner": runner or "node"}
+    return {"command": command, "env": env, "junit": "{junit}"}
