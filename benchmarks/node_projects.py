@@ -21,14 +21,10 @@ Per project, in one run (keys as in ``benchmarks.real_projects``):
 
 from __future__ import annotations
 
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._kernel import kernel
-from benchmarks.real_projects import call_tool, cli, environment_times, run_measured
-from fluffy.ipc.client import SyncClient
+from benchmarks.real_projects import cli, environment_times, run_measured, sandbox_run
 from tests.node_projects_support import (
     NodeProject,
     host_run,
@@ -40,38 +36,6 @@ from tests.node_projects_support import (
 from tests.real_projects_support import unpack
 
 
-def _sandbox(work: Path, repo: Path, engine: str) -> dict[str, Any]:
-    steps = node_session_steps(session_places(repo))
-    with kernel(work, repo, engine) as sock, SyncClient(str(sock), timeout=1800) as client:
-        sid = client.call("session.create")["session_id"]
-        client.call("session.message", {"session_id": sid, "text": "run the tests"})
-        call_tool(client, sid, "plan.complete", summary="run the suite")
-        t0 = time.perf_counter()
-        counts = call_tool(client, sid, "test.run")["output"]["counts"]
-        testrun_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        sid = client.call("session.create")["session_id"]
-        client.call("session.message", {"session_id": sid, "text": "add fluffyTriple"})
-        landed = True
-        for step in steps:
-            answer = call_tool(client, sid, str(step["tool"]), **step["args"])
-            expect = step.get("expect") or {}
-            if "state" in expect and answer["session"]["state"] != expect["state"]:
-                landed = False
-                break
-        session_s = time.perf_counter() - t0
-    head = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    return {
-        "testrun_passed": counts["passed"],
-        "testrun_failed": counts["failed"] + counts["error"],
-        "testrun_skipped": counts["skipped"],
-        "testrun_s": round(testrun_s, 2),
-        "session_s": round(session_s, 2),
-        "session_landed": landed and head == "Add fluffyTriple",
-    }
-
-
 def measure(project: NodeProject, engine: str, root: Path) -> dict[str, Any]:
     work = root / project.name
     work.mkdir()
@@ -81,7 +45,7 @@ def measure(project: NodeProject, engine: str, root: Path) -> dict[str, Any]:
     repo = unpack(project, work / "repo")  # type: ignore[arg-type]
     with_config(project, repo)
     cold, warm = environment_times(engine, repo, work / "state")
-    sandbox = _sandbox(work, repo, engine)
+    sandbox = sandbox_run(work, repo, engine, node_session_steps(session_places(repo)))
     got = {k: sandbox[f"testrun_{k}"] for k in ("passed", "failed", "skipped")}
     return {
         "name": project.name,

@@ -80,8 +80,13 @@ def environment_times(engine_name: str, repo: Path, state: Path) -> tuple[float,
 
 
 def _sandbox(work: Path, repo: Path, engine: str) -> dict[str, Any]:
-    places = session_places(repo)
-    steps = real_session_steps(places)
+    return sandbox_run(work, repo, engine, real_session_steps(session_places(repo)))
+
+
+def sandbox_run(work: Path, repo: Path, engine: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole suite's ``test.run`` in a session, then a new session playing ``steps``
+    to its commit (whose message is the last step's): counts, times, landed."""
+    subject = str(steps[-1]["args"]["message"])
     with kernel(work, repo, engine) as sock, SyncClient(str(sock), timeout=1800) as client:
         sid = client.call("session.create")["session_id"]
         client.call("session.message", {"session_id": sid, "text": "run the tests"})
@@ -91,7 +96,7 @@ def _sandbox(work: Path, repo: Path, engine: str) -> dict[str, Any]:
         testrun_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         sid = client.call("session.create")["session_id"]
-        client.call("session.message", {"session_id": sid, "text": "add fluffy_triple"})
+        client.call("session.message", {"session_id": sid, "text": subject})
         landed = True
         for step in steps:
             answer = call_tool(client, sid, str(step["tool"]), **step["args"])
@@ -109,7 +114,7 @@ def _sandbox(work: Path, repo: Path, engine: str) -> dict[str, Any]:
         "testrun_skipped": counts["skipped"],
         "testrun_s": round(testrun_s, 2),
         "session_s": round(session_s, 2),
-        "session_landed": landed and head == "Add fluffy_triple",
+        "session_landed": landed and head == subject,
     }
 
 
