@@ -10,7 +10,7 @@ from tests.conftest import connect_engine
 
 
 @pytest.fixture(scope="module")
-def images() -> Callable[[str], None]:
+def built_on() -> Callable[[str], None]:
     """Build fluffy's images on an engine once per module (unchanged ones are kept)."""
     from fluffy.images.builder import build_images
 

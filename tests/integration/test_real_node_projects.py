@@ -62,11 +62,11 @@ def call(client: Any, sid: str, tool: str, **args: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("runtime", "name"), CASES)
 def test_a_real_node_project_runs_as_on_the_host_and_a_session_lands(
-    tmp_path: Path, runtime: str, name: str, images: Callable[[str], None],
+    tmp_path: Path, runtime: str, name: str, built_on: Callable[[str], None],
     host: Callable[[NodeProject], HostRun],
 ) -> None:  # fmt: skip
     project = PROJECTS[name]
-    images(runtime)
+    built_on(runtime)
     on_host = host(project)
     assert on_host.counts["passed"] > 100 and on_host.counts["failed"] == 0, on_host.counts
     tmp_path.chmod(0o755)  # the sandbox user reads the project
@@ -135,7 +135,7 @@ def _follow(client: Any, sid: str) -> list[dict[str, Any]]:
     ("name", "model"), [(name, model) for name in PROJECTS for model in ("scripted", "openai")]
 )
 def test_a_model_takes_a_real_node_project_from_task_to_commit(
-    tmp_path: Path, name: str, model: str, images: Callable[[str], None]
+    tmp_path: Path, name: str, model: str, built_on: Callable[[str], None]
 ) -> None:
     """The same session as a model plays it: fluffy's scripted provider, and the real
     OpenAI adapter in its sandbox talking to a fake OpenAI-compatible server on loopback
@@ -145,7 +145,7 @@ def test_a_model_takes_a_real_node_project_from_task_to_commit(
     from tests.fakes.llm import FakeOpenAIServer, Reply
 
     project = PROJECTS[name]
-    images("docker")
+    built_on("docker")
     tmp_path.chmod(0o755)
     repo = unpack(project, tmp_path / "repo")  # type: ignore[arg-type]
     with_config(project, repo)

@@ -73,11 +73,11 @@ def call(client: Any, sid: str, tool: str, **args: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("runtime", "name"), CASES)
 def test_a_real_project_runs_as_on_the_host_and_a_session_lands(
-    tmp_path: Path, runtime: str, name: str, images: Callable[[str], None],
+    tmp_path: Path, runtime: str, name: str, built_on: Callable[[str], None],
     host: Callable[[RealProject], HostRun],
 ) -> None:  # fmt: skip
     project = PROJECTS[name]
-    images(runtime)
+    built_on(runtime)
     on_host = host(project)
     assert on_host.passed > 0
     tmp_path.chmod(0o755)  # the sandbox user reads the project
