@@ -20,6 +20,11 @@ from fluffy.errors import FluffyError
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The kernel checks every syscall result it sends against its declared type (fluffy/ipc/
+# results/); kernels the tests start as processes inherit it.  Set before any test module
+# imports the syscall layer, which reads it once.
+os.environ.setdefault("FLUFFY_CHECK_RESULTS", "1")
+
 # Property tests check what holds, not how fast: a loaded CI machine (two cores running
 # containers) must not fail an example for taking over hypothesis's 200 ms default.
 # Speed is measured by the benchmarks.

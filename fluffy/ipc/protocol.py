@@ -78,6 +78,11 @@ _handshake_decoder = msgspec.json.Decoder(HandshakeRequest)
 _ack_decoder = msgspec.json.Decoder(HandshakeResponse)
 
 
+def to_json(value: Any) -> bytes:
+    """``value`` as JSON, encoded as a frame's payload encodes it."""
+    return _encoder.encode(value)
+
+
 def encode(message: msgspec.Struct | dict[str, Any]) -> bytes:
     """One frame: length prefix + JSON."""
     payload = _encoder.encode(message)

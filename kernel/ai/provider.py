@@ -51,13 +51,14 @@ from fluffy.ipc.ai_types import (
     StreamEvent,
     ToolDefinition,
 )
+from fluffy.ipc.results.sandbox import ModelJob
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
-from fluffy.kernel.ipc.syscalls import Free, NoParams, OwnSocket, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import NoParams, OwnSocket, Syscall, SyscallTable
 from fluffy.kernel.tools.routedcall import TURN_PRIORITY  # as the turn's tool calls
 from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
 
@@ -134,7 +135,7 @@ class ProviderSession:
         own = AI_SANDBOX
         return SyscallTable(
             [
-                Syscall("ai.next", NoParams, self._next, Free | None, since=1, callers=own),
+                Syscall("ai.next", NoParams, self._next, ModelJob | None, since=1, callers=own),
                 Syscall("ai.event", AiEventParams, self._event, None, since=1, callers=own),
                 Syscall("ai.result", AiResultParams, self._result, None, since=1, callers=own),
             ]

@@ -40,10 +40,12 @@ from fluffy.ipc.protocol import (
     negotiate,
 )
 from fluffy.ipc.transport import PeerIdentity
+from fluffy.kernel.ipc import syscalls
 from fluffy.kernel.ipc.context import UNAUDITED, CallContext, CallRecord, Handler, decision_var
 
 if TYPE_CHECKING:
     from fluffy.kernel.ipc.server import KernelServer
+    from fluffy.kernel.ipc.syscalls import Syscall
 
 log = logging.getLogger("fluffy.kernel.ipc")
 
@@ -308,7 +310,7 @@ class Connection(asyncio.Protocol):
         handler: Handler = syscall.handler
         if syscall.is_async:
             self.in_flight[message.id] = None
-            task = asyncio.ensure_future(self.run_async(handler, message, params))
+            task = asyncio.ensure_future(self.run_async(syscall, message, params))
             if message.id in self.in_flight:
                 self.in_flight[message.id] = task
             if len(self.in_flight) >= self.limits.max_in_flight and not self.paused:
@@ -320,6 +322,8 @@ class Connection(asyncio.Protocol):
         result, failed = None, None
         try:
             result = handler(self.context, params)
+            if syscalls.CHECK_RESULTS:
+                syscall.check_result(result)
             reply = encode(IpcMessage(id=message.id, type="response", result=result))
         except Exception as exc:  # every failure becomes a response
             reply, failed = self.failure(message.id, method, exc)
@@ -341,12 +345,14 @@ class Connection(asyncio.Protocol):
         self.observe(message, started, error=refused, handled=True)
         decision_var.reset(token)
 
-    async def run_async(self, handler: Handler, message: IpcMessage, params: Any) -> None:
+    async def run_async(self, syscall: Syscall[Any], message: IpcMessage, params: Any) -> None:
         started = time.perf_counter()
         decision_var.set(None)  # this task's own copy of the context
         result, failed = None, None
         try:
-            result = await handler(self.context, params)  # type: ignore[arg-type]
+            result = await syscall.handler(self.context, params)  # type: ignore[arg-type]
+            if syscalls.CHECK_RESULTS:
+                syscall.check_result(result)
             reply = encode(IpcMessage(id=message.id, type="response", result=result))
         except asyncio.CancelledError:
             raise

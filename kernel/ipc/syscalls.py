@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from typing import Any, Generic, Literal, NoReturn, TypeVar
 import msgspec
 
 from fluffy.errors import DuplicateSyscall, InvalidPayload, PeerRejected, UnknownMethod
+from fluffy.ipc.protocol import to_json
 from fluffy.kernel.ipc.context import CallContext, Handler
 
 #: the user's CLI socket only (binding ``"cli"``)
@@ -68,8 +70,15 @@ class OwnSocket:
 
 Callers = Literal["cli", "any"] | OwnSocket
 
-#: a result that is a free-form JSON object (its fields are documented in docs/ipc.md)
-Free = dict[str, Any]
+#: check every result against its declared type before it is sent (a developer's
+#: setting: the test suite sets it; a mismatch fails the call, ResultMismatch)
+CHECK_RESULTS = os.environ.get("FLUFFY_CHECK_RESULTS") == "1"
+
+
+class ResultMismatch(Exception):
+    """A handler returned something other than its syscall's declared result (a bug in
+    the kernel, found with ``FLUFFY_CHECK_RESULTS=1``)."""
+
 
 P = TypeVar("P")
 
@@ -91,7 +100,8 @@ class Syscall(Generic[P]):
     #: the params' Struct (``forbid_unknown_fields``)
     params: type[P]
     handler: Callable[[CallContext, P], Any]
-    #: the result's type: a Struct, a documented type, or ``Free``
+    #: the result's type: a :class:`fluffy.ipc.results.Result`, ``X | None``,
+    #: ``list[X]`` or ``None`` (fluffy/ipc/results/, drawn in docs/ipc-results.md)
     result: Any
     #: the API version that introduced it (CHANGELOG.md)
     since: int
@@ -135,6 +145,21 @@ class Syscall(Generic[P]):
         """Whether the handler is a coroutine function (asked once, not per call)."""
         return inspect.iscoroutinefunction(self.handler)
 
+    @functools.cached_property
+    def _result_decoder(self) -> msgspec.json.Decoder[Any]:
+        return msgspec.json.Decoder(self.result)
+
+    def check_result(self, result: Any) -> None:
+        """Raise :class:`ResultMismatch` unless ``result``, as the wire carries it,
+        decodes as the declared result type."""
+        try:
+            self._result_decoder.decode(to_json(result))
+        except msgspec.ValidationError as exc:
+            raise ResultMismatch(
+                f"{self.name} returned a result its declaration does not "
+                f"allow: {exc} (fluffy/ipc/results/)"
+            ) from None
+
     def with_handler(self, handler: Callable[[CallContext, P], Any]) -> Syscall[P]:
         return replace(self, handler=handler)
 
@@ -145,12 +170,18 @@ class Syscall(Generic[P]):
         if inspect.iscoroutinefunction(handler):
 
             async def run_async(context: CallContext, params: Any) -> Any:
-                return await handler(context, self.accept(context, params))
+                result = await handler(context, self.accept(context, params))
+                if CHECK_RESULTS:
+                    self.check_result(result)
+                return result
 
             return run_async
 
         def run(context: CallContext, params: Any) -> Any:
-            return handler(context, self.accept(context, params))
+            result = handler(context, self.accept(context, params))
+            if CHECK_RESULTS:
+                self.check_result(result)
+            return result
 
         return run
 

@@ -30,12 +30,13 @@ from typing import Any
 import msgspec
 
 from fluffy.errors import FluffyError, SandboxRunFailed
+from fluffy.ipc.results.sandbox import PolicyJob
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import socket_dir as sandbox_socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
-from fluffy.kernel.ipc.syscalls import Free, NoParams, OwnSocket, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import NoParams, OwnSocket, Syscall, SyscallTable
 from fluffy.kernel.policy.engine import Request, Verdict, Vote
 
 log = logging.getLogger("fluffy.kernel.policy")
@@ -67,7 +68,7 @@ def extension_syscalls(host: ExtensionHost) -> SyscallTable:
     own = POLICY_SANDBOX
     return SyscallTable(
         [
-            Syscall("policy.next", NoParams, host._next, Free, since=1, callers=own),
+            Syscall("policy.next", NoParams, host._next, PolicyJob, since=1, callers=own),
             Syscall("policy.verdict", VerdictParams, host._verdict, None, since=1, callers=own),
         ]
     )

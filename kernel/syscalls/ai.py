@@ -8,23 +8,36 @@ quarantine; the provider's settings (and its API key) arrive here and stay in me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, get_args
 
 import msgspec
 
 from fluffy.errors import MergeOverlap
 from fluffy.ipc.ai_types import ProviderConfig
+from fluffy.ipc.results.session import (
+    Budget,
+    CallDecided,
+    CallDecision,
+    CancelledSession,
+    Instructions,
+    MessageAccepted,
+    PendingCall,
+    Pins,
+    SessionEvents,
+    SessionList,
+    SessionUsage,
+)
+from fluffy.ipc.results.workflow import Session
 from fluffy.kernel.ai.loop import MAX_ROUNDS, SessionLoop
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import CLI, Syscall, SyscallTable
 from fluffy.kernel.merge.identity import clean
-from fluffy.kernel.syscalls.workflow import SessionParams, SessionView, _view
+from fluffy.kernel.syscalls.workflow import SessionParams, _view
 from fluffy.kernel.tools.flow import overlap_report
 from fluffy.kernel.workflow.budget import LOCK_KEY
 
 MAX_TEXT = 100_000
 MAX_WAIT_MS = 30_000
-CallDecision = Literal["allow", "allow_session", "deny"]
 CALL_DECISIONS: tuple[str, ...] = get_args(CallDecision)
 #: A task or pinned text: not empty, not only whitespace (``pattern`` is searched).
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT, pattern=r"\S")]
@@ -228,17 +241,17 @@ def ai_methods(
                 "tool.decide",
                 DecideCallParams,
                 decide_call,
-                Free,
+                CallDecided,
                 since=1,
                 callers=CLI,
                 refusal="decide on a tool call",
             ),
-            Syscall("tool.pending", SessionParams, pending_call, Free, since=1),
+            Syscall("tool.pending", SessionParams, pending_call, PendingCall, since=1),
             Syscall(
                 "workflow.decide_exemption",
                 DecideExemptionParams,
                 decide_exemption,
-                SessionView,
+                Session,
                 since=1,
                 callers=CLI,
                 refusal="decide on a TDD exemption",
@@ -247,7 +260,7 @@ def ai_methods(
                 "session.message",
                 MessageParams,
                 message,
-                Free,
+                MessageAccepted,
                 since=1,
                 callers=CLI,
                 refusal="start a task",
@@ -256,42 +269,42 @@ def ai_methods(
                 "session.events",
                 EventsParams,
                 events,
-                Free,
+                SessionEvents,
                 since=1,
                 callers=CLI,
                 refusal="follow a session",
             ),
-            Syscall("session.cancel", SessionParams, cancel, SessionView, since=1),
-            Syscall("session.list", ListParams, session_list, Free, since=1),
-            Syscall("session.usage", SessionParams, usage, Free, since=1),
+            Syscall("session.cancel", SessionParams, cancel, CancelledSession, since=1),
+            Syscall("session.list", ListParams, session_list, SessionList, since=1),
+            Syscall("session.usage", SessionParams, usage, SessionUsage, since=1),
             Syscall(
-                "session.pin", PinParams, pin, Free, since=1, callers=CLI, refusal="pin context"
+                "session.pin", PinParams, pin, Pins, since=1, callers=CLI, refusal="pin context"
             ),
             Syscall(
                 "session.unpin",
                 UnpinParams,
                 unpin,
-                Free,
+                Pins,
                 since=1,
                 callers=CLI,
                 refusal="unpin context",
             ),
-            Syscall("session.pins", SessionParams, pins, Free, since=1),
+            Syscall("session.pins", SessionParams, pins, Pins, since=1),
             Syscall(
                 "session.lift_quarantine",
                 SessionParams,
                 lift,
-                SessionView,
+                Session,
                 since=1,
                 callers=CLI,
                 refusal="lift a quarantine",
             ),
-            Syscall("session.budget", SessionParams, budget, Free, since=1),
+            Syscall("session.budget", SessionParams, budget, Budget, since=1),
             Syscall(
                 "session.instructions",
                 InstructionsParams,
                 instructions,
-                Free,
+                Instructions,
                 since=1,
                 callers=CLI,
                 refusal="read the project's instructions",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fluffy.ipc.results.admin import AuditFlushed
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 
 
 def audit_methods(audit: AuditLog) -> SyscallTable:
@@ -20,6 +21,6 @@ def audit_methods(audit: AuditLog) -> SyscallTable:
         return {"seq": audit.durable_head.seq}
 
     return SyscallTable(
-        [Syscall("audit.flush", NoParams, flush, Free, since=1, callers=CLI,
+        [Syscall("audit.flush", NoParams, flush, AuditFlushed, since=1, callers=CLI,
                  refusal="flush the audit log")]
     )  # fmt: skip

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from fluffy.ipc.protocol import KERNEL_VERSION
+from fluffy.ipc.results.admin import Pong
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import NoParams, Syscall, SyscallTable
 
 
 def ping(context: CallContext, params: NoParams) -> dict[str, Any]:
@@ -40,4 +41,4 @@ def ping(context: CallContext, params: NoParams) -> dict[str, Any]:
 
 
 def default_methods() -> SyscallTable:
-    return SyscallTable([Syscall("kernel.ping", NoParams, ping, Free, since=0)])
+    return SyscallTable([Syscall("kernel.ping", NoParams, ping, Pong, since=0)])

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fluffy.ipc.results.admin import McpReloaded, McpServerList
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 from fluffy.kernel.mcp.servers import PREFIX, McpServers, split_name
 from fluffy.kernel.tools.router import ToolRouter
 
@@ -47,12 +48,12 @@ def mcp_methods(router: ToolRouter, mcp: McpServers | None) -> SyscallTable:
 
     return SyscallTable(
         [
-            Syscall("mcp.list", NoParams, list_servers, Free, since=1),
+            Syscall("mcp.list", NoParams, list_servers, McpServerList, since=1),
             Syscall(
                 "mcp.reload",
                 NoParams,
                 reload,
-                Free,
+                McpReloaded,
                 since=1,
                 callers=CLI,
                 refusal="reload the project's MCP servers",

@@ -43,10 +43,11 @@ from fluffy.errors import (
     PluginNotConfirmed,
     PluginRejected,
 )
+from fluffy.ipc.results.admin import PluginInstalled
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import Free, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import Syscall, SyscallTable
 from fluffy.kernel.plugins.install import InstallPlan, read_home
 from fluffy.kernel.plugins.precheck import precheck
 from fluffy.kernel.plugins.scan import discover
@@ -249,4 +250,6 @@ def plugin_methods(
         return {"approved": True, "plan": shown}
 
     # callers: any -- a call from another socket is refused *and recorded* by the handler
-    return SyscallTable([Syscall("plugin.install", InstallParams, install, Free, since=1)])
+    return SyscallTable(
+        [Syscall("plugin.install", InstallParams, install, PluginInstalled, since=1)]
+    )

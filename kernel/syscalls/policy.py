@@ -21,10 +21,11 @@ from typing import Any
 import msgspec
 
 from fluffy.errors import InvalidPayload, PolicyError
+from fluffy.ipc.results.admin import PolicyUpdated, PolicyView
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import NoParams, Syscall, SyscallTable
 from fluffy.kernel.policy.audited import AuditedPolicy, recent_requests
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.extensions import ExtensionHost
@@ -251,9 +252,9 @@ def policy_methods(
 
     return SyscallTable(
         [
-            Syscall("policy.get", NoParams, get, Free, since=1),
+            Syscall("policy.get", NoParams, get, PolicyView, since=1),
             # any caller may ask for a plan; only the user's CLI applies one (checked in
             # the handler, after the plan: a plugin's attempt is judged and audited)
-            Syscall("policy.update", UpdateParams, update, Free, since=1),
+            Syscall("policy.update", UpdateParams, update, PolicyUpdated, since=1),
         ]
     )

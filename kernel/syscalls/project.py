@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fluffy.ipc.results.admin import ProjectInfo
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import NoParams, Syscall, SyscallTable
 from fluffy.kernel.project.layout import Layout
 
 EnvStatus = Callable[[], dict[str, Any] | None]
@@ -40,4 +41,4 @@ def project_methods(
             "environment": env,
         }
 
-    return SyscallTable([Syscall("project.info", NoParams, info, Free, since=1)])
+    return SyscallTable([Syscall("project.info", NoParams, info, ProjectInfo, since=1)])

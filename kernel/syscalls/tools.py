@@ -17,8 +17,17 @@ from typing import Any
 import msgspec
 
 from fluffy.errors import InvalidPayload
+from fluffy.ipc.results.tools import (
+    Review,
+    ReviewApproved,
+    ReviewRejected,
+    ReviewTestsFirst,
+    ToolList,
+    ToolOutcome,
+    ToolStatus,
+)
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import CLI, Free, NoParams, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 from fluffy.kernel.syscalls.workflow import OptionalSessionParams, SessionParams
 from fluffy.kernel.tools.router import ToolRouter
 
@@ -107,16 +116,16 @@ def tool_methods(
 
     return SyscallTable(
         [
-            Syscall("tool.list", OptionalSessionParams, list_tools, Free, since=1),
-            Syscall("tool.call", CallParams, call, Free, since=1),
-            Syscall("tool.batch", BatchParams, batch, list[Free], since=1),
-            Syscall("tool.status", NoParams, status, Free, since=1),
-            Syscall("review.show", SessionParams, review_show, Free, since=1),
+            Syscall("tool.list", OptionalSessionParams, list_tools, ToolList, since=1),
+            Syscall("tool.call", CallParams, call, ToolOutcome, since=1),
+            Syscall("tool.batch", BatchParams, batch, list[ToolOutcome], since=1),
+            Syscall("tool.status", NoParams, status, ToolStatus, since=1),
+            Syscall("review.show", SessionParams, review_show, Review, since=1),
             Syscall(
                 "review.approve",
                 ApproveParams,
                 approve,
-                Free,
+                ReviewApproved,
                 since=1,
                 callers=CLI,
                 refusal="approve a merge",
@@ -125,7 +134,7 @@ def tool_methods(
                 "review.reject",
                 RejectParams,
                 reject,
-                Free,
+                ReviewRejected,
                 since=1,
                 callers=CLI,
                 refusal="reject a merge",
@@ -134,7 +143,7 @@ def tool_methods(
                 "review.add_tests",
                 AddTestsParams,
                 add_tests,
-                Free,
+                ReviewTestsFirst,
                 since=1,
                 callers=CLI,
                 refusal="ask for tests before a merge",

@@ -15,8 +15,9 @@ from typing import Any
 import msgspec
 
 from fluffy.errors import KernelOverloaded
+from fluffy.ipc.results.workflow import Session, Transition
 from fluffy.kernel.ipc.context import CallContext
-from fluffy.kernel.ipc.syscalls import CLI, Free, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import CLI, Syscall, SyscallTable
 from fluffy.kernel.policy.engine import Caller
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.states import PERSON, Mode
@@ -49,11 +50,6 @@ class ExemptionParams(msgspec.Struct, forbid_unknown_fields=True):
     category: str
     paths: list[str]
     reason: str
-
-
-#: a session as the workflow syscalls answer it (``_view``): session_id, mode, state,
-#: exemption, exemption_pending, unverified, updated_at
-SessionView = Free
 
 
 def _view(session: SessionRow) -> dict[str, Any]:
@@ -108,15 +104,15 @@ def workflow_methods(
 
     return SyscallTable(
         [
-            Syscall("session.history", SessionParams, history, list[Free], since=1),
-            Syscall("session.create", CreateParams, create, SessionView, since=1),
-            Syscall("session.get", OptionalSessionParams, get, SessionView | None, since=1),
-            Syscall("session.set_mode", SetModeParams, set_mode, SessionView, since=1),
+            Syscall("session.history", SessionParams, history, list[Transition], since=1),
+            Syscall("session.create", CreateParams, create, Session, since=1),
+            Syscall("session.get", OptionalSessionParams, get, Session | None, since=1),
+            Syscall("session.set_mode", SetModeParams, set_mode, Session, since=1),
             Syscall(
                 "workflow.request_exemption",
                 ExemptionParams,
                 exemption,
-                SessionView,
+                Session,
                 since=1,
                 # granted at once: only the user's own request is
                 callers=CLI,

@@ -28,6 +28,7 @@ from fluffy.errors import (
     ToolTimeout,
     ToolTransient,
 )
+from fluffy.ipc.results.sandbox import ToolJob
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
 from fluffy.kernel.containers.lifecycle import Sandbox
@@ -35,7 +36,7 @@ from fluffy.kernel.containers.manager import KERNEL_SOCKET_TARGET
 from fluffy.kernel.containers.runtime import ContainerRuntime
 from fluffy.kernel.containers.sandboxio import output_tail
 from fluffy.kernel.ipc.server import CallContext, CallRecord, note_decision
-from fluffy.kernel.ipc.syscalls import Free, NoParams, OwnSocket, Syscall, SyscallTable
+from fluffy.kernel.ipc.syscalls import NoParams, OwnSocket, Syscall, SyscallTable
 from fluffy.kernel.plugins.handshake import check_negotiated
 from fluffy.kernel.tools.callfiles import WRITER, FilesParams, parse_files, write_files
 from fluffy.kernel.tools.capabilities import Capabilities
@@ -220,7 +221,7 @@ class PluginSocket:
         own = PLUGIN_SANDBOX
         return SyscallTable(
             [
-                Syscall("tool.next", NoParams, self.next, Free | None, since=1, callers=own),
+                Syscall("tool.next", NoParams, self.next, ToolJob | None, since=1, callers=own),
                 Syscall("tool.files", FilesParams, self.files, None, since=1, callers=own),
                 Syscall("tool.result", ToolResultParams, self.result, None, since=1, callers=own),
             ],

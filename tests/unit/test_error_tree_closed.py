@@ -28,6 +28,9 @@ INTERNAL: dict[str, str] = {
     "kernel/net/allowlist.py:AuthorityError": (
         "each caller translates it: PolicyError, the proxy's 400, a manifest's ValueError"
     ),
+    "kernel/ipc/syscalls.py:ResultMismatch": (
+        "a kernel bug found with FLUFFY_CHECK_RESULTS=1: the server answers ipc.internal"
+    ),
     "kernel/net/dial.py:DialRefused": "kernel/net/proxy.py answers it as a 403 and audits it",
     "kernel/net/head.py:HeadRejected": "kernel/net/proxy.py answers its status and audits it",
     "kernel/policy/request_paths.py:PathEscape": (

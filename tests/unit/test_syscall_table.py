@@ -24,12 +24,12 @@ import pytest
 from fluffy.errors import DuplicateSyscall, InvalidPayload, KernelStartFailed, PeerRejected
 from fluffy.ipc.client import AsyncClient
 from fluffy.ipc.protocol import CURRENT_API_VERSION
+from fluffy.ipc.results import Result
 from fluffy.kernel.ipc.context import CallContext, CallRecord
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.ipc.syscalls import (
     ANY,
     CLI,
-    Free,
     NoParams,
     OwnSocket,
     Syscall,
@@ -52,6 +52,12 @@ class EchoParams(msgspec.Struct, forbid_unknown_fields=True):
     paths: list[str] = []
 
 
+class EchoResult(Result):
+    session_id: str
+    approved: bool
+    typed: bool
+
+
 ran: list[Any] = []
 
 
@@ -68,7 +74,7 @@ def optional(context: CallContext, params: NoParams) -> str:
 TABLE = SyscallTable(
     default_methods(),
     [
-        Syscall("test.echo", EchoParams, echo, Free, since=1),
+        Syscall("test.echo", EchoParams, echo, EchoResult, since=1),
         Syscall("test.none", NoParams, optional, str, since=1),
         Syscall("test.user", NoParams, optional, str, since=1, callers=CLI, refusal="do it"),
     ],
@@ -249,7 +255,9 @@ def _changelog_list(sandboxes: bool = False) -> dict[str, tuple[int, str]]:
     main, _, own = section.partition("\n### The sandboxes' own sockets")
     section = own if sandboxes else main
     rows: dict[str, tuple[int, str]] = {}
-    for found in re.finditer(r"^- `([a-z_.]+)` \(API (\d+)(?:; ([^)]+))?\)$", section, re.M):
+    for found in re.finditer(
+        r"^- `([a-z_.]+)` \(API (\d+)(?:; ([^)]+))?\)(?: → .+)?$", section, re.M
+    ):
         assert found[1] not in rows, f"CHANGELOG.md lists {found[1]} twice"
         rows[found[1]] = (int(found[2]), found[3] or "any")
     return rows
