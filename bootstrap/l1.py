@@ -83,7 +83,8 @@ def spec(
     gate = str(Path(run_dir).parent / "gate")
     binds = [f"{project}:{I}/project:rw", f"{run_dir}:{I}/run:rw", f"{state_dir}:{I}/state:rw",
              f"{gate}:{I}/gate:ro"]  # fmt: skip
-    env = []
+    # a developer's setting (the tests'): the kernel type-checks every syscall result
+    env = ["FLUFFY_CHECK_RESULTS=1"] if os.environ.get("FLUFFY_CHECK_RESULTS") == "1" else []
     if plugins is not None:  # the plugin store, read-only: the kernel re-checks its hashes
         Path(plugins).mkdir(mode=0o755, parents=True, exist_ok=True)
         binds.append(f"{plugins}:{INSIDE}/plugins:ro")

@@ -88,6 +88,21 @@ def test_l1_flags_are_constant_and_strict(tmp_path: Path) -> None:
     assert "FLUFFY_PROJECT_ID=id" in body["Env"]  # the kernel labels its sandboxes with it
 
 
+def test_the_developers_result_check_reaches_the_kernel_only_when_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, sock = tmp_path / "p", tmp_path / "engine.sock"
+    project.mkdir()
+    for value, passed in (("1", True), ("0", False), (None, False)):
+        if value is None:
+            monkeypatch.delenv("FLUFFY_CHECK_RESULTS", raising=False)
+        else:
+            monkeypatch.setenv("FLUFFY_CHECK_RESULTS", value)
+        body = l1.spec("img", str(project), "id", "r", "s", Engine("docker", str(sock)))
+        assert ("FLUFFY_CHECK_RESULTS=1" in body["Env"]) is passed, value
+        assert not any(e.startswith("FLUFFY_CHECK_RESULTS=0") for e in body["Env"])
+
+
 def test_the_kernel_runs_as_the_projects_owner_never_root(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
