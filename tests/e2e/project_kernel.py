@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,44 @@ def user_project(
         "FLUFFY_KERNEL_IMAGE": kernel_image,
     }
     return project, env
+
+
+def call(tool: str, **args: Any) -> dict[str, Any]:
+    return {"tool": tool, "args": args}
+
+
+class Session:
+    """One session of the kernel, driven as the CLI does (session.message, session.events)."""
+
+    def __init__(self, client: Any, mode: str = "strict") -> None:
+        self.client = client
+        self.id = client.call("session.create")["session_id"]
+        if mode != "strict":
+            client.call("session.set_mode", {"session_id": self.id, "mode": mode})
+        self.after = client.call("session.events", {"session_id": self.id, "after": -1})["next"]
+        self.events: list[dict[str, Any]] = []
+
+    def start(self, text: str, turns: list[dict[str, Any]], *, auto_approve: bool) -> None:
+        self.client.call(
+            "session.message",
+            {"session_id": self.id, "text": text, "auto_approve": auto_approve,
+             "provider": {"name": "scripted", "turns": turns}},
+        )  # fmt: skip
+
+    def until(self, kind: str, timeout_s: float = 420) -> dict[str, Any]:
+        """The next event of ``kind`` (a review or an exemption waiting, or the turn's end)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            page = self.client.call(
+                "session.events", {"session_id": self.id, "after": self.after, "wait_ms": 5000}
+            )
+            for event in page["events"]:
+                self.after = event["seq"]
+                self.events.append(event)
+                if event["type"] == kind:
+                    return dict(event)
+                assert event["type"] != "turn_end", f"the turn ended before a {kind}: {event}"
+        raise AssertionError(f"no {kind} within {timeout_s} s: {self.events[-8:]}")
+
+    def state(self) -> str:
+        return str(self.client.call("session.get", {"session_id": self.id})["state"])

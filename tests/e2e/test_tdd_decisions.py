@@ -20,6 +20,7 @@ import yaml
 
 from fluffy.demo_session import init_repository
 from tests.conftest import connect_engine
+from tests.e2e.project_kernel import Session, call
 
 pytestmark = pytest.mark.e2e
 
@@ -57,47 +58,6 @@ def _strict_turns() -> list[dict[str, Any]]:
         {"say": s.get("say", ""), "calls": [{"tool": s["tool"], "args": s.get("args", {})}]}
         for s in steps["steps"]
     ]
-
-
-def _call(tool: str, **args: Any) -> dict[str, Any]:
-    return {"tool": tool, "args": args}
-
-
-class Session:
-    """One session of the kernel, driven as the CLI does (session.message, session.events)."""
-
-    def __init__(self, client: Any, mode: str = "strict") -> None:
-        self.client = client
-        self.id = client.call("session.create")["session_id"]
-        if mode != "strict":
-            client.call("session.set_mode", {"session_id": self.id, "mode": mode})
-        self.after = client.call("session.events", {"session_id": self.id, "after": -1})["next"]
-        self.events: list[dict[str, Any]] = []
-
-    def start(self, text: str, turns: list[dict[str, Any]], *, auto_approve: bool) -> None:
-        self.client.call(
-            "session.message",
-            {"session_id": self.id, "text": text, "auto_approve": auto_approve,
-             "provider": {"name": "scripted", "turns": turns}},
-        )  # fmt: skip
-
-    def until(self, kind: str, timeout_s: float = 420) -> dict[str, Any]:
-        """The next event of ``kind`` (a review or an exemption waiting, or the turn's end)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            page = self.client.call(
-                "session.events", {"session_id": self.id, "after": self.after, "wait_ms": 5000}
-            )
-            for event in page["events"]:
-                self.after = event["seq"]
-                self.events.append(event)
-                if event["type"] == kind:
-                    return dict(event)
-                assert event["type"] != "turn_end", f"the turn ended before a {kind}: {event}"
-        raise AssertionError(f"no {kind} within {timeout_s} s: {self.events[-8:]}")
-
-    def state(self) -> str:
-        return str(self.client.call("session.get", {"session_id": self.id})["state"])
 
 
 def _audit(env: dict[str, str], home: Path, kind: str) -> list[dict[str, Any]]:
@@ -169,20 +129,20 @@ def _explore_change_gets_tests_at_its_review(
     pyproject = (project / "pyproject.toml").read_text() + "# triple added\n"
     explore = Session(client, "explore")
     turns: list[dict[str, Any]] = [
-        {"say": "Planning.", "calls": [_call("plan.complete", summary="add triple")]},
+        {"say": "Planning.", "calls": [call("plan.complete", summary="add triple")]},
         {"say": "The change.", "calls": [
-            _call("fs.write", path="src/democonfig/extra.py", content=EXTRA),
-            _call("fs.write", path="pyproject.toml", content=pyproject),
-            _call("fs.write", path=".claude/settings.json", content=HOOKS)]},
-        {"say": "Run the tests.", "calls": [_call("test.run")]},
+            call("fs.write", path="src/democonfig/extra.py", content=EXTRA),
+            call("fs.write", path="pyproject.toml", content=pyproject),
+            call("fs.write", path=".claude/settings.json", content=HOOKS)]},
+        {"say": "Run the tests.", "calls": [call("test.run")]},
         # the review round: the model asks for tests; the user decides
-        {"say": "triple has no test.", "calls": [_call("workflow.add_tests",
+        {"say": "triple has no test.", "calls": [call("workflow.add_tests",
                                                        reason="triple is untested")]},
         {"say": "The test.", "calls": [
-            _call("fs.write", path="tests/test_extra.py", content=EXTRA_TEST)]},
-        {"say": "Run them again.", "calls": [_call("test.run")]},
+            call("fs.write", path="tests/test_extra.py", content=EXTRA_TEST)]},
+        {"say": "Run them again.", "calls": [call("test.run")]},
         {"say": "It has its test now.", "calls": []},  # the second review's round
-        {"say": "Commit.", "calls": [_call("git.commit", message="Add triple, with a test")]},
+        {"say": "Commit.", "calls": [call("git.commit", message="Add triple, with a test")]},
     ]  # fmt: skip
     explore.start("add triple", turns, auto_approve=False)
     review = explore.until("review")  # pyproject.toml is sensitive: a person reviews
@@ -220,7 +180,7 @@ def _ai_exemption_waits_for_the_user(
     docs = Session(client)
     asked = {"category": "documentation", "paths": ["README.md"], "reason": "a typo"}
     turns: list[dict[str, Any]] = [
-        {"say": "Only the README.", "calls": [_call("workflow.request_exemption", **asked)]},
+        {"say": "Only the README.", "calls": [call("workflow.request_exemption", **asked)]},
         {"say": "Granted; fixing the typo now.", "calls": []},
     ]
     docs.start("fix the README typo", turns, auto_approve=True)  # --yes never grants it
