@@ -138,7 +138,7 @@ class SessionLoop:
                 f"session {session_id} is still working on a task",
                 why=f"turn {busy.turn_id} is {busy.status}",
             )
-        if session.data.get("quarantined"):
+        if session.data.quarantined:
             raise Quarantined(f"session {session_id} is quarantined")
         turn = Turn(uuid.uuid4().hex[:12], session_id, text, provider, auto_approve, max_rounds)
         self.turns[session_id] = turn  # reserved before any await: one turn per session
@@ -379,7 +379,7 @@ class SessionLoop:
         """One model request (the tools of the state, or just ``only``); its tool calls."""
         sid = turn.session_id
         session = await self.router.workflow.get(sid)
-        quarantined = bool(session.data.get("quarantined"))
+        quarantined = bool(session.data.quarantined)
         tools = await self._tools(sid, quarantined)
         if only is not None:
             tools = [t for t in tools if t.name in only]

@@ -216,7 +216,7 @@ async def listed_sessions(
                 "updated_at": max(row.updated_at, meta.updated_at if meta else 0),
                 "title": meta.title if meta else "",
                 "turns": meta.turns if meta else 0,
-                "quarantined": bool(row.data.get("quarantined")),
+                "quarantined": bool(row.data.quarantined),
                 "usage": usage.get(row.id, Tally()).to_dict(),
             }
         )

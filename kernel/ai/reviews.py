@@ -54,8 +54,8 @@ class TurnReviews:
         asked = dict(output.get("exemption") or {})
         held = await self.workflow.get(sid)
         before = held.state
-        pending = held.data.get("exemption_pending") or {}
-        if pending.get("request_id") != asked.get("request_id"):  # decided meanwhile
+        pending = held.data.exemption_pending
+        if pending is None or pending.request_id != asked.get("request_id"):  # decided meanwhile
             note = (
                 f"The exemption request {asked.get('request_id')} no longer waits (the user "
                 f"decided on it). Workflow state: {held.state}."
@@ -65,7 +65,8 @@ class TurnReviews:
         turn.review = asyncio.get_running_loop().create_future()
         turn.status = "waiting_review"
         # the user decides on the request shown here, by its id (workflow.decide_exemption)
-        shown = {k: pending[k] for k in ("request_id", "category", "paths", "reason")}
+        shown = {"request_id": pending.request_id, "category": pending.category,
+                 "paths": list(pending.paths), "reason": pending.reason}  # fmt: skip
         await self.loop.emit(turn, {"type": "exemption", "kernel_decides": False, **shown})
         decision = await self.wait_for_user(turn)
         session = await self.workflow.get(sid)
@@ -134,11 +135,7 @@ class TurnReviews:
         # rest on it: kernel/merge/support.py) and a file outside the source and test
         # folders (configuration a tool on the user's machine may run, ADR-054): those
         # reviews wait like any other
-        auto = (
-            turn.auto_approve
-            and not session.data.get("review_required")
-            and not shown["needs_person"]
-        )
+        auto = turn.auto_approve and not session.data.review_required and not shown["needs_person"]
         if not auto and shown["can_add_tests"]:
             shown["tests_requested"] = await self._review_round(turn)
         if not auto:  # ready before anyone is told: an approval can come at once
@@ -216,8 +213,7 @@ class TurnReviews:
         if calls:
             await self.loop.tool_calls.run(turn, calls)
         session = await self.workflow.get(sid)
-        requested = session.data.get("tests_requested")
-        return str(requested) if requested else None
+        return session.data.tests_requested or None
 
     async def _budget_notices(self, turn: Turn, merge: dict[str, Any]) -> None:
         """A merge's tech-debt notices (coverage below min_delta or past the warning)."""
@@ -231,13 +227,13 @@ class TurnReviews:
         stage = self.workspaces.get(session_id)
         plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=True)
         session = await self.workflow.get(session_id)
-        exempted = bool(session.data.get("exemption"))
+        exempted = session.data.exemption is not None
         return {
             "plan_id": plan.plan_id,
             "files": [c.path for c in plan.changes],
             "lines": plan.diff_lines,
             "diff": plan.diff[:20_000],
-            "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
+            "reasons": list(plan.reasons) + list(session.data.review_required),
             "support": [str(change) for change in plan.support],
             # test-support code or files outside the allow-list: --yes does not stand in
             # for a person here

@@ -101,7 +101,7 @@ class TurnCalls:
                 await asyncio.shield(self.loop.memory.store.replace_calls(sid, kept))
             await asyncio.shield(self.loop.memory.append(sid, results_messages))
         session = await self.workflow.get(sid)
-        if session.data.get("quarantined"):
+        if session.data.quarantined:
             turn.status = "quarantined"
             return True
         for call, answer in zip(calls, answers, strict=True):
@@ -152,7 +152,7 @@ class TurnCalls:
             }
             return {"ok": False, "error": error, "tool": call.name}
         session = await self.workflow.get(sid)
-        if session.data.get("quarantined"):
+        if session.data.quarantined:
             spec = None
             try:
                 spec = self.router.registry.get(call.name)
@@ -170,7 +170,7 @@ class TurnCalls:
         count = self.loop.denials.get(sid, 0) + 1
         self.loop.denials[sid] = count
         session = await self.workflow.get(sid)
-        if count < self.loop.quarantine_after or session.data.get("quarantined"):
+        if count < self.loop.quarantine_after or session.data.quarantined:
             return
         reason = f"{count} tool calls were refused in this session"
         await self.workflow.annotate(sid, "quarantined", quarantined=reason)

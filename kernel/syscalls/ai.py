@@ -35,6 +35,7 @@ from fluffy.kernel.merge.identity import clean
 from fluffy.kernel.syscalls.workflow import SessionParams, _view
 from fluffy.kernel.tools.flow import overlap_report
 from fluffy.kernel.workflow.budget import LOCK_KEY
+from fluffy.kernel.workflow.sessiondata import DataChange
 
 MAX_TEXT = 100_000
 MAX_WAIT_MS = 30_000
@@ -114,7 +115,7 @@ def ai_methods(
         rounds = min(
             p.max_rounds or max_rounds(), max_rounds()
         )  # policy.yaml session.max_rounds is the ceiling
-        identity: dict[str, Any] = {}
+        identity: DataChange = {}
         if p.author is not None:
             identity["commit_author"] = clean(p.author.name, p.author.email)
         if p.commit_trailer is not None:
@@ -149,7 +150,7 @@ def ai_methods(
             "running": loop.running(sid) is not None,
             "mode": session.mode,
             "state": session.state,
-            "quarantined": bool(session.data.get("quarantined")),
+            "quarantined": bool(session.data.quarantined),
         }
 
     async def cancel(context: CallContext, p: SessionParams) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def tool_methods(
             "diff_lines": plan.diff_lines,
             "sensitive": list(plan.sensitive),
             "support": [str(change) for change in plan.support],
-            "reasons": list(plan.reasons) + list(session.data.get("review_required", [])),
+            "reasons": list(plan.reasons) + list(session.data.review_required),
             "diff": plan.diff,
         }
 

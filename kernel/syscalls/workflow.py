@@ -53,14 +53,13 @@ class ExemptionParams(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _view(session: SessionRow) -> dict[str, Any]:
-    exemption = session.data.get("exemption")
     return {
         "session_id": session.id,
         "mode": session.mode,
         "state": session.state,
-        "exemption": exemption,
-        "exemption_pending": session.data.get("exemption_pending"),
-        "unverified": bool(session.data.get("unverified")),
+        "exemption": session.data.exemption,
+        "exemption_pending": session.data.exemption_pending,
+        "unverified": session.data.unverified,
         "updated_at": session.updated_at,
     }
 

@@ -127,8 +127,8 @@ class Flow:
 
     async def state(self, session_id: str) -> tuple[str, str, bool]:
         session = await self.workflow.get(session_id)
-        flow = flow_of(session.mode, bool(session.data.get("exemption")))
-        return session.state, flow, bool(session.data.get("exemption"))
+        exempted = session.data.exemption is not None
+        return session.state, flow_of(session.mode, exempted), exempted
 
     # -- tools ----------------------------------------------------------------------
     async def plan_complete(self, session_id: str) -> list[Step]:
@@ -178,8 +178,8 @@ class Flow:
             stage = self.workspaces.get(session_id)
             plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=tests_pass)
             session = await self.workflow.get(session_id)
-            reasons = list(plan.reasons) + list(session.data.get("review_required", []))
-            if plan.auto and not session.data.get("review_required"):
+            reasons = list(plan.reasons) + list(session.data.review_required)
+            if plan.auto and not session.data.review_required:
                 try:
                     merged = await self._approve(session_id, plan, by="auto-merge")
                 except TransitionDenied as exc:  # the tech-debt budget: nothing merged
@@ -325,17 +325,17 @@ class Flow:
                     fix="Ask for tests when a change waits for review (/status shows it).",
                     why="tests are added to a change that waits for review",
                 )
-            if flow_of(session.mode, bool(session.data.get("exemption"))) == "strict":
+            if flow_of(session.mode, session.data.exemption is not None) == "strict":
                 raise WorkflowError(
                     "a strict-mode change has its tests already",
                     why="in strict mode the tests were written and failed before the code",
                     fix="Approve or reject the change; /add-tests is for explore-mode changes.",
                 )
-            exemption = session.data.get("exemption")
-            if exemption:
+            exemption = session.data.exemption
+            if exemption is not None:
                 raise WorkflowError(
                     "tests cannot be added to an exempted change",
-                    why=f"the session's {exemption.get('category')} exemption covers its own "
+                    why=f"the session's {exemption.category} exemption covers its own "
                     "paths only, and tests are outside them",
                     fix="Approve or reject this change; add the tests in a TDD cycle after it.",
                 )
@@ -364,7 +364,7 @@ class Flow:
         decides (the session stays in reviewing; nothing is merged or discarded here)."""
         async with self.lock(session_id):
             session = await self.workflow.get(session_id)
-            exempted = bool(session.data.get("exemption"))
+            exempted = session.data.exemption is not None
             if session.state != "reviewing" or session.mode == "strict" or exempted:
                 raise WorkflowError(
                     "tests can be asked for only while an explore change waits for review",
@@ -411,7 +411,7 @@ class Flow:
         session_id = await self.workflow.store.latest_session()
         for sid in [session_id] if session_id else []:
             session = await self.workflow.get(sid)
-            if session.state != "reviewing" or not session.data.get("merge_started"):
+            if session.state != "reviewing" or not session.data.merge_started:
                 continue
             landed = self.workspaces.landed(sid)
             written = [path for result in completed for path in result.merged]

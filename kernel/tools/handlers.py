@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from fluffy.kernel.tools import staging
 from fluffy.kernel.tools.commandrun import TOOL as COMMAND_TOOL
 from fluffy.kernel.tools.commandrun import run_command
@@ -40,7 +42,7 @@ async def request_exemption(router: ToolRouter, call: RoutedCall) -> dict[str, A
     )
     return {
         "held_for_review": True,
-        "exemption": held.data["exemption_pending"],
+        "exemption": msgspec.to_builtins(held.data.exemption_pending),
         "note": "The user decides on this exemption; the workflow waits for the "
         "answer. Nothing is exempt until the user grants it.",
     }

@@ -78,7 +78,7 @@ async def stage(
             ingest, outcome.call_dir, changes, stage, protected=protected
         )
     if call.review:
-        reasons = list(call.session.data.get("review_required", []))
+        reasons = list(call.session.data.review_required)
         await workflow.annotate(
             call.session.id, "review_required", review_required=[*reasons, call.review]
         )
@@ -180,11 +180,10 @@ async def commit_settings(
             fix="Make the change, run the tests, and commit after the merge.",
         )
     data = call.session.data
-    given = data.get("commit_author")
-    author = clean(given.get("name"), given.get("email")) if isinstance(given, dict) else None
+    given = data.commit_author
+    author = clean(given.get("name"), given.get("email")) if given is not None else None
     author = author or await asyncio.to_thread(repo_identity, project) or FALLBACK
-    trailer = data.get("commit_trailer")
-    trailer = trailer if isinstance(trailer, str) else DEFAULT_TRAILER
+    trailer = data.commit_trailer if data.commit_trailer is not None else DEFAULT_TRAILER
     message = with_trailer(str(call.args.get("message", "")), trailer)
     return {"commit": {"paths": paths, "author": author, "message": message}}
 

@@ -133,7 +133,7 @@ async def run_tests(
             cases = [*cases, *(as_evidence(c) for c in checked.broken)]
             run = dataclasses.replace(run, cases=tuple(cases), exit_code=exit_code or 1)
         elif checked is not None and not checked.holds:
-            reasons = list((await workflow.get(session_id)).data.get("review_required", []))
+            reasons = list((await workflow.get(session_id)).data.review_required)
             await workflow.annotate(
                 session_id, "review_required", review_required=[*reasons, *checked.review_reasons()]
             )

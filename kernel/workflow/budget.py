@@ -114,7 +114,7 @@ class CoverageBudget:
     async def after_commit(self, session: SessionRow) -> list[str]:
         """Strict commits move the coverage baseline (and lift an explore lock they
         restore): the kernel writes the baseline file, and keeps a copy in its database."""
-        if session.mode != "strict" or session.data.get("exemption"):
+        if session.mode != "strict" or session.data.exemption is not None:
             return []
         latest = await self.workflow.latest_run(session)
         if latest is None or latest[2] is None:

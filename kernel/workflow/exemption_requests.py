@@ -16,11 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+import msgspec
+
 from fluffy.errors import ExemptionDenied, ExemptionMismatch, ExemptionPending
 from fluffy.kernel.audit.entry import Event, now_ms
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.tdd_settings import ExemptionRule
 from fluffy.kernel.workflow.exemptions import check_exemption
+from fluffy.kernel.workflow.sessiondata import Exemption, PendingExemption, SessionData
 from fluffy.kernel.workflow.store import Outcome, SessionRow
 
 
@@ -36,7 +39,7 @@ class Host(Protocol):
         self, session: SessionRow, event: str, from_state: str, note: dict[str, Any]
     ) -> None: ...
 
-    async def entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]: ...
+    async def entering(self, session: SessionRow, target: str, event: str) -> SessionData: ...
 
 
 class ExemptionRequests:
@@ -57,36 +60,32 @@ class ExemptionRequests:
         session = await self.workflow.get(session_id)
         self._exemption_state(session)
         note = _exemption_note(category, paths, reason, by="ai")
-        waiting = session.data.get("exemption_pending")
-        if waiting:
+        waiting = session.data.exemption_pending
+        if waiting is not None:
             await self._refuse_second_request(session, note, waiting)
         request_id = _request_id()
         note["request_id"] = request_id
         await self._audit_exemption("exemption_requested", session, note, "held for review")
         await self._check_exemption(session, category, paths, reason, note)
-        pending = {
-            "request_id": request_id,
-            "category": category,
-            "paths": list(paths),
-            "reason": reason,
-        }
+        pending = PendingExemption(
+            request_id=request_id, category=category, paths=list(paths), reason=reason
+        )
         updated = replace(
             session,
-            data={**session.data, "exemption_pending": pending},
+            data=msgspec.structs.replace(session.data, exemption_pending=pending),
             updated_at=now_ms(),
         )
         await self.workflow.record_step(updated, "exemption_held", session.state, note)
         return updated
 
     async def _refuse_second_request(
-        self, session: SessionRow, note: dict[str, str], waiting: dict[str, Any]
+        self, session: SessionRow, note: dict[str, str], waiting: PendingExemption
     ) -> None:
         """ExemptionPending, on the record: a second request must not replace the first."""
-        held = str(waiting.get("request_id") or "")
+        held = waiting.request_id
         what = (
-            f"another exemption request ({held}: {waiting.get('category')} for "
-            f"{', '.join(str(p) for p in waiting.get('paths') or [])}) waits for the user's "
-            "decision"
+            f"another exemption request ({held}: {waiting.category} for "
+            f"{', '.join(waiting.paths)}) waits for the user's decision"
         )
         refused = {**note, "refused_because": what[:400], "pending_request_id": held}
         await self._audit_exemption(
@@ -106,15 +105,14 @@ class ExemptionRequests:
         """The user's decision on the AI's held request ``request_id`` (the one they were
         shown): ExemptionMismatch when the request that waits is another one."""
         session = await self.workflow.get(session_id)
-        pending = session.data.get("exemption_pending")
-        if not pending:
+        pending = session.data.exemption_pending
+        if pending is None:
             raise ExemptionDenied(
                 "no exemption request waits for your decision",
                 fix="/exempt asks for one yourself.",
             )
-        category, paths = str(pending["category"]), list(pending["paths"])
-        reason = str(pending["reason"])
-        held = str(pending.get("request_id") or "")
+        category, paths, reason = pending.category, list(pending.paths), pending.reason
+        held = pending.request_id
         if not held or request_id != held:
             raise ExemptionMismatch(
                 f"the exemption request {request_id or '(no id)'} is not the one that "
@@ -127,7 +125,7 @@ class ExemptionRequests:
                     else "/cancel drops it; the AI may then ask again."
                 ),
             )
-        data = {k: v for k, v in session.data.items() if k != "exemption_pending"}
+        data = msgspec.structs.replace(session.data, exemption_pending=None)
         cleared = replace(session, data=data, updated_at=now_ms())
         note = _exemption_note(category, paths, reason, by=by)
         note["request_id"] = held
@@ -213,14 +211,11 @@ class ExemptionRequests:
             note["requested_by"] = requested_by
             note["request_id"] = request_id
         rule = await self._check_exemption(session, category, paths, reason, note)
-        data = await self.workflow.entering(session, "exploring", "exemption_granted")
-        data.pop("exemption_pending", None)
-        data["exemption"] = {
-            "category": category,
-            "paths": list(paths),
-            "reason": reason,
-            "condition": rule.condition or "",
-        }
+        entered = await self.workflow.entering(session, "exploring", "exemption_granted")
+        exemption = Exemption(
+            category=category, paths=list(paths), reason=reason, condition=rule.condition or ""
+        )
+        data = msgspec.structs.replace(entered, exemption_pending=None, exemption=exemption)
         updated = replace(session, state="exploring", data=data, updated_at=now_ms())
         await self.workflow.record_step(updated, "exemption_granted", session.state, note)
         await self._audit_exemption("exemption_granted", updated, note, f"granted by {by}")

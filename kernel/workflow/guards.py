@@ -51,35 +51,34 @@ class Guards:
         what = ON_FAIL[name]
         data = session.data
         if name in ("approved", "approved_within_budget"):
-            if not data.get("merge_approved"):
+            if not data.merge_approved:
                 raise TransitionDenied(
                     what, why="nobody approved the merge", fix="Approve it with /approve."
                 )
-            if name == "approved_within_budget" and not data.get("exemption"):
+            if name == "approved_within_budget" and data.exemption is None:
                 return await self.workflow.budget.check(session)
             return []
         if name in ("code_changed", "tests_changed"):
             tests, sources = self.workflow.snapshot(session.id)
-            key, tree = (
-                ("tests_base", tests) if name == "tests_changed" else ("sources_base", sources)
-            )
-            if key not in data:
+            tested = name == "tests_changed"
+            snapshot, tree = (data.tests_base, tests) if tested else (data.sources_base, sources)
+            if snapshot is None:
                 raise TransitionDenied(
                     what,
                     why="this state has no snapshot of the tree to compare with",
                     fix="/cancel and start the flow again.",
                 )
-            base = TreeSnapshot(data[key])
-            exemption = data.get("exemption")
-            if exemption:  # an exemption covers its paths and nothing else
+            base = TreeSnapshot(snapshot)
+            exemption = data.exemption
+            if exemption is not None:  # an exemption covers its paths and nothing else
                 changed = tree.changed_since(base) | tests.changed_since(
-                    TreeSnapshot(data.get("tests_base", {}))
+                    TreeSnapshot(data.tests_base or {})
                 )
-                outside = sorted(changed - set(exemption.get("paths", [])))
+                outside = sorted(changed - set(exemption.paths))
                 if outside:
                     raise TransitionDenied(
                         what,
-                        why=f"the {exemption.get('category')} exemption does not cover "
+                        why=f"the {exemption.category} exemption does not cover "
                         f"{', '.join(outside[:5])}",
                         fix="Undo those changes, or /cancel and follow the TDD flow.",
                     )
@@ -91,7 +90,7 @@ class Guards:
                 )
             return []
         latest = await self.workflow.latest_run(session)
-        since = int(data.get("runs_since", 0))
+        since = data.runs_since
         if latest is None or latest[0] <= since:
             raise TransitionDenied(
                 what,
@@ -108,7 +107,7 @@ class Guards:
                 fix="Run the tests again with test.run.",
             )
         if name == "red":
-            base = TreeSnapshot(data.get("tests_base", {}))
+            base = TreeSnapshot(data.tests_base or {})
             proves = self.workflow.proof(session.id)
             if not run.is_red(base, proves):
                 raise TransitionDenied(

@@ -23,7 +23,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
+
+import msgspec
 
 from fluffy.errors import ModeDenied, SessionNotFound, TransitionDenied
 from fluffy.kernel.audit.entry import Event, now_ms
@@ -42,6 +44,7 @@ from fluffy.kernel.workflow.evidence import (
 )
 from fluffy.kernel.workflow.exemption_requests import ExemptionRequests
 from fluffy.kernel.workflow.guards import Guards
+from fluffy.kernel.workflow.sessiondata import DataChange, SessionData, changed
 from fluffy.kernel.workflow.states import (
     EVENTS,
     MODES,
@@ -103,7 +106,7 @@ class Workflow:
     ) -> SessionRow:
         async with self.lock:
             now = now_ms()
-            session = SessionRow(uuid.uuid4().hex[:12], now, now, "strict", "idle", {})
+            session = SessionRow(uuid.uuid4().hex[:12], now, now, "strict", "idle")
             await self.record_step(session, "session_created", "idle", {})
         if mode != "strict":
             outcome = await self.set_mode(
@@ -198,7 +201,7 @@ class Workflow:
         """Whether ``run`` is red for the session's test_writing, and the one sentence
         saying why (or what would be) -- the guard's own judgement."""
         session = await self.get(session_id)
-        base = TreeSnapshot(session.data.get("tests_base", {}))
+        base = TreeSnapshot(session.data.tests_base or {})
         proves = self.proof(session_id)
         return run.is_red(base, proves), run.red_reason(base, proves)
 
@@ -221,7 +224,7 @@ class Workflow:
             )
         session = await self.get(session_id)
         state = session.state
-        flow = flow_of(session.mode, bool(session.data.get("exemption")))
+        flow = flow_of(session.mode, session.data.exemption is not None)
         transition = next_state(flow, state, event)
         if transition is None:
             raise TransitionDenied(
@@ -229,13 +232,12 @@ class Workflow:
                 why="the design's transition table has no such step",
                 fix="Use /status to see the state; /cancel returns to idle.",
             )
-        data = dict(session.data)
         if event == "merge_approved":
-            data["merge_approved"] = bool(approved)
-        session = replace(session, data=data)
+            approval = msgspec.structs.replace(session.data, merge_approved=bool(approved))
+            session = replace(session, data=approval)
         warnings = await self.guards.check(transition.guard, session) if transition.guard else []
-        data = await self.entering(session, transition.to, event)
-        warnings += data.pop("baseline_notes", [])
+        data, notes = await self._entering(session, transition.to, event)
+        warnings += notes
         updated = replace(session, state=transition.to, data=data, updated_at=now_ms())
         note: dict[str, Any] = {"warnings": warnings} if warnings else {}
         if by is not None:  # who decided (e.g. the user's choice at a review)
@@ -245,15 +247,25 @@ class Workflow:
             await self.on_session_end()
         return Outcome(updated, state, event, warnings)
 
-    async def entering(self, session: SessionRow, target: str, event: str) -> dict[str, Any]:
+    async def entering(self, session: SessionRow, target: str, event: str) -> SessionData:
         """The session data after entering ``target`` (baselines for the next guards)."""
-        data = dict(session.data)
-        # guards need a run newer than this one
-        data["runs_since"] = await self.store.latest_run_id(session.id)
+        data, _ = await self._entering(session, target, event)
+        return data
+
+    async def _entering(
+        self, session: SessionRow, target: str, event: str
+    ) -> tuple[SessionData, list[str]]:
+        """The session data after entering ``target``, and the coverage baseline's notes
+        when a commit ends the session's task."""
+        data = session.data
+        change: dict[str, Any] = {
+            # guards need a run newer than this one
+            "runs_since": await self.store.latest_run_id(session.id),
+        }
         if target != "committing":
-            data.pop("merge_approved", None)
+            change["merge_approved"] = False
         if target == "reviewing":  # an approval is for one review, never a later one
-            data.pop("merge_started", None)
+            change["merge_started"] = None
         wants_tests = target in ("test_writing", "retroactive_testing") or (
             event == "exemption_granted"  # the exemption's scope covers tests too
         )
@@ -261,26 +273,18 @@ class Workflow:
         if wants_tests or wants_sources:
             tests, sources = self.snapshot(session.id)  # one walk of the tree
             if wants_tests:
-                data["tests_base"] = dict(tests.files)
+                change["tests_base"] = dict(tests.files)
             if wants_sources:
-                data["sources_base"] = dict(sources.files)
-        if target == "committing" and session.mode != "strict" and not data.get("exemption"):
-            data["unverified"] = True
+                change["sources_base"] = dict(sources.files)
+        if target == "committing" and session.mode != "strict" and data.exemption is None:
+            change["unverified"] = True
+        notes: list[str] = []
         if target == "idle":
             if event == "commit_complete":
                 notes = await self.budget.after_commit(session)
-                if notes:
-                    data["baseline_notes"] = notes
-            for key in (
-                "exemption",
-                "exemption_pending",
-                "tests_base",
-                "sources_base",
-                "runs_since",
-                "unverified",
-            ):
-                data.pop(key, None)
-        return data
+            change.update(exemption=None, exemption_pending=None, tests_base=None,
+                          sources_base=None, runs_since=0, unverified=False)  # fmt: skip
+        return msgspec.structs.replace(data, **change), notes
 
     async def baseline(self) -> tuple[CoverageReport | None, list[str]]:
         """The coverage baseline (the project's baseline file) and notes on what is wrong
@@ -293,19 +297,21 @@ class Workflow:
         coverage to check; else notices, strict changes too)."""
         async with self.lock:
             session = await self.get(session_id)
-            if session.data.get("exemption"):  # an exemption spends no budget
+            if session.data.exemption is not None:  # an exemption spends no budget
                 return []
             return await self.budget.check(session, automatic=automatic)
 
-    async def annotate(self, session_id: str, note: str, **values: Any) -> SessionRow:
+    async def annotate(
+        self, session_id: str, note: str, **values: Unpack[DataChange]
+    ) -> SessionRow:
         """Keep ``values`` in the session's data (chained like a transition; no state change).
 
-        ``None`` removes a key.  The tool path records here what must survive a crash
-        (e.g. that a merge was approved and started).
+        ``None`` puts a field back to its default.  The tool path records here what must
+        survive a crash (e.g. that a merge was approved and started).
         """
         async with self.lock:
             session = await self.get(session_id)
-            data = {k: v for k, v in {**session.data, **values}.items() if v is not None}
+            data = changed(session.data, values)
             updated = replace(session, data=data, updated_at=now_ms())
             await self.record_step(updated, note, session.state, {})
             return updated

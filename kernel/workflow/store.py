@@ -22,6 +22,8 @@ import msgspec
 from fluffy.errors import WorkflowError
 from fluffy.kernel.audit.entry import now_ms
 from fluffy.kernel.audit.store import PRAGMAS, db_path
+from fluffy.kernel.workflow import sessiondata
+from fluffy.kernel.workflow.sessiondata import SessionData
 from fluffy.kernel.workflow.states import Mode, State, is_mode, is_state
 
 SCHEMA: Final = """
@@ -74,7 +76,7 @@ class SessionRow:
     updated_at: int
     mode: Mode
     state: State
-    data: dict[str, Any]
+    data: SessionData = field(default_factory=SessionData)
 
 
 @dataclass(frozen=True)
@@ -246,15 +248,25 @@ class WorkflowStore:
                 fix="Run `fluffy audit verify`; then leave (/quit) and run `fluffy` again: a new "
                 "session starts.",
             )
-        session = SessionRow(raw[0], raw[1], raw[2], mode, state, msgspec.json.decode(raw[5]))
+        stored = msgspec.json.decode(raw[5])  # the chain covers the bytes as written
         notes = [n for n in await self._chained(session_id) if "session" in n]
-        if not notes or notes[-1]["session"] != digest([session.mode, session.state, session.data]):
+        if not notes or notes[-1]["session"] != digest([mode, state, stored]):
             raise WorkflowError(
                 f"session {session_id} does not match its chained state log",
                 why="the session row was changed outside the kernel",
                 fix="Run `fluffy audit verify`; then leave (/quit) and run `fluffy` again: a new "
                 "session starts.",
             )
+        try:
+            data = sessiondata.decode(stored)
+        except ValueError as exc:
+            raise WorkflowError(
+                f"session {session_id} holds data the workflow never writes ({exc})",
+                why="its chained state log vouches for it, so this kernel cannot read what another "
+                "version wrote",
+                fix="Leave (/quit) and run `fluffy` again: a new session starts.",
+            ) from None
+        session = SessionRow(raw[0], raw[1], raw[2], mode, state, data)
         self._sessions[session_id] = session
         return session
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
@@ -120,9 +121,9 @@ def test_repeated_refusals_quarantine_the_session(tmp_path: Path) -> None:
     (quarantine,) = [e for e in events if e["type"] == "quarantine"]
     assert quarantine["denials"] == 5
     assert events[-1]["status"] == "quarantined"
-    assert session.data.get("quarantined") and session.state == "test_writing"
+    assert session.data.quarantined and session.state == "test_writing"
     assert refused is not None and getattr(refused, "code", "") == "ai.quarantined"
-    assert not lifted.data.get("quarantined")
+    assert not lifted.data.quarantined
     recorded = harness.entries("session_quarantined")
     assert len(recorded) == 2 and "5 tool calls were refused" in recorded[0]["input_summary"]
 
@@ -385,15 +386,15 @@ def test_an_exemption_the_ai_asks_for_waits_for_the_users_decision(
     before, held, after, session, history = run(harness, body)
     (event,) = [e for e in before if e["type"] == "exemption"]
     assert event["category"] == "documentation" and event["kernel_decides"] is False
-    assert event["request_id"] == held.data["exemption_pending"]["request_id"]
-    assert held.state == "planning" and not held.data.get("exemption")  # held, not granted
+    assert event["request_id"] == held.data.exemption_pending.request_id
+    assert held.state == "planning" and held.data.exemption is None  # held, not granted
     assert after[-1]["type"] == "turn_end" and after[-1]["status"] == "done"
     notes = [m.content for m in history if m.role == "user" and "[fluffy]" in m.content]
     if grant:
-        assert session.state == "exploring" and session.data["exemption"]["paths"] == ["README.md"]
+        assert session.state == "exploring" and session.data.exemption.paths == ["README.md"]
         assert any("granted the documentation exemption" in n for n in notes)
     else:
-        assert session.state == "planning" and not session.data.get("exemption")
+        assert session.state == "planning" and session.data.exemption is None
         assert any('refused the exemption. They said: "write a test"' in n for n in notes)
     kinds = {e["event_type"] for e in harness.entries("exemption_requested")}
     assert kinds == {"exemption_requested"}
@@ -426,7 +427,7 @@ def test_two_exemption_requests_in_one_response_cannot_swap_what_the_user_grants
         methods = ai.methods(tools.methods())
         await ai.loop.start(sid, "fix the README typo", provider)
         before = await _until(ai, sid, "exemption")
-        pending = (await tools.router.workflow.get(sid)).data["exemption_pending"]
+        pending = msgspec.to_builtins((await tools.router.workflow.get(sid)).data.exemption_pending)
         (event,) = [e for e in before if e["type"] == "exemption"]
         user = SimpleNamespace(binding="cli")
         stale = {"session_id": sid, "grant": True, "request_id": "ex-0000000000000000"}
@@ -441,7 +442,7 @@ def test_two_exemption_requests_in_one_response_cannot_swap_what_the_user_grants
     assert {k: event[k] for k in ("category", "paths", "reason")} == shown
     assert pending == {"request_id": event["request_id"], **shown}  # not replaced
     assert session.state == "exploring"
-    assert session.data["exemption"]["paths"] == ["README.md"]  # exactly what was shown
+    assert session.data.exemption.paths == ["README.md"]  # exactly what was shown
     results = [e for e in events if e["type"] == "tool_result"]
     refused = [e for e in results if e["tool_name"] == "workflow.request_exemption"]
     assert [e["ok"] for e in refused] == [True, False]

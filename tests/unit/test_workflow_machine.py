@@ -6,6 +6,7 @@ import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from fluffy.errors import ExemptionDenied, ModeDenied, TransitionDenied, WorkflowError
@@ -221,19 +222,19 @@ async def test_an_ai_exemption_is_held_until_the_user_decides(tmp_path: Path) ->
         with pytest.raises(ExemptionDenied, match=r"does not cover src/calc\.py"):
             await wf.hold_exemption(sid, "documentation", ["src/calc.py"], "sneaky")
         held = await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
-        assert held.state == "planning" and not held.data.get("exemption")  # not granted
-        assert held.data["exemption_pending"]["paths"] == ["README.md"]
-        first = held.data["exemption_pending"]["request_id"]
+        assert held.state == "planning" and held.data.exemption is None  # not granted
+        assert held.data.exemption_pending.paths == ["README.md"]
+        first = held.data.exemption_pending.request_id
         refused = await wf.decide_exemption(sid, False, request_id=first, why="write a test")
         assert refused.session.state == "planning"
-        assert "exemption_pending" not in refused.session.data
+        assert refused.session.data.exemption_pending is None
         again = await wf.hold_exemption(sid, "documentation", ["README.md"], "a typo")
-        second = again.data["exemption_pending"]["request_id"]
+        second = again.data.exemption_pending.request_id
         assert second != first  # the same request asked again is a new one
         granted = await wf.decide_exemption(sid, True, request_id=second)
         assert granted.session.state == "exploring"
-        assert granted.session.data["exemption"]["category"] == "documentation"
-        assert "exemption_pending" not in granted.session.data
+        assert granted.session.data.exemption.category == "documentation"
+        assert granted.session.data.exemption_pending is None
     finally:
         await kit.close()
     log = tmp_path / "s"
@@ -266,7 +267,7 @@ async def test_a_second_ai_exemption_request_is_refused_while_one_waits(tmp_path
     try:
         sid = await _at(kit, "planning")
         held = await wf.hold_exemption(sid, *shown)
-        request_id = held.data["exemption_pending"]["request_id"]
+        request_id = held.data.exemption_pending.request_id
         assert request_id.startswith("ex-")
         with pytest.raises(ExemptionPending) as second:
             await wf.hold_exemption(sid, *swapped)
@@ -275,7 +276,7 @@ async def test_a_second_ai_exemption_request_is_refused_while_one_waits(tmp_path
             second.value.what
         )
         assert second.value.why and second.value.fix
-        pending = (await wf.get(sid)).data["exemption_pending"]
+        pending = msgspec.to_builtins((await wf.get(sid)).data.exemption_pending)
         assert pending == {"request_id": request_id, "category": "documentation",
                            "paths": ["README.md"], "reason": "fix a typo"}  # fmt: skip
         with pytest.raises(ExemptionMismatch) as wrong:  # a stale or made-up id
@@ -286,7 +287,7 @@ async def test_a_second_ai_exemption_request_is_refused_while_one_waits(tmp_path
         )
         assert (await wf.get(sid)).state == "planning"  # nothing granted
         granted = await wf.decide_exemption(sid, True, request_id=request_id)
-        assert granted.session.data["exemption"]["paths"] == ["README.md"]  # what was shown
+        assert granted.session.data.exemption.paths == ["README.md"]  # what was shown
     finally:
         await kit.close()
     log = tmp_path / "s"
