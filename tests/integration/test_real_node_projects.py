@@ -38,6 +38,9 @@ from tests.real_projects_support import unpack
 pytestmark = pytest.mark.integration
 PROJECTS = {project.name: project for project in node_projects()}
 CASES = [("docker", name) for name in PROJECTS] + [("podman", "ufo")]
+#: the scripted provider on every project; the OpenAI adapter (its wire format, the
+#: kernel's proxy: the same for any project) on one
+MODELS = [(name, "scripted") for name in PROJECTS] + [("ufo", "openai")]
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +134,7 @@ def _follow(client: Any, sid: str) -> list[dict[str, Any]]:
             return events
 
 
-@pytest.mark.parametrize(
-    ("name", "model"), [(name, model) for name in PROJECTS for model in ("scripted", "openai")]
-)
+@pytest.mark.parametrize(("name", "model"), MODELS)
 def test_a_model_takes_a_real_node_project_from_task_to_commit(
     tmp_path: Path, name: str, model: str, built_on: Callable[[str], None]
 ) -> None:
