@@ -95,7 +95,8 @@ def drawing() -> str:
             lines += ["| field | type | required |", "|---|---|---|"]
             for field in msgspec.structs.fields(cls):
                 required = "yes" if field.required else "no"
-                lines.append(f"| `{field.encode_name}` | {type_text(field.type)} | {required} |")
+                shown = type_text(field.type).replace("|", "\\|")  # not a cell's edge
+                lines.append(f"| `{field.encode_name}` | {shown} | {required} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
