@@ -22,8 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from fluffy.host.sessions import Expect, SessionScript, load_script
 from fluffy.ipc.client import SyncClient
+from fluffy.ipc.results.events import (
+    Committed,
+    StateChanged,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+)
 from fluffy.paths import fluffy_home, package_root
 
 __all__ = ["DEFAULT_SCRIPT", "SessionDemo", "fresh_project", "load_script", "play"]
@@ -147,33 +156,30 @@ def _check(call: CallResult) -> str | None:
     return None
 
 
-def collect(
-    events: list[dict[str, Any]], demo: SessionDemo, expectations: list[Expect] | None
-) -> None:
+def collect(events: list[object], demo: SessionDemo, expectations: list[Expect] | None) -> None:
     """The calls, their states and the commit, from a turn's events (checked if scripted)."""
     calls: dict[str, CallResult] = {}
     last: CallResult | None = None
     for event in events:
-        kind = event.get("type")
-        if kind == "tool_result":
+        if isinstance(event, ToolFinished):
             last = CallResult(
-                tool=str(event.get("tool_name")),
-                ok=bool(event.get("ok")),
-                summary=str(event.get("summary") or ""),
-                duration_ms=float(event.get("duration_ms") or 0.0),
-                error=event.get("error"),
+                tool=event.tool_name,
+                ok=event.ok,
+                summary=event.summary,
+                duration_ms=event.duration_ms,
+                error=msgspec.to_builtins(event.error),  # as the wire carries it
             )
-            calls[str(event.get("call_id"))] = last
+            calls[event.call_id] = last
             demo.calls.append(last)
-        elif kind == "state" and last is not None:
-            last.state = str(event.get("to"))
-        elif kind == "tool_executing":
+        elif isinstance(event, StateChanged) and last is not None:
+            last.state = event.to
+        elif isinstance(event, ToolStarted):
             last = None
-        elif kind == "commit":
-            demo.commit = str(event.get("sha") or "")
-        elif kind == "turn_end":
-            demo.status = str(event.get("status"))
-            demo.error = event.get("error")
+        elif isinstance(event, Committed):
+            demo.commit = event.sha or ""
+        elif isinstance(event, TurnEnded):
+            demo.status = event.status
+            demo.error = msgspec.to_builtins(event.error)
     state = None
     for call in demo.calls:  # a call that changed nothing leaves the state as it was
         state = call.state or state
@@ -209,10 +215,10 @@ def play(
     """
     demo = SessionDemo(project, provider=str(provider.get("name")))
     started = time.perf_counter()
-    seen: list[dict[str, Any]] = []
+    seen: list[object] = []
 
     class Recording:
-        def render(self, event: dict[str, Any]) -> None:
+        def render(self, event: object) -> None:
             seen.append(event)
             renderer.render(event)
 
@@ -234,7 +240,6 @@ def play(
             Recording(),
             on_review=lambda _: "approve",
             turn_id=turn["turn_id"],
-            kernel_decides=True,
         )
     demo.seconds = time.perf_counter() - started
     scripted = provider.get("name") == "scripted"

@@ -1,14 +1,12 @@
-"""A review's changes, file by file: from per-file entries or one unified diff.
+"""A review's changes, file by file, from its paths and one unified diff.
 
-The kernel may send ``files`` as ``[{path, added, removed, diff}]`` or as plain paths
-with the whole unified diff in ``diff``; either way the CLI shows each file with its
-+/- counts and its part of the diff.
+The kernel's ``review`` event names the changed files and carries the whole unified
+diff; the CLI shows each file with its +/- counts and its part of the diff.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass
@@ -53,20 +51,9 @@ def split_diff(diff: str) -> list[FileDiff]:
     return sections
 
 
-def review_files(event: dict[str, Any]) -> list[FileDiff]:
-    """The files of a ``review`` event, whichever shape the kernel sent."""
-    files = list(event.get("files") or [])
-    if files and all(isinstance(item, dict) for item in files):
-        return [
-            FileDiff(
-                str(item.get("path")),
-                int(item.get("added") or 0),
-                int(item.get("removed") or 0),
-                str(item.get("diff") or ""),
-            )
-            for item in files
-        ]
-    sections = split_diff(str(event.get("diff") or ""))
+def review_files(files: list[str], diff: str) -> list[FileDiff]:
+    """A review's files (``files``, the whole ``diff``), each with its part of the diff."""
+    sections = split_diff(diff)
     known = {section.path for section in sections}
-    missing = [FileDiff(str(path), 0, 0, "") for path in files if str(path) not in known]
+    missing = [FileDiff(path, 0, 0, "") for path in files if path not in known]
     return sections + missing

@@ -19,12 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.markup import escape
 
 from fluffy.cli.connect import ask
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import ExemptionDenied, KernelNotRunning, SessionNotFound
 from fluffy.host.policy import CATEGORIES
+from fluffy.ipc.results.events import ExemptionAsked
 from fluffy.safetext import visible
 
 USAGE = "/exempt <category> <path> [<path> ...] -- <reason>"
@@ -47,9 +49,12 @@ def request(client: Any, session_id: str, category: str, paths: list[str], reaso
     return granted_text(session)
 
 
-def request_text(request: dict[str, Any]) -> str:
+def request_text(request: ExemptionAsked | dict[str, Any]) -> str:
     """What the AI asks for, as the user is shown it (plain text, control characters
-    made visible): category, paths, reason and the request's id."""
+    made visible): category, paths, reason and the request's id (from the ``exemption``
+    event, or session.get's ``exemption_pending``)."""
+    if isinstance(request, ExemptionAsked):
+        request = msgspec.structs.asdict(request)
     paths = ", ".join(str(p) for p in request.get("paths") or [])
     return visible(
         f"{request.get('category')} for {paths} (reason: {request.get('reason') or ''}; "

@@ -26,6 +26,7 @@ from fluffy._version import __version__
 from fluffy.cli import slash
 from fluffy.cli.connect import Confirm, ask
 from fluffy.cli.endpoint import allowlist_hint
+from fluffy.cli.events import Asked, Ended, read
 from fluffy.cli.exemption import granted_text, request_text
 from fluffy.cli.project import env_for_task, first_run_block, init_project, show_project
 from fluffy.cli.render import status_word, stdout, use_theme
@@ -41,11 +42,11 @@ COMMANDS = slash.COMMANDS
 class Reply:
     text: str
     quit: bool = False
-    event: dict[str, Any] | None = None  # the turn_end of a task or a decided review
+    event: Ended | None = None  # where a task, or the turn after a decision, stopped
     session_id: str | None = None  # the prompt goes on in this session from now (/new)
 
 
-def _leave_waiting(event: dict[str, Any]) -> str | None:
+def _leave_waiting(event: Asked) -> str | None:
     return None  # at the prompt, reviews are decided with /approve or /reject
 
 
@@ -118,11 +119,11 @@ MODE_FIX = "Switch to a mode policy.yaml allows (`fluffy config policy edit` cha
 def error_text(exc: FluffyError, fix: str = "") -> str:
     """The error display standard, as plain lines (``fix`` when the error has none)."""
     parts = error_fields(exc)
-    lines = [f"ERROR: {parts['what']}"]
-    if parts["why"]:
-        lines.append(f"Reason: {parts['why']}")
-    if parts["fix"] or fix:
-        lines.append(f"Fix: {parts['fix'] or fix}")
+    lines = [f"ERROR: {parts.what}"]
+    if parts.why:
+        lines.append(f"Reason: {parts.why}")
+    if parts.fix or fix:
+        lines.append(f"Fix: {parts.fix or fix}")
     return "\n".join(lines)
 
 
@@ -196,7 +197,7 @@ def _task(text: str, client: Any, session_id: str, ctx: Context) -> Reply:
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, turn_id=started["turn_id"]
     )
     _note_shown(ctx, end)
-    ctx.after = _position(end, after)
+    ctx.after = end.next
     return Reply("", event=end)
 
 
@@ -204,7 +205,7 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
     if ctx.tool_shown is None and decision in ("approve", "reject"):
         held = (client.call("tool.pending", {"session_id": session_id}) or {}).get("pending")
         if held:  # shown before this prompt joined (session resume): show it, then ask
-            ctx.renderer.render({"type": "tool_review", **held})
+            ctx.renderer.render(read({"type": "tool_review", "kernel_decides": False, **held}))
             ctx.tool_shown = (str(held.get("review_id")), str(held.get("tool")))
             return Reply(f"{held.get('tool')} waits for your answer (shown above): "
                          "/approve, /approve all or /reject [why]")  # fmt: skip
@@ -227,7 +228,7 @@ def _decide(decision: str, reason: str, client: Any, session_id: str, ctx: Conte
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
     )
     _note_shown(ctx, end)
-    ctx.after = _position(end, after)
+    ctx.after = end.next
     if decision == "add_tests":
         return Reply(f"asked for tests before merging plan {review['plan_id']}", event=end)
     word = "approved" if decision == "approve" else "rejected"
@@ -251,7 +252,7 @@ def _decide_call(decision: str, reason: str, client: Any, session_id: str, ctx: 
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
     )
     _note_shown(ctx, end)
-    ctx.after = _position(end, after)
+    ctx.after = end.next
     word = {"allow": "allowed", "allow_session": "allowed for this session", "deny": "refused"}
     return Reply(f"{word[said]} {tool}", event=end)
 
@@ -287,25 +288,20 @@ def _decide_exemption(
         client, session_id, after, ctx.renderer, on_review=ctx.on_review, review_decided=True
     )
     _note_shown(ctx, end)
-    ctx.after = _position(end, after)
+    ctx.after = end.next
     if grant:
         return Reply(granted_text(session), event=end)
     return Reply(f"exemption refused: {shown}; state {session.get('state')}", event=end)
 
 
-def _note_shown(ctx: Context, end: dict[str, Any]) -> None:
+def _note_shown(ctx: Context, end: Ended) -> None:
     """A turn left waiting on the AI's exemption request, or on a tool call policy holds:
     what this prompt showed (what /approve answers)."""
     ctx.tool_shown = None
-    if end.get("exemption") and end.get("request_id"):
-        ctx.exemption_shown = str(end["request_id"])
-    if end.get("status") == "waiting_review" and end.get("tool_review"):
-        ctx.tool_shown = (str(end["tool_review"]), str(end.get("tool") or "the call"))
-
-
-def _position(end: dict[str, Any], after: int) -> int:
-    position = end.get("next")
-    return int(position) if isinstance(position, int) else after
+    if end.exemption and end.request_id:
+        ctx.exemption_shown = end.request_id
+    if end.status == "waiting_review" and end.tool_review:
+        ctx.tool_shown = (end.tool_review, end.tool or "the call")
 
 
 def run(

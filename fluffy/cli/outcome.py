@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fluffy.cli.events import Ended, Shown
+from fluffy.ipc.results.events import ChangesMerged, Committed, ToolFinished
+
 WRITES = frozenset({"fs.write", "fs.edit", "fs.delete"})
 #: Why a change did not land, by the state the session stopped in.
 _WHY = {
@@ -36,17 +39,15 @@ class Tally:
     left_out: list[str] = field(default_factory=list)
     writes: int = 0  # writes that staged a change in this turn
 
-    def render(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        written = str(event.get("tool_name") or "") in WRITES
-        if kind == "tool_result" and event.get("ok", True) and written:
+    def render(self, event: Shown) -> None:
+        if isinstance(event, ToolFinished) and event.ok and event.tool_name in WRITES:
             self.writes += 1
-        if kind == "merged":
-            self.merged += [str(p) for p in event.get("paths") or []]
-        elif kind == "commit":
-            if event.get("sha"):
-                self.commits.append(str(event["sha"]))
-            self.left_out += [str(p) for p in event.get("left_out") or []]
+        if isinstance(event, ChangesMerged):
+            self.merged += event.paths
+        elif isinstance(event, Committed):
+            if event.sha:
+                self.commits.append(event.sha)
+            self.left_out += event.left_out or []
         self.inner.render(event)
 
     def __getattr__(self, name: str) -> Any:
@@ -68,9 +69,9 @@ class Outcome:
                 "left_out": list(self.left_out)}  # fmt: skip
 
 
-def outcome(end: dict[str, Any], state: str, tally: Tally) -> Outcome:
+def outcome(end: Ended, state: str, tally: Tally) -> Outcome:
     """Whether the task's change landed, and the line that says so."""
-    status = str(end.get("status") or "")
+    status = end.status
     commit = tally.commits[-1] if tally.commits else None
     done = f"committed {commit[:12]}" if commit else ""
     if status in ("failed", "cancelled", "quarantined"):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
+import msgspec
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape as _markup_escape
@@ -21,10 +22,27 @@ from rich.status import Status
 from rich.syntax import Syntax
 
 from fluffy.cli.diffview import review_files
+from fluffy.cli.events import Asked, Ended, Problem, Refusal, Shown, Unknown, plain
 from fluffy.cli.mdstream import MarkdownStream
 from fluffy.cli.theme import PALETTES, Palette
 from fluffy.cli.usage import turn_line
 from fluffy.errors import FluffyError
+from fluffy.ipc.results.events import (
+    ChangesMerged,
+    Committed,
+    ExemptionAsked,
+    Notice,
+    RetryScheduled,
+    ReviewShown,
+    SessionQuarantined,
+    StateChanged,
+    TextStreamed,
+    ToolCallHeld,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
 from fluffy.safetext import visible
 from fluffy.settings import Price
 
@@ -37,10 +55,21 @@ def escape(text: str) -> str:
 
 
 class Renderer(Protocol):
-    def render(self, event: dict[str, Any]) -> None: ...
+    def render(self, event: Shown) -> None: ...
 
 
-def error_fields(exc: FluffyError) -> dict[str, Any]:
+class Explained(Protocol):
+    """An error as the person reads it: what went wrong, why, and the fix."""
+
+    @property
+    def what(self) -> str: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def fix(self) -> str: ...
+
+
+def error_fields(exc: FluffyError) -> Problem:
     """what / why / fix / code of an error, unpacked again if it crossed the socket.
 
     The wire carries one message, ``what (why) Fix: fix`` (fluffy.ipc.protocol.error_body);
@@ -53,7 +82,7 @@ def error_fields(exc: FluffyError) -> dict[str, Any]:
             what, fix = what.rsplit(" Fix: ", 1)
         if what.endswith(")") and " (" in what:
             what, why = what[:-1].rsplit(" (", 1)
-    return {"what": what, "why": why, "fix": fix, "code": exc.code}
+    return Problem(what=what, why=why, fix=fix, code=exc.code)
 
 
 def duration(ms: Any) -> str:
@@ -80,8 +109,9 @@ class JsonRenderer:
     def __init__(self, write: Any = print) -> None:
         self.write = write
 
-    def render(self, event: dict[str, Any]) -> None:
-        self.write(json.dumps(event, sort_keys=True))
+    def render(self, event: Shown | dict[str, Any]) -> None:
+        """Every event, an unreadable one as it came (fluffy/cli/events.py)."""
+        self.write(json.dumps(plain(event), sort_keys=True))
 
 
 class SessionRenderer:
@@ -137,12 +167,12 @@ class SessionRenderer:
         self.console.print(block, soft_wrap=False)
         self.blocks_shown += 1
 
-    def _error(self, error: dict[str, Any], indent: str = "  ") -> None:
-        self._line(f"{indent}[bold red]ERROR:[/] {escape(str(error.get('what') or ''))}")
-        if error.get("why"):
-            self._line(f"{indent}[bold]Reason:[/] {escape(str(error['why']))}")
-        if error.get("fix"):
-            self._line(f"{indent}[bold]Fix:[/] {escape(str(error['fix']))}")
+    def _error(self, error: Explained, indent: str = "  ") -> None:
+        self._line(f"{indent}[bold red]ERROR:[/] {escape(error.what)}")
+        if error.why:
+            self._line(f"{indent}[bold]Reason:[/] {escape(error.why)}")
+        if error.fix:
+            self._line(f"{indent}[bold]Fix:[/] {escape(error.fix)}")
 
     def _spin(self) -> None:
         """A spinner naming the running tools, only on a live terminal."""
@@ -167,24 +197,51 @@ class SessionRenderer:
         self._close_text()
 
     # -- the events -----------------------------------------------------------------------
-    def render(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        if kind in ("review", "exemption", "tool_review") and self.spinner is not None:
+    def render(self, event: Shown) -> None:
+        if isinstance(event, Asked) and self.spinner is not None:
             self.spinner.stop()  # a question may follow: the spinner must not draw over it
             self.spinner = None  # (the next event about a running tool starts it again)
-        handler = getattr(self, f"_on_{kind}", None)
-        if handler is None:  # a newer kernel's event: say it plainly rather than drop it
-            self._line(f"  [dim]{escape(str(kind))}: {escape(json.dumps(event))}[/]")
-            return
-        handler(event)
+        match event:
+            case TurnStarted():
+                self._on_turn_start(event)
+            case TextStreamed():
+                self._on_text_delta(event)
+            case ToolStarted():
+                self._on_tool_executing(event)
+            case ToolFinished():
+                self._on_tool_result(event)
+            case StateChanged():
+                self._on_state(event)
+            case ReviewShown():
+                self._on_review(event)
+            case ExemptionAsked():
+                self._on_exemption(event)
+            case ToolCallHeld():
+                self._on_tool_review(event)
+            case ChangesMerged():
+                self._on_merged(event)
+            case Committed():
+                self._on_commit(event)
+            case SessionQuarantined():
+                self._on_quarantine(event)
+            case RetryScheduled():
+                self._on_retry(event)
+            case Notice() | Refusal():
+                self._on_notice(event)
+            case TurnEnded() | Ended():
+                self._on_turn_end(event)
+            case Unknown():  # a newer kernel's event: not for a person (fluffy/cli/events.py)
+                pass
+            case _:
+                assert_never(event)
 
-    def _on_turn_start(self, event: dict[str, Any]) -> None:
+    def _on_turn_start(self, event: TurnStarted) -> None:
         self.streamed = ""
-        self._line(f"[bold]You:[/] {escape(str(event.get('text', '')))}")
+        self._line(f"[bold]You:[/] {escape(event.text)}")
         self._line()
 
-    def _on_text_delta(self, event: dict[str, Any]) -> None:
-        content = str(event.get("content", ""))
+    def _on_text_delta(self, event: TextStreamed) -> None:
+        content = event.content
         if not content:
             return
         if not self.in_text:
@@ -201,50 +258,44 @@ class SessionRenderer:
             return
         self.console.print(visible(content), end="", markup=False, highlight=False, soft_wrap=True)
 
-    def _on_tool_executing(self, event: dict[str, Any]) -> None:
+    def _on_tool_executing(self, event: ToolStarted) -> None:
         if self.markdown:
             self._close_text()  # the text so far, before the spinner takes the line
-        self.last_tool = str(event.get("tool_name") or "")
-        self.pending[str(event.get("call_id"))] = str(
-            event.get("description") or event.get("tool_name")
-        )
+        self.last_tool = event.tool_name
+        self.pending[event.call_id] = event.description or event.tool_name
         self._spin()
 
-    def _on_tool_result(self, event: dict[str, Any]) -> None:
-        call = str(event.get("call_id"))
-        description = self.pending.pop(call, None) or str(event.get("tool_name"))
+    def _on_tool_result(self, event: ToolFinished) -> None:
+        description = self.pending.pop(event.call_id, None) or event.tool_name
         self._spin()
         self.streamed = ""
-        took = duration(event.get("duration_ms"))
+        took = duration(event.duration_ms)
         self._line(f"  {escape(description)}... [dim]({took})[/]")
-        error = event.get("error")
-        if isinstance(error, dict):
-            self._error(error, indent="  ")
-        elif event.get("ok", True):
-            self._line(f"  {escape(str(event.get('summary', '')))}")
+        if event.error is not None:
+            self._error(event.error, indent="  ")
+        elif event.ok:
+            self._line(f"  {escape(event.summary)}")
         else:
-            self._line(f"  [red]{escape(str(event.get('summary', '')))}[/]")
+            self._line(f"  [red]{escape(event.summary)}[/]")
         self._line()
 
-    def _on_state(self, event: dict[str, Any]) -> None:
+    def _on_state(self, event: StateChanged) -> None:
         self._line(
-            f"  [dim]state: {escape(str(event.get('from')))} -> {escape(str(event.get('to')))}"
-            f" ({escape(str(event.get('mode')))} mode)[/]"
+            f"  [dim]state: {escape(event.from_)} -> {escape(event.to)}"
+            f" ({escape(event.mode)} mode)[/]"
         )
 
-    def _on_review(self, event: dict[str, Any]) -> None:
-        files = review_files(event)
-        auto = bool(event.get("auto"))
+    def _on_review(self, event: ReviewShown) -> None:
+        files = review_files(event.files, event.diff)
+        auto = event.auto
         head = "Review (auto-approved)" if auto else "Review needed"
-        self._line(
-            f"  [bold]{head}:[/] {len(files)} file(s), {event.get('lines', '?')} line(s) changed"
-        )
-        for reason in event.get("reasons") or []:
-            self._line(f"    - {escape(str(reason))}")
-        if event.get("tests_requested"):
-            asked = escape(str(event["tests_requested"]))
+        self._line(f"  [bold]{head}:[/] {len(files)} file(s), {event.lines} line(s) changed")
+        for reason in event.reasons:
+            self._line(f"    - {escape(reason)}")
+        if event.tests_requested:
+            asked = escape(event.tests_requested)
             self._line(f"    [bold]the AI asks for tests before the merge:[/] {asked}")
-        if event.get("can_add_tests") and not auto:
+        if event.can_add_tests and not auto:
             self._line("    (explore change: /add-tests asks for tests before the merge)")
         added, removed = self.palette.added, self.palette.removed
         for item in files:
@@ -254,31 +305,30 @@ class SessionRenderer:
                 self._diff(item.diff)
         self._line()
 
-    def _on_exemption(self, event: dict[str, Any]) -> None:
-        paths = ", ".join(str(p) for p in event.get("paths") or [])
+    def _on_exemption(self, event: ExemptionAsked) -> None:
+        paths = ", ".join(event.paths)
         self._line(
-            f"  [bold]The AI asks for a TDD exemption:[/] {escape(str(event.get('category')))}"
+            f"  [bold]The AI asks for a TDD exemption:[/] {escape(event.category)}"
             f" for {escape(paths)}"
         )
-        self._line(f"    reason: {escape(str(event.get('reason') or ''))}")
-        self._line(f"    request: {escape(str(event.get('request_id') or '(no id)'))}")
+        self._line(f"    reason: {escape(event.reason)}")
+        self._line(f"    request: {escape(event.request_id or '(no id)')}")
         self._line("    nothing is exempt until you decide: /approve grants it, /reject refuses it")
         self._line()
 
-    def _on_tool_review(self, event: dict[str, Any]) -> None:
+    def _on_tool_review(self, event: ToolCallHeld) -> None:
         """A call policy holds for the person (an MCP server's tool, ADR-046; a command
         the model wants to run, ADR-062)."""
-        command = event.get("command")
-        if command is not None:  # container.run: the command line, as it will run
+        if isinstance(event.command, str):  # container.run: the command line, as it will run
             self._line("  [bold]The AI wants to run a command[/] (in a sandbox: no network, "
                        "the project read-only)")  # fmt: skip
-            self._line(f"    $ {escape(str(command))}")
+            self._line(f"    $ {escape(event.command)}")
         else:
-            self._line(f"  [bold]The AI wants to call {escape(str(event.get('tool')))}[/]")
-        self._line(f"    arguments: {escape(str(event.get('arguments') or '{}'))}")
-        self._line(f"    why asked: {escape(str(event.get('reason') or ''))}")
-        if event.get("allow_with"):
-            self._line(f"    [dim]to stop asking: {escape(str(event['allow_with']))}[/]")
+            self._line(f"  [bold]The AI wants to call {escape(event.tool)}[/]")
+        self._line(f"    arguments: {escape(event.arguments or '{}')}")
+        self._line(f"    why asked: {escape(event.reason)}")
+        if event.allow_with:
+            self._line(f"    [dim]to stop asking: {escape(event.allow_with)}[/]")
         self._line(
             "    nothing runs until you answer below"
             if self.asks_below
@@ -298,65 +348,61 @@ class SessionRenderer:
         if len(lines) > self.diff_lines:
             self._line(f"  [dim]... {len(lines) - self.diff_lines} more diff line(s) not shown[/]")
 
-    def _on_merged(self, event: dict[str, Any]) -> None:
+    def _on_merged(self, event: ChangesMerged) -> None:
         self._line("  Merging changes...")
-        word = "Auto-approved" if event.get("auto") else "Approved"
-        self._line(f"  {word}: {escape(str(event.get('reason') or ''))}")
+        word = "Auto-approved" if event.auto else "Approved"
+        self._line(f"  {word}: {escape(event.reason)}")
         self._line()
 
-    def _on_commit(self, event: dict[str, Any]) -> None:
-        for note in event.get("notes") or []:  # what the commit left to the person
-            self._line(f"  [yellow]Note:[/] {escape(str(note))}")
-        if self.last_tool == "git.commit" or not event.get("sha"):  # said, or none made
+    def _on_commit(self, event: Committed) -> None:
+        for note in event.notes or []:  # what the commit left to the person
+            self._line(f"  [yellow]Note:[/] {escape(note)}")
+        if self.last_tool == "git.commit" or not event.sha:  # said, or none made
             return
-        sha = str(event.get("sha"))[:12]
-        self._line(f'  Committing: "{escape(str(event.get("message", "")))}" [dim]{sha}[/]')
+        self._line(f'  Committing: "{escape(event.message)}" [dim]{event.sha[:12]}[/]')
         self._line()
 
-    def _on_quarantine(self, event: dict[str, Any]) -> None:
+    def _on_quarantine(self, event: SessionQuarantined) -> None:
         self._line(
             f"[bold red]QUARANTINED:[/] the session is read-only "
-            f"({event.get('denials', '?')} denials): {escape(str(event.get('reason', '')))}"
+            f"({event.denials} denials): {escape(event.reason)}"
         )
         self._line(
             "[bold]Fix:[/] Look at what was refused, then /unquarantine to lift it "
             "(your decision is audited)."
         )
 
-    def _on_retry(self, event: dict[str, Any]) -> None:
+    def _on_retry(self, event: RetryScheduled) -> None:
         """A model request failed and waits for another attempt (ADR-044)."""
-        restart = (
-            " -- the answer above was cut off and starts again" if event.get("restart") else ""
-        )
-        self._line(f"  [yellow]{escape(str(event.get('text') or 'retrying'))}[/]{restart}")
-        if event.get("why"):
-            self._line(f"  [dim]{escape(str(event['why']))}[/]")
+        restart = " -- the answer above was cut off and starts again" if event.restart else ""
+        self._line(f"  [yellow]{escape(event.text or 'retrying')}[/]{restart}")
+        if event.why:
+            self._line(f"  [dim]{escape(event.why)}[/]")
 
-    def _on_notice(self, event: dict[str, Any]) -> None:
-        level = event.get("level", "info")
-        if level == "error":
+    def _on_notice(self, event: Notice | Refusal) -> None:
+        if isinstance(event, Refusal):
             self._error(event, indent="")
             return
-        text = escape(str(event.get("what", "")))
-        if event.get("why"):
-            text += f" ({escape(str(event['why']))})"
-        if event.get("fix"):
-            text += f" Fix: {escape(str(event['fix']))}"
-        self._line(f"[yellow]WARN:[/] {text}" if level == "warn" else f"[dim]{text}[/]")
+        text = escape(event.what)
+        if event.why:
+            text += f" ({escape(event.why)})"
+        if event.fix:
+            text += f" Fix: {escape(event.fix)}"
+        self._line(f"[yellow]WARN:[/] {text}" if event.level == "warn" else f"[dim]{text}[/]")
 
-    def _on_turn_end(self, event: dict[str, Any]) -> None:
-        status = event.get("status")
-        text = str(event.get("text") or "").strip()
+    def _on_turn_end(self, event: TurnEnded | Ended) -> None:
+        status = event.status
+        text = event.text.strip()
         repeated = text and text == self.streamed.strip()
         self.close()
         tail = f" {escape(text)}" if text and not repeated else ""
-        error = event.get("error")
         if status == "done":
             self._line(f"[bold green]Done.[/]{tail}")
         elif status == "waiting_review":
+            offered = isinstance(event, Ended) and event.can_add_tests
             self._line(
                 "[yellow]Waiting for your review:[/] /approve or /reject [reason]"
-                + (" (or /add-tests)" if event.get("can_add_tests") else "")
+                + (" (or /add-tests)" if offered else "")
             )
         elif status == "cancelled":
             self._line(f"[yellow]Cancelled.[/]{tail}")
@@ -364,10 +410,10 @@ class SessionRenderer:
             self._line(f"[bold red]Stopped: the session is quarantined.[/]{tail}")
         else:
             self._line(f"[bold red]Failed.[/]{tail}")
-        if isinstance(error, dict):
-            self._error(error, indent="")
-        usage = event.get("usage")
-        line = turn_line(usage, self.prices) if isinstance(usage, dict) else None
-        if line is not None:
-            self._line(f"[dim]{escape(line)}[/]")
+        if event.error is not None:
+            self._error(event.error, indent="")
+        if isinstance(event, TurnEnded):
+            line = turn_line(msgspec.to_builtins(event.usage), self.prices)
+            if line is not None:
+                self._line(f"[dim]{escape(line)}[/]")
         self._line()

@@ -36,6 +36,7 @@ from fluffy.cli.connect import (
     settings_for,
 )
 from fluffy.cli.endpoint import allowlist_hint
+from fluffy.cli.events import Asked
 from fluffy.cli.exemption import request_text
 from fluffy.cli.outcome import Tally, outcome
 from fluffy.cli.project import env_for_task, show_project
@@ -43,6 +44,7 @@ from fluffy.cli.render import stderr, stdout, use_theme
 from fluffy.cli.session_view import JsonRenderer, SessionRenderer
 from fluffy.cli.turns import cursor, follow
 from fluffy.errors import ConfigError
+from fluffy.ipc.results.events import ExemptionAsked, ToolCallHeld
 from fluffy.safetext import visible
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -172,24 +174,24 @@ def run_task(args: argparse.Namespace) -> int:
     )
     rejected: list[str] = []
 
-    def on_review(event: dict[str, Any]) -> str | None:
+    def on_review(event: Asked) -> str | None:
         if not terminal:
             return None
-        if event.get("type") == "exemption":
+        if isinstance(event, ExemptionAsked):
             question = f"Grant the TDD exemption {request_text(event)}?"
             return "approve" if ask(question) else "reject"
-        if event.get("type") == "tool_review":
+        if isinstance(event, ToolCallHeld):
             what = (
-                f"Run `{visible(str(event['command']))}` in a sandbox"
-                if event.get("command") is not None
-                else f"Allow {event.get('tool')}"
+                f"Run `{visible(event.command)}` in a sandbox"
+                if isinstance(event.command, str)
+                else f"Allow {event.tool}"
             )
             return ask_call(f"{what}?")
         if ask("Approve?"):
             return "approve"
-        if event.get("can_add_tests") and ask("Add tests first, keeping the change?"):
+        if event.can_add_tests and ask("Add tests first, keeping the change?"):
             return "add_tests"
-        rejected.append(str(event.get("plan_id")))
+        rejected.append(event.plan_id)
         return "reject"
 
     # a resumed session changes mode only when asked; a new one starts in the configured mode
@@ -216,34 +218,33 @@ def run_task(args: argparse.Namespace) -> int:
             renderer,
             on_review=on_review,
             turn_id=started["turn_id"],
-            kernel_decides=args.yes,  # auto_approve: the kernel approves where policy allows
         )
         state = client.call("session.get", {"session_id": sid}) or session
         owned = kernel.owned
-    family = str(end.get("tool")).rsplit(".", 1)[0]
+    tool = end.tool or ""  # a held call waits: the tool it calls
     rule = (
         "a rule allowing that command (syscall: container.run, command: [...])"
-        if end.get("tool") == "container.run"
-        else f"a rule allowing {family}.*"
+        if tool == "container.run"
+        else f"a rule allowing {tool.rsplit('.', 1)[0]}.*"
     )
-    if end.get("status") == "waiting_review" and end.get("tool_review") and owned:
+    if end.status == "waiting_review" and end.tool_review and owned:
         # the turn lives in the kernel this command started, which stops as it leaves
         notes.print(
-            f"The call to {end.get('tool')} was not made: it needs your answer, and there "
+            f"The call to {tool} was not made: it needs your answer, and there "
             "is no terminal here to ask on. This command started the kernel and stops it "
             "as it leaves, so the task ends here. Run it on a terminal (it asks there), at "
             "the prompt (`fluffy`), or with a running kernel (`fluffy start`), or add "
             f"{rule} to .fluffy/policy.yaml."
         )
-    elif end.get("status") == "waiting_review" and end.get("tool_review"):
+    elif end.status == "waiting_review" and end.tool_review:
         where = f" --project {project}" if Path.cwd().resolve() != project else ""
         notes.print(
-            f"The call to {end.get('tool')} waits for your answer (session {sid}). Run "
+            f"The call to {tool} waits for your answer (session {sid}). Run "
             f"`fluffy session resume {sid}{where}` (or `fluffy` in the project), then "
             f"/approve, /approve all (for this session) or /reject; {rule} in "
             ".fluffy/policy.yaml stops the asking."
         )
-    elif end.get("status") == "waiting_review":
+    elif end.status == "waiting_review":
         where = f" --project {project}" if Path.cwd().resolve() != project else ""
         notes.print(
             f"The change waits for your review (session {sid}). To decide, run "

@@ -13,24 +13,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from fluffy.cli.events import Asked, Ended, Problem, Refusal, read
 from fluffy.cli.session_view import Renderer, error_fields
 from fluffy.errors import FluffyError
+from fluffy.ipc.results.events import (
+    ExemptionAsked,
+    ReviewShown,
+    ToolCallHeld,
+    TurnEnded,
+    TurnStarted,
+)
 
 WAIT_MS = 1000
-OnReview = Callable[[dict[str, Any]], str | None]
-
-
-def ended(status: str, *, turn_id: str | None = None, **extra: Any) -> dict[str, Any]:
-    """A turn_end made up by the CLI (it stopped following): marked ``synthetic``."""
-    return {
-        "type": "turn_end",
-        "turn_id": turn_id,
-        "status": status,
-        "text": "",
-        "error": None,
-        "synthetic": True,
-        **extra,
-    }
+OnReview = Callable[[Asked], str | None]
 
 
 def cursor(client: Any, session_id: str) -> int:
@@ -51,18 +49,18 @@ def follow(
     on_review: OnReview,
     turn_id: str | None = None,
     review_decided: bool = False,
-    kernel_decides: bool = False,
     wait_ms: int = WAIT_MS,
-) -> dict[str, Any]:
-    """Render the events after ``after`` until the turn ends; return its turn_end event.
+) -> Ended:
+    """Render the events after ``after`` until the turn ends; return where it stopped.
 
     With ``turn_id``, events before that turn's turn_start are skipped (a stale cursor
     never replays an older turn).  A turn_end "waiting_review" right after a review this
     call (or the caller: ``review_decided``) already decided is not the end: the kernel
-    goes on with the same turn.  The returned event carries ``next``: the ``after`` for
-    the next call (where the stream stood).  ``kernel_decides``: the turn was started
-    with ``auto_approve`` (--yes), so the kernel approves reviews itself, as far as policy
-    lets it; they are shown, not asked about.
+    goes on with the same turn.  The returned end carries ``next``: the ``after`` for
+    the next call (where the stream stood).  A review the kernel decides itself
+    (``kernel_decides``: the turn's ``auto_approve``, --yes, as far as policy lets it)
+    is shown, not asked about.  An event this CLI cannot read goes to the renderer and
+    is otherwise ignored (fluffy/cli/events.py).
     """
     started = turn_id is None
     decided = review_decided  # the latest review that needed a person was answered
@@ -72,52 +70,69 @@ def follow(
                 "session.events",
                 {"session_id": session_id, "after": after, "wait_ms": wait_ms},
             )
-            events: list[dict[str, Any]] = list(page.get("events") or [])
+            events = [read(raw) for raw in page.get("events") or []]
             position = int(page.get("next", after))
             for event in events:
-                kind = event.get("type")
                 if not started:
-                    started = kind == "turn_start" and event.get("turn_id") == turn_id
+                    started = isinstance(event, TurnStarted) and event.turn_id == turn_id
                     if not started:
                         continue
-                if kind == "turn_end" and event.get("status") == "waiting_review" and decided:
+                if isinstance(event, TurnEnded) and event.status == "waiting_review" and decided:
                     continue
                 renderer.render(event)
-                # the kernel says whether it decides (--yes, no policy review); else ask
-                kernel_takes = event.get("kernel_decides", kernel_decides)
-                asks = kind in ("review", "exemption", "tool_review")
-                if asks and not event.get("auto") and not kernel_takes:
+                if isinstance(event, Asked) and asks(event):
                     decided = False
                     outcome = _decide(client, session_id, event, renderer, on_review, position)
                     if outcome is not None:
                         return outcome
                     decided = True
-                elif kind == "turn_end":
-                    return {**event, "next": position}
+                elif isinstance(event, TurnEnded):
+                    return _finished(event, position)
             after = position
             if not events and not page.get("running", False):
-                return ended("idle", turn_id=turn_id, next=after)  # nothing runs, nothing came
+                # nothing runs, nothing came
+                return Ended(status="idle", turn_id=turn_id, next=after)
     except KeyboardInterrupt:
         return _cancel(client, session_id, renderer, turn_id, after)
+
+
+def asks(event: Asked) -> bool:
+    """Whether the person is asked (the kernel decides with --yes, where policy lets it)."""
+    return not event.kernel_decides and not (isinstance(event, ReviewShown) and event.auto)
+
+
+def _finished(event: TurnEnded, position: int) -> Ended:
+    """The kernel's turn_end, as where following stopped."""
+    failure = event.error
+    error = None
+    if failure is not None:
+        error = Problem(what=failure.what, why=failure.why, fix=failure.fix, code=failure.code)
+    return Ended(
+        status=event.status,
+        next=position,
+        turn_id=event.turn_id,
+        text=event.text,
+        error=error,
+        synthetic=False,
+    )
 
 
 def _decide(
     client: Any,
     session_id: str,
-    review: dict[str, Any],
+    review: Asked,
     renderer: Renderer,
     on_review: OnReview,
     position: int,
-) -> dict[str, Any] | None:
-    """Ask, and pass the answer on; a turn_end to return when the review stays open."""
-    plan_id = review.get("plan_id")
+) -> Ended | None:
+    """Ask, and pass the answer on; the end to return when the review stays open."""
     decision = on_review(review)
-    if review.get("type") == "tool_review":  # a call policy holds (an MCP tool, ADR-046)
+    if isinstance(review, ToolCallHeld):  # a call policy holds (an MCP tool, ADR-046)
         return _decide_call(client, session_id, review, renderer, decision, position)
-    if review.get("type") == "exemption":  # the AI's request: the user grants or refuses
-        shown = str(review.get("request_id") or "")  # the decision names what was shown
+    if isinstance(review, ExemptionAsked):  # the AI's request: the user grants or refuses
+        shown = review.request_id  # the decision names what was shown
         if decision not in ("approve", "reject"):
-            end = ended("waiting_review", next=position, exemption=True, request_id=shown)
+            end = Ended(status="waiting_review", next=position, exemption=True, request_id=shown)
             renderer.render(end)
             return end
         try:
@@ -128,10 +143,10 @@ def _decide(
         except FluffyError as exc:
             return _refused(renderer, exc, next=position)
         return None
+    plan_id = review.plan_id
     if decision not in ("approve", "reject", "add_tests"):
-        end = ended("waiting_review", plan_id=plan_id, next=position)
-        if review.get("can_add_tests"):
-            end["can_add_tests"] = True
+        offered = True if review.can_add_tests else UNSET
+        end = Ended(status="waiting_review", plan_id=plan_id, next=position, can_add_tests=offered)
         renderer.render(end)
         return end
     try:
@@ -141,10 +156,13 @@ def _decide(
     return None
 
 
-def _refused(renderer: Renderer, exc: FluffyError, **end: Any) -> dict[str, Any]:
+def _refused(
+    renderer: Renderer, exc: FluffyError, *, next: int, plan_id: str | UnsetType = UNSET
+) -> Ended:
     """The kernel refused the person's answer: say why; the review stays open."""
-    renderer.render({"type": "notice", "level": "error", **_error(exc)})
-    waiting = ended("waiting_review", error=_error(exc), **end)
+    error = error_fields(exc)
+    renderer.render(Refusal(what=error.what, why=error.why, fix=error.fix, code=exc.code))
+    waiting = Ended(status="waiting_review", error=error, next=next, plan_id=plan_id)
     renderer.render(waiting)
     return waiting
 
@@ -156,17 +174,17 @@ CALL_ANSWERS = {"approve": "allow", "approve_session": "allow_session", "reject"
 def _decide_call(
     client: Any,
     session_id: str,
-    review: dict[str, Any],
+    review: ToolCallHeld,
     renderer: Renderer,
     decision: str | None,
     position: int,
-) -> dict[str, Any] | None:
-    shown = str(review.get("review_id") or "")
+) -> Ended | None:
+    shown = review.review_id
     if decision not in CALL_ANSWERS:
         # the next reader starts right after this event: what follows it on the page
         # (another call's result) is shown then, not lost
-        after = int(review.get("seq") or position)
-        end = ended("waiting_review", next=after, tool_review=shown, tool=review.get("tool"))
+        after = review.seq or position
+        end = Ended(status="waiting_review", next=after, tool_review=shown, tool=review.tool)
         renderer.render(end)
         return end
     try:
@@ -181,18 +199,15 @@ def _decide_call(
 
 def _cancel(
     client: Any, session_id: str, renderer: Renderer, turn_id: str | None, position: int
-) -> dict[str, Any]:
-    error: dict[str, Any] | None = None
+) -> Ended:
+    error: Problem | None = None
     try:
         client.call("session.cancel", {"session_id": session_id})
     except (FluffyError, OSError) as exc:
-        error = {"what": f"the turn could not be cancelled: {exc}", "why": "", "fix": ""}
+        error = Problem(what=f"the turn could not be cancelled: {exc}", why="", fix="")
         if isinstance(exc, FluffyError):
-            error = {**_error(exc), "what": f"the turn could not be cancelled: {exc.what}"}
-    end = ended("cancelled", turn_id=turn_id, next=position, error=error)
+            what = f"the turn could not be cancelled: {exc.what}"
+            error = msgspec.structs.replace(error_fields(exc), what=what)
+    end = Ended(status="cancelled", turn_id=turn_id, next=position, error=error)
     renderer.render(end)
     return end
-
-
-def _error(exc: FluffyError) -> dict[str, Any]:
-    return error_fields(exc)

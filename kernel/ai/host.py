@@ -12,6 +12,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fluffy.ipc.ai_types import ToolCall
+from fluffy.ipc.results.events import SessionEvent
+from fluffy.ipc.results.workflow import State
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.turn import Turn
 
@@ -30,9 +32,9 @@ class TurnHost(Protocol):
     tool_calls: TurnCalls
     decisions: TurnReviews
 
-    async def emit(self, turn: Turn, event: dict[str, Any]) -> None: ...
+    async def emit(self, turn: Turn, event: SessionEvent) -> None: ...
 
-    async def emit_steps(self, turn: Turn, before: str, answer: dict[str, Any]) -> None: ...
+    async def emit_steps(self, turn: Turn, before: State, answer: dict[str, Any]) -> None: ...
 
     async def note_audit(self, session_id: str, summary: str, metadata: dict[str, str]) -> None: ...
 

@@ -52,13 +52,24 @@ from fluffy.ipc.ai_types import (
     ToolCall,
     ToolDefinition,
 )
+from fluffy.ipc.results.events import (
+    Notice,
+    SessionEvent,
+    StateChanged,
+    TextStreamed,
+    TurnEnded,
+    TurnFailure,
+    TurnStarted,
+)
+from fluffy.ipc.results.usage import UsageTally
+from fluffy.ipc.results.workflow import State
 from fluffy.kernel.ai.bounds import bounded
 from fluffy.kernel.ai.events import EventStream
 from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.memory import Memory
 from fluffy.kernel.ai.provider import ProviderRunner, ProviderSession
 from fluffy.kernel.ai.retry import Retry, RetryPolicy, with_retries
-from fluffy.kernel.ai.reviews import TurnReviews
+from fluffy.kernel.ai.reviews import TurnReviews, held_call
 from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.ai.toolcalls import TurnCalls
 from fluffy.kernel.ai.turn import Turn
@@ -143,9 +154,7 @@ class SessionLoop:
         turn = Turn(uuid.uuid4().hex[:12], session_id, text, provider, auto_approve, max_rounds)
         self.turns[session_id] = turn  # reserved before any await: one turn per session
         try:
-            await self.emit(
-                turn, {"type": "turn_start", "turn_id": turn.turn_id, "text": turn.text}
-            )
+            await self.emit(turn, TurnStarted(turn_id=turn.turn_id, text=turn.text))
             if session.state == "idle":  # before answering: the caller sees planning
                 await self.router.workflow.fire(session_id, "user_message")
                 await self.emit_steps(turn, "idle", {})
@@ -203,7 +212,7 @@ class SessionLoop:
             turn.status = "waiting_review"
             turn.tool_review = str(shown.get("review_id"))
             turn.tool_shown = dict(shown)
-            await self.emit(turn, {"type": "tool_review", "kernel_decides": False, **shown})
+            await self.emit(turn, held_call(shown))
             try:
                 return await self.decisions.wait_for_user(turn)
             finally:
@@ -231,7 +240,7 @@ class SessionLoop:
         self.denials[session_id] = 0
         await self.note_audit(session_id, "quarantine lifted by the user", {"by": "user"})
         await self.stream(session_id).emit(
-            {"type": "notice", "level": "info", "what": "quarantine lifted", "why": "", "fix": ""}
+            Notice(level="info", what="quarantine lifted", why="", fix="")
         )
 
     async def close(self) -> None:
@@ -242,10 +251,10 @@ class SessionLoop:
                     await turn.task
 
     # -- a turn -----------------------------------------------------------------------
-    async def emit(self, turn: Turn, event: dict[str, Any]) -> None:
+    async def emit(self, turn: Turn, event: SessionEvent) -> None:
         await self.stream(turn.session_id).emit(event)
 
-    async def emit_steps(self, turn: Turn, before: str, answer: dict[str, Any]) -> None:
+    async def emit_steps(self, turn: Turn, before: State, answer: dict[str, Any]) -> None:
         """Every state the call passed through (a test run may pass several), in order."""
         output = answer.get("output") if answer.get("ok") else None
         steps: list[Any] = []
@@ -262,24 +271,17 @@ class SessionLoop:
             # a merge's budget notices come with the merge (reviews.py)
             notes = step.get("notes") if step.get("event") != "merge_approved" else None
             for note in notes or []:
-                await self.emit(
-                    turn,
-                    {"type": "notice", "level": "warn", "what": str(note), "why": "", "fix": ""},
-                )
+                await self.emit(turn, Notice(level="warn", what=str(note), why="", fix=""))
             if step.get("to") and step.get("from") == current:
-                await self.emit(
-                    turn,
-                    {"type": "state", "from": current, "to": step["to"], "mode": session.mode},
-                )
-                current = str(step["to"])
+                # a step's states are the workflow's own (kernel/workflow/states.py)
+                await self.emit(turn, StateChanged(from_=current, to=step["to"], mode=session.mode))
+                current = step["to"]
         if session.state != current:
-            await self.emit(
-                turn, {"type": "state", "from": current, "to": session.state, "mode": session.mode}
-            )
+            await self.emit(turn, StateChanged(from_=current, to=session.state, mode=session.mode))
 
     async def _run(self, turn: Turn) -> None:
         sid = turn.session_id
-        error: dict[str, Any] | None = None
+        error: TurnFailure | None = None
         try:
             await self.memory.append(sid, [Message(role="user", content=turn.text)])
             if self.instructions is not None:  # once per turn: edits count from the next task
@@ -294,7 +296,7 @@ class SessionLoop:
             log.exception("turn %s failed", turn.turn_id)
             turn.status = "failed"
             failed = LoopFailed(f"the session loop failed: {type(exc).__name__}")
-            error = _ended(failed) | {"why": str(exc)[:500] or failed.why}
+            error = msgspec.structs.replace(_ended(failed), why=str(exc)[:500] or failed.why)
         finally:
             if turn.provider_session is not None:
                 self.round_gaps.extend(turn.provider_session.gaps)
@@ -302,7 +304,7 @@ class SessionLoop:
                 turn.provider_session = None
         await self._end(turn, error)
 
-    async def _end(self, turn: Turn, error: dict[str, Any] | None) -> None:
+    async def _end(self, turn: Turn, error: TurnFailure | None) -> None:
         turn.ended = True
         # the API key stays in memory only while a turn needs it
         turn.provider = msgspec.structs.replace(turn.provider, api_key="")
@@ -310,16 +312,16 @@ class SessionLoop:
         asyncio.get_running_loop().call_later(STREAM_KEEP_S, stream.trim)
         if turn.status == "running":
             turn.status = "done"
+        usage = msgspec.convert(turn.usage.to_dict(), UsageTally)
         await self.emit(
             turn,
-            {
-                "type": "turn_end",
-                "turn_id": turn.turn_id,
-                "status": turn.status,
-                "text": turn.final_text,
-                "error": error,
-                "usage": turn.usage.to_dict(),
-            },
+            TurnEnded(
+                turn_id=turn.turn_id,
+                status=turn.status,
+                text=turn.final_text,
+                error=error,
+                usage=usage,
+            ),
         )
 
     async def _provider(self, turn: Turn) -> ProviderSession:
@@ -430,7 +432,7 @@ class SessionLoop:
         async def on_event(event: StreamEvent) -> None:
             if isinstance(event, TextDelta):
                 text.append(event.content)
-                await self.emit(turn, {"type": "text_delta", "content": event.content})
+                await self.emit(turn, TextStreamed(content=event.content))
 
         async def attempt() -> AIResponse:
             text.clear()
@@ -447,17 +449,10 @@ class SessionLoop:
         try:
             response = await with_retries(attempt, policy, announce, sleep=self.sleep)
         except ContextTooLong as exc:
-            await self.emit(
-                turn,
-                {
-                    "type": "notice",
-                    "level": "warn",
-                    "what": "the conversation is too long for the model: compacting it "
-                    "and retrying once",
-                    "why": exc.why,
-                    "fix": "",
-                },
+            compacting = (
+                "the conversation is too long for the model: compacting it and retrying once"
             )
+            await self.emit(turn, Notice(level="warn", what=compacting, why=exc.why, fix=""))
             sent = await context(True)
             try:
                 response = await with_retries(attempt, policy, announce, sleep=self.sleep)
@@ -487,6 +482,6 @@ class SessionLoop:
             await self.audit(session_id, summary, metadata)
 
 
-def _ended(exc: FluffyError) -> dict[str, str]:
+def _ended(exc: FluffyError) -> TurnFailure:
     """A failed turn's error as its ``turn_end`` event carries it."""
-    return {"what": exc.what, "why": exc.why, "fix": exc.fix, "code": exc.code}
+    return TurnFailure(what=exc.what, why=exc.why, fix=exc.fix, code=exc.code)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from fluffy.errors import ProviderBusy, ProviderFailed
+from fluffy.ipc.results.events import RetryScheduled
 
 T = TypeVar("T")
 
@@ -75,19 +76,18 @@ class Retry:
         shown = f"{self.wait_s:.0f}" if self.wait_s >= 1 else f"{self.wait_s:.1f}"
         return f"{said}, retrying in {shown} s (attempt {self.attempt + 1} of {self.attempts})"
 
-    def event(self, *, restart: bool) -> dict[str, object]:
+    def event(self, *, restart: bool) -> RetryScheduled:
         """The ``retry`` event the CLI shows; ``restart``: text already shown is void."""
-        return {
-            "type": "retry",
-            "text": self.text,
-            "kind": self.error.kind,
-            "attempt": self.attempt,
-            "attempts": self.attempts,
-            "wait_s": round(self.wait_s, 2),
-            "what": self.error.what,
-            "why": self.error.why,
-            "restart": restart,
-        }
+        return RetryScheduled(
+            text=self.text,
+            kind=self.error.kind,
+            attempt=self.attempt,
+            attempts=self.attempts,
+            wait_s=round(self.wait_s, 2),
+            what=self.error.what,
+            why=self.error.why,
+            restart=restart,
+        )
 
 
 def _gave_up(error: ProviderBusy, attempts: int, waited: float) -> ProviderFailed:

@@ -14,8 +14,18 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from fluffy.errors import MergeOverlap
 from fluffy.ipc.ai_types import Message, kernel_note
+from fluffy.ipc.results.events import (
+    ChangesMerged,
+    ExemptionAsked,
+    Notice,
+    ReviewShown,
+    StateChanged,
+    ToolCallHeld,
+)
 from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.tools.flow import overlap_report
 
@@ -65,14 +75,19 @@ class TurnReviews:
         turn.review = asyncio.get_running_loop().create_future()
         turn.status = "waiting_review"
         # the user decides on the request shown here, by its id (workflow.decide_exemption)
-        shown = {"request_id": pending.request_id, "category": pending.category,
-                 "paths": list(pending.paths), "reason": pending.reason}  # fmt: skip
-        await self.loop.emit(turn, {"type": "exemption", "kernel_decides": False, **shown})
+        shown = ExemptionAsked(
+            kernel_decides=False,
+            request_id=pending.request_id,
+            category=pending.category,
+            paths=list(pending.paths),
+            reason=pending.reason,
+        )
+        await self.loop.emit(turn, shown)
         decision = await self.wait_for_user(turn)
         session = await self.workflow.get(sid)
         if session.state != before:  # granted: the explore flow starts
             await self.loop.emit(
-                turn, {"type": "state", "from": before, "to": session.state, "mode": session.mode}
+                turn, StateChanged(from_=before, to=session.state, mode=session.mode)
             )
         if decision["decision"] == "grant":
             note = (
@@ -95,10 +110,13 @@ class TurnReviews:
         found = report.get("overlap") or {}
         await self.loop.emit(
             turn,
-            {"type": "notice", "level": "warn", "what": str(found.get("what", "")),
-             "why": "your version is kept; nothing of the change was merged",
-             "fix": str(found.get("fix", ""))},
-        )  # fmt: skip
+            Notice(
+                level="warn",
+                what=str(found.get("what", "")),
+                why="your version is kept; nothing of the change was merged",
+                fix=str(found.get("fix", "")),
+            ),
+        )
         session = await self.workflow.get(turn.session_id)
         note = (
             f"{found.get('what', '')}. {found.get('fix', '')} Workflow state: {session.state}.\n"
@@ -116,16 +134,11 @@ class TurnReviews:
         if review.get("auto_merged"):
             await self._budget_notices(turn, review)
             merged = list(review.get("merged") or [])
+            reason = (
+                f"tests pass, no sensitive files, {review.get('diff_lines', '?')} lines changed"
+            )
             await self.loop.emit(
-                turn,
-                {
-                    "type": "merged",
-                    "files": len(merged),
-                    "paths": merged,
-                    "auto": True,
-                    "reason": "tests pass, no sensitive files, "
-                    f"{review.get('diff_lines', '?')} lines changed",
-                },
+                turn, ChangesMerged(files=len(merged), paths=merged, auto=True, reason=reason)
             )
             return
         shown = await self._show(sid)
@@ -135,20 +148,19 @@ class TurnReviews:
         # rest on it: kernel/merge/support.py) and a file outside the source and test
         # folders (configuration a tool on the user's machine may run, ADR-054): those
         # reviews wait like any other
-        auto = turn.auto_approve and not session.data.review_required and not shown["needs_person"]
-        if not auto and shown["can_add_tests"]:
-            shown["tests_requested"] = await self._review_round(turn)
+        auto = turn.auto_approve and not session.data.review_required and not shown.needs_person
+        if not auto and shown.can_add_tests:
+            requested = await self._review_round(turn)
+            shown = msgspec.structs.replace(shown, tests_requested=requested)
         if not auto:  # ready before anyone is told: an approval can come at once
             turn.review = asyncio.get_running_loop().create_future()
             turn.status = "waiting_review"
-        await self.loop.emit(
-            turn, {"type": "review", "auto": False, "kernel_decides": auto, **shown}
-        )
+        await self.loop.emit(turn, msgspec.structs.replace(shown, kernel_decides=auto))
         if auto:
             # shielded: a cancelled turn must not leave a merge half-recorded
             try:
                 outcome = await asyncio.shield(
-                    self.flow.approve(sid, by="user (--yes)", plan_id=shown["plan_id"])
+                    self.flow.approve(sid, by="user (--yes)", plan_id=shown.plan_id)
                 )
             except MergeOverlap as exc:
                 await self._overlap(turn, overlap_report(exc))
@@ -162,15 +174,12 @@ class TurnReviews:
         result = decision.get("result") or {}
         if decision["decision"] == "approve":
             await self._budget_notices(turn, result)
+            merged = list(result.get("merged") or [])
             await self.loop.emit(
                 turn,
-                {
-                    "type": "merged",
-                    "files": len(result.get("merged") or []),
-                    "paths": list(result.get("merged") or []),
-                    "auto": False,
-                    "reason": "approved by the user",
-                },
+                ChangesMerged(
+                    files=len(merged), paths=merged, auto=False, reason="approved by the user"
+                ),
             )
             note = (
                 "The user approved the merge; the changes are in the project. "
@@ -179,8 +188,7 @@ class TurnReviews:
         elif decision["decision"] == "add_tests":
             session = await self.workflow.get(sid)
             await self.loop.emit(
-                turn,
-                {"type": "state", "from": "reviewing", "to": session.state, "mode": session.mode},
+                turn, StateChanged(from_="reviewing", to=session.state, mode=session.mode)
             )
             note = (
                 "The user wants tests for this change before the merge; the staged change "
@@ -218,26 +226,42 @@ class TurnReviews:
     async def _budget_notices(self, turn: Turn, merge: dict[str, Any]) -> None:
         """A merge's tech-debt notices (coverage below min_delta or past the warning)."""
         for message in merge.get("budget") or []:
-            await self.loop.emit(
-                turn,
-                {"type": "notice", "level": "warn", "what": str(message), "why": "", "fix": ""},
-            )
+            await self.loop.emit(turn, Notice(level="warn", what=str(message), why="", fix=""))
 
-    async def _show(self, session_id: str) -> dict[str, Any]:
+    async def _show(self, session_id: str) -> ReviewShown:
+        """The review as the person is shown it (the kernel's decision on it comes later)."""
         stage = self.workspaces.get(session_id)
         plan = await asyncio.to_thread(self.merger.plan, stage, tests_pass=True)
         session = await self.workflow.get(session_id)
         exempted = session.data.exemption is not None
-        return {
-            "plan_id": plan.plan_id,
-            "files": [c.path for c in plan.changes],
-            "lines": plan.diff_lines,
-            "diff": plan.diff[:20_000],
-            "reasons": list(plan.reasons) + list(session.data.review_required),
-            "support": [str(change) for change in plan.support],
+        return ReviewShown(
+            auto=False,
+            kernel_decides=False,
+            plan_id=plan.plan_id,
+            files=[c.path for c in plan.changes],
+            lines=plan.diff_lines,
+            diff=plan.diff[:20_000],
+            reasons=list(plan.reasons) + list(session.data.review_required),
+            support=[str(change) for change in plan.support],
             # test-support code or files outside the allow-list: --yes does not stand in
             # for a person here
-            "needs_person": bool(plan.outside or plan.support),
+            needs_person=bool(plan.outside or plan.support),
             # explore changes may get tests first (review.add_tests, /add-tests)
-            "can_add_tests": session.mode != "strict" and not exempted,
-        }
+            can_add_tests=session.mode != "strict" and not exempted,
+        )
+
+
+def held_call(shown: dict[str, Any]) -> ToolCallHeld:
+    """The ``tool_review`` event of a call the tool router holds for the person (what
+    they are shown: kernel/tools/mcpreview.py's ``ask_user``)."""
+    return ToolCallHeld(
+        kernel_decides=False,
+        review_id=shown["review_id"],
+        tool=shown["tool"],
+        arguments=shown["arguments"],
+        reason=shown["reason"],
+        description=shown["description"],
+        allow_with=shown["allow_with"],
+        # container.run's command line only
+        command=shown.get("command", msgspec.UNSET),
+    )

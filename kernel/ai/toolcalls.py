@@ -14,8 +14,17 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from fluffy.errors import CallCancelled, FluffyError, Quarantined
 from fluffy.ipc.ai_types import Message, ToolCall
+from fluffy.ipc.results.events import (
+    CallFailure,
+    Committed,
+    SessionQuarantined,
+    ToolFinished,
+    ToolStarted,
+)
 from fluffy.kernel.ai.bounds import OMITTED, TOO_LARGE, needs_summary, summarised
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.turn import Turn
@@ -56,15 +65,14 @@ class TurnCalls:
             answers[i] = await self.router.refused(sid, tools[i], calls[i].arguments, error)
             await self.loop.emit(
                 turn,
-                {
-                    "type": "tool_result",
-                    "call_id": calls[i].id,
-                    "tool_name": tools[i],
-                    "ok": False,
-                    "summary": error.what,
-                    "duration_ms": 0.0,
-                    "error": short_error(answers[i].get("error")),
-                },
+                ToolFinished(
+                    call_id=calls[i].id,
+                    tool_name=tools[i],
+                    ok=False,
+                    summary=error.what,
+                    duration_ms=0.0,
+                    error=short_error(answers[i].get("error")),
+                ),
             )
             return answers[i]
 
@@ -111,14 +119,9 @@ class TurnCalls:
     async def _one(self, turn: Turn, call: ToolCall) -> dict[str, Any]:
         sid = turn.session_id
         before = (await self.workflow.get(sid)).state
+        description = describe_call(call.name, call.arguments)
         await self.loop.emit(
-            turn,
-            {
-                "type": "tool_executing",
-                "call_id": call.id,
-                "tool_name": call.name,
-                "description": describe_call(call.name, call.arguments),
-            },
+            turn, ToolStarted(call_id=call.id, tool_name=call.name, description=description)
         )
         started = time.perf_counter()
         answer = await self._execute(turn, call)
@@ -126,17 +129,16 @@ class TurnCalls:
         error = answer.get("error") if not answer.get("ok") else None
         await self.loop.emit(
             turn,
-            {
-                "type": "tool_result",
-                "call_id": call.id,
-                "tool_name": call.name,
-                "ok": bool(answer.get("ok")),
-                "summary": summarize_result(call.name, call.arguments, answer),
-                "duration_ms": round(duration, 2),
-                "error": short_error(error) if error else None,
-            },
+            ToolFinished(
+                call_id=call.id,
+                tool_name=call.name,
+                ok=bool(answer.get("ok")),
+                summary=summarize_result(call.name, call.arguments, answer),
+                duration_ms=round(duration, 2),
+                error=short_error(error) if error else None,
+            ),
         )
-        await self.loop.emit_steps(turn, str(before), answer)
+        await self.loop.emit_steps(turn, before, answer)
         if error and is_denial(error):
             await self._denied(turn)
         return answer
@@ -175,7 +177,7 @@ class TurnCalls:
         reason = f"{count} tool calls were refused in this session"
         await self.workflow.annotate(sid, "quarantined", quarantined=reason)
         await self.loop.note_audit(sid, f"session quarantined: {reason}", {"denials": str(count)})
-        await self.loop.emit(turn, {"type": "quarantine", "denials": count, "reason": reason})
+        await self.loop.emit(turn, SessionQuarantined(denials=count, reason=reason))
 
     async def _after(self, turn: Turn, call: ToolCall, answer: dict[str, Any]) -> None:
         """Reviews and commits that a call brought about."""
@@ -185,11 +187,14 @@ class TurnCalls:
         if not isinstance(output, dict):
             return
         if call.name == "git.commit":
-            message = call.arguments.get("message") if isinstance(call.arguments, dict) else ""
-            event = {"type": "commit", "sha": output.get("commit"), "message": message}
-            for key in ("left_out", "notes"):  # the person's lines kept out of it
-                if output.get(key):
-                    event[key] = output[key]
+            message = str(call.arguments.get("message", ""))  # required by its schema
+            # the person's lines kept out of it, and why (sent only when there are some)
+            event = Committed(
+                sha=output.get("commit"),
+                message=message,
+                left_out=output.get("left_out") or msgspec.UNSET,
+                notes=output.get("notes") or msgspec.UNSET,
+            )
             await self.loop.emit(turn, event)
         review = output.get("review")
         if call.name == "test.run" and isinstance(review, dict):
@@ -207,11 +212,17 @@ def is_denial(error: dict[str, Any]) -> bool:
     return code == "tool.input_invalid" and ("outside the project" in text or ".." in text)
 
 
-def short_error(error: Any) -> dict[str, Any]:
+def short_error(error: Any) -> CallFailure:
     if not isinstance(error, dict):
-        return {"what": str(error), "why": "", "fix": ""}
+        return CallFailure(what=str(error), why="", fix="")
     # "error" is the design's ToolUnavailableError tag ("tool_unavailable") where there is one
-    return {k: error.get(k, "") for k in ("code", "error", "what", "why", "fix")}
+    return CallFailure(
+        code=error.get("code", ""),
+        error=error.get("error", ""),
+        what=error.get("what", ""),
+        why=error.get("why", ""),
+        fix=error.get("fix", ""),
+    )
 
 
 def _why_not_kept(answer: dict[str, Any]) -> str:

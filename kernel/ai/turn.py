@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fluffy.ipc.ai_types import ProviderConfig
+from fluffy.ipc.results.events import TurnStatus
 from fluffy.kernel.ai.instructions import Instructions
 from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.ai.usage import Tally
@@ -27,7 +28,7 @@ class Turn:
     auto_approve: bool
     max_rounds: int
     task: asyncio.Task[None] | None = None
-    status: str = "running"
+    status: TurnStatus = "running"
     review: asyncio.Future[dict[str, Any]] | None = None
     final_text: str = ""
     provider_session: ProviderSession | None = None

@@ -14,6 +14,7 @@ import msgspec
 
 from fluffy.errors import MergeOverlap
 from fluffy.ipc.ai_types import ProviderConfig
+from fluffy.ipc.results.events import SessionEvent
 from fluffy.ipc.results.session import (
     Budget,
     CallDecided,
@@ -137,12 +138,12 @@ def ai_methods(
         await workflow.get(sid)  # an unknown session fails before any wait
         after, wait_ms = p.after, p.wait_ms
         stream = loop.stream(sid)
-        found: list[dict[str, Any]] = []
+        found: list[SessionEvent] = []  # the reply encodes the structs as they are
         if after < 0:  # where the stream stands now (a CLI joining mid-way)
             position = stream.seq
         else:
             found = await stream.wait(after, min(max(wait_ms, 0), MAX_WAIT_MS) / 1000)
-            position = found[-1]["seq"] if found else after
+            position = found[-1].seq if found else after
         session = await workflow.get(sid)
         return {
             "events": found,

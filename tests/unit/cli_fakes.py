@@ -5,14 +5,22 @@ modes (debug needs ``approved``), and a turn whose events are scripted as pages.
 page holding a review that needs a person holds back the later pages until
 ``review.approve`` / ``review.reject`` arrives, as the kernel's waiting turn does.
 What the CLI sends is decoded against the kernel's own declarations first (the served
-syscall table), so a CLI test fails on params the real kernel would refuse.
+syscall table), so a CLI test fails on params the real kernel would refuse; and every
+event it pages out is one the kernel could send (:func:`complete`: a test names the
+fields it cares about, the rest get neutral values, and a wrong type or a field the
+kernel never sends fails), except a kind the kernel does not have (a newer kernel's).
 """
 
 from __future__ import annotations
 
 import copy
+import typing
 from typing import Any
 
+import msgspec
+import msgspec.inspect as mi
+
+from fluffy.cli.events import Shown, Unknown, plain, read
 from fluffy.errors import (
     ExemptionMismatch,
     ModeDenied,
@@ -20,7 +28,76 @@ from fluffy.errors import (
     SessionNotFound,
     UnknownMethod,
 )
+from fluffy.ipc.results.events import SessionEvent
 from unit.kernel_table import served_table
+
+KINDS = {cls.__struct_config__.tag: cls for cls in typing.get_args(SessionEvent)}
+
+
+def _neutral(info: mi.Type) -> Any:
+    """A value of the type ``info`` that says nothing: "", 0, false, [], null."""
+    if isinstance(info, mi.UnionType):
+        nullable = any(isinstance(t, mi.NoneType) for t in info.types)
+        return None if nullable else _neutral(info.types[0])
+    if isinstance(info, mi.LiteralType):
+        return info.values[0]
+    if isinstance(info, mi.StructType):
+        return {f.encode_name: _neutral(f.type) for f in info.fields if f.required}
+    if isinstance(info, mi.ListType | mi.DictType):
+        return [] if isinstance(info, mi.ListType) else {}
+    return {mi.StrType: "", mi.IntType: 0, mi.FloatType: 0.0, mi.BoolType: False}[type(info)]
+
+
+def _filled(value: Any, info: mi.Type) -> Any:
+    """``value`` with the required fields its objects leave out given neutral values."""
+    if isinstance(info, mi.UnionType):
+        for member in info.types:
+            if isinstance(member, mi.StructType) and isinstance(value, dict):
+                return _filled(value, member)
+        return value
+    if isinstance(info, mi.StructType) and isinstance(value, dict):
+        fields = {f.encode_name: f for f in info.fields}
+        given = {k: _filled(v, fields[k].type) if k in fields else v for k, v in value.items()}
+        missing = [f for f in info.fields if f.required and f.encode_name not in value]
+        return {**{f.encode_name: _neutral(f.type) for f in missing}, **given}
+    if isinstance(info, mi.ListType) and isinstance(value, list):
+        return [_filled(item, info.item_type) for item in value]
+    return value
+
+
+def complete(event: dict[str, Any]) -> dict[str, Any]:
+    """A kernel event with the fields ``event`` leaves out given neutral values, checked
+    to decode as its kind exactly (an unknown kind is left as it is)."""
+    kind = KINDS.get(event.get("type"))
+    if kind is None:
+        return event
+    whole: dict[str, Any] = _filled(event, mi.type_info(kind))
+    msgspec.convert(whole, kind)  # a wrong type, or a field the kernel never sends, fails
+    return whole
+
+
+def shown(event: dict[str, Any]) -> Shown:
+    """``event`` as the CLI reads it off the wire (:func:`complete` first)."""
+    return read(complete(event))
+
+
+class AsSent(dict[str, Any]):
+    """An event the fake kernel pages out as it is, unchecked: what a newer kernel sends."""
+
+
+class Seen:
+    """A renderer that keeps what it is given, as ``--json`` would print it (an event
+    the CLI could not read, as ``{"type": "(unknown)", "raw": ...}``)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def render(self, event: Shown) -> None:
+        unread = isinstance(event, Unknown)
+        self.events.append({"type": "(unknown)", "raw": event.raw} if unread else plain(event))
+
+    def types(self) -> list[str]:
+        return [e["type"] for e in self.events]
 
 
 def turn(text: str, *events: dict[str, Any], status: str = "done") -> list[dict[str, Any]]:
@@ -43,10 +120,12 @@ EXEMPTION = {
 REVIEW = {
     "type": "review",
     "plan_id": "plan-1",
-    "files": [{"path": "src/app.py", "added": 2, "removed": 1, "diff": "-a\n+b\n+c"}],
+    "files": ["src/app.py"],
+    "diff": "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1,2 @@\n-a\n+b\n+c",
     "lines": 3,
     "reasons": ["src/app.py is a sensitive path"],
     "auto": False,
+    "kernel_decides": False,
 }
 
 
@@ -154,10 +233,13 @@ class FakeKernel:
         if after < 0:  # the kernel's "where does the stream stand"
             return {"events": [], "next": self.seq, "running": bool(self.pages)}
         if params.get("wait_ms") and self.pages and not self.blocked:
-            for event in self.pages.pop(0):
+            for page_event in self.pages.pop(0):
                 self.seq += 1
-                self.log.append({"seq": self.seq, **copy.deepcopy(event)})
-                if event["type"] in ("review", "exemption") and not event.get("auto"):
+                sent = copy.deepcopy(page_event)
+                event = {"seq": self.seq, **(sent if isinstance(sent, AsSent) else complete(sent))}
+                self.log.append(event)
+                asks = not event.get("auto") and not event.get("kernel_decides")
+                if event["type"] in ("review", "exemption") and asks:
                     self.blocked = True
                     self.exemption = event if event["type"] == "exemption" else None
                 if event["type"] == "tool_review":
@@ -237,7 +319,11 @@ class FakeKernel:
         return dict(session)
 
     def m_tool_pending(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"session_id": params["session_id"], "pending": self.tool_held}
+        held = self.tool_held  # the call as the person is shown it (not the event)
+        shown = {
+            k: v for k, v in (held or {}).items() if k not in ("type", "seq", "kernel_decides")
+        }
+        return {"session_id": params["session_id"], "pending": shown if held else None}
 
     def m_tool_decide(self, params: dict[str, Any]) -> dict[str, Any]:
         held = self.tool_held["review_id"] if self.tool_held else None

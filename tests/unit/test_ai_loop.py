@@ -27,7 +27,8 @@ async def _events(ai: AiLayer, sid: str, timeout_s: float = 30) -> list[dict[str
     after = 0
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:
-        found = await ai.loop.stream(sid).wait(after, 1.0)
+        # the events as the wire carries them (session.events)
+        found = msgspec.to_builtins(await ai.loop.stream(sid).wait(after, 1.0))
         seen += found
         after = found[-1]["seq"] if found else after
         if any(e["type"] == "turn_end" for e in found):
@@ -245,7 +246,8 @@ async def _until(ai: AiLayer, sid: str, kind: str, count: int = 1) -> list[dict[
     after = 0
     deadline = asyncio.get_running_loop().time() + 30
     while asyncio.get_running_loop().time() < deadline:
-        found = await ai.loop.stream(sid).wait(after, 1.0)
+        # the events as the wire carries them (session.events)
+        found = msgspec.to_builtins(await ai.loop.stream(sid).wait(after, 1.0))
         seen += found
         after = found[-1]["seq"] if found else after
         if sum(e["type"] == kind for e in seen) >= count:

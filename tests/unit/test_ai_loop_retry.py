@@ -88,7 +88,8 @@ def test_cancelling_a_turn_that_waits_to_retry_ends_it_at_once(
         seen: list[dict[str, Any]] = []
         after = 0
         while not any(e["type"] == "retry" for e in seen):
-            found = await ai.loop.stream(sid).wait(after, 5.0)
+            # the events as the wire carries them (session.events)
+            found = msgspec.to_builtins(await ai.loop.stream(sid).wait(after, 5.0))
             assert found, "no retry event came"
             seen += found
             after = found[-1]["seq"]

@@ -11,20 +11,12 @@ from fluffy.cli.session import sessions_table, when
 from fluffy.cli.slash import COMMANDS
 from fluffy.errors import ModeDenied
 
-from .cli_fakes import EXEMPTION, REVIEW, FakeKernel, turn
+from .cli_fakes import EXEMPTION, REVIEW, FakeKernel, Seen, turn
 
 pytestmark = pytest.mark.unit
 
 STATUS = {"health": "healthy", "runtime": "docker", "container_id": "c" * 20}
 OPTIONS = {"provider": {"name": "scripted", "model": "script"}, "max_rounds": 5}
-
-
-class Seen:
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def render(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
 
 
 def setup(
@@ -40,7 +32,7 @@ def setup(
 def test_plain_text_is_a_task_followed_to_its_end() -> None:
     kernel, sid, ctx, seen = setup([turn("add a feature", {"type": "text_delta", "content": "k"})])
     reply = handle("add a feature", kernel, sid, STATUS, ctx)
-    assert reply.event is not None and reply.event["status"] == "done" and not reply.quit
+    assert reply.event is not None and reply.event.status == "done" and not reply.quit
     assert kernel.methods("session.message") == [
         {**OPTIONS, "session_id": sid, "text": "add a feature", "auto_approve": False}
     ]
@@ -59,12 +51,12 @@ def test_a_review_waits_at_the_prompt_for_approve() -> None:
     merged = {"type": "merged", "files": 1, "auto": False, "reason": "approved by the user"}
     kernel, sid, ctx, seen = setup([[*turn("x")[:1], REVIEW], [merged, turn("x")[-1]]])
     first = handle("x", kernel, sid, STATUS, ctx)
-    assert first.event is not None and first.event["status"] == "waiting_review"
+    assert first.event is not None and first.event.status == "waiting_review"
     assert kernel.blocked
     reply = handle("/approve", kernel, sid, STATUS, ctx)
     assert reply.text == "approved plan plan-1"
     assert kernel.methods("review.approve") == [{"session_id": sid, "plan_id": "plan-1"}]
-    assert reply.event is not None and reply.event["status"] == "done"
+    assert reply.event is not None and reply.event.status == "done"
     assert [e["type"] for e in seen.events][-2:] == ["merged", "turn_end"]
     assert handle("/approve", kernel, sid, STATUS, ctx).text == "nothing waits for your review"
 
@@ -73,7 +65,7 @@ def test_add_tests_answers_the_review_and_the_turn_goes_on() -> None:
     state = {"type": "state", "from": "reviewing", "to": "retroactive_testing", "mode": "explore"}
     review = {**REVIEW, "can_add_tests": True}
     kernel, sid, ctx, seen = setup([[*turn("x")[:1], review], [state, turn("x")[-1]]])
-    assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
+    assert handle("x", kernel, sid, STATUS, ctx).event.status == "waiting_review"  # type: ignore[union-attr]
     reply = handle("/add-tests", kernel, sid, STATUS, ctx)
     assert reply.text == "asked for tests before merging plan plan-1"
     assert kernel.methods("review.add_tests") == [{"session_id": sid, "plan_id": "plan-1"}]
@@ -103,7 +95,7 @@ def test_exempt_asks_for_an_exemption_yourself() -> None:
 @pytest.mark.parametrize(("line", "grant"), [("/approve", True), ("/reject not now", False)])
 def test_approve_and_reject_answer_the_ais_exemption_request(line: str, grant: bool) -> None:
     kernel, sid, ctx, _ = setup([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
-    assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
+    assert handle("x", kernel, sid, STATUS, ctx).event.status == "waiting_review"  # type: ignore[union-attr]
     reply = handle(line, kernel, sid, STATUS, ctx)
     expected = {"session_id": sid, "grant": grant, "request_id": EXEMPTION["request_id"]}
     expected.update({} if grant else {"reason": "not now"})
@@ -112,12 +104,12 @@ def test_approve_and_reject_answer_the_ais_exemption_request(line: str, grant: b
     assert reply.text.startswith("exemption granted" if grant else "exemption refused")
     if not grant:  # what was refused, as shown
         assert "documentation for README.md (reason: a typo; request ex-0123" in reply.text
-    assert reply.event is not None and reply.event["status"] == "done"
+    assert reply.event is not None and reply.event.status == "done"
 
 
 def test_approve_grants_only_the_exemption_request_this_prompt_showed() -> None:
     kernel, sid, ctx, _ = setup([[*turn("x")[:1], EXEMPTION], turn("x")[-1:]])
-    assert handle("x", kernel, sid, STATUS, ctx).event["status"] == "waiting_review"  # type: ignore[index]
+    assert handle("x", kernel, sid, STATUS, ctx).event.status == "waiting_review"  # type: ignore[union-attr]
     # meanwhile the request shown was decided elsewhere and the AI asked for another
     kernel.exemption = {**EXEMPTION, "request_id": "ex-other", "paths": ["setup.cfg"]}
     first = handle("/approve", kernel, sid, STATUS, ctx)

@@ -11,6 +11,8 @@ from rich.console import Console
 from fluffy.cli.mdstream import split_blocks
 from fluffy.cli.session_view import SessionRenderer
 
+from . import cli_fakes
+
 pytestmark = pytest.mark.unit
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # colours and bold: what rich itself writes
@@ -28,9 +30,9 @@ def piped() -> tuple[Console, io.StringIO]:
 
 def stream(console: Console, *deltas: str) -> SessionRenderer:
     view = SessionRenderer(console)
-    view.render({"type": "turn_start", "text": "task"})
+    view.render(cli_fakes.shown({"type": "turn_start", "text": "task"}))
     for delta in deltas:
-        view.render({"type": "text_delta", "content": delta})
+        view.render(cli_fakes.shown({"type": "text_delta", "content": delta}))
     return view
 
 
@@ -67,11 +69,12 @@ def test_a_paragraph_appears_when_it_is_finished_not_before() -> None:
     console, out = terminal()
     view = stream(console, "First para", "graph.\n")
     assert "First" not in out.getvalue()
-    view.render({"type": "text_delta", "content": "\nSecond"})
+    view.render(cli_fakes.shown({"type": "text_delta", "content": "\nSecond"}))
     assert "First paragraph." in SGR.sub("", out.getvalue())
     assert "Second" not in out.getvalue()
-    view.render({"type": "tool_executing", "call_id": "c", "tool_name": "fs.read"})
-    view.render({"type": "tool_result", "call_id": "c", "tool_name": "fs.read", "summary": "ok"})
+    view.render(cli_fakes.shown({"type": "tool_executing", "call_id": "c", "tool_name": "fs.read"}))
+    done = {"type": "tool_result", "call_id": "c", "tool_name": "fs.read", "summary": "ok"}
+    view.render(cli_fakes.shown({**done, "ok": True}))
     text = SGR.sub("", out.getvalue())
     assert text.index("Second") < text.index("  fs.read...")  # the rest, before the tool's line
 
@@ -97,6 +100,6 @@ def test_escapes_and_hyperlinks_in_the_models_markdown_never_reach_the_terminal(
 def test_the_answer_is_not_repeated_at_the_end() -> None:
     console, out = terminal()
     view = stream(console, "All **done**.")
-    view.render({"type": "turn_end", "status": "done", "text": "All **done**."})
+    view.render(cli_fakes.shown({"type": "turn_end", "status": "done", "text": "All **done**."}))
     text = SGR.sub("", out.getvalue())
     assert text.count("All done.") == 1 and "Done." in text

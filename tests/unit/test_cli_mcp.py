@@ -15,7 +15,7 @@ from fluffy.cli.main import parse
 from fluffy.cli.session_view import SessionRenderer
 from fluffy.cli.turns import follow
 from fluffy.kernel.ai.narrate import summarize_result
-from tests.unit.cli_fakes import FakeKernel, turn
+from tests.unit.cli_fakes import FakeKernel, shown, turn
 from tests.unit.test_cli_interactive import OPTIONS, STATUS, Seen
 
 HELD = {
@@ -45,7 +45,7 @@ def _held(answer: str) -> tuple[FakeKernel, str, Any, Any]:
     seen = Seen()
     ctx = Context(renderer=seen, options=OPTIONS, confirm=lambda q: False)
     first = handle("what time is it", kernel, sid, STATUS, ctx)
-    assert first.event is not None and first.event["status"] == "waiting_review"
+    assert first.event is not None and first.event.status == "waiting_review"
     reply = handle(answer, kernel, sid, STATUS, ctx)
     return kernel, sid, reply, seen
 
@@ -64,7 +64,7 @@ def test_a_held_call_is_answered_at_the_prompt(answer: str, decision: str, said:
     assert decided["decision"] == decision and decided["review_id"] == HELD["review_id"]
     assert decided.get("reason") == ("not now" if decision == "deny" else None)
     assert reply.text == said
-    assert reply.event is not None and reply.event["status"] == "done"
+    assert reply.event is not None and reply.event.status == "done"
     assert not kernel.methods("review.approve")  # not taken for a merge
 
 
@@ -88,17 +88,17 @@ def test_a_one_shot_task_asks_on_a_terminal_and_leaves_it_waiting_without_one() 
     kernel = FakeKernel([[*turn("x")[:1], HELD], [DONE, turn("x")[-1]]])
     sid = kernel.call("session.create")["session_id"]
     end = follow(kernel, sid, 0, Seen(), on_review=lambda event: None)
-    assert end["status"] == "waiting_review" and end["tool_review"] == HELD["review_id"]
-    assert end["tool"] == HELD["tool"] and not kernel.methods("tool.decide")
+    assert end.status == "waiting_review" and end.tool_review == HELD["review_id"]
+    assert end.tool == HELD["tool"] and not kernel.methods("tool.decide")
     done = follow(kernel, sid, 0, Seen(), on_review=lambda event: "approve", review_decided=False)
     assert kernel.methods("tool.decide")[0]["decision"] == "allow"
-    assert done["status"] == "done"
+    assert done.status == "done"
 
 
 def test_a_held_call_is_shown_with_its_arguments_and_the_answers() -> None:
     out = io.StringIO()
     renderer = SessionRenderer(Console(file=out, width=120, color_system=None))
-    renderer.render(HELD)
+    renderer.render(shown(HELD))
     text = out.getvalue()
     assert "The AI wants to call mcp.time.get_current_time" in text
     assert "Europe/Paris" in text and "/approve all" in text and "/reject [why]" in text
@@ -123,9 +123,9 @@ def test_a_one_shot_task_asks_under_the_held_call_with_its_answers(
     out = io.StringIO()
     console = Console(file=out, width=120, color_system=None, force_terminal=True)
     renderer = SessionRenderer(console, asks_below=True)
-    renderer.render({"type": "tool_executing", "call_id": "c", "tool_name": HELD["tool"]})
+    renderer.render(shown({"type": "tool_executing", "call_id": "c", "tool_name": HELD["tool"]}))
     assert renderer.spinner is not None  # a running tool, on a terminal
-    renderer.render(HELD)
+    renderer.render(shown(HELD))
     assert renderer.spinner is None  # stopped: the question is not drawn over
     assert "nothing runs until you answer below" in out.getvalue()
     assert "/approve all" not in out.getvalue()  # the prompt's commands are not asked for here

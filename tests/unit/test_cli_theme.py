@@ -11,13 +11,16 @@ from rich.console import Console
 from fluffy.cli.session_view import SessionRenderer
 from fluffy.cli.theme import PALETTES, apply, resolve
 
+from . import cli_fakes
+
 pytestmark = pytest.mark.unit
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-9]|4[0-9]|9[0-7])[0-9;]*m")
 REVIEW = {
     "type": "review",
     "plan_id": "p",
-    "files": [{"path": "src/app.py", "added": 1, "removed": 1, "diff": "-old\n+new\n"}],
+    "files": ["src/app.py"],
+    "diff": "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-old\n+new\n",
     "lines": 2,
     "reasons": [],
     "auto": False,
@@ -48,7 +51,7 @@ def _review(name: str) -> str:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="256", width=80)
     apply(PALETTES[name], console)  # type: ignore[index]
-    SessionRenderer(console, palette=PALETTES[name]).render(REVIEW)  # type: ignore[index]
+    SessionRenderer(console, palette=PALETTES[name]).render(cli_fakes.shown(REVIEW))  # type: ignore[index]
     return out.getvalue()
 
 

@@ -17,7 +17,7 @@ from fluffy.cli.usage import cost, price_for, tally_line
 from fluffy.errors import ConfigError
 from fluffy.settings import Price, load_settings
 
-from .cli_fakes import FakeKernel
+from .cli_fakes import FakeKernel, shown
 
 pytestmark = pytest.mark.unit
 
@@ -118,10 +118,10 @@ def test_session_list_shows_tokens_and_with_prices_the_cost() -> None:
 def test_the_line_after_a_turn_has_its_tokens_and_cost() -> None:
     console = Console(record=True, width=120, file=io.StringIO())
     renderer = SessionRenderer(console, prices=PRICES)
-    renderer.render({"type": "turn_end", "status": "done", "text": "ok", "error": None,
-                     "usage": tally("gpt-4o", 2, 3_000, 200)})  # fmt: skip
-    renderer.render({"type": "turn_end", "status": "done", "text": "ok", "error": None,
-                     "usage": {"requests": 0}})  # fmt: skip
+    renderer.render(shown({"type": "turn_end", "status": "done", "text": "ok", "error": None,
+                           "usage": tally("gpt-4o", 2, 3_000, 200)}))  # fmt: skip
+    renderer.render(shown({"type": "turn_end", "status": "done", "text": "ok", "error": None,
+                           "usage": {"requests": 0}}))  # fmt: skip
     lines = [line.rstrip() for line in console.export_text().splitlines()]
     assert "tokens: 3,000 in, 200 out; 2 request(s); $0.0095" in lines
     assert sum("tokens:" in line for line in lines) == 1

@@ -12,6 +12,8 @@ from fluffy.cli.session_view import SessionRenderer
 from fluffy.kernel.ai.narrate import COMMAND_LINES, describe_call, summarize_result
 from fluffy.kernel.tools.availability import available, tool_allowed
 
+from . import cli_fakes
+
 pytestmark = pytest.mark.unit
 
 
@@ -42,13 +44,13 @@ def test_a_result_shows_the_exit_and_the_last_lines() -> None:
 def test_a_held_command_is_shown_as_it_will_run_with_the_rule_that_stops_asking() -> None:
     out = io.StringIO()
     renderer = SessionRenderer(Console(file=out, width=200, color_system=None))
-    renderer.render({
+    renderer.render(cli_fakes.shown({
         "type": "tool_review", "review_id": "r1", "tool": "container.run",
         "arguments": '{"argv": ["sh", "-c", "printf \\u001b]0;x"]}',
         "command": "sh -c 'printf \x1b]0;x'",
         "reason": "no rule allows the command", "kernel_decides": False,
         "allow_with": "a rule in .fluffy/policy.yaml: match: {syscall: container.run, ...}",
-    })  # fmt: skip
+    }))  # fmt: skip
     text = out.getvalue()
     assert "The AI wants to run a command" in text
     assert "$ sh -c 'printf \\x1b]0;x'" in text and "\x1b" not in text

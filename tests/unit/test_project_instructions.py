@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 from fluffy.errors import FluffyError
@@ -178,7 +179,8 @@ def test_edits_count_from_the_next_turn(tmp_path: Path) -> None:
         await ai.loop.start(sid, "two", _script(("ok", [])))
         after = first[-1]["seq"]
         for _ in range(30):
-            found = await ai.loop.stream(sid).wait(after, 1.0)
+            # the events as the wire carries them (session.events)
+            found = msgspec.to_builtins(await ai.loop.stream(sid).wait(after, 1.0))
             after = found[-1]["seq"] if found else after
             if any(e["type"] == "turn_end" for e in found):
                 return

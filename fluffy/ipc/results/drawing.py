@@ -46,7 +46,8 @@ def declared(module: types.ModuleType) -> list[type[msgspec.Struct]]:
 
 
 def type_text(tp: Any) -> str:
-    """A field's type as the page spells it: ``list[Part]``, ``str | null``, ``"a" | "b"``."""
+    """A field's type as the page spells it: ``list[Part]``, ``str | null``, ``"a" | "b"``
+    (a field that may be ``UNSET`` is drawn without it: it is left out then)."""
     if tp is None or tp is type(None):
         return "null"
     if tp is typing.Any:
@@ -54,8 +55,8 @@ def type_text(tp: Any) -> str:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Literal:
         return " | ".join(f'"{a}"' if isinstance(a, str) else str(a).lower() for a in args)
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(type_text(a) for a in args)
+    if origin in (typing.Union, types.UnionType):  # UNSET: "required: no" says it
+        return " | ".join(type_text(a) for a in args if a is not msgspec.UnsetType)
     if origin in (list, tuple, set, frozenset):
         return f"list[{type_text(args[0]) if args else 'any JSON'}]"
     if origin is dict:
@@ -93,6 +94,9 @@ def drawing() -> str:
             if doc:
                 lines += [doc, ""]
             lines += ["| field | type | required |", "|---|---|---|"]
+            config = cls.__struct_config__
+            if config.tag_field is not None:  # one kind of a tagged union: its tag first
+                lines.append(f'| `{config.tag_field}` | "{config.tag}" | yes |')
             for field in msgspec.structs.fields(cls):
                 required = "yes" if field.required else "no"
                 shown = type_text(field.type).replace("|", "\\|")  # not a cell's edge

@@ -4,9 +4,11 @@ budget, decisions.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from fluffy.ipc.results import Part, Result
+from fluffy.ipc.results.events import SessionEvent
+from fluffy.ipc.results.usage import UsageTally
 from fluffy.ipc.results.workflow import Mode, Session, State
 
 #: the person's answer on a tool call held for review (tool.decide's ``decision``)
@@ -33,11 +35,9 @@ class CancelledSession(Session):
 class SessionEvents(Result):
     """One long-poll of a session's event stream (session.events)."""
 
-    #: the events after the cursor, oldest first, each ``{seq, type, ...}``: many kinds
-    #: (turn_start, text_delta, tool_executing, tool_result, state, review, exemption,
-    #: tool_review, merged, commit, quarantine, notice, retry, turn_end; docs/ipc.md),
-    #: built across kernel/ai/ -- not yet typed one by one
-    events: list[dict[str, Any]]
+    #: the events after the cursor, oldest first, each tagged by its ``type``
+    #: (fluffy/ipc/results/events.py)
+    events: list[SessionEvent]
     #: the cursor to ask ``after`` next: the last event's ``seq`` (the one asked when
     #: none came; the stream's position when ``after`` was negative)
     next: int
@@ -49,23 +49,6 @@ class SessionEvents(Result):
 
 
 # -- session.usage, session.list ---------------------------------------------------------
-
-
-class UsageCounts(Part):
-    """Token sums over some model requests (the provider's counts)."""
-
-    requests: int
-    #: requests whose provider reported usage at all (the others count zeros)
-    reported: int
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int
-
-
-class UsageTally(UsageCounts):
-    """Token sums, and the same sums per model (for prices)."""
-
-    models: dict[str, UsageCounts]
 
 
 class SessionUsage(Result):
