@@ -12,8 +12,8 @@ TLS handshake, ``GET /``, read to the end.  Direct and proxied samples alternate
 machine's drift hits both alike.  Keys: direct_p50_ms/_p90_ms/_p99_ms, via_proxy_p50_ms/
 _p90_ms/_p99_ms, direct_per_s, via_proxy_per_s, proxy_overhead_p50_ms (target <= 5 ms).
 
-The servers and the proxy thread are reused by tests/unit/test_net_proxy.py and
-tests/unit/test_ai_transport.py.
+The servers and the proxy thread are reused by tests/unit/kernel/net/test_net_proxy.py and
+tests/unit/sandboxes/ai/test_ai_transport.py.
 """
 
 from __future__ import annotations

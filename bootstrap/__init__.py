@@ -2,5 +2,5 @@
 
 Standard library only, under 500 lines of code in total: it reads configuration, finds
 the container engine, starts the L1 kernel container, health-checks it and restarts it
-on crash.  ``tests/unit/test_layers.py`` enforces both limits.
+on crash.  ``tests/unit/repo/test_layers.py`` enforces both limits.
 """

@@ -5,5 +5,5 @@
 # carrying the project's label, and a container create accepted only when it is fluffy's
 # hardened sandbox template.  Beside it, its dialler (:mod:`.net`) is L1's only way out:
 # L1 has no network, and the dialler connects only to allow-listed targets.  Standard
-# library only, under its own 500-line budget (``tests/unit/test_layers.py``); see
+# library only, under its own 500-line budget (``tests/unit/repo/test_layers.py``); see
 # docs/SECURITY.md for what it stops.

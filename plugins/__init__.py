@@ -1,2 +1,2 @@
 """Built-in tool plugins and the Python plugin SDK.  Plugins never import kernel
-internals (``tests/unit/test_layers.py``)."""
+internals (``tests/unit/repo/test_layers.py``)."""

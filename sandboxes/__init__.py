@@ -2,5 +2,5 @@
 
 L2 images carry only the standard library, msgspec, pyseccomp and the in-sandbox parts
 of fluffy (``images.spec.SANDBOX_PARTS``), so this package may import nothing else
-(``tests/unit/test_layers.py``).
+(``tests/unit/repo/test_layers.py``).
 """

@@ -2,8 +2,8 @@
 later one (a Kubernetes runtime: docs/scaling.md).
 
 :class:`RuntimeConformance` holds the tests; a test module subclasses it as ``Test...``
-and gives a ``harness`` fixture (tests/unit/test_runtime_conformance.py: the in-memory
-runtime; tests/integration/test_runtime_conformance.py: Docker and Podman).  The
+and gives a ``harness`` fixture (tests/unit/kernel/containers/test_runtime_conformance.py:
+the in-memory runtime; tests/integration/test_runtime_conformance.py: Docker and Podman).  The
 commands the tests run are :data:`SCRIPTS`: real engines run them, the in-memory
 runtime plays their documented outcome.  What the suite pins is what the container
 manager relies on: states and their transitions, exit codes and output, labels, image

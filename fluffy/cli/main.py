@@ -263,7 +263,7 @@ def _demo(sub: Any) -> None:
 #: Each part of the command tree in help order: the commands it adds, and what adds them
 #: (a function here, or the name of the fluffy.cli module whose ``add_parser`` does).  A
 #: command named on the command line builds only its own part: `fluffy stop` does not
-#: import what `fluffy config` needs (tests/unit/test_cli_task_args.py keeps it exact).
+#: import what `fluffy config` needs (tests/unit/cli/test_cli_task_args.py keeps it exact).
 PARTS: tuple[tuple[tuple[str, ...], Callable[[Any], None] | str], ...] = (
     (("doctor",), _doctor),
     (("images",), _images),

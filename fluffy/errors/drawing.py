@@ -1,7 +1,7 @@
 """The drawing of the error tree: every class, its code and the module that holds it.
 
 ``python -m fluffy.errors.drawing`` prints it; ``... --update docs/errors.md`` writes it
-between that page's markers, and ``tests/unit/test_errors_drawing.py`` checks that the
+between that page's markers, and ``tests/unit/errors/test_errors_drawing.py`` checks that the
 page and the classes agree, character for character.  Each line is one class, drawn
 under its parent; children are in the order of their codes.
 """

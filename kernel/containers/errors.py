@@ -2,8 +2,9 @@
 
 Everything that calls the docker SDK (which also speaks to Podman's compatible API)
 wraps the call in :func:`engine_call`; no other module catches ``docker.errors.*``
-or ``requests.exceptions.*``.  ``tests/unit/test_engine_errors.py`` checks that every
-foreign exception class :func:`mapped` lists is mapped to a fluffy error.
+or ``requests.exceptions.*``.  ``tests/unit/kernel/containers/test_engine_errors.py``
+checks that every foreign exception class :func:`mapped` lists is mapped to a fluffy
+error.
 """
 
 from __future__ import annotations

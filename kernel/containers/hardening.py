@@ -5,9 +5,10 @@ a :class:`~fluffy.kernel.containers.config.SandboxConfig`) into :class:`Hardenin
 security-relevant setting of the container, engine-neutral.  Each runtime translates it
 mechanically into its SDK call (``docker_runtime.docker_host_config`` and
 ``docker_container_config``; ``podman_runtime.podman_payload`` and ``podman_body``) and
-decides nothing itself; ``tests/unit/test_hardening.py`` maps both translations back and checks they
-give this same :class:`Hardening`, and ``tests/integration/test_hardening_engines.py``
-compares what the two engines report they made.
+decides nothing itself; ``tests/unit/kernel/containers/test_hardening.py`` maps both
+translations back and checks they give this same :class:`Hardening`, and
+``tests/integration/test_hardening_engines.py`` compares what the two engines report they
+made.
 
 What is not an option stays a constant here (read-only root, no capabilities,
 no-new-privileges, no network, a private IPC namespace, no injected init, no swap beyond

@@ -4,7 +4,7 @@ One sandbox per engine, from one config, through the container manager; then wha
 engine *reports* (its Docker-compatible inspect) and what the process inside *sees*
 (/proc/self/status of a process run in it, /proc/mounts) are reduced to the
 security-relevant fields and compared.
-The request bodies are compared offline in tests/unit/test_hardening.py.
+The request bodies are compared offline in tests/unit/kernel/containers/test_hardening.py.
 """
 
 from __future__ import annotations
