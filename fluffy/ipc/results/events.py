@@ -129,13 +129,9 @@ class ExemptionAsked(Part, kw_only=True, tag="exemption", tag_field="type"):
     reason: str
 
 
-class ToolCallHeld(Part, kw_only=True, tag="tool_review", tag_field="type"):
-    """A tool call policy holds for the person: it runs only after their yes (tool.decide);
-    the fields of tool.pending's call."""
+class HeldCall(Part):
+    """A tool call held for the person's review, as they are shown it (tool.pending)."""
 
-    seq: int = 0
-    #: always false: never decided for the person
-    kernel_decides: bool
     #: what tool.decide names it by
     review_id: str
     tool: str
@@ -148,6 +144,15 @@ class ToolCallHeld(Part, kw_only=True, tag="tool_review", tag_field="type"):
     allow_with: str
     #: the command line (container.run only)
     command: str | UnsetType = UNSET
+
+
+class ToolCallHeld(HeldCall, kw_only=True, tag="tool_review", tag_field="type"):
+    """A tool call policy holds for the person: it runs only after their yes (tool.decide);
+    the fields of tool.pending's call."""
+
+    seq: int = 0
+    #: always false: never decided for the person
+    kernel_decides: bool
 
 
 class ChangesMerged(Part, kw_only=True, tag="merged", tag_field="type"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fluffy.ipc.results import Part, Result
-from fluffy.ipc.results.events import SessionEvent
+from fluffy.ipc.results.events import HeldCall, SessionEvent
 from fluffy.ipc.results.usage import UsageTally
 from fluffy.ipc.results.workflow import Mode, Session, State
 
@@ -146,23 +146,6 @@ class Instructions(Result):
 
 
 # -- tool.pending, tool.decide -----------------------------------------------------------
-
-
-class HeldCall(Part):
-    """A tool call held for the person's review, as they are shown it."""
-
-    #: what tool.decide names it by
-    review_id: str
-    tool: str
-    #: the call's arguments as indented JSON text, in full
-    arguments: str
-    #: why policy holds it
-    reason: str
-    description: str
-    #: the policy rule that would stop the asking
-    allow_with: str
-    #: the command line (container.run only)
-    command: str = ""
 
 
 class PendingCall(Result):
