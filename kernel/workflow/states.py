@@ -11,18 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, TypeGuard, get_args
 
-State = Literal[
-    "idle",
-    "planning",
-    "test_writing",
-    "code_writing",
-    "validating",
-    "reviewing",
-    "committing",
-    "exploring",
-    "retroactive_testing",
-]
-Mode = Literal["strict", "explore", "debug"]
+# the states and modes are declared once, where the wire names them (a session's result)
+from fluffy.ipc.results.workflow import Mode as Mode
+from fluffy.ipc.results.workflow import State as State
+
 Flow = Literal["strict", "explore"]
 
 STATES: Final[tuple[State, ...]] = get_args(State)

@@ -8,7 +8,7 @@ import msgspec
 
 from fluffy.ipc.results import Part, Result
 
-#: the TDD states (kernel/workflow/states.py's ``State``; a unit test keeps them equal)
+#: the TDD states (kernel/workflow/states.py's transition tables use these)
 State = Literal[
     "idle",
     "planning",
@@ -20,7 +20,7 @@ State = Literal[
     "exploring",
     "retroactive_testing",
 ]
-#: the session modes (kernel/workflow/states.py's ``Mode``)
+#: the session modes
 Mode = Literal["strict", "explore", "debug"]
 
 

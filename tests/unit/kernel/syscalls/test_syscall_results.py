@@ -23,7 +23,6 @@ from fluffy.ipc import ai_types
 from fluffy.ipc.client import AsyncClient
 from fluffy.ipc.results import Part, Result, admin
 from fluffy.ipc.results import tools as tool_results
-from fluffy.ipc.results import workflow as wire
 from fluffy.ipc.results.drawing import declared, drawing, drawn_in, result_modules, result_text
 from fluffy.kernel import memory_guard
 from fluffy.kernel.ipc import syscalls
@@ -122,8 +121,6 @@ def _literal(cls: type[msgspec.Struct], name: str) -> tuple[Any, ...]:
 def test_the_wire_literals_are_the_kernels_own() -> None:
     """A closed set the wire names is the set the kernel's code has (else a new state,
     route or event would fail every result that carries it)."""
-    assert typing.get_args(wire.State) == states.STATES
-    assert typing.get_args(wire.Mode) == states.MODES
     assert typing.get_args(tool_results.FlowEvent) == states.EVENTS
     assert typing.get_args(tool_results.ToolRoute) == typing.get_args(registry.Route)
     assert typing.get_args(tool_results.ToolKind) == typing.get_args(registry.Kind)
