@@ -43,7 +43,7 @@ from fluffy.kernel.containers.manager import ContainerManager
 def gated_manager(engine: Engine, images: dict[str, str], folder: Path) -> ContainerManager:
     """A container manager that reaches the engine only through an engine gate."""
     from fluffy.gate.server import start_for
-    from fluffy.kernel.tools.sandboxes import engine_env
+    from fluffy.kernel.tools.sandbox.sandboxes import engine_env
 
     url = engine.info.url.removeprefix("unix://")
     start_for(folder / "gate", str(folder / "project"), "bench", engine.name, url, (folder,))

@@ -1,7 +1,7 @@
 """Stray fluffy images: what a build left behind that carries fluffy's labels.
 
 The kernel takes an image only by an exact tag (``fluffy/<name>:<content hash>`` equal to
-the image's own hash label; :func:`fluffy.kernel.tools.sandboxes.exact_tags`), so a stray
+the image's own hash label; :func:`fluffy.kernel.tools.sandbox.sandboxes.exact_tags`), so a stray
 can no longer be mistaken for a sandbox image; it still costs disk and confuses a person
 reading ``docker images``.  A stray is
 

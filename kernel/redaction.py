@@ -2,7 +2,7 @@
 
 High-confidence secret shapes are replaced by ``[REDACTED:<kind>]`` before text reaches
 the audit log or a summary; policy.yaml may add patterns.  The tool path's truncation
-strategies (:mod:`fluffy.kernel.tools.sanitizer`) build on :class:`Redactor`.
+strategies (:mod:`fluffy.kernel.tools.reading.sanitizer`) build on :class:`Redactor`.
 
 Policy patterns are compiled one by one (a broken one is refused with a
 :class:`~fluffy.errors.ConfigError` naming it) and applied after the built-ins, each on

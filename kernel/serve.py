@@ -43,7 +43,7 @@ from fluffy.kernel.syscalls.plugins import plugin_methods
 from fluffy.kernel.syscalls.policy import policy_methods
 from fluffy.kernel.syscalls.project import project_methods
 from fluffy.kernel.syscalls.workflow import workflow_methods
-from fluffy.kernel.tools.sandboxes import ImageChooser
+from fluffy.kernel.tools.sandbox.sandboxes import ImageChooser
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import WorkflowStore
@@ -239,7 +239,7 @@ def main(
     socket_path: Path, state_dir: Path, project: Path | None, images: ImageChooser | None = None
 ) -> int:
     """Serve until stopped; ``images`` chooses the sandboxes' images (None: in L1, by
-    FLUFFY_IMAGES or label; see :func:`~fluffy.kernel.tools.sandboxes.sandbox_images`)."""
+    FLUFFY_IMAGES or label; see :func:`~fluffy.kernel.tools.sandbox.sandboxes.sandbox_images`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     process_tuning.tune()
     return asyncio.run(serve(socket_path, state_dir, project, images=images))

@@ -156,7 +156,7 @@ def write_network_allowlist(
     return new
 
 
-#: kernel/tools/sandboxes.py PINNED_IMAGES (not imported: the engine SDK's import time)
+#: kernel/tools/sandbox/sandboxes.py PINNED_IMAGES (not imported: the engine SDK's import time)
 PINNED_IMAGES = "images.json"
 
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from fluffy.host import lazy
 
 if TYPE_CHECKING:
-    from fluffy.kernel.tools.plugin_activation import open_home
-    from fluffy.kernel.tools.testview import TestViews
+    from fluffy.kernel.tools.sandbox.plugin_activation import open_home
+    from fluffy.kernel.tools.testing.testview import TestViews
 
 _FROM = {
-    "open_home": "fluffy.kernel.tools.plugin_activation",
-    "TestViews": "fluffy.kernel.tools.testview",
+    "open_home": "fluffy.kernel.tools.sandbox.plugin_activation",
+    "TestViews": "fluffy.kernel.tools.testing.testview",
 }
 __all__ = [
     "TestViews",

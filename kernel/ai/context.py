@@ -33,7 +33,7 @@ from fluffy.kernel.ai.prompt import (
 )
 from fluffy.kernel.ai.summary import fallback_summary, summary_request, transcript
 from fluffy.kernel.ai.token_estimate import estimate_tokens, message_tokens, messages_tokens
-from fluffy.kernel.tools.sanitizer import cut
+from fluffy.kernel.tools.reading.sanitizer import cut
 
 __all__ = [
     "ContextWindow",

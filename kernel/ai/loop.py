@@ -74,7 +74,7 @@ from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.ai.toolcalls import TurnCalls
 from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.ai.usage import Booked
-from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.tools.routing.router import ToolRouter
 
 log = logging.getLogger("fluffy.kernel.ai")
 

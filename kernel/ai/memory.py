@@ -28,7 +28,7 @@ from fluffy.kernel.ai.summary import fallback_summary
 from fluffy.kernel.ai.token_estimate import estimate_tokens
 from fluffy.kernel.ai.usage import Booked, Calibration, Tally, UsageLedger, upsert
 from fluffy.kernel.audit.store import db_path
-from fluffy.kernel.tools.availability import WRITES
+from fluffy.kernel.tools.routing.availability import WRITES
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import WorkflowStore
 

@@ -19,7 +19,7 @@ from typing import Final
 from fluffy.errors import WorkflowError
 from fluffy.ipc.ai_types import ToolDefinition
 from fluffy.kernel.ai.token_estimate import estimate_tokens, json_tokens
-from fluffy.kernel.tools.availability import PROTECTED_GLOBS, TEST_RUN_STATES
+from fluffy.kernel.tools.routing.availability import PROTECTED_GLOBS, TEST_RUN_STATES
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.states import MODES, STATES
 
@@ -73,7 +73,7 @@ def workflow_line(state: str, mode: str, writable: Sequence[str] | None = None) 
     """The ~30-50 token line that tells the model its state and what it may write.
 
     ``writable``: the globs the state may write (None: the defaults of
-    :mod:`fluffy.kernel.tools.availability`); ignored in states that write nothing.
+    :mod:`fluffy.kernel.tools.routing.availability`); ignored in states that write nothing.
     """
     _valid(state, mode)
     head = f"Workflow state: {state} ({mode} mode)."

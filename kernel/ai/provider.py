@@ -59,8 +59,8 @@ from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.containers.sandboxio import output_tail, socket_dir
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.kernel.ipc.syscalls import NoParams, OwnSocket, Syscall, SyscallTable
-from fluffy.kernel.tools.routedcall import TURN_PRIORITY  # as the turn's tool calls
-from fluffy.kernel.tools.scheduling import Lease, SchedulerBridge
+from fluffy.kernel.tools.core.routedcall import TURN_PRIORITY  # as the turn's tool calls
+from fluffy.kernel.tools.routing.scheduling import Lease, SchedulerBridge
 
 log = logging.getLogger("fluffy.kernel.ai")
 

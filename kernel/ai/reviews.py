@@ -27,11 +27,11 @@ from fluffy.ipc.results.events import (
     ToolCallHeld,
 )
 from fluffy.kernel.ai.turn import Turn
-from fluffy.kernel.tools.flow import overlap_report
+from fluffy.kernel.tools.changes.flow import overlap_report
 
 if TYPE_CHECKING:
     from fluffy.kernel.ai.host import TurnHost
-    from fluffy.kernel.tools.router import ToolRouter
+    from fluffy.kernel.tools.routing.router import ToolRouter
 
 
 class TurnReviews:
@@ -253,7 +253,7 @@ class TurnReviews:
 
 def held_call(shown: dict[str, Any]) -> ToolCallHeld:
     """The ``tool_review`` event of a call the tool router holds for the person (what
-    they are shown: kernel/tools/mcpreview.py's ``ask_user``)."""
+    they are shown: kernel/tools/routing/mcpreview.py's ``ask_user``)."""
     return ToolCallHeld(
         kernel_decides=False,
         review_id=shown["review_id"],

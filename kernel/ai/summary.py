@@ -21,7 +21,7 @@ from typing import Any, Final
 from fluffy.ipc.ai_types import Message, ToolCall
 from fluffy.kernel.ai.prompt import one_line
 from fluffy.kernel.ai.token_estimate import estimate_tokens
-from fluffy.kernel.tools.sanitizer import CHARS_PER_TOKEN, cut
+from fluffy.kernel.tools.reading.sanitizer import CHARS_PER_TOKEN, cut
 
 SUMMARY_TOKENS: Final = 2000
 #: The transcript sent for summarising is cut to this many tokens (middle first).

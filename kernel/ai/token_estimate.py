@@ -1,7 +1,7 @@
 """Token estimates for prompts and messages (design: Context Management).
 
 fluffy never ships a provider's tokenizer: like the output sanitiser, it estimates one
-token per 4 characters (:func:`fluffy.kernel.tools.sanitizer.estimate_tokens`), which
+token per 4 characters (:func:`fluffy.kernel.tools.reading.sanitizer.estimate_tokens`), which
 over-counts code and English slightly -- the safe side for a budget.  Structured parts
 (tool-call arguments, schemas) are counted on their compact JSON encoding, and every
 message pays a small framing overhead for its role and separators.
@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from fluffy.ipc.ai_types import Message
-from fluffy.kernel.tools.sanitizer import CHARS_PER_TOKEN
+from fluffy.kernel.tools.reading.sanitizer import CHARS_PER_TOKEN
 
 #: Role, separators and the provider's per-message framing.
 MESSAGE_OVERHEAD: Final = 4

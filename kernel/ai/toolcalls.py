@@ -28,12 +28,12 @@ from fluffy.ipc.results.events import (
 from fluffy.kernel.ai.bounds import OMITTED, TOO_LARGE, needs_summary, summarised
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.turn import Turn
-from fluffy.kernel.tools.routedcall import TURN_PRIORITY
-from fluffy.kernel.tools.scheduling import run_ordered
+from fluffy.kernel.tools.core.routedcall import TURN_PRIORITY
+from fluffy.kernel.tools.routing.scheduling import run_ordered
 
 if TYPE_CHECKING:
     from fluffy.kernel.ai.host import TurnHost
-    from fluffy.kernel.tools.router import ToolRouter
+    from fluffy.kernel.tools.routing.router import ToolRouter
 
 DENIAL_CODES = frozenset({"tool.unavailable", "policy.denied", "policy.invalid", "ai.quarantined"})
 #: A tool result in the conversation is at most this long (the router already truncated

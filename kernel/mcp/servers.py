@@ -35,8 +35,8 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.mcp.record import McpServer, load_records
 from fluffy.kernel.mcp.schema import argument_errors, validator_for
-from fluffy.kernel.tools.breaker import BreakerBoard
-from fluffy.kernel.tools.registry import ToolSpec
+from fluffy.kernel.tools.core.registry import ToolSpec
+from fluffy.kernel.tools.routing.breaker import BreakerBoard
 
 if TYPE_CHECKING:  # the MCP SDK loads with the first server, not with the kernel
     from fluffy.kernel.mcp.connection import McpConnection, McpProxyStarter

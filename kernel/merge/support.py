@@ -33,7 +33,7 @@ that reaches the run's reporting or exit.
 
 The last items are heuristics over what can be seen (a test module can still patch pytest
 in ways it does not name): the cross-check of a deciding green run
-(:mod:`fluffy.kernel.tools.guardrun`) runs the person's tests without the session's test
+(:mod:`fluffy.kernel.tools.testing.guardrun`) runs the person's tests without the session's test
 changes, so such a patch cannot turn the person's failing tests green.
 """
 

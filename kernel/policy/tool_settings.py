@@ -87,7 +87,7 @@ class MergeSettings(BaseModel):
 
 
 class PoolSettings(BaseModel):
-    """``scheduler.pool:`` — warm single-use sandboxes (kernel.tools.pool, ADR-038)."""
+    """``scheduler.pool:`` — warm single-use sandboxes (kernel.tools.sandbox.pool, ADR-038)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -34,7 +34,7 @@ from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, Syscall, SyscallTable
 from fluffy.kernel.merge.identity import clean
 from fluffy.kernel.syscalls.workflow import SessionParams, _view
-from fluffy.kernel.tools.flow import overlap_report
+from fluffy.kernel.tools.changes.flow import overlap_report
 from fluffy.kernel.workflow.budget import LOCK_KEY
 from fluffy.kernel.workflow.sessiondata import DataChange
 

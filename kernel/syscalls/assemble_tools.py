@@ -28,24 +28,24 @@ from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.syscalls.mcp import mcp_methods
 from fluffy.kernel.syscalls.tools import tool_methods
-from fluffy.kernel.tools import availability
-from fluffy.kernel.tools.breaker import BreakerBoard
-from fluffy.kernel.tools.capabilities import Capabilities
-from fluffy.kernel.tools.envfilter import sandbox_environment
-from fluffy.kernel.tools.fastpath import FastPath, kernel_tools
-from fluffy.kernel.tools.plugin_activation import Activated, activate
-from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.pool import SandboxPool
-from fluffy.kernel.tools.poolslots import PoolLimits
-from fluffy.kernel.tools.registry import Registry
-from fluffy.kernel.tools.router import ToolRouter
-from fluffy.kernel.tools.sandboxes import ImageChooser, KernelSandboxes, audit_observer
-from fluffy.kernel.tools.sanitizer import OutputSanitizer
-from fluffy.kernel.tools.scheduling import SchedulerBridge
-from fluffy.kernel.tools.testprep import TestPreparer
-from fluffy.kernel.tools.testview import TestViews
-from fluffy.kernel.tools.treereader import SessionTree
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes.workspace import Workspaces
+from fluffy.kernel.tools.core.capabilities import Capabilities
+from fluffy.kernel.tools.core.registry import Registry
+from fluffy.kernel.tools.reading.fastpath import FastPath, kernel_tools
+from fluffy.kernel.tools.reading.sanitizer import OutputSanitizer
+from fluffy.kernel.tools.reading.treereader import SessionTree
+from fluffy.kernel.tools.routing import availability
+from fluffy.kernel.tools.routing.breaker import BreakerBoard
+from fluffy.kernel.tools.routing.router import ToolRouter
+from fluffy.kernel.tools.routing.scheduling import SchedulerBridge
+from fluffy.kernel.tools.sandbox.envfilter import sandbox_environment
+from fluffy.kernel.tools.sandbox.plugin_activation import Activated, activate
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.pool import SandboxPool
+from fluffy.kernel.tools.sandbox.poolslots import PoolLimits
+from fluffy.kernel.tools.sandbox.sandboxes import ImageChooser, KernelSandboxes, audit_observer
+from fluffy.kernel.tools.testing.testprep import TestPreparer
+from fluffy.kernel.tools.testing.testview import TestViews
 from fluffy.kernel.workflow.evidence import MissingProof
 from fluffy.kernel.workflow.jsmissing import JsMissingCode
 from fluffy.kernel.workflow.machine import Workflow

@@ -14,7 +14,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 from fluffy.kernel.mcp.servers import PREFIX, McpServers, split_name
-from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.tools.routing.router import ToolRouter
 
 
 def mcp_methods(router: ToolRouter, mcp: McpServers | None) -> SyscallTable:

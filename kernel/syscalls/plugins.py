@@ -55,7 +55,7 @@ from fluffy.kernel.plugins.store import MAX_FILES, PluginStore, write_tree
 from fluffy.kernel.plugins.wire import decode_files, tree_digest
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, Request
-from fluffy.kernel.tools.plugin_activation import Activated
+from fluffy.kernel.tools.sandbox.plugin_activation import Activated
 
 RULE = "kernel.plugin_install"
 REVIEW_DIR = "plugin-review"

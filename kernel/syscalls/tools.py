@@ -29,7 +29,7 @@ from fluffy.ipc.results.tools import (
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 from fluffy.kernel.syscalls.workflow import OptionalSessionParams, SessionParams
-from fluffy.kernel.tools.router import ToolRouter
+from fluffy.kernel.tools.routing.router import ToolRouter
 
 MAX_BATCH = 32
 

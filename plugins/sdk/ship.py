@@ -5,7 +5,7 @@ outside the sandbox sees: the kernel never reads a folder the sandbox can change
 the plugin's handler has returned, the host sends what it wrote under
 ``/output/<call_id>/`` -- regular files only, links and anything else are left out -- in
 frames of at most :data:`FRAME_BYTES`, before ``tool.result``.  The kernel writes them
-into its own call folder (:meth:`fluffy.kernel.tools.plugins.PluginRunner._files`).
+into its own call folder (:meth:`fluffy.kernel.tools.sandbox.plugins.PluginRunner._files`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The test tool plugin: ``test.run`` runs the project's tests on the view the AI sees.
 
 The kernel mounts the session's view (the project plus its staged changes, kept in
-step per session: :mod:`fluffy.kernel.tools.testview`) read-only at ``/workspace`` and
+step per session: :mod:`fluffy.kernel.tools.testing.testview`) read-only at ``/workspace`` and
 runs the call in the project's test environment (its dependencies and the project
 itself installed offline: :mod:`fluffy.images.environment`) when there is one.  Its
 ``settings`` say how (never the model's arguments):

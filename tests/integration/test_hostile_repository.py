@@ -35,7 +35,7 @@ from fluffy.images.spec import REQUIREMENTS_DIR
 from fluffy.images.templates import template_images
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from fluffy.kernel.project.envstate import choose
-from fluffy.kernel.tools.sandboxes import sandbox_images
+from fluffy.kernel.tools.sandbox.sandboxes import sandbox_images
 from tests.conftest import connect_engine
 from tests.project_support import fixture_wheels, local_index, make_wheel, pip_env
 

@@ -1,4 +1,4 @@
-"""The warm pool of single-use sandboxes on real engines (kernel.tools.pool, ADR-038).
+"""The warm pool of single-use sandboxes on real engines (kernel.tools.sandbox.pool, ADR-038).
 
 Through a real kernel: each call runs in its own pooled sandbox, which is destroyed
 after it (the audit names one sandbox per call); a policy reload leaves no earlier
@@ -24,10 +24,10 @@ import yaml
 from fluffy.ipc.client import SyncClient
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.runtime import LABEL_SANDBOX
-from fluffy.kernel.tools.envfilter import sandbox_environment
-from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.pool import SandboxPool
-from fluffy.kernel.tools.poolslots import PoolLimits
+from fluffy.kernel.tools.sandbox.envfilter import sandbox_environment
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.pool import SandboxPool
+from fluffy.kernel.tools.sandbox.poolslots import PoolLimits
 from tests.conftest import connect_engine
 from tests.integration.tool_support import FLUFFY, Kernel, call, demo_project
 

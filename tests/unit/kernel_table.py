@@ -18,7 +18,7 @@ from fluffy.kernel.policy.extensions import extension_syscalls
 from fluffy.kernel.serve import kernel_syscalls
 from fluffy.kernel.syscalls.assemble_ai import AiLayer
 from fluffy.kernel.syscalls.assemble_tools import ToolPath
-from fluffy.kernel.tools.pluginsocket import PluginSocket
+from fluffy.kernel.tools.sandbox.pluginsocket import PluginSocket
 
 
 @cache

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
-from fluffy.kernel.tools.pluginjob import Job
-from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.pluginjob import Job
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 
 
 @asynccontextmanager

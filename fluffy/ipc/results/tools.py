@@ -11,10 +11,10 @@ from fluffy.ipc.results import Part, Result
 from fluffy.ipc.results.admin import BreakerStatus, KernelScheduler
 from fluffy.ipc.results.workflow import Mode, State
 
-#: where a tool runs (kernel/tools/registry.py's ``Route``): in the kernel (``fast``,
+#: where a tool runs (kernel/tools/core/registry.py's ``Route``): in the kernel (``fast``,
 #: ``kernel``), in its plugin's sandbox, or on a registered MCP server
 ToolRoute = Literal["fast", "plugin", "kernel", "mcp"]
-#: what a tool does (kernel/tools/registry.py's ``Kind``)
+#: what a tool does (kernel/tools/core/registry.py's ``Kind``)
 ToolKind = Literal["read", "write", "execute", "commit", "workflow", "external"]
 #: the workflow's events (kernel/workflow/states.py's ``EVENTS``)
 FlowEvent = Literal[

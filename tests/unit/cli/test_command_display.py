@@ -10,7 +10,7 @@ from rich.console import Console
 
 from fluffy.cli.session_view import SessionRenderer
 from fluffy.kernel.ai.narrate import COMMAND_LINES, describe_call, summarize_result
-from fluffy.kernel.tools.availability import available, tool_allowed
+from fluffy.kernel.tools.routing.availability import available, tool_allowed
 from unit import cli_fakes
 
 pytestmark = pytest.mark.unit

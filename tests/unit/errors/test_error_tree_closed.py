@@ -36,8 +36,8 @@ INTERNAL: dict[str, str] = {
     "kernel/policy/request_paths.py:PathEscape": (
         "a deny decision in the policy engine, ToolInputInvalid in the fast path"
     ),
-    "kernel/tools/pluginjob.py:NeverTaken": (
-        "kernel/tools/plugins.py catches it and runs the call in a fresh sandbox"
+    "kernel/tools/sandbox/pluginjob.py:NeverTaken": (
+        "kernel/tools/sandbox/plugins.py catches it and runs the call in a fresh sandbox"
     ),
     "kernel/workflow/baseline.py:_NotRegular": "caught in its module: a warning naming the file",
     "fluffy/junit.py:_Refused": "caught in its module and raised as EvidenceError",

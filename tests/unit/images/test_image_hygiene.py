@@ -16,7 +16,7 @@ import pytest
 
 from fluffy.errors import ImageNotFound
 from fluffy.images.hygiene import find_strays
-from fluffy.kernel.tools.sandboxes import exact_tags, sandbox_images
+from fluffy.kernel.tools.sandbox.sandboxes import exact_tags, sandbox_images
 
 
 def _listed(tags: list[str], name: str = "code-executor", digest: str = "ab" * 8,
@@ -83,7 +83,7 @@ def test_the_host_pins_the_images_it_built_for_the_kernel(
     """`fluffy` names its own builds for L1 (a newer build of another checkout or version,
     exact tag and all, is not taken), and the kernel reads them from its state folder."""
     from fluffy.cli import lifecycle
-    from fluffy.kernel.tools import sandboxes
+    from fluffy.kernel.tools.sandbox import sandboxes
 
     assert lifecycle.PINNED_IMAGES == sandboxes.PINNED_IMAGES
     monkeypatch.setenv("FLUFFY_HOME", str(tmp_path / "home"))

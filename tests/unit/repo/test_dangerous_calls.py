@@ -41,7 +41,10 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "kernel/containers/podman_runtime.py": ({"engine-sdk"}, "the Podman runtime"),
     "kernel/containers/engine.py": ({"engine-sdk", "engine-socket"}, "engine detection"),
     "kernel/containers/errors.py": ({"engine-sdk"}, "maps the SDKs' exceptions to the tree"),
-    "kernel/tools/sandboxes.py": ({"engine-socket"}, "points sandboxes at the gate's socket"),
+    "kernel/tools/sandbox/sandboxes.py": (
+        {"engine-socket"},
+        "points sandboxes at the gate's socket",
+    ),
     "kernel/ai/provider.py": ({"subprocess"}, "the provider host as a process (no engine)"),
     "kernel/audit/recovery.py": ({"subprocess"}, "sqlite3 .recover of a damaged database"),
     "kernel/workflow/evidence.py": ({"subprocess"}, "the host's pytest when no sandbox runs"),

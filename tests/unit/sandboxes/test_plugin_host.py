@@ -20,8 +20,8 @@ import pytest
 
 from fluffy.kernel.ipc.server import CallContext, KernelServer
 from fluffy.kernel.ipc.syscalls import SyscallTable
-from fluffy.kernel.tools.callfiles import FilesParams, Received, parse_files, write_files
-from fluffy.kernel.tools.pluginsocket import PLUGIN_SANDBOX, PluginSocket, ToolResultParams
+from fluffy.kernel.tools.sandbox.callfiles import FilesParams, Received, parse_files, write_files
+from fluffy.kernel.tools.sandbox.pluginsocket import PLUGIN_SANDBOX, PluginSocket, ToolResultParams
 
 pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
 
@@ -97,7 +97,7 @@ WAIT = 60.0  # generous: only a hang reaches it
 @dataclass
 class FakeKernel:
     """The kernel's side of tool.next / tool.files / tool.result, driven by the test;
-    output files are received as the kernel receives them (kernel.tools.callfiles)."""
+    output files are received as the kernel receives them (kernel.tools.sandbox.callfiles)."""
 
     received: Path
     jobs: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)

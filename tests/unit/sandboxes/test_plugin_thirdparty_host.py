@@ -21,9 +21,9 @@ from fluffy.errors import PluginTampered
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import KernelServer
 from fluffy.kernel.plugins.store import PluginStore
-from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
-from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.pluginsocket import stage_code
+from fluffy.kernel.tools.sandbox.pluginjob import Job, ThirdPartyCode
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.pluginsocket import stage_code
 from tests.unit.plugin_support import make_plugin, manifest, plugin_code, tool
 
 pytestmark = pytest.mark.unit

@@ -179,8 +179,8 @@ def test_workflow_line_matches_the_design_for_test_writing() -> None:
 def test_every_tool_the_prompt_names_exists() -> None:
     """The model is told only of tools it can call (debug mode once promised a
     ``container.run`` that no plugin provides)."""
-    from fluffy.kernel.tools.fastpath import kernel_tools
-    from fluffy.kernel.tools.registry import Registry
+    from fluffy.kernel.tools.core.registry import Registry
+    from fluffy.kernel.tools.reading.fastpath import kernel_tools
 
     tools = set(Registry.builtin(kernel_tools()).specs)
     tool_like = re.compile(r"\b(?:fs|search|git|test|plan|container|review)\.[a-z_]+\b")

@@ -26,7 +26,7 @@ from fluffy.kernel.mcp.connection import McpConnection
 from fluffy.kernel.mcp.record import McpTool, save_record
 from fluffy.kernel.mcp.results import result_dict
 from fluffy.kernel.mcp.servers import McpServers, split_name, tool_specs
-from fluffy.kernel.tools.breaker import BreakerBoard
+from fluffy.kernel.tools.routing.breaker import BreakerBoard
 from tests.unit.mcp_support import fake_server
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ import pytest
 
 from fluffy.kernel.mcp.record import save_record
 from fluffy.kernel.syscalls.mcp import mcp_methods
-from fluffy.kernel.tools.routedcall import TURN_PRIORITY
+from fluffy.kernel.tools.core.routedcall import TURN_PRIORITY
 from tests.unit.kernel.tools.test_tool_router import Harness
 from tests.unit.mcp_support import fake_server
 

@@ -17,9 +17,9 @@ from fluffy.kernel.plugins.tagging import TaggedPolicy
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
-from fluffy.kernel.tools.fastpath import kernel_tools
-from fluffy.kernel.tools.plugin_activation import activate, open_home
-from fluffy.kernel.tools.registry import Registry
+from fluffy.kernel.tools.core.registry import Registry
+from fluffy.kernel.tools.reading.fastpath import kernel_tools
+from fluffy.kernel.tools.sandbox.plugin_activation import activate, open_home
 from tests.unit.plugin_support import EXAMPLE, make_plugin, manifest, tool
 
 pytestmark = pytest.mark.unit

@@ -38,9 +38,9 @@ from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import PolicyFile, parse_policy
 from fluffy.kernel.syscalls.kernel import default_methods
 from fluffy.kernel.syscalls.plugins import REVIEW_DIR, plugin_methods
-from fluffy.kernel.tools.fastpath import kernel_tools
-from fluffy.kernel.tools.plugin_activation import activate, open_home
-from fluffy.kernel.tools.registry import Registry
+from fluffy.kernel.tools.core.registry import Registry
+from fluffy.kernel.tools.reading.fastpath import kernel_tools
+from fluffy.kernel.tools.sandbox.plugin_activation import activate, open_home
 from tests.unit.plugin_support import make_plugin, manifest
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,7 @@ from fluffy.kernel.plugins.manifest import (
     read_manifest_text,
 )
 from fluffy.kernel.plugins.scan import read_plugin
-from fluffy.kernel.tools.registry import BUILTIN_PLUGINS, builtin_manifest
+from fluffy.kernel.tools.core.registry import BUILTIN_PLUGINS, builtin_manifest
 from tests.unit.plugin_support import EXAMPLE, ROOT, make_plugin, manifest, tool
 
 pytestmark = pytest.mark.unit

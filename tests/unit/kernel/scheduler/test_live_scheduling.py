@@ -109,7 +109,7 @@ def test_the_policy_sandbox_reserves_its_slot_without_queueing(
 ) -> None:
     from fluffy.kernel.policy import rules as rules_module
     from fluffy.kernel.policy.tool_settings import SchedulerSettings
-    from fluffy.kernel.tools.scheduling import SchedulerBridge
+    from fluffy.kernel.tools.routing.scheduling import SchedulerBridge
 
     monkeypatch.setattr(rules_module, "ExtensionHost", FakeHost)
     folder = tmp_path / "rules"
@@ -201,8 +201,8 @@ def _ordered(
     kinds: list[tuple[str, frozenset[str], frozenset[str], bool]],
     fail: set[int],
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    from fluffy.kernel.tools.parallel import PlannedCall
-    from fluffy.kernel.tools.scheduling import run_ordered
+    from fluffy.kernel.tools.routing.parallel import PlannedCall
+    from fluffy.kernel.tools.routing.scheduling import run_ordered
 
     log: list[str] = []
     planned = [PlannedCall(i, reads, writes) for i, (_, reads, writes, _) in enumerate(kinds)]

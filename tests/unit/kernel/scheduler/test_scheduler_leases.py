@@ -10,7 +10,7 @@ import pytest
 from fluffy.errors import SchedulerError
 from fluffy.kernel.policy.tool_settings import SchedulerSettings
 from fluffy.kernel.scheduler import Task, TaskHandle
-from fluffy.kernel.tools.scheduling import SchedulerBridge, _Preemptor
+from fluffy.kernel.tools.routing.scheduling import SchedulerBridge, _Preemptor
 from tests.unit.kernel.scheduler.test_scheduler import async_test
 
 

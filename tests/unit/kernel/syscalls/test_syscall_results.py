@@ -32,7 +32,8 @@ from fluffy.kernel.ipc.syscalls import NoParams, ResultMismatch, Syscall, Syscal
 from fluffy.kernel.plugins import manifest
 from fluffy.kernel.project import defaults, layout
 from fluffy.kernel.scheduler.task import TASK_STATES
-from fluffy.kernel.tools import breaker, registry
+from fluffy.kernel.tools.core import registry
+from fluffy.kernel.tools.routing import breaker
 from fluffy.kernel.workflow import states
 from unit.kernel_table import sandbox_tables, served_table
 

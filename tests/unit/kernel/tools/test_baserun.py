@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from fluffy.kernel.tools.baserun import base_run
+from fluffy.kernel.tools.testing.baserun import base_run
 
 JUNIT = (b'<testsuite><testcase classname="tests.test_t" name="test_recursive" file="tests/'
          b'test_t.py"><failure message="x"/></testcase></testsuite>')  # fmt: skip

@@ -1,7 +1,7 @@
 """A call's output files: sent by the plugin host, written by the kernel into its own folder.
 
 The sandbox's /output is its own tmpfs; the kernel reads only what it wrote itself from
-``tool.files`` frames (kernel/tools/callfiles.py, plugins/sdk/ship.py).  Hostile frames:
+``tool.files`` frames (kernel/tools/sandbox/callfiles.py, plugins/sdk/ship.py).  Hostile frames:
 paths out of the folder, gaps, repeats, more than the cap, a second connection.
 """
 
@@ -17,9 +17,9 @@ import pytest
 
 from fluffy.errors import InvalidPayload
 from fluffy.ipc.client import SyncClient
-from fluffy.kernel.tools import callfiles
-from fluffy.kernel.tools.callfiles import FilesParams, Received, parse_files, write_files
-from fluffy.kernel.tools.pluginsocket import PluginSocket
+from fluffy.kernel.tools.sandbox import callfiles
+from fluffy.kernel.tools.sandbox.callfiles import FilesParams, Received, parse_files, write_files
+from fluffy.kernel.tools.sandbox.pluginsocket import PluginSocket
 from fluffy.plugins.sdk import ship
 from tests.unit.plugin_socket_support import plugin_call
 

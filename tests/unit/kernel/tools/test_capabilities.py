@@ -19,8 +19,8 @@ from fluffy.kernel.audit.query import Filters, entries
 from fluffy.kernel.policy.builtin import default_builtins
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
-from fluffy.kernel.tools.capabilities import Capabilities, Scope, token_ref
-from fluffy.kernel.tools.staging import check_uses
+from fluffy.kernel.tools.changes.staging import check_uses
+from fluffy.kernel.tools.core.capabilities import Capabilities, Scope, token_ref
 from fluffy.sandboxes.plugin_host import present_capability
 
 POLICY = """capabilities:
@@ -175,8 +175,8 @@ def test_changes_without_the_call_s_token_are_refused_where_tokens_are_issued(
 def test_a_token_issued_as_its_call_ends_is_revoked_at_once(tmp_path: Path) -> None:
     """If the call is torn down while its token is being issued, the token is revoked
     then, not left to its TTL."""
-    from fluffy.kernel.tools.pluginjob import Job
-    from fluffy.kernel.tools.plugins import PluginRunner
+    from fluffy.kernel.tools.sandbox.pluginjob import Job
+    from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 
     async def main() -> None:
         audit = await AuditLog.open(tmp_path)
@@ -201,9 +201,9 @@ def test_a_result_waits_until_its_token_s_issue_is_durable(tmp_path: Path) -> No
     """The token goes to the host at once and the capability_issued commit overlaps the
     tool's run; but the call's result, where the token's uses come back, is taken only
     once that entry is durable (the design's synchronous write)."""
-    from fluffy.kernel.tools.pluginjob import Job
-    from fluffy.kernel.tools.plugins import PluginRunner
-    from fluffy.kernel.tools.pluginsocket import ToolResultParams
+    from fluffy.kernel.tools.sandbox.pluginjob import Job
+    from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+    from fluffy.kernel.tools.sandbox.pluginsocket import ToolResultParams
 
     committed = asyncio.Event()
 
@@ -245,9 +245,9 @@ def test_a_result_for_a_call_ended_meanwhile_is_refused(tmp_path: Path) -> None:
     """The call is torn down while its token's issue commits: the late result is
     refused, never set on the finished call."""
     from fluffy.errors import InvalidPayload
-    from fluffy.kernel.tools.pluginjob import Job
-    from fluffy.kernel.tools.plugins import PluginRunner
-    from fluffy.kernel.tools.pluginsocket import ToolResultParams
+    from fluffy.kernel.tools.sandbox.pluginjob import Job
+    from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+    from fluffy.kernel.tools.sandbox.pluginsocket import ToolResultParams
 
     committed = asyncio.Event()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fluffy.kernel.policy.engine import Caller
-from fluffy.kernel.tools.routedcall import TURN_PRIORITY
+from fluffy.kernel.tools.core.routedcall import TURN_PRIORITY
 from tests.unit.kernel.mcp.test_mcp_router import Asker
 from tests.unit.kernel.tools.test_tool_router import Harness
 

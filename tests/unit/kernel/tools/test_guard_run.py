@@ -1,5 +1,5 @@
 """The cross-check of a green run, with its sandbox faked: what counts as the person's
-tests passing (kernel.tools.guardrun).  The real sandboxes: tests/integration/
+tests passing (kernel.tools.testing.guardrun).  The real sandboxes: tests/integration/
 test_forged_green.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from fluffy.junit import TestCase
-from fluffy.kernel.tools.guardrun import Verdict, cross_check
+from fluffy.kernel.tools.testing.guardrun import Verdict, cross_check
 
 OVERLAY = {"tests/test_new.py": "a" * 64, "src/calc.py": "b" * 64}
 GLOBS = ("tests/**",)

@@ -22,8 +22,8 @@ from fluffy.kernel.plugins.handshake import (
 )
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.syscalls.kernel import default_methods
-from fluffy.kernel.tools.pluginjob import Job, ThirdPartyCode
-from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.pluginjob import Job, ThirdPartyCode
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 from tests.unit.plugin_support import tool
 
 pytestmark = pytest.mark.unit

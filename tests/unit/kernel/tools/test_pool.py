@@ -1,4 +1,4 @@
-"""The warm pool's rules (kernel.tools.pool) with a fake maker; real engines: integration."""
+"""The warm pool's rules (kernel.tools.sandbox.pool), fake maker; real engines: integration."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from fluffy.errors import EngineOperationFailed
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.memory_guard import MemoryGuard
-from fluffy.kernel.tools.pool import SandboxPool
-from fluffy.kernel.tools.poolslots import (
+from fluffy.kernel.tools.sandbox.pool import SandboxPool
+from fluffy.kernel.tools.sandbox.poolslots import (
     IDLE_SANDBOX_MIB,
     PoolLimits,
     Recipe,

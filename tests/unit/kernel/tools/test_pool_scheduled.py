@@ -8,10 +8,10 @@ import asyncio
 from pathlib import Path
 
 from fluffy.kernel.policy.tool_settings import SchedulerSettings
-from fluffy.kernel.tools.pool import POOL_PRIORITY, SandboxPool
-from fluffy.kernel.tools.poolslots import PoolLimits
-from fluffy.kernel.tools.routedcall import CALL_PRIORITY, TURN_PRIORITY
-from fluffy.kernel.tools.scheduling import SchedulerBridge
+from fluffy.kernel.tools.core.routedcall import CALL_PRIORITY, TURN_PRIORITY
+from fluffy.kernel.tools.routing.scheduling import SchedulerBridge
+from fluffy.kernel.tools.sandbox.pool import POOL_PRIORITY, SandboxPool
+from fluffy.kernel.tools.sandbox.poolslots import PoolLimits
 from tests.unit.kernel.tools.test_pool import Maker, recipe, settle, sync
 
 

@@ -7,7 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from fluffy.kernel.tools.testview import TestViews
+from fluffy.kernel.tools.testing.testview import TestViews
 from fluffy.kernel.workflow.evidence import snapshot_trees
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from fluffy.errors import ToolUnavailable, WorkflowError
-from fluffy.kernel.tools.availability import (
+from fluffy.kernel.tools.routing.availability import (
     TEST_RUN_STATES,
     WriteScope,
     available,
@@ -224,7 +224,7 @@ def test_fluffys_own_folder_is_protected_in_any_case(path: str) -> None:
     from fluffy.kernel.policy.builtin import default_builtins
     from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
     from fluffy.kernel.policy.model import PolicyFile
-    from fluffy.kernel.tools.availability import WriteScope
+    from fluffy.kernel.tools.routing.availability import WriteScope
 
     assert WriteScope().is_protected(path)
     assert ProtectedPaths().matches(path)

@@ -14,7 +14,7 @@ from fluffy.errors import (
     ToolTimeout,
     ToolTransient,
 )
-from fluffy.kernel.tools.breaker import BreakerBoard, CircuitBreaker, counts_as_failure
+from fluffy.kernel.tools.routing.breaker import BreakerBoard, CircuitBreaker, counts_as_failure
 
 
 class Clock:

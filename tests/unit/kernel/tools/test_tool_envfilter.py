@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fluffy.kernel.tools.envfilter import BASE_ENV, EnvResult, sandbox_environment, secret_name
+from fluffy.kernel.tools.sandbox.envfilter import (
+    BASE_ENV,
+    EnvResult,
+    sandbox_environment,
+    secret_name,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 FAKE_SECRETS = {

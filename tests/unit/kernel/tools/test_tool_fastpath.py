@@ -9,7 +9,7 @@ import pytest
 
 from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.kernel.merge.staging import Staging
-from fluffy.kernel.tools.fastpath import FastPath
+from fluffy.kernel.tools.reading.fastpath import FastPath
 
 
 @pytest.fixture()

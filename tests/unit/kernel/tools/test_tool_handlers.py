@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fluffy.kernel.tools.availability import WORKFLOW_STATES
-from fluffy.kernel.tools.handlers import HANDLERS
-from fluffy.kernel.tools.registry import BUILTIN_PLUGINS
+from fluffy.kernel.tools.core.registry import BUILTIN_PLUGINS
+from fluffy.kernel.tools.routing.availability import WORKFLOW_STATES
+from fluffy.kernel.tools.routing.handlers import HANDLERS
 
 pytestmark = pytest.mark.unit
 

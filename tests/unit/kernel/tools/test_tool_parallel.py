@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluffy.errors import ToolInputInvalid
-from fluffy.kernel.tools.parallel import PlannedCall, conflicts, overlaps, plan_batches
+from fluffy.kernel.tools.routing.parallel import PlannedCall, conflicts, overlaps, plan_batches
 
 
 def call(

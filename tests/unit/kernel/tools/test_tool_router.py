@@ -253,7 +253,7 @@ class FakePlugins:
     async def run(self, *, tool: str, args: dict[str, Any], call_id: str, **_: Any) -> Any:
         from fluffy.kernel.containers.lifecycle import Sandbox
         from fluffy.kernel.merge.patch import unified_diff
-        from fluffy.kernel.tools.pluginjob import PluginOutcome
+        from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
 
         self.count += 1
         call_dir = self.root / call_id
@@ -563,7 +563,7 @@ def test_the_trial_replays_a_plugin_s_call_with_the_tags_it_was_judged_with(
 
 
 def test_a_refusal_says_where_the_refusing_rule_lives() -> None:
-    from fluffy.kernel.tools.authorise import denied_fix
+    from fluffy.kernel.tools.routing.authorise import denied_fix
 
     assert "(.fluffy/rules)" in denied_fix("ext:no-todo") and "no-todo" in denied_fix("ext:no-todo")
     assert "built-in rule" in denied_fix("builtin:policy-files")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fluffy.kernel.tools.sandboxes import KernelSandboxes
+from fluffy.kernel.tools.sandbox.sandboxes import KernelSandboxes
 
 pytestmark = pytest.mark.unit
 

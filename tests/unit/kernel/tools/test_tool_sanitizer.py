@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fluffy.errors import ConfigError, ToolFailed
 from fluffy.kernel.redaction import SECRET_PATTERNS, Redactor, may_hold_secret, redact
-from fluffy.kernel.tools.sanitizer import (
+from fluffy.kernel.tools.reading.sanitizer import (
     DEFAULT_STRATEGIES,
     OutputSanitizer,
     cut,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fluffy.kernel.tools.fastpath import FastPath
-from fluffy.kernel.tools.treereader import SessionTree
+from fluffy.kernel.tools.reading.fastpath import FastPath
+from fluffy.kernel.tools.reading.treereader import SessionTree
 from fluffy.kernel.workflow.evidence import TestRun, TreeSnapshot, run_pytest, snapshot_trees
 from fluffy.kernel.workflow.missing import MissingCode, named_missing
 
@@ -183,7 +183,7 @@ def test_messages_are_parsed(message: str, kind: str, target: str, name: str) ->
 
 
 def test_a_run_stopped_by_the_sandboxs_pid_limit_says_so() -> None:
-    from fluffy.kernel.tools.testrun import limit_hit
+    from fluffy.kernel.tools.testing.testrun import limit_hit
 
     note = limit_hit("E   RuntimeError: can't start new thread", "code-executor")
     assert note is not None and "allows 100 processes and threads" in note

@@ -10,10 +10,10 @@ to a host already waiting in ``tool.next``:
    claims);
 2. the sandbox of the plugin's template: project read-only at /workspace, the session's
    staged changes read-only at /staged, its own ``/output`` tmpfs (sized, noexec), its
-   own socket, an empty environment (:mod:`fluffy.kernel.tools.envfilter`);
+   own socket, an empty environment (:mod:`fluffy.kernel.tools.sandbox.envfilter`);
 3. the in-sandbox host (``fluffy.sandboxes.plugin_host``) connects and asks for work
    (``tool.next``); it gets this call, sends the files it wrote (``tool.files``, into
-   the kernel's own call folder: :mod:`fluffy.kernel.tools.callfiles`), answers with
+   the kernel's own call folder: :mod:`fluffy.kernel.tools.sandbox.callfiles`), answers with
    ``tool.result``, asks again, gets ``None`` and exits;
 4. the caller reads the call folder (ingest / merge), then :meth:`PluginRunner.release`
    destroys the sandbox in the background.
@@ -64,8 +64,8 @@ from fluffy.kernel.ipc.server import (
     KernelServer,
     Limits,
 )
-from fluffy.kernel.tools.capabilities import Capabilities, Scope
-from fluffy.kernel.tools.pluginjob import (
+from fluffy.kernel.tools.core.capabilities import Capabilities, Scope
+from fluffy.kernel.tools.sandbox.pluginjob import (
     CallRequest,
     Job,
     NeverTaken,
@@ -75,13 +75,13 @@ from fluffy.kernel.tools.pluginjob import (
     open_call_dir,
     plugin_error,
 )
-from fluffy.kernel.tools.pluginsocket import (
+from fluffy.kernel.tools.sandbox.pluginsocket import (
     PLUGIN_SANDBOX,
     PluginSocket,
     await_reply,
     stage_code,
 )
-from fluffy.kernel.tools.pool import Recipe, SandboxPool, Slot, folder_identity
+from fluffy.kernel.tools.sandbox.pool import Recipe, SandboxPool, Slot, folder_identity
 
 log = logging.getLogger("fluffy.kernel.tools")
 

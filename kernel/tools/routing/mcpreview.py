@@ -10,7 +10,7 @@ import json
 from typing import Any, Protocol
 
 from fluffy.errors import PolicyDenied, ToolRefused
-from fluffy.kernel.tools.routedcall import TURN_PRIORITY, Reviewer, RoutedCall
+from fluffy.kernel.tools.core.routedcall import TURN_PRIORITY, Reviewer, RoutedCall
 
 #: An MCP call held for review shows the user all its arguments; longer ones are refused.
 MAX_SHOWN_ARGUMENTS = 16_000

@@ -60,8 +60,8 @@ from typing import Any
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.scheduler.task import PRIORITY_IDLE
-from fluffy.kernel.tools.pooldemand import MAKE_S, WINDOW_S, Demand
-from fluffy.kernel.tools.poolslots import (
+from fluffy.kernel.tools.sandbox.pooldemand import MAKE_S, WINDOW_S, Demand
+from fluffy.kernel.tools.sandbox.poolslots import (
     Lease,
     Maker,
     PoolLimits,

@@ -18,8 +18,8 @@ from fluffy.errors import FluffyError
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import summarize
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.sanitizer import OutputSanitizer
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.reading.sanitizer import OutputSanitizer
 from fluffy.kernel.workflow.machine import Workflow
 
 _ENCODE = msgspec.json.Encoder(enc_hook=repr).encode

@@ -2,7 +2,7 @@
 
 1. the environment (:func:`fluffy.kernel.project.envstate.choose`): the image the
    project's dependency files ask for, an older one with a note, or none;
-2. the session's test view brought in step (:mod:`fluffy.kernel.tools.testview`),
+2. the session's test view brought in step (:mod:`fluffy.kernel.tools.testing.testview`),
    with the files the environment's install generated laid in;
 3. the test tool's settings: the interpreter, the import roots, ``--no-cov`` when
    pytest-cov is installed, or the project's own test command (``.fluffy/config.yaml``).
@@ -23,7 +23,7 @@ from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_pa
 from fluffy.kernel.project.layout import Layout
 from fluffy.kernel.project.nodeenv import node_test_command
 from fluffy.kernel.project.testcmd import load_test_command
-from fluffy.kernel.tools.testview import Synced, TestViews
+from fluffy.kernel.tools.testing.testview import Synced, TestViews
 
 
 @dataclass

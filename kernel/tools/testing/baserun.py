@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from fluffy.junit import parse_junit
-from fluffy.kernel.tools.pluginjob import PluginOutcome
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.evidence import snapshot_trees
 
 BASE_SUFFIX = ".base"

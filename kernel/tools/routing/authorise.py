@@ -14,13 +14,13 @@ from fluffy.errors import MergeRefused, PolicyDenied, ToolInputInvalid
 from fluffy.kernel.confined_files import safe_relpath
 from fluffy.kernel.policy.audited import AuditedPolicy, request_data
 from fluffy.kernel.policy.engine import Caller, Request
-from fluffy.kernel.tools.capabilities import Scope
-from fluffy.kernel.tools.commandrun import TOOL as COMMAND_TOOL
-from fluffy.kernel.tools.commandrun import command_argv
-from fluffy.kernel.tools.fastpath import FastPath
-from fluffy.kernel.tools.registry import ToolSpec
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes.workspace import Workspaces
+from fluffy.kernel.tools.core.capabilities import Scope
+from fluffy.kernel.tools.core.registry import ToolSpec
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.reading.fastpath import FastPath
+from fluffy.kernel.tools.routing.commandrun import TOOL as COMMAND_TOOL
+from fluffy.kernel.tools.routing.commandrun import command_argv
 
 
 def write_path(fast: FastPath, raw: Any) -> str:

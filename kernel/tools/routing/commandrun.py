@@ -19,12 +19,12 @@ from typing import Any
 
 from fluffy.errors import EngineUnavailable, ToolInputInvalid
 from fluffy.kernel.policy.argv import shown
-from fluffy.kernel.tools.mcpreview import ask_user
-from fluffy.kernel.tools.pluginjob import PluginOutcome
-from fluffy.kernel.tools.routedcall import Reviewer, RoutedCall
-from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
-from fluffy.kernel.tools.testrun import run_notes
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes.workspace import Workspaces
+from fluffy.kernel.tools.core.routedcall import Reviewer, RoutedCall
+from fluffy.kernel.tools.routing.mcpreview import ask_user
+from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
+from fluffy.kernel.tools.testing.testrun import run_notes
 from fluffy.kernel.workflow.machine import Workflow
 
 TOOL = "container.run"

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 from fluffy.junit import TestCase, parse_junit
 from fluffy.kernel.globs import GlobSet
-from fluffy.kernel.tools.pluginjob import PluginOutcome
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 
 #: How a failing case of the cross-check is named in the run's evidence.
 PREFIX = "[the person's tests, without this session's test changes] "

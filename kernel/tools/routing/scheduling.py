@@ -41,8 +41,8 @@ from fluffy.kernel.scheduler.task import (
     TaskHandle,
     TaskType,
 )
-from fluffy.kernel.tools.parallel import PlannedCall, conflicts
-from fluffy.kernel.tools.plugins import PluginRunner
+from fluffy.kernel.tools.routing.parallel import PlannedCall, conflicts
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 
 log = logging.getLogger("fluffy.kernel.scheduler")
 
@@ -297,7 +297,7 @@ async def run_ordered(
 ) -> list[dict[str, Any]]:
     """Run one response's calls as scheduler tasks with their dependencies (ADR-043).
 
-    Call ``i`` depends on every earlier call it conflicts with (kernel.tools.parallel:
+    Call ``i`` depends on every earlier call it conflicts with (kernel.tools.routing.parallel:
     paths read and written), so the scheduler starts it only once they completed; calls
     without conflicts run at once, side by side.  When a call that changes something
     fails, the calls depending on it are not run: ``refuse(i, DependencyFailed)`` gives

@@ -22,8 +22,8 @@ from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.ipc.server import CallContext
 from fluffy.kernel.plugins.store import PluginStore
 from fluffy.kernel.policy.tokens import CapabilityToken
-from fluffy.kernel.tools.callfiles import Received
-from fluffy.kernel.tools.capabilities import Scope
+from fluffy.kernel.tools.core.capabilities import Scope
+from fluffy.kernel.tools.sandbox.callfiles import Received
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 
 from fluffy.errors import ModeDenied
 from fluffy.kernel.policy.engine import Caller
-from fluffy.kernel.tools.fastpath import parse_args
-from fluffy.kernel.tools.mcpreview import ask_user
-from fluffy.kernel.tools.routedcall import Reviewer, RoutedCall
+from fluffy.kernel.tools.core.routedcall import Reviewer, RoutedCall
+from fluffy.kernel.tools.reading.fastpath import parse_args
+from fluffy.kernel.tools.routing.mcpreview import ask_user
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.states import PERSON
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.project.viewfiles import ignored, ignored_dir
-from fluffy.kernel.tools.fastpath import FastPath, StagedView
+from fluffy.kernel.tools.reading.fastpath import FastPath, StagedView
 
 
 class SessionTree:

@@ -20,13 +20,19 @@ from fluffy.junit import parse_junit
 from fluffy.kernel.confined_files import read_regular, safe_relpath
 from fluffy.kernel.project.envstate import ENV_PYTHON
 from fluffy.kernel.project.interpreter import mismatch
-from fluffy.kernel.tools.baserun import BaseResult, base_run
-from fluffy.kernel.tools.flow import Flow
-from fluffy.kernel.tools.guardrun import Verdict, as_evidence, cross_check, is_whole, test_side
-from fluffy.kernel.tools.pluginjob import PluginOutcome
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes.flow import Flow
+from fluffy.kernel.tools.changes.workspace import Workspaces
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.testing.baserun import BaseResult, base_run
+from fluffy.kernel.tools.testing.guardrun import (
+    Verdict,
+    as_evidence,
+    cross_check,
+    is_whole,
+    test_side,
+)
+from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
 from fluffy.kernel.workflow.evidence import TestRun
 from fluffy.kernel.workflow.machine import Workflow

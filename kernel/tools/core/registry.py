@@ -31,14 +31,14 @@ from typing import Any, Literal
 from fluffy.errors import PluginManifestInvalid, PluginRejected, ToolInputInvalid, ToolNotFound
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
 from fluffy.kernel.plugins.registry import Reserved
-from fluffy.kernel.tools.fastpath import WORKFLOW_TOOLS
+from fluffy.kernel.tools.reading.fastpath import WORKFLOW_TOOLS
 
 Route = Literal["fast", "plugin", "kernel", "mcp"]
 #: ``external``: a tool of a registered MCP server (ADR-046): it runs in the server's
 #: own sandbox, sees the project read-only and changes nothing of it.
 Kind = Literal["read", "write", "execute", "commit", "workflow", "external"]
 
-PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
+PLUGINS_DIR = Path(__file__).resolve().parents[3] / "plugins"
 #: The whole project (a test run reads everything; a commit writes the repository).
 EVERYTHING = ""
 

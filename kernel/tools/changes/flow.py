@@ -34,7 +34,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.merge.landed import Change
 from fluffy.kernel.merge.merger import Merger
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes.workspace import Workspaces
 from fluffy.kernel.workflow.evidence import TestRun
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.states import flow_of

@@ -7,16 +7,16 @@ connection: ``{"ok": false, "error": {...}}`` with the error's code, what / why 
 ToolUnavailableError fields.
 
 Routing: read-only tools run kernel-native (the fast path); writes, test runs and git
-run in a fresh L2 sandbox of their plugin (:mod:`fluffy.kernel.tools.plugins`), whose
+run in a fresh L2 sandbox of their plugin (:mod:`fluffy.kernel.tools.sandbox.plugins`), whose
 output is validated and *staged*; only the merge in ``reviewing`` writes the project.
 Reads are retried once after 100 ms; writes never (their errors say whether a retry
 makes sense).  Each call leaves a ``tool_execute`` and a ``tool_result`` audit entry
 (the latter with the sanitised output and the original's size and hash).
 
-The steps live beside it: :mod:`~fluffy.kernel.tools.authorise` (the policy's say),
-:mod:`~fluffy.kernel.tools.staging` (a sandbox's changes checked and staged),
-:mod:`~fluffy.kernel.tools.testrun`, :mod:`~fluffy.kernel.tools.mcpreview` and
-:mod:`~fluffy.kernel.tools.callaudit` (the answer and its audit entries).
+The steps live beside it: :mod:`~fluffy.kernel.tools.routing.authorise` (the policy's say),
+:mod:`~fluffy.kernel.tools.changes.staging` (a sandbox's changes checked and staged),
+:mod:`~fluffy.kernel.tools.testing.testrun`, :mod:`~fluffy.kernel.tools.routing.mcpreview` and
+:mod:`~fluffy.kernel.tools.routing.callaudit` (the answer and its audit entries).
 """
 
 from __future__ import annotations
@@ -41,24 +41,25 @@ from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.tool_settings import ToolSettings
 from fluffy.kernel.scheduler.scheduler import Scheduler
-from fluffy.kernel.tools import availability, staging
-from fluffy.kernel.tools.authorise import authorise, call_paths, size_after
-from fluffy.kernel.tools.breaker import BreakerBoard, counts_as_failure
-from fluffy.kernel.tools.callaudit import finish, record_execute
-from fluffy.kernel.tools.fastpath import FastPath, parse_args
-from fluffy.kernel.tools.flow import Flow
-from fluffy.kernel.tools.handlers import HANDLERS
-from fluffy.kernel.tools.mcpreview import McpCalls, call_mcp
-from fluffy.kernel.tools.parallel import PlannedCall
-from fluffy.kernel.tools.pluginjob import PluginOutcome
-from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.registry import Registry, ToolSpec
-from fluffy.kernel.tools.routedcall import CALL_PRIORITY, Reviewer, RoutedCall
-from fluffy.kernel.tools.sanitizer import OutputSanitizer
-from fluffy.kernel.tools.scheduling import CHANGING_KINDS, run_ordered
-from fluffy.kernel.tools.testprep import TestPlan, TestPreparer
-from fluffy.kernel.tools.warming import plugin_recipe, repeated_plugin_tools
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes import staging
+from fluffy.kernel.tools.changes.flow import Flow
+from fluffy.kernel.tools.changes.workspace import Workspaces
+from fluffy.kernel.tools.core.registry import Registry, ToolSpec
+from fluffy.kernel.tools.core.routedcall import CALL_PRIORITY, Reviewer, RoutedCall
+from fluffy.kernel.tools.reading.fastpath import FastPath, parse_args
+from fluffy.kernel.tools.reading.sanitizer import OutputSanitizer
+from fluffy.kernel.tools.routing import availability
+from fluffy.kernel.tools.routing.authorise import authorise, call_paths, size_after
+from fluffy.kernel.tools.routing.breaker import BreakerBoard, counts_as_failure
+from fluffy.kernel.tools.routing.callaudit import finish, record_execute
+from fluffy.kernel.tools.routing.handlers import HANDLERS
+from fluffy.kernel.tools.routing.mcpreview import McpCalls, call_mcp
+from fluffy.kernel.tools.routing.parallel import PlannedCall
+from fluffy.kernel.tools.routing.scheduling import CHANGING_KINDS, run_ordered
+from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.warming import plugin_recipe, repeated_plugin_tools
+from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
 

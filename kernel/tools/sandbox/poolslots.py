@@ -4,7 +4,7 @@ A :class:`Recipe` is everything a plugin sandbox is made of (equal recipes make 
 sandboxes, down to the mounted folders' device and inode); a :class:`Slot` is one
 created, started sandbox of a recipe, waiting for exactly one call.  The pool reads the
 scheduler through :class:`Slots` and has slots made and destroyed by a :class:`Maker`
-(the plugin runner).  See :mod:`fluffy.kernel.tools.pool` (ADR-038).
+(the plugin runner).  See :mod:`fluffy.kernel.tools.sandbox.pool` (ADR-038).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Lease(Protocol):
 
 
 class Slots(Protocol):
-    """The scheduler's side (:class:`fluffy.kernel.tools.scheduling.SchedulerBridge`)."""
+    """The scheduler's side (:class:`fluffy.kernel.tools.routing.scheduling.SchedulerBridge`)."""
 
     def free(self, template: str) -> int:
         """Slots free now with nothing queued: may the pool take one?"""

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluffy.kernel.scheduler.task import PRIORITY_HIGH, PRIORITY_NORMAL
-from fluffy.kernel.tools.capabilities import Scope
-from fluffy.kernel.tools.registry import ToolSpec
+from fluffy.kernel.tools.core.capabilities import Scope
+from fluffy.kernel.tools.core.registry import ToolSpec
 from fluffy.kernel.workflow.store import SessionRow
 
 #: The priority of a call (ADR-043): a model turn's calls, which the user watches,

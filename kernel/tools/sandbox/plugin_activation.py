@@ -30,9 +30,9 @@ from fluffy.kernel.plugins.precheck import Evaluate, precheck
 from fluffy.kernel.plugins.registry import PluginInfo, PluginRegistry
 from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import PluginStore
-from fluffy.kernel.tools.fastpath import kernel_tools
-from fluffy.kernel.tools.pluginjob import ThirdPartyCode
-from fluffy.kernel.tools.registry import Registry, ToolSpec, reserved_by, third_party_specs
+from fluffy.kernel.tools.core.registry import Registry, ToolSpec, reserved_by, third_party_specs
+from fluffy.kernel.tools.reading.fastpath import kernel_tools
+from fluffy.kernel.tools.sandbox.pluginjob import ThirdPartyCode
 
 log = logging.getLogger("fluffy.kernel.plugins")
 

@@ -6,7 +6,7 @@ strictly before a handler runs; callable on a plugin sandbox's own socket only);
 anything else it calls is denied and audited.  A third-party
 plugin's verified files are written into the call folder by :func:`stage_code`, and
 :func:`await_reply` waits for the host to connect and answer.  The sandboxes themselves
-are made and torn down by :class:`~fluffy.kernel.tools.plugins.PluginRunner`.
+are made and torn down by :class:`~fluffy.kernel.tools.sandbox.plugins.PluginRunner`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from fluffy.kernel.containers.sandboxio import output_tail
 from fluffy.kernel.ipc.server import CallContext, CallRecord, note_decision
 from fluffy.kernel.ipc.syscalls import NoParams, OwnSocket, Syscall, SyscallTable
 from fluffy.kernel.plugins.handshake import check_negotiated
-from fluffy.kernel.tools.callfiles import WRITER, FilesParams, parse_files, write_files
-from fluffy.kernel.tools.capabilities import Capabilities
-from fluffy.kernel.tools.pluginjob import (
+from fluffy.kernel.tools.core.capabilities import Capabilities
+from fluffy.kernel.tools.sandbox.callfiles import WRITER, FilesParams, parse_files, write_files
+from fluffy.kernel.tools.sandbox.pluginjob import (
     DECLARED_TOOLS,
     PLUGIN_CODE_DIR,
     Job,

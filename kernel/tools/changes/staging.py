@@ -27,12 +27,12 @@ from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.tokens import TokenUse
-from fluffy.kernel.tools.capabilities import token_ref
-from fluffy.kernel.tools.flow import Flow
-from fluffy.kernel.tools.pluginjob import PluginOutcome
-from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.workspace import Workspaces
+from fluffy.kernel.tools.changes.flow import Flow
+from fluffy.kernel.tools.changes.workspace import Workspaces
+from fluffy.kernel.tools.core.capabilities import token_ref
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 from fluffy.kernel.workflow.machine import Workflow
 
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fluffy.kernel.tools import staging
-from fluffy.kernel.tools.commandrun import TOOL as COMMAND_TOOL
-from fluffy.kernel.tools.commandrun import run_command
-from fluffy.kernel.tools.fastpath import parse_args
-from fluffy.kernel.tools.moderequest import request_mode
-from fluffy.kernel.tools.routedcall import RoutedCall
-from fluffy.kernel.tools.testrun import run_tests
+from fluffy.kernel.tools.changes import staging
+from fluffy.kernel.tools.core.routedcall import RoutedCall
+from fluffy.kernel.tools.reading.fastpath import parse_args
+from fluffy.kernel.tools.routing.commandrun import TOOL as COMMAND_TOOL
+from fluffy.kernel.tools.routing.commandrun import run_command
+from fluffy.kernel.tools.routing.moderequest import request_mode
+from fluffy.kernel.tools.testing.testrun import run_tests
 
 if TYPE_CHECKING:
-    from fluffy.kernel.tools.router import ToolRouter
+    from fluffy.kernel.tools.routing.router import ToolRouter
 
 Handler = Callable[["ToolRouter", RoutedCall], Awaitable[dict[str, Any]]]
 

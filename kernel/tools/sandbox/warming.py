@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fluffy.errors import FluffyError
-from fluffy.kernel.tools.plugins import PluginRunner
-from fluffy.kernel.tools.pool import Recipe
-from fluffy.kernel.tools.registry import Registry
+from fluffy.kernel.tools.core.registry import Registry
+from fluffy.kernel.tools.sandbox.plugins import PluginRunner
+from fluffy.kernel.tools.sandbox.pool import Recipe
 
 
 def plugin_recipe(
