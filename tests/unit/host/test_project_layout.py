@@ -13,15 +13,7 @@ from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import load_policy, parse_policy
 from fluffy.kernel.project.defaults import default_policy_text, render_policy
 from fluffy.kernel.project.layout import detect_layout
-
-
-def make(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
+from unit.trees import write_tree
 
 SHAPES = {
     "src": (
@@ -55,14 +47,14 @@ SHAPES = {
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_layouts_are_detected_from_the_projects_own_files(tmp_path: Path, shape: str) -> None:
     files, kind, roots, packages, source_globs = SHAPES[shape]
-    layout = detect_layout(make(tmp_path, files))
+    layout = detect_layout(write_tree(tmp_path, files))
     assert (layout.kind, layout.source_roots, layout.packages) == (kind, roots, packages)
     assert layout.source_globs == source_globs
     assert layout.test_globs[-3:] == ("**/test_*.py", "**/*_test.py", "**/conftest.py")
 
 
 def test_pytest_settings_name_the_test_folders_and_pythonpath(tmp_path: Path) -> None:
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "pytest.ini": "[pytest]\ntestpaths = checks integration\npythonpath = lib\n",
         "checks/test_a.py": "", "integration/test_b.py": "", "lib/m.py": "",
         "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['ignored']\n",
@@ -75,7 +67,7 @@ def test_pytest_settings_name_the_test_folders_and_pythonpath(tmp_path: Path) ->
 
 
 def test_a_broken_or_hostile_config_never_stops_detection(tmp_path: Path) -> None:
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "pyproject.toml": "[project\nname=",  # not TOML
         "setup.cfg": "[options\n",  # not INI
         "src/pkg/__init__.py": "",
@@ -84,13 +76,13 @@ def test_a_broken_or_hostile_config_never_stops_detection(tmp_path: Path) -> Non
     layout = detect_layout(tmp_path)
     assert layout.kind == "src" and layout.packages == ("src/pkg",)
     assert any("not valid TOML" in note for note in layout.notes)
-    escape = make(tmp_path / "esc", {"pyproject.toml": "[tool.setuptools.packages.find]\n"
+    escape = write_tree(tmp_path / "esc", {"pyproject.toml": "[tool.setuptools.packages.find]\n"
                                       "where = ['../../etc']\n"})  # fmt: skip
     assert "../../etc" not in " ".join(detect_layout(escape).source_roots)
 
 
 def test_the_default_policy_is_strict_tdd_fitted_to_the_layout(tmp_path: Path) -> None:
-    make(tmp_path, {"mypkg/__init__.py": "", "tests/test_x.py": ""})
+    write_tree(tmp_path, {"mypkg/__init__.py": "", "tests/test_x.py": ""})
     text = default_policy_text(tmp_path)
     policy = parse_policy(text)
     engine = PolicyEngine(policy, root=tmp_path)
@@ -129,7 +121,7 @@ def test_the_default_policy_is_strict_tdd_fitted_to_the_layout(tmp_path: Path) -
 
 
 def test_init_writes_commented_files_that_load_and_keeps_existing_ones(tmp_path: Path) -> None:
-    make(tmp_path, {"src/app/__init__.py": ""})
+    write_tree(tmp_path, {"src/app/__init__.py": ""})
     done = init_project(tmp_path)
     assert done == {"policy.yaml": "written", "config.yaml": "written"}
     policy_text = (tmp_path / ".fluffy" / "policy.yaml").read_text()
@@ -152,7 +144,7 @@ def test_init_says_what_it_found_and_what_the_policy_makes_of_it(
 ) -> None:
     from fluffy.cli.main import main
 
-    make(tmp_path, {"src/app/__init__.py": "", "spec/test_app.py": "", "pytest.ini":
+    write_tree(tmp_path, {"src/app/__init__.py": "", "spec/test_app.py": "", "pytest.ini":
                     "[pytest]\ntestpaths = spec\n"})  # fmt: skip
     assert main(["init", "--project", str(tmp_path)]) == 0
     text = capsys.readouterr().out
@@ -166,7 +158,7 @@ def test_init_says_what_it_found_and_what_the_policy_makes_of_it(
 
 
 def test_render_is_stable_yaml_for_odd_paths(tmp_path: Path) -> None:
-    make(tmp_path, {"pytest.ini": "[pytest]\ntestpaths = 'weird dir' t#2\n"})
+    write_tree(tmp_path, {"pytest.ini": "[pytest]\ntestpaths = 'weird dir' t#2\n"})
     (tmp_path / "weird dir").mkdir()
     (tmp_path / "t#2").mkdir()
     text = render_policy(detect_layout(tmp_path))
@@ -195,21 +187,23 @@ def test_a_projects_own_test_command_is_read_from_its_config(tmp_path: Path) -> 
     from fluffy.settings import load_settings
 
     assert load_test_command(tmp_path) is None  # no config: pytest
-    make(tmp_path, {".fluffy/config.yaml": "provider: scripted\ntests:\n  command: [npx, "
+    write_tree(tmp_path, {".fluffy/config.yaml": "provider: scripted\ntests:\n  command: [npx, "
                     "vitest, run, '--outputFile={junit}']\n  env: {CI: '1'}\n"})  # fmt: skip
     command = load_test_command(tmp_path)
     assert command is not None
     assert command.settings() == {"command": ["npx", "vitest", "run", "--outputFile={junit}"],
                                   "env": {"CI": "1"}, "junit": "{junit}"}  # fmt: skip
     load_settings(tmp_path, {}, env={})  # the CLI's hierarchy accepts the project setting
-    make(tmp_path, {".fluffy/config.yaml": "tests:\n  command: [x]\n  junit: reports/j.xml\n"})
+    write_tree(
+        tmp_path, {".fluffy/config.yaml": "tests:\n  command: [x]\n  junit: reports/j.xml\n"}
+    )
     with pytest.raises(ConfigError, match="read-only in the test sandbox"):
         load_test_command(tmp_path)
-    make(tmp_path, {".fluffy/config.yaml": "tests: {command: []}\n"})
+    write_tree(tmp_path, {".fluffy/config.yaml": "tests: {command: []}\n"})
     with pytest.raises(ConfigError, match=r"tests\.command"):
         load_test_command(tmp_path)
     # only the variables, for the runner fluffy picks
-    make(tmp_path, {".fluffy/config.yaml": "tests:\n  env: {TZ: America/New_York}\n"})
+    write_tree(tmp_path, {".fluffy/config.yaml": "tests:\n  env: {TZ: America/New_York}\n"})
     command = load_test_command(tmp_path)
     assert command is not None and command.settings() == {"env": {"TZ": "America/New_York"}}
     load_settings(tmp_path, {}, env={})
@@ -220,7 +214,7 @@ def test_tests_is_a_project_setting_only(tmp_path: Path, monkeypatch: pytest.Mon
     from fluffy.settings import load_settings
 
     home = tmp_path / "home"
-    make(home, {"config.yaml": "tests:\n  command: [make, test]\n"})
+    write_tree(home, {"config.yaml": "tests:\n  command: [make, test]\n"})
     monkeypatch.setenv("FLUFFY_HOME", str(home))
     with pytest.raises(ConfigError, match="`tests` is a project setting"):
         load_settings(tmp_path / "project", {}, env={})
@@ -246,6 +240,6 @@ def test_a_project_the_kernels_user_cannot_read_is_named_before_start(
 def test_the_first_prompt_offers_to_write_the_defaults(tmp_path: Path, answer: bool) -> None:
     from fluffy.cli.interactive import _offer_init
 
-    make(tmp_path, {"src/app/__init__.py": ""})
+    write_tree(tmp_path, {"src/app/__init__.py": ""})
     _offer_init(tmp_path, confirm=lambda _question: answer)
     assert (tmp_path / ".fluffy" / "policy.yaml").exists() is answer

@@ -4,9 +4,7 @@ script), the default policy fitted to it, and what the first run shows (issue 37
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pathspec import GitIgnoreSpec
@@ -16,16 +14,9 @@ from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
 from fluffy.kernel.project.defaults import default_policy_text
 from fluffy.kernel.project.layout import detect_layout
+from unit.trees import write_tree
 
 pytestmark = pytest.mark.unit
-
-
-def make(root: Path, files: dict[str, Any]) -> Path:
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content if isinstance(content, str) else json.dumps(content))
-    return root
 
 
 VITEST = {
@@ -40,7 +31,7 @@ VITEST = {
 
 
 def test_a_pnpm_typescript_vitest_project(tmp_path: Path) -> None:
-    layout = detect_layout(make(tmp_path, VITEST))
+    layout = detect_layout(write_tree(tmp_path, VITEST))
     assert (layout.kind, layout.language, layout.name) == ("node", "javascript", "ufo-like")
     assert layout.source_roots == ("src",) and layout.test_roots == ("test",)
     assert layout.node is not None
@@ -60,7 +51,7 @@ def test_a_pnpm_typescript_vitest_project(tmp_path: Path) -> None:
 
 
 def test_a_yarn_monorepo_with_workspaces(tmp_path: Path) -> None:
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "package.json": {"private": True, "workspaces": ["packages/*", "../outside", "!x"],
                          "scripts": {"test": "jest"}, "devDependencies": {"jest": "29"}},
         "yarn.lock": "", ".nvmrc": "v18.19.0\n",
@@ -80,13 +71,13 @@ def test_a_yarn_monorepo_with_workspaces(tmp_path: Path) -> None:
 
 
 def test_pnpm_workspaces_and_an_npm_project_with_code_at_the_top(tmp_path: Path) -> None:
-    pnpm = make(tmp_path / "pnpm", {
+    pnpm = write_tree(tmp_path / "pnpm", {
         "package.json": {"name": "mono"}, "pnpm-workspace.yaml": "packages:\n  - 'apps/**'\n",
         "apps/web/package.json": {}, "apps/web/lib/x.js": "",
     })  # fmt: skip
     assert detect_layout(pnpm).source_roots == ("apps/web/lib",)
     tiny = {"name": "tiny", "scripts": {"test": "node --test"}}
-    npm = make(tmp_path / "npm", {"package.json": tiny, "package-lock.json": "{}",
+    npm = write_tree(tmp_path / "npm", {"package.json": tiny, "package-lock.json": "{}",
                                   "index.js": "", "eslint.config.js": ""})  # fmt: skip
     layout = detect_layout(npm)
     assert layout.source_roots == (".",) and layout.node is not None
@@ -97,19 +88,19 @@ def test_pnpm_workspaces_and_an_npm_project_with_code_at_the_top(tmp_path: Path)
 
 
 def test_a_broken_package_json_is_noted_and_never_stops_detection(tmp_path: Path) -> None:
-    make(tmp_path, {"package.json": "{not json", "pnpm-workspace.yaml": "[: bad"})
+    write_tree(tmp_path, {"package.json": "{not json", "pnpm-workspace.yaml": "[: bad"})
     layout = detect_layout(tmp_path)
     assert layout.language == "python" and layout.kind == "empty"
     bad = {"workspaces": {"packages": ["/etc", "a/../.."]}, "engines": {"node": ["no"]},
            "scripts": {"test": 7}}  # fmt: skip
-    hostile = make(tmp_path / "h", {"package.json": bad})
+    hostile = write_tree(tmp_path / "h", {"package.json": bad})
     layout = detect_layout(hostile)
     assert layout.packages == () and layout.node is not None
     assert (layout.node.node, layout.node.test_script) == (None, None)
 
 
 def test_a_python_project_with_a_package_json_stays_python(tmp_path: Path) -> None:
-    make(tmp_path, {"pyproject.toml": "[project]\nname='x'\n", "x/__init__.py": "",
+    write_tree(tmp_path, {"pyproject.toml": "[project]\nname='x'\n", "x/__init__.py": "",
                     "package.json": {"name": "docs-site"}})  # fmt: skip
     layout = detect_layout(tmp_path)
     assert layout.language == "python" and layout.packages == ("x",)
@@ -117,7 +108,7 @@ def test_a_python_project_with_a_package_json_stays_python(tmp_path: Path) -> No
 
 
 def test_the_default_policy_is_tests_first_where_the_project_keeps_them(tmp_path: Path) -> None:
-    make(tmp_path, VITEST)
+    write_tree(tmp_path, VITEST)
     text = default_policy_text(tmp_path)
     engine = PolicyEngine(parse_policy(text), root=tmp_path)
     ai = Caller("fs-tool", frozenset({"ai", "core_plugin"}))
@@ -149,7 +140,7 @@ def test_the_default_policy_is_tests_first_where_the_project_keeps_them(tmp_path
 def test_the_first_run_says_what_was_found_and_how_node_tests_run(
     tmp_path: Path,
 ) -> None:
-    layout = detect_layout(make(tmp_path, VITEST)).to_dict()
+    layout = detect_layout(write_tree(tmp_path, VITEST)).to_dict()
     block = first_run_block({"policy": {"default": True}, "layout": layout})
     assert "JavaScript project (pnpm, TypeScript, vitest)" in block[1]
     assert "*.test.*" in block[2] and "src/**" in block[2]

@@ -14,18 +14,11 @@ from fluffy.kernel.project.deps import (
     poetry_spec,
     requirement_files,
 )
-
-
-def make(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+from unit.trees import write_tree
 
 
 def test_runtime_dependencies_and_test_extras_and_groups(tmp_path: Path) -> None:
-    make(tmp_path, {"pyproject.toml": """
+    write_tree(tmp_path, {"pyproject.toml": """
 [build-system]
 requires = ["hatchling"]
 build-backend = "hatchling.build"
@@ -50,7 +43,7 @@ typing = ["mypy"]
 
 
 def test_requirements_files_with_includes_constraints_and_local_lines(tmp_path: Path) -> None:
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "requirements.txt": "requests==2.0  # pinned\n-r requirements/base.txt\n",
         "requirements/base.txt": "-c ../constraints.txt\nidna\n-e .\n./local\n",
         "requirements/docs.txt": "sphinx\n",
@@ -86,15 +79,15 @@ def test_requirements_files_with_includes_constraints_and_local_lines(tmp_path: 
     ],
 )  # fmt: skip
 def test_a_lock_file_pins_what_the_sources_ask_for(tmp_path: Path, lock: str, text: str) -> None:
-    make(tmp_path, {"pyproject.toml": "[project]\nname = 'calc'\ndependencies = ['wcwidth']\n",
-                    lock: text})  # fmt: skip
+    pyproject = "[project]\nname = 'calc'\ndependencies = ['wcwidth']\n"
+    write_tree(tmp_path, {"pyproject.toml": pyproject, lock: text})
     reqs = collect_requirements(tmp_path)
     assert reqs.lock == lock and reqs.constraints == ["wcwidth==0.2.13"]
     assert lock in env_inputs(tmp_path)
 
 
 def test_poetry_projects_and_their_constraints(tmp_path: Path) -> None:
-    make(tmp_path, {"pyproject.toml": """
+    write_tree(tmp_path, {"pyproject.toml": """
 [tool.poetry]
 name = "app"
 [tool.poetry.dependencies]
@@ -124,7 +117,7 @@ def test_poetry_version_constraints(spec: str, pep440: str | None) -> None:
 
 
 def test_setup_cfg_setup_py_and_pipfile_lock(tmp_path: Path) -> None:
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "setup.cfg": "[metadata]\nname = a\n[options]\ninstall_requires =\n    six\n"
                      "[options.extras_require]\ntesting = pytest\nall = huge\n",
         "setup.py": "REQS = ['attrs>=20']\nsetup(install_requires=REQS,"
@@ -143,7 +136,9 @@ def test_setup_cfg_setup_py_and_pipfile_lock(tmp_path: Path) -> None:
 
 
 def test_no_dependencies_no_environment_and_the_key_follows_the_inputs(tmp_path: Path) -> None:
-    make(tmp_path, {"pyproject.toml": "[project]\nname = 'demo'\n", "src/demo/__init__.py": ""})
+    write_tree(
+        tmp_path, {"pyproject.toml": "[project]\nname = 'demo'\n", "src/demo/__init__.py": ""}
+    )
     reqs = collect_requirements(tmp_path)
     assert not reqs.wanted()  # the code-executor image serves it, PYTHONPATH finds it
     inputs = env_inputs(tmp_path)
@@ -161,7 +156,7 @@ def test_no_dependencies_no_environment_and_the_key_follows_the_inputs(tmp_path:
 
 # -- a hostile repository's lines never reach pip as written (issue 31) -----------------
 def test_build_requires_are_parsed_and_a_url_or_an_option_is_refused(tmp_path: Path) -> None:
-    make(tmp_path, {"pyproject.toml": """
+    write_tree(tmp_path, {"pyproject.toml": """
 [build-system]
 requires = ["setuptools>=61", "x @ http://127.0.0.1:9/x-1.0.tar.gz",
             "--extra-index-url=http://127.0.0.1:9/simple", "--no-binary=:all:",
@@ -187,7 +182,7 @@ def test_constraints_with_a_url_and_includes_out_of_the_project_are_refused(
 ) -> None:
     outside = tmp_path / "secret.txt"
     outside.write_text("token-abc\n")
-    project = make(tmp_path / "p", {
+    project = write_tree(tmp_path / "p", {
         "requirements.txt": "-c constraints.txt\nlib\n-r ../secret.txt\n-r /etc/passwd\n"
                             "ok==1.0 --hash=sha256:" + "a" * 64 + " \\\n  --hash=sha256:"
                             + "B" * 64 + "\n",
@@ -207,7 +202,7 @@ def test_constraints_with_a_url_and_includes_out_of_the_project_are_refused(
     ["pkg @ http://127.0.0.1:9/pkg-1.0.tar.gz#", "pkg\\n--extra-index-url=http://x/", "-e ."],
 )
 def test_a_lock_entry_whose_name_is_not_a_name_is_refused(tmp_path: Path, name: str) -> None:
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "pyproject.toml": "[project]\nname = 'calc'\ndependencies = ['wcwidth']\n",
         "uv.lock": f'[[package]]\nname = "{name}"\nversion = "1.0"\n'
                    'source = { registry = "https://pypi.org/simple" }\n'
@@ -228,7 +223,7 @@ def test_every_line_handed_on_parses_back_to_a_named_index_requirement(tmp_path:
 
     from fluffy.kernel.project.reqlines import check_line
 
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "pyproject.toml": '[project]\nname = "a"\ndependencies = ["A.b_c[X,y] >= 1 ; os_name '
                           "== 'posix'\", \"z@file:///etc\"]\n",
         "requirements.txt": "q ==1.*\nr @ https://x/r.whl\n",
@@ -242,8 +237,10 @@ def test_every_line_handed_on_parses_back_to_a_named_index_requirement(tmp_path:
 
 
 def test_a_requirements_folder_that_links_out_of_the_project_is_not_read(tmp_path: Path) -> None:
-    secrets = make(tmp_path / "home", {"keys/token-requirements.txt": "sekrit-token\n"})
-    project = make(tmp_path / "p", {"requirements.txt": "-r requirements/token-requirements.txt\n"})
+    secrets = write_tree(tmp_path / "home", {"keys/token-requirements.txt": "sekrit-token\n"})
+    project = write_tree(
+        tmp_path / "p", {"requirements.txt": "-r requirements/token-requirements.txt\n"}
+    )
     (project / "requirements").symlink_to(secrets / "keys")
     reqs = collect_requirements(project)
     assert reqs.requirements == [] and "requirements/token-requirements.txt" not in reqs.files
@@ -258,7 +255,7 @@ def test_what_pip_would_read_as_more_than_a_requirement_is_refused(
 ) -> None:
     from fluffy.kernel.project.reqlines import check_line
 
-    make(tmp_path, {"pyproject.toml": f"[project]\nname='a'\ndependencies = [{line!r}]\n"})
+    write_tree(tmp_path, {"pyproject.toml": f"[project]\nname='a'\ndependencies = [{line!r}]\n"})
     reqs = collect_requirements(tmp_path)
     assert reqs.requirements == [] and len(reqs.refused) == 1, reqs.refused
     with pytest.raises(ValueError):
@@ -271,7 +268,7 @@ def test_a_name_pip_would_take_for_a_local_archive_is_refused(tmp_path: Path, na
     the folder it runs in (building it there), not from the index."""
     from fluffy.kernel.project.reqlines import check_line
 
-    make(tmp_path, {
+    write_tree(tmp_path, {
         "requirements.txt": f"{name}\nok\n",
         "uv.lock": f'[[package]]\nname = "{name}"\nversion = "1.0"\n',
     })  # fmt: skip
@@ -292,7 +289,7 @@ def test_arbitrary_equality_never_reaches_pip(tmp_path: Path, line: str) -> None
     from fluffy.images.environment import _missing_build
     from fluffy.kernel.project.reqlines import Refusal, check_line
 
-    make(tmp_path, {"requirements.txt": f"{line}\nok==1.*\n"})
+    write_tree(tmp_path, {"requirements.txt": f"{line}\nok==1.*\n"})
     reqs = collect_requirements(tmp_path)
     assert reqs.requirements == ["ok==1.*"]
     assert [r.where for r in reqs.refused] == ["requirements.txt:1"]
@@ -321,8 +318,14 @@ def test_two_versions_locked_for_different_pythons_keep_their_markers(
     ones: as two bare pins they contradict each other and pip installs nothing."""
     old, new = entries
     entry = '[[package]]\nname = "filelock"\nversion = "{}"\n{}\n'
-    make(tmp_path, {"pyproject.toml": "[project]\nname = 'calc'\ndependencies = ['filelock']\n",
-                    lock: entry.format("3.19.1", old) + entry.format("3.20.3", new)})  # fmt: skip
+    pyproject = "[project]\nname = 'calc'\ndependencies = ['filelock']\n"
+    write_tree(
+        tmp_path,
+        {
+            "pyproject.toml": pyproject,
+            lock: entry.format("3.19.1", old) + entry.format("3.20.3", new),
+        },
+    )
     reqs = collect_requirements(tmp_path)
     assert len(reqs.constraints) == 2 and reqs.refused == []
     (older, newer) = reqs.constraints
@@ -339,7 +342,7 @@ def test_a_requirements_file_compiled_for_another_python_is_left_for_the_main_on
 ) -> None:
     """jinja's requirements/tests37.txt pins for Python 3.7 what tests.txt pins for now:
     both read, ``attrs==24.2.0`` and ``attrs==24.3.0`` leave pip nothing to install."""
-    make(tmp_path, {"requirements/tests.txt": "attrs==24.3.0\npytest==8.3.4\n",
+    write_tree(tmp_path, {"requirements/tests.txt": "attrs==24.3.0\npytest==8.3.4\n",
                     "requirements/tests37.txt": "attrs==24.2.0\npytest==7.4.4\n",
                     "requirements-py38.txt": "idna==3.0\n",
                     "requirements/solo311.txt": "six\n"})  # fmt: skip

@@ -9,17 +9,11 @@ from pathlib import Path
 
 from fluffy.kernel.tools.testing.testview import TestViews
 from fluffy.kernel.workflow.evidence import snapshot_trees
+from unit.trees import write_tree
 
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def make(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -40,12 +34,12 @@ def tree(folder: Path) -> dict[str, str]:
 
 def test_the_view_is_project_plus_staged_and_its_hashes_are_the_evidence(tmp_path: Path) -> None:
     project, staged = tmp_path / "p", tmp_path / "staged"
-    make(project, {"src/a.py": "A\n", "tests/test_a.py": "T\n", "old.py": "O\n",
+    write_tree(project, {"src/a.py": "A\n", "tests/test_a.py": "T\n", "old.py": "O\n",
                    ".git/HEAD": "ref\n", ".venv/x.py": "V\n",
                    "src/__pycache__/a.pyc": "C"})  # fmt: skip
     (project / "inside.py").symlink_to("src/a.py")
     (project / "outside").symlink_to("/etc")
-    make(staged, {"src/a.py": "A2\n", "tests/test_b.py": "B\n"})
+    write_tree(staged, {"src/a.py": "A2\n", "tests/test_b.py": "B\n"})
     overlay = {"src/a.py": sha(b"A2\n"), "tests/test_b.py": sha(b"B\n"), "old.py": None}
     views = TestViews(tmp_path / "state", project, os.geteuid())
     synced = views.sync("s1", overlay, staged)
@@ -58,7 +52,7 @@ def test_the_view_is_project_plus_staged_and_its_hashes_are_the_evidence(tmp_pat
 
 def test_a_second_sync_copies_only_what_changed(tmp_path: Path) -> None:
     project = tmp_path / "p"
-    make(project, {f"pkg/m{i}.py": f"{i}\n" for i in range(200)})
+    write_tree(project, {f"pkg/m{i}.py": f"{i}\n" for i in range(200)})
     views = TestViews(tmp_path / "state", project, os.geteuid())
     first = views.sync("s", {}, None)
     assert first.copied + first.linked == 200
@@ -78,10 +72,10 @@ def test_a_second_sync_copies_only_what_changed(tmp_path: Path) -> None:
 def test_a_write_to_the_view_never_reaches_the_project(tmp_path: Path) -> None:
     """Unchanged files may be hard links; the kernel only ever renames over them."""
     project, staged = tmp_path / "p", tmp_path / "s"
-    make(project, {"a.py": "original\n"})
+    write_tree(project, {"a.py": "original\n"})
     views = TestViews(tmp_path / "state", project, os.geteuid())
     views.sync("s", {}, None)
-    make(staged, {"a.py": "staged\n"})
+    write_tree(staged, {"a.py": "staged\n"})
     synced = views.sync("s", {"a.py": sha(b"staged\n")}, staged)
     assert (synced.folder / "a.py").read_text() == "staged\n"
     assert (project / "a.py").read_text() == "original\n"
@@ -91,8 +85,10 @@ def test_a_write_to_the_view_never_reaches_the_project(tmp_path: Path) -> None:
 
 def test_generated_files_are_laid_in_but_are_not_evidence(tmp_path: Path) -> None:
     project, generated = tmp_path / "p", tmp_path / "gen"
-    make(project, {"src/pkg/__init__.py": "from ._version import v\n", "src/pkg/own.py": "x\n"})
-    make(generated, {"src/pkg/_version.py": "v = '1.0'\n", "src/pkg/own.py": "not mine\n"})
+    write_tree(
+        project, {"src/pkg/__init__.py": "from ._version import v\n", "src/pkg/own.py": "x\n"}
+    )
+    write_tree(generated, {"src/pkg/_version.py": "v = '1.0'\n", "src/pkg/own.py": "not mine\n"})
     views = TestViews(tmp_path / "state", project, os.geteuid())
     synced = views.sync("s", {}, None, generated=generated,
                         generated_files=["src/pkg/_version.py", "src/pkg/own.py"])  # fmt: skip
@@ -105,8 +101,8 @@ def test_a_generated_path_that_climbs_out_is_never_written(tmp_path: Path) -> No
     """Red team pass 2: a repository's build named `l/../../../../../repo/calc.py` (l a
     link in its generated folder) and the view's sync wrote the project."""
     project, generated = tmp_path / "repo", tmp_path / "gen"
-    make(project, {"calc.py": "def add(a, b):\n    return a + b\n"})
-    make(generated, {"a/b/c/d/e/x": "", "repo/calc.py": "forged\n", "ok.py": "ok\n"})
+    write_tree(project, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    write_tree(generated, {"a/b/c/d/e/x": "", "repo/calc.py": "forged\n", "ok.py": "ok\n"})
     (generated / "l").symlink_to("a/b/c/d/e")
     (generated / "link.py").symlink_to(project / "calc.py")
     views = TestViews(tmp_path / "state", project, os.geteuid())
@@ -119,23 +115,23 @@ def test_a_generated_path_that_climbs_out_is_never_written(tmp_path: Path) -> No
 
 def test_a_file_replaced_by_a_folder_and_back(tmp_path: Path) -> None:
     project = tmp_path / "p"
-    make(project, {"thing": "file\n"})
+    write_tree(project, {"thing": "file\n"})
     views = TestViews(tmp_path / "state", project, os.geteuid())
     views.sync("s", {}, None)
     (project / "thing").unlink()
-    make(project, {"thing/inner.py": "in\n"})
+    write_tree(project, {"thing/inner.py": "in\n"})
     synced = views.sync("s", {}, None)
     assert (synced.folder / "thing" / "inner.py").read_text() == "in\n"
     (project / "thing" / "inner.py").unlink()
     (project / "thing").rmdir()
-    make(project, {"thing": "file again\n"})
+    write_tree(project, {"thing": "file again\n"})
     synced = views.sync("s", {}, None)
     assert (synced.folder / "thing").read_text() == "file again\n"
 
 
 def test_a_view_starts_empty_with_each_kernel(tmp_path: Path) -> None:
     project = tmp_path / "p"
-    make(project, {"a.py": "a\n"})
+    write_tree(project, {"a.py": "a\n"})
     TestViews(tmp_path / "state", project, os.geteuid()).sync("s", {}, None)
     stray = tmp_path / "state" / "views" / "s" / "tree" / "planted.py"
     stray.write_text("left by an earlier kernel\n")

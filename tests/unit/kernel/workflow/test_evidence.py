@@ -25,6 +25,7 @@ from fluffy.kernel.workflow.evidence import (
     run_pytest,
     snapshot_trees,
 )
+from unit.trees import write_tree
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_ADD = "from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -34,15 +35,8 @@ PYTEST_INI = "[pytest]\npythonpath = .\n"
 def project(tmp_path: Path, files: dict[str, str]) -> Path:
     """A throwaway project: a minimal pytest.ini plus ``files``."""
     root = tmp_path / "proj"
-    write(root, {"pytest.ini": PYTEST_INI, **files})
+    write_tree(root, {"pytest.ini": PYTEST_INI, **files})
     return root
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
 
 
 def baseline(root: Path) -> TreeSnapshot:
@@ -56,7 +50,7 @@ def baseline(root: Path) -> TreeSnapshot:
 def test_a_new_test_failing_on_an_assertion_is_red(tmp_path: Path) -> None:
     root = project(tmp_path, {"calc.py": CALC})
     base = baseline(root)
-    write(
+    write_tree(
         root,
         {
             "tests/test_calc.py": TEST_ADD,
@@ -83,7 +77,7 @@ def test_a_new_test_failing_on_an_assertion_is_red(tmp_path: Path) -> None:
 def test_a_changed_test_in_a_class_and_a_parametrized_one_are_red(tmp_path: Path) -> None:
     root = project(tmp_path, {"tests/test_k.py": "def test_old():\n    pass\n"})
     base = baseline(root)
-    write(
+    write_tree(
         root,
         {
             "tests/test_k.py": (
@@ -107,7 +101,7 @@ def test_a_changed_test_in_a_class_and_a_parametrized_one_are_red(tmp_path: Path
 def test_a_collection_import_error_is_not_red(tmp_path: Path) -> None:
     root = project(tmp_path, {"calc.py": CALC})
     base = baseline(root)
-    write(
+    write_tree(
         root, {"tests/test_calc.py": "import no_such_module_xyz\n\ndef test_x():\n    assert 0\n"}
     )
     run = run_pytest(root)
@@ -130,7 +124,7 @@ def test_a_collection_import_error_is_not_red(tmp_path: Path) -> None:
 def test_a_syntax_error_is_not_red(tmp_path: Path) -> None:
     root = project(tmp_path, {})
     base = baseline(root)
-    write(root, {"tests/test_s.py": "def test_x(:\n    assert 0\n"})
+    write_tree(root, {"tests/test_s.py": "def test_x(:\n    assert 0\n"})
     run = run_pytest(root)
     assert not run.is_red(base)
     assert "failed to import (SyntaxError: invalid syntax)" in run.red_reason(base)
@@ -143,7 +137,7 @@ def test_a_syntax_error_is_not_red(tmp_path: Path) -> None:
 def test_a_fixture_error_is_not_red(tmp_path: Path, fixture_body: str) -> None:
     root = project(tmp_path, {})
     base = baseline(root)
-    write(
+    write_tree(
         root,
         {
             "tests/test_f.py": (
@@ -164,7 +158,7 @@ def test_a_teardown_error_after_an_assert_failure_is_not_red(tmp_path: Path) -> 
     """pytest writes two <testcase> elements for one test; the error wins."""
     root = project(tmp_path, {})
     base = baseline(root)
-    write(
+    write_tree(
         root,
         {
             "tests/test_t.py": (
@@ -194,7 +188,7 @@ def test_a_test_body_failing_by_another_exception_is_not_red(
 ) -> None:
     root = project(tmp_path, {})
     base = baseline(root)
-    write(root, {"tests/test_z.py": f"import pytest\n\ndef test_z():\n    {body}\n"})
+    write_tree(root, {"tests/test_z.py": f"import pytest\n\ndef test_z():\n    {body}\n"})
     run = run_pytest(root)
     (case,) = run.cases
     assert (case.outcome, case.assertion) == ("failed", False)
@@ -216,7 +210,7 @@ def test_an_assert_failure_in_an_unchanged_file_is_not_red(tmp_path: Path) -> No
 
 def test_raising_assertion_error_by_hand_counts_as_an_assertion(tmp_path: Path) -> None:
     root = project(tmp_path, {})
-    write(root, {"tests/test_r.py": "def test_r():\n    raise AssertionError('custom')\n"})
+    write_tree(root, {"tests/test_r.py": "def test_r():\n    raise AssertionError('custom')\n"})
     run = run_pytest(root)
     assert run.cases[0].assertion
     assert run.cases[0].message == "AssertionError: custom"
@@ -303,7 +297,7 @@ def test_evidence_goes_stale_when_a_hashed_file_changes(tmp_path: Path) -> None:
 
 def test_snapshot_splits_tests_from_sources_and_skips_ignored_paths(tmp_path: Path) -> None:
     root = tmp_path / "proj"
-    write(
+    write_tree(
         root,
         {
             "src/calc.py": "x",
@@ -339,9 +333,9 @@ def test_snapshot_splits_tests_from_sources_and_skips_ignored_paths(tmp_path: Pa
 
 def test_symlinks_are_recorded_not_followed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
-    write(outside, {"secret.py": "x", "deep/more.py": "y"})
+    write_tree(outside, {"secret.py": "x", "deep/more.py": "y"})
     root = tmp_path / "proj"
-    write(root, {"main.py": "x"})
+    write_tree(root, {"main.py": "x"})
     (root / "linked_dir").symlink_to(outside, target_is_directory=True)
     (root / "linked_file.py").symlink_to(outside / "secret.py")
     (root / "dangling").symlink_to(tmp_path / "nowhere")
