@@ -74,6 +74,7 @@ from fluffy.kernel.ai.summary import summary_request
 from fluffy.kernel.ai.toolcalls import TurnCalls
 from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.ai.usage import Booked
+from fluffy.kernel.tools.changes.flow import Flow
 from fluffy.kernel.tools.routing.router import ToolRouter
 
 log = logging.getLogger("fluffy.kernel.ai")
@@ -95,6 +96,7 @@ class SessionLoop:
     def __init__(
         self,
         router: ToolRouter,
+        flow: Flow,
         runner: ProviderRunner,
         memory: Memory,
         *,
@@ -104,6 +106,7 @@ class SessionLoop:
         instructions: InstructionSource | None = None,
     ) -> None:
         self.router = router
+        self.workflow = flow.workflow
         self.instructions = instructions
         self.runner = runner
         self.memory = memory
@@ -117,10 +120,10 @@ class SessionLoop:
         self.denials: dict[str, int] = {}
         #: per round, what the ai-provider sandbox waited for the kernel (benchmarks)
         self.round_gaps: deque[float] = deque(maxlen=10_000)
-        router.reviewer = self.review_call
+        router.review_with(self.review_call)
         #: a response's tool calls, and the user's decisions a turn waits for
-        self.tool_calls = TurnCalls(self, router)
-        self.decisions = TurnReviews(self, router)
+        self.tool_calls = TurnCalls(self, router, flow.workflow)
+        self.decisions = TurnReviews(self, flow, offers=lambda tool: router.spec(tool) is not None)
         #: the wait between a request's attempts (tests: a fake clock)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
@@ -142,7 +145,7 @@ class SessionLoop:
         auto_approve: bool = False,
         max_rounds: int = MAX_ROUNDS,
     ) -> Turn:
-        session = await self.router.workflow.get(session_id)
+        session = await self.workflow.get(session_id)
         busy = self.running(session_id)
         if busy is not None:
             raise TurnRunning(
@@ -156,7 +159,7 @@ class SessionLoop:
         try:
             await self.emit(turn, TurnStarted(turn_id=turn.turn_id, text=turn.text))
             if session.state == "idle":  # before answering: the caller sees planning
-                await self.router.workflow.fire(session_id, "user_message")
+                await self.workflow.fire(session_id, "user_message")
                 await self.emit_steps(turn, "idle", {})
         except BaseException as exc:
             turn.status = "failed"
@@ -236,7 +239,7 @@ class SessionLoop:
         await self.resolve_review(session_id, decision, None, reason)
 
     async def lift_quarantine(self, session_id: str) -> None:
-        await self.router.workflow.annotate(session_id, "quarantine_lifted", quarantined=None)
+        await self.workflow.annotate(session_id, "quarantine_lifted", quarantined=None)
         self.denials[session_id] = 0
         await self.note_audit(session_id, "quarantine lifted by the user", {"by": "user"})
         await self.stream(session_id).emit(
@@ -263,7 +266,7 @@ class SessionLoop:
             review = output.get("review")
             if isinstance(review, dict):
                 steps += list(review.get("workflow") or [])
-        session = await self.router.workflow.get(turn.session_id)
+        session = await self.workflow.get(turn.session_id)
         current = before
         for step in steps:
             if not isinstance(step, dict):
@@ -380,7 +383,7 @@ class SessionLoop:
     async def ask(self, turn: Turn, only: frozenset[str] | None = None) -> list[ToolCall]:
         """One model request (the tools of the state, or just ``only``); its tool calls."""
         sid = turn.session_id
-        session = await self.router.workflow.get(sid)
+        session = await self.workflow.get(sid)
         quarantined = bool(session.data.quarantined)
         tools = await self._tools(sid, quarantined)
         if only is not None:

@@ -12,6 +12,7 @@ the model as a kernel note.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -31,20 +32,21 @@ from fluffy.kernel.tools.changes.flow import overlap_report
 
 if TYPE_CHECKING:
     from fluffy.kernel.ai.host import TurnHost
-    from fluffy.kernel.tools.routing.router import ToolRouter
+    from fluffy.kernel.tools.changes.flow import Flow
 
 
 class TurnReviews:
     """Asks the user and waits, for a turn of ``loop`` (kernel/ai/host.py); merges what
     they approve through ``router``'s flow."""
 
-    def __init__(self, loop: TurnHost, router: ToolRouter) -> None:
+    def __init__(self, loop: TurnHost, flow: Flow, *, offers: Callable[[str], bool]) -> None:
         self.loop = loop
-        self.workflow = router.workflow
-        self.flow = router.flow
-        self.registry = router.registry
-        self.workspaces = router.workspaces
-        self.merger = router.merger
+        self.flow = flow
+        self.workflow = flow.workflow
+        self.workspaces = flow.workspaces
+        self.merger = flow.merger
+        #: whether the session's tools include one (``workflow.add_tests``)
+        self.offers = offers
 
     async def wait_for_user(self, turn: Turn) -> dict[str, Any]:
         """Park the turn until the user decides (``resolve_review``); no idle sandbox."""
@@ -209,7 +211,7 @@ class TurnReviews:
         """Before a person decides on an explore change, the model may ask for tests
         first (workflow.add_tests, one round); the person sees the request and decides."""
         sid = turn.session_id
-        if "workflow.add_tests" not in self.registry.specs:
+        if not self.offers("workflow.add_tests"):
             return None
         ask = (
             "The change waits for the user's review. If it should get tests before it is "

@@ -29,11 +29,11 @@ from fluffy.kernel.ai.bounds import OMITTED, TOO_LARGE, needs_summary, summarise
 from fluffy.kernel.ai.narrate import describe_call, summarize_result
 from fluffy.kernel.ai.turn import Turn
 from fluffy.kernel.tools.core.routedcall import TURN_PRIORITY
-from fluffy.kernel.tools.routing.scheduling import run_ordered
 
 if TYPE_CHECKING:
     from fluffy.kernel.ai.host import TurnHost
     from fluffy.kernel.tools.routing.router import ToolRouter
+    from fluffy.kernel.workflow.machine import Workflow
 
 DENIAL_CODES = frozenset({"tool.unavailable", "policy.denied", "policy.invalid", "ai.quarantined"})
 #: A tool result in the conversation is at most this long (the router already truncated
@@ -45,10 +45,10 @@ class TurnCalls:
     """Runs a turn's tool calls through ``router``, for ``loop`` (its events, the
     conversation and the session's refusal count: kernel/ai/host.py)."""
 
-    def __init__(self, loop: TurnHost, router: ToolRouter) -> None:
+    def __init__(self, loop: TurnHost, router: ToolRouter, workflow: Workflow) -> None:
         self.loop = loop
         self.router = router
-        self.workflow = router.workflow
+        self.workflow = workflow
 
     async def run(self, turn: Turn, calls: list[ToolCall]) -> bool:
         """Run one response's calls; True when the turn must stop (quarantine)."""
@@ -77,8 +77,8 @@ class TurnCalls:
             return answers[i]
 
         try:
-            done = await run_ordered(
-                self.router.steps, planned, tools, changes, one, refuse, priority=TURN_PRIORITY
+            done = await self.router.ordered(
+                planned, tools, changes, one, refuse, priority=TURN_PRIORITY
             )
             for i, answer in enumerate(done):
                 answers[i] = answer
@@ -155,11 +155,7 @@ class TurnCalls:
             return {"ok": False, "error": error, "tool": call.name}
         session = await self.workflow.get(sid)
         if session.data.quarantined:
-            spec = None
-            try:
-                spec = self.router.registry.get(call.name)
-            except FluffyError:
-                spec = None
+            spec = self.router.spec(call.name)
             if spec is None or spec.kind != "read":
                 exc = Quarantined(f"{call.name} refused: the session is quarantined (read-only)")
                 return {"ok": False, "error": exc.to_dict(), "tool": call.name}

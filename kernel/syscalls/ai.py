@@ -108,7 +108,7 @@ class DecideCallParams(msgspec.Struct, forbid_unknown_fields=True):
 def ai_methods(
     loop: SessionLoop, *, max_rounds: Callable[[], int] = lambda: MAX_ROUNDS
 ) -> SyscallTable:
-    workflow = loop.router.workflow
+    workflow = loop.workflow
     memory = loop.memory
 
     async def message(context: CallContext, p: MessageParams) -> dict[str, Any]:

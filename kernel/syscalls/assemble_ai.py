@@ -158,7 +158,7 @@ async def assemble_ai(
         # never a silent fallback to an unsandboxed child: without sandboxes a turn fails
         # closed (ProviderRunner.open says why); "process" is for tests that ask for it
         launcher=launcher or "sandbox",
-        observer=SyscallAuditor(audit, lambda: tools.router.workflow.current)
+        observer=SyscallAuditor(audit, lambda: tools.flow.workflow.current)
         if audit is not None
         else None,
     )
@@ -166,9 +166,7 @@ async def assemble_ai(
     if tools.mcp is not None:  # MCP servers with allowed_hosts (ADR-046)
         tools.mcp.start_proxy = start_proxy
     store = await ConversationStore.open(state_dir)
-    memory = Memory(
-        store, context_window=context_window, test_globs=tools.router.workflow.test_globs
-    )
+    memory = Memory(store, context_window=context_window, test_globs=tools.flow.workflow.test_globs)
 
     async def audit_quarantine(session_id: str, summary: str, metadata: dict[str, str]) -> None:
         if audit is not None:
@@ -184,6 +182,7 @@ async def assemble_ai(
 
     loop = SessionLoop(
         tools.router,
+        tools.flow,
         runner,
         memory,
         audit=audit_quarantine,

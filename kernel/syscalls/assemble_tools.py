@@ -28,14 +28,15 @@ from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.syscalls.mcp import mcp_methods
 from fluffy.kernel.syscalls.tools import tool_methods
+from fluffy.kernel.tools.changes.flow import Flow
 from fluffy.kernel.tools.changes.workspace import Workspaces
 from fluffy.kernel.tools.core.capabilities import Capabilities
 from fluffy.kernel.tools.core.registry import Registry
 from fluffy.kernel.tools.reading.fastpath import FastPath, kernel_tools
 from fluffy.kernel.tools.reading.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.reading.treereader import SessionTree
-from fluffy.kernel.tools.routing import availability
 from fluffy.kernel.tools.routing.breaker import BreakerBoard
+from fluffy.kernel.tools.routing.parts import CallChecks, CallRunners
 from fluffy.kernel.tools.routing.router import ToolRouter
 from fluffy.kernel.tools.routing.scheduling import SchedulerBridge
 from fluffy.kernel.tools.sandbox.envfilter import sandbox_environment
@@ -80,6 +81,18 @@ def pool_limits(policy: PolicyFile) -> PoolLimits:
     )
 
 
+def _checks(policy: PolicyFile, say: AuditedPolicy, breakers: BreakerBoard) -> CallChecks:
+    """What every call is held to under ``policy`` (``say``: the policy engine's front)."""
+    return CallChecks(
+        policy=say,
+        settings=policy.tools,
+        sanitizer=_sanitizer(policy),
+        breakers=breakers,
+        protected=tuple(policy.merge.protected_paths),
+        require_all_green=policy.tdd.require_all_green,
+    )
+
+
 def _sanitizer(policy: PolicyFile) -> OutputSanitizer:
     settings = policy.tools
     return OutputSanitizer(
@@ -90,6 +103,8 @@ def _sanitizer(policy: PolicyFile) -> OutputSanitizer:
 @dataclass
 class ToolPath:
     router: ToolRouter
+    #: the sessions' changes (their workflow, staging areas and merge): the router's too
+    flow: Flow
     sandboxes: KernelSandboxes | None
     runner: PluginRunner | None
     scheduler: SchedulerBridge
@@ -99,7 +114,8 @@ class ToolPath:
 
     def methods(self) -> SyscallTable:
         return SyscallTable(
-            tool_methods(self.router, self.scheduler.figures), mcp_methods(self.router, self.mcp)
+            tool_methods(self.router, self.flow, self.scheduler.figures),
+            mcp_methods(self.router, self.mcp, self.flow.audit),
         )
 
     def pool_stats(self) -> dict[str, Any] | None:
@@ -109,27 +125,21 @@ class ToolPath:
 
     def environment(self) -> dict[str, Any] | None:
         """The test environment test.run would use now (call off the event loop)."""
-        tests = self.router.tests
+        tests = self.router.runners.tests
         choice = tests.environment() if tests is not None else None
         return choice.to_dict() if choice is not None else None
 
     def reload(self, policy: PolicyFile) -> None:
         """A policy update: new sanitiser, merge rules and tool settings."""
         router = self.router
-        router.settings = policy.tools
-        router.require_all_green = policy.tdd.require_all_green
-        router.sanitizer = _sanitizer(policy)
-        router.merger.configure(
+        router.hold_to(_checks(policy, router.checks.policy, router.checks.breakers))
+        self.flow.merger.configure(
             list(policy.merge.protected_paths),
             policy.merge.sensitive_paths
             if policy.merge.sensitive_paths is not None
             else DEFAULT_SENSITIVE,
             policy.merge.auto_merge_max_lines,
             list(policy.merge.auto_merge_paths),
-        )
-        router.protected = list(policy.merge.protected_paths)
-        router.scope = availability.WriteScope(
-            router.workflow.test_globs, (*availability.PROTECTED_GLOBS, *router.protected)
         )
         router.fast.read_max_bytes = policy.tools.read_max_bytes
         if self.runner is not None and self.runner.pool is not None:
@@ -237,34 +247,29 @@ async def assemble_tools(
         return judge.proves
 
     workflow.missing_code = missing_code
+    flow = Flow(workflow, workspaces, merger, audit)
     router = ToolRouter(
         project=root,
         registry=registry,
         fast=fast,
-        runner=runner,
-        workflow=workflow,
-        policy=TaggedPolicy(front, lambda: plugins.names),
-        audit=audit,
-        sanitizer=_sanitizer(policy),
-        breakers=BreakerBoard(),
-        workspaces=workspaces,
-        merger=merger,
-        settings=policy.tools,
-        protected=list(policy.merge.protected_paths),
-        schedule=scheduler.schedule,
-        accepting_work=accepting_work,
-        tests=tests,
-        mcp=mcp,
+        flow=flow,
+        checks=_checks(policy, TaggedPolicy(front, lambda: plugins.names), BreakerBoard()),
+        runners=CallRunners(
+            plugins=runner,
+            schedule=scheduler.schedule,
+            steps=scheduler.scheduler,  # a batch's dependent calls (ADR-043)
+            accepting_work=accepting_work,
+            tests=tests,
+            mcp=mcp,
+        ),
     )
-    router.steps = scheduler.scheduler  # a batch's dependent calls (ADR-043)
-    router.require_all_green = policy.tdd.require_all_green
     try:
-        finished = await router.flow.resume()  # merges a crash interrupted complete now
+        finished = await flow.resume()  # merges a crash interrupted complete now
         if finished:
             log.warning("completed interrupted merges of session(s) %s", ", ".join(finished))
     except FluffyError as exc:
         log.error("could not complete an interrupted merge: %s", exc)
-    return ToolPath(router, sandboxes, runner, scheduler, plugins, mcp)
+    return ToolPath(router, flow, sandboxes, runner, scheduler, plugins, mcp)
 
 
 def _mcp_servers(

@@ -11,13 +11,14 @@ from typing import Any
 
 from fluffy.ipc.results.admin import McpReloaded, McpServerList
 from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 from fluffy.kernel.mcp.servers import PREFIX, McpServers, split_name
 from fluffy.kernel.tools.routing.router import ToolRouter
 
 
-def mcp_methods(router: ToolRouter, mcp: McpServers | None) -> SyscallTable:
+def mcp_methods(router: ToolRouter, mcp: McpServers | None, audit: AuditLog | None) -> SyscallTable:
     async def list_servers(context: CallContext, params: NoParams) -> dict[str, Any]:
         servers = mcp.status() if mcp is not None else []
         return {"servers": servers}
@@ -26,11 +27,9 @@ def mcp_methods(router: ToolRouter, mcp: McpServers | None) -> SyscallTable:
         if mcp is None:
             return {"servers": [], "stopped": [], "tools": 0}
         specs, stopped, changed = await mcp.reload()
-        router.registry.replace(PREFIX, specs)
-        for allowed in router.session_allowed.values():  # a yes was for the server then
-            allowed.difference_update({t for t in allowed if split_name(t)[0] in changed})
-        if router.audit is not None:
-            router.audit.record_nowait(
+        router.offer_mcp(PREFIX, specs, lambda tool: split_name(tool)[0] in changed)
+        if audit is not None:
+            audit.record_nowait(
                 Event(
                     "mcp_servers_loaded",
                     caller="user",

@@ -29,6 +29,7 @@ from fluffy.ipc.results.tools import (
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import CLI, NoParams, Syscall, SyscallTable
 from fluffy.kernel.syscalls.workflow import OptionalSessionParams, SessionParams
+from fluffy.kernel.tools.changes.flow import Flow
 from fluffy.kernel.tools.routing.router import ToolRouter
 
 MAX_BATCH = 32
@@ -63,9 +64,9 @@ class RejectParams(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def tool_methods(
-    router: ToolRouter, scheduler: Callable[[], dict[str, Any]] | None = None
+    router: ToolRouter, flow: Flow, scheduler: Callable[[], dict[str, Any]] | None = None
 ) -> SyscallTable:
-    flow = router.flow
+    """The tool syscalls: calls through ``router``; reviews of ``flow``'s changes."""
 
     async def list_tools(context: CallContext, p: OptionalSessionParams) -> dict[str, Any]:
         available = await router.available(p.session_id) if p.session_id else None
@@ -83,16 +84,12 @@ def tool_methods(
         return await router.batch(p.session_id, p.calls)
 
     async def status(context: CallContext, p: NoParams) -> dict[str, Any]:
-        return {
-            "breakers": {k: v.to_dict() for k, v in router.breakers.snapshot().items()},
-            "fast_path": router.settings.fast_path,
-            "scheduler": scheduler() if scheduler is not None else None,
-        }
+        return {**router.status(), "scheduler": scheduler() if scheduler is not None else None}
 
     async def review_show(context: CallContext, p: SessionParams) -> dict[str, Any]:
-        session = await router.workflow.get(p.session_id)  # a real session first
-        stage = router.workspaces.get(session.id)
-        plan = await asyncio.to_thread(router.merger.plan, stage, tests_pass=True)
+        session = await flow.workflow.get(p.session_id)  # a real session first
+        stage = flow.workspaces.get(session.id)
+        plan = await asyncio.to_thread(flow.merger.plan, stage, tests_pass=True)
         return {
             "state": session.state,
             "plan_id": plan.plan_id,
@@ -111,7 +108,7 @@ def tool_methods(
         return await flow.add_tests(p.session_id, by="user", plan_id=p.plan_id)
 
     async def reject(context: CallContext, p: RejectParams) -> dict[str, Any]:
-        session = await router.workflow.get(p.session_id)
+        session = await flow.workflow.get(p.session_id)
         return await flow.reject(session.id)
 
     return SyscallTable(

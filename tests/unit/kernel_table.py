@@ -23,7 +23,9 @@ from fluffy.kernel.tools.sandbox.pluginsocket import PluginSocket
 
 @cache
 def served_table() -> SyscallTable:
-    tools = ToolPath(router=MagicMock(), sandboxes=None, runner=None, scheduler=MagicMock())
+    tools = ToolPath(
+        router=MagicMock(), flow=MagicMock(), sandboxes=None, runner=None, scheduler=MagicMock()
+    )
     ai = AiLayer(loop=MagicMock(), proxy=MagicMock(), runner=MagicMock(), store=MagicMock())
     return kernel_syscalls(
         workflow=MagicMock(),

@@ -60,21 +60,21 @@ async def add_tests(router: ToolRouter, call: RoutedCall) -> dict[str, Any]:
 async def test_run(router: ToolRouter, call: RoutedCall) -> dict[str, Any]:
     return await run_tests(
         call,
-        preparer=router.tests,
+        preparer=router.runners.tests,
         flow=router.flow,
         workflow=router.workflow,
         workspaces=router.workspaces,
         sandbox=router.sandbox,
         release=router.release,
         expect=router.expect,
-        require_all_green=router.require_all_green,
+        require_all_green=router.checks.require_all_green,
     )
 
 
 async def command(router: ToolRouter, call: RoutedCall) -> dict[str, Any]:
     return await run_command(
         call,
-        preparer=router.tests,
+        preparer=router.runners.tests,
         workflow=router.workflow,
         workspaces=router.workspaces,
         sandbox=router.sandbox,
@@ -90,7 +90,7 @@ async def git_commit(router: ToolRouter, call: RoutedCall) -> dict[str, Any]:
     landed = router.workspaces.landed(call.session.id).root
     outcome = await router.sandbox(call, settings=order, staged_dir=landed)
     try:
-        return await staging.commit(call, outcome, merger=router.merger, flow=router.flow)
+        return await staging.commit(call, outcome, merger=router.flow.merger, flow=router.flow)
     finally:
         await router.release(outcome)
 

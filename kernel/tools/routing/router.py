@@ -36,101 +36,89 @@ from fluffy.errors import (
     ToolFailed,
     ToolNotFound,
 )
-from fluffy.kernel.audit.log import AuditLog
-from fluffy.kernel.merge.merger import Merger
-from fluffy.kernel.policy.audited import AuditedPolicy
-from fluffy.kernel.policy.tool_settings import ToolSettings
-from fluffy.kernel.scheduler.scheduler import Scheduler
 from fluffy.kernel.tools.changes import staging
 from fluffy.kernel.tools.changes.flow import Flow
-from fluffy.kernel.tools.changes.workspace import Workspaces
 from fluffy.kernel.tools.core.registry import Registry, ToolSpec
 from fluffy.kernel.tools.core.routedcall import CALL_PRIORITY, Reviewer, RoutedCall
 from fluffy.kernel.tools.reading.fastpath import FastPath, parse_args
-from fluffy.kernel.tools.reading.sanitizer import OutputSanitizer
 from fluffy.kernel.tools.routing import availability
 from fluffy.kernel.tools.routing.authorise import authorise, call_paths, size_after
-from fluffy.kernel.tools.routing.breaker import BreakerBoard, counts_as_failure
+from fluffy.kernel.tools.routing.breaker import counts_as_failure
 from fluffy.kernel.tools.routing.callaudit import finish, record_execute
 from fluffy.kernel.tools.routing.handlers import HANDLERS
-from fluffy.kernel.tools.routing.mcpreview import McpCalls, call_mcp
+from fluffy.kernel.tools.routing.mcpreview import call_mcp
 from fluffy.kernel.tools.routing.parallel import PlannedCall
+from fluffy.kernel.tools.routing.parts import CallChecks, CallRunners
 from fluffy.kernel.tools.routing.scheduling import CHANGING_KINDS, run_ordered
 from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
-from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 from fluffy.kernel.tools.sandbox.warming import plugin_recipe, repeated_plugin_tools
-from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
-from fluffy.kernel.workflow.machine import Workflow
+from fluffy.kernel.tools.testing.testprep import TestPlan
 from fluffy.kernel.workflow.store import SessionRow
 
 log = logging.getLogger("fluffy.kernel.tools")
 
 READ_RETRY_DELAY_S = 0.1
-#: Runs a plugin call under the scheduler: (template, call id, coroutine factory,
-#: priority).
-Schedule = Callable[[str, str, Callable[[], Awaitable[Any]], int], Awaitable[Any]]
-
-
-async def _direct(
-    template: str, key: str, work: Callable[[], Awaitable[Any]], priority: int
-) -> Any:
-    return await work()
 
 
 class ToolRouter:
+    """Routes the calls of ``project``'s sessions: ``registry`` names the tools, ``fast``
+    answers reads in the kernel, ``flow`` is the session's change (its workflow, staging
+    area and merge), ``checks`` what every call is held to, ``runners`` where a call that
+    leaves the kernel runs."""
+
     def __init__(
         self,
         *,
         project: Path,
         registry: Registry,
         fast: FastPath,
-        runner: PluginRunner | None,
-        workflow: Workflow,
-        policy: AuditedPolicy,
-        audit: AuditLog | None,
-        sanitizer: OutputSanitizer,
-        breakers: BreakerBoard,
-        workspaces: Workspaces,
-        merger: Merger,
-        settings: ToolSettings,
-        protected: list[str],
-        schedule: Schedule = _direct,
-        accepting_work: Callable[[], bool] = lambda: True,
-        tests: TestPreparer | None = None,
-        mcp: McpCalls | None = None,
+        flow: Flow,
+        checks: CallChecks,
+        runners: CallRunners,
     ) -> None:
         self.project = project
         self.registry = registry
         self.fast = fast
-        self.runner = runner
-        self.workflow = workflow
-        self.policy = policy
-        self.audit = audit
-        self.sanitizer = sanitizer
-        self.breakers = breakers
-        self.workspaces = workspaces
-        self.merger = merger
-        self.settings = settings
-        self.protected = protected
-        self.schedule = schedule
-        self.accepting_work = accepting_work
-        #: orders a batch's dependent calls (None: a private scheduler per batch)
-        self.steps: Scheduler | None = None
-        #: test.run's environment and per-session view (None: no engine, no test runs)
-        self.tests = tests
-        #: the project's MCP servers (ADR-046); None: none registered
-        self.mcp = mcp
-        #: asks the user about a call held for review (set by the session loop)
+        self.flow = flow
+        self.workflow = flow.workflow
+        self.workspaces = flow.workspaces
+        self.audit = flow.audit
+        self.runners = runners
+        #: asks the user about a call held for review (the session loop's, ``review_with``)
         self.reviewer: Reviewer | None = None
-        #: policy tdd.require_all_green: a failure on the base tree too blocks a merge
-        self.require_all_green = False
         #: MCP tools (names) and commands ("container.run ARGV") the user allowed for the
         #: rest of a session, by session id
         self.session_allowed: dict[str, set[str]] = {}
-        self.flow = Flow(workflow, workspaces, merger, audit)
+        self.hold_to(checks)
+
+    def hold_to(self, checks: CallChecks) -> None:
+        """Every later call is held to ``checks`` (at start, and on a policy reload)."""
+        self.checks = checks
         self.scope = availability.WriteScope(
-            workflow.test_globs, (*availability.PROTECTED_GLOBS, *protected)
+            self.workflow.test_globs, (*availability.PROTECTED_GLOBS, *checks.protected)
         )
+
+    def status(self) -> dict[str, Any]:
+        """The plugins' circuit breakers, and whether reads take the fast path."""
+        return {
+            "breakers": {k: v.to_dict() for k, v in self.checks.breakers.snapshot().items()},
+            "fast_path": self.checks.settings.fast_path,
+        }
+
+    def spec(self, tool: str) -> ToolSpec | None:
+        """The tool named ``tool``; None when there is none."""
+        return self.registry.specs.get(tool)
+
+    def offer_mcp(self, prefix: str, specs: list[ToolSpec], forget: Callable[[str], bool]) -> None:
+        """The MCP tools (names under ``prefix``) are now ``specs``; a person's yes for a
+        tool ``forget`` names (its server changed) was for the server as it was: gone."""
+        self.registry.replace(prefix, specs)
+        for allowed in self.session_allowed.values():
+            allowed.difference_update({tool for tool in allowed if forget(tool)})
+
+    def review_with(self, reviewer: Reviewer) -> None:
+        """Calls held for review are asked of the person through ``reviewer``."""
+        self.reviewer = reviewer
 
     # -- the public entry points ------------------------------------------------------
     def tools(self) -> list[ToolSpec]:
@@ -190,7 +178,7 @@ class ToolRouter:
             output=output,
             asked=asked,
             args=args,
-            sanitizer=self.sanitizer,
+            sanitizer=self.checks.sanitizer,
             workflow=self.workflow,
             audit=self.audit,
         )
@@ -206,8 +194,7 @@ class ToolRouter:
         tools = [str(item.get("tool")) for item in calls]
         planned, changes = self.plan(tools, [item.get("args") or {} for item in calls])
         await self._expect_batch(session_id, tools)
-        return await run_ordered(
-            self.steps,
+        return await self.ordered(
             planned,
             tools,
             changes,
@@ -218,10 +205,27 @@ class ToolRouter:
             priority=priority,
         )
 
+    async def ordered(
+        self,
+        planned: list[PlannedCall],
+        tools: list[str],
+        changes: list[bool],
+        one: Callable[[int], Awaitable[dict[str, Any]]],
+        refuse: Callable[[int, FluffyError], Awaitable[dict[str, Any]]],
+        *,
+        priority: int,
+    ) -> list[dict[str, Any]]:
+        """Run a response's calls (``one(i)``) in parallel unless their paths conflict, a
+        conflicting call after those it depends on; ``refuse(i, error)`` answers a call
+        whose dependency failed (ADR-043)."""
+        return await run_ordered(
+            self.runners.steps, planned, tools, changes, one, refuse, priority=priority
+        )
+
     async def _expect_batch(self, session_id: str, tools: list[str]) -> None:
         """A tool asked for several times in a batch: that many sandboxes made ahead."""
         repeated = repeated_plugin_tools(self.registry, tools)
-        if not repeated or self.runner is None or self.runner.pool is None:
+        if not repeated or self.runners.plugins is None or self.runners.plugins.pool is None:
             return
         try:
             session = await self.workflow.get(session_id)
@@ -261,7 +265,7 @@ class ToolRouter:
             output=error,
             asked=[],
             args=args,
-            sanitizer=self.sanitizer,
+            sanitizer=self.checks.sanitizer,
             workflow=self.workflow,
             audit=self.audit,
         )
@@ -280,9 +284,9 @@ class ToolRouter:
         if spec.route in ("fast", "kernel"):
             parse_args(tool, args)  # refuse bad arguments before policy sees them
         if spec.route == "mcp":
-            if self.mcp is None:
+            if self.runners.mcp is None:
                 raise ToolNotFound(f"there is no MCP tool {tool!r}")
-            self.mcp.check_arguments(tool, args)
+            self.runners.mcp.check_arguments(tool, args)
         if spec.kind != "workflow":
             availability.check(
                 tool,
@@ -293,14 +297,14 @@ class ToolRouter:
                 self.tools(),
                 scope=self.scope,
             )
-        if spec.route == "plugin" and not self.accepting_work():
+        if spec.route == "plugin" and not self.runners.accepting_work():
             raise KernelOverloaded(
                 f"{tool} was not started: the kernel is short of memory",
                 fix="Wait for running work to finish, then call again.",
             )
         call = RoutedCall(spec, session, args, call_id, reads, writes)
         size = size_after(call, self.fast, self.workspaces)
-        authorise(call, asked, policy=self.policy, size=size)
+        authorise(call, asked, policy=self.checks.policy, size=size)
         if tool == "fs.read":  # however it runs (fast path or the fs plugin's sandbox)
             self.fast.not_secret(next(iter(reads), ""), self.workspaces.get(session.id))
         return call
@@ -312,7 +316,7 @@ class ToolRouter:
         if handler is not None:
             return await handler(self, call)
         stage = self.workspaces.get(session.id)
-        if spec.route == "fast" and (self.settings.fast_path or spec.module is None):
+        if spec.route == "fast" and (self.checks.settings.fast_path or spec.module is None):
             if spec.name.startswith("search."):
                 return await asyncio.to_thread(self.fast.run, spec.name, call.args, stage)
             return self.fast.run(spec.name, call.args, stage, normalized=True)
@@ -326,12 +330,12 @@ class ToolRouter:
                 return await staging.stage(
                     call,
                     outcome,
-                    runner=self.runner,
-                    policy=self.policy,
+                    runner=self.runners.plugins,
+                    policy=self.checks.policy,
                     flow=self.flow,
                     workflow=self.workflow,
                     workspaces=self.workspaces,
-                    protected=self.protected,
+                    protected=list(self.checks.protected),
                     available=self.available,
                 )
             return outcome.result
@@ -347,23 +351,23 @@ class ToolRouter:
     ) -> PluginOutcome:
         """Run the call in its plugin's sandbox (a test run: in its view and environment)."""
         spec = call.spec
-        if self.runner is None or spec.plugin is None or spec.module is None:
+        if self.runners.plugins is None or spec.plugin is None or spec.module is None:
             raise EngineUnavailable(
                 f"{spec.name} needs a sandbox, and this kernel has no container engine",
                 fix="Start Docker or Podman (`scripts/setup`), then restart the kernel.",
             )
-        runner, plugin, module = self.runner, spec.plugin, spec.module
+        runner, plugin, module = self.runners.plugins, spec.plugin, spec.module
         stage = self.workspaces.get(call.session.id)
         project: Path = self.project
         staged: Path | None = stage.root if staged_dir is None else staged_dir
         if test is not None:  # the session's view, one folder (testview)
             project, staged = test.synced.folder, None
-        elif self.tests is not None and self.tests.mirror_needed():
+        elif self.runners.tests is not None and self.runners.tests.mirror_needed():
             project = await asyncio.to_thread(self._mirror, call, stage)
             staged = staged_dir  # the view carries the staged changes; a commit its record
-        ticket = self.breakers.before(plugin)
+        ticket = self.checks.breakers.before(plugin)
         try:
-            outcome: PluginOutcome = await self.schedule(
+            outcome: PluginOutcome = await self.runners.schedule(
                 spec.template,
                 call.call_id,
                 lambda: runner.run(
@@ -376,7 +380,7 @@ class ToolRouter:
                     session_mode=call.session.mode,
                     project=project,
                     staged_dir=staged,
-                    timeout_s=self.settings.call_timeout_s,
+                    timeout_s=self.checks.settings.call_timeout_s,
                     image=test.image if test is not None else None,
                     settings=test.settings if test is not None else settings,
                     capability=call.capability,
@@ -386,29 +390,29 @@ class ToolRouter:
         except BaseException as exc:
             if counts_as_failure(exc) and not isinstance(exc, KernelOverloaded):
                 # the plugin broke (not: the tool said no, or the kernel stopped it)
-                self.breakers.failure(ticket, exc)
+                self.checks.breakers.failure(ticket, exc)
             else:
-                self.breakers.release(ticket)
+                self.checks.breakers.release(ticket)
             raise
-        self.breakers.success(ticket)
+        self.checks.breakers.success(ticket)
         call.timings = {k: round(v, 3) for k, v in outcome.timings.items()}
         call.sandbox_id = outcome.sandbox.sandbox_id
         return outcome
 
     async def _mcp(self, call: RoutedCall) -> dict[str, Any]:
         """An MCP server's tool: the user's yes first when policy asks for review."""
-        assert self.mcp is not None
+        assert self.runners.mcp is not None
         return await call_mcp(
             call,
-            mcp=self.mcp,
+            mcp=self.runners.mcp,
             reviewer=self.reviewer,
             session_allowed=self.session_allowed,
-            timeout_s=self.settings.call_timeout_s,
+            timeout_s=self.checks.settings.call_timeout_s,
         )
 
     async def release(self, outcome: PluginOutcome) -> None:
-        assert self.runner is not None
-        await self.runner.release(outcome)
+        assert self.runners.plugins is not None
+        await self.runners.plugins.release(outcome)
 
     def expect(self, session: SessionRow, tool: str, count: int = 1) -> None:
         """Warm the pool for the session's next ``count`` ``tool`` calls (sandboxes of
@@ -419,24 +423,30 @@ class ToolRouter:
             log.exception("could not warm a sandbox for %s", tool)
 
     def _warm(self, session: SessionRow, tool: str, count: int) -> None:
-        runner = self.runner
+        runner = self.runners.plugins
         if runner is None or runner.pool is None:
             return
-        if self.tests is not None and self.tests.mirror_needed():
+        if self.runners.tests is not None and self.runners.tests.mirror_needed():
             return  # its sandboxes mount the session's copy, made at the call
         staged = self.workspaces.landed if tool == "git.commit" else self.workspaces.get
-        recipe = plugin_recipe(runner, self.registry, tool, self.project,
-                               staged(session.id).root, self.settings.call_timeout_s)  # fmt: skip
+        recipe = plugin_recipe(
+            runner,
+            self.registry,
+            tool,
+            self.project,
+            staged(session.id).root,
+            self.checks.settings.call_timeout_s,
+        )
         if recipe is not None:
             runner.pool.expect(recipe, count)
 
     def _mirror(self, call: RoutedCall, stage: Any) -> Path:
         """The kernel's copy of the view for a sandbox that cannot read the project."""
-        assert self.tests is not None
+        assert self.runners.tests is not None
         git = call.spec.name.startswith("git.") or (
             call.spec.route == "plugin"
             and (call.spec.plugin not in ("fs-tool", "search-tool", "test-tool", "container-tool"))
         )
-        return self.tests.mirror(
+        return self.runners.tests.mirror(
             call.session.id, stage.overlay(), stage.tree, self.workflow.test_globs, git=git
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -282,7 +283,7 @@ def test_the_ai_asks_for_tests_and_the_users_review_sends_the_turn_to_retroactiv
     async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
         fake = FakePlugins(tmp_path / "outputs", harness.project)
         fake.green = True
-        tools.router.runner = fake  # type: ignore[assignment]
+        tools.router.runners = replace(tools.router.runners, plugins=fake)
         await tools.router.workflow.set_mode(sid, "explore", Caller("user"))
         await ai.loop.start(sid, "change it", provider)
         first = await _until(ai, sid, "review")
@@ -333,7 +334,7 @@ def test_yes_does_not_merge_a_file_outside_the_code_and_tests(tmp_path: Path) ->
     async def body(tools: ToolPath, ai: AiLayer, sid: str) -> Any:
         fake = FakePlugins(tmp_path / "outputs", harness.project)
         fake.green = True
-        tools.router.runner = fake  # type: ignore[assignment]
+        tools.router.runners = replace(tools.router.runners, plugins=fake)
         await tools.router.workflow.set_mode(sid, "explore", Caller("user"))
         await ai.loop.start(sid, "change it", provider, auto_approve=True)
         events = await _until(ai, sid, "review")

@@ -45,7 +45,7 @@ def _run(harness: Harness, manager: Any, asker: Asker | None, body: Any) -> Any:
     async def main() -> Any:
         tools, sid = await harness.open()
         router = tools.router
-        assert tools.mcp is not None and router.mcp is tools.mcp
+        assert tools.mcp is not None and router.runners.mcp is tools.mcp
         tools.mcp.manager = lambda: manager
         tools.mcp.start_timeout_s = 20
         router.reviewer = asker
@@ -181,7 +181,9 @@ def test_reload_offers_a_server_added_while_the_kernel_runs(
     async def body(router: Any, sid: str) -> tuple[list[str], dict[str, Any]]:
         save_record(harness.project, fake_server("other"))
         context = type("Context", (), {"binding": "cli"})()
-        answer = await mcp_methods(router, router.mcp)["mcp.reload"](context, {})
+        answer = await mcp_methods(router, router.runners.mcp, router.audit)["mcp.reload"](
+            context, {}
+        )
         names = sorted(n for n in router.registry.specs if n.startswith("mcp."))
         return names, answer
 

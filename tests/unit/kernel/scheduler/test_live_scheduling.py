@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,8 @@ class Recorder:
 
 def _recording(tools: ToolPath) -> Recorder:
     recorder = Recorder()
-    tools.router.schedule = recorder
-    tools.router.runner = object()  # type: ignore[assignment]  # past the engine check
+    tools.router.runners = replace(tools.router.runners, schedule=recorder)
+    tools.router.runners = replace(tools.router.runners, plugins=object())
     return recorder
 
 
@@ -76,7 +77,7 @@ def test_a_turns_ai_provider_sandbox_holds_a_counted_slot(tmp_path: Path) -> Non
             seen.append(tools.scheduler.figures())  # while the turn is running
             return await recorder(*args)
 
-        tools.router.schedule = look
+        tools.router.runners = replace(tools.router.runners, schedule=look)
         await ai.loop.start(sid, "Look around", provider)
         await _events(ai, sid)
         await asyncio.sleep(0.05)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +224,7 @@ def test_the_breaker_opens_after_five_consecutive_plugin_failures(tmp_path: Path
             raise AssertionError("nothing to release")
 
     async def body(tools: ToolPath, sid: str) -> list[tuple[str, int]]:
-        tools.router.runner = Broken()  # type: ignore[assignment]
+        tools.router.runners = replace(tools.router.runners, plugins=Broken())
         seen = []
         for _ in range(4):  # git.status is a read: each call is tried twice
             answer = await tools.router.call(sid, "git.status", {})
@@ -304,7 +305,7 @@ def test_a_batch_of_writes_has_that_many_sandboxes_made_ahead(tmp_path: Path) ->
     async def body(tools: ToolPath, sid: str) -> list[tuple[str, int]]:
         router = tools.router
         fake = PooledPlugins(tmp_path / "outputs", harness.project)
-        router.runner = fake  # type: ignore[assignment]
+        router.runners = replace(router.runners, plugins=fake)
         await router.call(sid, "plan.complete", {})
         writes = [
             {"tool": "fs.write", "args": {"path": f"tests/test_{i}.py", "content": "x = 1\n"}}
@@ -328,7 +329,7 @@ def test_a_sensitive_change_waits_in_reviewing_for_the_user(tmp_path: Path, deci
     async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any], str]:
         router = tools.router
         fake = FakePlugins(tmp_path / "outputs", harness.project)
-        router.runner = fake  # type: ignore[assignment]
+        router.runners = replace(router.runners, plugins=fake)
         await router.call(sid, "plan.complete", {})
         test = "def test_x():\n    assert 1 == 2\n"
         assert (await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": test}))[
@@ -403,7 +404,7 @@ def test_a_locked_tech_debt_budget_merges_nothing(tmp_path: Path) -> None:
         await workflow.set_mode(sid, "explore", Caller("user"))
         fake = Covered(tmp_path / "outputs", harness.project)
         fake.green = True
-        router.runner = fake  # type: ignore[assignment]
+        router.runners = replace(router.runners, plugins=fake)
         await router.call(sid, "plan.complete", {})  # -> exploring
         await router.call(sid, "fs.write", {"path": "src/app.py", "content": "KEY = 2\n"})
         green = await router.call(sid, "test.run", {})
@@ -463,7 +464,7 @@ def test_the_user_asks_for_tests_at_review_and_the_change_merges_with_them(
         router, workflow = tools.router, tools.router.workflow
         fake = FakePlugins(tmp_path / "outputs", harness.project)
         fake.green = True
-        router.runner = fake  # type: ignore[assignment]
+        router.runners = replace(router.runners, plugins=fake)
         with pytest.raises(WorkflowError, match="no review to add tests to"):
             await router.flow.add_tests(sid, by="user")
         await workflow.set_mode(sid, "explore", Caller("user"))
@@ -516,7 +517,7 @@ def test_a_strict_change_has_no_add_tests(tmp_path: Path) -> None:
     async def body(tools: ToolPath, sid: str) -> str:
         router = tools.router
         fake = FakePlugins(tmp_path / "outputs", harness.project)
-        router.runner = fake  # type: ignore[assignment]
+        router.runners = replace(router.runners, plugins=fake)
         await router.call(sid, "plan.complete", {})
         await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": "x = 1\n"})
         await router.call(sid, "test.run", {})  # red
@@ -544,8 +545,10 @@ def test_the_trial_replays_a_plugin_s_call_with_the_tags_it_was_judged_with(
 
     async def body(tools: ToolPath, sid: str) -> None:
         router = tools.router
-        router.runner = FakePlugins(tmp_path / "outputs", harness.project)  # type: ignore[assignment]
-        router.policy.third_party = lambda: {"fs-tool"}  # type: ignore[attr-defined]
+        router.runners = replace(
+            router.runners, plugins=FakePlugins(tmp_path / "outputs", harness.project)
+        )
+        router.checks.policy.third_party = lambda: {"fs-tool"}  # type: ignore[attr-defined]
         await router.workflow.set_mode(sid, "explore", Caller("user"))
         await router.call(sid, "plan.complete", {})
         answer = await router.call(sid, "fs.write", {"path": "src/app.py", "content": "X=1\n"})
@@ -554,7 +557,7 @@ def test_the_trial_replays_a_plugin_s_call_with_the_tags_it_was_judged_with(
         text = (harness.project / ".fluffy" / "policy.yaml").read_text()
         lifted = text.replace("caller_tag: [third_party]}", "caller_tag: [nobody]}")
         assert lifted != text
-        plan = plan_update(router.policy.engine, lifted, recent_requests(harness.state, 100))
+        plan = plan_update(router.checks.policy.engine, lifted, recent_requests(harness.state, 100))
         assert [c.line() for c in plan.changes] == [
             "fs.write src/app.py by fs-tool for the model: require_review -> allow"
         ]
@@ -579,14 +582,14 @@ def test_a_merge_that_fails_before_writing_leaves_nothing_for_the_commit(tmp_pat
     async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], bool]:
         router = tools.router
         fake = FakePlugins(tmp_path / "outputs", harness.project)
-        router.runner = fake  # type: ignore[assignment]
+        router.runners = replace(router.runners, plugins=fake)
         await router.call(sid, "plan.complete", {})
         await router.call(sid, "fs.write", {"path": "tests/test_x.py", "content": "x = 1\n"})
         await router.call(sid, "test.run", {})
         await router.call(sid, "fs.write", {"path": "pyproject.toml", "content": "[x]\n"})
         fake.green = True
         review = (await router.call(sid, "test.run", {}))["output"]["review"]
-        log = router.merger.log.root
+        log = router.flow.merger.log.root
         shutil.rmtree(log, ignore_errors=True)
         log.write_text("not a folder")  # the operation cannot be created
         with pytest.raises(FluffyError):
