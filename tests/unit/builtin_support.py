@@ -62,16 +62,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
     return found
 
 
-def put(root: Path, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-
-
 def git(repo: Path, *args: str, **env: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],

@@ -8,10 +8,13 @@ from typing import Any
 
 
 def write_tree(root: Path, files: dict[str, Any]) -> Path:
-    """Write ``files`` (relative path -> text, or a JSON value such as a package.json's
-    object) below ``root``, making the folders they need; returns ``root``."""
+    """Write ``files`` (relative path -> text, bytes, or a JSON value such as a
+    package.json's object) below ``root``, making the folders they need; returns ``root``."""
     for rel, content in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content if isinstance(content, str) else json.dumps(content))
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
     return root

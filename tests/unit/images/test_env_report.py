@@ -10,15 +10,13 @@ import pytest
 
 from fluffy.errors import EnvironmentFailed
 from fluffy.images.envreport import read_report, remove_links
+from unit.trees import write_tree
 
 
 def _report(folder: Path, data: object, files: dict[str, str] | None = None) -> Path:
     folder.mkdir(parents=True)
     (folder / "env.json").write_text(json.dumps(data))
-    for rel, text in (files or {}).items():
-        path = folder / "generated" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_tree(folder / "generated", files or {})
     return folder
 
 

@@ -14,7 +14,8 @@ import yaml
 from fluffy.plugins.sdk import Roots, check_plugin, execute_job, scrubbed
 from fluffy.plugins.search_tool.globs import Glob
 from fluffy.plugins.test_tool.junit import junit_counts
-from tests.unit.builtin_support import call, error, ok, plugin_of, put, snapshot
+from tests.unit.builtin_support import call, error, ok, plugin_of, snapshot
+from tests.unit.trees import write_tree
 
 PLUGINS = ("fs_tool", "search_tool", "git_tool", "test_tool", "container_tool")
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,8 +70,8 @@ def test_manifest_matches_the_plugin(module: str) -> None:
 def test_fs_write_and_edit_produce_patches_that_apply_to_the_view(
     roots: Roots, tmp_path: Path
 ) -> None:
-    put(roots.workspace, {"a.py": "x = 1\ny = 2\n", "b.py": "old\n", "gone.py": "bye\n"})
-    put(roots.staged / "tree", {"b.py": "staged\nstaged\n"})  # b.py as the session sees it
+    write_tree(roots.workspace, {"a.py": "x = 1\ny = 2\n", "b.py": "old\n", "gone.py": "bye\n"})
+    write_tree(roots.staged / "tree", {"b.py": "staged\nstaged\n"})  # b.py as the session sees it
     (roots.staged / "deleted.txt").write_text("gone.py\n")
     before = snapshot(roots.workspace)
 
@@ -94,7 +95,7 @@ def test_fs_write_and_edit_produce_patches_that_apply_to_the_view(
 
 
 def test_fs_edit_needs_a_unique_exact_match(roots: Roots) -> None:
-    put(roots.workspace, {"m.py": "a = 1\na = 1\nb = 2\n"})
+    write_tree(roots.workspace, {"m.py": "a = 1\na = 1\nb = 2\n"})
     args = {"path": "m.py", "old_string": "a = 1", "new_string": "a = 3"}
     assert "occurs 2 times" in error(call(roots, "fs.edit", args), "tool.input_invalid")
     missing = {**args, "old_string": "zzz"}
@@ -108,7 +109,7 @@ def test_fs_edit_needs_a_unique_exact_match(roots: Roots) -> None:
 
 
 def test_fs_delete_and_the_paths_it_refuses(roots: Roots) -> None:
-    put(roots.workspace, {"d.txt": "x\n", "dir/f.txt": "y\n"})
+    write_tree(roots.workspace, {"d.txt": "x\n", "dir/f.txt": "y\n"})
     assert ok(call(roots, "fs.delete", {"path": "d.txt"}))["changes"] == [
         {"path": "d.txt", "op": "delete"}
     ]
@@ -127,7 +128,7 @@ def test_fs_delete_and_the_paths_it_refuses(roots: Roots) -> None:
 # -- search ---------------------------------------------------------------------------
 @pytest.fixture()
 def project(roots: Roots, tmp_path: Path) -> Roots:
-    put(
+    write_tree(
         roots.workspace,
         {
             "src/app.py": "def main():\n    return 'Needle'\n",
@@ -139,11 +140,11 @@ def project(roots: Roots, tmp_path: Path) -> Roots:
             ".git/config": "needle in git\n",
         },
     )
-    put(roots.staged / "tree", {"src/app.py": "def main():\n    return 'changed'\n"})
-    put(roots.staged / "tree", {"src/new.py": "# needle staged\n"})
+    write_tree(roots.staged / "tree", {"src/app.py": "def main():\n    return 'changed'\n"})
+    write_tree(roots.staged / "tree", {"src/new.py": "# needle staged\n"})
     (roots.staged / "deleted.txt").write_text("src/old.py\n")
     outside = tmp_path / "outside"
-    put(outside, {"secret.py": "needle outside\n"})
+    write_tree(outside, {"secret.py": "needle outside\n"})
     (roots.workspace / "escape").symlink_to(outside)
     (roots.workspace / "escape.py").symlink_to(outside / "secret.py")
     return roots
@@ -237,7 +238,7 @@ TESTS = (
 @pytest.fixture()
 def tiny(roots: Roots, tmp_path: Path) -> Roots:
     """A view as the kernel lays it out (project + staged changes, one folder)."""
-    put(
+    write_tree(
         roots.workspace,
         {
             "calc.py": CALC,
@@ -290,7 +291,7 @@ def test_test_run_reports_counts_junit_and_coverage(tiny: Roots) -> None:
 def test_test_run_uses_the_environment_the_kernel_names(roots: Roots, tmp_path: Path) -> None:
     """settings.python runs the tests (its bin first on PATH); without it the import roots
     go on PYTHONPATH, so a src layout imports without being installed."""
-    put(
+    write_tree(
         roots.workspace,
         {
             "src/pkg/__init__.py": "VALUE = 3\n",
@@ -336,7 +337,7 @@ def test_test_run_runs_a_projects_own_command(roots: Roots) -> None:
         '<failure message="expected 2 to be 3"/></testcase>'
         "</testsuite></testsuites>')\nprint('ran', sys.argv[2:])\nsys.exit(1)\n"
     )
-    put(roots.workspace, {"run_specs.py": runner})
+    write_tree(roots.workspace, {"run_specs.py": runner})
     settings = {"command": ["python3", "run_specs.py", "{junit}", "{paths}", "--ci"]}
     plugin = plugin_of("test_tool")
     job = {"call_id": "k1", "tool": "test.run", "args": {"paths": ["spec/add.js"]},
@@ -358,7 +359,7 @@ def test_the_projects_variables_reach_pytest_and_colour_codes_do_not_reach_the_m
         "import os\n\ndef test_tz():\n    print('\\x1b[31mcoloured\\x1b[0m')\n"
         "    assert os.environ.get('TZ') == 'America/New_York'\n"
     )
-    put(roots.workspace, {"tests/test_tz.py": test})
+    write_tree(roots.workspace, {"tests/test_tz.py": test})
     result = _run_with(roots, {"env": {"TZ": "America/New_York"}, "coverage": False}, "v1")
     assert result["exit_code"] == 0, result["output_tail"]
     bare = _run_with(roots, {"coverage": False}, "v2")
@@ -378,7 +379,9 @@ def test_test_run_with_paths_keyword_and_no_tests(tiny: Roots) -> None:
 
 
 def test_test_run_times_out(roots: Roots) -> None:
-    put(roots.workspace, {"test_slow.py": "import time\n\ndef test_slow():\n    time.sleep(60)\n"})
+    write_tree(
+        roots.workspace, {"test_slow.py": "import time\n\ndef test_slow():\n    time.sleep(60)\n"}
+    )
     message = error(call(roots, "test.run", {"timeout_s": 1}), "tool.timeout")
     assert "did not finish within 1 s" in message
 

@@ -13,8 +13,9 @@ import pytest
 
 from fluffy.plugins.container_tool.plugin import HEAD_BYTES, TAIL_BYTES
 from fluffy.plugins.sdk import Roots
-from tests.unit.plugins.test_builtin_plugins import call, error, ok, put
+from tests.unit.plugins.test_builtin_plugins import call, error, ok
 from tests.unit.plugins.test_builtin_plugins import roots as roots  # the fixture
+from tests.unit.trees import write_tree
 
 pytestmark = pytest.mark.unit
 PY = sys.executable
@@ -25,7 +26,9 @@ def run(roots: Roots, argv: list[str], **more: object) -> dict[str, object]:
 
 
 def test_a_command_runs_in_the_view_with_its_exit_code_and_output(roots: Roots) -> None:
-    put(roots.workspace, {"pkg/__init__.py": "", "pkg/__main__.py": "print('hello from pkg')\n"})
+    write_tree(
+        roots.workspace, {"pkg/__init__.py": "", "pkg/__main__.py": "print('hello from pkg')\n"}
+    )
     done = run(roots, [PY, "-c", "import sys, pkg.__main__; sys.exit(3)"])
     assert done["exit_code"] == 3 and done["timed_out"] is False
     assert done["output"] == "hello from pkg\n" and done["truncated"] is False
@@ -37,7 +40,7 @@ def test_a_command_runs_in_the_view_with_its_exit_code_and_output(roots: Roots) 
 
 
 def test_stdout_and_stderr_come_interleaved_and_in_a_folder_given(roots: Roots) -> None:
-    put(roots.workspace, {"sub/marker.txt": "x"})
+    write_tree(roots.workspace, {"sub/marker.txt": "x"})
     code = "import os, sys; print('out', flush=True); print(os.listdir('.'), file=sys.stderr)"
     done = run(roots, [PY, "-c", code], cwd="sub")
     assert done["output"] == "out\n['marker.txt']\n"

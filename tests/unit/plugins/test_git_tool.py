@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from fluffy.plugins.sdk import Roots
-from tests.unit.builtin_support import call, error, git, ok, put, snapshot
+from tests.unit.builtin_support import call, error, git, ok, snapshot
+from tests.unit.trees import write_tree
 
 
 @pytest.fixture()
@@ -26,11 +27,11 @@ def roots(tmp_path: Path) -> Roots:
 
 @pytest.fixture()
 def repo(roots: Roots) -> Roots:
-    put(roots.workspace, {"a.txt": "one\n", "b.txt": "two\n"})
+    write_tree(roots.workspace, {"a.txt": "one\n", "b.txt": "two\n"})
     git(roots.workspace, "init", "-q", "-b", "main")
     git(roots.workspace, "add", "-A")
     git(roots.workspace, "commit", "-q", "-m", "first")
-    put(roots.workspace, {"a.txt": "one changed\n", "new.txt": "new\n"})
+    write_tree(roots.workspace, {"a.txt": "one changed\n", "new.txt": "new\n"})
     # Files changed in the same second as git.commit's temporary index are "racily clean":
     # git hashes them again and, finding the object in the project's store, "freshens" it
     # (utime).  In the sandbox the store is read-only and that fails harmlessly; here it
@@ -82,7 +83,7 @@ def landed(roots: Roots, changes: dict[str, Change | list[Change]]) -> dict[str,
 def test_git_commit_holds_only_what_the_session_merged(repo: Roots) -> None:
     """The person's uncommitted edit (a.txt, staged too), their untracked files (new.txt,
     .env) stay out of the commit; their index changes for the committed path only."""
-    put(repo.workspace, {"b.txt": "two merged\n", ".env": "TOKEN=secret\n"})
+    write_tree(repo.workspace, {"b.txt": "two merged\n", ".env": "TOKEN=secret\n"})
     git(repo.workspace, "add", "a.txt")  # the person staged their own edit
     head = git(repo.workspace, "rev-parse", "HEAD").strip()
     index = (repo.workspace / ".git" / "index").read_bytes()
@@ -149,7 +150,7 @@ def test_git_commit_of_what_head_already_has_commits_nothing(repo: Roots) -> Non
 
 
 def test_git_commit_in_a_repository_without_commits(roots: Roots) -> None:
-    put(roots.workspace, {"a.txt": "x\n", "d/b.txt": "y\n"})
+    write_tree(roots.workspace, {"a.txt": "x\n", "d/b.txt": "y\n"})
     message = error(call(roots, "git.commit", {"message": "m"}), "tool.failed")
     assert "not a git repository" in message
     git(roots.workspace, "init", "-q", "-b", "main")
@@ -174,7 +175,7 @@ def text(**changed: str) -> bytes:
 
 @pytest.fixture()
 def lines(roots: Roots) -> Roots:
-    put(roots.workspace, {"c.py": text(), "d.py": text(), "e.py": text()})
+    write_tree(roots.workspace, {"c.py": text(), "d.py": text(), "e.py": text()})
     git(roots.workspace, "init", "-q", "-b", "main")
     git(roots.workspace, "add", "-A")
     git(roots.workspace, "commit", "-q", "-m", "first")
@@ -205,7 +206,7 @@ def test_the_commit_takes_the_sessions_change_never_the_persons_lines(lines: Roo
     merge wrote both). Either way the commit holds HEAD plus the session's line only, and
     the person's index holds what the commit does (their lines stay unstaged edits)."""
     mine = text(l0="mine 0\n")
-    put(lines.workspace, {"c.py": text(l0="mine 0\n", l8="session 8\n"),
+    write_tree(lines.workspace, {"c.py": text(l0="mine 0\n", l8="session 8\n"),
                           "d.py": text(l2="mine 2\n", l8="session 8\n")})  # fmt: skip
     order = landed(lines, {"c.py": (mine, text(l0="mine 0\n", l8="session 8\n")),
                            "d.py": (text(), text(l8="session 8\n"))})  # fmt: skip
@@ -248,7 +249,7 @@ def test_changes_merged_twice_before_a_commit_are_carried_in_order(lines: Roots)
 def test_the_persons_staged_version_is_carried_onto_the_commit_or_kept(lines: Roots) -> None:
     """The person had staged their own line (git add): their index gets the commit's
     change on top of it; where the two overlap their staged version is kept, with a note."""
-    put(lines.workspace, {"c.py": text(l0="mine 0\n"), "d.py": text(l8="mine 8\n")})
+    write_tree(lines.workspace, {"c.py": text(l0="mine 0\n"), "d.py": text(l8="mine 8\n")})
     git(lines.workspace, "add", "c.py", "d.py")
     order = landed(lines, {"c.py": (text(l0="mine 0\n"), text(l0="mine 0\n", l8="session 8\n"))})
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
@@ -262,9 +263,9 @@ def test_the_persons_staged_version_is_carried_onto_the_commit_or_kept(lines: Ro
 
 
 def test_a_staged_version_overlapping_the_commit_is_kept_in_the_index(lines: Roots) -> None:
-    put(lines.workspace, {"c.py": text(l8="staged 8\n")})
+    write_tree(lines.workspace, {"c.py": text(l8="staged 8\n")})
     git(lines.workspace, "add", "c.py")
-    put(lines.workspace, {"c.py": text(l8="session 8\n")})  # the person went back, unstaged
+    write_tree(lines.workspace, {"c.py": text(l8="session 8\n")})  # the person went back, unstaged
     order = landed(lines, {"c.py": (text(), text(l8="session 8\n"))})
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
     assert committed(lines, result, "c.py") == text(l8="session 8\n")
@@ -298,7 +299,7 @@ def test_a_removal_is_committed_and_a_new_file_needs_head_without_it(lines: Root
 def test_a_name_like_pathspec_magic_is_a_plain_file_name(lines: Roots) -> None:
     """`:foo` and `:!x` are file names a model may write, never git's pathspec magic: the
     person's own staged `:foo` is seen (and kept), `:!x` does not break the commit."""
-    put(lines.workspace, {":foo": "person staged\n"})
+    write_tree(lines.workspace, {":foo": "person staged\n"})
     git(lines.workspace, "add", "--", ":(literal):foo")
     order = landed(lines, {":foo": (None, b"session\n"), ":!x": (None, b"new\n")})
     result = ok(call(lines, "git.commit", {"message": "m"}, settings=order))
@@ -311,7 +312,7 @@ def test_a_name_like_pathspec_magic_is_a_plain_file_name(lines: Roots) -> None:
 def test_end_of_line_attributes_do_not_look_like_the_persons_lines(lines: Roots) -> None:
     """A file git stores with LF and checks out with CRLF: the change is carried in the
     repository's form, so it is committed (not left out as an overlap) and stays LF."""
-    put(lines.workspace, {".gitattributes": "*.bat text eol=crlf\n", "run.bat": "a\nb\n"})
+    write_tree(lines.workspace, {".gitattributes": "*.bat text eol=crlf\n", "run.bat": "a\nb\n"})
     git(lines.workspace, "add", "-A")
     git(lines.workspace, "commit", "-q", "-m", "bat")
     order = landed(lines, {"run.bat": (b"a\r\nb\r\n", b"a\r\nb\r\nc\r\n")})
@@ -322,7 +323,7 @@ def test_end_of_line_attributes_do_not_look_like_the_persons_lines(lines: Roots)
 
 def test_a_binary_file_with_the_persons_changes_is_never_merged(lines: Roots) -> None:
     head = b"\0" + b"".join(f"{i}\n".encode() for i in range(10))
-    put(lines.workspace, {"img.bin": head})
+    write_tree(lines.workspace, {"img.bin": head})
     git(lines.workspace, "add", "-A")
     git(lines.workspace, "commit", "-q", "-m", "bin")
     mine = head.replace(b"1\n", b"mine\n")

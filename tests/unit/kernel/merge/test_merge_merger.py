@@ -15,6 +15,7 @@ from fluffy.kernel.merge import merger as merger_module
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.oplog import MergeOperation, pending
 from fluffy.kernel.merge.staging import Staging
+from unit.trees import write_tree
 
 #: The fixture project's source and test folders (its Layout.merge_globs).
 ROOTS = ("tests/**", "**/test_*.py", "src/**", "/old.py")  # old.py: a module at the top
@@ -26,12 +27,8 @@ class Crash(Exception):
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "src").mkdir(parents=True)
-    (root / "src/a.py").write_text("a = 1\n")
-    (root / "src/b.py").write_text("b = 1\n")
-    (root / "old.py").write_text("old\n")
-    return root
+    files = {"src/a.py": "a = 1\n", "src/b.py": "b = 1\n", "old.py": "old\n"}
+    return write_tree(tmp_path / "project", files)
 
 
 @pytest.fixture()

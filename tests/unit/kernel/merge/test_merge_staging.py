@@ -18,6 +18,7 @@ from fluffy.errors import MergeRefused, PatchRejected
 from fluffy.kernel.merge.ingest import ingest
 from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
 from fluffy.kernel.merge.staging import Staging
+from unit.trees import write_tree
 
 
 def sha(data: bytes) -> str:
@@ -26,11 +27,7 @@ def sha(data: bytes) -> str:
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "src").mkdir(parents=True)
-    (root / "src/a.py").write_text("a = 1\n")
-    (root / "old.py").write_text("old\n")
-    return root
+    return write_tree(tmp_path / "project", {"src/a.py": "a = 1\n", "old.py": "old\n"})
 
 
 @pytest.fixture()

@@ -10,19 +10,20 @@ import pytest
 from fluffy.errors import ToolFailed, ToolInputInvalid
 from fluffy.kernel.merge.staging import Staging
 from fluffy.kernel.tools.reading.fastpath import FastPath
+from unit.trees import write_tree
 
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "src" / "pkg").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "src" / "pkg" / "mod.py").write_text("def f():\n    return 1\n# TODO\n")
-    (root / "tests" / "test_mod.py").write_text("from pkg.mod import f\n")
-    (root / ".git").mkdir()
-    (root / ".git" / "config").write_text("TODO in git\n")
-    (tmp_path / "secret.txt").write_text("host secret\n")
-    return root
+    (tmp_path / "secret.txt").write_text("host secret\n")  # beside the project, outside it
+    return write_tree(
+        tmp_path / "project",
+        {
+            "src/pkg/mod.py": "def f():\n    return 1\n# TODO\n",
+            "tests/test_mod.py": "from pkg.mod import f\n",
+            ".git/config": "TODO in git\n",
+        },
+    )
 
 
 def test_read_whole_file_and_line_range(project: Path) -> None:

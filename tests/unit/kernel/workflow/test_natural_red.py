@@ -12,6 +12,7 @@ from fluffy.kernel.tools.reading.fastpath import FastPath
 from fluffy.kernel.tools.reading.treereader import SessionTree
 from fluffy.kernel.workflow.evidence import TestRun, TreeSnapshot, run_pytest, snapshot_trees
 from fluffy.kernel.workflow.missing import MissingCode, named_missing
+from unit.trees import write_tree
 
 CALC = """\
 def add(a, b):
@@ -52,10 +53,7 @@ class NoStage:
 
 
 def project(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
-    root = tmp_path / "p"
-    for rel, text in {"calc.py": CALC, "pkg/__init__.py": "", **(extra or {})}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    root = write_tree(tmp_path / "p", {"calc.py": CALC, "pkg/__init__.py": "", **(extra or {})})
     (root / "tests").mkdir(exist_ok=True)
     return root
 
