@@ -15,8 +15,9 @@ of each package).
    links to its dependencies, the project's own dependencies linked at the top).
    Archives are unpacked as data: regular files and folders only, inside their package's
    folder; no package script runs (npm's ``--ignore-scripts``);
-3. each top-level package's ``bin`` linked in ``/node_modules/.bin``; caches tools write
-   next to their packages (``.vite``, ``.cache``) point into ``/tmp``;
+3. each top-level package's ``bin`` linked in ``/node_modules/.bin``, a dependency's in
+   its dependent's ``node_modules/.bin`` (for install scripts, as npm and pnpm do); caches
+   tools write next to their packages (``.vite``, ``.cache``) point into ``/tmp``;
 4. the packages' install scripts, as the sandbox user, network none
    (:mod:`fluffy.sandboxes.nodescripts`);
 5. ``/opt/fluffy/env/report/env.json``: the top-level packages, Node's version, notes.
@@ -137,6 +138,14 @@ def _store(key: str, package: dict[str, Any]) -> Path:
     return MODULES / ".store" / folder / "node_modules" / name
 
 
+def _modules_of(folder: Path, name: str) -> Path:
+    """The ``node_modules`` folder that holds package ``name`` at ``folder`` (a scoped
+    name, ``@scope/pkg``, is two folders deep)."""
+    for _ in name.split("/"):
+        folder = folder.parent
+    return folder
+
+
 def _link(link: Path, target: Path | str) -> None:
     """``link`` -> ``target``; a link that would not be inside /node_modules is not made."""
     if not os.path.normpath(link).startswith(f"{MODULES}/"):
@@ -151,22 +160,31 @@ def lay_out(plan: dict[str, Any], archives: Path) -> dict[str, str]:
     budget = [MAX_UNPACKED]
     packages: dict[str, dict[str, Any]] = plan["packages"]
     top: dict[str, Path] = {}
+    #: each ``.bin`` folder and the packages (name -> folder) whose commands go there:
+    #: /node_modules/.bin for the top level, a package's own ``node_modules/.bin`` for
+    #: the dependencies its install scripts may call (as npm and pnpm lay them)
+    bins: dict[Path, dict[str, Path]] = {MODULES / ".bin": top}
     if plan["layout"] == "tree":
         for rel, key in sorted(plan["placed"].items(), key=lambda kv: kv[0].count("/")):
             folder = MODULES / rel
             unpack(archives / packages[key]["archive"], folder, budget)
             if "/node_modules/" not in rel:
                 top[rel] = folder
+            else:
+                parent, name = rel.rsplit("/node_modules/", 1)
+                bins.setdefault(MODULES / parent / "node_modules" / ".bin", {})[name] = folder
     else:
         for key, package in packages.items():
             unpack(archives / package["archive"], _store(key, package), budget)
         hoisted = MODULES / ".store" / "node_modules"
         for key, package in sorted(packages.items()):
-            own = _store(key, package).parent
+            here = _store(key, package)
+            own = _modules_of(here, str(package["name"]))  # its dependencies sit beside it
             for dep, target in package["deps"].items():
                 if target in packages:
                     _link(own / dep, _store(target, packages[target]))
-            _link(hoisted / package["name"], _store(key, package))
+                    bins.setdefault(here / "node_modules" / ".bin", {})[dep] = own / dep
+            _link(hoisted / package["name"], here)
         for name, key in plan["roots"].items():
             _link(MODULES / name, _store(key, packages[key]))
             top[name] = MODULES / name
@@ -174,7 +192,9 @@ def lay_out(plan: dict[str, Any], archives: Path) -> dict[str, str]:
         _link(MODULES / name, f"{WORKSPACE}/{folder}")
     for cache in CACHES:
         _link(MODULES / cache, f"/tmp/{cache}")  # noqa: S108 - the sandbox's tmpfs
-    _bins(top)
+    (MODULES / ".bin").mkdir(parents=True, exist_ok=True)
+    for folder, named in bins.items():
+        _bins(named, folder)
     return {name: _version(folder) for name, folder in sorted(top.items())}
 
 
@@ -192,11 +212,10 @@ def _version(folder: Path) -> str:
         return ""
 
 
-def _bins(top: dict[str, Path]) -> None:
-    """``/node_modules/.bin/<command>`` for each top-level package's ``bin``."""
-    folder = MODULES / ".bin"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, package in sorted(top.items()):
+def _bins(named: dict[str, Path], folder: Path) -> None:
+    """``folder/<command>`` for the ``bin`` of each package (name -> its folder); the first
+    package to claim a command keeps it."""
+    for name, package in sorted(named.items()):
         try:
             declared = json.loads((package / "package.json").read_text()).get("bin")
         except (OSError, ValueError, AttributeError):

@@ -96,11 +96,25 @@ def run_scripts(order: list[tuple[str, Path]], modules: Path, node_bin: Path) ->
     return said
 
 
+def bin_path(folder: Path, modules: Path) -> list[Path]:
+    """The ``.bin`` folders a package's scripts find commands in, nearest first, as npm
+    puts them on the PATH: the package's own ``node_modules/.bin``, then that of every
+    ``node_modules`` folder above it up to ``modules``."""
+    found = [folder / "node_modules" / ".bin"]
+    here = folder
+    while here != modules and here.is_relative_to(modules):
+        here = here.parent
+        if here.name == "node_modules":
+            found.append(here / ".bin")
+    return list(dict.fromkeys(found))
+
+
 def _run(key: str, folder: Path, hook: str, command: str, modules: Path, node_bin: Path) -> str:
     name, _, version = key.rpartition("@")
+    commands = ":".join(str(path) for path in bin_path(folder, modules))
     env = {
-        "PATH": f"{node_bin}:/usr/local/bin:/usr/bin:/bin:{folder}/node_modules/.bin:"
-        f"{modules}/.bin",
+        # Node's and the system's commands first: a package's never shadows them
+        "PATH": f"{node_bin}:/usr/local/bin:/usr/bin:/bin:{commands}",
         "HOME": "/tmp",  # noqa: S108 - the build's own /tmp
         "npm_lifecycle_event": hook,
         "npm_package_name": name,

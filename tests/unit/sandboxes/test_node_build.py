@@ -125,7 +125,7 @@ def test_bins_of_top_level_packages_are_linked_inside_node_modules_only(
         }
     }
     (tool / "package.json").write_text(json.dumps(manifest))
-    nodebuild._bins({"tool": tool})
+    nodebuild._bins({"tool": tool}, modules / ".bin")
     assert sorted(p.name for p in (modules / ".bin").iterdir()) == ["tool"]
     assert (modules / ".bin/tool").resolve() == (tool / "cli.js").resolve()
     assert (tool / "cli.js").stat().st_mode & 0o111
@@ -162,3 +162,68 @@ def test_a_peer_variant_gets_its_own_folder_named_by_digest(
     assert (
         variant.parent.parent.name.startswith("a@1.0.0+") and len(variant.parent.parent.name) < 40
     )
+
+
+def _archive(folder: Path, name: str, version: str, bin_: dict[str, str] | None = None) -> str:
+    manifest: dict[str, object] = {"name": name, "version": version}
+    files = {"index.js": f"module.exports = '{name}@{version}';\n"}
+    if bin_:
+        manifest["bin"] = bin_
+        files.update({rel: "#!/usr/bin/env node\n" for rel in bin_.values()})
+    file = f"{name.replace('/', '+')}-{version}.tgz"
+    (folder / file).write_bytes(tarball({"package.json": json.dumps(manifest), **files}))
+    return file
+
+
+def test_a_scoped_packages_dependencies_sit_beside_it_where_node_looks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pnpm's layout: ``@scope/pkg``'s dependencies are links in the ``node_modules``
+    folder that holds ``@scope`` (where Node's lookup goes from the package's files), not
+    inside ``@scope``; otherwise Node falls back to the hoisted copy of another version.
+    Its dependencies' commands are in its own ``node_modules/.bin``, for its scripts."""
+    modules = tmp_path / "node_modules"
+    monkeypatch.setattr(nodebuild, "MODULES", modules)
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    packages = {
+        "@s/core@1.0.0": {"name": "@s/core", "version": "1.0.0", "deps": {"util": "util@2.0.0"},
+                          "archive": _archive(archives, "@s/core", "1.0.0")},
+        "util@1.0.0": {"name": "util", "version": "1.0.0", "deps": {},
+                       "archive": _archive(archives, "util", "1.0.0")},
+        "util@2.0.0": {"name": "util", "version": "2.0.0", "deps": {},
+                       "archive": _archive(archives, "util", "2.0.0", {"utilcmd": "cli.js"})},
+    }  # fmt: skip
+    plan = {"layout": "isolated", "packages": packages, "links": {},
+            "roots": {"@s/core": "@s/core@1.0.0", "util": "util@1.0.0"}}  # fmt: skip
+    nodebuild.lay_out(plan, archives)
+    core = nodebuild._store("@s/core@1.0.0", packages["@s/core@1.0.0"])
+    beside = core.parent.parent / "util"  # .store/@s+core@1.0.0/node_modules/util
+    assert (beside / "index.js").read_text() == "module.exports = 'util@2.0.0';\n"
+    assert not (core.parent / "util").exists()  # never inside the scope's folder
+    command = core / "node_modules" / ".bin" / "utilcmd"
+    util2 = nodebuild._store("util@2.0.0", packages["util@2.0.0"])
+    assert command.resolve() == (util2 / "cli.js").resolve()
+    assert not (modules / ".bin" / "utilcmd").exists()  # util@1.0.0 is the project's
+
+
+def test_a_nested_packages_commands_are_in_its_parents_bin_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """npm's tree: ``a/node_modules/b``'s commands go to ``a/node_modules/.bin`` (what
+    ``a``'s install scripts find on their PATH), not to the top level's."""
+    modules = tmp_path / "node_modules"
+    monkeypatch.setattr(nodebuild, "MODULES", modules)
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    packages = {
+        "a@1.0.0": {"name": "a", "version": "1.0.0", "archive": _archive(archives, "a", "1.0.0")},
+        "b@1.0.0": {"name": "b", "version": "1.0.0",
+                    "archive": _archive(archives, "b", "1.0.0", {"bcmd": "bin/b.js"})},
+    }  # fmt: skip
+    plan = {"layout": "tree", "packages": packages, "roots": {}, "links": {},
+            "placed": {"a": "a@1.0.0", "a/node_modules/b": "b@1.0.0"}}  # fmt: skip
+    assert nodebuild.lay_out(plan, archives) == {"a": "1.0.0"}
+    command = modules / "a" / "node_modules" / ".bin" / "bcmd"
+    assert command.resolve() == (modules / "a/node_modules/b/bin/b.js").resolve()
+    assert not (modules / ".bin" / "bcmd").exists()

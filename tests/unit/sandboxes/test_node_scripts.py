@@ -54,3 +54,29 @@ def test_a_tree_layout_runs_nested_packages_before_the_ones_above() -> None:
     plan = {"layout": "tree", "placed": {"a": "a@1", "a/node_modules/b": "b@1", "c": "c@1"}}
     order = nodescripts.script_order(plan, lambda rel: Path("/node_modules") / rel)
     assert [k for k, _ in order] == ["b@1", "a@1", "c@1"]
+
+
+def test_a_script_finds_the_commands_of_every_node_modules_folder_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As npm runs them: a package's own ``node_modules/.bin`` first, then each one above
+    it (a dependency's ``napi-postinstall`` called by its dependent's postinstall)."""
+    monkeypatch.setattr(nodescripts, "SANDBOX_USER", os.getuid())
+    modules = tmp_path / "node_modules"
+    log = tmp_path / "calls.log"
+    script = {"postinstall": "owncmd && besidecmd && topcmd"}
+    package = _package(modules / "a/node_modules/b", script)
+    for folder, command in [(package / "node_modules/.bin", "owncmd"),
+                            (modules / "a/node_modules/.bin", "besidecmd"),
+                            (modules / ".bin", "topcmd")]:  # fmt: skip
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / command).write_text(f"#!/bin/sh\necho {command} >> {log}\n")
+        (folder / command).chmod(0o755)
+    said = nodescripts.run_scripts([("b@1.0.0", package)], modules, tmp_path / "bin")
+    assert said == ["b@1.0.0: postinstall ran"]
+    assert log.read_text().split() == ["owncmd", "besidecmd", "topcmd"]
+    assert nodescripts.bin_path(package, modules) == [
+        package / "node_modules/.bin",
+        modules / "a/node_modules/.bin",
+        modules / ".bin",
+    ]
