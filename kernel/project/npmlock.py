@@ -268,8 +268,9 @@ def read_pnpm(data: Any, file: str, arch: str) -> NodeLock:
                 or "integrity" not in resolution
                 or (tarball is not None and not registry_download(str(tarball), real, ver))
             ):
-                lock.refused.append(f"{snapshot[:120]}: not from the registry (git, tarball "
-                                    "URL and folder dependencies are not fetched)")  # fmt: skip
+                lock.refused.append(f"{real[:80]} ({snapshot[:120]}): not from the registry "
+                                    "(git, tarball URL and folder dependencies are not "
+                                    "fetched)")  # fmt: skip
             elif not _fits(meta, arch):
                 lock.skipped.append(f"{snapshot[:120]}: for another platform")
             else:  # one per snapshot: peers make variants of one release

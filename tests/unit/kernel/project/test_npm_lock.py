@@ -132,6 +132,8 @@ packages:
     resolution: {{integrity: {SHA}}}
   github.com/x/y/abc:
     resolution: {{tarball: https://codeload.github.com/x/y/tar.gz/abc}}
+    name: y-lib
+    version: 1.0.0
 """
     lock = read(tmp_path, "pnpm-lock.yaml", text)
     peered = "react-dom@18.0.0(react@18.0.0)"  # a variant per peer set, fetched once
@@ -139,7 +141,8 @@ packages:
     assert lock.packages[peered].deps == {"react": "react@18.0.0"}
     assert lock.packages[peered].name == "react-dom" and lock.packages[peered].version == "18.0.0"
     assert lock.links == {"mine": "packages/mine"}  # ../outside is not the project's
-    assert any("github.com/x/y" in r for r in lock.refused)
+    # named by its package (the key of a git dependency names only where it came from)
+    assert any(r.startswith("y-lib (github.com/x/y/abc): not from") for r in lock.refused)
 
 
 def test_yarn_berry_and_npm_v1_are_refused_with_what_to_do(tmp_path: Path) -> None:
