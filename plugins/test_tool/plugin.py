@@ -21,7 +21,6 @@ and the end of the output for display.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,9 @@ from typing import Any
 from fluffy.errors import ToolFailed, ToolTimeout
 from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin, normalise_path
 from fluffy.plugins.test_tool.junit import EMPTY, junit_counts
+from fluffy.safetext import strip_sequences
 
 OUTPUT_TAIL = 4000
-#: Terminal colour and cursor codes (runners colour their output when CI is set): dropped
-#: from what the model and the person read.
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 COVERAGE_TIMEOUT_S = 300
 JUNIT, COVERAGE, DATA = "junit.xml", "coverage.json", ".coverage"
 #: pytest's cache goes where the sandbox may write (the project is read-only).
@@ -162,7 +159,9 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         command = _pytest(ctx, args, python)
         env.update(_custom(ctx, args)[1])  # the project's variables (`tests: env:`)
     tests = ctx.run(command, cwd=ctx.workspace, timeout_s=args["timeout_s"], env=env)
-    output = _ANSI.sub("", tests.stdout + (("\n" + tests.stderr) if tests.stderr else ""))
+    # terminal colour and cursor codes (runners colour their output when CI is set), each
+    # sequence whole: dropped from what the model and the person read
+    output = strip_sequences(tests.stdout + (("\n" + tests.stderr) if tests.stderr else ""))
     if tests.timed_out:
         raise ToolTimeout(
             f"the tests did not finish within {args['timeout_s']} s; output ends: {output[-500:]}",

@@ -7,11 +7,13 @@
 const fs = require('node:fs');
 const path = require('node:path');
 
-const esc = (text) => String(text)
-  .replace(/\u001b\[[0-9;]*m/g, '')
+// Terminal escape sequences whole (colours, cursor moves, titles): removed before the
+// control characters XML cannot hold, or the escape byte alone goes and `[31m` stays.
+const SEQUENCES = /\u001b\[[0-?]{0,64}[ -/]{0,8}[@-~]|\u001b\][^\u0007\u001b\n]{0,512}(?:\u0007|\u001b\\)|\u001b[()*+][0-~]/g;
+const plain = (text) => String(text || '').replace(SEQUENCES, '');
+const esc = (text) => plain(text)
   .replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f]/g, '')
   .replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-const plain = (text) => String(text || '').replace(/\u001b\[[0-9;]*m/g, '');
 
 function kindOf(detail, text) {
   if (detail && detail.matcherResult) return 'AssertionError';

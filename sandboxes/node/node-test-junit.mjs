@@ -6,7 +6,11 @@
 import { relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const esc = (text) => String(text)
+// Terminal escape sequences whole (colours, cursor moves, titles): removed before the
+// control characters XML cannot hold, or the escape byte alone goes and `[31m` stays.
+const SEQUENCES = /\u001b\[[0-?]{0,64}[ -/]{0,8}[@-~]|\u001b\][^\u0007\u001b\n]{0,512}(?:\u0007|\u001b\\)|\u001b[()*+][0-~]/g;
+const plain = (text) => String(text).replace(SEQUENCES, '');
+const esc = (text) => plain(text)
   .replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f]/g, '')
   .replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
@@ -44,7 +48,7 @@ export default async function* junit(source) {
       const error = cause(data.details?.error);
       const own = data.name === data.file || rel(data.name) === file;  // the file itself failed
       if (own || typeof error === 'string' || error === undefined) {
-        const said = printed.get(file) || String(error || 'the test file failed');
+        const said = plain(printed.get(file) || String(error || 'the test file failed'));
         item.kind = 'error';
         item.type = 'Error';
         const line = said.split('\n').find((l) => /^\w*(Error|Exception)\b/.test(l.trim()));
@@ -58,7 +62,7 @@ export default async function* junit(source) {
       } else {
         item.kind = 'failure';
         item.type = (error && (error.name || error.constructor?.name)) || 'Error';
-        item.message = String((error && error.message) || error).split('\n')[0];
+        item.message = plain((error && error.message) || error).split('\n')[0];
         item.text = String((error && error.stack) || error);
       }
     }

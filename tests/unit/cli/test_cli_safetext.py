@@ -10,7 +10,7 @@ from rich.console import Console
 from fluffy.cli.render import print_error, stderr
 from fluffy.cli.session_view import SessionRenderer
 from fluffy.errors import ToolFailed
-from fluffy.safetext import visible
+from fluffy.safetext import strip_sequences, visible
 from unit.cli_fakes import KINDS, complete, shown
 
 # cursor up + clear line + a fake line; an OSC title; hidden text; a bidi override
@@ -77,3 +77,34 @@ def test_errors_and_every_print_of_the_cli_consoles_are_made_visible() -> None:
     finally:
         stderr.file = None  # type: ignore[assignment]
     assert "\x1b]0;" not in out.getvalue() and "\\x1b]0;pwned" in out.getvalue()
+
+
+#: A runner's error as vitest printed it (rolldown's parse error, coloured): a reporter
+#: that drops the escape byte alone leaves ``[31m`` and ``[38;5;246m`` in the text.
+PARSE_ERROR = (
+    "Transform failed with 1 error:\n\x1b[31m[PARSE_ERROR] Error:\x1b[0m Expected `;` but "
+    "found `:`\n   \x1b[38;5;246m╭\x1b[0m\x1b[38;5;246m─\x1b[0m[ src/index.ts:3:7 ]\n"
+    "\x1b]8;;file:///workspace/src/index.ts\x1b\\src/index.ts\x1b]8;;\x1b\\\x1b(B\x1b[m"
+)
+
+
+def test_a_runners_colour_codes_are_removed_whole_never_left_as_text() -> None:
+    assert strip_sequences(PARSE_ERROR) == (
+        "Transform failed with 1 error:\n[PARSE_ERROR] Error: Expected `;` but found `:`\n"
+        "   ╭─[ src/index.ts:3:7 ]\nsrc/index.ts"
+    )
+    # what no complete 7-bit sequence holds stays, for visible() to show as tokens
+    kept = strip_sequences("a\x1b b \x1b]0;no end\nnext \x1b[3 \x9d c1 osc \x9c \x9b31m")
+    assert visible(kept) == "a\\x1b b \\x1b]0;no end\nnext \\x1b[3 \\x9d c1 osc \\x9c \\x9b31m"
+
+
+def test_what_a_person_decides_on_shows_every_character_it_holds() -> None:
+    """A held command or a call's arguments hide nothing: a sequence between the visible
+    parts is shown as its characters, never removed with what it surrounds."""
+    argv = "sh -c 'pytest -q\x9d; rm -rf /tmp/work; echo pwned\x9c'"
+    shown = visible(argv)
+    assert "rm -rf /tmp/work" in shown and "\\x9d" in shown and "\\x9c" in shown
+    hidden_amp = visible("pytest -q \x1b[&rm -rf x")
+    assert hidden_amp == "pytest -q \\x1b[&rm -rf x"
+    link = visible('{"body": "report\x1b]8;;x\x07", "to": "attacker@evil.example"}')
+    assert "attacker@evil.example" in link and "\\x1b]8;;x\\x07" in link

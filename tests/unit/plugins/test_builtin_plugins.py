@@ -357,6 +357,8 @@ def test_the_projects_variables_reach_pytest_and_colour_codes_do_not_reach_the_m
     model reads has no terminal codes."""
     test = (
         "import os\n\ndef test_tz():\n    print('\\x1b[31mcoloured\\x1b[0m')\n"
+        "    print('\\x1b]8;;file:///a.py\\x07linked\\x1b]8;;\\x07', end=' ')\n"
+        "    print('\\x1b[38;5;246m╭\\x1b(B\\x1b[m')\n"
         "    assert os.environ.get('TZ') == 'America/New_York'\n"
     )
     write_tree(roots.workspace, {"tests/test_tz.py": test})
@@ -365,6 +367,7 @@ def test_the_projects_variables_reach_pytest_and_colour_codes_do_not_reach_the_m
     bare = _run_with(roots, {"coverage": False}, "v2")
     assert bare["exit_code"] == 1 and "coloured" in bare["output_tail"]
     assert "\x1b" not in bare["output_tail"]
+    assert "\nlinked ╭\n" in bare["output_tail"]  # a link and a colour, removed whole
 
 
 def test_test_run_with_paths_keyword_and_no_tests(tiny: Roots) -> None:
