@@ -19,7 +19,8 @@ from typing import Any
 
 from fluffy.kernel.project.deps import collect_requirements, env_inputs, env_key
 from fluffy.kernel.project.layout import Language, detect_layout
-from fluffy.kernel.project.nodeenv import node_inputs, node_major
+from fluffy.kernel.project.nodeenv import DEFAULT_NODE, node_inputs
+from fluffy.kernel.project.nodeversion import choose_node
 
 #: Bump when the environment's layout changes (every project rebuilds once).
 ENV_SCHEME = 2
@@ -140,7 +141,8 @@ def wanted_key(
     project always has one: Node is not in fluffy's code-executor image.  ``language``:
     the project's, when the caller knows its layout (else it is detected)."""
     if (language or detect_layout(project).language) == "javascript":
-        return node_key(project, base_image, node_major(project)[0])
+        # none of fluffy's majors: no build can have made this key (the build says why)
+        return node_key(project, base_image, choose_node(project).major or DEFAULT_NODE)
     if collect_requirements(project).wanted():
         inputs, runtime = env_inputs(project), ENV_PYTHON
     else:

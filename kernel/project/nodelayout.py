@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from fluffy.kernel.project.files import is_folder, read_json, read_text, strings
+from fluffy.kernel.project.nodeversion import DEFAULT, choose_node
 
 #: The extensions of JavaScript and TypeScript code (the globs list each: .gitignore
 #: patterns have no braces).
@@ -45,7 +46,6 @@ LOCKS = (
 RUNNERS = ("vitest", "jest", "mocha", "ava", "tap", "uvu")
 #: At most this many workspace packages are listed.
 MAX_WORKSPACES = 40
-_VERSION = re.compile(r"v?(\d+)(\.\d+){0,2}")
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -57,7 +57,9 @@ class NodeFacts:
     typescript: bool = False
     runner: str | None = None
     test_script: str | None = None
-    node: str | None = None  # the Node major version asked for, e.g. "20"
+    #: The Node major the environment runs, e.g. "24", when the project's files say
+    #: anything about it (None: they do not, or ask for one fluffy does not have).
+    node: str | None = None
 
 
 def _workspace_globs(root: Path, package: dict[str, Any], notes: list[str]) -> list[str]:
@@ -152,22 +154,13 @@ def _facts(root: Path, package: dict[str, Any], notes: list[str]) -> NodeFacts:
     if runner is None and script is not None and "node --test" in script:
         runner = "node"
     typescript = "typescript" in deps or (root / "tsconfig.json").is_file()
-    node = None
-    engines = package.get("engines")
-    wanted = engines.get("node") if isinstance(engines, dict) else None
-    for source, text in (
-        ("package.json (engines.node)", wanted if isinstance(wanted, str) else None),
-        (".nvmrc", read_text(root, ".nvmrc", 256)),
-        (".node-version", read_text(root, ".node-version", 256)),
-    ):
-        match = _VERSION.search(text or "")
-        if match is not None:
-            node = match.group(1)
-            notes.append(f"Node {node} from {source}")
-            break
+    node = choose_node(root, package)  # what the environment's build runs: the same choice
+    notes.extend(node.notes)
     if script is not None:
         notes.append(f"test script (package.json): {script[:120]}")
-    return NodeFacts(manager, typescript, runner, script, node)
+    asked = node.source != DEFAULT or bool(node.notes)  # the files said something
+    major = str(node.major) if node.major is not None and asked else None
+    return NodeFacts(manager, typescript, runner, script, major)
 
 
 def node_project(root: Path) -> tuple[dict[str, Any], list[str]] | None:

@@ -37,7 +37,8 @@ def test_a_pnpm_typescript_vitest_project(tmp_path: Path) -> None:
     assert layout.node is not None
     assert (layout.node.manager, layout.node.typescript, layout.node.runner) == (
         "pnpm", True, "vitest")  # fmt: skip
-    assert (layout.node.test_script, layout.node.node) == ("vitest run", "20")
+    # engines.node ">=20.11" allows fluffy's default, Node 24: what the build runs
+    assert (layout.node.test_script, layout.node.node) == ("vitest run", "24")
     assert layout.describe() == (
         "JavaScript project (pnpm, TypeScript, vitest): src/; tests in test/, *.test.*, "
         "*.spec.*; test script: vitest run"
@@ -54,7 +55,7 @@ def test_a_yarn_monorepo_with_workspaces(tmp_path: Path) -> None:
     write_tree(tmp_path, {
         "package.json": {"private": True, "workspaces": ["packages/*", "../outside", "!x"],
                          "scripts": {"test": "jest"}, "devDependencies": {"jest": "29"}},
-        "yarn.lock": "", ".nvmrc": "v18.19.0\n",
+        "yarn.lock": "", ".nvmrc": "v22.19.0\n",
         "packages/core/package.json": {"name": "core"}, "packages/core/src/a.js": "",
         "packages/core/__tests__/a.js": "",
         "packages/cli/package.json": {"name": "cli"}, "packages/cli/index.js": "",
@@ -66,7 +67,7 @@ def test_a_yarn_monorepo_with_workspaces(tmp_path: Path) -> None:
     assert layout.source_roots == ("packages/cli", "packages/core/src")
     assert layout.test_roots == ("packages/core/__tests__",)
     assert layout.node is not None and (layout.node.manager, layout.node.runner) == ("yarn", "jest")
-    assert layout.node.node == "18"
+    assert layout.node.node == "22"
     assert any("workspaces from package.json" in note for note in layout.notes)
 
 
