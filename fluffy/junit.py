@@ -19,7 +19,7 @@ from fluffy.errors import EvidenceError
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
 #: Whose report: pytest's, another runner's (every ``<failure>`` an assertion), or a
-#: JavaScript runner's (vitest, jest, node's: the failure's ``type`` says).
+#: JavaScript runner's (vitest, jest, node's, mocha's: the failure's ``type`` says).
 Dialect = Literal["pytest", "junit", "javascript"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 MAX_REPORT_BYTES = 32 * 1024 * 1024
@@ -34,6 +34,14 @@ _JS_ASSERTION = re.compile(r"(AssertionError\b|expect(ed)?\b|expect\()")
 _JS_FRAME = re.compile(r"(?:file://)?((?:/|\.{0,2}/)?[^\s():'\"]+\.[cm]?[jt]sx?):\d+")
 #: The file whose import failed (Node: ``Cannot find module 'x' imported from /w/a.test.js``).
 _JS_IMPORTER = re.compile(r"Cannot find module \S+ (?:imported )?from '?((?:file://)?[^\s']+)'?")
+#: A JavaScript code file's name (vitest's classname is the test file; mocha's a title).
+_JS_PATH = re.compile(r"\.[cm]?[jt]sx?$")
+#: A stack's line naming the error (``AssertionError [ERR_ASSERTION]: Expected ...``):
+#: what says a failure's class when the report gives no ``type`` (mocha's xunit).
+_JS_ERROR_LINE = re.compile(r"^([A-Za-z_$][\w$]*(?:Error|Exception))(?: \[\w+\])?(?:: ?(.*))?$")
+_JS_SCAN_LINES = 60
+#: Where the project is in the test sandbox (a report's absolute paths start there).
+WORKSPACE = "/workspace/"
 _CRASH_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?::.*)?)$")
 
 
@@ -127,9 +135,10 @@ def parse_junit(
     :class:`EvidenceError` -- never any other exception.  ``dialect="junit"``: a report of
     another test runner (a project's own command), where every ``<failure>`` is a failed
     assertion (JUnit's own meaning) and ``<error>`` an unexpected exception;
-    ``"javascript"``: vitest's, jest's or node's (fluffy's reporters), where a case's
-    ``file`` (or ``classname``) is its test file and a ``<failure>`` is an assertion when
-    its ``type`` is an assertion error's.
+    ``"javascript"``: vitest's, jest's or node's (fluffy's reporters), or a JavaScript
+    project's own command's (mocha's xunit), where a case's ``file`` (or a path-like
+    ``classname``) is its test file and a ``<failure>`` is an assertion when its ``type``
+    (or, with none given, its stack's error class) is an assertion error's.
     """
     if len(xml) > MAX_REPORT_BYTES:
         raise EvidenceError(f"{name} is too large", why=f"{len(xml)} bytes > {MAX_REPORT_BYTES}")
@@ -137,6 +146,7 @@ def parse_junit(
     current: dict[str, Any] | None = None
     capture: list[str] | None = None
     root: list[str] = []
+    suites: list[str] = []  # each open <testsuite>'s file (mocha-junit-reporter names it)
 
     def refuse_doctype(*_: object) -> None:
         raise _Refused("it declares a DOCTYPE (refused: entity expansion)")
@@ -147,10 +157,13 @@ def parse_junit(
             root.append(tag)
             if tag not in ("testsuites", "testsuite"):
                 raise _Refused(f"its root element is <{tag}>, not <testsuites>")
-        if tag == "testcase":
+        if tag == "testsuite":
+            suites.append(attrs.get("file") or (suites[-1] if suites else ""))
+        elif tag == "testcase":
             if current is not None:
                 raise _Refused("a <testcase> is nested in another")
-            current = {"attrs": attrs, "kind": "passed", "message": "", "text": ""}
+            suite = suites[-1] if suites else ""
+            current = {"attrs": attrs, "kind": "passed", "message": "", "text": "", "suite": suite}
         elif current is not None and tag in ("failure", "error", "skipped"):
             kind = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
             if _RANK[kind] > _RANK[current["kind"]]:
@@ -169,6 +182,8 @@ def parse_junit(
         elif tag == "testcase" and current is not None:
             _add_case(cases, current, dialect)
             current = None
+        elif tag == "testsuite" and suites:
+            suites.pop()
 
     parser = expat.ParserCreate()
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
@@ -186,15 +201,51 @@ def parse_junit(
     return list(cases.values())
 
 
-def _js_case(raw: dict[str, Any]) -> tuple[str, str, bool, str]:
-    """(node id, file, assertion, origin) of a JavaScript runner's case."""
+def _js_file(path: str) -> str:
+    """A file as a JavaScript report names it, relative to the project when it is in it."""
+    path = path.replace("\\", "/").removeprefix("file://")
+    return "" if path == "undefined" else path.removeprefix(WORKSPACE)
+
+
+def _js_said(raw: dict[str, Any]) -> tuple[str, str]:
+    """(error class, message) of a failure: its ``type`` and ``message``, or, when the
+    report gives no message (mocha's xunit writes the message and the stack as the
+    text), read from the text: its first line, and the stack's line naming the class."""
+    kind, said = str(raw.get("type", "")), str(raw["message"]).strip()
+    if said or raw["kind"] not in ("failed", "error"):
+        return kind, said
+    lines = [line.strip() for line in str(raw["text"]).strip().splitlines()[:_JS_SCAN_LINES]]
+    lines = [line for line in lines if line]
+    for n, line in enumerate(lines):
+        named = _JS_ERROR_LINE.match(line)
+        if named is not None:
+            return kind or named.group(1), lines[0] if n else (named.group(2) or line)
+    return kind, lines[0] if lines else ""
+
+
+def _js_case(raw: dict[str, Any]) -> tuple[str, str, bool, str, str]:
+    """(node id, file, assertion, origin, message) of a JavaScript runner's case.
+
+    The case's file is its ``file`` attribute, else its suite's, else its ``classname``
+    when that is a code file's path (vitest's).  Another runner's classname is the
+    suite's title (mocha's): the id is then ``file::title > name``, and a failure with no
+    file named is placed in the outermost frame of its stack inside the project (the
+    test's own function), so that a new test file's failure counts as that file's."""
     attrs: dict[str, str] = raw["attrs"]
-    file = (attrs.get("file") or attrs.get("classname", "")).replace("\\", "/")
-    file = file.removeprefix("/workspace/")
+    classname = attrs.get("classname", "")
+    file = _js_file(attrs.get("file") or raw.get("suite") or "")
+    if not file and _JS_PATH.search(classname):
+        file = _js_file(classname)
+    title = "" if _js_file(classname) == file else classname
     name = attrs["name"]
-    node = file if name == file else f"{file}::{name}"
-    kind = str(raw.get("type", ""))
-    said = str(raw["message"]).strip()
+    test = " > ".join(part for part in (title, name) if part)
+    node = file if name == file else "::".join(part for part in (file, test) if part)
+    frames = [f for f in _JS_FRAME.findall(raw["text"]) if "node_modules/" not in f]
+    if not file:  # the id stays the title's (the same whether the test passes or fails)
+        inside = [_js_file(f) for f in frames]  # mocha shortens its frames to relative paths
+        inside = [f for f in inside if not f.startswith(("/", "internal/"))]
+        file = inside[-1] if inside else ""
+    kind, said = _js_said(raw)
     assertion = (
         raw["kind"] == "failed"
         and (
@@ -203,10 +254,9 @@ def _js_case(raw: dict[str, Any]) -> tuple[str, str, bool, str]:
         )
         and not said.startswith("New snapshot was not written")  # jest --ci: never green
     )
-    frames = [f for f in _JS_FRAME.findall(raw["text"]) if "node_modules/" not in f]
-    importer = _JS_IMPORTER.search(str(raw["message"]))  # a module the file imports failed
+    importer = _JS_IMPORTER.search(said)  # a module the file imports failed
     origin = importer.group(1) if importer else frames[0] if frames else ""
-    return node, file, assertion, origin.removeprefix("file://")
+    return node, file, assertion, origin.removeprefix("file://"), said
 
 
 def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], dialect: Dialect) -> None:
@@ -217,7 +267,8 @@ def _add_case(cases: dict[str, TestCase], raw: dict[str, Any], dialect: Dialect)
     lines = str(raw["message"]).strip().splitlines()
     message = lines[0] if lines else ""
     if dialect == "javascript":
-        node, file, assertion, origin = _js_case(raw)
+        node, file, assertion, origin, said = _js_case(raw)
+        message = said.splitlines()[0] if said else ""
         if node in cases:  # two tests of one name (it.each, a repeated title): both count
             node = next(f"{node} [{n}]" for n in range(2, len(cases) + 3)
                         if f"{node} [{n}]" not in cases)  # fmt: skip

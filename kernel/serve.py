@@ -171,6 +171,7 @@ async def serve(
             exemptions=policy.exemptions,
             tech_debt=policy.tech_debt,
             test_globs=layout.test_globs if layout is not None else DEFAULT_TEST_GLOBS,
+            language=layout.language if layout is not None else "python",
             on_session_end=lambda: asyncio.to_thread(take_backup, state_dir),
         )
         guard = MemoryGuard()

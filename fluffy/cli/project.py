@@ -44,6 +44,42 @@ CONFIG_TEMPLATE = """\
 #   command: ["npx", "vitest", "run", "--reporter=junit", "--outputFile={junit}", "{paths}"]
 #   env: {}
 """
+#: How fluffy runs a JavaScript project's tests, by the runner its package.json names.
+JS_RUNNERS = {"vitest": "vitest", "jest": "jest", "node": "node --test", None: "node --test"}
+_JS_TESTS = """
+# test.run uses {how} with fluffy's JUnit reporter, in the project's environment (Node
+# and the lock file's packages laid out offline in /node_modules).  Another runner: its
+# command (run in the test sandbox, the project read-only at /workspace, no network)
+# writing JUnit XML to {{junit}}; {{paths}} are the paths the model asks for.
+# tests:
+#   command: {example}
+#   env: {{}}
+"""
+_JS_NO_ROUTE = """
+# test.run cannot run {runner}'s tests until a command is named here: fluffy has no
+# JUnit route of its own for {runner}.  Uncomment and adapt: the command runs in the test
+# sandbox (the project read-only at /workspace, the packages in /node_modules, no
+# network) and writes JUnit XML to {{junit}}; {{paths}} are the paths the model asks for.
+# tests:
+#   command: {example}
+#   env: {{}}
+"""
+
+
+def config_template(layout: Any) -> str:
+    """``.fluffy/config.yaml`` as ``fluffy init`` writes it for ``layout`` (a project's
+    :class:`~fluffy.kernel.project.layout.Layout`): its test runner named."""
+    from fluffy.host.project import command_example
+
+    if getattr(layout, "language", "python") != "javascript":
+        return CONFIG_TEMPLATE
+    head = CONFIG_TEMPLATE.split("\n# test.run ", 1)[0]
+    node = getattr(layout, "node", None)
+    runner = getattr(node, "runner", None)
+    how = JS_RUNNERS.get(runner)
+    if how is None:
+        return head + _JS_NO_ROUTE.format(runner=runner, example=command_example(runner))
+    return head + _JS_TESTS.format(how=how, example=command_example("mocha") + "  # mocha's")
 
 
 def _project(args: argparse.Namespace) -> Path:
@@ -71,12 +107,11 @@ def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
         )
     folder.mkdir(exist_ok=True)
     today = datetime.date.today().isoformat()
-    policy = render_policy(
-        detect_layout(project), header=f"# Written by `fluffy init` on {today}.\n"
-    )
+    layout = detect_layout(project)
+    policy = render_policy(layout, header=f"# Written by `fluffy init` on {today}.\n")
     parse_policy(policy, "<fluffy init>")  # what is written always loads
     done: dict[str, str] = {}
-    for name, text in (("policy.yaml", policy), ("config.yaml", CONFIG_TEMPLATE)):
+    for name, text in (("policy.yaml", policy), ("config.yaml", config_template(layout))):
         path = folder / name
         if path.exists() and not force:
             done[name] = "kept (exists; --force replaces it)"
@@ -271,8 +306,7 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
     env = info.get("environment") or {}
     node = layout.get("node") or {}
     if layout.get("language") == "javascript":
-        runner = {"vitest": "vitest", "jest": "jest", "node": "node --test", None: "node --test"}
-        how = runner.get(node.get("runner"))
+        how = JS_RUNNERS.get(node.get("runner"))
         env_line = (
             f"{how} with Node and the lock file's packages laid out offline"
             + ("" if env.get("image") else " (built before the task; `fluffy env build`)")

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from fluffy.kernel.project.deps import collect_requirements
     from fluffy.kernel.project.envstate import EnvRecord, choose, needs_environment
     from fluffy.kernel.project.layout import detect_layout
-    from fluffy.kernel.project.testcmd import TestCommand
+    from fluffy.kernel.project.testcmd import TestCommand, command_example
 
 _FROM = {
     "TestCommand": "fluffy.kernel.project.testcmd",
+    "command_example": "fluffy.kernel.project.testcmd",
     "choose": "fluffy.kernel.project.envstate",
     "collect_requirements": "fluffy.kernel.project.deps",
     "detect_layout": "fluffy.kernel.project.layout",
@@ -31,6 +32,7 @@ __all__ = [
     "TestCommand",
     "choose",
     "collect_requirements",
+    "command_example",
     "detect_layout",
     "needs_environment",
     "project_policy",

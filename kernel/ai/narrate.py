@@ -87,6 +87,8 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
         shown = {"passed": "passed", "failed": "failed", "error": "error", "errors": "error"}
         parts = [f"{v} {shown[k]}" for k, v in counts.items() if v and k in shown]
         text = ", ".join(parts) or f"exit code {out.get('exit_code')}"
+        if not counts.get("found") and out.get("exit_code") not in (0, 5, None):
+            text += _output_lines(out.get("output_tail"))  # no test ran: the runner says why
         for case in failed[:5]:  # each with what it said (its assertion's first line)
             said = str(case.get("message") or "").strip().splitlines()
             text += f"\n  {case.get('id')}" + (f": {said[0][:200]}" if said else "")
@@ -162,6 +164,12 @@ def _command_summary(out: dict[str, Any]) -> str:
         if isinstance(note, str) and note:
             text += f"\n  {note}"
     return text
+
+
+def _output_lines(output: Any) -> str:
+    """The last lines of a run's output, each under its result (as a command's are)."""
+    lines = [line for line in str(output or "").splitlines() if line.strip()]
+    return "".join(f"\n  | {line[:200]}" for line in lines[-COMMAND_LINES:])
 
 
 def _mcp_summary(out: dict[str, Any]) -> str:

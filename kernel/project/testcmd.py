@@ -19,7 +19,10 @@ The command runs in the test sandbox with the project's view read-only at /works
 writable path fluffy reads the report from), ``{coverage}`` (one for a coverage file),
 ``{paths}`` (the paths the model asked for; appended at the end when absent).  The TDD
 evidence is read from the JUnit XML: a ``<failure>`` counts as a failing assertion, an
-``<error>`` does not.  ``.fluffy/`` is protected: the model can never change this.
+``<error>`` does not -- in a JavaScript project, the report is read as a JavaScript
+runner's (mocha's ``--reporter xunit`` too: the failure's class or its stack says whether
+it is an assertion, a case's ``file`` or its stack which test file it is in).
+``.fluffy/`` is protected: the model can never change this.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ from fluffy.kernel.project.files import read_text
 from fluffy.kernel.yamltext import YamlSyntax, load_yaml_node
 
 JUNIT = "{junit}"
+#: The evidence's words for what a project's own command ran ("... ran no tests").
+OWN_COMMAND = "the project's test command"
+#: A ``tests: command:`` that writes JUnit XML, for a JavaScript runner fluffy has no
+#: route of its own for (the packages are laid out in /node_modules, ADR-072).
+JS_COMMANDS = {
+    "mocha": "[node, /node_modules/mocha/bin/mocha.js, --reporter, xunit, "
+    '--reporter-option, "output={junit}"]',
+}
 
 
 class TestCommand(BaseModel):
@@ -97,3 +108,11 @@ def load_test_command(project: Path) -> TestCommand | None:
             fix="See docs/architecture.md (test runners) for the `tests:` setting.",
             why="the `tests:` setting does not match its schema",
         ) from None
+
+
+def command_example(runner: str | None) -> str:
+    """A ``tests: command:`` value (YAML) for ``runner`` that writes JUnit XML to
+    ``{junit}``: the runner's own when fluffy knows one, else mocha's as the pattern."""
+    if runner is not None and runner in JS_COMMANDS:
+        return JS_COMMANDS[runner]
+    return f"{JS_COMMANDS['mocha']}  # mocha's; {runner or 'a runner'}'s JUnit reporter likewise"

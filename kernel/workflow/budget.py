@@ -28,6 +28,13 @@ from fluffy.kernel.workflow.store import SessionRow, WorkflowStore
 
 BASELINE_KEY = "coverage_baseline"
 LOCK_KEY = "explore_locked"
+#: Set once a JavaScript project was told that its coverage is not recorded.
+NO_JS_COVERAGE_KEY = "javascript_coverage_noted"
+NO_JS_COVERAGE = (
+    "fluffy records no coverage of a JavaScript project's tests, so the tech-debt budget "
+    "is not checked (said once; a tests.command in .fluffy/config.yaml that writes "
+    "coverage to {coverage} turns it on)"
+)
 
 
 class Host(Protocol):
@@ -36,6 +43,8 @@ class Host(Protocol):
     store: WorkflowStore
     project: Path
     tech_debt: TechDebtSettings
+    #: the project's language: fluffy records coverage of Python tests only
+    language: str
 
     async def latest_run(
         self, session: SessionRow
@@ -82,6 +91,8 @@ class CoverageBudget:
                 "tests.command, make it write {coverage}; or switch to strict mode "
                 "(/strict).",
             )
+        if current is None and self.workflow.language == "javascript":
+            return await self._javascript_note()  # none is recorded: said once, not each time
         if current is None:
             return [f"no coverage was recorded for this {session.mode} commit; the budget "
                     "was not checked"]  # fmt: skip
@@ -110,6 +121,13 @@ class CoverageBudget:
                 fix="Switch to strict mode (/strict) and write tests that restore coverage.",
             )
         return [*notes, *([] if verdict.ok else [verdict.message])]
+
+    async def _javascript_note(self) -> list[str]:
+        """That a JavaScript project's coverage is not recorded: the first time only."""
+        if await self.workflow.store.get_meta(NO_JS_COVERAGE_KEY) is not None:
+            return []
+        await self.workflow.store.set_meta(NO_JS_COVERAGE_KEY, "1")
+        return [NO_JS_COVERAGE]
 
     async def after_commit(self, session: SessionRow) -> list[str]:
         """Strict commits move the coverage baseline (and lift an explore lock they

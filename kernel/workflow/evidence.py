@@ -164,11 +164,18 @@ class TestRun:
     #: failing tests that fail on the base tree too (the project without the session's
     #: changes): reported, not blocking (policy tdd.require_all_green: true makes them so)
     preexisting: tuple[str, ...] = ()
+    #: what ran the tests ("pytest", "vitest", "the project's test command"); "" unknown
+    runner: str = ""
+    #: the end of the runner's output when it failed without reporting a test (a crash
+    #: before any test ran): what the verdict quotes, as pytest's collection error is
+    output: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": 1,
             "preexisting": list(self.preexisting),
+            **({"runner": self.runner} if self.runner else {}),
+            **({"output": self.output} if self.output else {}),
             "command": list(self.command),
             "exit_code": self.exit_code,
             "cases": [vars(c).copy() for c in self.cases],
@@ -195,6 +202,8 @@ class TestRun:
                 started_at=float(data["started_at"]),
                 duration_s=float(data["duration_s"]),
                 preexisting=tuple(str(i) for i in data.get("preexisting") or ()),
+                runner=str(data.get("runner") or ""),  # runs recorded before: unknown
+                output=str(data.get("output") or ""),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise EvidenceError("a stored test run is malformed", why=repr(exc)) from None
@@ -237,7 +246,9 @@ class TestRun:
                 f"red: {len(red)} new or changed test(s) {how}, e.g. {first.id} ({first.message})"
             )
         if not self.cases:
-            detail = f"pytest ran no tests (exit code {self.exit_code})"
+            detail = f"{self.runner or 'the test run'} ran no tests (exit code {self.exit_code})"
+            said = _last_lines(self.output)
+            detail += f"; its output ends: {said}" if said else ""
         else:
             detail = _not_red_detail(self.cases)
         return f"not red: {detail}; {WHAT_IS_RED}"
@@ -278,6 +289,25 @@ def _names_missing_code(case: TestCase) -> bool:
     the project's problem, not the missing code of a new test)."""
     where = case.outcome == "failed" or (case.outcome == "error" and "::" not in case.id)
     return where and case.raised_in_test()
+
+
+#: How much of a crashed runner's output a verdict quotes.
+OUTPUT_CHARS = 600
+
+
+def _last_lines(output: str) -> str:
+    """The last lines of ``output`` (non-empty ones, joined by `` | ``), at most
+    :data:`OUTPUT_CHARS` characters."""
+    said = ""
+    for line in reversed(output.splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        joined = f"{line} | {said}" if said else line
+        if len(joined) > OUTPUT_CHARS:
+            return said or line[-OUTPUT_CHARS:]
+        said = joined
+    return said
 
 
 def _case_from_dict(raw: Mapping[str, Any]) -> TestCase:
@@ -375,4 +405,7 @@ def run_pytest(
                 f"pytest exited with code {exit_code} and wrote no report",
                 why=tail or "pytest printed nothing",
             )
-    return TestRun(tuple(command), exit_code, tuple(cases), tests, sources, started, duration)
+    return TestRun(
+        tuple(command), exit_code, tuple(cases), tests, sources, started, duration,
+        runner="pytest",
+    )  # fmt: skip

@@ -76,9 +76,12 @@ class Workflow:
         on_session_end: Callable[[], Awaitable[object]] | None = None,
         overlay: Callable[[str], Overlay] | None = None,
         missing_code: Callable[[str], MissingProof] | None = None,
+        language: str = "python",
     ) -> None:
         self.store = store
         self.project = project
+        #: the project's language ("python", "javascript"): what its test runs record
+        self.language = language
         self.audit = audit
         self.policy = policy
         self.exemptions = exemptions

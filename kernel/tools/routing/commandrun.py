@@ -101,6 +101,7 @@ async def run_command(
         stage.tree,
         workflow.test_globs,
         coverage=False,
+        tests=False,  # a command in the test environment, not the tests
     )
     outcome = await sandbox(call, plan)
     try:

@@ -131,7 +131,8 @@ async def cross_check(
         await release(outcome)
     tail = str(outcome.result.get("output_tail", ""))[-1000:]
     if junit is None:  # pytest always writes one: the process ended before it could
-        return Verdict((_unfinished("(no report)", exit_code, "wrote no report", tail),), (), 0)
+        unfinished = _unfinished("(no report)", exit_code, "wrote no report", tail, plan.runner)
+        return Verdict((unfinished,), (), 0)
     cases = parse_junit(junit, name="the cross-check's junit report", dialect=plan.dialect)
     old = known or set()  # failing on the base tree too: not the session's doing
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
@@ -140,7 +141,7 @@ async def cross_check(
     any_failing = any(c.outcome in ("failed", "error") for c in cases)
     if not plan.custom and (exit_code not in (0, 1, 5) or (exit_code == 1 and not any_failing)):
         said = f"reported {len(cases)} test(s)" + ("" if any_failing else " and no failure")
-        broken = (*broken, _unfinished("(unfinished run)", exit_code, said, tail))
+        broken = (*broken, _unfinished("(unfinished run)", exit_code, said, tail, plan.runner))
     ran = {c.id for c in cases if c.outcome != "skipped"}  # a failure is counted above
     reference = expected if expected is not None else (
         (c.id, c.file) for c in seen if c.outcome == "passed"
@@ -149,7 +150,7 @@ async def cross_check(
     return Verdict(broken, altered, len(cases), vanished)
 
 
-def _unfinished(name: str, exit_code: int, said: str, tail: str) -> TestCase:
+def _unfinished(name: str, exit_code: int, said: str, tail: str, runner: str) -> TestCase:
     return TestCase(
         id=name,
         file="",
@@ -157,8 +158,9 @@ def _unfinished(name: str, exit_code: int, said: str, tail: str) -> TestCase:
         assertion=False,
         message=(
             f"the run of the person's tests against the session's code exited with "
-            f"{exit_code} and {said}: pytest did not finish normally (code that exits, "
-            f"interrupts or kills the interpreter at import or in a test). "
+            f"{exit_code} and {said}: {runner} did not finish normally (code that exits, "
+            f"interrupts or kills the {'interpreter' if runner == 'pytest' else 'process'} "
+            f"at import or in a test). "
             f"Output: {json.dumps(tail)}"
         ),
     )

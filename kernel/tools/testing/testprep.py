@@ -6,6 +6,10 @@
    with the files the environment's install generated laid in;
 3. the test tool's settings: the interpreter, the import roots, ``--no-cov`` when
    pytest-cov is installed, or the project's own test command (``.fluffy/config.yaml``).
+
+A JavaScript project's tests run with the runner's JUnit route (vitest, jest, node's
+own) or the project's own command; one with neither is refused with what to configure,
+never run with pytest.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from fluffy.errors import ConfigError
 from fluffy.junit import Dialect
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_party_modules
 from fluffy.kernel.project.layout import Layout
 from fluffy.kernel.project.nodeenv import node_test_command
-from fluffy.kernel.project.testcmd import load_test_command
+from fluffy.kernel.project.testcmd import OWN_COMMAND, command_example, load_test_command
 from fluffy.kernel.tools.testing.testview import Synced, TestViews
 
 
@@ -36,6 +41,8 @@ class TestPlan:
     custom: bool = False
     #: whose JUnit the run writes (pytest's, a project command's, a JavaScript runner's)
     dialect: Dialect = "pytest"
+    #: what runs the tests, in the words the evidence says it with ("vitest ran no tests")
+    runner: str = "pytest"
 
     @property
     def image(self) -> str | None:
@@ -101,9 +108,18 @@ class TestPreparer:
         test_globs: Sequence[str],
         *,
         coverage: bool = True,
+        tests: bool = True,
     ) -> TestPlan:
         """``coverage``: measure it (a run whose coverage the workflow may use: not a
-        test_writing run, whose red or not needs none)."""
+        test_writing run, whose red or not needs none).  ``tests``: the plan runs the
+        tests (False: a command in the test environment, which needs no test runner);
+        a JavaScript project with no runner fluffy can read is then a ConfigError."""
+        command = load_test_command(self.project)
+        javascript = self.layout.language == "javascript"
+        own = command is not None and command.command is not None
+        node = node_test_command(self.layout.node) if javascript and not own else None
+        if javascript and not own and node is None and tests:
+            raise _no_junit_route(self.layout)
         choice = self.environment()
         record = choice.record if choice is not None else None
         generated = self.state_dir / "envs" / record.key / "generated" if record else None
@@ -124,14 +140,37 @@ class TestPreparer:
             settings["python"] = f"{ENV_ROOT}/bin/python"
             installed = {canonicalize_name(name) for name in record.packages}
             settings["no_cov"] = "pytest-cov" in installed
-        command = load_test_command(self.project)
-        if command is not None and command.command is not None:
+        if own and command is not None:
             settings.update(command.settings())
-            return TestPlan(synced, choice, settings, custom=True, dialect="junit")
+            dialect: Dialect = "javascript" if javascript else "junit"  # mocha's xunit too
+            return TestPlan(synced, choice, settings, custom=True, dialect=dialect,
+                            runner=OWN_COMMAND)  # fmt: skip
         own_env = command.env if command is not None else {}  # `tests: env:` alone
-        node = node_test_command(self.layout.node) if self.layout.language == "javascript" else None
         if node is not None:
             settings.update(node, env={**node["env"], **own_env})
-            return TestPlan(synced, choice, settings, custom=True, dialect="javascript")
+            return TestPlan(synced, choice, settings, custom=True, dialect="javascript",
+                            runner=_runner(self.layout))  # fmt: skip
         settings["env"] = dict(own_env)
         return TestPlan(synced, choice, settings)
+
+
+def _runner(layout: Layout) -> str:
+    """The JavaScript runner fluffy runs a project's tests with, as people name it."""
+    runner = layout.node.runner if layout.node is not None else None
+    return runner if runner is not None and runner in ("vitest", "jest") else "node --test"
+
+
+def _no_junit_route(layout: Layout) -> ConfigError:
+    """A JavaScript project whose runner fluffy cannot read, with no command configured."""
+    runner = layout.node.runner if layout.node is not None else None
+    said = f"the project's test runner, {runner}," if runner else "the project's test runner"
+    return ConfigError(
+        f"test.run: {said} has no JUnit route in fluffy, and .fluffy/config.yaml names no "
+        "test command; the tests were not run",
+        why="fluffy reads a JavaScript project's test results (the TDD evidence) from a "
+        "JUnit XML report: it writes one itself for vitest, jest and node --test only, and "
+        "never runs pytest in a JavaScript project",
+        fix="Name the command that runs the tests and writes JUnit XML to {junit} in "
+        f".fluffy/config.yaml (the person edits it; the AI cannot), e.g.\n"
+        f"tests:\n  command: {command_example(runner)}",
+    )

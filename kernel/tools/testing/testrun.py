@@ -34,7 +34,7 @@ from fluffy.kernel.tools.testing.guardrun import (
 )
 from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
-from fluffy.kernel.workflow.evidence import TestRun
+from fluffy.kernel.workflow.evidence import OUTPUT_CHARS, TestRun
 from fluffy.kernel.workflow.machine import Workflow
 from fluffy.kernel.workflow.store import SessionRow
 
@@ -97,12 +97,16 @@ async def run_tests(
         exit_code = int(result.get("exit_code", -1))
     finally:
         await release(outcome)
+    tail = str(result.get("output_tail", ""))
     if junit is None and exit_code not in (0, 5):
         raise ToolInputInvalid(
-            f"test.run: pytest exited with {exit_code} and wrote no report",
-            why=str(result.get("output_tail", ""))[-1500:],
-            fix="Fix the collection error shown, then run the tests again.",
+            f"test.run: {plan.runner} exited with {exit_code} and wrote no report",
+            why=tail[-1500:],
+            fix="Fix the collection error shown, then run the tests again."
+            if plan.runner == "pytest"
+            else "Fix the error shown, then run the tests again.",
         )
+    crashed = not cases and exit_code not in (0, 5)  # no test ran: its output says why
     run = TestRun(
         command=("test.run", json.dumps(call.args, sort_keys=True)),
         exit_code=exit_code,
@@ -111,6 +115,8 @@ async def run_tests(
         sources=sources,
         started_at=started,
         duration_s=time.monotonic() - clock,
+        runner=plan.runner,
+        output=tail[-OUTPUT_CHARS:] if crashed else "",
     )
     whole = is_whole(call.args)
     deciding = state == "validating" and whole  # this run decides the merge
@@ -157,12 +163,12 @@ async def run_tests(
         "counts": run.counts,
         "failed": failed[:50],
         "coverage_percent": None if coverage is None else round(coverage.percent, 2),
-        "output_tail": str(result.get("output_tail", ""))[-4000:],
+        "output_tail": tail[-4000:],
         "workflow": [s.to_dict() for s in (*before, *after)],
     }
     if verdict is not None:  # test_writing: red or not, and why (what the user sees)
         answer["red"], answer["red_reason"] = verdict
-    said = " ".join([str(result.get("output_tail", "")), *(c.message for c in cases)])
+    said = " ".join([tail, *(c.message for c in cases)])
     answer.update(run_notes(plan, preparer, said, call.spec.template))
     if run.preexisting:
         answer["preexisting"] = {

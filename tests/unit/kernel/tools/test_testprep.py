@@ -1,0 +1,100 @@
+"""What a test run is prepared with: a JavaScript project's runner or its own command,
+read as a JavaScript report -- never pytest in a JavaScript project."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fluffy.errors import ConfigError
+from fluffy.kernel.project.layout import Layout, detect_layout
+from fluffy.kernel.project.nodelayout import NodeFacts
+from fluffy.kernel.tools.testing.testprep import TestPreparer
+from unit.trees import write_tree
+
+pytestmark = pytest.mark.unit
+
+MOCHA_COMMAND = """\
+tests:
+  command: [node, /node_modules/mocha/bin/mocha.js, --reporter, xunit, --reporter-option,
+            "output={junit}", test/test.js]
+"""
+
+
+class Views:
+    """The session views, recording each sync (a run's view is laid down by one)."""
+
+    def __init__(self) -> None:
+        self.synced = 0
+
+    def sync(self, *_: Any, **__: Any) -> Any:
+        self.synced += 1
+        return SimpleNamespace(folder=Path("/view"), tests=None, sources=None)
+
+
+def _preparer(root: Path, layout: Layout) -> tuple[TestPreparer, Views]:
+    views = Views()
+    state = root.parent / "state"
+    state.mkdir(exist_ok=True)
+    return TestPreparer(root, state, layout, views, lambda: None), views  # type: ignore[arg-type]
+
+
+def _mocha_project(root: Path, config: str | None = None) -> Layout:
+    package = {"name": "mime", "scripts": {"test": "mocha"}, "devDependencies": {"mocha": "11"}}
+    write_tree(root, {"package.json": json.dumps(package), "index.js": "exports.a = 1\n",
+                      "test/test.js": "require('assert')\n"})  # fmt: skip
+    if config is not None:
+        write_tree(root, {".fluffy/config.yaml": config})
+    layout = detect_layout(root)
+    assert layout.language == "javascript" and layout.node is not None
+    assert layout.node.runner == "mocha"
+    return layout
+
+
+def test_a_javascript_project_with_no_junit_route_is_refused_not_run_with_pytest(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "p"
+    preparer, views = _preparer(root, _mocha_project(root))
+    with pytest.raises(ConfigError) as refused:
+        preparer.prepare("s1", {}, None, ("test/**",))
+    error = refused.value
+    assert "mocha" in error.what and "no JUnit route" in error.what
+    assert error.why and "pytest" in error.why  # why: it is never run with pytest
+    assert error.fix and "tests:" in error.fix and "command:" in error.fix
+    assert "{junit}" in error.fix and "mocha.js" in error.fix and "xunit" in error.fix
+    assert views.synced == 0  # nothing was prepared for a run
+    # a command in the test environment (container.run) needs no test runner
+    plan = preparer.prepare("s1", {}, None, ("test/**",), coverage=False, tests=False)
+    assert plan.runner == "pytest" and "command" not in plan.settings
+
+
+def test_a_javascript_projects_own_command_is_read_as_a_javascript_report(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "p"
+    preparer, _ = _preparer(root, _mocha_project(root, MOCHA_COMMAND))
+    plan = preparer.prepare("s1", {}, None, ("test/**",))
+    assert plan.custom and plan.dialect == "javascript"
+    assert plan.settings["command"][1] == "/node_modules/mocha/bin/mocha.js"
+    assert plan.runner == "the project's test command"
+
+
+def test_runners_are_named_and_a_python_projects_command_stays_junit(tmp_path: Path) -> None:
+    vitest = Layout("node", language="javascript", node=NodeFacts(runner="vitest"))
+    (tmp_path / "js").mkdir()
+    preparer, _ = _preparer(tmp_path / "js", vitest)
+    plan = preparer.prepare("s1", {}, None, ("test/**",))
+    assert (plan.dialect, plan.runner) == ("javascript", "vitest")
+    python = tmp_path / "py"
+    write_tree(python, {"src/app/__init__.py": "", ".fluffy/config.yaml": MOCHA_COMMAND})
+    preparer, _ = _preparer(python, detect_layout(python))
+    plan = preparer.prepare("s1", {}, None, ("tests/**",))
+    assert (plan.dialect, plan.runner) == ("junit", "the project's test command")
+    (python / ".fluffy" / "config.yaml").unlink()
+    plan = preparer.prepare("s1", {}, None, ("tests/**",))
+    assert (plan.custom, plan.dialect, plan.runner) == (False, "pytest", "pytest")
