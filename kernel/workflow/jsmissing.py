@@ -6,6 +6,7 @@ jest and node's runner say so in words like these::
     Cannot find module '../src/slug' imported from '/workspace/test/slug.test.ts'
     The requested module '../src/a.mjs' does not provide an export named 'slugify'
     (0 , __vite_ssr_import_1__.slugify) is not a function
+    (0 , index_1.slugify) is not a function          (TypeScript's CommonJS: ts-jest)
     slugify is not defined
 
 As in Python (:mod:`fluffy.kernel.workflow.missing`), the message is never believed
@@ -42,19 +43,26 @@ _MODULE = (
         rf"^{_LEAD}Failed to load url (\S{{1,300}}) \(resolved id: [^)]*\)(?: in (\S{{1,300}}))?"
     ),
 )
+#: The binding a compiler names an imported module by: vite's and vitest's; babel's and
+#: swc's (``_index``); TypeScript's CommonJS output (``index_1``, ``foo_bar_2``: the
+#: module's name and a count); esbuild's (``import_index``).
+_VITE = r"(?:__vite_ssr_import_\d+__|__vi_import_\d+__)"
+_BINDING = rf"(?:{_VITE}|_{_IDENT}|[A-Za-z$][\w$]*_\d+|import_{_IDENT})"
 _SYMBOL = (
     re.compile(
         rf"^{_LEAD}The requested module \S+ does not provide an export named ['\"]({_IDENT})['\"]"
     ),
     re.compile(rf"^{_LEAD}No matching export in \"[^\"]+\" for import \"({_IDENT})\""),
     re.compile(rf"^{_LEAD}['\"]({_IDENT})['\"] is not exported by"),
-    # an import binding a bundler or babel wrote ((0 , __vite_ssr_import_1__.x), (0 , _src.x),
-    # __vi_import_0__.x), or a bare name: never a member of some object (fs.readFileSynk)
+    # an import binding a compiler wrote, called ((0 , __vite_ssr_import_1__.x), babel's
+    # and swc's (0 , _src.x), TypeScript's (0, index_1.x), esbuild's (0, import_src.x),
+    # __vi_import_0__.x) or constructed (new index_1.X), or a bare name: never a member of
+    # some object (fs.readFileSynk)
     re.compile(
-        rf"^(?:\w*Error: )?(?:\(0 ?, ?(?:__vite_ssr_import_\d+__|__vi_import_\d+__|_{_IDENT})"
-        rf"\.({_IDENT})\)|(?:__vite_ssr_import_\d+__|__vi_import_\d+__)\.({_IDENT})|({_IDENT})) "
+        rf"^(?:\w*Error: )?(?:\(0 ?, ?{_BINDING}\.({_IDENT})\)|{_VITE}\.({_IDENT})|({_IDENT})) "
         r"is not a (?:function|constructor)\b"
     ),
+    re.compile(rf"^(?:TypeError: )?{_BINDING}\.({_IDENT}) is not a constructor\b"),
     re.compile(rf"^(?:ReferenceError: )?({_IDENT}) is not defined$"),
 )
 #: Names a runtime or a test framework provides: "not defined" means a setup is missing

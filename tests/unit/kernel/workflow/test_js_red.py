@@ -229,3 +229,53 @@ def test_a_failed_import_is_raised_in_the_test_file_that_imports() -> None:
     own, other = parse_junit(xml, dialect="javascript")
     assert own.outcome == "error" and own.raised_in_test()
     assert not other.raised_in_test()  # lib/other.js's import failed, not the test's
+
+
+@pytest.mark.parametrize(
+    ("message", "red"),
+    [
+        # TypeScript's CommonJS output (ts-jest, tsc): the import binding is <module>_<n>
+        ("TypeError: (0 , index_1.brandNew) is not a function", True),
+        ("(0, index_1.brandNew) is not a function", True),
+        ("(0 , utils_2.brandNew) is not a function", True),
+        ("(0 , foo_bar_1.brandNew) is not a function", True),
+        ("TypeError: index_1.Brand is not a constructor", True),  # new index_1.Brand()
+        ("(0 , import_src.brandNew) is not a function", True),  # esbuild's binding
+        ("_src.Brand is not a constructor", True),  # babel's new _src.Brand()
+        # the tree has it, or it is a member of some object: not proven
+        ("(0 , index_1.withQuery) is not a function", False),
+        ("fs.readFileSynk is not a function", False),
+        ("index_1.brandNew is not a function", False),  # a bare member call: not proven
+        ("data.brandNew is not a function", False),
+        ("TS2305: (0 , index_1.brandNew) is not a function", False),
+    ],
+)
+def test_typescripts_import_bindings_are_natural_red_when_the_tree_lacks_the_name(
+    message: str, red: bool
+) -> None:
+    assert JsMissingCode(Tree(TREE), ("src", ".")).proves(message) is red
+
+
+def test_a_ts_jest_run_is_red_on_a_missing_export() -> None:
+    """ts-jest runs TypeScript compiled to CommonJS: a call of an export the module lacks
+    fails as ``(0 , index_1.toSeconds) is not a function`` in the test's own file."""
+    from fluffy.kernel.workflow.evidence import TestRun, TreeSnapshot
+
+    xml = (
+        b'<testsuites><testcase classname="src/time.test.ts" name="time &gt; converts" '
+        b'file="src/time.test.ts" time="0.002"><failure type="TypeError" message="(0 , '
+        b'index_1.toSeconds) is not a function">TypeError: (0 , index_1.toSeconds) is not a '
+        b"function\n    at Object.&lt;anonymous&gt; (/workspace/src/time.test.ts:5:35)"
+        b"</failure></testcase></testsuites>"
+    )
+    tree = Tree({"src/index.ts": "export function fromSeconds() {}\n"})
+    run = TestRun(
+        ("test.run", "{}"), 1, tuple(parse_junit(xml, dialect="javascript")),
+        TreeSnapshot({"src/time.test.ts": "new"}), TreeSnapshot({}), 1.0, 0.1, runner="jest",
+    )  # fmt: skip
+    proves = JsMissingCode(tree, ("src", ".")).proves
+    assert run.is_red(TreeSnapshot({}), proves)
+    assert "fail on missing code" in run.red_reason(TreeSnapshot({}), proves)
+    # the module has it: a TypeError that proves nothing
+    has_it = JsMissingCode(Tree({"src/index.ts": "export const toSeconds = 1;\n"}), ("src",))
+    assert not run.is_red(TreeSnapshot({}), has_it.proves)
