@@ -136,7 +136,7 @@ def session_places(tree: Path) -> dict[str, str]:
     facts = layout.node
     assert facts is not None
     code_root = next((r for r in layout.source_roots if r not in ("", ".")), "")
-    test_root = layout.test_roots[0]
+    test_root = layout.test_roots[0] if layout.test_roots else code_root  # tests beside code
     ts = facts.typescript and any((tree / code_root).glob("*.ts"))
     ext = "ts" if ts else "js"
     code = posixpath.join(code_root, f"fluffy-extra.{ext}")

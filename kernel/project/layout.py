@@ -25,6 +25,7 @@ from fluffy.kernel.project.nodelayout import (
     NodeFacts,
     node_parts,
     node_project,
+    tests_beside_code,
 )
 
 Kind = Literal["src", "flat", "modules", "empty", "node"]
@@ -317,12 +318,15 @@ def detect_layout(root: Path) -> Layout:
 def _node_layout(root: Path, package: dict[str, Any], notes: list[str]) -> Layout:
     code, workspaces, tests, facts = node_parts(root, package, notes)
     name = package.get("name")
+    beside = None if tests else tests_beside_code(root, code)
+    if beside is not None:  # no test folder: the tests sit beside the code (*.test.* globs)
+        notes.append(f"tests beside the code (e.g. {beside})")
     return Layout(
         kind="node",
         name=name if isinstance(name, str) else None,
         source_roots=tuple(code) or (".",),
         packages=tuple(workspaces),
-        test_roots=tuple(tests) or ("test",),
+        test_roots=tuple(tests) or (() if beside is not None else ("test",)),
         notes=tuple(notes),
         language="javascript",
         node=facts,
@@ -340,5 +344,7 @@ def describe_node(layout: Layout) -> str:
     roots = [f"{r}/" for r in layout.source_roots if r != "."] or ["code at the top"]
     shown = ", ".join(roots[:4]) + (" ..." if len(roots) > 4 else "")
     tests = ", ".join([*(f"{r}/" for r in layout.test_roots), "*.test.*", "*.spec.*"])
+    if not layout.test_roots:
+        tests += " beside the code"
     script = f"; test script: {facts.test_script}" if facts.test_script else ""
     return f"JavaScript project ({what}): {shown}; tests in {tests}{script}"

@@ -46,6 +46,9 @@ LOCKS = (
 RUNNERS = ("vitest", "jest", "mocha", "ava", "tap", "uvu")
 #: At most this many workspace packages are listed.
 MAX_WORKSPACES = 40
+#: At most this many folder entries are looked at for tests beside the code.
+MAX_SCANNED = 5000
+_TEST_FILE = re.compile(rf"[^/]+\.(?:test|spec)\.(?:{'|'.join(CODE_EXTS)})")
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -161,6 +164,27 @@ def _facts(root: Path, package: dict[str, Any], notes: list[str]) -> NodeFacts:
     asked = node.source != DEFAULT or bool(node.notes)  # the files said something
     major = str(node.major) if node.major is not None and asked else None
     return NodeFacts(manager, typescript, runner, script, major)
+
+
+def tests_beside_code(root: Path, code: list[str]) -> str | None:
+    """The first ``*.test.*`` / ``*.spec.*`` file (its path) in a code folder, when the
+    project keeps its tests beside the code (``src/ms.test.ts``); None if none is found
+    among the first :data:`MAX_SCANNED` entries.  Links and ``node_modules`` are not
+    followed."""
+    seen = 0
+    for base in code:
+        top = root / base
+        if not base or not is_folder(root, base):
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "node_modules" and not d.startswith("."))
+            seen += len(dirs) + len(files)
+            for name in sorted(files):
+                if _TEST_FILE.fullmatch(name):
+                    return Path(folder, name).relative_to(root).as_posix()
+            if seen > MAX_SCANNED:
+                return None
+    return None
 
 
 def node_project(root: Path) -> tuple[dict[str, Any], list[str]] | None:

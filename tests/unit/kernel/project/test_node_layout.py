@@ -13,7 +13,7 @@ from fluffy.cli.project import first_run_block
 from fluffy.kernel.policy.engine import Caller, PolicyEngine, Request
 from fluffy.kernel.policy.model import parse_policy
 from fluffy.kernel.project.defaults import default_policy_text
-from fluffy.kernel.project.layout import detect_layout
+from fluffy.kernel.project.layout import describe_node, detect_layout
 from unit.trees import write_tree
 
 pytestmark = pytest.mark.unit
@@ -146,3 +146,27 @@ def test_the_first_run_says_what_was_found_and_how_node_tests_run(
     assert "JavaScript project (pnpm, TypeScript, vitest)" in block[1]
     assert "*.test.*" in block[2] and "src/**" in block[2]
     assert "vitest with Node and the lock file's packages laid out offline" in block[3]
+
+
+def test_tests_kept_beside_the_code_make_no_test_folder_of_their_own(tmp_path: Path) -> None:
+    """vercel/ms keeps ``src/format.test.ts`` beside ``src/format.ts`` and has no test
+    folder: fluffy says so and invents none (a test written to ``test/`` is one its runner
+    never finds); the code folder itself never becomes a test folder (tests first)."""
+    write_tree(tmp_path, {
+        "package.json": {"name": "ms", "devDependencies": {"jest": "30.0.5", "ts-jest": "29"}},
+        "tsconfig.json": "{}", "src/index.ts": "export {}\n", "src/format.test.ts": "x\n",
+    })  # fmt: skip
+    layout = detect_layout(tmp_path)
+    assert layout.test_roots == ()
+    assert "src/**" not in layout.test_globs and "**/*.test.ts" in layout.test_globs
+    assert "tests beside the code (e.g. src/format.test.ts)" in layout.notes
+    assert describe_node(layout).endswith("tests in *.test.*, *.spec.* beside the code")
+    engine = PolicyEngine(parse_policy(default_policy_text(tmp_path)), root=tmp_path)
+    ai = Caller("fs-tool", frozenset({"ai", "core_plugin"}))
+    for path, allowed in [("src/new.test.ts", "allow"), ("src/new.ts", "deny")]:
+        request = Request("fs.write", ai, path=path, state="test_writing", mode="strict",
+                          size=10, sandbox="code-executor")  # fmt: skip
+        assert engine.evaluate(request).result == allowed, path
+    # a project without any test yet keeps the conventional folder for its first one
+    (tmp_path / "src/format.test.ts").unlink()
+    assert detect_layout(tmp_path).test_roots == ("test",)
