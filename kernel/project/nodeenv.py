@@ -56,7 +56,9 @@ def node_major(root: Path) -> tuple[int, str]:
 def node_test_command(facts: NodeFacts | None) -> dict[str, Any] | None:
     """The test tool's settings for the project's runner (vitest, jest, node's own), or
     None when fluffy has no JUnit route for it (then ``.fluffy/config.yaml`` ``tests:``
-    names one)."""
+    names one).  Coverage is off whatever the project's config says: fluffy records none
+    for JavaScript, a run of a few files would fail a project's global thresholds, and
+    the report would be written into the read-only project."""
     runner = facts.runner if facts is not None else None
     # nothing else: the suite sees what it sees on the host (NO_COLOR or FORCE_COLOR would
     # change what commander's own colour tests check); colour codes are stripped instead
@@ -65,11 +67,13 @@ def node_test_command(facts: NodeFacts | None) -> dict[str, Any] | None:
         command = [
             *PREPARE, f"{NODE_MODULES}/vitest/vitest.mjs", "run", "--reporter=default",
             "--reporter=junit", "--outputFile.junit={junit}", "--passWithNoTests",
+            "--coverage.enabled=false",
         ]  # fmt: skip
     elif runner == "jest":
         command = [
             *PREPARE, f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--reporters=default",
             f"--reporters={JEST_REPORTER}", "--watchman=false", "--cacheDirectory=/tmp/jest",
+            "--coverage=false",
         ]  # fmt: skip
         env["FLUFFY_JUNIT"] = "{junit}"
     elif runner in ("node", None) and facts is not None:

@@ -212,6 +212,9 @@ def test_each_runner_gets_a_command_that_writes_junit() -> None:
         "--test" in plain["command"] and "--test-reporter-destination={junit}" in plain["command"]
     )
     assert node_test_command(NodeFacts(runner="mocha")) is None  # no JUnit route: config names one
+    # coverage off whatever the project's config says (jest's collectCoverage, thresholds)
+    assert "--coverage=false" in jest["command"]
+    assert "--coverage.enabled=false" in vitest["command"]
 
 
 def test_a_failed_import_is_raised_in_the_test_file_that_imports() -> None:
