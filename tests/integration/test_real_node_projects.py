@@ -1,12 +1,13 @@
-"""Three real JavaScript/TypeScript projects (tests/fixtures/projects, ADR-072) on real
+"""Four real JavaScript/TypeScript projects (tests/fixtures/projects, ADR-072) on real
 engines: the environment builds from the archive's own lock file (archives from npm's
 registry on the host, laid out offline in the image), the whole suite's ``test.run`` has
 the counts of the same suite run on the host after the project's own install (computed
 here, not written down), and a model's session -- a test importing a module not written
 yet (a natural red), the module, the suite green, merge, commit -- lands a commit.
 
-ufo (vitest, TypeScript, pnpm), luxon (jest through babel, npm) and commander (node's
-runner, ES modules, npm) on Docker; ufo on Podman too (the engine is what Podman changes).
+ufo (vitest, TypeScript, pnpm), luxon (jest through babel, npm), commander (node's
+runner, ES modules, npm) and ms (ts-jest, jest 30's scoped packages, pnpm) on Docker;
+ufo on Podman too (the engine is what Podman changes).
 Each also goes from task to commit played by a model: fluffy's scripted provider, and the
 real OpenAI adapter against a fake OpenAI-compatible server.
 """
