@@ -31,7 +31,10 @@ _ASSERTION = re.compile(r"(assert\b|AssertionError\b)")
 _JS_ASSERTION_TYPES = frozenset({"AssertionError", "JestAssertionError", "ERR_ASSERTION"})
 _JS_ASSERTION = re.compile(r"(AssertionError\b|expect(ed)?\b|expect\()")
 #: A JavaScript stack frame's file (``at f (file:///workspace/a.test.ts:3:9)``).
-_JS_FRAME = re.compile(r"(?:file://)?((?:/|\.{0,2}/)?[^\s():'\"]+\.[cm]?[jt]sx?):\d+")
+_JS_FRAME = re.compile(r"(?:file://)?((?:/|\.{0,2}/)?[^\s():'\"]{1,300}\.[cm]?[jt]sx?):\d+")
+#: How much of a failure's text its frames are looked for in (the stack follows the
+#: message; a test can make the message as long as it likes).
+JS_STACK_CHARS = 32_768
 #: The file whose import failed (Node: ``Cannot find module 'x' imported from /w/a.test.js``).
 _JS_IMPORTER = re.compile(r"Cannot find module \S+ (?:imported )?from '?((?:file://)?[^\s']+)'?")
 #: A JavaScript code file's name (vitest's classname is the test file; mocha's a title).
@@ -240,7 +243,8 @@ def _js_case(raw: dict[str, Any]) -> tuple[str, str, bool, str, str]:
     name = attrs["name"]
     test = " > ".join(part for part in (title, name) if part)
     node = file if name == file else "::".join(part for part in (file, test) if part)
-    frames = [f for f in _JS_FRAME.findall(raw["text"]) if "node_modules/" not in f]
+    text = raw["text"][:JS_STACK_CHARS]
+    frames = [f for f in _JS_FRAME.findall(text) if "node_modules/" not in f]
     if not file:  # the id stays the title's (the same whether the test passes or fails)
         inside = [_js_file(f) for f in frames]  # mocha shortens its frames to relative paths
         inside = [f for f in inside if not f.startswith(("/", "internal/"))]

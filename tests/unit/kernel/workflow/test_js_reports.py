@@ -94,3 +94,20 @@ def test_no_tests_names_the_runner_and_quotes_its_output() -> None:
     assert unknown.red_reason(TreeSnapshot({})).startswith(
         "not red: the test run ran no tests (exit code 5);"
     )
+
+
+def test_frames_are_looked_for_in_the_start_of_a_failure_only() -> None:
+    """A test can make its message as long as it likes (``"a".repeat(1e6)``, no spaces):
+    the stack's frames are looked for in its first JS_STACK_CHARS characters, so reading
+    the report stays linear; a frame past them names nothing."""
+    from fluffy.junit import JS_STACK_CHARS
+
+    def case(text: str) -> str:
+        xml = ('<testsuites><testcase classname="t" name="x"><failure message="m">'
+               f"{text}</failure></testcase></testsuites>").encode()  # fmt: skip
+        return parse_junit(xml, dialect="javascript")[0].file
+
+    frame = "\n    at Context.&lt;anonymous&gt; (test/a.test.js:3:9)"
+    assert case("Error: boom" + frame) == "test/a.test.js"
+    assert case("Error: " + "a" * JS_STACK_CHARS + frame) == ""
+    assert case("Error: " + "a" * 1_000_000 + frame) == ""  # linear: the old scan took hours
