@@ -21,6 +21,15 @@ Outcome = Literal["passed", "failed", "error", "skipped"]
 #: Whose report: pytest's, another runner's (every ``<failure>`` an assertion), or a
 #: JavaScript runner's (vitest, jest, node's, mocha's: the failure's ``type`` says).
 Dialect = Literal["pytest", "junit", "javascript"]
+#: The JavaScript runners whose JUnit report fluffy has a route to (the runner a project's
+#: package.json names; None: none named, node's own), as people call them.  The kernel's
+#: test command for each: :func:`fluffy.kernel.project.nodeenv.node_test_command`.
+JS_RUNNERS: dict[str | None, str] = {
+    "vitest": "vitest",
+    "jest": "jest",
+    "node": "node --test",
+    None: "node --test",
+}
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}

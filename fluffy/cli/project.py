@@ -25,6 +25,7 @@ from rich.markup import escape
 
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import ConfigError, FluffyError
+from fluffy.junit import JS_RUNNERS
 
 CONFIG_TEMPLATE = """\
 # fluffy's settings for this project (written by `fluffy init`).
@@ -44,8 +45,6 @@ CONFIG_TEMPLATE = """\
 #   command: ["npx", "vitest", "run", "--reporter=junit", "--outputFile={junit}", "{paths}"]
 #   env: {}
 """
-#: How fluffy runs a JavaScript project's tests, by the runner its package.json names.
-JS_RUNNERS = {"vitest": "vitest", "jest": "jest", "node": "node --test", None: "node --test"}
 _JS_TESTS = """
 # test.run uses {how} with fluffy's JUnit reporter, in the project's environment (Node
 # and the lock file's packages laid out offline in /node_modules).  Another runner: its

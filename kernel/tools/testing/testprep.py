@@ -22,7 +22,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from fluffy.errors import ConfigError
-from fluffy.junit import Dialect
+from fluffy.junit import JS_RUNNERS, Dialect
 from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_party_modules
 from fluffy.kernel.project.layout import Layout
@@ -157,7 +157,7 @@ class TestPreparer:
 def _runner(layout: Layout) -> str:
     """The JavaScript runner fluffy runs a project's tests with, as people name it."""
     runner = layout.node.runner if layout.node is not None else None
-    return runner if runner is not None and runner in ("vitest", "jest") else "node --test"
+    return JS_RUNNERS.get(runner, JS_RUNNERS[None])
 
 
 def _no_junit_route(layout: Layout) -> ConfigError:

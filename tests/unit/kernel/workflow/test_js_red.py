@@ -282,3 +282,13 @@ def test_a_ts_jest_run_is_red_on_a_missing_export() -> None:
     # the module has it: a TypeError that proves nothing
     has_it = JsMissingCode(Tree({"src/index.ts": "export const toSeconds = 1;\n"}), ("src",))
     assert not run.is_red(TreeSnapshot({}), has_it.proves)
+
+
+def test_the_runners_fluffy_names_are_the_ones_it_has_a_command_for() -> None:
+    """fluffy.junit.JS_RUNNERS (what the CLI and the evidence call a runner) and the
+    kernel's commands agree: a runner is named exactly when it has a JUnit route."""
+    from fluffy.junit import JS_RUNNERS
+
+    for runner in ("vitest", "jest", "node", None, "mocha", "ava", "tap", "uvu"):
+        routed = node_test_command(NodeFacts(runner=runner)) is not None
+        assert routed == (runner in JS_RUNNERS), runner
