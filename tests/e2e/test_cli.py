@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -191,15 +192,20 @@ def test_ci_turns_a_missing_engine_into_a_failure(
     assert word in proc.stdout
 
 
-def _managed_containers(engine: object) -> set[str]:
+def _left_behind(engine: object, output: str) -> list[str]:
+    """fluffy's containers whose id the sandbox printed as its hostname: none once the run
+    is over.  (Asked by id, not by counting every fluffy container: other tests' sandboxes
+    come and go meanwhile.)"""
+    hostname = re.search(r"^host=([0-9a-f]{12})$", output, re.M)
+    assert hostname, output
     api = engine.client.api  # type: ignore[attr-defined]
-    return {c["Id"] for c in api.containers(all=True, filters={"label": "org.fluffy.managed=1"})}
+    filters = {"id": hostname.group(1), "label": "org.fluffy.managed=1"}
+    return [c["Id"] for c in api.containers(all=True, filters=filters)]
 
 
 def test_sandbox_run_streams_output_and_returns_the_exit_code(
     engine: object, images: dict[str, str]
 ) -> None:
-    before = _managed_containers(engine)
     proc = _fluffy(
         "sandbox",
         "run",
@@ -210,22 +216,22 @@ def test_sandbox_run_streams_output_and_returns_the_exit_code(
         "--",
         "sh",
         "-c",
-        "echo out-line; ls /workspace; id -u; exit 3",
+        "echo out-line; echo host=$(hostname); ls /workspace; id -u; exit 3",
     )
     assert proc.returncode == 3, proc.stderr
     assert "out-line" in proc.stdout and "pyproject.toml" in proc.stdout
     assert "10001" in proc.stdout
-    assert _managed_containers(engine) == before  # cleaned up
+    assert _left_behind(engine, proc.stdout) == []  # cleaned up
 
 
 def test_sandbox_run_kills_at_the_timeout(engine: object, images: dict[str, str]) -> None:
-    before = _managed_containers(engine)
     proc = _fluffy(
-        "sandbox", "run", "--template", "code-executor", "--timeout", "1", "--", "sleep", "30"
-    )
+        "sandbox", "run", "--template", "code-executor", "--timeout", "1", "--",
+        "sh", "-c", "echo host=$(hostname); sleep 30",
+    )  # fmt: skip
     assert proc.returncode == 124
     assert "ran past 1s" in proc.stderr and "Fix:" in proc.stderr
-    assert _managed_containers(engine) == before
+    assert _left_behind(engine, proc.stdout) == []
 
 
 def test_sandbox_run_without_a_command_explains(engine: object) -> None:
