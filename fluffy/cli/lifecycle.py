@@ -178,6 +178,29 @@ def pin_images(state: Path) -> None:
     write_json(target, pinned)
 
 
+#: the longest path a Unix socket can be bound or reached at (sun_path, NUL-terminated)
+SOCKET_PATH_MAX = 107
+
+
+def socket_path_problem(p: dict[str, Path]) -> KernelStartFailed | None:
+    """The error for a fluffy home so deep that the kernel's sockets cannot exist in it
+    (the bootstrap would fail binding its engine gate, with only a traceback to show)."""
+    sockets = (p["run"] / "kernel.sock", p["gate"] / "engine.sock", p["gate"] / "net.sock")
+    longest = max(sockets, key=lambda path: len(os.fsencode(path)))
+    size = len(os.fsencode(longest))
+    if size <= SOCKET_PATH_MAX:
+        return None
+    home = p["base"].parent.parent
+    room = len(os.fsencode(home)) - size + SOCKET_PATH_MAX
+    return KernelStartFailed(
+        "fluffy's folder is too deep for the kernel's sockets",
+        why=f"{longest} is {size} bytes; a Unix socket's path can be at most "
+        f"{SOCKET_PATH_MAX}, and fluffy keeps each project's sockets under {home}",
+        fix=f"Set FLUFFY_HOME to a folder of at most {room} bytes "
+        "(e.g. `export FLUFFY_HOME=~/.fluffy`), then run the command again.",
+    )
+
+
 def launch_supervisor(
     project: str, *, detach: bool, confirm: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
@@ -200,6 +223,9 @@ def launch_supervisor(
     if denied is not None:
         raise denied
     p = paths(fluffy_home(), project)
+    too_long = socket_path_problem(p)
+    if too_long is not None:
+        raise too_long
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pin_images(p["state"])
     # the gate's dialler admits nothing while the new list is made (it reads the file at

@@ -23,7 +23,10 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "bootstrap/engine.py": ({"engine-socket"}, "finds the engine's socket (stdlib client)"),
     "bootstrap/l1.py": ({"engine-socket"}, "mounts the gate's engine socket into L1"),
     "gate/server.py": ({"engine-socket"}, "the engine gate: the only way L1 reaches the engine"),
-    "fluffy/cli/lifecycle.py": ({"subprocess"}, "starts the bootstrap (fluffy start)"),
+    "fluffy/cli/lifecycle.py": (
+        {"subprocess", "engine-socket"},
+        "starts the bootstrap (fluffy start); checks the gate's socket path fits first",
+    ),
     "fluffy/cli/connect.py": ({"subprocess"}, "starts the kernel; reads the person's git identity"),
     "fluffy/cli/branches.py": ({"subprocess"}, "git on the host: a branch session's copy, merge"),
     "fluffy/cli/config.py": ({"subprocess"}, "opens the user's $EDITOR on a policy file"),
