@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import tempfile
@@ -70,13 +71,19 @@ async def _serve(kind: str, path: str) -> None:
 
 
 def _start(kind: str, path: str) -> subprocess.Popen[bytes]:
+    """The server in its own process, once it accepts connections (its socket file is
+    there from ``bind``, before ``listen``: a connection then would be refused)."""
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.ipc", "--serve", kind, path])
     deadline = time.monotonic() + 20
-    while not Path(path).exists():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"{kind} server did not start")
-        time.sleep(0.02)
-    return proc
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(path)
+            return proc
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"{kind} server did not start") from None
+            time.sleep(0.02)
 
 
 async def _rtt(path: str, n: int) -> list[float]:
