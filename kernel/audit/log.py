@@ -4,9 +4,10 @@
 event loop, so the order of the log is the order of the calls.  Rows wait in a buffer
 that one writer task commits:
 
-* security events (:data:`~fluffy.kernel.audit.entry.SYNC_EVENTS`) wake the writer and
-  the caller waits until its row is durably committed (``synchronous=FULL``) and the
-  head checkpoint is on disk; a failed commit raises :class:`AuditUnavailable` to it;
+* security events (:data:`~fluffy.kernel.audit.entry.SYNC_EVENTS`) return only once
+  their row is durably committed (``synchronous=FULL``) and the head checkpoint is
+  written: committed by the caller itself while the writer is idle, else by the writer,
+  which it wakes and waits for; a failed commit raises :class:`AuditUnavailable` to it;
 * operational events return at once and are committed when 100 are waiting or 500 ms
   have passed, and on :meth:`close`.  The crash window is therefore one buffer.
 
@@ -29,6 +30,9 @@ call runs (ADR-026):
   measured time), and only if the write lock is free at once (``write_now``):
   handing it to the connection's thread and back costs two thread wake-ups, ~110 µs
   on the benchmark machine, a third of a durable one-row commit;
+* a security event recorded while the writer task holds no batch is committed the same
+  way by its caller (:meth:`AuditLog._commit_here`), saving the two task switches of
+  waking the writer and being woken by it;
 * anything else (the buffered operational rows, slow commits, a lock another of the
   kernel's connections holds, WAL checkpoints, storage work) runs on aiosqlite's
   thread.  SQLite's automatic checkpoints are off on this connection: the writer runs
@@ -96,6 +100,10 @@ WAL_SIZE_LIMIT = 8 * 1024 * 1024
 INLINE_ROWS = 64
 INLINE_BUDGET_S = 0.002
 COMMIT_EWMA = 0.2
+# A security event's caller commits it itself while the writer is idle (ADR-075), at
+# most CALLER_COMMITS times before the loop runs anything else: a run of them then
+# waits for the writer once, and other tasks get their turn (8 x the 2 ms budget).
+CALLER_COMMITS = 8
 
 
 @dataclass
@@ -150,6 +158,8 @@ class AuditLog:
         self._commits_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._waits_for_lock = True  # PRAGMAS set busy_timeout (see _lock_wait)
+        self._writing = False  # the writer task holds a batch (commit, maintenance)
+        self._streak = 0  # commits callers made since the loop last ran something else
 
     # -- opening and closing ----------------------------------------------------------
     @classmethod
@@ -221,7 +231,11 @@ class AuditLog:
         self._headfile.close()
 
     # -- recording ----------------------------------------------------------------------
-    def _append(self, event: Event, *, internal: bool = False) -> tuple[int, bool]:
+    def _append(
+        self, event: Event, *, internal: bool = False, wake: bool = True
+    ) -> tuple[int, bool]:
+        """Chain ``event`` into the buffer: (seq, is it a security event?).  A security
+        event wakes the writer unless ``wake`` is False (its caller may commit it)."""
         if self._closing and not internal:
             raise AuditUnavailable("the audit log is closed", why="the kernel is shutting down")
         timestamp = self.clock()
@@ -250,19 +264,78 @@ class AuditLog:
         sync = event.event_type in SYNC_EVENTS
         if sync:
             batch.durable = True
-            self._wake.set()
+            if wake:
+                self._wake.set()
         elif len(rows) >= self.max_buffer:
             self._wake.set()
         return seq, sync
 
     async def record(self, event: Event) -> int:
         """Record ``event``; security events return only once durably committed."""
-        seq, sync = self._append(event)
-        if sync:
+        seq, sync = self._append(event, wake=False)
+        if sync and not self._commit_here():
+            self._wake.set()
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._batch.waiters.append(waiter)
             await waiter
         return seq
+
+    def _commit_here(self) -> bool:
+        """Commit the buffer in the caller, on the loop's thread, while the writer task
+        is idle: the same ``write_now`` the writer would run inline, without the two task
+        switches of waking it and being woken (ADR-026).  False -- the writer commits it
+        -- when the writer holds a batch (or is gone: cancelled, its thread may still
+        use the connection), the batch is not small, small commits have lately been
+        slow, a WAL checkpoint is due (the writer runs it after the commit), the write
+        lock is taken, or this caller's run of commits has held the loop for
+        :data:`CALLER_COMMITS` of them (waiting for the writer lets other tasks run).
+        A failed commit raises :class:`AuditUnavailable` to the caller, as the writer's
+        would; its rows stay buffered and the writer is woken to retry them."""
+        batch = self._batch
+        if (
+            self._writing
+            or self._closing
+            or self._task is None
+            or self._task.done()
+            or self._streak >= CALLER_COMMITS
+            or len(batch.rows) > INLINE_ROWS
+            or self.stats.commit_ms > INLINE_BUDGET_S * 1000
+            or self._checkpoint_due()
+        ):
+            return False
+        rows = batch.rows
+        head = Head(self._chain_id, int(rows[-1][0]), str(rows[-1][-1]))
+        self._lock_wait(False)
+        started = time.perf_counter()
+        try:
+            done, failed = sqlwrites.write_now(
+                self.db._conn, rows, batch.new_chain, self._headfile, head
+            )
+        except Exception as exc:  # rolled back: the rows stay buffered, the writer retries
+            self._wake.set()
+            self.stats.failed_commits += 1
+            self.stats.last_error = str(exc)
+            log.error("audit commit failed (%d rows kept for retry): %s", len(rows), exc)
+            raise AuditUnavailable(f"the audit log could not commit: {exc}") from exc
+        finally:
+            spent = (time.perf_counter() - started) * 1000
+            self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
+        if not done:
+            return False
+        self._batch = _Batch()
+        self._wake.clear()  # nothing left for the writer (set by a flush or a full buffer)
+        if not self._streak:  # the streak ends when the loop runs anything else
+            asyncio.get_running_loop().call_soon(self._end_streak)
+        self._streak += 1
+        self.stats.inline_commits += 1
+        if failed is not None:
+            self.stats.last_error = str(failed)
+            log.error("audit checkpoint file not written: %s", failed)
+        self._committed(batch, head)
+        return True
+
+    def _end_streak(self) -> None:
+        self._streak = 0
 
     def record_soon(self, event: Event) -> asyncio.Future[None]:
         """Record ``event`` now (its place in the chain taken at once); the future is
@@ -301,6 +374,7 @@ class AuditLog:
                     timer.cancel()
             wake.clear()
             batch, self._batch = self._batch, _Batch()
+            self._writing = True
             try:
                 if batch.rows or batch.waiters:
                     await self._commit(batch)
@@ -312,6 +386,8 @@ class AuditLog:
                     self._fail_pending(AuditUnavailable(f"the audit log failed: {exc}"))
                     return
                 await asyncio.sleep(0.1)
+            finally:
+                self._writing = False
             if self._closing and not self._batch.rows and not self._batch.waiters:
                 return
 
@@ -337,7 +413,8 @@ class AuditLog:
 
         Set only when it changes: consecutive commits on the loop's thread then cost no
         ``PRAGMA`` (two were ~17 µs of a 0.37 ms security event).  Called by the writer
-        task between its uses of the connection, so never while the thread runs one.
+        task between its uses of the connection, or by a caller while the writer holds
+        no batch, so never while the thread runs one.
         """
         if wait != self._waits_for_lock:
             timeout = BUSY_TIMEOUT_MS if wait else 0
@@ -392,30 +469,38 @@ class AuditLog:
             else:  # give up at shutdown rather than loop forever; nobody is left waiting
                 self._fail_pending(error)
             return
-        if head is not None:
-            self._durable = head
-        if rows:
-            self.stats.committed += len(rows)
-            self.stats.commits += 1
-            self._since_checkpoint += len(rows)
-            self._commits_since_checkpoint += 1
         if batch.durable and self._closing:
             try:
                 await asyncio.to_thread(self._headfile.sync)
             except OSError as exc:  # the rows are committed; only the checkpoint lags
                 log.warning("audit.head not synced: %s", exc)
+        self._committed(batch, head)
+
+    def _committed(self, batch: _Batch, head: Head | None) -> None:
+        """``batch`` is durable: move the durable head, count it, wake its waiters."""
+        if head is not None:
+            self._durable = head
+        if batch.rows:
+            self.stats.committed += len(batch.rows)
+            self.stats.commits += 1
+            self._since_checkpoint += len(batch.rows)
+            self._commits_since_checkpoint += 1
         for waiter in batch.waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _maintain(self) -> None:
-        due = (
+    def _checkpoint_due(self) -> bool:
+        return (
             self._since_checkpoint >= WAL_CHECKPOINT_WRITES
             or self._commits_since_checkpoint >= WAL_CHECKPOINT_COMMITS
-        ) or (
-            self._since_checkpoint and time.monotonic() - self._last_checkpoint >= WAL_CHECKPOINT_S
+            or bool(
+                self._since_checkpoint
+                and time.monotonic() - self._last_checkpoint >= WAL_CHECKPOINT_S
+            )
         )
-        if due:
+
+    async def _maintain(self) -> None:
+        if self._checkpoint_due():
             error = await self._run(sqlwrites.wal_checkpoint, self._headfile)
             if error:
                 log.warning("WAL checkpoint failed: %s", error)

@@ -123,6 +123,99 @@ def test_slow_commits_go_to_the_connection_thread_until_they_are_fast_again(
     assert verify(tmp_path).ok
 
 
+def test_a_security_event_is_committed_by_its_caller_while_the_writer_is_idle(
+    tmp_path: Path,
+) -> None:
+    """No task switch: ``record`` finishes at its first step, the row already durable."""
+
+    async def scenario() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        await asyncio.sleep(0.01)  # the writer task waits for work
+        log.stats.commit_ms = 0.0  # (a slow first commit on a loaded disk: not this test's)
+        inline = log.stats.inline_commits
+        passes: list[int] = []
+        maintain = log._maintain
+
+        async def counted() -> None:  # the writer ends each pass with its maintenance
+            passes.append(1)
+            await maintain()
+
+        log._maintain = counted  # type: ignore[method-assign]
+        step = log.record(_policy(1))
+        with pytest.raises(StopIteration):
+            step.send(None)  # done without being suspended once
+        assert _count(tmp_path) == 2  # committed: another connection reads it
+        assert log.durable_head.seq == 2 and log.stats.inline_commits == inline + 1
+        await asyncio.sleep(0.05)  # (the writer's own timer: 0.5 s)
+        assert passes == []  # the writer was not woken for it
+        await log.close()
+
+    asyncio.run(scenario())
+    assert verify(tmp_path).ok
+
+
+def test_a_run_of_security_events_lets_other_tasks_run(tmp_path: Path, budget: float) -> None:
+    """A caller committing for itself never suspends; a run of such commits must still
+    give the loop back every few (other tasks wait meanwhile)."""
+
+    async def scenario() -> None:
+        log = await AuditLog.open(tmp_path)
+        try:
+            await run(log)
+        finally:  # (an open connection's thread would keep the process from ending)
+            await log.close()
+
+    async def run(log: AuditLog) -> None:
+        await log.record(Event("kernel_start"))
+        ticks = 0
+
+        async def other_task() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(other_task())
+        await asyncio.sleep(0.01)
+        log.stats.commit_ms = 0.0
+        before = ticks
+        for n in range(4 * log_module.CALLER_COMMITS):
+            await log.record(_policy(n))
+        ran = ticks - before
+        ticker.cancel()
+        assert ran >= 3, ran  # at least once per CALLER_COMMITS of them
+        assert log.stats.inline_commits >= 3 * log_module.CALLER_COMMITS  # mostly the caller's
+
+    asyncio.run(scenario())
+    assert verify(tmp_path).ok
+
+
+def test_a_due_checkpoint_sends_the_commit_to_the_writer_which_then_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """Callers committing for themselves would never let the writer run its WAL
+    checkpoints: when one is due, the caller waits for the writer, which runs it."""
+
+    async def scenario() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        await asyncio.sleep(0.01)
+        log._commits_since_checkpoint = log_module.WAL_CHECKPOINT_COMMITS
+        step = log.record(_policy(1))
+        assert step.send(None) is not None  # suspended: waiting for the writer
+        step.close()  # (the row is taken; the writer commits it without this caller)
+        await log.flush()  # the commit; the checkpoint follows it
+        async with asyncio.timeout(10):
+            while not log.stats.wal_checkpoints:
+                await asyncio.sleep(0.005)
+        assert _count(tmp_path) == 2 and log._commits_since_checkpoint == 0
+        await log.close()
+
+    asyncio.run(scenario())
+    assert verify(tmp_path).ok
+
+
 @pytest.mark.parametrize("where", ["before", "inside"])
 def test_a_failed_commit_fails_its_caller_and_the_row_is_kept_for_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
