@@ -36,7 +36,14 @@ def must_work() -> bool:
     return os.environ.get("FLUFFY_MUST_WORK") == "1" or os.environ.get("CI") == "true"
 
 
+#: the longest modules (a real project's whole suite, run several times), collected first:
+#: scripts/test's two workers (pytest-xdist, one module at a time, in collection order)
+#: then each start with one and finish near each other
+LONGEST_FIRST = ("test_real_projects.py", "test_real_node_projects.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: Path(str(item.fspath)).name not in LONGEST_FIRST)  # stable
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "integration", "e2e"):
