@@ -306,8 +306,14 @@ def first_run_block(info: dict[str, Any]) -> list[str]:
     node = layout.get("node") or {}
     if layout.get("language") == "javascript":
         how = JS_RUNNERS.get(node.get("runner"))
+        packages = (
+            "and the lock file's packages laid out offline"
+            if node.get("lock")
+            else "only: the project has no lock file, so no packages are installed (if it "
+            "needs some: `npm install --package-lock-only`)"
+        )
         env_line = (
-            f"{how} with Node and the lock file's packages laid out offline"
+            f"{how} with Node {packages}"
             + ("" if env.get("image") else " (built before the task; `fluffy env build`)")
             if how
             else f"{node.get('runner')} has no JUnit route in fluffy: name a command in "

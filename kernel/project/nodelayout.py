@@ -63,6 +63,8 @@ class NodeFacts:
     #: The Node major the environment runs, e.g. "24", when the project's files say
     #: anything about it (None: they do not, or ask for one fluffy does not have).
     node: str | None = None
+    #: The lock file the environment installs from (None: none, so no packages).
+    lock: str | None = None
 
 
 def _workspace_globs(root: Path, package: dict[str, Any], notes: list[str]) -> list[str]:
@@ -163,7 +165,8 @@ def _facts(root: Path, package: dict[str, Any], notes: list[str]) -> NodeFacts:
         notes.append(f"test script (package.json): {script[:120]}")
     asked = node.source != DEFAULT or bool(node.notes)  # the files said something
     major = str(node.major) if node.major is not None and asked else None
-    return NodeFacts(manager, typescript, runner, script, major)
+    lock_file = next((name for name, _ in LOCKS if (root / name).is_file()), None)
+    return NodeFacts(manager, typescript, runner, script, major, lock_file)
 
 
 def tests_beside_code(root: Path, code: list[str]) -> str | None:

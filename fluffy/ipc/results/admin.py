@@ -190,6 +190,8 @@ class NodeFacts(Part):
     test_script: str | None
     #: the Node major version asked for, e.g. "20"
     node: str | None
+    #: the lock file the environment installs from (null: none, so no packages)
+    lock: str | None = None
 
 
 class ProjectLayout(Part):

@@ -146,6 +146,19 @@ def test_the_first_run_says_what_was_found_and_how_node_tests_run(
     assert "JavaScript project (pnpm, TypeScript, vitest)" in block[1]
     assert "*.test.*" in block[2] and "src/**" in block[2]
     assert "vitest with Node and the lock file's packages laid out offline" in block[3]
+    assert layout["node"]["lock"] == "pnpm-lock.yaml"
+
+
+def test_the_first_run_says_so_when_no_lock_file_brings_packages(tmp_path: Path) -> None:
+    """fastify/deepmerge keeps no lock file (``package-lock=false``): nothing is installed,
+    and the first run must not promise the lock file's packages."""
+    tree = {k: v for k, v in VITEST.items() if k != "pnpm-lock.yaml"}
+    layout = detect_layout(write_tree(tmp_path, tree)).to_dict()
+    assert layout["node"]["lock"] is None
+    line = first_run_block({"policy": {"default": True}, "layout": layout})[3]
+    assert "lock file's packages" not in line
+    assert "no lock file, so no packages are installed" in line
+    assert "npm install --package-lock-only" in line
 
 
 def test_tests_kept_beside_the_code_make_no_test_folder_of_their_own(tmp_path: Path) -> None:
