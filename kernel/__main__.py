@@ -65,9 +65,11 @@ def _serve(args: list[str]) -> int:
     a host, ``fluffy kernel serve`` also checks that they are current for the sources.
     """
     import argparse
+    import gc
     import logging
     from pathlib import Path
 
+    gc.disable()  # the imports too (fluffy.kernel.process_tuning; serve_main collects again)
     from fluffy.errors import FluffyError
     from fluffy.kernel.serve import main as serve_main
 

@@ -224,6 +224,7 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
             opened.callback(loop.remove_signal_handler, sig)
         print(f"fluffy kernel listening on {socket_path}", file=sys.stderr, flush=True)
+        process_tuning.settled()
         await stop.wait()
     print("fluffy kernel stopped", file=sys.stderr, flush=True)
     return 0
@@ -243,4 +244,8 @@ def main(
     FLUFFY_IMAGES or label; see :func:`~fluffy.kernel.tools.sandbox.sandboxes.sandbox_images`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     process_tuning.tune()
-    return asyncio.run(serve(socket_path, state_dir, project, images=images))
+    process_tuning.starting()
+    try:
+        return asyncio.run(serve(socket_path, state_dir, project, images=images))
+    finally:
+        process_tuning.settled()  # (a start that failed: collect again)

@@ -5,14 +5,19 @@ in reverse when a later step fails, as on a clean stop -- the audit log ends wit
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fluffy.errors import ConfigError
+from fluffy.kernel import process_tuning
 from fluffy.kernel import serve as serve_module
 from fluffy.kernel.audit.query import Filters, entries
 
@@ -53,3 +58,45 @@ def test_a_start_that_fails_midway_closes_what_it_opened(
     while threading.active_count() > before:
         assert time.monotonic() < deadline, threading.enumerate()
         time.sleep(0.05)
+
+
+@pytest.fixture()
+def collector() -> Iterator[None]:
+    """The test process's collector as it was (the kernel freezes what start-up made)."""
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_start_up_runs_without_the_collector_which_resumes_once_the_kernel_listens(
+    tmp_path: Path, collector: None
+) -> None:
+    seen: dict[str, Any] = {}
+    sock = tmp_path / "k.sock"
+
+    async def scenario() -> int:
+        process_tuning.starting()
+        kernel = asyncio.create_task(serve_module.serve(sock, tmp_path / "state"))
+        async with asyncio.timeout(30):
+            while not sock.exists():
+                seen.setdefault("during", gc.isenabled())
+                await asyncio.sleep(0.01)
+        seen["after"], seen["frozen"] = gc.isenabled(), gc.get_freeze_count()
+        os.kill(os.getpid(), signal.SIGTERM)  # the kernel's own stop
+        return await kernel
+
+    assert asyncio.run(scenario()) == 0
+    assert seen["during"] is False  # starting: no collection
+    assert seen["after"] is True and seen["frozen"] > 10_000, seen
+
+
+def test_a_start_that_fails_leaves_the_collector_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collector: None
+) -> None:
+    async def tools_fail(*_: Any, **__: Any) -> Any:
+        raise ConfigError("the tools could not be assembled", why="a test", fix="none")
+
+    monkeypatch.setattr(serve_module, "assemble_tools", tools_fail)
+    with pytest.raises(ConfigError):
+        serve_module.main(tmp_path / "k.sock", tmp_path / "state", None)
+    assert gc.isenabled()
