@@ -50,7 +50,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,52 +76,20 @@ from fluffy.kernel.audit.store import (
     fetch_meta,
     head_path,
 )
+from fluffy.kernel.audit.writerparts import (
+    CALLER_COMMITS,
+    COMMIT_EWMA,
+    INLINE_BUDGET_S,
+    INLINE_ROWS,
+    WAL_CHECKPOINT_COMMITS,
+    WAL_CHECKPOINT_S,
+    WAL_CHECKPOINT_WRITES,
+    WAL_SIZE_LIMIT,
+    Batch,
+    WriterStats,
+)
 
 log = logging.getLogger("fluffy.kernel.audit")
-
-WAL_CHECKPOINT_WRITES = 1000
-# ... or every WAL_CHECKPOINT_COMMITS commits: a one-row commit appends 3-4 pages to the
-# WAL, and SQLite's own automatic checkpoint (off on this connection: it would run inside
-# a commit, maybe on the loop's thread) kept the WAL near 1,000 pages.  Past
-# journal_size_limit the WAL would be cut after every checkpoint and grow again, and a
-# durable commit into a growing file costs more than into one it overwrites (measured:
-# one caller 1,700-1,800 events/s without this, 2,200-2,900 with it; WAL ~1,600 pages).
-WAL_CHECKPOINT_COMMITS = 400
-WAL_CHECKPOINT_S = 60.0
-WAL_SIZE_LIMIT = 8 * 1024 * 1024
-# A waited-for batch is committed on the event loop's thread (no thread hand-off) when
-# it holds at most INLINE_ROWS rows and such small commits have lately taken at most
-# INLINE_BUDGET_S (an exponential moving average, weight COMMIT_EWMA, of every small
-# commit, failed ones included).  It is a budget, not a limit: a commit that has begun
-# cannot be interrupted, so one stalled fsync still holds the loop for its length; the
-# average then sends the next small commits to the thread until commits are fast again.
-# 2 ms is 4 % of a tool call's 50 ms budget.
-INLINE_ROWS = 64
-INLINE_BUDGET_S = 0.002
-COMMIT_EWMA = 0.2
-# A security event's caller commits it itself while the writer is idle (ADR-075), at
-# most CALLER_COMMITS times before the loop runs anything else: a run of them then
-# waits for the writer once, and other tasks get their turn (8 x the 2 ms budget).
-CALLER_COMMITS = 8
-
-
-@dataclass
-class WriterStats:
-    committed: int = 0
-    commits: int = 0
-    inline_commits: int = 0  # committed on the event loop's thread (see ADR-026)
-    commit_ms: float = 0.0  # moving average of a commit's duration
-    failed_commits: int = 0
-    wal_checkpoints: int = 0
-    last_error: str = ""
-
-
-@dataclass
-class _Batch:
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
-    durable: bool = False
-    new_chain: str | None = None  # set with the genesis entry
 
 
 class AuditLog:
@@ -145,7 +112,7 @@ class AuditLog:
         self.flush_interval_s = flush_interval_s
         self.stats = WriterStats()
         self.storage = Storage(state_dir, settings or StorageSettings(), clock)
-        self._batch = _Batch()
+        self._batch = Batch()
         self._wake = asyncio.Event()
         self._closing = False
         self._chain_id = ""
@@ -322,7 +289,7 @@ class AuditLog:
             self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
         if not done:
             return False
-        self._batch = _Batch()
+        self._batch = Batch()
         self._wake.clear()  # nothing left for the writer (set by a flush or a full buffer)
         if not self._streak:  # the streak ends when the loop runs anything else
             asyncio.get_running_loop().call_soon(self._end_streak)
@@ -373,7 +340,7 @@ class AuditLog:
                 finally:
                     timer.cancel()
             wake.clear()
-            batch, self._batch = self._batch, _Batch()
+            batch, self._batch = self._batch, Batch()
             self._writing = True
             try:
                 if batch.rows or batch.waiters:
@@ -395,7 +362,7 @@ class AuditLog:
         for waiter in self._batch.waiters:
             if not waiter.done():
                 waiter.set_exception(error)
-        self._batch = _Batch()
+        self._batch = Batch()
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(sqlite3_connection, *args)`` on the connection's own thread: one round trip.
@@ -421,7 +388,7 @@ class AuditLog:
             self.db._conn.execute(f"PRAGMA busy_timeout={timeout}")
             self._waits_for_lock = wait
 
-    def _inline(self, batch: _Batch) -> bool:
+    def _inline(self, batch: Batch) -> bool:
         """Commit ``batch`` on the loop's thread?  Only a small one somebody waits for,
         while small commits have lately been fast (a slow disk sends them to the thread)."""
         return (
@@ -430,7 +397,7 @@ class AuditLog:
             and self.stats.commit_ms <= INLINE_BUDGET_S * 1000
         )
 
-    async def _commit(self, batch: _Batch) -> None:
+    async def _commit(self, batch: Batch) -> None:
         rows = batch.rows
         head = Head(self._chain_id, int(rows[-1][0]), str(rows[-1][-1])) if rows else None
         try:
@@ -456,9 +423,7 @@ class AuditLog:
             self.stats.failed_commits += 1
             self.stats.last_error = str(exc)
             log.error("audit commit failed (%d rows kept for retry): %s", len(rows), exc)
-            retry = _Batch(
-                batch.rows + self._batch.rows, self._batch.waiters, True, batch.new_chain
-            )
+            retry = Batch(batch.rows + self._batch.rows, self._batch.waiters, True, batch.new_chain)
             self._batch = retry
             error = AuditUnavailable(f"the audit log could not commit: {exc}")
             for waiter in batch.waiters:
@@ -476,7 +441,7 @@ class AuditLog:
                 log.warning("audit.head not synced: %s", exc)
         self._committed(batch, head)
 
-    def _committed(self, batch: _Batch, head: Head | None) -> None:
+    def _committed(self, batch: Batch, head: Head | None) -> None:
         """``batch`` is durable: move the durable head, count it, wake its waiters."""
         if head is not None:
             self._durable = head
@@ -511,7 +476,7 @@ class AuditLog:
             for event in self.storage.check_size():  # also at close: internal events
                 self._append(event, internal=True)
             if self.storage.doomed:  # record the deletions durably, then delete the files
-                batch, self._batch = self._batch, _Batch()
+                batch, self._batch = self._batch, Batch()
                 batch.durable = True
                 await self._commit(batch)
                 if not self._batch.rows:  # committed (a failed commit puts the rows back)
