@@ -265,8 +265,7 @@ class AuditLog:
             or self._task is None
             or self._task.done()
             or self._streak >= CALLER_COMMITS
-            or len(batch.rows) > INLINE_ROWS
-            or self.stats.commit_ms > INLINE_BUDGET_S * 1000
+            or not self._fits_loop(batch)
             or self._checkpoint_due()
         ):
             return False
@@ -285,8 +284,7 @@ class AuditLog:
             log.error("audit commit failed (%d rows kept for retry): %s", len(rows), exc)
             raise AuditUnavailable(f"the audit log could not commit: {exc}") from exc
         finally:
-            spent = (time.perf_counter() - started) * 1000
-            self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
+            self._timed(started)
         if not done:
             return False
         self._batch = Batch()
@@ -295,9 +293,7 @@ class AuditLog:
             asyncio.get_running_loop().call_soon(self._end_streak)
         self._streak += 1
         self.stats.inline_commits += 1
-        if failed is not None:
-            self.stats.last_error = str(failed)
-            log.error("audit checkpoint file not written: %s", failed)
+        self._checkpoint_file(failed)
         self._committed(batch, head)
         return True
 
@@ -391,11 +387,22 @@ class AuditLog:
     def _inline(self, batch: Batch) -> bool:
         """Commit ``batch`` on the loop's thread?  Only a small one somebody waits for,
         while small commits have lately been fast (a slow disk sends them to the thread)."""
-        return (
-            bool(batch.waiters)
-            and len(batch.rows) <= INLINE_ROWS
-            and self.stats.commit_ms <= INLINE_BUDGET_S * 1000
-        )
+        return bool(batch.waiters) and self._fits_loop(batch)
+
+    def _fits_loop(self, batch: Batch) -> bool:
+        """Small, while small commits have lately been fast: may hold the loop's thread."""
+        return len(batch.rows) <= INLINE_ROWS and self.stats.commit_ms <= INLINE_BUDGET_S * 1000
+
+    def _timed(self, started: float) -> None:
+        """A small commit begun at ``started`` (perf_counter) ended: into the average."""
+        spent = (time.perf_counter() - started) * 1000
+        self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
+
+    def _checkpoint_file(self, failed: OSError | None) -> None:
+        """The rows are committed; say so when ``audit.head`` could not be rewritten."""
+        if failed is not None:
+            self.stats.last_error = str(failed)
+            log.error("audit checkpoint file not written: %s", failed)
 
     async def _commit(self, batch: Batch) -> None:
         rows = batch.rows
@@ -414,11 +421,8 @@ class AuditLog:
                         failed = await self._run(sqlwrites.write_batch, *args)
                 finally:  # failed commits count too; big batches say nothing of small ones
                     if len(rows) <= INLINE_ROWS:
-                        spent = (time.perf_counter() - started) * 1000
-                        self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
-                if failed is not None:
-                    self.stats.last_error = str(failed)
-                    log.error("audit checkpoint file not written: %s", failed)
+                        self._timed(started)
+                self._checkpoint_file(failed)
         except Exception as exc:  # disk full, I/O error: keep the rows, fail the waiters
             self.stats.failed_commits += 1
             self.stats.last_error = str(exc)
