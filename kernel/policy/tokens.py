@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from fluffy.kernel.globs import GlobSet
 
 DEFAULT_TTL_S = 30.0
+#: A token stays in the store until its call ends (:meth:`TokenStore.revoke`), used up or
+#: expired, so the end is recorded with its uses; one whose call never ended (a lost
+#: teardown) is forgotten this long after it expired.
+FORGET_AFTER_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -72,10 +76,8 @@ class TokenStore:
         now: float,
         ttl_s: float = DEFAULT_TTL_S,
     ) -> CapabilityToken:
-        with self._lock:  # forget what has expired or is used up
-            for stale in [
-                t for t in self.tokens.values() if now >= t.expires_at or t.ops_used >= t.max_ops
-            ]:
+        with self._lock:  # forget tokens whose call never ended (see FORGET_AFTER_S)
+            for stale in [t for t in self.tokens.values() if now >= t.expires_at + FORGET_AFTER_S]:
                 del self.tokens[stale.token_id]
         token = CapabilityToken(
             token_id=secrets.token_urlsafe(24),
@@ -111,8 +113,7 @@ class TokenStore:
             token = self.tokens.get(use.token_id)
             if token is None:
                 return "unknown token"
-            if now >= token.expires_at:
-                self.tokens.pop(use.token_id, None)
+            if now >= token.expires_at:  # kept: its call's end records it
                 return "token expired"
             if token.container_id != container_id or token.connection != connection:
                 return "token bound to another container or connection"

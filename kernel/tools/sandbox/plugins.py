@@ -365,15 +365,19 @@ class PluginRunner:
         task.add_done_callback(self._cleanup.discard)
 
     async def _teardown(self, binding: str | None, sandbox: Sandbox | None) -> None:
+        # the call is over: its token ends now, before the (slow) engine work, so no
+        # late use is honoured and its end is in the log whatever the engine does; the
+        # job stays listed until then (a teardown cancelled meanwhile leaves it to close)
+        job = self.jobs.get(binding) if binding is not None else None
+        if job is not None and job.token is not None and self.capabilities is not None:
+            self.capabilities.expire(job.token.token_id, job.call_id)
+            job.token = None
         if sandbox is not None:
             with contextlib.suppress(FluffyError, OSError):
                 await asyncio.to_thread(lambda: self.manager().destroy(sandbox))
         if binding is None:
             return
         job = self.jobs.pop(binding, None)
-        if job is not None and job.token is not None and self.capabilities is not None:
-            self.capabilities.expire(job.token.token_id, job.call_id)
-            job.token = None
         server = self.servers.pop(binding, None)
         if server is not None:
             await server.close()

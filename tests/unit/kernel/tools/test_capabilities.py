@@ -122,8 +122,7 @@ def test_a_change_the_token_does_not_cover_is_refused(tmp_path: Path, case: str)
     with pytest.raises(MergeRefused) as info:
         check(engine, token, result, connection)
     assert "not covered by the call's capability token" in info.value.what
-    if case != "expired":  # an expired token is forgotten at its check
-        assert engine.tokens.tokens[token.token_id].ops_used == 0  # nothing consumed
+    assert engine.tokens.tokens[token.token_id].ops_used == 0  # nothing consumed
 
 
 def test_issued_and_expired_tokens_are_audited(tmp_path: Path) -> None:
@@ -154,6 +153,59 @@ def test_issued_and_expired_tokens_are_audited(tmp_path: Path) -> None:
     assert issued[0]["metadata"]["token"] == expired[0]["metadata"]["token"]
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("*.db*"))
     assert stored and secrets[0].encode() not in stored  # named by a digest only
+
+
+def test_each_call_s_token_end_is_recorded_when_the_next_call_s_was_issued_first(
+    tmp_path: Path,
+) -> None:
+    """A used-up (or timed-out) token stays until its call ends: the next call's issue
+    does not forget it, so its end and uses are in the log whichever comes first (the
+    first call's teardown runs in the background, after the next call may start)."""
+
+    async def main() -> list[str]:
+        audit = await AuditLog.open(tmp_path)
+        try:
+            await audit.record(Event("kernel_start"))
+            engine, _, clock = setup(tmp_path)
+            caps = Capabilities(engine.tokens, clock, audit)
+            refs: list[str] = []
+            first = None
+            for call in ("k1", "k2", "k3"):
+                token, recorded = caps.begin_issue(
+                    Scope("fs.write", ("src/a.py",)), container_id=f"c-{call}",
+                    connection="s", ttl_s=30, call_id=call, plugin="fs-tool",
+                )  # fmt: skip
+                await recorded
+                refs.append(token_ref(token.token_id))
+                if first is None:
+                    first = token
+                    token.ops_used = 1  # used up
+                else:
+                    clock.now += 31  # the first timed out too
+            assert first is not None
+            caps.expire(first.token_id, "k1")
+            await audit.flush()
+            return refs
+        finally:
+            await audit.close()
+
+    refs = asyncio.run(main())
+    (ended,) = list(entries(tmp_path, Filters(event_type="capability_expired")))
+    assert ended["metadata"]["token"] == refs[0] and ended["metadata"]["call_id"] == "k1"
+    assert ended["metadata"]["ops_used"] == "1"
+    assert ended["metadata"]["reason"] == "its time ran out"
+
+
+def test_a_token_whose_call_never_ended_is_forgotten_long_after_it_expired() -> None:
+    from fluffy.kernel.policy.tokens import FORGET_AFTER_S, TokenStore
+
+    store = TokenStore()
+    lost = store.issue(container_id="c", connection="s", syscall="fs.write", now=0, ttl_s=30)
+    store.issue(container_id="c", connection="s", syscall="fs.write", now=31, ttl_s=30)
+    assert lost.token_id in store.tokens  # expired, but its call may still end
+    store.issue(container_id="c", connection="s", syscall="fs.write", now=30 + FORGET_AFTER_S,
+                ttl_s=30)  # fmt: skip
+    assert lost.token_id not in store.tokens and len(store.tokens) == 2
 
 
 def test_changes_without_the_call_s_token_are_refused_where_tokens_are_issued(
