@@ -73,15 +73,15 @@ class MergeSettings(BaseModel):
     #: (gitignore globs; ADR-054).  Everything else waits for a person, in every mode.
     auto_merge_paths: list[str] = Field(default_factory=list)
 
-    @field_validator("auto_merge_paths")
+    @field_validator("auto_merge_paths", "sensitive_paths")
     @classmethod
-    def _globs(cls, value: list[str]) -> list[str]:
-        for glob in value:
+    def _globs(cls, value: list[str] | None) -> list[str] | None:
+        for glob in value or ():
             if not glob.strip() or "\0" in glob or "\n" in glob:
                 raise ValueError(f"{glob!r} is not a path glob")
             try:
                 GlobSet((glob,)).match("x")
-            except (ValueError, TypeError) as exc:
+            except Exception as exc:  # pathspec's, re's or re2's error: each a bad glob
                 raise ValueError(f"{glob!r} is not a path glob: {exc}") from None
         return value
 

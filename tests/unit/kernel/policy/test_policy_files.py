@@ -55,6 +55,9 @@ DEFAULT = ROOT / "examples" / "policies" / "default.yaml"
             "capabilities:\n  - name: a\n    match: {session_mode: [sudo]}\n    action: allow\n",
             "session_mode",
         ),
+        ("merge:\n  sensitive_paths: ['\\']\n", "merge.sensitive_paths"),
+        ("merge:\n  sensitive_paths: ['[z-a]']\n", "merge.sensitive_paths"),
+        ("merge:\n  auto_merge_paths: ['[[:alpha:]]']\n", "merge.auto_merge_paths"),
     ],
 )
 def test_bad_policies_name_file_line_and_field(text: str, needle: str) -> None:
