@@ -55,14 +55,30 @@ class GlobSet:
     (``!pattern``) that always win, wherever they stand in the list (design: "Exclude
     takes priority over include" -- an exclusion is never silently cancelled by order)."""
 
-    __slots__ = ("_exclude", "_include")
+    __slots__ = ("_exclude", "_globs", "_include")
 
-    def __init__(self, globs: Sequence[str]) -> None:
-        self._include = _GitIgnoreSet([g for g in globs if not g.startswith("!")])
-        self._exclude = _GitIgnoreSet([g[1:] for g in globs if g.startswith("!")])
+    def __init__(self, globs: Sequence[str], *, lazy: bool = False) -> None:
+        """``lazy``: compile at the first match, not now (a set that is known valid --
+        fluffy's own, or validated when its policy was read -- and not needed to
+        start: compiling a long list costs milliseconds of the kernel's start)."""
+        self._globs = tuple(globs)
+        self._include: _GitIgnoreSet | None = None
+        self._exclude: _GitIgnoreSet | None = None
+        if not lazy:  # an invalid pattern raises here, where the list is given
+            self._compile()
+
+    def _compile(self) -> tuple[_GitIgnoreSet, _GitIgnoreSet]:
+        globs = self._globs
+        include = _GitIgnoreSet([g for g in globs if not g.startswith("!")])
+        exclude = _GitIgnoreSet([g[1:] for g in globs if g.startswith("!")])
+        self._include, self._exclude = include, exclude
+        return include, exclude
 
     def match(self, path: str) -> bool:
-        return self._include.match(path) and not self._exclude.match(path)
+        include, exclude = self._include, self._exclude
+        if include is None or exclude is None:
+            include, exclude = self._compile()
+        return include.match(path) and not exclude.match(path)
 
 
 _WILD = frozenset("*?[\\")
@@ -103,7 +119,7 @@ SECRET_FILES: tuple[str, ...] = (
     *("*.tfvars", "*.tfstate", "**/.kube/config", ".pgpass", ".htpasswd"),
     *("!*.example", "!*.sample", "!*.template", "!*.dist", "!*.pub"),
 )
-_SECRETS = GlobSet(SECRET_FILES)
+_SECRETS = GlobSet(SECRET_FILES, lazy=True)
 
 
 def is_secret_file(rel: str) -> bool:

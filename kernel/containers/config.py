@@ -27,7 +27,7 @@ Template = Literal[
 class SandboxConfig(BaseModel):
     """One sandbox's settings (design: Sandbox Configuration)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     template: Template
     plugin_name: str = "fluffy"

@@ -47,7 +47,7 @@ def _printable(text: str, what: str) -> str:
 class McpTool(BaseModel):
     """One tool as the server listed it (tools/list), checked and capped."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = Field(pattern=TOOL_PATTERN)
     description: str = Field(default="", max_length=MAX_DESCRIPTION)
@@ -75,7 +75,7 @@ class McpTool(BaseModel):
 class McpServer(BaseModel):
     """A registered server: how to run it, what it was built from, what it offers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     version: int = 1
     name: str = Field(pattern=NAME_PATTERN)

@@ -180,8 +180,9 @@ class Merger:
     ) -> None:
         """New rules from a policy update (the same merger, the same lock)."""
         self._guard = ProtectedPaths(protected)
-        self._sensitive = GlobSet(tuple(sensitive))
-        self._named = GlobSet(tuple(auto_merge))
+        # validated where the policy was read (tool_settings); compiled when first used
+        self._sensitive = GlobSet(tuple(sensitive), lazy=True)
+        self._named = GlobSet(tuple(auto_merge), lazy=True)
         self.max_auto_lines = max_auto_lines
 
     def outside(self, path: str) -> str | None:

@@ -63,7 +63,7 @@ def namespace_of(plugin: str) -> str:
 class ToolEntry(BaseModel):
     """One tool, as the SDK's ``ToolDefinition.to_dict()`` writes it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     name: str
     description: str = Field(min_length=1, max_length=4000)
@@ -104,7 +104,7 @@ class ToolEntry(BaseModel):
 
 
 class PluginManifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     name: str
     version: str

@@ -33,9 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from fluffy.kernel.project.files import read_ini, read_text, read_toml, strings, table
 from fluffy.kernel.project.lockfiles import LOCK_FILES, Locked, pipfile_lock, toml_lock
 from fluffy.kernel.project.reqfiles import RequirementsReader, requirement_files
@@ -77,6 +74,9 @@ class Requirements:
     @property
     def names(self) -> set[str]:
         """Canonical names of every requirement (for the natural-red third-party check)."""
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import canonicalize_name
+
         found: set[str] = set()
         for line in self.requirements:
             try:
@@ -114,6 +114,8 @@ class Requirements:
 
 
 def _norm(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
     return canonicalize_name(name)
 
 

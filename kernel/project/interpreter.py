@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from fluffy.kernel.project.files import read_text, read_toml, table
 
 
@@ -31,6 +28,9 @@ def asked_for(project: Path) -> tuple[str, str] | None:
 def mismatch(project: Path, running: str) -> str | None:
     """A note when the sandbox's Python (``running``, e.g. "3.11.2") is not what the
     project asks for; None when it is (or the project says nothing)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     found = asked_for(project)
     if found is None or not running:
         return None

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from fluffy.kernel.project.files import read_text, read_toml, table
 from fluffy.kernel.project.reqlines import (
     Refusal,
@@ -81,6 +79,8 @@ def _marker(package: dict[str, Any]) -> str | None:
 
 
 def _toml_lock(root: Path, rel: str, own: str | None, out: Locked, notes: list[str]) -> bool:
+    from packaging.utils import canonicalize_name
+
     data = read_toml(root, rel, notes)
     if data is None:
         return False
@@ -153,6 +153,8 @@ def pipfile_lock(root: Path) -> Locked | None:
 
 def toml_lock(root: Path, own_name: str | None, notes: list[str]) -> Locked | None:
     """The first of uv.lock, poetry.lock, pdm.lock present, as constraints and hashes."""
+    from packaging.utils import canonicalize_name
+
     own = canonicalize_name(own_name) if own_name else None
     for rel in TOML_LOCKS:
         out = Locked()

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 #: PEP 508's distribution name.
 NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
@@ -52,6 +52,8 @@ _ARBITRARY = "`===` takes any text as a version (pip may read it as a path)"
 
 def _plain_versions(req: Requirement) -> bool:
     """Every specifier is a PEP 440 comparison with a PEP 440 version (or ``==X.*``)."""
+    from packaging.version import InvalidVersion, Version
+
     for spec in req.specifier:
         if spec.operator == "===":
             return False
@@ -100,6 +102,8 @@ def _refuse_url(req: Requirement) -> str:
 
 def requirement(text: str, where: str, refused: list[Refusal]) -> Requirement | None:
     """``text`` as a requirement from the index, or None (a refusal is recorded)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     raw = text.strip()
     if _PIP_SYNTAX.search(raw):
         refused.append(Refusal(where, shown(raw), "it holds what pip would read as more "
@@ -158,6 +162,9 @@ def constraint_line(text: str, where: str, refused: list[Refusal]) -> str | None
 
 def pin(name: object, version: object, where: str, refused: list[Refusal]) -> str | None:
     """``name==version`` from a lock entry, both checked (None: refused)."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
     if not isinstance(name, str) or not NAME.match(name) or _archive_name(name):
         refused.append(Refusal(where, shown(str(name)), "not a package name",
                                "regenerate the lock file with its tool"))  # fmt: skip
@@ -176,6 +183,8 @@ def pin(name: object, version: object, where: str, refused: list[Refusal]) -> st
 def check_line(line: str) -> str:
     """Defence in depth at the pip boundary: ``line`` must be what :func:`render` makes,
     and nothing in it that pip's file format would read as more than data."""
+    from packaging.requirements import Requirement
+
     req = Requirement(line)  # raises InvalidRequirement
     data = line.split(";", 1)[0]  # what pip may read as a path: all before the marker
     if (

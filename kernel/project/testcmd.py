@@ -51,7 +51,7 @@ class TestCommand(BaseModel):
     """``tests:`` in ``.fluffy/config.yaml``."""
 
     __test__ = False  # not a pytest test class
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     command: list[str] | None = Field(default=None, min_length=1, max_length=200)
     env: dict[str, str] = Field(default_factory=dict, max_length=100)

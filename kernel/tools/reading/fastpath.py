@@ -48,7 +48,7 @@ class StagedView(Protocol):
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ReadArgs(_Args):

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from fluffy.errors import ConfigError
 from fluffy.junit import JS_RUNNERS, Dialect
 from fluffy.kernel.containers.runtime import sandbox_identity
@@ -114,6 +112,8 @@ class TestPreparer:
         test_writing run, whose red or not needs none).  ``tests``: the plan runs the
         tests (False: a command in the test environment, which needs no test runner);
         a JavaScript project with no runner fluffy can read is then a ConfigError."""
+        from packaging.utils import canonicalize_name
+
         command = load_test_command(self.project)
         javascript = self.layout.language == "javascript"
         own = command is not None and command.command is not None

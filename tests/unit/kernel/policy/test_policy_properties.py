@@ -175,3 +175,25 @@ def test_an_exclusion_always_wins_wherever_it_stands(globs: list[str], path: str
     if excluded.match(path):
         assert not GlobSet(globs).match(path)
         assert not GlobSet(list(reversed(globs))).match(path)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from(GLOBS), min_size=1, max_size=5), st.sampled_from(PATHS))
+def test_a_set_compiled_at_its_first_match_matches_as_one_compiled_at_once(
+    globs: list[str], path: str
+) -> None:
+    from fluffy.kernel.globs import GlobSet
+
+    assert GlobSet(globs, lazy=True).match(path) == GlobSet(globs).match(path)
+
+
+def test_only_a_lazy_set_defers_an_invalid_pattern_s_error() -> None:
+    from pathspec.patterns.gitignore import GitIgnorePatternError
+
+    from fluffy.kernel.globs import GlobSet
+
+    with pytest.raises(GitIgnorePatternError):
+        GlobSet(["src/**", "\\"])
+    later = GlobSet(["src/**", "\\"], lazy=True)  # nothing compiled yet
+    with pytest.raises(GitIgnorePatternError):
+        later.match("src/a.py")
