@@ -38,6 +38,38 @@ def json_tokens(value: Any) -> int:
     return -(-(len(raw) if raw.isascii() else len(raw.decode())) // CHARS_PER_TOKEN)
 
 
+#: The tool calls' cost of the messages counted lately, by identity (the message is kept
+#: with it, so an id is never taken for another's): a session's messages come back as
+#: the same values every round (the conversation store keeps them), and encoding their
+#: calls' arguments was most of counting the window.  Cleared when it holds
+#: CALL_COSTS_KEPT messages or their calls CALL_COSTS_TOKENS tokens (~4 bytes each):
+#: what it keeps alive is bounded, whatever the store has since let go.
+_CALL_COSTS: dict[int, tuple[Message, int]] = {}
+_KEPT_TOKENS = [0]
+CALL_COSTS_KEPT: Final = 20_000
+CALL_COSTS_TOKENS: Final = 2_000_000
+
+
+def _calls_tokens(message: Message) -> int:
+    hit = _CALL_COSTS.get(id(message))
+    if hit is not None and hit[0] is message:
+        return hit[1]
+    per = CHARS_PER_TOKEN
+    total = 0
+    for call in message.tool_calls:
+        total += CALL_OVERHEAD - (-len(call.id) // per) - (-len(call.name) // per)
+        if call.invalid_arguments is not None:  # sent back as the model wrote them
+            total -= -len(call.invalid_arguments) // per
+        else:
+            total += json_tokens(call.arguments)
+    if len(_CALL_COSTS) >= CALL_COSTS_KEPT or _KEPT_TOKENS[0] >= CALL_COSTS_TOKENS:
+        _CALL_COSTS.clear()
+        _KEPT_TOKENS[0] = 0
+    _CALL_COSTS[id(message)] = (message, total)
+    _KEPT_TOKENS[0] += total
+    return total
+
+
 def message_tokens(message: Message) -> int:
     """Tokens one message costs in a request: content, tool calls and framing.
 
@@ -45,12 +77,8 @@ def message_tokens(message: Message) -> int:
     estimate is spelled out here rather than called per part.)"""
     per = CHARS_PER_TOKEN
     total = MESSAGE_OVERHEAD - (-len(message.content) // per)
-    for call in message.tool_calls:
-        total += CALL_OVERHEAD - (-len(call.id) // per) - (-len(call.name) // per)
-        if call.invalid_arguments is not None:  # sent back as the model wrote them
-            total -= -len(call.invalid_arguments) // per
-        else:
-            total += json_tokens(call.arguments)
+    if message.tool_calls:
+        total += _calls_tokens(message)
     if message.role == "tool":
         total -= (-len(message.tool_call_id) // per) + (-len(message.name) // per)
     return total

@@ -515,3 +515,20 @@ def test_rounds_keep_each_result_with_the_call_that_asked_for_it(
     messages: list[Message],
 ) -> None:
     assert rounds(messages) == _grouped(messages)
+
+
+def test_a_message_s_kept_call_cost_is_its_count_and_what_is_kept_stays_bounded() -> None:
+    from fluffy.kernel.ai import token_estimate
+
+    content = "x" * 20_000  # 600 writes of 20 KB: past the bound, so it is cleared
+    messages = [
+        Message(role="assistant", tool_calls=[ToolCall(f"c{i}", "fs.write", {"content": content})])
+        for i in range(600)
+    ]
+    counted = [token_estimate.message_tokens(m) for m in messages]
+    assert [token_estimate.message_tokens(m) for m in messages] == counted  # kept or not
+    copies = [Message(role="assistant", tool_calls=list(m.tool_calls)) for m in messages]
+    assert [token_estimate.message_tokens(m) for m in copies] == counted  # other objects
+    kept = sum(cost for _, cost in token_estimate._CALL_COSTS.values())
+    assert kept <= token_estimate.CALL_COSTS_TOKENS + max(counted)
+    assert len(token_estimate._CALL_COSTS) < len(messages)
