@@ -145,6 +145,10 @@ class ConversationStore:
         #: the messages of the sessions loaded lately, as stored (this store is the
         #: only writer of its tables: append extends them, any other change drops them)
         self._loaded: dict[str, list[Message]] = {}
+        #: their meta rows, as last written or read (every write here replaces or drops
+        #: them): a running session's context reads its meta every model round
+        self._metas: dict[str, ConversationMeta] = {}
+        self._writes = 0  # writes begun: a read that a write overtook is not kept
 
     @classmethod
     async def open(cls, state_dir: Path) -> ConversationStore:
@@ -173,13 +177,16 @@ class ConversationStore:
         cleaned = [_clean(message) for message in messages]
         encoded = [(clean.role, _message_json(clean).decode(), clean.content) for clean in cleaned]
         db = self.db
+        self._writes += 1
         try:  # one trip to the connection's thread (each statement was one, ~0.1 ms each)
-            count, rows = await db._execute(  # type: ignore[no-untyped-call]
+            count, rows, meta = await db._execute(  # type: ignore[no-untyped-call]
                 lambda: _append_rows(db._conn, session_id, encoded, also, now_ms())
             )
         except BaseException:
             self._loaded.pop(session_id, None)
+            self._metas.pop(session_id, None)
             raise
+        self._keep_meta(meta)
         loaded = self._loaded.get(session_id)
         if loaded is not None and len(loaded) == count:
             loaded.extend(_decode_message(row[3]) for row in rows)
@@ -232,13 +239,28 @@ class ConversationStore:
 
     # -- meta -----------------------------------------------------------------------------
     async def meta(self, session_id: str) -> ConversationMeta | None:
+        kept = self._metas.get(session_id)
+        if kept is not None:
+            return kept
+        writes = self._writes
         rows = list(
             await self.db.execute_fetchall(
                 _SELECT_META + "WHERE session_id = ?",
                 (session_id,),
             )
         )
-        return _meta(rows[0]) if rows else None
+        if not rows:
+            return None
+        meta = _meta(rows[0])
+        if writes == self._writes:  # no write began meanwhile (one may have committed)
+            self._keep_meta(meta)
+        return meta
+
+    def _keep_meta(self, meta: ConversationMeta) -> None:
+        self._metas.pop(meta.session_id, None)
+        while len(self._metas) >= LOADED_SESSIONS:
+            self._metas.pop(next(iter(self._metas)))
+        self._metas[meta.session_id] = meta  # the most recent last
 
     async def _require(self, session_id: str) -> ConversationMeta:
         meta = await self.meta(session_id)
@@ -271,13 +293,17 @@ class ConversationStore:
             raise ValueError(
                 f"summarised_upto {upto} is outside {meta.summarised_upto}..{meta.messages}"
             )
-        await self.db.execute(
-            "UPDATE conversation_meta SET summary = ?, summarised_upto = ?, updated_at = ?, "
-            "touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta) "
-            "WHERE session_id = ?",
-            (redact(summary), upto, now_ms(), session_id),
-        )
-        await self.db.commit()
+        self._writes += 1
+        try:
+            await self.db.execute(
+                "UPDATE conversation_meta SET summary = ?, summarised_upto = ?, updated_at = ?, "
+                "touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta) "
+                "WHERE session_id = ?",
+                (redact(summary), upto, now_ms(), session_id),
+            )
+            await self.db.commit()
+        finally:  # dropped once written (a read meanwhile may have kept the old row)
+            self._metas.pop(session_id, None)
 
     # -- pins -----------------------------------------------------------------------------
     async def pins(self, session_id: str) -> list[Pin]:
@@ -318,13 +344,17 @@ class ConversationStore:
         return True
 
     async def _set_pins(self, session_id: str, pins: list[Pin]) -> None:
-        await self.db.execute(
-            "UPDATE conversation_meta SET pins = ?, updated_at = ?, "
-            "touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta) "
-            "WHERE session_id = ?",
-            (_encode_pins(pins).decode(), now_ms(), session_id),
-        )
-        await self.db.commit()
+        self._writes += 1
+        try:
+            await self.db.execute(
+                "UPDATE conversation_meta SET pins = ?, updated_at = ?, "
+                "touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM conversation_meta) "
+                "WHERE session_id = ?",
+                (_encode_pins(pins).decode(), now_ms(), session_id),
+            )
+            await self.db.commit()
+        finally:  # dropped once written (a read meanwhile may have kept the old row)
+            self._metas.pop(session_id, None)
 
     # -- retention ------------------------------------------------------------------------
     async def prune(self, now: int | None = None, *, days: int = ARCHIVE_AFTER_DAYS) -> list[str]:
@@ -337,6 +367,7 @@ class ConversationStore:
             (cutoff,),
         )
         ids = [str(row[0]) for row in rows]
+        self._writes += 1
         try:
             for session_id in ids:
                 await self.db.execute(
@@ -356,6 +387,9 @@ class ConversationStore:
         except BaseException:
             await self.db.rollback()
             raise
+        finally:
+            for session_id in ids:
+                self._metas.pop(session_id, None)
         return ids
 
 
@@ -365,10 +399,10 @@ def _append_rows(
     encoded: Sequence[tuple[str, str, str]],
     also: Sequence[tuple[str, tuple[Any, ...]]],
     now: int,
-) -> tuple[int, list[tuple[Any, ...]]]:
+) -> tuple[int, list[tuple[Any, ...]], ConversationMeta]:
     """On the connection's thread: ``encoded`` (role, stored JSON, content) after the
     session's last message, its meta and ``also`` in one transaction; (the count
-    before, the rows)."""
+    before, the rows, the meta as committed)."""
     try:
         found = conn.execute(_SELECT_META + "WHERE session_id = ?", (session_id,)).fetchone()
         meta = _meta(found) if found is not None else None
@@ -404,11 +438,12 @@ def _append_rows(
         )
         for sql, parameters in also:
             conn.execute(sql, parameters)
+        written = conn.execute(_SELECT_META + "WHERE session_id = ?", (session_id,)).fetchone()
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
-    return count, rows
+    return count, rows, _meta(written)
 
 
 def _meta(row: Any) -> ConversationMeta:

@@ -247,3 +247,64 @@ def test_what_a_store_keeps_in_memory_follows_its_writes(tmp_path: Path) -> None
     assert replaced[1].tool_calls == [summary]
     assert full == [*replaced, *HISTORY[2:]]
     assert with_store(tmp_path, lambda store: store.load("s1")) == full  # as stored
+
+
+def test_the_meta_a_store_keeps_is_what_its_writes_committed(tmp_path: Path) -> None:
+    """A running session's meta is read every model round from what the store keeps:
+    after each kind of write it is the row a fresh connection reads."""
+
+    async def body(store: ConversationStore) -> list[tuple[Any, Any]]:
+        fresh = await ConversationStore.open(tmp_path)
+        pairs = []
+        try:
+
+            async def both() -> None:
+                fresh._metas.clear()
+                pairs.append((await store.meta("s1"), await fresh.meta("s1")))
+
+            await store.append("s1", HISTORY[:2])
+            await both()
+            await store.append("s1", HISTORY[2:])
+            await both()
+            await store.set_summary("s1", "the first two", 2)
+            await both()
+            pin = await store.add_pin("s1", "keep the tests green")
+            await both()
+            assert await store.remove_pin("s1", pin.id)
+            await both()
+            assert await store.prune(now_ms() + 31 * DAY_MS) == ["s1"]
+            await both()
+            await store.append("s1", [Message(role="user", content="again")])
+            await both()
+        finally:
+            await fresh.close()
+        return pairs
+
+    pairs = with_store(tmp_path, body)
+    assert [kept for kept, _ in pairs] == [read for _, read in pairs]
+    assert [kept.messages for kept, _ in pairs] == [2, 4, 4, 4, 4, 4, 5]
+    assert pairs[2][0].summary == "the first two" and pairs[3][0].pins
+    assert pairs[5][0].archived and not pairs[6][0].archived
+
+
+def test_a_meta_read_overtaken_by_a_write_is_not_kept(tmp_path: Path) -> None:
+    """A read queued before a write (which then commits, even for a caller that was
+    cancelled) returns the row as it was: it is answered, never kept."""
+
+    async def body(store: ConversationStore) -> tuple[Any, Any]:
+        await store.append("s1", HISTORY[:2])
+        store._metas.clear()
+        reading = asyncio.ensure_future(store.meta("s1"))  # queued first
+        await asyncio.sleep(0)
+        writing = asyncio.ensure_future(store.append("s1", HISTORY[2:]))
+        await asyncio.sleep(0)  # its trip to the database thread is queued
+        writing.cancel()  # the caller gave up; the database thread still commits
+        old = await reading
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        await store.db.execute("SELECT 1")  # the append's trip has run by now
+        return old, await store.meta("s1")
+
+    old, now = with_store(tmp_path, body)
+    assert old.messages in (2, 4)
+    assert now.messages == 4  # read again: the stale row was not kept
