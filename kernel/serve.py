@@ -23,8 +23,15 @@ from fluffy.kernel import process_tuning
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.observer import SyscallAuditor
-from fluffy.kernel.audit.recovery import check_database, take_backup
+from fluffy.kernel.audit.recovery import (
+    StartupCheck,
+    chain_check,
+    chain_unverified,
+    check_database,
+    take_backup,
+)
 from fluffy.kernel.audit.storage import StorageSettings
+from fluffy.kernel.audit.verify import Found
 from fluffy.kernel.ipc.server import KernelServer, Limits
 from fluffy.kernel.ipc.syscalls import SyscallTable
 from fluffy.kernel.memory_guard import MemoryGuard
@@ -52,8 +59,19 @@ log = logging.getLogger("fluffy.kernel")
 
 
 async def open_audit(state_dir: Path, settings: StorageSettings | None = None) -> AuditLog:
-    """The start-up sequence's database step: check, recover, open, record what happened."""
-    check = await asyncio.to_thread(check_database, state_dir)
+    """:func:`start_audit` with the chain verified before the log opens."""
+    audit, _ = await start_audit(state_dir, settings, chain=True)
+    return audit
+
+
+async def start_audit(
+    state_dir: Path, settings: StorageSettings | None = None, *, chain: bool = False
+) -> tuple[AuditLog, StartupCheck]:
+    """The start-up sequence's database step: check, recover, open, record what happened.
+
+    ``chain=False``: a healthy database's chain is left to :func:`verify_chain`, with
+    the head its files claimed before ``kernel_start`` rewrote them (``check.found``)."""
+    check = await asyncio.to_thread(check_database, state_dir, chain=chain)
     if check.outcome != "ok":
         log.warning("audit database: %s", check.detail)
     audit = await AuditLog.open(state_dir, settings=settings)  # policy.yaml `audit:`
@@ -66,7 +84,26 @@ async def open_audit(state_dir: Path, settings: StorageSettings | None = None) -
     )
     for event in check.events:
         await audit.record(event)
-    return audit
+    return audit, check
+
+
+async def verify_chain(audit: AuditLog, state_dir: Path, found: Found | None) -> None:
+    """The chain verification of the kernel's start, once it serves (design: a break is
+    logged, it never blocks the start): a break is recorded as ``audit_chain_break``,
+    and so is a check that could not be made (a damaged archive).  No archive is made
+    or deleted meanwhile: the check reads them."""
+    audit.storage_held = True
+    try:
+        check = await asyncio.to_thread(chain_check, state_dir, found)
+    except Exception as exc:  # verify raises on a damaged file: said, never lost
+        log.exception("the audit chain could not be verified")
+        check = chain_unverified(exc)
+    finally:
+        audit.storage_held = False
+    if check.outcome != "ok":
+        log.warning("audit database: %s", check.detail)
+    for event in check.events:
+        await audit.record(event)
 
 
 async def load_rules(
@@ -156,7 +193,8 @@ async def serve(
     layout = detect_layout(project) if project is not None else None
     # what is opened is closed in reverse, whether the kernel stops or its start fails
     async with contextlib.AsyncExitStack() as opened:
-        audit = await open_audit(state_dir, policy.audit)  # integrity check, recovery first
+        # integrity check, recovery first; the chain once the kernel serves
+        audit, check = await start_audit(state_dir, policy.audit)
         opened.push_async_callback(_close_audit, audit, state_dir)
         store = await WorkflowStore.open(state_dir)
         opened.push_async_callback(store.close)
@@ -217,6 +255,9 @@ async def serve(
         server.scheduler = tools.scheduler.figures
         opened.push_async_callback(server.close)
         await server.listen(socket_path)
+        if check.deferred:
+            verifying = verify_chain(audit, state_dir, check.found)
+            opened.push_async_callback(_finish, asyncio.create_task(verifying))
         tools.sweep()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -228,6 +269,15 @@ async def serve(
         await stop.wait()
     print("fluffy kernel stopped", file=sys.stderr, flush=True)
     return 0
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    """At shutdown: the start's chain check ends first (a break it found is recorded
+    before ``kernel_shutdown``); a failed check is logged, never raised."""
+    try:
+        await task
+    except Exception:
+        log.exception("the audit chain check failed")
 
 
 async def _close_audit(audit: AuditLog, state_dir: Path) -> None:

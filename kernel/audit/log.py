@@ -127,6 +127,8 @@ class AuditLog:
         self._waits_for_lock = True  # PRAGMAS set busy_timeout (see _lock_wait)
         self._writing = False  # the writer task holds a batch (commit, maintenance)
         self._streak = 0  # commits callers made since the loop last ran something else
+        #: no rotation or archive deletion while set (the start's verification reads them)
+        self.storage_held = False
 
     # -- opening and closing ----------------------------------------------------------
     @classmethod
@@ -477,7 +479,7 @@ class AuditLog:
                 self.stats.wal_checkpoints += 1
             self._since_checkpoint = self._commits_since_checkpoint = 0
             self._last_checkpoint = time.monotonic()
-            for event in self.storage.check_size():  # also at close: internal events
+            for event in [] if self.storage_held else self.storage.check_size():  # internal
                 self._append(event, internal=True)
             if self.storage.doomed:  # record the deletions durably, then delete the files
                 batch, self._batch = self._batch, Batch()
@@ -485,7 +487,8 @@ class AuditLog:
                 await self._commit(batch)
                 if not self._batch.rows:  # committed (a failed commit puts the rows back)
                     self.storage.unlink_doomed()
-        midnight = None if self._closing else self.storage.rotation_due()
+        held = self._closing or self.storage_held
+        midnight = None if held else self.storage.rotation_due()
         if midnight is not None:
             self._lock_wait(True)
             for event in await self.storage.maybe_rotate(self.db, self._chain_id, midnight):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -268,10 +269,28 @@ def _against(
     return None
 
 
-def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = True) -> Report:
+class Found(NamedTuple):
+    """What a kernel's files claimed when it started, before its first entry rewrote
+    them: the furthest head (``audit.head`` or the database's own) and the database's
+    own head seq (which tells a cut-off end from an older copy put back)."""
+
+    head: Head
+    meta_seq: int
+
+
+def verify(
+    state_dir: Path,
+    *,
+    witness: Head | None = None,
+    checkpoint: bool = True,
+    found: Found | None = None,
+) -> Report:
     """Verify the archives and the active database of ``state_dir``.
 
     ``checkpoint=False`` ignores ``audit.head`` (used to judge a restored copy on its own).
+    ``found``: the head the files claimed when a kernel started, read before its first
+    entry rewrote them (the start verifies while the kernel already writes): the
+    database must still hold that entry, with that hash.
     """
     started = time.perf_counter()
     report = Report(witness=witness)
@@ -301,7 +320,13 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
                     report.last_seq = chain.prev_seq or None
                     if chain.prev_seq:
                         report.head = Head(chain_id, chain.prev_seq, chain.prev_hash or "")
-                    for what, head in (("checkpoint", report.checkpoint), ("witness", witness)):
+                    at_start = found.head if found is not None else None
+                    evidence = (
+                        ("checkpoint", report.checkpoint),
+                        ("witness", witness),
+                        ("head found at the kernel's start", at_start),
+                    )
+                    for what, head in evidence:
                         if head is not None:
                             problem = _against(
                                 head,
@@ -310,12 +335,14 @@ def verify(state_dir: Path, *, witness: Head | None = None, checkpoint: bool = T
                                 chain.prev_seq,
                                 file.name,
                                 what,
-                                meta_head,
+                                found.meta_seq if found and head is at_start else meta_head,
                                 files[:-1],
                             )
                             if problem is not None:
                                 report.fail(problem)
                                 break
+                            if head is at_start:  # entries after it: the running kernel's
+                                continue
                             if head.seq < chain.prev_seq and what == "witness":
                                 # the witness lags a running kernel; after a stop it is the head
                                 report.unwitnessed = (head.seq + 1, chain.prev_seq)

@@ -100,3 +100,45 @@ def test_a_start_that_fails_leaves_the_collector_on(
     with pytest.raises(ConfigError):
         serve_module.main(tmp_path / "k.sock", tmp_path / "state", None)
     assert gc.isenabled()
+
+
+def test_the_chain_is_verified_once_the_kernel_serves_and_a_break_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collector: None
+) -> None:
+    """The start does not wait for the chain's verification (its time grows with the log):
+    the check is held here until the socket answers, so a start that waited for it would
+    never listen.  What it found is recorded before the kernel's shutdown."""
+    from fluffy.kernel.audit.recovery import StartupCheck, _chain_break
+
+    listening = threading.Event()
+    checked: list[Path] = []
+
+    def chain_check(state_dir: Path, found: Any) -> StartupCheck:
+        assert listening.wait(30), "the kernel waited for the chain check to listen"
+        checked.append(state_dir)
+        detail = "audit chain broken: modified at entry 7: (a test)"
+        return StartupCheck("tampered", detail, None, [_chain_break("tampered", detail, None)])
+
+    monkeypatch.setattr(serve_module, "chain_check", chain_check)
+    sock, state = tmp_path / "k.sock", tmp_path / "state"
+
+    async def scenario() -> int:
+        earlier = await serve_module.open_audit(state)  # a log from an earlier start
+        await earlier.close()
+        kernel = asyncio.create_task(serve_module.serve(sock, state))
+        async with asyncio.timeout(30):
+            while not sock.exists():
+                await asyncio.sleep(0.01)
+        listening.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        return await kernel
+
+    assert asyncio.run(scenario()) == 0
+    assert checked == [state]
+    logged = list(entries(state, Filters()))
+    events = [e["event_type"] for e in logged]
+    assert events.count("kernel_start") == 2 and events[-1] == "kernel_shutdown", events
+    assert events.count("audit_chain_break") == 1, events
+    start = [e for e in logged if e["event_type"] == "kernel_start"][-1]
+    assert start["metadata"]["database"] == "ok" and "verified next" in start["input_summary"]
+    assert events.index("audit_chain_break") > logged.index(start)

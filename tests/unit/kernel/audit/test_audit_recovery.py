@@ -34,7 +34,7 @@ from fluffy.kernel.audit.recovery import (
 )
 from fluffy.kernel.audit.store import Head, db_path, head_path, read_head
 from fluffy.kernel.audit.verify import verify
-from fluffy.kernel.serve import open_audit
+from fluffy.kernel.serve import open_audit, start_audit, verify_chain
 from tests.audit_support import change_entry, rewrite_in_earlier_layout
 
 pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
@@ -249,6 +249,99 @@ async def test_a_tampered_database_is_reported_and_left_as_it_is(state: Path) ->
     assert (report.problem.kind, report.problem.seq) == ("modified", 500)
     recorded = [e for e in entries(state) if e["event_type"] == "audit_chain_break"]
     assert [e["metadata"]["first_broken_id"] for e in recorded] == ["500"]
+
+
+def _damage(state: Path, kind: str, spare: Path) -> None:
+    """``state``'s log damaged the way ``kind`` names, its ``audit.head`` left as it is."""
+    if kind == "modified":
+        with closing(sqlite3.connect(db_path(state))) as conn:
+            change_entry(conn, 500, input_summary="nothing to see")
+            conn.commit()
+    elif kind == "truncated":  # the newest entries deleted, the database's head kept
+        with closing(sqlite3.connect(db_path(state))) as conn:
+            conn.execute("DELETE FROM audit_log WHERE seq > (SELECT MAX(seq) - 20 FROM audit_log)")
+            conn.commit()
+    else:  # rolled back: an older copy of the database put back in place
+        saved = {f.name: f.read_bytes() for f in state.glob("fluffy.db*")}
+        anyio_run_write(state, spare)
+        for f in state.glob("fluffy.db*"):
+            f.unlink()
+        for name, data in saved.items():
+            (state / name).write_bytes(data)
+
+
+def anyio_run_write(state: Path, spare: Path) -> None:
+    """More entries written in a copy of the log, then moved over ``state`` (the sync
+    helper of :func:`_damage`, which runs inside the test's loop)."""
+    shutil.copytree(state, spare)
+    anyio.from_thread.run(write, spare, 30, "later")  # type: ignore[arg-type]
+    for f in spare.iterdir():
+        shutil.copy2(f, state / f.name)
+
+
+@pytest.mark.parametrize("kind", ["modified", "truncated", "rolled_back"])
+async def test_the_check_after_the_kernel_listens_finds_what_the_start_found_before(
+    state: Path, tmp_path: Path, kind: str
+) -> None:
+    """The start records kernel_start (rewriting audit.head and the database's own
+    head) before the chain is verified: the check still judges the files as found."""
+    await anyio.to_thread.run_sync(_damage, state, kind, tmp_path / "spare")
+    twin = tmp_path / "twin"
+    shutil.copytree(state, twin)
+    await _startup_and_close(twin)  # verified before the log opened
+    log, check = await start_audit(state)  # what the kernel's start does
+    try:
+        assert check.deferred and not _breaks(state)
+        await verify_chain(log, state, check.found)  # once it serves
+    finally:
+        await log.close()
+    found = [(b["metadata"]["outcome"], b["metadata"]["kind"]) for b in _breaks(state)]
+    assert found == [(b["metadata"]["outcome"], b["metadata"]["kind"]) for b in _breaks(twin)]
+    assert found and found[0] == ("tampered", kind)
+
+
+async def test_a_healthy_log_s_late_check_finds_nothing_in_what_the_kernel_wrote(
+    state: Path,
+) -> None:
+    log, check = await start_audit(state)
+    try:
+        for i in range(300):
+            log.record_nowait(Event("syscall", syscall_type="fs.read", input_summary=f"{i}"))
+        await log.record(Event("policy_update", input_summary="meanwhile"))
+        await verify_chain(log, state, check.found)
+    finally:
+        await log.close()
+    assert not _breaks(state) and verify(state).ok
+
+
+async def test_a_late_check_that_cannot_read_the_log_is_recorded_and_holds_the_archives(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fluffy.kernel.serve as serve_module
+
+    log, check = await start_audit(state)
+    held: list[bool] = []
+
+    def damaged(state_dir: Path, found: Any) -> Any:
+        held.append(log.storage_held)  # no rotation or archive deletion under the check
+        raise sqlite3.DatabaseError("file is not a database")
+
+    monkeypatch.setattr(serve_module, "chain_check", damaged)
+    try:
+        await verify_chain(log, state, check.found)
+        assert not log.storage_held
+    finally:
+        await log.close()
+    assert held == [True]
+    (recorded,) = _breaks(state)
+    assert (
+        "could not be verified: DatabaseError: file is not a database"
+        in (recorded["metadata"]["detail"])
+    )
+
+
+def _breaks(state: Path) -> list[dict[str, Any]]:
+    return [e for e in entries(state) if e["event_type"] == "audit_chain_break"]
 
 
 # -- corrupt files ----------------------------------------------------------------------
