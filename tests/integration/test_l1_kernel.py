@@ -282,7 +282,16 @@ def _zombie(pid: int) -> bool:
 
 def test_the_startup_benchmark_reports_its_keys(images: dict[str, str]) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.startup", "--json", "--n", "1"],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.startup",
+            "--json",
+            "--n",
+            "1",
+            "--log-entries",
+            "20000",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -290,8 +299,10 @@ def test_the_startup_benchmark_reports_its_keys(images: dict[str, str]) -> None:
         cwd=Path(__file__).resolve().parents[2],
     )
     result = json.loads(out.stdout)
-    for key in ("start_to_healthy_p50_ms", "restart_to_healthy_p50_ms", "bare_container_p50_ms"):
+    for key in ("start_to_healthy_p50_ms", "restart_to_healthy_p50_ms", "bare_container_p50_ms",
+                "start_with_log_p50_ms"):  # fmt: skip
         assert result[key] > 0
+    assert result["log_entries"] == 20000
 
 
 SLOW_TEST = "import time\n\n\ndef test_slow() -> None:\n    time.sleep(40)\n    assert False\n"
