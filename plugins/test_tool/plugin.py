@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fluffy.errors import ToolFailed, ToolTimeout
+from fluffy.errors import ToolTimeout
 from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin, normalise_path
 from fluffy.plugins.test_tool.junit import EMPTY, junit_counts
 from fluffy.safetext import strip_sequences
@@ -179,12 +179,8 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             coverage = COVERAGE
     elif custom and (call / "coverage.out").is_file():
         coverage = "coverage.out"
-    if custom and not junit.is_file() and tests.exit_code not in (0, 5):
-        raise ToolFailed(
-            f"the project's test command exited {tests.exit_code} and wrote no JUnit report",
-            why=output[-1500:],
-            fix="Make the command in .fluffy/config.yaml write its JUnit XML to {junit}.",
-        )
+    # a run without a report (a custom command's too) is the kernel's to judge: a test
+    # file mocha could not load is that file's failure, anything else the runner's error
     return {
         "exit_code": tests.exit_code,
         "junit": JUNIT if junit.is_file() else None,

@@ -18,6 +18,7 @@ from typing import Any
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.junit import parse_junit
 from fluffy.kernel.confined_files import read_regular, safe_relpath
+from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.project.envstate import ENV_PYTHON
 from fluffy.kernel.project.interpreter import mismatch
 from fluffy.kernel.tools.changes.flow import Flow
@@ -32,6 +33,7 @@ from fluffy.kernel.tools.testing.guardrun import (
     is_whole,
     test_side,
 )
+from fluffy.kernel.tools.testing.loadfail import load_failure
 from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.coverage import CoverageReport, parse_coverage
 from fluffy.kernel.workflow.evidence import OUTPUT_CHARS, TestRun
@@ -99,13 +101,26 @@ async def run_tests(
         await release(outcome)
     tail = str(result.get("output_tail", ""))
     if junit is None and exit_code not in (0, 5):
-        raise ToolInputInvalid(
-            f"test.run: {plan.runner} exited with {exit_code} and wrote no report",
-            why=tail[-1500:],
-            fix="Fix the collection error shown, then run the tests again."
-            if plan.runner == "pytest"
-            else "Fix the error shown, then run the tests again.",
+        # mocha writes no report when a test file does not load: that file's failure
+        failed_load = (
+            load_failure(tail, GlobSet(workflow.test_globs).match)
+            if plan.dialect == "javascript"
+            else None
         )
+        if failed_load is None:
+            raise ToolInputInvalid(
+                f"test.run: {plan.runner} exited with {exit_code} and wrote no report",
+                why=tail[-1500:],
+                fix="Fix the collection error shown, then run the tests again."
+                if plan.runner == "pytest"
+                else "Fix the error shown, then run the tests again"
+                + (
+                    "; the command in .fluffy/config.yaml must write its JUnit XML to {junit}."
+                    if plan.custom
+                    else "."
+                ),
+            )
+        cases = [failed_load]
     crashed = not cases and exit_code not in (0, 5)  # no test ran: its output says why
     run = TestRun(
         command=("test.run", json.dumps(call.args, sort_keys=True)),

@@ -350,6 +350,19 @@ def test_test_run_runs_a_projects_own_command(roots: Roots) -> None:
     assert result["coverage"] is None
 
 
+def test_a_projects_command_that_wrote_no_report_is_answered_for_the_kernel_to_judge(
+    roots: Roots,
+) -> None:
+    """mocha writes no report when a test file does not load: the run and its output go
+    to the kernel (which reads the load failure, or refuses the run), never an error
+    that loses them."""
+    failing = "import sys\nprint(\"Error: Cannot find module '../lib/x'\")\nsys.exit(1)\n"
+    write_tree(roots.workspace, {"run_specs.py": failing})
+    result = _run_with(roots, {"command": ["python3", "run_specs.py", "{junit}"]}, "n1")
+    assert result["exit_code"] == 1 and result["junit"] is None
+    assert "Cannot find module '../lib/x'" in result["output_tail"]
+
+
 def test_the_projects_variables_reach_pytest_and_colour_codes_do_not_reach_the_model(
     roots: Roots,
 ) -> None:
