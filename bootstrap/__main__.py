@@ -43,8 +43,8 @@ def kernel_image(home: Path, env: dict[str, str]) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         raise errors.ImageNotFound(
             "the kernel image is not built",
-            why="",
-            fix="Run `fluffy images build` (scripts/setup does it).",
+            why=f"{home}/state/images.json names none (images are built per fluffy home)",
+            fix="Run `fluffy images build` with this FLUFFY_HOME (scripts/setup does it).",
         ) from None
 
 

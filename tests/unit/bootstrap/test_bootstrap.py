@@ -130,6 +130,7 @@ def test_settings_are_read_without_validation(
     with pytest.raises(ImageNotFound, match="not built") as caught:
         boot_main.kernel_image(tmp_path, {})
     assert caught.value.code == "engine.image_not_found"  # the tree's name (was image.not_found)
+    assert f"{tmp_path}/state/images.json names none" in (caught.value.why or "")
 
 
 def test_a_missing_project_is_a_structured_error(
