@@ -26,17 +26,8 @@ from typing import Literal
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.findings import Report
 from fluffy.kernel.audit.storage import archives
-from fluffy.kernel.audit.store import (
-    BACKUP_DIR,
-    Head,
-    connect_ro,
-    db_path,
-    head_path,
-    migrate_layout,
-    read_head,
-    read_meta,
-)
-from fluffy.kernel.audit.verify import Found, verify
+from fluffy.kernel.audit.store import BACKUP_DIR, connect_ro, db_path, migrate_layout
+from fluffy.kernel.audit.verify import Found, found_at_start, verify
 
 KEEP_BACKUPS = 5
 Outcome = Literal["ok", "tampered", "recovered", "restored_backup", "new_database"]
@@ -52,31 +43,6 @@ class StartupCheck:
     #: kernel's first entry rewrites ``audit.head`` and the database's own head
     found: Found | None = None
     deferred: bool = False
-
-
-def found_head(state_dir: Path) -> Found | None:
-    """The furthest head ``audit.head`` and the database's ``audit_meta`` claim (None:
-    neither says one), with the database's own head seq.  Each is what the writer set
-    with its rows: the entry it names must exist with that hash (a rolled-back or cut
-    file does not have it)."""
-    heads: list[Head] = []
-    meta_seq = 0
-    with contextlib.suppress(ValueError, OSError):
-        checkpoint = read_head(head_path(state_dir))
-        if checkpoint is not None:
-            heads.append(checkpoint)
-    with contextlib.suppress(sqlite3.Error):
-        conn = connect_ro(db_path(state_dir))
-        try:
-            meta = read_meta(conn)
-        finally:
-            conn.close()
-        seq, digest = meta.get("head_seq", ""), meta.get("head_hash", "")
-        if seq.isascii() and seq.isdigit() and len(seq) < 19 and digest:
-            meta_seq = int(seq)
-            heads.append(Head(meta.get("chain_id", ""), meta_seq, digest))
-    furthest = max(heads, key=lambda head: head.seq, default=None)
-    return Found(furthest, meta_seq) if furthest is not None else None
 
 
 def integrity_ok(path: Path) -> tuple[bool, str]:
@@ -224,7 +190,7 @@ def check_database(state_dir: Path, *, chain: bool = True) -> StartupCheck:
 
 def chain_check(state_dir: Path, found: Found | None = None) -> StartupCheck:
     """Verify a healthy database's chain: "ok", or "tampered" with its break to record
-    (the file is left as it is: it is the evidence).  ``found``: see :func:`found_head`."""
+    (the file is left as it is: it is the evidence).  ``found``: see :func:`found_at_start`."""
     report = verify(state_dir, found=found)
     if report.ok:
         return StartupCheck("ok", f"{report.entries} entries verified", report)
@@ -249,7 +215,7 @@ def _check(state_dir: Path, converted: list[Path], chain: bool) -> StartupCheck:
                 return StartupCheck(
                     "ok",
                     "integrity checked; the chain is verified next",
-                    found=found_head(state_dir),
+                    found=found_at_start(state_dir),
                     deferred=True,
                 )
             return chain_check(state_dir)

@@ -15,6 +15,7 @@ are in :mod:`fluffy.kernel.audit.findings`, the classifying in
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from pathlib import Path
@@ -276,6 +277,30 @@ class Found(NamedTuple):
 
     head: Head
     meta_seq: int
+
+
+def found_at_start(state_dir: Path) -> Found | None:
+    """What ``state_dir``'s files claim before a kernel writes (None: they name no head):
+    the furthest of ``audit.head`` and the database's own head, each set by the writer
+    with its rows, so the entry it names must exist with that hash."""
+    heads: list[Head] = []
+    meta_seq = 0
+    with contextlib.suppress(ValueError, OSError):
+        checkpoint = read_head(head_path(state_dir))
+        if checkpoint is not None:
+            heads.append(checkpoint)
+    with contextlib.suppress(sqlite3.Error):
+        conn = connect_ro(db_path(state_dir))
+        try:
+            meta = read_meta(conn)
+        finally:
+            conn.close()
+        seq, digest = meta.get("head_seq", ""), meta.get("head_hash", "")
+        if _digits(seq) and digest:
+            meta_seq = int(seq)
+            heads.append(Head(meta.get("chain_id", ""), meta_seq, digest))
+    furthest = max(heads, key=lambda head: head.seq, default=None)
+    return Found(furthest, meta_seq) if furthest is not None else None
 
 
 def verify(
