@@ -251,15 +251,12 @@ class AuditLog:
 
     def _commit_here(self) -> bool:
         """Commit the buffer in the caller, on the loop's thread, while the writer task
-        is idle: the same ``write_now`` the writer would run inline, without the two task
-        switches of waking it and being woken (ADR-026).  False -- the writer commits it
-        -- when the writer holds a batch (or is gone: cancelled, its thread may still
-        use the connection), the batch is not small, small commits have lately been
-        slow, a WAL checkpoint is due (the writer runs it after the commit), the write
-        lock is taken, or this caller's run of commits has held the loop for
-        :data:`CALLER_COMMITS` of them (waiting for the writer lets other tasks run).
-        A failed commit raises :class:`AuditUnavailable` to the caller, as the writer's
-        would; its rows stay buffered and the writer is woken to retry them."""
+        is idle: the writer's own ``write_now`` without the two task switches (ADR-075).
+        False -- the writer commits it -- when the writer holds a batch or is gone (its
+        thread may still use the connection), the batch is not small, small commits are
+        slow lately, a WAL checkpoint is due, the write lock is taken, or this caller's
+        run has held the loop for :data:`CALLER_COMMITS` commits.  A failed commit
+        raises :class:`AuditUnavailable`; its rows stay buffered for the writer."""
         batch = self._batch
         if (
             self._writing
@@ -272,7 +269,7 @@ class AuditLog:
         ):
             return False
         rows = batch.rows
-        head = Head(self._chain_id, int(rows[-1][0]), str(rows[-1][-1]))
+        head = self._head_of(rows)
         self._lock_wait(False)
         started = time.perf_counter()
         try:
@@ -281,10 +278,7 @@ class AuditLog:
             )
         except Exception as exc:  # rolled back: the rows stay buffered, the writer retries
             self._wake.set()
-            self.stats.failed_commits += 1
-            self.stats.last_error = str(exc)
-            log.error("audit commit failed (%d rows kept for retry): %s", len(rows), exc)
-            raise AuditUnavailable(f"the audit log could not commit: {exc}") from exc
+            raise self._commit_failed(exc, len(rows)) from exc
         finally:
             self._timed(started)
         if not done:
@@ -395,6 +389,18 @@ class AuditLog:
         """Small, while small commits have lately been fast: may hold the loop's thread."""
         return len(batch.rows) <= INLINE_ROWS and self.stats.commit_ms <= INLINE_BUDGET_S * 1000
 
+    def _head_of(self, rows: list[tuple[Any, ...]]) -> Head:
+        """The head a commit of ``rows`` (not empty) moves the chain to."""
+        return Head(self._chain_id, int(rows[-1][0]), str(rows[-1][-1]))
+
+    def _commit_failed(self, exc: Exception, kept: int) -> AuditUnavailable:
+        """A commit failed (rolled back; its ``kept`` rows stay buffered): counted, logged,
+        and the error its waiters get."""
+        self.stats.failed_commits += 1
+        self.stats.last_error = str(exc)
+        log.error("audit commit failed (%d rows kept for retry): %s", kept, exc)
+        return AuditUnavailable(f"the audit log could not commit: {exc}")
+
     def _timed(self, started: float) -> None:
         """A small commit begun at ``started`` (perf_counter) ended: into the average."""
         spent = (time.perf_counter() - started) * 1000
@@ -408,7 +414,7 @@ class AuditLog:
 
     async def _commit(self, batch: Batch) -> None:
         rows = batch.rows
-        head = Head(self._chain_id, int(rows[-1][0]), str(rows[-1][-1])) if rows else None
+        head = self._head_of(rows) if rows else None
         try:
             if rows or batch.new_chain:
                 args = (rows, batch.new_chain, self._headfile, head)
@@ -426,12 +432,9 @@ class AuditLog:
                         self._timed(started)
                 self._checkpoint_file(failed)
         except Exception as exc:  # disk full, I/O error: keep the rows, fail the waiters
-            self.stats.failed_commits += 1
-            self.stats.last_error = str(exc)
-            log.error("audit commit failed (%d rows kept for retry): %s", len(rows), exc)
+            error = self._commit_failed(exc, len(rows))
             retry = Batch(batch.rows + self._batch.rows, self._batch.waiters, True, batch.new_chain)
             self._batch = retry
-            error = AuditUnavailable(f"the audit log could not commit: {exc}")
             for waiter in batch.waiters:
                 if not waiter.done():
                     waiter.set_exception(error)
@@ -479,8 +482,9 @@ class AuditLog:
                 self.stats.wal_checkpoints += 1
             self._since_checkpoint = self._commits_since_checkpoint = 0
             self._last_checkpoint = time.monotonic()
-            for event in [] if self.storage_held else self.storage.check_size():  # internal
-                self._append(event, internal=True)
+            if not self.storage_held:  # (also at close: internal events)
+                for event in self.storage.check_size():
+                    self._append(event, internal=True)
             if self.storage.doomed:  # record the deletions durably, then delete the files
                 batch, self._batch = self._batch, Batch()
                 batch.durable = True
