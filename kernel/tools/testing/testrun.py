@@ -18,7 +18,6 @@ from typing import Any
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.junit import parse_junit
 from fluffy.kernel.confined_files import read_regular, safe_relpath
-from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.project.envstate import ENV_PYTHON
 from fluffy.kernel.project.interpreter import mismatch
 from fluffy.kernel.tools.changes.flow import Flow
@@ -102,23 +101,19 @@ async def run_tests(
     tail = str(result.get("output_tail", ""))
     if junit is None and exit_code not in (0, 5):
         # mocha writes no report when a test file does not load: that file's failure
+        # (the importer must be one of the test files this run saw)
         failed_load = (
-            load_failure(tail, GlobSet(workflow.test_globs).match)
-            if plan.dialect == "javascript"
-            else None
+            load_failure(tail, tests.files.__contains__) if plan.dialect == "javascript" else None
         )
         if failed_load is None:
+            what = "collection error" if plan.runner == "pytest" else "error"
+            fix = f"Fix the {what} shown, then run the tests again."
+            if plan.custom:
+                fix += " The command in .fluffy/config.yaml must write its JUnit XML to {junit}."
             raise ToolInputInvalid(
                 f"test.run: {plan.runner} exited with {exit_code} and wrote no report",
                 why=tail[-1500:],
-                fix="Fix the collection error shown, then run the tests again."
-                if plan.runner == "pytest"
-                else "Fix the error shown, then run the tests again"
-                + (
-                    "; the command in .fluffy/config.yaml must write its JUnit XML to {junit}."
-                    if plan.custom
-                    else "."
-                ),
+                fix=fix,
             )
         cases = [failed_load]
     crashed = not cases and exit_code not in (0, 5)  # no test ran: its output says why
