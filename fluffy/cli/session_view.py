@@ -72,17 +72,18 @@ class Explained(Protocol):
 def error_fields(exc: FluffyError) -> Problem:
     """what / why / fix / code of an error, unpacked again if it crossed the socket.
 
-    The wire carries one message, ``what (why) Fix: fix`` (fluffy.ipc.protocol.error_body);
-    the client rebuilds the class with its default why/fix.  The kernel's own why and fix
-    are the specific ones, so they are taken back out of the message.
+    The wire carries the parts (``ErrorBody.what``/``why``/``fix``, rebuilt as they came)
+    and one message, ``what (why) Fix: fix`` (fluffy.ipc.protocol.error_body); from a
+    kernel that sent only the message, the parts are taken back out of it.  The code is
+    the kernel's, whichever class the client could rebuild.
     """
     what, why, fix = exc.what, exc.why, exc.fix
-    if getattr(exc, "wire_code", None):
+    if getattr(exc, "wire_code", None) and not getattr(exc, "wire_parts", False):
         if " Fix: " in what:
             what, fix = what.rsplit(" Fix: ", 1)
         if what.endswith(")") and " (" in what:
             what, why = what[:-1].rsplit(" (", 1)
-    return Problem(what=what, why=why, fix=fix, code=exc.code)
+    return Problem(what=what, why=why, fix=fix, code=getattr(exc, "wire_code", None) or exc.code)
 
 
 def duration(ms: Any) -> str:

@@ -45,9 +45,14 @@ def raise_error(body: ErrorBody) -> None:
             )
         except TypeError:  # a class that needs more than what/why/fix (ToolUnavailable)
             error = None
-    if error is None:
-        error = IpcError(body.message)
+    if error is None:  # still the kernel's parts: a why may hold " (" (a diff's code)
+        error = (
+            IpcError(body.what, why=body.why or None, fix=body.fix or None)
+            if body.what
+            else IpcError(body.message)
+        )
     error.wire_code = body.code  # type: ignore[attr-defined]
+    error.wire_parts = bool(body.what)  # type: ignore[attr-defined]
     raise error
 
 

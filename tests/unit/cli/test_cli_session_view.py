@@ -236,6 +236,20 @@ def test_errors_from_the_socket_are_unpacked_into_what_why_fix() -> None:
     assert error_fields(local).what == "a (local) error (kept whole)"
 
 
+def test_an_error_whose_why_holds_parentheses_is_shown_as_the_kernel_split_it() -> None:
+    """A merge refusal's why is two diffs (code: ``function slug (type) {``), and its
+    class needs more than what/why/fix to be rebuilt: the parts are kept as they came."""
+    from fluffy.errors import MergeOverlap
+
+    why = "your change:\n+function slug (type) {\n+}\nthe session's change:\n+x"
+    sent = MergeOverlap("nothing was merged: a.js overlaps", paths=["a.js"], why=why)
+    with pytest.raises(FluffyError) as received:
+        raise_error(error_body(sent))
+    shown = error_fields(received.value)
+    assert (shown.what, shown.why) == ("nothing was merged: a.js overlaps", why)
+    assert shown.code == sent.code
+
+
 def test_the_ais_exemption_request_is_shown_with_its_id() -> None:
     from unit.cli_fakes import EXEMPTION
 
