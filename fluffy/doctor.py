@@ -253,9 +253,9 @@ def _image_checks(engine: Any) -> list[Check]:
 
 
 def _stray_check(engine: Any) -> Check:
-    from fluffy.images.hygiene import find_strays
+    from fluffy.images.hygiene import find_orphans, find_strays
 
-    strays = find_strays(engine)
+    strays = [*find_strays(engine), *find_orphans(engine)]
     if not strays:
         return Check("stray_images", "ok", "no stray fluffy images")
     shown = "; ".join(f"{s.image_id[:19]} ({s.why})" for s in strays[:5])
@@ -263,9 +263,9 @@ def _stray_check(engine: Any) -> Check:
     return Check(
         "stray_images",
         "warn",
-        f"{len(strays)} stray fluffy image(s): {shown}{more}",
-        "Run `fluffy images prune` (never used as a sandbox image: fluffy takes images only "
-        "by their exact content-hash tag).",
+        f"{len(strays)} stray or orphaned fluffy image(s): {shown}{more}",
+        "Run `fluffy images prune` (a stray is never used as a sandbox image: fluffy takes "
+        "images only by their exact content-hash tag; an orphan's project folder is gone).",
         {"strays": [s.as_dict() for s in strays]},
     )
 

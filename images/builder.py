@@ -209,13 +209,14 @@ def build_images(
 
 def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list[str]:
     """Remove fluffy images that are not current (old content hashes) and stray ones
-    (:mod:`fluffy.images.hygiene`); return what was removed."""
-    from fluffy.images.hygiene import remove_strays
+    (:mod:`fluffy.images.hygiene`), and the environments of projects that no longer exist;
+    return what was removed."""
+    from fluffy.images.hygiene import remove_orphans, remove_strays
 
     current = {status.ref for status in plan_images(engine, specs=specs)}
     store = ImageStore(engine)
     removed: list[str] = []
-    ours = {spec.name for spec in specs}  # projects' environments are `fluffy env clear`'s
+    ours = {spec.name for spec in specs}  # an environment goes with its project (orphans)
     for image in store.list_by_label(LABEL_IMAGE):
         if (image.get("Labels") or {}).get(LABEL_IMAGE) not in ours:
             continue
@@ -224,7 +225,7 @@ def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list
                 store.remove(ref)
                 removed.append(ref)
     store.prune_dangling(LABEL_IMAGE)
-    return removed + remove_strays(engine)
+    return removed + remove_strays(engine) + remove_orphans(engine)
 
 
 def write_manifest(engine: Engine, results: list[ImageStatus]) -> None:

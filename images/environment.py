@@ -39,7 +39,14 @@ from fluffy.images.envstage import Say, Stager, project_version, write_plan
 from fluffy.images.imagefiles import copy_from_image
 from fluffy.images.nodeenv import NodePlan, build_node_environment, plan_node_environment
 from fluffy.images.sdists import STAGE_LABELS
-from fluffy.images.spec import IMAGE_PYTHON, LABEL_IMAGE, REQUIREMENTS_DIR
+from fluffy.images.spec import (
+    ENV_IMAGE_NAME,
+    IMAGE_PYTHON,
+    LABEL_IMAGE,
+    LABEL_PROJECT,
+    REQUIREMENTS_DIR,
+    site_label,
+)
 from fluffy.images.wheelhouse import linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
@@ -56,8 +63,6 @@ from fluffy.kernel.project.layout import detect_layout
 from fluffy.kernel.project.reqlines import Refusal, requirement_line
 
 ENV_REPOSITORY = "fluffy/env"
-ENV_IMAGE_NAME = "project-env"
-LABEL_PROJECT = "org.fluffy.project-path"
 DOCKERFILE = f"""\
 # A project's test environment (fluffy env build): FROM fluffy's code-executor image,
 # its requirements installed offline from wheels the host downloaded.
@@ -242,6 +247,7 @@ def build_environment(
                     labels={
                         LABEL_IMAGE: ENV_IMAGE_NAME,
                         LABEL_PROJECT: str(plan.project),
+                        **site_label(),
                         "org.fluffy.env-key": plan.key,
                     },
                     on_line=on_line,

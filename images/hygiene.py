@@ -11,17 +11,31 @@ reading ``docker images``.  A stray is
   environment naming before project-scoped repositories, a tag added by hand, a build
   step image left by a crashed ``fluffy env build``).
 
-``fluffy doctor`` names them; ``fluffy images prune`` removes them.
+``fluffy doctor`` names them; ``fluffy images prune`` removes them.  It also removes an
+*orphaned* environment: a project's environment image whose project folder (its
+``org.fluffy.project-path`` label) no longer exists on this machine.  Such an image is
+fluffy's own and well tagged, so never a stray, but nothing can use it again: a clone
+deleted, a temporary folder gone (every test suite run leaves dozens).
 """
 
 from __future__ import annotations
 
+import errno
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fluffy.errors import EngineError
-from fluffy.images.spec import IMAGES, LABEL_HASH, LABEL_IMAGE
+from fluffy.images.spec import (
+    ENV_IMAGE_NAME,
+    IMAGES,
+    LABEL_HASH,
+    LABEL_IMAGE,
+    LABEL_PROJECT,
+    LABEL_SITE,
+    build_site,
+)
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
 
@@ -77,12 +91,60 @@ def find_strays(engine: Engine) -> list[Stray]:
     return strays
 
 
+def _gone(folder: str) -> bool:
+    """Whether ``folder`` is known not to exist (a folder we may not read is not gone)."""
+    path = Path(folder)
+    if not path.is_absolute():
+        return False
+    try:
+        path.stat()
+    except OSError as exc:
+        return exc.errno in (errno.ENOENT, errno.ENOTDIR)
+    except ValueError:  # a NUL in the label: not a path of this host
+        return False
+    return False
+
+
+def find_orphans(engine: Engine) -> list[Stray]:
+    """Every environment image on ``engine`` whose project folder no longer exists, among
+    those built here (:func:`build_site`: where the folder's absence means something).
+    Only fluffy's own tags of it are named (an image built FROM it carries its labels)."""
+    site = build_site()
+    if site is None:
+        return []
+    orphans: list[Stray] = []
+    for image in ImageStore(engine).list_by_label(f"{LABEL_SITE}={site}"):
+        labels = image.get("Labels") or {}
+        folder = labels.get(LABEL_PROJECT)
+        if labels.get(LABEL_IMAGE) != ENV_IMAGE_NAME or not isinstance(folder, str):
+            continue
+        tags = tuple(
+            t for t in image.get("RepoTags") or []
+            if isinstance(t, str) and _OTHER_TAGS[ENV_IMAGE_NAME].match(_bare(t))
+        )  # fmt: skip
+        if not tags or not _gone(folder):
+            continue
+        why = f"the environment of {folder}, which no longer exists"
+        orphans.append(Stray(str(image.get("Id", "")), tags, ENV_IMAGE_NAME, why))
+    return orphans
+
+
 def remove_strays(engine: Engine) -> list[str]:
     """Remove every stray (untagged images by id, foreign tags by name); what was removed.
     An image still used by a container is left (the engine refuses) and not reported."""
+    return _remove(engine, find_strays(engine))
+
+
+def remove_orphans(engine: Engine) -> list[str]:
+    """Remove every orphaned environment (:func:`find_orphans`); what was removed.  One
+    still used by a container is left."""
+    return _remove(engine, find_orphans(engine))
+
+
+def _remove(engine: Engine, found: list[Stray]) -> list[str]:
     store = ImageStore(engine)
     removed: list[str] = []
-    for stray in find_strays(engine):
+    for stray in found:
         for ref in stray.tags or (stray.image_id,):
             try:
                 store.remove(ref)

@@ -29,7 +29,7 @@ from fluffy.images.envreport import read_report, remove_links
 from fluffy.images.imagefiles import copy_from_image
 from fluffy.images.npmfetch import fetch_archives
 from fluffy.images.sdists import STAGE_LABELS
-from fluffy.images.spec import LABEL_IMAGE, NODE_LOCK
+from fluffy.images.spec import ENV_IMAGE_NAME, LABEL_IMAGE, LABEL_PROJECT, NODE_LOCK, site_label
 from fluffy.images.wheelhouse import ensure_wheelhouse, linux_arch
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
@@ -156,8 +156,8 @@ def build_node_environment(
         try:
             store.build(
                 context, plan.image, buildargs={"BASE_IMAGE": plan.base_image},
-                labels={LABEL_IMAGE: "project-env", "org.fluffy.project-path": str(plan.project),
-                        "org.fluffy.env-key": plan.key},
+                labels={LABEL_IMAGE: ENV_IMAGE_NAME, LABEL_PROJECT: str(plan.project),
+                        "org.fluffy.env-key": plan.key, **site_label()},
                 on_line=on_line, on_step=lambda *_: None, network_mode="none",
             )  # fmt: skip
         except FluffyError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,34 @@ SANDBOX_PARTS = (
 #: Labels every fluffy image carries (LABEL_IMAGE, LABEL_HASH: the garbage collector and
 #: doctor find them so); the kernel finds a sandbox's image by both, so they are declared
 #: in kernel/containers/config.py.
+#: A project environment's name label and the label naming its project folder (on the host).
+ENV_IMAGE_NAME = "project-env"
+LABEL_PROJECT = "org.fluffy.project-path"
+#: Where that path was seen: the machine and the mount namespace of the build
+#: (:func:`build_site`); only there does a missing folder mean a deleted project.
+LABEL_SITE = "org.fluffy.build-site"
+
+
+def build_site() -> str | None:
+    """This process's machine and mount namespace, digested (None: not known here).
+
+    Two processes that share an engine but see other files (a container given the
+    engine's socket, a remote DOCKER_HOST) get different sites."""
+    try:
+        machine = Path("/etc/machine-id").read_text(encoding="utf-8").strip()
+        namespace = Path("/proc/self/ns/mnt").stat().st_ino
+    except (OSError, ValueError):
+        return None
+    if not machine:
+        return None
+    return hashlib.sha256(f"{machine}:{namespace}".encode()).hexdigest()[:16]
+
+
+def site_label() -> dict[str, str]:
+    """LABEL_SITE for an environment build here (none when the site is not known)."""
+    site = build_site()
+    return {} if site is None else {LABEL_SITE: site}
+
 
 IMAGES_DIR = Path(__file__).resolve().parent
 #: The install stage every image that carries fluffy shares (relative to the source dir).

@@ -87,7 +87,7 @@ def cmd_images_prune(args: argparse.Namespace) -> int:
     else:
         for ref in removed:
             stdout.print(f"removed {escape(ref)}")
-        stdout.print(f"{len(removed)} outdated or stray image(s) removed.")
+        stdout.print(f"{len(removed)} outdated, stray or orphaned image(s) removed.")
     return EXIT_OK
 
 
@@ -218,7 +218,9 @@ def _images(sub: Any) -> None:
     listing = images_sub.add_parser("list", help="show each image's tag and whether it is current")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_images_list)
-    prune = images_sub.add_parser("prune", help="remove fluffy images that are not current")
+    prune = images_sub.add_parser(
+        "prune", help="remove fluffy images that are not current or stray, and the "
+        "environments of project folders that no longer exist")  # fmt: skip
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=cmd_images_prune)
 

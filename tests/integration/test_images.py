@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,17 @@ from conftest import run_in_image
 from fluffy.errors import FluffyError
 from fluffy.images import builder
 from fluffy.images.builder import build_images, plan_images
-from fluffy.images.spec import IMAGES_DIR, LABEL_HASH, LABEL_IMAGE, ImageSpec, get_spec
+from fluffy.images.hygiene import find_orphans, remove_orphans
+from fluffy.images.spec import (
+    ENV_IMAGE_NAME,
+    IMAGES_DIR,
+    LABEL_HASH,
+    LABEL_IMAGE,
+    LABEL_PROJECT,
+    ImageSpec,
+    get_spec,
+    site_label,
+)
 from fluffy.kernel.containers.engine import Engine
 from fluffy.kernel.containers.images import ImageStore
 
@@ -182,3 +193,33 @@ def test_a_failing_step_is_a_build_error_with_its_output(
     assert info.value.code == "image.build_failed"
     assert "image test-probe" in info.value.what
     assert "about to fail" in info.value.why
+
+
+def test_prune_removes_the_environment_of_a_project_folder_that_is_gone(
+    engine: Engine, images: dict[str, str], tmp_path: Path
+) -> None:
+    """What an engine test run leaves behind by the dozen: environments of deleted folders."""
+    store = ImageStore(engine)
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {images['python-base']}\n")
+    made: dict[str, str] = {}
+    try:
+        for name in ("live", "gone"):
+            (tmp_path / name).mkdir()
+            tag = f"fluffy/env-{uuid.uuid4().hex[:12]}:" + "ab" * 8
+            store.build(context, tag, buildargs={},
+                        labels={LABEL_IMAGE: ENV_IMAGE_NAME, LABEL_PROJECT: str(tmp_path / name),
+                                **site_label()},
+                        on_line=lambda _: None, on_step=lambda *_: None)  # fmt: skip
+            made[name] = tag
+        (tmp_path / "gone").rmdir()
+        assert any(made["gone"] in o.tags[0] for o in find_orphans(engine))
+        removed = remove_orphans(engine)
+        assert any(made["gone"] in ref for ref in removed)
+        assert not any(made["live"] in ref for ref in removed)
+        assert store.image_id(made["live"]) and store.image_id(made["gone"]) is None
+    finally:
+        for ref in made.values():
+            with contextlib.suppress(FluffyError):
+                store.remove(ref)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fluffy.errors import ImageNotFound
-from fluffy.images.hygiene import find_strays
+from fluffy.images.hygiene import find_orphans, find_strays, remove_orphans
 from fluffy.kernel.tools.sandbox.sandboxes import exact_tags, sandbox_images
 
 
@@ -28,8 +28,12 @@ def _listed(tags: list[str], name: str = "code-executor", digest: str = "ab" * 8
 class _Api:
     def __init__(self, images: list[dict[str, Any]]) -> None:
         self._images = images
+        self.removed: list[str] = []
 
-    def images(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+    def remove_image(self, ref: str) -> None:
+        self.removed.append(ref)
+
+    def images(self, filters: dict[str, Any]) -> list[dict[str, Any]]:  # by one label
         label = str(filters.get("label", ""))
         key, _, value = label.partition("=")
         return [i for i in self._images
@@ -75,6 +79,55 @@ def test_doctor_names_stray_fluffy_images() -> None:
     found = find_strays(_engine([*fine, *strays]))
     assert sorted(s.image_id for s in found) == sorted(s["Id"] for s in strays)
     assert all(s.why for s in found)
+
+
+def _env(folder: str | None, n: int, site: str | None = "here",
+         tags: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    image = _listed(tags or [f"fluffy/env-{n:012x}:" + "12" * 8], name="project-env", created=n)
+    if folder is not None:
+        image["Labels"]["org.fluffy.project-path"] = folder
+    if site is not None:
+        image["Labels"]["org.fluffy.build-site"] = site
+    return image
+
+
+def test_an_environment_whose_project_folder_is_gone_is_an_orphan(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every engine test run leaves the environments of its temporary projects: `fluffy
+    images prune` removes those, never one of a folder that exists or may exist, nor one
+    built where other files are seen (a container given the engine's socket)."""
+    from fluffy.images import hygiene
+
+    monkeypatch.setattr(hygiene, "build_site", lambda: "here")
+    live, gone = tmp_path / "live", tmp_path / "gone"
+    live.mkdir()
+    (tmp_path / "file").write_text("")
+    images = [
+        _env(str(live), 1),
+        _env(str(gone), 2),  # deleted: an orphan
+        _env(str(tmp_path / "file" / "below"), 3),  # a file where a folder was: ENOTDIR
+        _env("relative/path", 4),  # not a path this host can judge
+        _env(None, 5),  # an older build without the label
+        _listed(["fluffy/code-executor:" + "ab" * 8], created=6),
+        _env(str(gone), 7, site="a container with the engine's socket"),
+        _env(str(gone), 8, site=None),  # built before sites were labelled
+        _env("/nul\x00in/label", 9),  # not a path: kept, no crash
+        # built FROM an orphan by hand: it inherits the labels, only fluffy's tag goes
+        _env(str(gone), 10, tags=["mycorp/ci-base:1.0", "fluffy/env-00000000000a:" + "34" * 8]),
+        _env(str(gone), 11, tags=["mycorp/only-mine:2"]),  # nothing of fluffy's: left
+    ]
+    engine = _engine(images)
+    found = find_orphans(engine)
+    assert sorted(s.image_id for s in found) == [images[i]["Id"] for i in (1, 2, 9)]
+    assert all(str(gone) in s.why or "below" in s.why for s in found)
+    strays = {s.image_id for s in find_strays(engine)}  # well tagged: doctor names it apart
+    assert not strays & {images[1]["Id"], images[2]["Id"]}
+    removed = [images[1]["RepoTags"][0], images[2]["RepoTags"][0], images[9]["RepoTags"][1]]
+    assert remove_orphans(engine) == removed
+    assert engine.client.api.removed == removed
+    monkeypatch.setattr(hygiene, "build_site", lambda: None)  # nowhere known: judge none
+    assert find_orphans(engine) == []
 
 
 def test_the_host_pins_the_images_it_built_for_the_kernel(
