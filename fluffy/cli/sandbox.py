@@ -182,6 +182,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     run.set_defaults(func=cmd_sandbox_run)
-    gc = actions.add_parser("gc", help="remove containers and folders of ended sessions")
+    gc = actions.add_parser(
+        "gc",
+        help="remove containers and folders of ended sessions (this fluffy home's; a kernel "
+        "removes its own project's at start)",
+    )
     gc.add_argument("--json", action="store_true")
     gc.set_defaults(func=cmd_sandbox_gc)

@@ -5,7 +5,8 @@ sandbox from a :class:`SandboxConfig`, watch it (time limit, OOM, crash), and de
 it.  Whether a sandbox may be created at all is the policy engine's decision.
 
 Every resource it makes carries the labels of :mod:`runtime` (managed, session, sandbox,
-template); :meth:`ContainerManager.collect_garbage` removes what a crashed session left.
+template, root); :meth:`ContainerManager.collect_garbage` removes what a crashed session
+of the same state folder left, never another folder's (a running kernel's) sandbox.
 CLEANUP runs each step on its own: a failing step is recorded and the next still runs.
 
 Its ``observer`` is told of each sandbox's life (the kernel audits it): ``created``
@@ -39,6 +40,7 @@ from fluffy.kernel.containers.config import SandboxConfig
 from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox, SandboxState
 from fluffy.kernel.containers.runtime import (
     LABEL_MANAGED,
+    LABEL_ROOT,
     LABEL_SANDBOX,
     LABEL_SESSION,
     LABEL_TEMPLATE,
@@ -47,6 +49,7 @@ from fluffy.kernel.containers.runtime import (
     ContainerStatus,
     Mount,
     check_mounts,
+    root_label,
     sandbox_user,
 )
 from fluffy.paths import state_dir
@@ -136,6 +139,8 @@ class ContainerManager:
         for private in (self.root, self.root / "sessions", self.root / "outputs"):
             private.mkdir(parents=True, exist_ok=True, mode=0o700)
             private.chmod(0o700)
+        #: LABEL_ROOT of every sandbox made here: the sessions this folder's files speak for
+        self.root_label = root_label(self.root)
         self._session_file = self.root / "sessions" / self.session_id
         self._session_file.write_text(str(os.getpid()))
         self._seccomp_paths: dict[str, Path] = {}
@@ -203,6 +208,7 @@ class ContainerManager:
             labels={
                 **self.labels,
                 LABEL_MANAGED: "1",
+                LABEL_ROOT: self.root_label,
                 LABEL_SESSION: self.session_id,
                 LABEL_SANDBOX: sandbox.sandbox_id,
                 LABEL_TEMPLATE: config.template,
@@ -428,10 +434,16 @@ class ContainerManager:
         return live
 
     def collect_garbage(self) -> GarbageReport:
-        """Remove containers, volumes and output dirs of sessions that no longer run."""
+        """Remove containers, volumes and output dirs of sessions that no longer run.
+
+        Only those made under this manager's folder: its session files are the only
+        sessions it can tell alive or dead.  Another folder's sandbox (a running kernel's
+        pool and calls, another fluffy home's) is never touched; a crashed kernel's are
+        removed by the next kernel of its project (:meth:`remove_strays`)."""
         report = GarbageReport()
         live = self.live_sessions()
-        for state in self.runtime.list_containers({LABEL_MANAGED: "1"}):
+        ours = {LABEL_MANAGED: "1", LABEL_ROOT: self.root_label}
+        for state in self.runtime.list_containers(ours):
             session = state.labels.get(LABEL_SESSION, "")
             if session in live:
                 continue
@@ -440,7 +452,7 @@ class ContainerManager:
                 report.containers.append(state.id)
             except FluffyError as exc:
                 report.errors.append(f"container {state.id[:12]}: {exc}")
-        for name, labels in self.runtime.list_volumes({LABEL_MANAGED: "1"}).items():
+        for name, labels in self.runtime.list_volumes(ours).items():
             if labels.get(LABEL_SESSION, "") in live:
                 continue
             try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,31 @@ LABEL_SESSION = "org.fluffy.session"
 LABEL_SANDBOX = "org.fluffy.sandbox"
 LABEL_TEMPLATE = "org.fluffy.template"
 LABEL_PURPOSE = "org.fluffy.purpose"
+#: The manager's state folder a sandbox was made under (a digest of its path): what
+#: ``collect_garbage`` may judge by that folder's session files.
+LABEL_ROOT = "org.fluffy.root"
+
+
+def root_label(root: Path) -> str:
+    """LABEL_ROOT's value for a manager's state folder ``root`` (existing): a random id
+    kept in ``root/id`` (every kernel in L1 sees its state at the same path, so the
+    path itself would name them all alike)."""
+    path = root / "id"
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        pass
+    made = secrets.token_hex(8)
+    temp = root / f".id.{made}.tmp"
+    temp.write_text(made, encoding="ascii")
+    try:
+        os.link(temp, path)  # whole when it appears; the first manager's id wins
+    except FileExistsError:
+        made = path.read_text(encoding="ascii").strip()
+    finally:
+        temp.unlink()
+    return made
+
 
 #: The sandbox user of a kernel that runs as root (on a host, in development and tests).
 SANDBOX_UID = 10001

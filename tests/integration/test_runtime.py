@@ -62,6 +62,10 @@ def test_garbage_of_a_crashed_session_is_collected(
         runtime, sandbox_manager.images, session_id="crashed", root=sandbox_manager.root
     )
     orphan = crashed.create(template_config("code-executor", max_duration="60s"), ["sleep", "60"])
+    # A running kernel's sandbox, made under its own state folder (another worker's,
+    # another project's): nothing here says it ended, so it stays.
+    kernel = ContainerManager(runtime, sandbox_manager.images, root=tmp_path / "kernel")
+    running = kernel.create(template_config("code-executor", max_duration="60s"), ["sleep", "60"])
     # The session dies without cleaning up: its pid is gone, its resources remain.
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -70,6 +74,8 @@ def test_garbage_of_a_crashed_session_is_collected(
     report = sandbox_manager.collect_garbage()
     assert orphan.container_id in report.containers
     assert runtime.list_containers({LABEL_SANDBOX: orphan.sandbox_id}) == []
+    assert runtime.list_containers({LABEL_SANDBOX: running.sandbox_id})
+    kernel.close()
     assert not orphan.output_dir.exists()
     assert (sandbox_manager.root / "sessions" / sandbox_manager.session_id).exists()
 

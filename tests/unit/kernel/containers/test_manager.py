@@ -15,6 +15,7 @@ from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.memory_runtime import Behaviour, MemoryRuntime
 from fluffy.kernel.containers.runtime import (
     LABEL_MANAGED,
+    LABEL_ROOT,
     LABEL_SANDBOX,
     LABEL_SESSION,
     LABEL_TEMPLATE,
@@ -22,6 +23,7 @@ from fluffy.kernel.containers.runtime import (
     Mount,
     check_mounts,
     check_user,
+    root_label,
     sandbox_identity,
 )
 
@@ -178,6 +180,7 @@ def test_the_spec_carries_limits_labels_mounts_and_the_profile(
     assert json.loads(spec.seccomp_json)["defaultErrnoRet"] == 1
     assert spec.labels == {
         LABEL_MANAGED: "1",
+        LABEL_ROOT: root_label(manager.root),
         LABEL_SESSION: "s1",
         LABEL_SANDBOX: sandbox.sandbox_id,
         LABEL_TEMPLATE: "ai-provider",
@@ -270,19 +273,27 @@ def test_garbage_of_a_dead_session_is_removed_and_live_ones_kept(
     root = tmp_path / "state"
     crashed = ContainerManager(runtime, IMAGES, session_id="dead", root=root)
     orphan = crashed.create(template_config("code-executor"), ["sleep", "1"])
-    runtime.create_volume("fluffy-dead-vol", {LABEL_MANAGED: "1", LABEL_SESSION: "dead"})
-    runtime.create_volume("fluffy-live-vol", {LABEL_MANAGED: "1", LABEL_SESSION: "live"})
+    ours = {LABEL_MANAGED: "1", LABEL_ROOT: crashed.root_label}
+    runtime.create_volume("fluffy-dead-vol", {**ours, LABEL_SESSION: "dead"})
+    runtime.create_volume("fluffy-live-vol", {**ours, LABEL_SESSION: "live"})
     (root / "sessions" / "dead").write_text("999999999")  # a pid that cannot exist
+    # A running kernel's sandbox under its own state folder: this folder has no session
+    # file for it, which says nothing about whether it runs (it does).
+    kernel = ContainerManager(runtime, IMAGES, session_id="k1", root=tmp_path / "kernel")
+    running = kernel.create(template_config("code-executor"), ["sleep", "1"])
+    (tmp_path / "kernel" / "sessions" / "k1").unlink()  # nor does a missing file there
     current = ContainerManager(runtime, IMAGES, session_id="live", root=root)
     mine = current.create(template_config("code-executor"), ["sleep", "1"])
+    assert crashed.root_label == current.root_label != kernel.root_label  # one id per folder
     report = current.collect_garbage()
     assert report.containers == [orphan.container_id]
     assert report.volumes == ["fluffy-dead-vol"]
     assert report.output_dirs == [str(root / "outputs" / "dead")]
-    assert set(runtime.containers) == {mine.container_id}
+    assert set(runtime.containers) == {mine.container_id, running.container_id}
     assert not (root / "sessions" / "dead").exists()
     current.close()
-    assert runtime.containers == {} and not (root / "sessions" / "live").exists()
+    assert set(runtime.containers) == {running.container_id}
+    assert not (root / "sessions" / "live").exists()
 
 
 def test_strays_of_the_same_labels_are_removed_others_kept(
