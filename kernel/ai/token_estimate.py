@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from fluffy.ipc.ai_types import Message
+from fluffy.kernel.ai.kept import KeptByIdentity
 from fluffy.kernel.tools.reading.sanitizer import CHARS_PER_TOKEN
 
 #: Role, separators and the provider's per-message framing.
@@ -38,22 +39,18 @@ def json_tokens(value: Any) -> int:
     return -(-(len(raw) if raw.isascii() else len(raw.decode())) // CHARS_PER_TOKEN)
 
 
-#: The tool calls' cost of the messages counted lately, by identity (the message is kept
-#: with it, so an id is never taken for another's): a session's messages come back as
-#: the same values every round (the conversation store keeps them), and encoding their
-#: calls' arguments was most of counting the window.  Cleared when it holds
-#: CALL_COSTS_KEPT messages or their calls CALL_COSTS_TOKENS tokens (~4 bytes each):
-#: what it keeps alive is bounded, whatever the store has since let go.
-_CALL_COSTS: dict[int, tuple[Message, int]] = {}
-_KEPT_TOKENS = [0]
+#: The tool calls' cost of the messages counted lately (:mod:`kernel.ai.kept`): encoding
+#: their calls' arguments was most of counting the window.  Bounded by CALL_COSTS_KEPT
+#: messages and CALL_COSTS_TOKENS tokens of their calls (~4 bytes each).
 CALL_COSTS_KEPT: Final = 20_000
 CALL_COSTS_TOKENS: Final = 2_000_000
+CALL_COSTS: KeptByIdentity[int] = KeptByIdentity(CALL_COSTS_KEPT, CALL_COSTS_TOKENS)
 
 
 def _calls_tokens(message: Message) -> int:
-    hit = _CALL_COSTS.get(id(message))
-    if hit is not None and hit[0] is message:
-        return hit[1]
+    hit = CALL_COSTS.get(message)
+    if hit is not None:
+        return hit
     per = CHARS_PER_TOKEN
     total = 0
     for call in message.tool_calls:
@@ -62,12 +59,7 @@ def _calls_tokens(message: Message) -> int:
             total -= -len(call.invalid_arguments) // per
         else:
             total += json_tokens(call.arguments)
-    if len(_CALL_COSTS) >= CALL_COSTS_KEPT or _KEPT_TOKENS[0] >= CALL_COSTS_TOKENS:
-        _CALL_COSTS.clear()
-        _KEPT_TOKENS[0] = 0
-    _CALL_COSTS[id(message)] = (message, total)
-    _KEPT_TOKENS[0] += total
-    return total
+    return CALL_COSTS.put(message, total, total)
 
 
 def message_tokens(message: Message) -> int:

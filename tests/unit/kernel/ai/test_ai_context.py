@@ -529,6 +529,6 @@ def test_a_message_s_kept_call_cost_is_its_count_and_what_is_kept_stays_bounded(
     assert [token_estimate.message_tokens(m) for m in messages] == counted  # kept or not
     copies = [Message(role="assistant", tool_calls=list(m.tool_calls)) for m in messages]
     assert [token_estimate.message_tokens(m) for m in copies] == counted  # other objects
-    kept = sum(cost for _, cost in token_estimate._CALL_COSTS.values())
+    kept = sum(cost for _, cost in token_estimate.CALL_COSTS.kept.values())
     assert kept <= token_estimate.CALL_COSTS_TOKENS + max(counted)
-    assert len(token_estimate._CALL_COSTS) < len(messages)
+    assert len(token_estimate.CALL_COSTS.kept) < len(messages)
