@@ -52,6 +52,8 @@ from fluffy.ipc.ai_types import (
     ToolDefinition,
 )
 from fluffy.ipc.results.sandbox import ModelJob
+from fluffy.kernel.ai.kept import KeptByIdentity
+from fluffy.kernel.ai.token_estimate import message_tokens
 from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
@@ -93,6 +95,24 @@ class AiResultParams(msgspec.Struct, forbid_unknown_fields=True):
     response: AIResponse | None = None
     error: dict[str, Any] | None = None
     duration_ms: float | None = None
+
+
+#: Messages as the request body carries them (plain dicts, where the audit summary's
+#: walk finds and masks secret-named fields), converted once: every round sends the whole
+#: conversation, as the same objects (:mod:`kernel.ai.kept`).  The dicts are shared
+#: between rounds' bodies and never changed.  Bounded by what they hold (~4 characters a
+#: token) as well as by count; the system prompt and the tools, made anew each round,
+#: are converted each time instead.
+_WIRE: KeptByIdentity[Any] = KeptByIdentity(20_000, 8_000_000)
+
+
+def _wire(message: Message) -> Any:
+    if message.role == "system":
+        return msgspec.to_builtins(message)
+    kept = _WIRE.get(message)
+    if kept is not None:
+        return kept
+    return _WIRE.put(message, msgspec.to_builtins(message), 4 * message_tokens(message))
 
 
 @dataclass
@@ -182,7 +202,7 @@ class ProviderSession:
         body = {
             "job_id": job_id,
             "provider": msgspec.to_builtins(provider),
-            "messages": msgspec.to_builtins(messages),
+            "messages": [_wire(message) for message in messages],
             "tools": msgspec.to_builtins(tools),
         }
         job = _Job(job_id, body, on_event)

@@ -532,3 +532,22 @@ def test_a_message_s_kept_call_cost_is_its_count_and_what_is_kept_stays_bounded(
     kept = sum(cost for _, cost in token_estimate.CALL_COSTS.kept.values())
     assert kept <= token_estimate.CALL_COSTS_TOKENS + max(counted)
     assert len(token_estimate.CALL_COSTS.kept) < len(messages)
+
+
+def test_a_request_carries_each_message_as_builtins_kept_or_not_and_masked_in_audit() -> None:
+    """The body's messages are converted once per message object (every round sends the
+    whole conversation); the audit summary still walks them to mask secret fields."""
+    import msgspec
+
+    from fluffy.kernel.ai.provider import _wire
+    from fluffy.kernel.audit.observer import summarize
+
+    call = ToolCall("c1", "http.get", {"url": "x", "password": "hunter2"})
+    messages = [Message(role="user", content="hi"), Message(role="assistant", tool_calls=[call])]
+    first = [_wire(m) for m in messages]
+    again = [_wire(m) for m in messages]
+    assert first == again == msgspec.to_builtins(messages)
+    other = Message(role="assistant", tool_calls=[ToolCall("c1", "http.get", {"url": "y"})])
+    assert _wire(other) == msgspec.to_builtins(other)  # an equal id is not another's value
+    summary = summarize({"job_id": "j", "messages": again})
+    assert "hunter2" not in summary and "[REDACTED:field]" in summary
