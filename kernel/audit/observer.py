@@ -73,6 +73,41 @@ KEPT = 20_000
 _WINDOW = KEPT + 32
 
 
+#: Bytes of a value's encoding a summary needs: _WINDOW characters, at most 4 bytes each.
+_HEAD = 4 * _WINDOW
+_DEEP = 32
+
+
+def encoded_head(value: Any, limit: int, depth: int = 0) -> tuple[bytes, bool]:
+    """The start of ``value``'s encoding, at least ``limit`` bytes of it (all of it when
+    shorter), and whether it is all of it.  A big list or dict (a call's whole
+    conversation) is encoded item by item until that much is written, so a summary costs
+    what it keeps, not what the value holds; a cut falls between items (never inside a
+    character)."""
+    if isinstance(value, list) and len(value) > 1 and depth < _DEEP:
+        out = bytearray(b"[")
+        for i, item in enumerate(value):
+            if i:
+                out += b","
+            piece, whole = encoded_head(item, limit - len(out), depth + 1)
+            out += piece
+            if not whole or (len(out) >= limit and i < len(value) - 1):
+                return bytes(out), False
+        return bytes(out + b"]"), True
+    if isinstance(value, dict) and len(value) > 1 and depth < _DEEP:
+        out = bytearray(b"{")
+        for i, (key, item) in enumerate(value.items()):
+            if type(key) is not str:  # msgspec's own way with other keys
+                return _encode(value), True
+            out += b"," + _encode(key) + b":" if i else _encode(key) + b":"
+            piece, whole = encoded_head(item, limit - len(out), depth + 1)
+            out += piece
+            if not whole or (len(out) >= limit and i < len(value) - 1):
+                return bytes(out), False
+        return bytes(out + b"}"), True
+    return _encode(value), True
+
+
 def summarize(value: Any) -> str:
     if value is None:
         return ""
@@ -82,7 +117,7 @@ def summarize(value: Any) -> str:
         else:
             # the encoding first (in C): a call's params may carry a whole conversation,
             # and only one that names a secret-like key is walked to mask its values
-            raw = _encode(value)
+            raw = encoded_head(value, _HEAD)[0]
             text = raw.decode()
             if (
                 isinstance(value, dict | list)
@@ -92,7 +127,7 @@ def summarize(value: Any) -> str:
                     else _SECRET_KEY_TEXT.search(text[:_WINDOW].lower())
                 )
             ):
-                text = _encode(mask_secrets(value)).decode()
+                text = encoded_head(mask_secrets(value), _HEAD)[0].decode()
     except (TypeError, ValueError, OverflowError):
         text = repr(mask_secrets(value) if isinstance(value, dict | list) else value)
     return truncate(redact(truncate(text, KEPT)))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluffy.kernel.audit.entry import truncate
-from fluffy.kernel.audit.observer import mask_secrets, summarize
+from fluffy.kernel.audit.observer import encoded_head, mask_secrets, summarize
 from fluffy.kernel.redaction import redact
 
 pytestmark = pytest.mark.unit
@@ -86,3 +86,31 @@ def test_a_secret_key_near_the_end_of_what_is_kept(before: int) -> None:
     assert summarize([payload, {"password": "p" * 50}]) == reference(
         [payload, {"password": "p" * 50}]
     )
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES, st.integers(min_value=0, max_value=400))
+def test_the_head_of_an_encoding_is_its_start_and_long_enough(value: Any, limit: int) -> None:
+    head, whole = encoded_head(value, limit)
+    full = msgspec.json.encode(value)
+    assert full.startswith(head) and len(head) >= min(limit, len(full))
+    assert whole == (head == full)
+    head.decode()  # cut between items, never inside a character
+
+
+def test_a_summary_encodes_what_it_keeps_not_the_whole_conversation() -> None:
+    seen: list[int] = []
+
+    class Tail:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __repr__(self) -> str:  # how the summary's encoder writes an unknown type
+            seen.append(self.n)
+            return "tail"
+
+    messages = [{"role": "tool", "content": "é" * 300, "n": Tail(n)} for n in range(20_000)]
+    payload = {"job_id": "j", "messages": messages}
+    written = [{**m, "n": "tail"} for m in messages[:400]]  # as the encoder writes them
+    assert summarize(payload) == reference({"job_id": "j", "messages": written})
+    assert len(seen) < 400  # ~80 KB of a ~12 MB body were encoded
