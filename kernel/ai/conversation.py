@@ -152,7 +152,12 @@ class ConversationStore:
 
     @classmethod
     async def open(cls, state_dir: Path) -> ConversationStore:
-        return cls(await open_state_db(state_dir, SCHEMA))
+        db = await open_state_db(state_dir, SCHEMA)
+        # Commits reach the OS (a killed kernel loses none) without waiting for the disk:
+        # the audit connection's next commit syncs the shared WAL, this one's frames
+        # with it, and one precedes every model request (ADR-079).
+        await db.execute("PRAGMA synchronous=NORMAL")
+        return cls(db)
 
     async def close(self) -> None:
         await self.db.close()

@@ -308,3 +308,47 @@ def test_a_meta_read_overtaken_by_a_write_is_not_kept(tmp_path: Path) -> None:
     old, now = with_store(tmp_path, body)
     assert old.messages in (2, 4)
     assert now.messages == 4  # read again: the stale row was not kept
+
+
+KILLED_AFTER_APPEND = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from fluffy.ipc.ai_types import Message
+from fluffy.kernel.ai.conversation import ConversationStore
+
+async def main():
+    store = await ConversationStore.open(Path(sys.argv[1]))
+    await store.append("s1", [Message(role="user", content="kept through a kill")])
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no checkpoint
+
+asyncio.run(main())
+"""
+
+
+def test_a_message_appended_survives_the_kernel_being_killed_right_after(tmp_path: Path) -> None:
+    """The conversation's commits do not wait for the disk (the audit's next commit syncs
+    the shared WAL, ADR-079): what an append returned is in the file for the next kernel,
+    whatever becomes of the process; the audit connection still syncs every commit."""
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    done = subprocess.run([sys.executable, "-c", KILLED_AFTER_APPEND, str(state)], check=False)
+    assert done.returncode == -9
+    loaded = with_store(state, lambda store: store.load("s1"))
+    assert [m.content for m in loaded] == ["kept through a kill"]
+
+    async def synchronous() -> tuple[int, int]:
+        from fluffy.kernel.audit.log import AuditLog
+
+        store = await ConversationStore.open(state)
+        audit = await AuditLog.open(state)
+        try:
+            (ours,) = await (await store.db.execute("PRAGMA synchronous")).fetchone()
+            (audits,) = await (await audit.db.execute("PRAGMA synchronous")).fetchone()
+            return int(ours), int(audits)
+        finally:
+            await audit.close()
+            await store.close()
+
+    assert asyncio.run(synchronous()) == (1, 2)  # NORMAL here, FULL for the audit log
