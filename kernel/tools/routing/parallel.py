@@ -91,6 +91,13 @@ def conflicts(a: PlannedCall, b: PlannedCall) -> bool:
     return _conflict(_normal(a), _normal(b))
 
 
+def dependencies(calls: Sequence[PlannedCall]) -> list[list[int]]:
+    """For each call, the positions of the earlier calls it conflicts with (each call's
+    paths normalised once, not once per pair)."""
+    normal = [_normal(c) for c in calls]
+    return [[j for j in range(i) if _conflict(normal[j], n)] for i, n in enumerate(normal)]
+
+
 def plan_batches(calls: Sequence[PlannedCall]) -> list[list[int]]:
     """Waves of call indexes: each wave may run concurrently, waves one after another."""
     ordered = sorted(calls, key=lambda c: c.index)

@@ -41,7 +41,7 @@ from fluffy.kernel.scheduler.task import (
     TaskHandle,
     TaskType,
 )
-from fluffy.kernel.tools.routing.parallel import PlannedCall, conflicts
+from fluffy.kernel.tools.routing.parallel import PlannedCall, dependencies
 from fluffy.kernel.tools.sandbox.plugins import PluginRunner
 
 log = logging.getLogger("fluffy.kernel.scheduler")
@@ -324,8 +324,8 @@ async def run_ordered(
         return go
 
     try:
-        for i, call in enumerate(calls):
-            deps = tuple(ids[j] for j in range(i) if conflicts(calls[j], call))
+        for i, before in enumerate(dependencies(calls)):
+            deps = tuple(ids[j] for j in before)
             sched.submit(
                 Task(
                     ids[i],

@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluffy.errors import ToolInputInvalid
-from fluffy.kernel.tools.routing.parallel import PlannedCall, conflicts, overlaps, plan_batches
+from fluffy.kernel.tools.routing.parallel import (
+    PlannedCall,
+    conflicts,
+    dependencies,
+    overlaps,
+    plan_batches,
+)
 
 
 def call(
@@ -118,6 +124,9 @@ _calls = st.lists(st.tuples(_paths, _paths, _exclusive), max_size=12).map(
 def test_plan_properties(calls: list[PlannedCall]) -> None:
     waves = plan_batches(calls)
     wave_of = {index: w for w, wave in enumerate(waves) for index in wave}
+    deps = dependencies(calls)
+    for i, x in enumerate(calls):  # the positions of the earlier calls each one waits for
+        assert deps[i] == [j for j in range(i) if _oracle_conflict(calls[j], x)]
     by_index = {c.index: c for c in calls}
     # every call exactly once; no empty waves; indexes ascending within a wave
     assert sorted(i for wave in waves for i in wave) == sorted(by_index)
