@@ -22,6 +22,7 @@ from typing import Final
 
 from fluffy.errors import ConfigError
 from fluffy.ipc.ai_types import Message, kernel_note
+from fluffy.kernel.ai.kept import KeptByIdentity
 from fluffy.kernel.ai.prompt import (
     base_prompt,
     context_cost,
@@ -157,15 +158,25 @@ def shorten_old_results(
     for index, group in enumerate(groups):
         for message in group:
             if index in old and message.role == "tool" and len(message.content) > keep:
-                content = cut(message.content, keep, "middle")
-                message = Message(
-                    role="tool",
-                    content=content,
-                    tool_call_id=message.tool_call_id,
-                    name=message.name,
-                )
+                message = _shortened(message, keep)
             shortened.append(message)
     return shortened
+
+
+#: Old results as they were shortened: the same object every round, so what is kept of
+#: a message by identity (its cost, its wire form: :mod:`kernel.ai.kept`) is kept of it.
+#: Weighed by the result it keeps alive (characters).
+_SHORT: KeptByIdentity[tuple[int, Message]] = KeptByIdentity(20_000, 8_000_000)
+
+
+def _shortened(message: Message, keep: int) -> Message:
+    hit = _SHORT.get(message)
+    if hit is not None and hit[0] == keep:
+        return hit[1]
+    content = cut(message.content, keep, "middle")
+    short = Message(role="tool", content=content, tool_call_id=message.tool_call_id,
+                    name=message.name)  # fmt: skip
+    return _SHORT.put(message, (keep, short), len(message.content))[1]
 
 
 @dataclass(frozen=True)

@@ -354,6 +354,12 @@ def test_old_tool_results_are_shortened_but_the_last_rounds_are_not() -> None:
     assert "characters truncated" in results[0].content
     assert results[0].content.startswith("x") and results[0].content.endswith("x")
     assert len(shortened) == len(history)
+    # the next round shortens them to the same values (what is kept of a message by
+    # identity, its cost and wire form, is kept of these too); another length cuts anew
+    again = shorten_old_results(history, full_rounds=3, keep=2000)
+    assert all(a is b for a, b in zip(again, shortened, strict=True))
+    other = shorten_old_results(history, full_rounds=3, keep=1000)
+    assert len(next(m for m in other if m.role == "tool").content) <= 1100
 
 
 # -- summaries and the request ------------------------------------------------------------
@@ -551,3 +557,27 @@ def test_a_request_carries_each_message_as_builtins_kept_or_not_and_masked_in_au
     assert _wire(other) == msgspec.to_builtins(other)  # an equal id is not another's value
     summary = summarize({"job_id": "j", "messages": again})
     assert "hunter2" not in summary and "[REDACTED:field]" in summary
+
+
+def test_what_is_kept_of_messages_by_identity_is_bounded_by_their_size() -> None:
+    """A long-running kernel's many sessions: the wire forms and shortened results kept
+    for them stay within a bound of characters, whatever the store has let go."""
+    import msgspec
+
+    from fluffy.kernel.ai import context, provider
+
+    big = [
+        Message(role="tool", content=f"{i}" + "x" * 40_000, tool_call_id=f"c{i}", name="r")
+        for i in range(600)
+    ]  # fmt: skip  (24 MB of results)
+    wired = [provider._wire(m) for m in big]
+    assert wired == msgspec.to_builtins(big)
+    assert provider._WIRE.weight <= provider._WIRE.weight_limit + 4 * 10_100
+    assert len(provider._WIRE.kept) < len(big)
+    short = [context._shortened(m, 2000) for m in big]
+    assert all(len(s.content) <= 2100 for s in short)
+    assert context._SHORT.weight <= context._SHORT.weight_limit + 40_010
+    assert len(context._SHORT.kept) < len(big)
+    system = Message(role="system", content="made anew every round")
+    provider._wire(system)
+    assert provider._WIRE.get(system) is None  # not kept: it would only fill the cache
