@@ -66,6 +66,35 @@ def answered(history: list[Message]) -> list[Message]:
     return out
 
 
+class Answered:
+    """:func:`answered` over a session's history, each message walked once: a running
+    session's history only grows, as the same Message values (``ConversationStore.load``),
+    so the result before its last tool-call message is kept and only what follows is
+    walked each round.  Any other change to the history makes new values: walked anew."""
+
+    def __init__(self, sessions: int = 8) -> None:
+        self.sessions = sessions
+        self._kept: dict[str, tuple[int, Message, list[Message]]] = {}
+
+    def __call__(self, session_id: str, history: list[Message]) -> list[Message]:
+        start, prefix = 0, []
+        kept = self._kept.pop(session_id, None)
+        if kept is not None and kept[0] <= len(history) and history[kept[0] - 1] is kept[1]:
+            start, prefix = kept[0], kept[2]
+        cut = len(history)  # at the last tool-call message: its results may still come
+        while cut > start and not (
+            history[cut - 1].role == "assistant" and history[cut - 1].tool_calls
+        ):
+            cut -= 1
+        cut = max(start, cut - 1)
+        head = prefix + answered(history[start:cut]) if cut > start else prefix
+        if cut:
+            self._kept[session_id] = (cut, history[cut - 1], head)
+            while len(self._kept) > self.sessions:
+                self._kept.pop(next(iter(self._kept)))
+        return head + answered(history[cut:])
+
+
 class Memory:
     def __init__(
         self,
@@ -79,6 +108,7 @@ class Memory:
         self.test_globs = tuple(test_globs)
         self.usage = UsageLedger(store.db)
         self.calibration = Calibration()
+        self.answered = Answered()
 
     def writable(self, state: str) -> list[str] | None:
         rule = WRITES.get(state, "none")
@@ -117,7 +147,7 @@ class Memory:
     ) -> list[Message]:
         """The request's messages; ``compact``: the provider refused the last prompt as
         too long, so the older half of the window is summarised now (ADR-044)."""
-        history = answered(await self.store.load(session_id))
+        history = self.answered(session_id, await self.store.load(session_id))
         # the project's instructions are paid for out of the window's spare tokens
         spare = self.budget.total - self.budget.minimum_total()
         section = instructions.section(max_tokens=spare) if instructions is not None else ""

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
 from fluffy.kernel.policy.model import load_policy
@@ -453,3 +455,36 @@ def test_two_exemption_requests_in_one_response_cannot_swap_what_the_user_grants
     assert len([e for e in events if e["type"] == "exemption"]) == 1
     denied = harness.entries("exemption_denied")
     assert [(e["caller"], e["metadata"]["category"]) for e in denied] == [("ai", "config_change")]
+
+
+def _histories() -> Any:
+    from hypothesis import strategies as st
+
+    from fluffy.ipc.ai_types import Message, ToolCall
+
+    ids = st.sampled_from(["c1", "c2", "c3"])
+    one = st.one_of(
+        st.just(Message(role="user", content="u")),
+        st.lists(ids, min_size=0, max_size=3, unique=True).map(
+            lambda cs: Message(role="assistant", tool_calls=[ToolCall(c, "fs.read") for c in cs])
+        ),
+        ids.map(lambda c: Message(role="tool", content="{}", tool_call_id=c, name="fs.read")),
+    )
+    return st.lists(one, max_size=30).map(lambda ms: [msgspec.structs.replace(m) for m in ms])
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=_histories(), cuts=st.lists(st.integers(0, 30), max_size=6), fresh=st.booleans())
+def test_answering_a_growing_history_walks_it_once_and_answers_as_a_whole_walk(
+    history: list[Any], cuts: list[int], fresh: bool
+) -> None:
+    """Each round's context answers the history as answered() does on all of it, though
+    what came before the last tool-call message is walked once (kept by identity)."""
+    from fluffy.kernel.ai.memory import Answered, answered
+
+    kept = Answered()
+    for cut in [*sorted(min(c, len(history)) for c in cuts), len(history)]:
+        assert kept("s", list(history[:cut])) == answered(history[:cut])
+    if fresh:  # the store replaced the history (new values): walked anew
+        history = [msgspec.structs.replace(m, content=m.content + "!") for m in history]
+    assert kept("s", list(history)) == answered(history)
