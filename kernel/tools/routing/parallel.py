@@ -108,14 +108,9 @@ def plan_batches(calls: Sequence[PlannedCall]) -> list[list[int]]:
                 why="each call of a response needs its own index to be ordered",
                 fix="This is a bug in fluffy's tool router; please report it.",
             )
-    normal = [_normal(c) for c in ordered]
     wave_of: list[int] = []
-    for i, current in enumerate(normal):
-        wave = 0
-        for j in range(i):
-            if wave_of[j] >= wave and _conflict(normal[j], current):
-                wave = wave_of[j] + 1
-        wave_of.append(wave)
+    for waits in dependencies(ordered):  # the first wave after all it conflicts with
+        wave_of.append(max((wave_of[j] + 1 for j in waits), default=0))
     waves: list[list[int]] = [[] for _ in range(max(wave_of, default=-1) + 1)]
     for call, wave in zip(ordered, wave_of, strict=True):
         waves[wave].append(call.index)
