@@ -84,28 +84,25 @@ def encoded_head(value: Any, limit: int, depth: int = 0) -> tuple[bytes, bool]:
     conversation) is encoded item by item until that much is written, so a summary costs
     what it keeps, not what the value holds; a cut falls between items (never inside a
     character)."""
-    if isinstance(value, list) and len(value) > 1 and depth < _DEEP:
-        out = bytearray(b"[")
-        for i, item in enumerate(value):
-            if i:
-                out += b","
-            piece, whole = encoded_head(item, limit - len(out), depth + 1)
-            out += piece
-            if not whole or (len(out) >= limit and i < len(value) - 1):
-                return bytes(out), False
-        return bytes(out + b"]"), True
-    if isinstance(value, dict) and len(value) > 1 and depth < _DEEP:
-        out = bytearray(b"{")
-        for i, (key, item) in enumerate(value.items()):
-            if type(key) is not str:  # msgspec's own way with other keys
-                return _encode(value), True
-            out += b"," + _encode(key) + b":" if i else _encode(key) + b":"
-            piece, whole = encoded_head(item, limit - len(out), depth + 1)
-            out += piece
-            if not whole or (len(out) >= limit and i < len(value) - 1):
-                return bytes(out), False
-        return bytes(out + b"}"), True
-    return _encode(value), True
+    if not isinstance(value, list | dict) or len(value) < 2 or depth >= _DEEP:
+        return _encode(value), True
+    if isinstance(value, dict):
+        if any(type(key) is not str for key in value):  # msgspec's own way with those
+            return _encode(value), True
+        parts = ((_encode(key) + b":", item) for key, item in value.items())
+        brackets = b"{}"
+    else:
+        parts = ((b"", item) for item in value)
+        brackets = b"[]"
+    out = bytearray(brackets[:1])
+    last = len(value) - 1
+    for i, (key, item) in enumerate(parts):
+        out += b"," + key if i else key
+        piece, whole = encoded_head(item, limit - len(out), depth + 1)
+        out += piece
+        if not whole or (len(out) >= limit and i < last):
+            return bytes(out), False
+    return bytes(out + brackets[1:]), True
 
 
 def summarize(value: Any) -> str:
