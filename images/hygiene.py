@@ -120,7 +120,7 @@ def find_orphans(engine: Engine) -> list[Stray]:
             continue
         tags = tuple(
             t for t in image.get("RepoTags") or []
-            if isinstance(t, str) and _OTHER_TAGS[ENV_IMAGE_NAME].match(_bare(t))
+            if isinstance(t, str) and _fluffys(t, ENV_IMAGE_NAME, labels)
         )  # fmt: skip
         if not tags or not _gone(folder):
             continue

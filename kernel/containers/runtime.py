@@ -30,8 +30,8 @@ LABEL_SESSION = "org.fluffy.session"
 LABEL_SANDBOX = "org.fluffy.sandbox"
 LABEL_TEMPLATE = "org.fluffy.template"
 LABEL_PURPOSE = "org.fluffy.purpose"
-#: The manager's state folder a sandbox was made under (a digest of its path): what
-#: ``collect_garbage`` may judge by that folder's session files.
+#: The manager's state folder a sandbox was made under (the folder's random id,
+#: :func:`root_label`): what ``collect_garbage`` may judge by that folder's session files.
 LABEL_ROOT = "org.fluffy.root"
 
 
