@@ -13,6 +13,8 @@ from fluffy.kernel.containers.errors import engine_call
 
 #: Build output lines look like "Step 3/9 : RUN ..." (legacy builder, Docker and Podman).
 _STEP = re.compile(r"^(?:Step|STEP) (\d+)/(\d+)\s*:?\s*(.*)$")
+#: A build that fails because an image it reused is gone (Docker, Podman).
+_VANISHED = re.compile(r"(?i)no such image|image not known")
 
 
 class ImageStore:
@@ -76,6 +78,35 @@ class ImageStore:
 
         ``network_mode="none"``: the build's steps have no network (a project's
         environment installs only what the host downloaded)."""
+        for attempt in (1, 2):
+            image_id, error, last_lines = self._build_once(
+                context, tag, buildargs, labels, on_line, on_step, network_mode
+            )
+            if error is None or attempt == 2 or not _VANISHED.search(error):
+                break
+            # A cached step's image was removed while this build used it (a prune by
+            # another process): the next attempt no longer finds it in the cache.
+            on_line(f"an image this build reused was removed meanwhile ({error}): again")
+        if error is not None:
+            raise ImageBuildFailed(
+                f"cannot build {tag}: {error}",
+                why="the engine's build stopped; last output:\n" + "\n".join(last_lines),
+                fix="Fix the failing step (network to the Debian mirror, a lock that pins a "
+                "wheel missing for this platform), then run `fluffy images build` again.",
+            )
+        return image_id or self.image_id(tag) or ""
+
+    def _build_once(
+        self,
+        context: Path,
+        tag: str,
+        buildargs: dict[str, str],
+        labels: dict[str, str],
+        on_line: Callable[[str], None],
+        on_step: Callable[[int, int, str], None],
+        network_mode: str | None,
+    ) -> tuple[str | None, str | None, list[str]]:
+        """One build: (image ID, the engine's error, the last lines of output)."""
         last_lines: list[str] = []
         image_id: str | None = None
         error: str | None = None
@@ -108,14 +139,7 @@ class ImageStore:
                     if match:
                         on_step(int(match[1]), int(match[2]), match[3])
                     on_line(line)
-        if error is not None:
-            raise ImageBuildFailed(
-                f"cannot build {tag}: {error}",
-                why="the engine's build stopped; last output:\n" + "\n".join(last_lines),
-                fix="Fix the failing step (network to the Debian mirror, a lock that pins a "
-                "wheel missing for this platform), then run `fluffy images build` again.",
-            )
-        return image_id or self.image_id(tag) or ""
+        return image_id, error, last_lines
 
     def list_by_label(self, label: str) -> list[dict[str, Any]]:
         with engine_call(f"list images labelled {label}"):
