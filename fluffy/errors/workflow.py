@@ -53,6 +53,13 @@ class EvidenceError(WorkflowError):
     default_fix = "Run the tests again through test.run."
 
 
+class ForgedEvidence(EvidenceError):
+    """A test run reported as passed a test that must fail (its canary)."""
+
+    code = "workflow.evidence_forged"
+    default_why = "code in the test run rewrites test outcomes"
+
+
 class CoverageFormatError(WorkflowError):
     code = "workflow.coverage_invalid"
     default_why = "the coverage report is not coverage.py JSON, Cobertura XML or lcov"

@@ -21,12 +21,15 @@ and the end of the output for display.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from fluffy.errors import ToolTimeout
 from fluffy.plugins.sdk import Handler, ToolContext, ToolDefinition, ToolPlugin, normalise_path
+from fluffy.plugins.test_tool.canary import canary_token, write_plugin
 from fluffy.plugins.test_tool.junit import EMPTY, junit_counts
 from fluffy.safetext import strip_sequences
 
@@ -110,7 +113,7 @@ def run_environment(ctx: ToolContext) -> tuple[str, dict[str, str]]:
     return sys.executable or "python3", env
 
 
-def _pytest(ctx: ToolContext, args: dict[str, Any], python: str) -> list[str]:
+def _pytest(ctx: ToolContext, args: dict[str, Any], python: str, canary: str | None) -> list[str]:
     call = ctx.call_dir
     command = [python]
     if ctx.settings.get("coverage", True):
@@ -120,6 +123,8 @@ def _pytest(ctx: ToolContext, args: dict[str, Any], python: str) -> list[str]:
     command += ["-o", "junit_family=xunit1", f"--junitxml={call / JUNIT}"]
     if ctx.settings.get("no_cov"):
         command.append("--no-cov")
+    if canary is not None:  # after the project's addopts: a failing canary never stops it
+        command += ["-p", canary, "--maxfail=0"]
     command += [_test_arg(path) for path in args.get("paths", [])]
     if "keyword" in args:
         command.append(f"-k{args['keyword']}")
@@ -146,6 +151,15 @@ def _custom(ctx: ToolContext, args: dict[str, Any]) -> tuple[list[str], dict[str
     return command, extra
 
 
+def _canary(folder: Path, token: str | None, env: dict[str, str]) -> str | None:
+    """Write the run's canary plugin into ``folder`` and put it on the tests' path;
+    return its module name (None: no canary)."""
+    if token is None:
+        return None
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    return write_plugin(folder, token)
+
+
 def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     call = ctx.call_dir
     for name in (JUNIT, COVERAGE, DATA):
@@ -156,19 +170,25 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         command, extra = _custom(ctx, args)
         env.update(extra)
     else:
-        command = _pytest(ctx, args, python)
         env.update(_custom(ctx, args)[1])  # the project's variables (`tests: env:`)
-    tests = ctx.run(command, cwd=ctx.workspace, timeout_s=args["timeout_s"], env=env)
+    token = None if custom else canary_token(ctx.settings)
+    with tempfile.TemporaryDirectory(prefix="fluffy-canary-") as folder:
+        if not custom:
+            command = _pytest(ctx, args, python, _canary(Path(folder), token, env))
+        tests = ctx.run(command, cwd=ctx.workspace, timeout_s=args["timeout_s"], env=env)
     # terminal colour and cursor codes (runners colour their output when CI is set), each
-    # sequence whole: dropped from what the model and the person read
+    # sequence whole: dropped from what the model and the person read; and the canary's
+    # lines (pytest -v names each test as it starts)
     output = strip_sequences(tests.stdout + (("\n" + tests.stderr) if tests.stderr else ""))
+    if token is not None:
+        output = "\n".join(line for line in output.split("\n") if token not in line)
     if tests.timed_out:
         raise ToolTimeout(
             f"the tests did not finish within {args['timeout_s']} s; output ends: {output[-500:]}",
             fix="Run fewer tests (paths, keyword) or give a larger timeout_s.",
         )
     junit = call / JUNIT
-    counts = junit_counts(junit.read_bytes()) if junit.is_file() else dict(EMPTY)
+    counts = junit_counts(junit.read_bytes(), token) if junit.is_file() else dict(EMPTY)
     coverage: str | None = None
     if not custom and tests.exit_code in (0, 1) and (call / DATA).is_file():
         # the kernel uses a green run's coverage only (the tech-debt budget and baseline),

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +114,13 @@ def drive(
     before: Callable[[int], None] | None = None,
     commit: str | None = None,
     review: bool = False,
+    refused: Collection[int] = (),
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A model's tool calls through a real kernel, each of which must succeed: their
-    answers, and ``review.show`` at the end when ``review``.  ``before(n)`` runs before
-    step ``n`` (the person's edit while the model works); ``commit``: git.commit with
-    that message once the session reaches committing (its answer appended as it is)."""
+    """A model's tool calls through a real kernel, each of which must succeed but the
+    steps numbered in ``refused``, which must fail: their answers, and ``review.show``
+    at the end when ``review``.  ``before(n)`` runs before step ``n`` (the person's edit
+    while the model works); ``commit``: git.commit with that message once the session
+    reaches committing (its answer appended as it is)."""
     kernel = Kernel(tmp_path, project, runtime).start()
     try:
         with kernel.client() as client:
@@ -129,7 +131,7 @@ def drive(
                 if before is not None:
                     before(number)
                 answer = call(client, sid, tool, **args)
-                assert answer["ok"], (tool, answer.get("error"))
+                assert answer["ok"] is (number not in refused), (number, tool, answer.get("error"))
                 answers.append(answer)
             if commit is not None and answers[-1]["session"]["state"] == "committing":
                 answers.append(call(client, sid, "git.commit", message=commit))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fluffy.junit import parse_junit
 from fluffy.kernel.tools.core.routedcall import RoutedCall
 from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.testing.canary import without_canaries
 from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.evidence import snapshot_trees
 
@@ -76,7 +77,11 @@ async def base_run(
         await release(outcome)
     if junit is None:
         return BaseResult(frozenset(), frozenset(), 0)  # nothing to compare with
-    cases = parse_junit(junit, name="the base tree's junit report", dialect=plan.dialect)
+    cases = without_canaries(
+        parse_junit(junit, name="the base tree's junit report", dialect=plan.dialect),
+        plan.canary,
+        run="the run of the project without this session's changes",
+    )
     failing = sorted(c.id for c in cases if c.outcome in ("failed", "error"))
     passing = sorted((c.id, c.file) for c in cases if c.outcome == "passed")
     cache.parent.mkdir(parents=True, exist_ok=True)

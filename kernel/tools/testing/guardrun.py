@@ -39,6 +39,7 @@ from fluffy.junit import TestCase, parse_junit
 from fluffy.kernel.globs import GlobSet
 from fluffy.kernel.tools.core.routedcall import RoutedCall
 from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
+from fluffy.kernel.tools.testing.canary import without_canaries
 from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 
 #: How a failing case of the cross-check is named in the run's evidence.
@@ -133,7 +134,11 @@ async def cross_check(
     if junit is None:  # pytest always writes one: the process ended before it could
         unfinished = _unfinished("(no report)", exit_code, "wrote no report", tail, plan.runner)
         return Verdict((unfinished,), (), 0)
-    cases = parse_junit(junit, name="the cross-check's junit report", dialect=plan.dialect)
+    cases = without_canaries(
+        parse_junit(junit, name="the cross-check's junit report", dialect=plan.dialect),
+        plan.canary,
+        run="the run of the person's tests against this session's code",
+    )
     old = known or set()  # failing on the base tree too: not the session's doing
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
     broken = tuple(c for c in failing if c.file not in changed)

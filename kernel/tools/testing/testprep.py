@@ -26,6 +26,7 @@ from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_pa
 from fluffy.kernel.project.layout import Layout
 from fluffy.kernel.project.nodeenv import node_test_command
 from fluffy.kernel.project.testcmd import OWN_COMMAND, command_example, load_test_command
+from fluffy.kernel.tools.testing.canary import draw
 from fluffy.kernel.tools.testing.testview import Synced, TestViews
 
 
@@ -41,6 +42,12 @@ class TestPlan:
     dialect: Dialect = "pytest"
     #: what runs the tests, in the words the evidence says it with ("vitest ran no tests")
     runner: str = "pytest"
+
+    @property
+    def canary(self) -> str | None:
+        """The run's canary token (pytest runs only: :mod:`.canary`)."""
+        token = self.settings.get("canary")
+        return token if isinstance(token, str) else None
 
     @property
     def image(self) -> str | None:
@@ -151,6 +158,7 @@ class TestPreparer:
             return TestPlan(synced, choice, settings, custom=True, dialect="javascript",
                             runner=_runner(self.layout))  # fmt: skip
         settings["env"] = dict(own_env)
+        settings["canary"] = draw()  # a test that must fail, in each file (a new token each run)
         return TestPlan(synced, choice, settings)
 
 

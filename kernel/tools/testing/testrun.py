@@ -25,6 +25,7 @@ from fluffy.kernel.tools.changes.workspace import Workspaces
 from fluffy.kernel.tools.core.routedcall import RoutedCall
 from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
 from fluffy.kernel.tools.testing.baserun import BaseResult, base_run
+from fluffy.kernel.tools.testing.canary import without_canaries
 from fluffy.kernel.tools.testing.guardrun import (
     Verdict,
     as_evidence,
@@ -84,7 +85,11 @@ async def run_tests(
         result = outcome.result
         junit = output_file(outcome, result.get("junit"))
         cases = (
-            parse_junit(junit, name="the test run's junit report", dialect=plan.dialect)
+            without_canaries(
+                parse_junit(junit, name="the test run's junit report", dialect=plan.dialect),
+                plan.canary,
+                run="this test run",
+            )
             if junit
             else []
         )

@@ -34,7 +34,7 @@ def test_the_base_run_measures_coverage_like_the_deciding_run(tmp_path: Path) ->
 
     def prepare(*args: Any, **kwargs: Any) -> Any:
         asked.append(kwargs)
-        return SimpleNamespace(custom=False, dialect="pytest")
+        return SimpleNamespace(custom=False, dialect="pytest", canary=None)
 
     async def sandbox(call: Any, plan: Any) -> Any:
         return SimpleNamespace(result={"junit": "junit.xml"})

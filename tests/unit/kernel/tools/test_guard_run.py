@@ -44,7 +44,7 @@ def _check(
     expected: set[tuple[str, str]] | None = None,
     seen: tuple[TestCase, ...] = (),
 ) -> Verdict:
-    plan = SimpleNamespace(custom=False, dialect="pytest", runner="pytest")
+    plan = SimpleNamespace(custom=False, dialect="pytest", runner="pytest", canary=None)
     preparer = SimpleNamespace(prepare=lambda *a, **k: plan)
     outcome = SimpleNamespace(result={"junit": "r.xml", "exit_code": exit_code}, call_dir=Path())
 

@@ -251,7 +251,9 @@ class FakePlugins:
         self.count = 0
         self.pool = None  # no warm sandboxes
 
-    async def run(self, *, tool: str, args: dict[str, Any], call_id: str, **_: Any) -> Any:
+    async def run(
+        self, *, tool: str, args: dict[str, Any], call_id: str, settings: Any = None, **_: Any
+    ) -> Any:
         from fluffy.kernel.containers.lifecycle import Sandbox
         from fluffy.kernel.merge.patch import unified_diff
         from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
@@ -268,8 +270,15 @@ class FakePlugins:
             }
         else:  # test.run
             body = "" if self.green else '<failure message="assert 1 == 2">assert</failure>'
+            token = (settings or {}).get("canary")  # the real plugin's canary, failed
+            canary = (
+                f'<testcase classname="tests.test_x" name="test_{token}" file="tests/test_x.py">'
+                '<failure message="canary">canary</failure></testcase>'
+                if token
+                else ""
+            )
             (call_dir / "junit.xml").write_text(
-                '<testsuite><testcase classname="tests.test_x" name="test_x" '
+                f'<testsuite>{canary}<testcase classname="tests.test_x" name="test_x" '
                 f'file="tests/test_x.py">{body}</testcase></testsuite>'
             )
             result = {"exit_code": 0 if self.green else 1, "junit": "junit.xml"}

@@ -1,0 +1,73 @@
+"""The kernel's canary rule: every file with a passing test reports its canary failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluffy.errors import ForgedEvidence
+from fluffy.junit import TestCase
+from fluffy.kernel.tools.testing.canary import canary_name, draw, without_canaries
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "0123456789abcdef" * 2
+
+
+def case(file: str, name: str, outcome: str) -> TestCase:
+    return TestCase(f"{file}::{name}", file, outcome, outcome == "failed", "")  # type: ignore[arg-type]
+
+
+def canary(file: str, outcome: str) -> TestCase:
+    return case(file, canary_name(TOKEN), outcome)
+
+
+def test_the_canaries_are_taken_out_of_an_honest_run() -> None:
+    cases = [
+        canary("tests/test_a.py", "failed"),
+        case("tests/test_a.py", "test_one", "passed"),
+        canary("tests/test_b.py", "error"),  # a fixture of the file's failed it: still failed
+        case("tests/test_b.py", "test_two", "failed"),
+        case("tests/test_c.py", "test_three", "skipped"),  # no pass here: needs no canary
+    ]
+    assert without_canaries(cases, TOKEN, run="this run") == [cases[1], cases[3], cases[4]]
+
+
+@pytest.mark.parametrize(
+    ("cases", "said"),
+    [
+        ([canary("t/test_a.py", "passed"), case("t/test_a.py", "test_x", "passed")], "passed"),
+        ([canary("t/test_a.py", "skipped"), case("t/test_a.py", "test_x", "passed")], "skipped"),
+        ([case("t/test_a.py", "test_x", "passed")], "not reported"),
+        # a canary that passed condemns the run even where nothing else passed
+        ([canary("t/test_a.py", "passed"), case("t/test_a.py", "test_x", "failed")], "passed"),
+        # another file's canary does not vouch for this one
+        ([canary("t/test_b.py", "failed"), case("t/test_a.py", "test_x", "passed")], "not rep"),
+    ],
+)
+def test_a_run_whose_canary_did_not_fail_is_refused(cases: list[TestCase], said: str) -> None:
+    with pytest.raises(ForgedEvidence, match=f"t/test_a.py: {said}") as info:
+        without_canaries(cases, TOKEN, run="this test run")
+    assert info.value.code == "workflow.evidence_forged"
+    assert "conftest.py" in info.value.why and "rewrites test reports" in info.value.fix
+
+
+def test_another_runs_token_is_an_ordinary_test_name() -> None:
+    other = case("t/test_a.py", canary_name(draw()), "passed")
+    mine = canary("t/test_a.py", "failed")
+    assert without_canaries([mine, other], TOKEN, run="r") == [other]
+
+
+def test_a_run_without_a_canary_is_taken_as_it_is() -> None:
+    cases = [case("t/test_a.py", "test_x", "passed")]
+    assert without_canaries(cases, None, run="r") == cases
+
+
+def test_many_files_are_named_in_short() -> None:
+    cases = [case(f"t/test_{n}.py", "test_x", "passed") for n in range(8)]
+    with pytest.raises(ForgedEvidence, match=r"and 3 more files"):
+        without_canaries(cases, TOKEN, run="r")
+
+
+def test_each_run_draws_a_new_token() -> None:
+    tokens = {draw() for _ in range(50)}
+    assert len(tokens) == 50 and all(len(t) == 32 and int(t, 16) >= 0 for t in tokens)
