@@ -345,6 +345,9 @@ def add_parser(sub: Any) -> None:
     edit.add_argument("--phrase", help="the confirmation phrase for more than 5 breaking changes")
     edit.add_argument("--json", action="store_true")
     edit.set_defaults(func=cmd_policy_edit)
+    from fluffy.cli.testcommand import add_parser as add_tests
+
+    add_tests(config_sub)
     rules = config_sub.add_parser(
         "rules", help="the project's extension rules, .fluffy/rules/*.py (reviewed)"
     )

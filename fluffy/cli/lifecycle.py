@@ -228,6 +228,9 @@ def launch_supervisor(
         raise too_long
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pin_images(p["state"])
+    from fluffy.cli.testcommand import ask_at_start
+
+    ask_at_start(Path(project), p["state"], _ask)  # the terminal's yes only, never --yes
     # the gate's dialler admits nothing while the new list is made (it reads the file at
     # each connection): the previous one is put aside first, and read from there
     net, approved = p["base"] / "net.json", p["base"] / "net.approved.json"

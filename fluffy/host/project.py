@@ -14,10 +14,19 @@ if TYPE_CHECKING:
     from fluffy.kernel.project.deps import collect_requirements
     from fluffy.kernel.project.envstate import EnvRecord, choose, needs_environment
     from fluffy.kernel.project.layout import detect_layout
-    from fluffy.kernel.project.testcmd import TestCommand, command_example
+    from fluffy.kernel.project.testcmd import (
+        TestCommand,
+        approve,
+        approved,
+        command_example,
+        load_test_command,
+    )
 
 _FROM = {
     "TestCommand": "fluffy.kernel.project.testcmd",
+    "approve": "fluffy.kernel.project.testcmd",
+    "approved": "fluffy.kernel.project.testcmd",
+    "load_test_command": "fluffy.kernel.project.testcmd",
     "command_example": "fluffy.kernel.project.testcmd",
     "choose": "fluffy.kernel.project.envstate",
     "collect_requirements": "fluffy.kernel.project.deps",
@@ -30,10 +39,13 @@ _FROM = {
 __all__ = [
     "EnvRecord",
     "TestCommand",
+    "approve",
+    "approved",
     "choose",
     "collect_requirements",
     "command_example",
     "detect_layout",
+    "load_test_command",
     "needs_environment",
     "project_policy",
     "render_policy",

@@ -22,11 +22,18 @@ evidence is read from the JUnit XML: a ``<failure>`` counts as a failing asserti
 ``<error>`` does not -- in a JavaScript project, the report is read as a JavaScript
 runner's (mocha's ``--reporter xunit`` too: the failure's class or its stack says whether
 it is an assertion, a case's ``file`` or its stack which test file it is in).
-``.fluffy/`` is protected: the model can never change this.
+``.fluffy/`` is protected: the model can never change this.  But a repository the person
+cloned can ship it, and the command writes the report that decides what is green: the
+kernel runs a command only once the person approved it on this machine (its digest in
+the state folder's :data:`APPROVED_FILE`, written on the host by ``fluffy config tests
+approve`` or the question ``fluffy`` asks as it starts the kernel; ADR-081).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +87,55 @@ class TestCommand(BaseModel):
         if self.command is None:
             return {"env": dict(self.env)}
         return {"command": list(self.command), "env": dict(self.env), "junit": self.junit}
+
+    def digest(self) -> str:
+        """What the person approves: the command, its variables and its report's path."""
+        canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def shown(self) -> str:
+        """The command as a person reads it (a shell's quoting), with its variables."""
+        words = shlex.join(self.command or [])
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {words}".strip()
+
+
+#: In the kernel's state folder (written on the host): the digests of the project test
+#: commands the person approved on this machine (ADR-081).
+APPROVED_FILE = "approved-test-commands.json"
+
+
+def approved(state: Path) -> set[str]:
+    """The approved commands' digests (none when the record is missing or unreadable)."""
+    try:
+        data = json.loads((state / APPROVED_FILE).read_text())
+    except (OSError, ValueError):
+        return set()
+    found = data.get("digests") if isinstance(data, dict) else None
+    return {d for d in found if isinstance(d, str)} if isinstance(found, list) else set()
+
+
+def approve(state: Path, command: TestCommand) -> None:
+    """Record the person's yes to ``command`` (atomically, next to earlier ones)."""
+    digests = sorted(approved(state) | {command.digest()})
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = state / (APPROVED_FILE + ".tmp")
+    tmp.write_text(json.dumps({"digests": digests}))
+    tmp.replace(state / APPROVED_FILE)
+
+
+def not_approved(command: TestCommand) -> ConfigError:
+    """A project test command the person has not said yes to on this machine."""
+    return ConfigError(
+        f"test.run: the project's test command ({command.shown()}) is not approved on this "
+        "machine; the tests were not run",
+        why="that command (`tests: command:` in .fluffy/config.yaml) writes the JUnit report "
+        "fluffy reads as the TDD evidence, so it decides what counts as green, and a "
+        "repository you cloned can ship that file",
+        fix="Read the command, then run `fluffy config tests approve` in the project (it "
+        "shows the command and asks), or answer y when `fluffy` asks as it starts. Or remove "
+        "`tests: command:` from .fluffy/config.yaml to let fluffy run pytest.",
+    )
 
 
 def load_test_command(project: Path) -> TestCommand | None:

@@ -25,7 +25,13 @@ from fluffy.kernel.containers.runtime import sandbox_identity
 from fluffy.kernel.project.envstate import ENV_ROOT, EnvChoice, choose, third_party_modules
 from fluffy.kernel.project.layout import Layout
 from fluffy.kernel.project.nodeenv import node_test_command
-from fluffy.kernel.project.testcmd import OWN_COMMAND, command_example, load_test_command
+from fluffy.kernel.project.testcmd import (
+    OWN_COMMAND,
+    approved,
+    command_example,
+    load_test_command,
+    not_approved,
+)
 from fluffy.kernel.tools.testing.canary import draw
 from fluffy.kernel.tools.testing.testview import Synced, TestViews
 
@@ -124,6 +130,13 @@ class TestPreparer:
         command = load_test_command(self.project)
         javascript = self.layout.language == "javascript"
         own = command is not None and command.command is not None
+        if (
+            own
+            and tests
+            and command is not None
+            and command.digest() not in approved(self.state_dir)
+        ):
+            raise not_approved(command)  # the repository's word on what counts as green
         node = node_test_command(self.layout.node) if javascript and not own else None
         if javascript and not own and node is None and tests:
             raise _no_junit_route(self.layout)

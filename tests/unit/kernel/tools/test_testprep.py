@@ -13,6 +13,8 @@ import pytest
 from fluffy.errors import ConfigError
 from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.project.nodelayout import NodeFacts
+from fluffy.kernel.project.testcmd import approve as approve_command
+from fluffy.kernel.project.testcmd import load_test_command
 from fluffy.kernel.tools.testing.testprep import TestPreparer
 from unit.trees import write_tree
 
@@ -36,10 +38,14 @@ class Views:
         return SimpleNamespace(folder=Path("/view"), tests=None, sources=None)
 
 
-def _preparer(root: Path, layout: Layout) -> tuple[TestPreparer, Views]:
+def _preparer(root: Path, layout: Layout, *, approve: bool = True) -> tuple[TestPreparer, Views]:
+    """``approve``: the person said yes to the project's test command, if it has one."""
     views = Views()
     state = root.parent / "state"
     state.mkdir(exist_ok=True)
+    command = load_test_command(root)
+    if approve and command is not None and command.command is not None:
+        approve_command(state, command)
     return TestPreparer(root, state, layout, views, lambda: None), views  # type: ignore[arg-type]
 
 
@@ -98,3 +104,32 @@ def test_runners_are_named_and_a_python_projects_command_stays_junit(tmp_path: P
     (python / ".fluffy" / "config.yaml").unlink()
     plan = preparer.prepare("s1", {}, None, ("tests/**",))
     assert (plan.custom, plan.dialect, plan.runner) == (False, "pytest", "pytest")
+
+
+def test_a_projects_own_command_runs_only_once_the_person_approved_it(tmp_path: Path) -> None:
+    """A cloned repository's .fluffy/config.yaml names the command whose report is the
+    evidence: unapproved, nothing is prepared and the error says how to approve it."""
+    root = tmp_path / "p"
+    preparer, views = _preparer(root, _mocha_project(root, MOCHA_COMMAND), approve=False)
+    with pytest.raises(ConfigError) as refused:
+        preparer.prepare("s1", {}, None, ("test/**",))
+    error = refused.value
+    assert "not approved" in error.what and "mocha.js" in error.what
+    assert "cloned" in error.why and "fluffy config tests approve" in error.fix
+    assert views.synced == 0
+    # a command in the test environment (container.run) runs no test command
+    assert preparer.prepare("s1", {}, None, ("test/**",), tests=False).custom
+    command = load_test_command(root)
+    assert command is not None
+    approve_command(preparer.state_dir, command)
+    assert preparer.prepare("s1", {}, None, ("test/**",)).custom
+    # another command (the repository changed it) is a new question
+    (root / ".fluffy" / "config.yaml").write_text(MOCHA_COMMAND.replace("test/test.js", "x.js"))
+    with pytest.raises(ConfigError, match="not approved"):
+        preparer.prepare("s1", {}, None, ("test/**",))
+    python = tmp_path / "py"  # variables alone are no command: pytest runs, no question
+    write_tree(
+        python, {"src/app/__init__.py": "", ".fluffy/config.yaml": "tests:\n  env: {TZ: UTC}\n"}
+    )
+    preparer, _ = _preparer(python, detect_layout(python), approve=False)
+    assert preparer.prepare("s1", {}, None, ("tests/**",)).settings["env"] == {"TZ": "UTC"}

@@ -1,0 +1,103 @@
+"""A project's own test command runs only after the person's yes on this machine.
+
+`fluffy config tests approve` shows the command and records the yes where the kernel
+reads it; starting a kernel asks at a terminal, and `--yes` does not answer for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fluffy.cli import lifecycle, testcommand
+from fluffy.cli.main import EXIT_ERROR, EXIT_OK, main
+from fluffy.kernel.project.testcmd import approved, load_test_command
+
+pytestmark = pytest.mark.unit
+
+COMMAND = "tests:\n  command: [sh, -c, 'echo \"<testsuite/>\" > {junit}']\n"
+
+
+@pytest.fixture()
+def project(tmp_path: Path, fluffy_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cloned"
+    (root / ".fluffy").mkdir(parents=True)
+    (root / ".fluffy" / "config.yaml").write_text(COMMAND)
+    monkeypatch.chdir(root)
+    return root
+
+
+def _digest(project: Path) -> str:
+    command = load_test_command(project)
+    assert command is not None
+    return command.digest()
+
+
+def test_approve_shows_the_command_asks_and_records_the_yes(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = testcommand.state_of(project)
+    asked: list[str] = []
+    monkeypatch.setattr("fluffy.cli.connect.ask", lambda q: asked.append(q) or False)
+    assert main(["config", "tests", "approve"]) == 1
+    assert asked and "sh -c 'echo" in asked[0] and "counts as green" in asked[0]
+    assert _digest(project) not in approved(state)  # no: nothing recorded
+    monkeypatch.setattr("fluffy.cli.connect.ask", lambda q: True)
+    assert main(["config", "tests", "approve"]) == EXIT_OK
+    assert approved(state) == {_digest(project)}
+    assert "is approved" in capsys.readouterr().out
+    assert main(["config", "tests", "approve", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["approved"] is True  # already: no question
+    (project / ".fluffy" / "config.yaml").write_text(COMMAND.replace("echo", "printf"))
+    assert testcommand.unapproved(project, state) is not None  # changed: asked again
+
+
+def test_approve_without_a_terminal_needs_yes(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = testcommand.state_of(project)
+    assert main(["config", "tests", "approve"]) == 1  # pytest's stdin is no terminal
+    assert "Not approved" in capsys.readouterr().out and not approved(state)
+    assert main(["config", "tests", "approve", "--yes"]) == EXIT_OK
+    assert approved(state) == {_digest(project)}
+
+
+def test_approve_in_a_project_without_a_command_says_there_is_nothing_to_approve(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / ".fluffy" / "config.yaml").write_text("tests:\n  env: {TZ: UTC}\n")
+    assert main(["config", "tests", "approve", "--yes"]) == EXIT_ERROR
+    assert "names no test command" in capsys.readouterr().err
+
+
+def test_starting_a_kernel_asks_at_the_terminal_and_yes_does_not_answer(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fluffy start --yes` approves start-up's network questions, never the command:
+    the question goes to the terminal, whose no (or absence) leaves it unapproved."""
+    asked: list[str] = []
+
+    class Launched(Exception):
+        pass
+
+    def no_launch(*_: object, **__: object) -> None:
+        raise Launched
+
+    monkeypatch.setattr(lifecycle, "_ask", lambda q: asked.append(q) or False)
+    monkeypatch.setattr("fluffy.host.engine.engine_access_problem", lambda: None)
+    monkeypatch.setattr(lifecycle.subprocess, "Popen", no_launch)
+    monkeypatch.setattr(lifecycle, "socket_path_problem", lambda _: None)  # pytest's deep tmp
+    with pytest.raises(Launched):
+        lifecycle.start_kernel(str(project), yes=True)
+    state = testcommand.state_of(project)
+    assert len(asked) == 1 and "Let fluffy run it?" in asked[0]
+    assert not approved(state)
+    assert "not approved: test.run will not run it" in capsys.readouterr().out
+    monkeypatch.setattr(lifecycle, "_ask", lambda q: asked.append(q) or True)
+    with pytest.raises(Launched):
+        lifecycle.start_kernel(str(project))
+    assert approved(state) == {_digest(project)}
+    with pytest.raises(Launched):
+        lifecycle.start_kernel(str(project))  # approved: no question
+    assert len(asked) == 2
