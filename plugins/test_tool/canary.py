@@ -3,12 +3,13 @@
 A run's outcome is written by the test process, and code in that process (a cloned
 repository's ``conftest.py``, a plugin it loads, code that patches pytest) can turn
 failures into passes.  So the test tool loads this plugin (``-p``) into each pytest
-run, with a name the kernel draws anew for every run.  After every other collection
-hook, it adds to each collected test file one test of that name which always fails:
-run first of the file's tests, hidden from the terminal and from the exit status.  Each
-canary runs under the same ``conftest.py`` hooks, plugins and patches as the file's own
-tests; the kernel reads the JUnit report and refuses the run as evidence unless every
-file with a passing test also reports its canary failed
+run, with a name the kernel draws anew for every run.  It adds to each collected test
+file two tests of that name which always fail, one on an assertion and one on an error,
+compiled as that file's code and run first of its tests: in place before the project's
+own collection hooks and again after them, hidden from the terminal and from the exit
+status.  They run under the same ``conftest.py`` hooks, plugins, marks and patches as
+the file's own tests; the kernel reads the JUnit report and refuses the run as evidence
+unless every file with a passing test also reports its canaries failed
 (:mod:`fluffy.kernel.tools.testing.canary`).
 
 The plugin runs in the project's interpreter, whatever pytest version it has, so it is
@@ -21,12 +22,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-#: What a canary's name looks like: ``test_`` and the run's 32 hex digits.
-TOKEN = re.compile(r"[0-9a-f]{32}")
+#: A run's token: 32 decimal digits (no letters a project's skip-by-substring could match).
+TOKEN = re.compile(r"[0-9]{32}")
 MESSAGE = "fluffy's canary: this test must fail"
+#: The suffixes of a file's two canaries: an assertion that fails, an error raised.
+KINDS = ("a", "e")
 
-SOURCE = '''\
-"""fluffy's canary for one test run (see fluffy/plugins/test_tool/canary.py)."""
+SOURCE = """\
+\"\"\"fluffy's canaries for one test run (see fluffy/plugins/test_tool/canary.py).\"\"\"
 import pytest
 
 try:
@@ -35,19 +38,24 @@ except ImportError:  # pytest < 7
     from _pytest.nodes import File
 
 NAME = "test_{token}"
+#: the two ways a test fails: an assertion, and an error of the code under test
+MESSAGE = {message!r}
+KINDS = {{"a": "assert False, MESSAGE", "e": "raise LookupError(MESSAGE)"}}
+_MADE = {{}}
 
 
-def _fail():
-    pytest.fail("{message}", pytrace=False)
+def _function(node, kind):
+    \"\"\"The canary's function, compiled as the test file's own code.\"\"\"
+    path = str(getattr(node, "path", None) or node.fspath)
+    scope = {{"MESSAGE": MESSAGE}}
+    source = "def {{}}():\\n    {{}}\\n".format(NAME + "_" + kind, KINDS[kind])
+    exec(compile(source, path, "exec"), scope)
+    return scope[NAME + "_" + kind]
 
 
 class FluffyCanary(pytest.Function):
-    def iter_markers_with_node(self, name=None):
-        # the file's and class's marks (skip, xfail, usefixtures) are not the canary's
-        return iter(())
-
     def reportinfo(self):
-        return getattr(self.parent, "path", None) or self.parent.fspath, None, NAME
+        return getattr(self.parent, "path", None) or self.parent.fspath, 0, self.name
 
 
 def _file_of(item):
@@ -57,39 +65,76 @@ def _file_of(item):
     return node
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session, config, items):
-    ordered, seen = [], set()
-    for item in items:  # each file's canary runs first of its tests: -x stops after it
+def _canaries(node, config):
+    made = _MADE.get(node.nodeid)
+    if made is None:
+        made = _MADE[node.nodeid] = [
+            FluffyCanary.from_parent(node, name=NAME + "_" + kind, callobj=_function(node, kind))
+            for kind in KINDS
+        ]
+        for canary in made:
+            config.hook.pytest_itemcollected(item=canary)
+    return made
+
+
+def _is_canary(nodeid):
+    return nodeid.rpartition("::")[2].startswith(NAME + "_")
+
+
+def _placed(items, config):
+    \"\"\"``items`` without canaries, each file's canaries first of its tests.\"\"\"
+    placed, seen = [], set()
+    for item in items:
+        if isinstance(item, FluffyCanary):
+            continue
         node = _file_of(item)
         if node is not None and node.nodeid not in seen:
             seen.add(node.nodeid)
-            ordered.append(FluffyCanary.from_parent(node, name=NAME, callobj=_fail))
-        ordered.append(item)
-    items[:] = ordered
+            placed.extend(_canaries(node, config))
+        placed.append(item)
+    return placed
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    # in place before the project's own hooks (they may wrap or mark every item) and
+    # in place again after them (-k, -m, --lf and reordering plugins leave them out)
+    items[:] = _placed(items, config)
+    yield
+    items[:] = _placed(items, config)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", None)
+    if isinstance(stats, dict) and "deselected" in stats:
+        stats["deselected"] = [i for i in stats["deselected"] if not isinstance(i, FluffyCanary)]
+        if not stats["deselected"]:
+            del stats["deselected"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    # --stepwise stops at the first failure: the first canary
+    for option in ("stepwise", "stepwise_skip", "stepwise_reset"):
+        if getattr(config.option, option, False):
+            setattr(config.option, option, False)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session):
-    # the progress shown ([ 40%]) counts the file's own tests only
-    session.testscollected -= sum(1 for item in session.items if item.name == NAME)
-
-
-def _is_canary(report):
-    return report.nodeid.rpartition("::")[2] == NAME
+    # the progress shown ([ 40%]) counts the files' own tests only
+    session.testscollected -= sum(1 for item in session.items if isinstance(item, FluffyCanary))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_report_teststatus(report, config):
-    if _is_canary(report):
+    if _is_canary(report.nodeid):
         return "", "", ""
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
     session = _SESSION[0]
-    if _is_canary(report) and report.failed and session is not None:
-        # not a failure of the run: its exit status says what the file's own tests did
+    if _is_canary(report.nodeid) and report.failed and session is not None:
+        # not a failure of the run: its exit status says what the files' own tests did
         # (the test tool runs pytest with --maxfail=0: a canary never stops the run)
         session.testsfailed = max(0, session.testsfailed - 1)
 
@@ -99,7 +144,7 @@ _SESSION = [None]
 
 def pytest_sessionstart(session):
     _SESSION[0] = session
-'''
+"""
 
 
 def canary_token(settings: Mapping[str, object]) -> str | None:
@@ -116,7 +161,7 @@ def module_name(token: str) -> str:
 def write_plugin(folder: Path, token: str) -> str:
     """Write the run's canary plugin into ``folder``; return its module name."""
     if not TOKEN.fullmatch(token):
-        raise ValueError(f"a canary token is 32 hex digits, not {token!r}")
+        raise ValueError(f"a canary token is 32 decimal digits, not {token!r}")
     name = module_name(token)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.py").write_text(SOURCE.format(token=token, message=MESSAGE))

@@ -225,7 +225,7 @@ def test_a_cross_check_that_ends_early_or_skips_is_not_a_pass(tmp_path: Path, ru
 #: A module that takes the test runner's place: `python -m pytest` in the sandbox finds a
 #: top-level pytest.py first (the working folder leads sys.path, as on the person's
 #: machine) and this one writes a report of passes without running anything -- and,
-#: written by someone who read fluffy's source, a failing canary in each file.
+#: written by someone who read fluffy's source, the failing canaries of each file.
 FAKE_RUNNER = """\
 import os
 import re
@@ -244,8 +244,8 @@ def report():
     for root, _, names in os.walk("tests"):
         for name in sorted(n for n in names if n.startswith("test_") and n.endswith(".py")):
             path = os.path.join(root, name)
-            if canary:
-                cases.append(FAILED.format(path[:-3].replace("/", "."), canary, path))
+            for kind in ("a", "e") if canary else ():
+                cases.append(FAILED.format(path[:-3].replace("/", "."), canary + "_" + kind, path))
             for test in re.findall("^def (test_[a-z_]+)", open(path).read(), re.M):
                 cases.append(CASE.format(path[:-3].replace("/", "."), test, path))
     if out:

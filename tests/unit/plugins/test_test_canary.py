@@ -70,16 +70,53 @@ def _passing(cls, item, call):
 
 _pytest.reports.TestReport.from_item_and_call = classmethod(_passing)
 """
-DROP = (
-    REWRITE
-    + """
+#: Drops fluffy's items after every collection hook (it knows their class's name).
+DROP = REWRITE + (
+    "\n\ndef pytest_collection_finish(session):\n"
+    "    session.items[:] = [i for i in session.items if 'Canary' not in type(i).__name__]\n"
+)
+#: Soft assertions: only assertion failures become passes (errors stay errors).
+ASSERTIONS_PASS = """\
+import pytest
+
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_collection_modifyitems(items):
-    yield
-    items[:] = [item for item in items if "Canary" not in type(item).__name__]
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(AssertionError):
+        report.outcome = "passed"
 """
-)
+#: Errors of the code under test are swallowed; assertions still fail.
+ERRORS_PASS = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    outcome = yield
+    if outcome.excinfo is not None and not isinstance(outcome.excinfo[1], AssertionError):
+        outcome.force_result(True)
+"""
+#: Every collected item's test wrapped so that nothing it raises escapes.
+WRAPS_ITEMS = """\
+def pytest_collection_modifyitems(items):
+    for item in items:
+        def quiet(run=item.runtest):
+            try:
+                run()
+            except Exception:
+                pass
+        item.runtest = quiet
+"""
+#: Every test marked xfail as it is set up: failures become expected ones.
+XFAIL_ALL = """\
+import pytest
+
+
+def pytest_runtest_setup(item):
+    item.add_marker(pytest.mark.xfail(reason="known flaky"))
+"""
 
 
 @pytest.fixture()
@@ -111,7 +148,7 @@ def test_an_honest_run_shows_no_canary_and_keeps_its_exit_status(project: Roots)
         ("tests/test_calc.py::test_sub", "failed"),
         ("tests/sub/test_more.py::TestMore::test_one", "passed"),
     }
-    assert len(cases) == 4  # one canary per file, each failed, -x notwithstanding
+    assert len(cases) == 6  # two canaries per file, each failed, -x notwithstanding
     (project.workspace / "calc.py").write_text("def sub(a, b):\n    return a - b\n")
     green, cases, token = run(project, "c2")
     assert green["exit_code"] == 0 and "2 passed" in green["output_tail"]
@@ -139,6 +176,10 @@ CALC_TEST, MORE_TEST = "tests/test_calc.py", "tests/sub/test_more.py"
         ("tests/sub/conftest.py", REWRITE, f"({MORE_TEST}: passed)"),  # one folder's hooks
         ("tests/test_calc.py", PATCH_PYTEST + TESTS[CALC_TEST], f"{CALC_TEST}: passed"),
         ("conftest.py", DROP, f"{MORE_TEST}: not reported; {CALC_TEST}: not reported"),
+        ("conftest.py", ASSERTIONS_PASS, f"{MORE_TEST}: passed; {CALC_TEST}: passed"),
+        ("conftest.py", ERRORS_PASS, f"{MORE_TEST}: passed; {CALC_TEST}: passed"),
+        ("conftest.py", WRAPS_ITEMS, f"{MORE_TEST}: passed; {CALC_TEST}: passed"),
+        ("conftest.py", XFAIL_ALL, f"{MORE_TEST}: skipped"),  # test_one passes (xpass)
     ],
 )
 def test_a_run_that_turns_failures_into_passes_is_refused(
@@ -149,3 +190,42 @@ def test_a_run_that_turns_failures_into_passes_is_refused(
     with pytest.raises(ForgedEvidence) as info:
         without_canaries(cases, token, run="this test run")
     assert said in info.value.what
+
+
+HONEST: dict[str, dict[str, str]] = {
+    # a fixture skips every test of a folder (no database here): skipped, not refused
+    "autouse skip": {
+        "tests/sub/conftest.py": (
+            "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef db():\n"
+            "    pytest.skip('no DATABASE_URL')\n"
+        )
+    },
+    "module skip": {"tests/sub/test_more.py": "import pytest\n\npytestmark = pytest.mark.skip\n"},
+    "stepwise": {"pytest.ini": "[pytest]\naddopts = --sw\n"},
+    "a skip by a word in the name": {
+        "conftest.py": (
+            "import pytest\n\n\ndef pytest_runtest_setup(item):\n"
+            "    if any(word in item.name for word in ('db', 'e2e', 'a1')):\n"
+            "        pytest.skip('needs a database')\n"
+        )
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(HONEST))
+def test_an_honest_project_is_not_refused(project: Roots, shape: str) -> None:
+    (project.workspace / "calc.py").write_text("def sub(a, b):\n    return a - b\n")
+    write_tree(project.workspace, HONEST[shape])
+    result, cases, token = run(project, "c1")
+    assert result["exit_code"] in (0, 5), result["output_tail"]
+    own = without_canaries(cases, token, run="this run")
+    assert "tests/test_calc.py::test_sub" in {c.id for c in own if c.outcome == "passed"}
+
+
+def test_a_keyword_run_keeps_its_canaries_and_its_summary(project: Roots) -> None:
+    (project.workspace / "calc.py").write_text("def sub(a, b):\n    return a - b\n")
+    result, cases, token = run(project, "c1", keyword="test_sub")
+    assert "1 passed, 1 deselected" in result["output_tail"]
+    assert [c.id for c in without_canaries(cases, token, run="r")] == [
+        "tests/test_calc.py::test_sub"
+    ]

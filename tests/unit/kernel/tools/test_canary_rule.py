@@ -6,42 +6,59 @@ import pytest
 
 from fluffy.errors import ForgedEvidence
 from fluffy.junit import TestCase
-from fluffy.kernel.tools.testing.canary import canary_name, draw, without_canaries
+from fluffy.kernel.tools.testing.canary import KINDS, canary_name, draw, without_canaries
 
 pytestmark = pytest.mark.unit
 
-TOKEN = "0123456789abcdef" * 2
+TOKEN = "0123456789" * 3 + "42"
 
 
 def case(file: str, name: str, outcome: str) -> TestCase:
     return TestCase(f"{file}::{name}", file, outcome, outcome == "failed", "")  # type: ignore[arg-type]
 
 
-def canary(file: str, outcome: str) -> TestCase:
-    return case(file, canary_name(TOKEN), outcome)
+def canary(file: str, outcome: str, kind: str = "a") -> TestCase:
+    return case(file, canary_name(TOKEN, kind), outcome)
+
+
+def canaries(file: str, outcome: str) -> list[TestCase]:
+    """A file's canaries, both of one outcome."""
+    return [canary(file, outcome, kind) for kind in KINDS]
 
 
 def test_the_canaries_are_taken_out_of_an_honest_run() -> None:
+    one = case("tests/test_a.py", "test_one", "passed")
+    two = case("tests/test_b.py", "test_two", "failed")
+    three = case("tests/test_c.py", "test_three", "skipped")  # no pass here: needs no canary
     cases = [
-        canary("tests/test_a.py", "failed"),
-        case("tests/test_a.py", "test_one", "passed"),
+        *canaries("tests/test_a.py", "failed"),
+        one,
         canary("tests/test_b.py", "error"),  # a fixture of the file's failed it: still failed
-        case("tests/test_b.py", "test_two", "failed"),
-        case("tests/test_c.py", "test_three", "skipped"),  # no pass here: needs no canary
+        two,
+        three,
     ]
-    assert without_canaries(cases, TOKEN, run="this run") == [cases[1], cases[3], cases[4]]
+    assert without_canaries(cases, TOKEN, run="this run") == [one, two, three]
+
+
+PASS = case("t/test_a.py", "test_x", "passed")
 
 
 @pytest.mark.parametrize(
     ("cases", "said"),
     [
-        ([canary("t/test_a.py", "passed"), case("t/test_a.py", "test_x", "passed")], "passed"),
-        ([canary("t/test_a.py", "skipped"), case("t/test_a.py", "test_x", "passed")], "skipped"),
-        ([case("t/test_a.py", "test_x", "passed")], "not reported"),
+        ([*canaries("t/test_a.py", "passed"), case("t/test_a.py", "test_x", "passed")], "passed"),
+        # only the error canary passed: failures that are not assertions were rewritten
+        (
+            [canary("t/test_a.py", "failed"), canary("t/test_a.py", "passed", "e"), PASS],
+            "passed",
+        ),
+        ([canary("t/test_a.py", "failed"), canary("t/test_a.py", "skipped", "e"), PASS], "skip"),
+        ([PASS], "not reported"),
+        ([canary("t/test_a.py", "failed"), PASS], "not reported"),  # one of the two
         # a canary that passed condemns the run even where nothing else passed
         ([canary("t/test_a.py", "passed"), case("t/test_a.py", "test_x", "failed")], "passed"),
-        # another file's canary does not vouch for this one
-        ([canary("t/test_b.py", "failed"), case("t/test_a.py", "test_x", "passed")], "not rep"),
+        # another file's canaries do not vouch for this one
+        ([*canaries("t/test_b.py", "failed"), PASS], "not rep"),
     ],
 )
 def test_a_run_whose_canary_did_not_fail_is_refused(cases: list[TestCase], said: str) -> None:
@@ -52,9 +69,9 @@ def test_a_run_whose_canary_did_not_fail_is_refused(cases: list[TestCase], said:
 
 
 def test_another_runs_token_is_an_ordinary_test_name() -> None:
-    other = case("t/test_a.py", canary_name(draw()), "passed")
-    mine = canary("t/test_a.py", "failed")
-    assert without_canaries([mine, other], TOKEN, run="r") == [other]
+    other = case("t/test_a.py", canary_name(draw(), "a"), "passed")
+    mine = canaries("t/test_a.py", "failed")
+    assert without_canaries([*mine, other], TOKEN, run="r") == [other]
 
 
 def test_a_run_without_a_canary_is_taken_as_it_is() -> None:
@@ -70,4 +87,4 @@ def test_many_files_are_named_in_short() -> None:
 
 def test_each_run_draws_a_new_token() -> None:
     tokens = {draw() for _ in range(50)}
-    assert len(tokens) == 50 and all(len(t) == 32 and int(t, 16) >= 0 for t in tokens)
+    assert len(tokens) == 50 and all(len(t) == 32 and t.isdigit() for t in tokens)

@@ -271,11 +271,11 @@ class FakePlugins:
         else:  # test.run
             body = "" if self.green else '<failure message="assert 1 == 2">assert</failure>'
             token = (settings or {}).get("canary")  # the real plugin's canary, failed
-            canary = (
-                f'<testcase classname="tests.test_x" name="test_{token}" file="tests/test_x.py">'
-                '<failure message="canary">canary</failure></testcase>'
+            canary = "".join(
+                f'<testcase classname="tests.test_x" name="test_{token}_{kind}" '
+                'file="tests/test_x.py"><failure message="canary">canary</failure></testcase>'
+                for kind in ("a", "e")
                 if token
-                else ""
             )
             (call_dir / "junit.xml").write_text(
                 f'<testsuite>{canary}<testcase classname="tests.test_x" name="test_x" '
