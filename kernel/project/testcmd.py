@@ -94,10 +94,13 @@ class TestCommand(BaseModel):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def shown(self) -> str:
-        """The command as a person reads it (a shell's quoting), with its variables."""
+        """The command as a person reads it (a shell's quoting), with its variables; any
+        character a terminal would act on (escape sequences, carriage returns, direction
+        marks) written as its code, so the file cannot redraw the question it is in."""
         words = shlex.join(self.command or [])
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return f"{env} {words}".strip()
+        text = f"{env} {words}".strip()
+        return "".join(c if c.isprintable() else f"\\x{{{ord(c):x}}}" for c in text)
 
 
 #: In the kernel's state folder (written on the host): the digests of the project test

@@ -101,3 +101,19 @@ def test_starting_a_kernel_asks_at_the_terminal_and_yes_does_not_answer(
     with pytest.raises(Launched):
         lifecycle.start_kernel(str(project))  # approved: no question
     assert len(asked) == 2
+
+
+def test_the_question_cannot_be_redrawn_by_the_file(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Escape sequences and carriage returns in the command would clear the line and
+    print a harmless-looking command in its place: they are shown as codes."""
+    (project / ".fluffy" / "config.yaml").write_text(
+        'tests:\n  command: [sh, -c, "echo \\e[2K\\rpython -m pytest"]\n'
+        '  env: {X: "\\e]0;title\\a"}\n'
+    )
+    asked: list[str] = []
+    monkeypatch.setattr("fluffy.cli.connect.ask", lambda q: asked.append(q) or False)
+    main(["config", "tests", "approve"])
+    assert asked and all(c.isprintable() for c in asked[0])
+    assert "\\x{1b}[2K\\x{d}python -m pytest" in asked[0] and "\\x{7}" in asked[0]
