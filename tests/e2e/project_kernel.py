@@ -115,7 +115,15 @@ def user_project(
 ) -> tuple[Path, dict[str, str]]:
     """A copy of the demo project in ``base`` (``prepare`` changes it first; a git
     repository unless ``repository`` is False), owned by a user when run as root, and
-    the environment `fluffy` runs in for it (its own FLUFFY_HOME, no API key)."""
+    the environment `fluffy` runs in for it (its own FLUFFY_HOME, no API key).  The home
+    gets this run's image manifest, so its kernel's sandboxes use the images this
+    checkout built (without one a kernel takes the newest build on the engine, which
+    another checkout's may be)."""
+    from fluffy.images.builder import manifest_path
+
+    home_state = base / "home" / "state"
+    home_state.mkdir(parents=True)
+    shutil.copyfile(manifest_path(), home_state / "images.json")
     project = base / "project"
     shutil.copytree(DEMO, project)
     if prepare is not None:
