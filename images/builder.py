@@ -247,6 +247,10 @@ def write_manifest(engine: Engine, results: list[ImageStatus]) -> None:
             "id": status.image_id,
             "content_hash": status.content_hash,
         }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    # a name of its own: two builds at once (two test workers) each replace the file whole
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=".images.", suffix=".tmp")
+    with os.fdopen(fd, "w") as tmp:
+        tmp.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    written = Path(name)
+    written.chmod(0o644)
+    written.replace(path)
