@@ -100,3 +100,12 @@ def test_the_session_benchmark_runs_small_and_reports_its_figures(
         <= result["round_of_10_calls_overhead_p99_ms"]
     )
     assert result["via_proxy_p50_ms"] > 0 and result["tunnels_audited"] >= 5
+
+
+def test_the_canary_benchmark_runs_small_and_reports_its_figures() -> None:
+    from benchmarks.canary import measure as canary_measure
+
+    figures = canary_measure(files=3, tests=2, repeat=1)
+    assert figures["files"] == 3 and figures["tests_per_file"] == 2
+    assert figures["plain_p50_ms"] > 0 and figures["canary_p50_ms"] > 0
+    assert figures["canary_ratio"] == round(figures["canary_p50_ms"] / figures["plain_p50_ms"], 2)
