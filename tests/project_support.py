@@ -266,3 +266,18 @@ def session_steps(where: dict[str, str]) -> list[dict[str, object]]:
         {"tool": "test.run", "args": {}, "expect": {"state": "committing"}},
         {"tool": "git.commit", "args": {"message": "Add triple"}, "expect": {"state": "idle"}},
     ]
+
+
+#: A ``conftest.py`` whose report hook turns every failure into a pass: the forgery a
+#: cloned repository (or a model) ships to make wrong code "green".
+REWRITES_FAILURES = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.outcome = "passed"
+"""

@@ -20,19 +20,9 @@ import pytest
 
 from tests.conftest import connect_engine
 from tests.integration.tool_support import drive
-from tests.project_support import GIT
+from tests.project_support import GIT, REWRITES_FAILURES
 
-FORGE = """\
-import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed:
-        report.outcome = "passed"
-"""
+FORGE = REWRITES_FAILURES
 #: The same hook written by someone who read fluffy's source: it leaves the canary be.
 SPARES_THE_CANARY = FORGE.replace("if report.failed:", "if report.failed and 'Canary' not in "
                                   "type(item).__name__:")  # fmt: skip

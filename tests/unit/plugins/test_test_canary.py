@@ -19,6 +19,7 @@ from fluffy.errors import ForgedEvidence
 from fluffy.junit import TestCase, parse_junit
 from fluffy.kernel.tools.testing.canary import draw, without_canaries
 from fluffy.plugins.sdk import Roots
+from tests.project_support import REWRITES_FAILURES
 from tests.unit.builtin_support import call, ok
 from tests.unit.trees import write_tree
 
@@ -33,17 +34,7 @@ TESTS = {
         "    def test_one(self):\n        self.assertTrue(1)\n"
     ),
 }
-REWRITE = """\
-import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed:
-        report.outcome = "passed"
-"""
+REWRITE = REWRITES_FAILURES
 TO_SKIPS = """\
 import pytest
 
