@@ -34,6 +34,10 @@ _STATUS = {
 }
 
 
+#: How long Podman's answer to a stop may take beyond the grace period (seconds).
+STOP_ANSWER_S = 30
+
+
 def _bytes(data: bytes | Iterator[bytes]) -> bytes:
     return data if isinstance(data, bytes) else b"".join(data)
 
@@ -172,9 +176,18 @@ class PodmanRuntime:
             container.start()
 
     def stop(self, container_id: str, timeout: int) -> None:
-        container = self._get(container_id)
+        self._get(container_id)  # a missing one: EngineNotFound, as for every call
         with engine_call(f"stop container {container_id[:12]}"):
-            container.stop(timeout=timeout)
+            # the SDK waits 1.5 x the grace period for Podman's answer, which on a busy
+            # machine comes later (the kill after the grace period, then the clean-up):
+            # the answer gets the grace period and STOP_ANSWER_S
+            action = "stop"
+            response = self._client.api.post(
+                f"/containers/{container_id}/{action}",
+                params={"timeout": timeout},
+                timeout=timeout + STOP_ANSWER_S,
+            )
+            response.raise_for_status()
 
     def kill(self, container_id: str) -> None:
         container = self._get(container_id)
