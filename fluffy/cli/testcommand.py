@@ -70,7 +70,7 @@ def ask_at_start(project: Path, state: Path, ask: Callable[[str], bool]) -> None
 
 def cmd_tests_approve(args: argparse.Namespace) -> int:
     from fluffy.cli.connect import ask
-    from fluffy.host.project import approve, load_test_command
+    from fluffy.host.project import approve, approved, load_test_command
 
     project = Path(args.project or ".").resolve()
     command = load_test_command(project)
@@ -82,7 +82,7 @@ def cmd_tests_approve(args: argparse.Namespace) -> int:
             fix="Nothing to do; to use your own command, add `tests: command:` first.",
         )
     state = state_of(project)
-    already = unapproved(project, state) is None
+    already = command.digest() in approved(state)  # the file read once, above
     if not already and not args.yes and not ask(_question(command)):
         stdout.print(
             f"Not approved: `{escape(command.shown())}`; test.run will not run it (`--yes` "

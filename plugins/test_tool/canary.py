@@ -165,6 +165,11 @@ def canary_token(settings: Mapping[str, object]) -> str | None:
     return token if isinstance(token, str) and TOKEN.fullmatch(token) else None
 
 
+def is_canary_name(name: str, token: str) -> bool:
+    """Whether a test's name (the last part of its id) is one of the run's canaries."""
+    return name.startswith(f"test_{token}_")
+
+
 def module_name(token: str) -> str:
     """The plugin's module name for a run's token (``-p <name>``)."""
     return f"fluffy_canary_{token}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fluffy.errors import EvidenceError, ToolFailed
 from fluffy.junit import parse_junit
+from fluffy.plugins.test_tool.canary import is_canary_name
 
 EMPTY = {"found": 0, "run": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
 _COUNTED = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped"}
@@ -27,7 +28,7 @@ def junit_counts(data: bytes, canary: str | None = None) -> dict[str, int]:
             "it is too large), then run the tests again.",
         ) from None
     if canary is not None:
-        cases = [c for c in cases if not c.id.rpartition("::")[2].startswith(f"test_{canary}_")]
+        cases = [c for c in cases if not is_canary_name(c.id.rpartition("::")[2], canary)]
     counts = dict(EMPTY)
     for case in cases:
         counts[_COUNTED[case.outcome]] += 1
