@@ -228,9 +228,6 @@ def launch_supervisor(
         raise too_long
     p["base"].parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pin_images(p["state"])
-    from fluffy.cli.testcommand import ask_at_start
-
-    ask_at_start(Path(project), p["state"], _ask)  # the terminal's yes only, never --yes
     # the gate's dialler admits nothing while the new list is made (it reads the file at
     # each connection): the previous one is put aside first, and read from there
     net, approved = p["base"] / "net.json", p["base"] / "net.approved.json"
@@ -255,8 +252,13 @@ def launch_supervisor(
             stderr=log,
             start_new_session=detach,
         )
-    # read while the kernel's container starts (the policy's import and validation)
+    # read while the kernel's container starts (the policy's and the project config's
+    # imports and validation, ~180 ms): the kernel reads the test command's approval at
+    # each test run, never at its start, so a question answered now is in time
     try:
+        from fluffy.cli.testcommand import ask_at_start
+
+        ask_at_start(Path(project), p["state"], _ask)  # the terminal's yes only, never --yes
         left_out = write_network_allowlist(project, net, confirm, prior_path=approved)
     except FluffyError as exc:  # a broken policy.yaml: said now, not as a crash loop
         proc.terminate()

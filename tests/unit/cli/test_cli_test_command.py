@@ -6,6 +6,7 @@ reads it; starting a kernel asks at a terminal, and `--yes` does not answer for 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,26 +76,48 @@ def test_starting_a_kernel_asks_at_the_terminal_and_yes_does_not_answer(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`fluffy start --yes` approves start-up's network questions, never the command:
-    the question goes to the terminal, whose no (or absence) leaves it unapproved."""
+    the question goes to the terminal, whose no (or absence) leaves it unapproved.  It
+    is asked while the kernel's container starts (the kernel reads the approval at each
+    test run): after the launch, before start-up's network questions."""
     asked: list[str] = []
+    events: list[str] = []
 
     class Launched(Exception):
         pass
 
-    def no_launch(*_: object, **__: object) -> None:
+    class Bootstrap:
+        def terminate(self) -> None:
+            events.append("stopped")
+
+    def launch(*_: object, **__: object) -> Bootstrap:
+        events.append("launched")
+        return Bootstrap()
+
+    def network_questions(*_: object, **__: object) -> None:
+        events.append("network")
         raise Launched
 
-    monkeypatch.setattr(lifecycle, "_ask", lambda q: asked.append(q) or False)
+    def ask(answer: bool) -> Callable[[str], bool]:
+        def asking(question: str) -> bool:
+            asked.append(question)
+            events.append("asked")
+            return answer
+
+        return asking
+
+    monkeypatch.setattr(lifecycle, "_ask", ask(False))
     monkeypatch.setattr("fluffy.host.engine.engine_access_problem", lambda: None)
-    monkeypatch.setattr(lifecycle.subprocess, "Popen", no_launch)
+    monkeypatch.setattr(lifecycle.subprocess, "Popen", launch)
+    monkeypatch.setattr(lifecycle, "write_network_allowlist", network_questions)
     monkeypatch.setattr(lifecycle, "socket_path_problem", lambda _: None)  # pytest's deep tmp
     with pytest.raises(Launched):
         lifecycle.start_kernel(str(project), yes=True)
+    assert events == ["launched", "asked", "network", "stopped"]
     state = testcommand.state_of(project)
     assert len(asked) == 1 and "Let fluffy run it?" in asked[0]
     assert not approved(state)
     assert "not approved: test.run will not run it" in capsys.readouterr().out
-    monkeypatch.setattr(lifecycle, "_ask", lambda q: asked.append(q) or True)
+    monkeypatch.setattr(lifecycle, "_ask", ask(True))
     with pytest.raises(Launched):
         lifecycle.start_kernel(str(project))
     assert approved(state) == {_digest(project)}
