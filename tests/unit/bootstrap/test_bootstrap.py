@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import os
 import subprocess
@@ -339,3 +340,71 @@ def test_stopping_witnesses_the_final_head_the_kernel_left(
     witnessed = boot_supervisor.read_json(sup.p["witness"])
     assert witnessed == final.to_dict() != pongs[0]["audit_head"]
     assert "warning" not in sup.status
+
+
+def _launching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ping: object, running: object
+) -> object:
+    from fluffy.bootstrap import supervisor as boot_supervisor
+
+    project = tmp_path / "project"
+    project.mkdir()
+    sup = boot_supervisor.Supervisor(
+        Engine("docker", str(tmp_path / "none.sock")), str(project), tmp_path / "home", "i"
+    )
+    sup.prepare()
+    monkeypatch.setattr(boot_supervisor.l1, "spec", lambda *a: {})
+    monkeypatch.setattr(boot_supervisor.l1, "start", lambda *a: "container-1")
+    monkeypatch.setattr(boot_supervisor.l1, "ping", ping)
+    monkeypatch.setattr(boot_supervisor.l1, "running", running)
+    monkeypatch.setattr(boot_supervisor.l1, "logs", lambda *a: "Traceback: boom")
+    return sup
+
+
+def test_a_starting_kernel_is_tried_often_and_the_engine_asked_seldom(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket is tried until the kernel answers; the engine is asked whether L1 still
+    runs at most once per PING_EVERY_S (never at every refused try); healthy is written
+    before the witness, which `fluffy start` does not wait for."""
+    from fluffy.bootstrap import supervisor as boot_supervisor
+
+    tries: list[float] = []
+    asked: list[float] = []
+    order: list[str] = []
+
+    def ping(path: str) -> dict[str, object]:
+        tries.append(time.monotonic())
+        if len(tries) < 60:
+            raise ConnectionRefusedError(111, "refused")
+        return {"audit_head": None}
+
+    def running(engine: object, name: str) -> bool:
+        asked.append(time.monotonic())
+        return True
+
+    sup = _launching(tmp_path, monkeypatch, ping, running)
+    saved = sup.save  # type: ignore[attr-defined]
+    monkeypatch.setattr(sup, "save", lambda **c: (order.append(str(c.get("health"))), saved(**c)))
+    monkeypatch.setattr(sup, "witness", lambda pong: order.append("witness"))
+    sup.launch()  # type: ignore[attr-defined]
+    assert len(tries) == 60 and order == ["starting", "healthy", "witness"]
+    spent = tries[-1] - tries[0]
+    assert len(asked) <= spent / boot_supervisor.PING_EVERY_S + 1
+    every = boot_supervisor.PING_EVERY_S * 0.9  # (each ask is timed a moment after its turn)
+    assert all(b - a >= every for a, b in itertools.pairwise(asked))
+
+
+def test_a_kernel_container_that_died_while_starting_ends_the_wait_with_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fluffy.errors import KernelStartFailed
+
+    def ping(path: str) -> dict[str, object]:
+        raise FileNotFoundError(2, "no socket")
+
+    sup = _launching(tmp_path, monkeypatch, ping, lambda engine, name: False)
+    with pytest.raises(KernelStartFailed) as raised:
+        sup.launch()  # type: ignore[attr-defined]
+    assert "Traceback: boom" in (raised.value.why or "")
+    assert "Traceback: boom" in sup.status["last_output"]  # type: ignore[attr-defined]
