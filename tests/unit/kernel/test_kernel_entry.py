@@ -40,3 +40,35 @@ def test_an_unknown_command_prints_the_usage() -> None:
     done = _kernel("start")
     assert done.returncode == 2
     assert done.stderr.startswith("usage: python3 -m fluffy.kernel self-check | serve")
+
+
+def test_the_kernel_loads_no_pydantic_plugin_an_installed_package_names(tmp_path: Path) -> None:
+    """A package whose metadata names a pydantic plugin (entry point group `pydantic`)
+    gets its code run by the first model of any process that imports it; the kernel
+    turns plugins off before its imports.  The control: plain pydantic does load it."""
+    site = tmp_path / "site"
+    info = site / "marker_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: marker-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nmarker = marker_plugin:plugin\n")
+    marker = tmp_path / "loaded"
+    (site / "marker_plugin.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n"
+        "class Plugin:\n    def new_schema_validator(self, *_, **__):\n"
+        "        return None, None, None\nplugin = Plugin()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}"}
+    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    model = "import pydantic\nclass M(pydantic.BaseModel):\n    x: int = 0\nM()"
+    control = subprocess.run([sys.executable, "-c", model], env=env, capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert control.returncode == 0, control.stderr
+    assert marker.exists(), "the control did not load the plugin: the test proves nothing"
+    marker.unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "fluffy.kernel", "serve", "--socket", str(tmp_path / "k.sock"),
+         "--state-dir", str(tmp_path / "state"), "--project", str(tmp_path / "gone")],
+        env=env, capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr  # imported everything, then refused the project
+    assert not marker.exists()
