@@ -5,7 +5,10 @@
 
 A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
 
-- ipc_rtt: ``kernel.ping`` round trip on the same connection (the floor);
+- ipc_rtt: ``kernel.ping`` round trip on the same connection (the floor), as a health
+  check asks it (``figures: false``: health, identity and the audit head);
+  ``ipc_rtt_figures``: the same with the kernel's memory and scheduler figures (what
+  ``fluffy status`` asks);
 - fs_read: ``tool.call fs.read`` of a small file end to end: client -> kernel ->
   availability and policy -> fast path -> sanitiser -> audit -> reply;
 - round_of_10_reads: one ``tool.batch`` of 10 fs.read calls (one AI turn);
@@ -29,6 +32,7 @@ A real ``fluffy kernel serve`` on a copy of the demo project (a git repository):
   (:mod:`benchmarks._testrun`).
 
 Keys: fs_read_p50_us / _p90_us / _p99_us, fs_read_per_s, ipc_rtt_p50_us / _p99_us,
+ipc_rtt_figures_p50_us,
 ipc_echo_rtt_p50_us, ratio_ipc_vs_echo_p50 (goal <= 1.1), ratio_fs_read_vs_ipc_p50,
 round_of_10_reads_p50_ms / _p99_ms, plugin_call_overhead_p50_ms / _p90_ms,
 plugin_sandbox_ready_p50_ms, plugin_call_total_p50_ms, fs_write_p50_ms / _p90_ms,
@@ -133,13 +137,14 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
             }
             batch = {"session_id": sid, "calls": [{"tool": "fs.read", "args": read["args"]}] * 10}
             assert client.call("tool.call", read)["ok"]
-            ping, echo = _ping_and_echo(client, root, n)
+            ping, echo, figures = _ping_and_echo(client, root, n)
             reads = _timed(lambda: client.call("tool.call", read), n)
             rounds = _timed(lambda: client.call("tool.batch", batch), max(50, n // 10), 10)
             result: dict[str, Any] = {
                 "n": n,
                 "ipc_rtt_p50_us": _us(ping, 0.5),
                 "ipc_rtt_p99_us": _us(ping, 0.99),
+                "ipc_rtt_figures_p50_us": _us(figures, 0.5),
                 "ipc_echo_rtt_p50_us": _us(echo, 0.5),
                 "ratio_ipc_vs_echo_p50": round(percentile(ping, 0.5) / percentile(echo, 0.5), 2),
                 "fs_read_p50_us": _us(reads, 0.5),
@@ -176,7 +181,9 @@ def run(n: int, plugin_n: int, think_s: float, test_files: int) -> dict[str, Any
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _ping_and_echo(client: SyncClient, root: Path, n: int) -> tuple[list[float], list[float]]:
+def _ping_and_echo(
+    client: SyncClient, root: Path, n: int
+) -> tuple[list[float], list[float], list[float]]:
     """``kernel.ping`` round trips, and the baseline: the same client's round trips to a
     raw asyncio echo server (benchmarks.ipc's, in its own process), taken in alternating
     blocks of 100 so both see the same machine (a pool refilling, a busy neighbour)."""
@@ -186,13 +193,16 @@ def _ping_and_echo(client: SyncClient, root: Path, n: int) -> tuple[list[float],
     server = _start("echo", path)
     ping: list[float] = []
     echo: list[float] = []
+    figures: list[float] = []
+    health = {"figures": False}  # the same request to both servers
     try:
         with SyncClient(path, timeout=60) as raw, _pinned(client, raw):
             for start in range(0, n, 100):
                 block = min(100, n - start)
-                ping += _timed(lambda: client.call("kernel.ping"), block, warmup=5)
-                echo += _timed(lambda: raw.call("kernel.ping"), block, warmup=5)
-        return ping, echo
+                ping += _timed(lambda: client.call("kernel.ping", health), block, warmup=5)
+                echo += _timed(lambda: raw.call("kernel.ping", health), block, warmup=5)
+                figures += _timed(lambda: client.call("kernel.ping"), block, warmup=5)
+        return ping, echo, figures
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -181,7 +181,8 @@ def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
                       "syscall_api_version": 1})  # fmt: skip
         if _read(sock).get("type") != "handshake_ack":
             raise ValueError("the kernel refused the handshake")
-        _frame(sock, {"id": "ping", "type": "request", "method": "kernel.ping"})
+        _frame(sock, {"id": "ping", "type": "request", "method": "kernel.ping",
+                      "params": {"figures": False}})  # fmt: skip
         reply = _read(sock)
     result = reply.get("result") if isinstance(reply, dict) else None
     if not isinstance(result, dict):

@@ -117,10 +117,11 @@ class Pong(Result):
     identity: CallerIdentity
     #: None: nothing committed yet, or the kernel keeps no audit log
     audit_head: AuditHead | None
-    #: None: the kernel watches no memory (a kernel built for tests)
-    memory: KernelMemory | None
-    #: None: the kernel runs no scheduler
-    scheduler: KernelScheduler | None
+    #: None: the kernel watches no memory (a kernel built for tests); absent when the
+    #: call asked for no figures (``figures: false``)
+    memory: KernelMemory | None = None
+    #: None: the kernel runs no scheduler; absent when the call asked for no figures
+    scheduler: KernelScheduler | None = None
 
 
 # -- audit.flush -------------------------------------------------------------------------

@@ -111,6 +111,33 @@ async def closed(path: str, *frames: bytes) -> bool:
     return data is not None
 
 
+async def test_a_ping_that_asks_for_no_figures_gathers_none(tmp_path: Path) -> None:
+    """A health check (the bootstrap's, ten times a second for as long as the kernel
+    runs) asks kernel.ping for no figures: the kernel gathers none and sends none.
+    Asked without params, as before, the pong carries them."""
+    server, path = await start(tmp_path)
+    gathered: list[str] = []
+
+    def memory() -> None:
+        gathered.append("memory")
+
+    def scheduler() -> None:
+        gathered.append("scheduler")
+
+    server.memory, server.scheduler = memory, scheduler  # type: ignore[assignment]
+    client = await AsyncClient.connect(path, plugin_name="tester")
+    pong = await client.call("kernel.ping", {"figures": False})
+    assert pong["pong"] is True and pong["identity"]["plugin_name"] == "tester"
+    assert "memory" not in pong and "scheduler" not in pong and gathered == []
+    full = await client.call("kernel.ping")
+    assert full["memory"] is None and full["scheduler"] is None
+    assert gathered == ["memory", "scheduler"]
+    with pytest.raises(InvalidPayload, match="figures"):
+        await client.call("kernel.ping", {"figures": "no"})
+    await client.close()
+    await server.close()
+
+
 async def test_handshake_then_ping(tmp_path: Path) -> None:
     server, path = await start(tmp_path)
     client = await AsyncClient.connect(path, plugin_name="tester")

@@ -170,7 +170,7 @@ def test_the_policy_sandbox_reserves_its_slot_without_queueing(
 def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> None:
     from fluffy.kernel.ipc.server import KernelServer
     from fluffy.kernel.ipc.syscalls import SyscallTable
-    from fluffy.kernel.syscalls.kernel import ping
+    from fluffy.kernel.syscalls.kernel import PingParams, ping
 
     async def body(tools: ToolPath, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
         lease = await tools.scheduler.lease("ai-provider", "t", priority=2, kind="ai_generate")
@@ -183,7 +183,7 @@ def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> 
             binding, plugin_name, api_version, container_id = "cli", None, 1, None
 
         Context.server = server  # type: ignore[attr-defined]
-        pong = ping(Context(), None)  # type: ignore[arg-type]
+        pong = ping(Context(), PingParams())  # type: ignore[arg-type]
         lease.release()
         return status["scheduler"], pong["scheduler"]
 
