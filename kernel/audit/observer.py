@@ -76,6 +76,38 @@ _WINDOW = KEPT + 32
 #: Bytes of a value's encoding a summary needs: _WINDOW characters, at most 4 bytes each.
 _HEAD = 4 * _WINDOW
 _DEEP = 32
+#: A list or dict of fewer items is encoded whole (in C), not walked: a walk costs Python
+#: steps per item, more than msgspec spends encoding them (a 453-message conversation:
+#: walked item by item down to every leaf, its first 80 KB took 1.85 ms; msgspec encodes
+#: all 373 KB in 0.35 ms).  Longer ones (a conversation's messages, its tools) are walked,
+#: so a summary still costs what it keeps, not what the value holds.
+_WALK = 16
+#: ... and only when it is small in all: at most _NODES values inside it and no more text
+#: than the bytes still wanted (one key can hold a whole conversation, a batch's ten
+#: calls ten 400 KB files: those are walked, however few their items).
+_NODES = 128
+
+
+def _small(value: list[Any] | dict[Any, Any], room: int) -> bool:
+    """Whether ``value`` holds at most :data:`_NODES` values and ``room`` characters of
+    text: an estimate of its encoding's size (keys, numbers and punctuation aside),
+    made without encoding it."""
+    nodes = _NODES
+    stack: list[Any] = [value]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or kind is bytes:
+            room -= len(item)
+            if room < 0:
+                return False
+        elif kind is dict or kind is list:
+            nodes -= len(item)
+            if nodes < 0:
+                return False
+            push(item.values() if kind is dict else item)
+    return True
 
 
 def encoded_head(value: Any, limit: int, depth: int = 0) -> tuple[bytes, bool]:
@@ -84,7 +116,12 @@ def encoded_head(value: Any, limit: int, depth: int = 0) -> tuple[bytes, bool]:
     conversation) is encoded item by item until that much is written, so a summary costs
     what it keeps, not what the value holds; a cut falls between items (never inside a
     character)."""
-    if not isinstance(value, list | dict) or len(value) < 2 or depth >= _DEEP:
+    if (
+        not isinstance(value, list | dict)
+        or not value
+        or depth >= _DEEP
+        or (len(value) < _WALK and _small(value, limit))
+    ):
         return _encode(value), True
     if isinstance(value, dict):
         if any(type(key) is not str for key in value):  # msgspec's own way with those

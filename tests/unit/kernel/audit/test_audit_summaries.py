@@ -98,7 +98,10 @@ def test_the_head_of_an_encoding_is_its_start_and_long_enough(value: Any, limit:
     head.decode()  # cut between items, never inside a character
 
 
-def test_a_summary_encodes_what_it_keeps_not_the_whole_conversation() -> None:
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_summary_encodes_what_it_keeps_not_the_whole_conversation(wrapped: bool) -> None:
+    """``wrapped``: the conversation one key down in a one-key dict (a container of few
+    items, which is encoded whole only when it is small inside)."""
     seen: list[int] = []
 
     class Tail:
@@ -110,7 +113,12 @@ def test_a_summary_encodes_what_it_keeps_not_the_whole_conversation() -> None:
             return "tail"
 
     messages = [{"role": "tool", "content": "é" * 300, "n": Tail(n)} for n in range(20_000)]
-    payload = {"job_id": "j", "messages": messages}
     written = [{**m, "n": "tail"} for m in messages[:400]]  # as the encoder writes them
-    assert summarize(payload) == reference({"job_id": "j", "messages": written})
+    if wrapped:
+        payload: dict[str, Any] = {"job_id": "j", "x": {"request": {"messages": messages}}}
+        expected: dict[str, Any] = {"job_id": "j", "x": {"request": {"messages": written}}}
+    else:
+        payload = {"job_id": "j", "messages": messages}
+        expected = {"job_id": "j", "messages": written}
+    assert summarize(payload) == reference(expected)
     assert len(seen) < 400  # ~80 KB of a ~12 MB body were encoded
