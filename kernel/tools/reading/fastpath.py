@@ -144,9 +144,35 @@ DESCRIPTIONS = {
 }
 
 
+class _Schema(Mapping[str, Any]):
+    """A tool's JSON schema, made from its model when first read: the kernel builds its
+    registry while it starts, and pydantic's schema generation for these nine models
+    (~5 ms, and its json_schema module) is not needed until a model is told its tools."""
+
+    __slots__ = ("_model", "_schema")
+
+    def __init__(self, model: type[_Args]) -> None:
+        self._model = model
+        self._schema: dict[str, Any] | None = None
+
+    def _made(self) -> dict[str, Any]:
+        if self._schema is None:
+            self._schema = self._model.model_json_schema()
+        return self._schema
+
+    def __getitem__(self, key: str) -> Any:
+        return self._made()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+
 def kernel_tools() -> dict[str, tuple[str, Mapping[str, Any]]]:
     """name -> (description, JSON schema) of the kernel's own tools."""
-    return {name: (DESCRIPTIONS[name], model.model_json_schema()) for name, model in ARGS.items()}
+    return {name: (DESCRIPTIONS[name], _Schema(model)) for name, model in ARGS.items()}
 
 
 def parse_args(tool: str, args: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,3 +179,27 @@ def test_more_kinds_of_secret_files_are_held_back(secret: str, public: str) -> N
     from fluffy.kernel.globs import is_secret_file
 
     assert is_secret_file(secret) and not is_secret_file(public)
+
+
+def test_the_kernel_tools_schemas_are_their_models_made_when_first_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The registry is built while the kernel starts; a kernel tool's JSON schema is
+    made from its model only when something reads it (a model told its tools), and is
+    then exactly pydantic's."""
+    from fluffy.kernel.tools.reading import fastpath
+
+    made: list[str] = []
+    schema_of = fastpath._Args.model_json_schema.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[fastpath._Args], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        made.append(cls.__name__)
+        return schema_of(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(fastpath._Args, "model_json_schema", classmethod(counting))
+    tools = fastpath.kernel_tools()
+    assert made == [] and set(tools) == set(fastpath.ARGS)
+    _, schema = tools["fs.read"]
+    assert dict(schema) == schema_of(fastpath.ARGS["fs.read"])
+    assert schema["type"] == "object" and "path" in schema["properties"]
+    assert made == ["ReadArgs"]  # once: kept after the first read
