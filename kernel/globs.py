@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pathspec
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 
 class _GitIgnoreSet:
@@ -82,6 +83,24 @@ class GlobSet:
 
 
 _WILD = frozenset("*?[\\")
+
+
+def glob_problem(glob: str) -> str | None:
+    """Why ``glob`` is no pattern :class:`GlobSet` can match with (pathspec's, re's or
+    re2's own words), or None when it is one.
+
+    Cheap enough for a whole policy: the pattern is converted to its regular expression
+    (~5 us), and only a bracket expression, the one place a glob's own text becomes
+    regular-expression syntax (``[z-a]``: a bad range), is compiled too.  Checking a
+    policy's ~150 globs costs ~1 ms instead of the ~15 ms of compiling them all, which
+    the policy engine then does for each rule when it first looks at it."""
+    try:
+        GitIgnoreSpecPattern.pattern_to_regex(glob.removeprefix("!"))  # as GlobSet splits
+        if "[" in glob:
+            GlobSet((glob,)).match("x")
+    except Exception as exc:  # pathspec's, re's or re2's error: each a bad glob
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def literal_roots(globs: Sequence[str]) -> frozenset[str] | None:

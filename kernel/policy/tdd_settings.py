@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fluffy.kernel.globs import glob_problem
+
 
 def check_thresholds(min_delta: float, warning: float, lockout: float) -> None:
     """ValueError unless lockout <= warning <= 0 and warning <= min_delta (all finite)."""
@@ -54,6 +56,9 @@ class ExemptionRule(BaseModel):
         for glob in value:
             if not glob.strip() or glob.startswith("!"):
                 raise ValueError(f"{glob!r} is not a path glob (empty or a negation)")
+            problem = glob_problem(glob)
+            if problem is not None:
+                raise ValueError(f"{glob!r} is not a path glob: {problem}")
         return value
 
 

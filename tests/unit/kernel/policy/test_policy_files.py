@@ -55,6 +55,25 @@ DEFAULT = ROOT / "examples" / "policies" / "default.yaml"
             "capabilities:\n  - name: a\n    match: {session_mode: [sudo]}\n    action: allow\n",
             "session_mode",
         ),
+        # a glob the matcher cannot compile is refused here, with the file's line, not
+        # by a kernel that crashes at start (a bad range, a trailing backslash, a class
+        # RE2 has no name for)
+        (
+            "capabilities:\n  - name: a\n    match: {syscall: fs.write, path_glob: ['[z-a].py']}\n"
+            "    action: allow\n",
+            "'[z-a].py' is not a path glob: bad character range",
+        ),
+        (
+            "capabilities:\n  - name: a\n    match: {syscall: fs.write, path_glob: ['a\\']}\n"
+            "    action: allow\n",
+            "is not a path glob: Invalid git pattern",
+        ),
+        (
+            "capabilities:\n  - name: a\n    match: {path_glob: ['src/**', '[[:alpha:]]']}\n"
+            "    action: deny\n",
+            "capabilities.0.match.path_glob",
+        ),
+        ("tdd_exemptions:\n  docs:\n    path_glob: ['[z-a]']\n", "tdd_exemptions.docs.path_glob"),
         ("merge:\n  sensitive_paths: ['\\']\n", "merge.sensitive_paths"),
         ("merge:\n  sensitive_paths: ['[z-a]']\n", "merge.sensitive_paths"),
         ("merge:\n  auto_merge_paths: ['[[:alpha:]]']\n", "merge.auto_merge_paths"),
