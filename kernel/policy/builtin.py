@@ -28,7 +28,7 @@ STATE_GLOBS = (".fluffy/state.db", ".fluffy/state.db-*", ".fluffy/fluffy.db", ".
 
 
 def _protect(name: str, globs: Sequence[str], why: str) -> BuiltinRule:
-    spec = GlobSet(globs)
+    spec = GlobSet(globs, lazy=True)  # fluffy's own globs: compiled at the first match
     roots = literal_roots(globs)  # a cheap first test: most paths are nowhere near these
     roots = None if roots is None else frozenset(root.lower() for root in roots)
 

@@ -157,7 +157,10 @@ class _CompiledMatch:
 
     def __init__(self, match: Match) -> None:
         self.fields = match
-        self.spec = GlobSet(match.path_glob) if match.path_glob is not None else None
+        # lazy: each glob was checked when the policy was read (Match, glob_problem);
+        # compiling waits for the first request this rule is looked at for
+        globs = match.path_glob
+        self.spec = GlobSet(globs, lazy=True) if globs is not None else None
         names = match.syscall or ()
         # "mcp.time.*" names every syscall under mcp.time. (ADR-046)
         self.exact = frozenset(n for n in names if not n.endswith("*"))
