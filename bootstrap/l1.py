@@ -181,9 +181,12 @@ def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
                       "syscall_api_version": 1})  # fmt: skip
         if _read(sock).get("type") != "handshake_ack":
             raise ValueError("the kernel refused the handshake")
-        _frame(sock, {"id": "ping", "type": "request", "method": "kernel.ping",
-                      "params": {"figures": False}})  # fmt: skip
-        reply = _read(sock)
+        for params in ({"figures": False}, None):  # None: a kernel image from before `figures`
+            _frame(sock, {"id": "ping", "type": "request", "method": "kernel.ping",
+                          "params": params})  # fmt: skip
+            reply = _read(sock)
+            if not (isinstance(reply, dict) and "figures" in str(reply.get("error"))):
+                break
     result = reply.get("result") if isinstance(reply, dict) else None
     if not isinstance(result, dict):
         raise ValueError(f"unexpected ping answer: {reply!r}"[:200])

@@ -161,7 +161,7 @@ def kernel_checks(project: Path) -> list[Check]:
     checks = []
     try:
         with SyncClient(str(p["run"] / "kernel.sock"), timeout=5) as client:
-            pong = client.call("kernel.ping", {"figures": False})
+            pong = client.call("kernel.ping")
         checks.append(Check("kernel", "ok", f"reachable, version {pong.get('kernel_version')}"))
     except Exception as exc:  # any failure to reach it is the finding
         checks.append(

@@ -138,6 +138,30 @@ async def test_a_ping_that_asks_for_no_figures_gathers_none(tmp_path: Path) -> N
     await server.close()
 
 
+async def test_the_bootstraps_health_check_reaches_a_kernel_from_before_figures(
+    tmp_path: Path,
+) -> None:
+    """The bootstrap's ping asks for no figures; a kernel image built before `figures`
+    existed refuses that param (`ipc.invalid_payload`), and the ping asks again without
+    it: a host updated before its images still supervises the kernel it launches."""
+    from fluffy.bootstrap import l1
+    from fluffy.kernel.syscalls.kernel import PingParams, ping
+
+    def old_ping(context: CallContext, params: NoParams) -> Any:
+        return ping(context, PingParams())
+
+    old = SyscallTable([Syscall("kernel.ping", NoParams, old_ping, Any, since=0)])
+    for n, table in enumerate((old, METHODS)):
+        server = KernelServer(table)
+        path = tmp_path / str(n) / "kernel.sock"
+        await server.listen(path)
+        pong = await asyncio.to_thread(l1.ping, str(path))
+        assert pong["pong"] is True and pong["identity"]["plugin_name"] == "bootstrap"
+        assert ("memory" in pong) == (table is old)  # the old answer, or the health form
+        assert server.stats.get("ipc.invalid_payload", 0) == (1 if table is old else 0)
+        await server.close()
+
+
 async def test_handshake_then_ping(tmp_path: Path) -> None:
     server, path = await start(tmp_path)
     client = await AsyncClient.connect(path, plugin_name="tester")
