@@ -105,11 +105,8 @@ class Supervisor:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise errors.KernelAlreadyRunning(
-                f"a kernel for {self.project} is already supervised",
-                why="",
-                fix="Use `fluffy status`, or `fluffy stop` first.",
-            ) from None
+            raise errors.KernelAlreadyRunning(f"a kernel for {self.project} is already supervised",
+                why="", fix="Use `fluffy status`, or `fluffy stop` first.") from None  # fmt: skip
         return fd
 
     def prepare(self) -> None:
@@ -120,7 +117,8 @@ class Supervisor:
                 os.chown(self.p[key], owner, owner)
         if os.getuid() == 0:
             for path in self.p["state"].rglob("*"):
-                os.lchown(path, owner, owner)
+                with contextlib.suppress(FileNotFoundError):  # (a file the CLI replaced)
+                    os.lchown(path, owner, owner)
 
     def save(self, **changes: Any) -> None:
         self.status.update(changes, updated_at=time.time())
@@ -163,8 +161,9 @@ class Supervisor:
                     checked = now
                 time.sleep(0.002)
                 continue
-            self.save(health="healthy")  # what `fluffy start` waits for; then the witness
-            self.witness(pong)
+            self.save(health="healthy")  # what `fluffy start` waits for; then the witness,
+            with contextlib.suppress(OSError):  # which the next health check retries
+                self.witness(pong)
             return
         if not self.stop_requested():
             output = l1.logs(self.engine, self.name)
