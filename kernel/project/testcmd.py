@@ -124,6 +124,10 @@ def approve(state: Path, command: TestCommand) -> None:
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = state / (APPROVED_FILE + ".tmp")
     tmp.write_text(json.dumps({"digests": digests}))
+    # readable by the kernel's user whatever the host's umask: `fluffy start` may write
+    # it, as root, after the bootstrap handed the state folder to that user (digests
+    # are no secret; only the host writes the file)
+    tmp.chmod(0o644)
     tmp.replace(state / APPROVED_FILE)
 
 

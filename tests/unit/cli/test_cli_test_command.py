@@ -6,6 +6,8 @@ reads it; starting a kernel asks at a terminal, and `--yes` does not answer for 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +54,24 @@ def test_approve_shows_the_command_asks_and_records_the_yes(
     assert json.loads(capsys.readouterr().out)["approved"] is True  # already: no question
     (project / ".fluffy" / "config.yaml").write_text(COMMAND.replace("echo", "printf"))
     assert testcommand.unapproved(project, state) is not None  # changed: asked again
+
+
+def test_an_approval_is_readable_by_the_kernels_user_under_any_umask(project: Path) -> None:
+    """`fluffy start` may record the yes (as root) after the bootstrap handed the state
+    folder to the kernel's user: the record is readable by others whatever the umask."""
+    from fluffy.kernel.project.testcmd import approve
+
+    command = load_test_command(project)
+    assert command is not None
+    state = testcommand.state_of(project)
+    old = os.umask(0o077)
+    try:
+        approve(state, command)
+    finally:
+        os.umask(old)
+    record = state / "approved-test-commands.json"
+    assert stat.S_IMODE(record.stat().st_mode) == 0o644
+    assert approved(state) == {_digest(project)}
 
 
 def test_approve_without_a_terminal_needs_yes(
