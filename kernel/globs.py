@@ -85,6 +85,33 @@ class GlobSet:
 _WILD = frozenset("*?[\\")
 
 
+#: A list of globs longer than this (characters in all, or globs) is also compiled whole
+#: when it is checked, as the policy engine and the merge will compile it: RE2 refuses a
+#: set past its memory budget (one ~16 KB glob; ~1,400 short ones), which no glob's own
+#: conversion shows.  Policies' usual lists are far shorter and cost no compile.
+WHOLE_CHARS = 1_000
+WHOLE_GLOBS = 32
+
+
+def globs_problem(globs: Sequence[str]) -> str | None:
+    """Why the list ``globs`` cannot be matched with (naming the glob when one alone is
+    the reason), or None: :func:`glob_problem` for each, and a long list compiled whole."""
+    for glob in globs:
+        problem = glob_problem(glob)
+        if problem is not None:
+            return f"{glob!r} is not a path glob: {problem}"
+    if len(globs) > WHOLE_GLOBS or sum(map(len, globs)) > WHOLE_CHARS:
+        try:
+            GlobSet(globs).match("x")
+        except Exception as exc:  # RE2's "failed to compile Set", or its memory budget
+            what = f"{globs[0][:40]!r}..." if len(globs) == 1 else f"these {len(globs)} globs"
+            return (
+                f"{what} are too large for the matcher ({exc}): use fewer, broader globs, "
+                "or split them over several rules"
+            )
+    return None
+
+
 def glob_problem(glob: str) -> str | None:
     """Why ``glob`` is no pattern :class:`GlobSet` can match with (pathspec's, re's or
     re2's own words), or None when it is one.

@@ -75,6 +75,20 @@ DEFAULT = ROOT / "examples" / "policies" / "default.yaml"
             "capabilities.0.match.path_glob",
         ),
         ("tdd_exemptions:\n  docs:\n    path_glob: ['[z-a]']\n", "tdd_exemptions.docs.path_glob"),
+        # fine one by one, too large for RE2 as one rule's set: refused, not a rule that
+        # fails (and denies) at every request
+        (
+            "capabilities:\n  - name: a\n    match: {path_glob: ['" + "*a" * 8000 + "']}\n"
+            "    action: deny\n",
+            "are too large for the matcher",
+        ),
+        (
+            "capabilities:\n  - name: a\n    match: {path_glob: ["
+            + ", ".join("'d%d/%s'" % (n, "a" * 100) for n in range(1000))  # noqa: UP031
+            + "]}\n    action: deny\n",
+            "these 1000 globs are too large for the matcher",
+        ),
+        ("merge:\n  sensitive_paths: ['" + "*a" * 8000 + "']\n", "merge.sensitive_paths"),
         ("merge:\n  sensitive_paths: ['\\']\n", "merge.sensitive_paths"),
         ("merge:\n  sensitive_paths: ['[z-a]']\n", "merge.sensitive_paths"),
         ("merge:\n  auto_merge_paths: ['[[:alpha:]]']\n", "merge.auto_merge_paths"),
