@@ -93,23 +93,23 @@ WHOLE_CHARS = 1_000
 WHOLE_GLOBS = 32
 
 
-def globs_problem(globs: Sequence[str]) -> str | None:
-    """Why the list ``globs`` cannot be matched with (naming the glob when one alone is
-    the reason), or None: :func:`glob_problem` for each, and a long list compiled whole."""
+def check_globs(globs: Sequence[str]) -> None:
+    """ValueError (what a settings model's validator raises) when the list ``globs``
+    cannot be matched with, naming the glob when one alone is the reason:
+    :func:`glob_problem` for each, and a long list compiled whole."""
     for glob in globs:
         problem = glob_problem(glob)
         if problem is not None:
-            return f"{glob!r} is not a path glob: {problem}"
+            raise ValueError(f"{glob!r} is not a path glob: {problem}")
     if len(globs) > WHOLE_GLOBS or sum(map(len, globs)) > WHOLE_CHARS:
         try:
             GlobSet(globs).match("x")
         except Exception as exc:  # RE2's "failed to compile Set", or its memory budget
             what = f"{globs[0][:40]!r}..." if len(globs) == 1 else f"these {len(globs)} globs"
-            return (
+            raise ValueError(
                 f"{what} are too large for the matcher ({exc}): use fewer, broader globs, "
                 "or split them over several rules"
-            )
-    return None
+            ) from None
 
 
 def glob_problem(glob: str) -> str | None:

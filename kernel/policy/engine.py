@@ -157,7 +157,7 @@ class _CompiledMatch:
 
     def __init__(self, match: Match) -> None:
         self.fields = match
-        # lazy: each glob was checked when the policy was read (Match, glob_problem);
+        # lazy: the globs were checked when the policy was read (Match, check_globs);
         # compiling waits for the first request this rule is looked at for
         globs = match.path_glob
         self.spec = GlobSet(globs, lazy=True) if globs is not None else None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fluffy.errors import ConfigError, FluffyError, PolicyError
 from fluffy.kernel.audit.storage import StorageSettings
-from fluffy.kernel.globs import globs_problem
+from fluffy.kernel.globs import check_globs
 from fluffy.kernel.policy.argv import parse_pattern
 from fluffy.kernel.policy.tdd_settings import (
     DEFAULT_EXEMPTIONS,
@@ -96,9 +96,7 @@ class Match(BaseModel):
         for glob in value or []:
             if not glob.strip() or "\x00" in glob or glob.strip().startswith("#"):
                 raise ValueError(f"{glob!r} is not a path glob")
-        problem = globs_problem(value or ())  # said here, not by a kernel that cannot start
-        if problem is not None:
-            raise ValueError(problem)
+        check_globs(value or ())  # said here, not by a kernel that cannot start
         return value
 
 

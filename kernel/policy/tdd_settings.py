@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fluffy.kernel.globs import globs_problem
+from fluffy.kernel.globs import check_globs
 
 
 def check_thresholds(min_delta: float, warning: float, lockout: float) -> None:
@@ -56,9 +56,7 @@ class ExemptionRule(BaseModel):
         for glob in value:
             if not glob.strip() or glob.startswith("!"):
                 raise ValueError(f"{glob!r} is not a path glob (empty or a negation)")
-        problem = globs_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
+        check_globs(value)
         return value
 
 

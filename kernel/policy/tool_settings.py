@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fluffy.kernel.globs import globs_problem
+from fluffy.kernel.globs import check_globs
 from fluffy.units import parse_duration_ms, parse_size, valid_duration, valid_size
 
 Strategy = Literal["head", "tail", "middle"]
@@ -79,9 +79,7 @@ class MergeSettings(BaseModel):
         for glob in value or ():
             if not glob.strip() or "\0" in glob or "\n" in glob:
                 raise ValueError(f"{glob!r} is not a path glob")
-        problem = globs_problem(value or ())
-        if problem is not None:
-            raise ValueError(problem)
+        check_globs(value or ())
         return value
 
 
