@@ -60,6 +60,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from benchmarks._stats import percentile
 from fluffy.kernel import process_tuning
 from fluffy.kernel.audit.entry import _BASE, Event, genesis_hash, stored
@@ -174,7 +176,7 @@ async def _buffered(state_dir: Path, n: int) -> tuple[float, float, dict[str, An
         await asyncio.sleep(0)
     await log.flush()
     elapsed = time.perf_counter() - started
-    stats = dict(vars(log.stats))
+    stats = msgspec.structs.asdict(log.stats)
     await log.close()
     return elapsed, record_s, stats
 

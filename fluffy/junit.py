@@ -11,9 +11,10 @@ images too (images/spec.py, SANDBOX_PARTS).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 from xml.parsers import expat
+
+import msgspec
 
 from fluffy.errors import EvidenceError
 
@@ -57,8 +58,7 @@ WORKSPACE = "/workspace/"
 _CRASH_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?::.*)?)$")
 
 
-@dataclass(frozen=True)
-class TestCase:
+class TestCase(msgspec.Struct, frozen=True):
     """One test's result as pytest reported it in JUnit XML."""
 
     __test__ = False  # not a pytest test class

@@ -14,9 +14,10 @@ import contextlib
 import gc
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 log = logging.getLogger("fluffy.kernel.memory")  # the name logs have always carried
 
@@ -58,12 +59,11 @@ def level_of(usage: int | None, limit: int | None) -> Level:
     return "evict" if ratio >= EVICT_AT else "shed" if ratio >= SHED_AT else "ok"
 
 
-@dataclass
-class MemoryGuard:
+class MemoryGuard(msgspec.Struct):
     root: Path = CGROUP
     interval_s: float = 2.0
-    evictors: list[Callable[[], object]] = field(default_factory=list)
-    shedders: list[Callable[[], object]] = field(default_factory=list)
+    evictors: list[Callable[[], object]] = msgspec.field(default_factory=list)
+    shedders: list[Callable[[], object]] = msgspec.field(default_factory=list)
     level: Level = "unknown"
     usage: int | None = None
     limit: int | None = None

@@ -25,7 +25,7 @@ a golden test keeps it equal to this file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 # Constants from <linux/sched.h>, <sys/socket.h>, <fcntl.h>, <errno.h> (same on x86_64
 # and aarch64).
@@ -61,8 +61,7 @@ ENOSYS = 38
 PROFILES = ("strict", "standard", "standard-net")
 
 
-@dataclass(frozen=True)
-class Arg:
+class Arg(msgspec.Struct, frozen=True):
     """One condition on a syscall argument (all conditions of a rule must hold)."""
 
     index: int
@@ -71,14 +70,13 @@ class Arg:
     mask: int = 0  # for masked_eq: (arg & mask) == value
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """Allow (or fail with ``errno``) ``names`` in ``profile`` and every profile after it."""
 
     profile: str
     names: tuple[str, ...]
     reason: str
-    args: tuple[Arg, ...] = field(default_factory=tuple)
+    args: tuple[Arg, ...] = msgspec.field(default_factory=tuple)
     errno: int | None = None  # None: allow
 
 

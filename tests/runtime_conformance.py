@@ -15,12 +15,12 @@ engine.timeout, sandbox.config_invalid).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from fluffy.errors import (
@@ -94,7 +94,7 @@ class Harness:
             seccomp_json=oci_json("standard"),
             seccomp_path=profile,
         )
-        return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
+        return msgspec.structs.replace(spec, **changes)  # type: ignore[arg-type]
 
     def create(self, script: Script, **changes: object) -> str:
         container_id = self.runtime.create(self.spec(script, **changes))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 
@@ -242,7 +243,12 @@ def cmd_env_build(args: argparse.Namespace) -> int:
     project = _project(args)
     record, built = ensure_env(project, stdout, force=args.rebuild, verbose=args.verbose)
     if args.json:
-        print_json({"built": built, "environment": None if record is None else vars(record)})
+        print_json(
+            {
+                "built": built,
+                "environment": None if record is None else msgspec.structs.asdict(record),
+            }
+        )
     elif record is None:
         stdout.print("The project declares no dependencies: tests run in fluffy's own image.")
     elif not built:

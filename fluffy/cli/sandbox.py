@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from rich.markup import escape
 
 from fluffy.cli.render import print_json, stderr, stdout
@@ -151,7 +152,7 @@ def cmd_sandbox_gc(args: argparse.Namespace) -> int:
         finally:
             manager.close()
     if args.json:
-        print_json(report.__dict__)
+        print_json(msgspec.structs.asdict(report))
     else:
         stdout.print(
             f"removed {len(report.containers)} container(s), {len(report.volumes)} volume(s), "

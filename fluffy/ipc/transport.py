@@ -14,16 +14,16 @@ import re
 import socket
 import struct
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 _UCRED = struct.Struct("3i")
 _CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
 
 
-@dataclass(frozen=True)
-class PeerIdentity:
+class PeerIdentity(msgspec.Struct, frozen=True):
     pid: int  # 0 when the peer is in a pid namespace the listener cannot see
     uid: int
     gid: int

@@ -17,8 +17,10 @@ shortened (head and tail) before they are sent again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from fluffy.errors import ConfigError
 from fluffy.ipc.ai_types import Message, kernel_note
@@ -179,8 +181,7 @@ def _shortened(message: Message, keep: int) -> Message:
     return _SHORT.put(message, (keep, short), len(message.content))[1]
 
 
-@dataclass(frozen=True)
-class ContextWindow:
+class ContextWindow(msgspec.Struct, frozen=True):
     """The sliding window over one session's history.
 
     ``history`` is the whole conversation; ``start`` the index of the first message the
@@ -191,7 +192,7 @@ class ContextWindow:
     """
 
     recent: list[Message]
-    old: list[Message] = field(default_factory=list)
+    old: list[Message] = msgspec.field(default_factory=list)
     upto: int = 0
     budget: int = 0
     pending_tokens: int = 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -86,8 +85,7 @@ _encode_pins = msgspec.json.Encoder().encode
 _decode_pins = msgspec.json.Decoder(list[Pin]).decode
 
 
-@dataclass(frozen=True)
-class ConversationMeta:
+class ConversationMeta(msgspec.Struct, frozen=True):
     session_id: str
     title: str
     summary: str

@@ -30,9 +30,10 @@ import hashlib
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import msgspec
 
 from fluffy.kernel.ai.token_estimate import estimate_tokens
 from fluffy.kernel.redaction import redact
@@ -65,8 +66,7 @@ def clean(text: str) -> str:
     return redact(_HIDDEN.sub("", text))
 
 
-@dataclass(frozen=True)
-class InstructionFile:
+class InstructionFile(msgspec.Struct, frozen=True):
     """One file looked at: its size, what of it was used, or why it was skipped."""
 
     path: str
@@ -90,14 +90,13 @@ class InstructionFile:
         }
 
 
-@dataclass(frozen=True)
-class Instructions:
+class Instructions(msgspec.Struct, frozen=True):
     """What a turn's system prompt carries of the project's instructions."""
 
     files: tuple[InstructionFile, ...] = ()
     parts: tuple[tuple[str, str], ...] = ()  # (path, cleaned text) of the files read
     limit: int = MAX_TOTAL_BYTES
-    digest: str = field(default="")
+    digest: str = msgspec.field(default="")
 
     @property
     def loaded(self) -> tuple[InstructionFile, ...]:

@@ -29,7 +29,6 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,13 +114,12 @@ def _wire(message: Message) -> Any:
     return _WIRE.put(message, msgspec.to_builtins(message), 4 * message_tokens(message))
 
 
-@dataclass
-class _Job:
+class _Job(msgspec.Struct):
     job_id: str
     body: dict[str, Any]
     on_event: EventSink
-    active_at: float = field(default_factory=time.monotonic)  # the last sign of progress
-    future: asyncio.Future[AiResultParams] = field(
+    active_at: float = msgspec.field(default_factory=time.monotonic)  # the last sign of progress
+    future: asyncio.Future[AiResultParams] = msgspec.field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 

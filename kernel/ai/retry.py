@@ -24,8 +24,9 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final, TypeVar
+
+import msgspec
 
 from fluffy.errors import ProviderBusy, ProviderFailed
 from fluffy.ipc.results.events import RetryScheduled
@@ -45,8 +46,7 @@ SAID: Final = {
 }
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(msgspec.Struct, frozen=True):
     max_retries: int = 4
     max_wait_s: float = 60.0
     base_s: float = BASE_S
@@ -61,8 +61,7 @@ class RetryPolicy:
         return min(self.cap_s, self.base_s * 2.0 ** (retry - 1)) * (1 - JITTER * jitter)
 
 
-@dataclass(frozen=True)
-class Retry:
+class Retry(msgspec.Struct, frozen=True):
     """One announced wait: attempt ``attempt`` of ``attempts`` failed with ``error``."""
 
     attempt: int

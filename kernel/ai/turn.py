@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from fluffy.ipc.ai_types import ProviderConfig
 from fluffy.ipc.results.events import TurnStatus
@@ -19,8 +20,7 @@ from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.ai.usage import Tally
 
 
-@dataclass
-class Turn:
+class Turn(msgspec.Struct):
     turn_id: str
     session_id: str
     text: str
@@ -33,11 +33,11 @@ class Turn:
     final_text: str = ""
     provider_session: ProviderSession | None = None
     ended: bool = False
-    started: float = field(default_factory=time.monotonic)
+    started: float = msgspec.field(default_factory=time.monotonic)
     #: the id of the tool call waiting for the user's yes (one at a time: review_lock)
     tool_review: str | None = None
     tool_shown: dict[str, Any] | None = None  # what the user is asked about it
-    review_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    usage: Tally = field(default_factory=Tally)  # the providers' reported token counts
+    review_lock: asyncio.Lock = msgspec.field(default_factory=asyncio.Lock)
+    usage: Tally = msgspec.field(default_factory=Tally)  # the providers' reported token counts
     #: the project's instructions, read once at the start of the turn
     instructions: Instructions | None = None

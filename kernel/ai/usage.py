@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiosqlite
+import msgspec
 
 from fluffy.ipc.ai_types import Message, ToolDefinition, Usage
 from fluffy.kernel.ai.token_estimate import estimate_tokens, json_tokens, messages_tokens
@@ -42,8 +42,7 @@ MAX_SCALE: Final = 4.0
 SMOOTHING: Final = 0.5
 
 
-@dataclass
-class Tally:
+class Tally(msgspec.Struct):
     """Sums over some requests; ``models`` the same sums per model (for prices)."""
 
     requests: int = 0
@@ -51,7 +50,7 @@ class Tally:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
-    models: dict[str, dict[str, int]] = field(default_factory=dict)
+    models: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
     def add(self, model: str, counts: dict[str, int]) -> None:
         mine = self.models.setdefault(model, dict.fromkeys(_COUNTS, 0))
@@ -93,8 +92,7 @@ UPSERT_SQL: Final = (
 )
 
 
-@dataclass(frozen=True)
-class Booked:
+class Booked(msgspec.Struct, frozen=True):
     """A model response's usage, booked to its turn with the message that answers it
     (``sent``/``tools``: what was sent, to calibrate the estimate against)."""
 

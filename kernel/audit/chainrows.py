@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from fluffy.kernel.audit.entry import _BASE, _encode
 from fluffy.kernel.audit.store import SELECT_ROWS, unpack
@@ -36,12 +37,11 @@ def read_row(conn: sqlite3.Connection, seq: int) -> tuple[Any, ...] | None:
     return None if stored is None else unpack(stored)
 
 
-@dataclass
-class Chain:
+class Chain(msgspec.Struct):
     """Where the scan stands between files."""
 
     prev_hash: str | None = None
     prev_seq: int = 0
     prev_row: tuple[Any, ...] | None = None
-    deletions: dict[tuple[int, str], str] = field(default_factory=dict)
+    deletions: dict[tuple[int, str], str] = msgspec.field(default_factory=dict)
     fast: bool = False  # the last file was checked by the parallel fast path

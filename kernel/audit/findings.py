@@ -13,8 +13,9 @@ A :class:`Problem` is one of these kinds:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from fluffy.kernel.audit.store import Head
 
@@ -23,8 +24,7 @@ Kind = Literal[
 ]
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(msgspec.Struct, frozen=True):
     kind: Kind
     seq: int | None
     file: str
@@ -34,8 +34,7 @@ class Problem:
         return {"kind": self.kind, "id": self.seq, "file": self.file, "detail": self.detail}
 
 
-@dataclass
-class Report:
+class Report(msgspec.Struct):
     ok: bool = True
     entries: int = 0
     first_seq: int | None = None
@@ -43,10 +42,10 @@ class Report:
     head: Head | None = None
     checkpoint: Head | None = None
     witness: Head | None = None
-    files: list[str] = field(default_factory=list)
+    files: list[str] = msgspec.field(default_factory=list)
     problem: Problem | None = None
-    breaks: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    breaks: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     #: entries after the witnessed head (first, last): the witness has not seen them
     unwitnessed: tuple[int, int] | None = None
     seconds: float = 0.0

@@ -35,8 +35,9 @@ import os
 import sqlite3
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from fluffy.kernel.audit.entry import _BASE, EVENT_TYPES, SPECIAL_EVENTS
 from fluffy.kernel.audit.store import SELECT_ROWS, connect_ro
@@ -47,8 +48,7 @@ FETCH_ROWS = 256  # rows per fetchmany: a batch that stays in the CPU cache
 MAX_RANGES = 4096  # a span of numbers with few rows in it (a forged head) costs little
 
 
-@dataclass(frozen=True)
-class Range:
+class Range(msgspec.Struct, frozen=True):
     first_seq: int
     first_prev: str
     last_seq: int

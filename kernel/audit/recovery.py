@@ -19,9 +19,10 @@ import datetime as dt
 import shutil
 import sqlite3
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.findings import Report
@@ -33,12 +34,11 @@ KEEP_BACKUPS = 5
 Outcome = Literal["ok", "tampered", "recovered", "restored_backup", "new_database"]
 
 
-@dataclass
-class StartupCheck:
+class StartupCheck(msgspec.Struct):
     outcome: Outcome
     detail: str
     report: Report | None = None
-    events: list[Event] = field(default_factory=list)
+    events: list[Event] = msgspec.field(default_factory=list)
     #: a healthy file's chain left for later: the head its files claimed now, before the
     #: kernel's first entry rewrites ``audit.head`` and the database's own head
     found: Found | None = None

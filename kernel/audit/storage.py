@@ -21,11 +21,11 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import aiosqlite
+import msgspec
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from fluffy.kernel.audit.entry import Event
@@ -54,8 +54,7 @@ class StorageSettings(BaseModel):
         raise ValueError("max_size is a size like '1GiB'")
 
 
-@dataclass(frozen=True)
-class Archive:
+class Archive(msgspec.Struct, frozen=True):
     path: Path
     day: str
     first_seq: int

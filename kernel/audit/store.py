@@ -16,7 +16,6 @@ import math
 import os
 import sqlite3
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -161,8 +160,7 @@ async def fetch_meta(db: Any) -> dict[str, str]:
     return {str(key): str(value) for key, value in rows}
 
 
-@dataclass(frozen=True)
-class Head:
+class Head(msgspec.Struct, frozen=True):
     """The newest entry of a chain, as witnessed outside the database."""
 
     chain_id: str

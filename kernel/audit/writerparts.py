@@ -7,8 +7,9 @@ ADR-075; ``python -m benchmarks.audit`` measures them.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 WAL_CHECKPOINT_WRITES = 1000
 # ... or every WAL_CHECKPOINT_COMMITS commits: a one-row commit appends 3-4 pages to the
@@ -36,8 +37,7 @@ COMMIT_EWMA = 0.2
 CALLER_COMMITS = 8
 
 
-@dataclass
-class WriterStats:
+class WriterStats(msgspec.Struct):
     committed: int = 0
     commits: int = 0
     inline_commits: int = 0  # committed on the event loop's thread (see ADR-026)
@@ -47,9 +47,8 @@ class WriterStats:
     last_error: str = ""
 
 
-@dataclass
-class Batch:
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+class Batch(msgspec.Struct):
+    rows: list[tuple[Any, ...]] = msgspec.field(default_factory=list)
+    waiters: list[asyncio.Future[None]] = msgspec.field(default_factory=list)
     durable: bool = False
     new_chain: str | None = None  # set with the genesis entry

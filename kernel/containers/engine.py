@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from fluffy.errors import ConfigError, EngineUnavailable
 from fluffy.kernel.containers.errors import engine_call
@@ -32,8 +33,7 @@ ENGINES: tuple[EngineName, ...] = ("docker", "podman")
 API_TIMEOUT = 120
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True):
     """A socket an engine may answer on, and how fluffy came to try it."""
 
     engine: EngineName
@@ -41,8 +41,7 @@ class Endpoint:
     source: str
 
 
-@dataclass(frozen=True)
-class EngineInfo:
+class EngineInfo(msgspec.Struct, frozen=True):
     """What ``fluffy doctor`` reports about the engine in use."""
 
     engine: EngineName

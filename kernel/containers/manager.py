@@ -24,9 +24,10 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import (
     EngineNotFound,
@@ -92,8 +93,7 @@ _SIGKILL_EXIT = 128 + 9
 Observer = Callable[[str, Sandbox, dict[str, str]], None]
 
 
-@dataclass
-class RunOutcome:
+class RunOutcome(msgspec.Struct):
     sandbox: Sandbox
     exit_code: int | None
     stdout: str
@@ -104,12 +104,11 @@ class RunOutcome:
         return self.sandbox.failure
 
 
-@dataclass
-class GarbageReport:
-    containers: list[str] = field(default_factory=list)
-    volumes: list[str] = field(default_factory=list)
-    output_dirs: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+class GarbageReport(msgspec.Struct):
+    containers: list[str] = msgspec.field(default_factory=list)
+    volumes: list[str] = msgspec.field(default_factory=list)
+    output_dirs: list[str] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
 
 
 class ContainerManager:

@@ -18,9 +18,10 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+import msgspec
 
 from fluffy.errors import SandboxConfigError
 
@@ -99,8 +100,7 @@ class ContainerStatus(enum.StrEnum):
     MISSING = "missing"
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(msgspec.Struct, frozen=True):
     """A bind mount: ``source`` is a path the *engine* can see (a host path)."""
 
     source: Path
@@ -108,40 +108,37 @@ class Mount:
     read_only: bool = True
 
 
-@dataclass(frozen=True)
-class ContainerSpec:
+class ContainerSpec(msgspec.Struct, frozen=True):
     name: str
     image: str
     command: list[str]
     labels: dict[str, str]
     mounts: tuple[Mount, ...] = ()
     workdir: str | None = None
-    environment: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = msgspec.field(default_factory=dict)
     memory_bytes: int = 512 * 1024 * 1024
     nano_cpus: int = 1_000_000_000
     pids_limit: int = 100
     seccomp_profile: str = "standard"
     seccomp_json: str = ""
     seccomp_path: Path | None = None
-    tmpfs: dict[str, str] = field(default_factory=dict)
+    tmpfs: dict[str, str] = msgspec.field(default_factory=dict)
     #: Numeric "uid:gid", never root (:func:`check_user`); the manager sets it.
     user: str = SANDBOX_USER
 
 
-@dataclass(frozen=True)
-class ContainerState:
+class ContainerState(msgspec.Struct, frozen=True):
     id: str
     status: ContainerStatus
     exit_code: int | None = None
     oom_killed: bool = False
     error: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     #: the id of the image the container was made from
     image_id: str = ""
 
 
-@dataclass(frozen=True)
-class ExecResult:
+class ExecResult(msgspec.Struct, frozen=True):
     exit_code: int
     stdout: str
     stderr: str

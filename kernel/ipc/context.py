@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from fluffy.errors import FluffyError
 from fluffy.ipc.transport import PeerIdentity, container_of_pid
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
     from fluffy.kernel.ipc.server import KernelServer
 
 
-@dataclass
-class CallContext:
+class CallContext(msgspec.Struct):
     """What a handler knows about its caller."""
 
     binding: str
@@ -56,8 +56,7 @@ Handler = Callable[[CallContext, Any], Any]
 UNAUDITED = frozenset({"kernel.ping"})
 
 
-@dataclass(frozen=True)
-class CallRecord:
+class CallRecord(msgspec.Struct, frozen=True):
     """One request the kernel received, as the audit log records it."""
 
     method: str

@@ -20,9 +20,10 @@ import collections
 import contextlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.ipc.protocol import DEFAULT_MAX_FRAME
 from fluffy.ipc.transport import PeerCredentials, peer_identity
@@ -52,8 +53,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     max_frame: int = DEFAULT_MAX_FRAME
     max_connections: int = 1024
     frame_deadline_s: float = 5.0  # a started frame must complete within this
@@ -63,23 +63,21 @@ class Limits:
     max_write_buffer: int = 8 * 1024 * 1024  # a peer that never reads is cut off here
 
 
-@dataclass
-class Listener:
+class Listener(msgspec.Struct):
     path: Path
     binding: str
     allowed_uids: frozenset[int] | None
     server: asyncio.AbstractServer
 
 
-@dataclass
-class KernelServer:
+class KernelServer(msgspec.Struct):
     """Serves ``table`` (the kernel's syscalls, or a sandbox socket's own small table)."""
 
     table: SyscallTable
-    limits: Limits = field(default_factory=Limits)
-    stats: collections.Counter[str] = field(default_factory=collections.Counter)
-    listeners: list[Listener] = field(default_factory=list)
-    connections: set[Connection] = field(default_factory=set)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    stats: collections.Counter[str] = msgspec.field(default_factory=collections.Counter)
+    listeners: list[Listener] = msgspec.field(default_factory=list)
+    connections: set[Connection] = msgspec.field(default_factory=set)
     credentials: PeerCredentials = peer_identity
     observer: Observer | None = None
     audit_head: Callable[[], dict[str, Any] | None] | None = None

@@ -47,8 +47,7 @@ CLI: Literal["cli"] = "cli"
 ANY: Literal["any"] = "any"
 
 
-@dataclass(frozen=True)
-class OwnSocket:
+class OwnSocket(msgspec.Struct, frozen=True):
     """One kind of sandbox, on its own socket: the bindings ``kind`` and ``kind:...``.
 
     The kernel makes that socket for that one sandbox and names it with

@@ -32,8 +32,9 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from fluffy.kernel.confined_files import read_existing, safe_relpath, write_atomic
 
@@ -43,8 +44,7 @@ HEX64 = frozenset("0123456789abcdef")
 Step = tuple[str | None, str | None]  # (base sha256, new sha256); None: absent
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     """One merged change of a path: what it was made against, and the session's content."""
 
     base_sha256: str | None  # None: the path did not exist

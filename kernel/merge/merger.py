@@ -32,9 +32,10 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from fluffy.errors import FluffyError, MergeConflict, MergeError, MergeRefused
 from fluffy.kernel.confined_files import (
@@ -69,14 +70,12 @@ MAX_AUTO_LINES = 500
 Hook = Callable[[MergeOperation, str], None]
 
 
-@dataclass(frozen=True)
-class MergeIssue:
+class MergeIssue(msgspec.Struct, frozen=True):
     path: str
     reason: str
 
 
-@dataclass
-class MergePlan:
+class MergePlan(msgspec.Struct):
     staging: Staging
     changes: list[StagedChange]
     diff: str
@@ -90,7 +89,7 @@ class MergePlan:
     auto: bool
     reasons: list[str]  # why it may not merge automatically (empty when auto)
     #: paths outside the allow-list: a person reviews them, ``--yes`` does not stand in
-    outside: list[str] = field(default_factory=list)
+    outside: list[str] = msgspec.field(default_factory=list)
 
     @property
     def plan_id(self) -> str:
@@ -103,18 +102,17 @@ class MergePlan:
         return digest.hexdigest()[:32]
 
 
-@dataclass
-class MergeResult:
+class MergeResult(msgspec.Struct):
     operation_id: str | None
     status: Literal["completed", "failed", "in_progress", "empty"]
-    merged: list[str] = field(default_factory=list)
-    conflicts: list[MergeIssue] = field(default_factory=list)
-    refused: list[MergeIssue] = field(default_factory=list)
+    merged: list[str] = msgspec.field(default_factory=list)
+    conflicts: list[MergeIssue] = msgspec.field(default_factory=list)
+    refused: list[MergeIssue] = msgspec.field(default_factory=list)
     error: str | None = None
     #: steps left out on purpose, and why (the person's git index kept, for one)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
     #: files merged three-way with the person's changes made since they were staged
-    three_way: list[str] = field(default_factory=list)
+    three_way: list[str] = msgspec.field(default_factory=list)
 
 
 def _view_reader(staging: Staging) -> Callable[[str], bytes | None]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.errors import PatchRejected
 
@@ -30,15 +31,13 @@ _PREAMBLE = (
 _MAX_SHOWN = 120
 
 
-@dataclass(frozen=True)
-class HunkLine:
+class HunkLine(msgspec.Struct, frozen=True):
     op: str  # " " context, "-" removed, "+" added
     text: str  # without the line's "\n"
     eol: bool  # False: the last line of its file, with no newline after it
 
 
-@dataclass(frozen=True)
-class Hunk:
+class Hunk(msgspec.Struct, frozen=True):
     old_start: int
     old_count: int
     new_start: int
@@ -46,8 +45,7 @@ class Hunk:
     lines: tuple[HunkLine, ...]
 
 
-@dataclass(frozen=True)
-class FilePatch:
+class FilePatch(msgspec.Struct, frozen=True):
     """One file's patch; ``path`` is the project-relative path (no a/ or b/ prefix)."""
 
     path: str

@@ -23,9 +23,10 @@ import json
 import os
 import shutil
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from fluffy.errors import MergeError, MergeRefused
 from fluffy.kernel.confined_files import (
@@ -45,8 +46,7 @@ FILE_MODE = 0o644
 _META_VERSION = 1
 
 
-@dataclass(frozen=True)
-class StagedChange:
+class StagedChange(msgspec.Struct, frozen=True):
     path: str
     op: Literal["write", "delete"]
     sha256: str | None  # of the staged content; None for a delete

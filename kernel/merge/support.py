@@ -46,7 +46,8 @@ import shlex
 import sys
 import tomllib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.kernel.merge.jssupport import js_support
 
@@ -81,8 +82,7 @@ _METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link")
 Reader = Callable[[str], bytes | None]
 
 
-@dataclass(frozen=True)
-class SupportChange:
+class SupportChange(msgspec.Struct, frozen=True):
     path: str
     why: str
 

@@ -22,7 +22,8 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.errors import PolicyError
 
@@ -43,8 +44,7 @@ class AuthorityError(ValueError):
     """A host or ``host:port`` that is not a plain hostname or canonical IP literal."""
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """A normalised destination: lower-case hostname (no trailing dot) or an IP literal."""
 
     host: str
@@ -143,8 +143,7 @@ def parse_target(authority: str) -> Target:
     return Target(host, port, ip)
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """One entry: ``entry`` as written in policy.yaml (stripped), what it admits."""
 
     entry: str

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from dataclasses import dataclass
 from http import HTTPStatus
+
+import msgspec
 
 _METHOD = re.compile(r"[A-Z][A-Z0-9_-]{0,19}\Z")
 _VERSIONS = frozenset({"HTTP/1.1", "HTTP/1.0"})
@@ -27,8 +28,7 @@ class HeadRejected(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHead:
+class RequestHead(msgspec.Struct, frozen=True):
     method: str
     target: str
     version: str

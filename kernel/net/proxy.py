@@ -39,9 +39,10 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from fluffy.errors import ConfigError
 from fluffy.gate.net import public
@@ -56,8 +57,7 @@ Phase = Literal["decision", "close"]
 _CHUNK = 64 * 1024
 
 
-@dataclass(slots=True)
-class ProxyRecord:
+class ProxyRecord(msgspec.Struct):
     """One audit record of the proxy (see the module docstring for when each is sent)."""
 
     tag: str  # the listening socket's tag: which sandbox asked
@@ -75,14 +75,13 @@ class ProxyRecord:
     duration_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 AuditFn = Callable[[ProxyRecord], Awaitable[None]]
 
 
-@dataclass(slots=True)
-class _Listener:
+class _Listener(msgspec.Struct):
     path: Path
     tag: str
     server: asyncio.Server
@@ -342,7 +341,7 @@ class ConnectProxy:
 
     async def _record(self, record: ProxyRecord) -> bool:
         try:
-            await self._audit(dataclasses.replace(record))
+            await self._audit(msgspec.structs.replace(record))
         except Exception:
             self.stats["audit_failures"] += 1
             log.exception(

@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import PluginNotFound, PluginRejected
 from fluffy.kernel.plugins.manifest import PluginManifest
@@ -28,8 +29,7 @@ from fluffy.kernel.plugins.scan import discover
 from fluffy.kernel.plugins.store import PluginStore, inspect_tree
 
 
-@dataclass(frozen=True)
-class InstallPlan:
+class InstallPlan(msgspec.Struct, frozen=True):
     """What the user is asked to approve."""
 
     source: Path

@@ -26,11 +26,12 @@ import builtins
 import json
 import sqlite3
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import aiosqlite
+import msgspec
+from msgspec.structs import replace
 
 from fluffy.errors import (
     PluginError,
@@ -74,8 +75,7 @@ CREATE TABLE IF NOT EXISTS plugin_rejections (
 """
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+class PluginInfo(msgspec.Struct, frozen=True):
     """One plugin as the registry knows it (the design's PluginInfo)."""
 
     name: str
@@ -114,12 +114,11 @@ class PluginInfo:
         }
 
 
-@dataclass
-class Reserved:
+class Reserved(msgspec.Struct):
     """Names third-party plugins may not take: the built-ins' plugins, tools, namespaces."""
 
-    plugins: set[str] = field(default_factory=set)
-    tools: set[str] = field(default_factory=set)
+    plugins: set[str] = msgspec.field(default_factory=set)
+    tools: set[str] = msgspec.field(default_factory=set)
 
     @property
     def namespaces(self) -> set[str]:

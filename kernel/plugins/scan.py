@@ -11,9 +11,10 @@ The plugin's code is parsed, never imported or run, in the kernel.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from fluffy.errors import PluginError, PluginManifestInvalid
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
@@ -24,8 +25,7 @@ MANIFEST: Final = "manifest.yaml"
 ALLOWED_FLUFFY: Final = ("fluffy.plugins.sdk", "fluffy.errors")
 
 
-@dataclass(frozen=True)
-class Discovered:
+class Discovered(msgspec.Struct, frozen=True):
     """A plugin folder found by a scan (the design's DISCOVERED): valid or not."""
 
     folder: Path

@@ -27,9 +27,10 @@ import stat
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import msgspec
 
 from fluffy.errors import (
     PluginInstallRefused,
@@ -61,8 +62,7 @@ def _refuse(what: str, why: str | None = None) -> PluginInstallRefused:
     return PluginInstallRefused(what, why=why)
 
 
-@dataclass(frozen=True)
-class FileEntry:
+class FileEntry(msgspec.Struct, frozen=True):
     rel: str
     size: int
 
@@ -202,8 +202,7 @@ def write_tree(folder: Path, files: Mapping[str, bytes]) -> dict[str, str]:
     return hashes
 
 
-@dataclass(frozen=True)
-class Installed:
+class Installed(msgspec.Struct, frozen=True):
     name: str
     version: str
     path: Path
@@ -222,13 +221,12 @@ class Installed:
         }
 
 
-@dataclass
-class Verification:
+class Verification(msgspec.Struct):
     """What differs from the install record (empty lists: intact)."""
 
-    changed: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    added: list[str] = field(default_factory=list)
+    changed: list[str] = msgspec.field(default_factory=list)
+    missing: list[str] = msgspec.field(default_factory=list)
+    added: list[str] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -10,9 +10,10 @@ Everything else (the engine, swaps on policy updates, auditing) is the wrapped f
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection
 from typing import Final
+
+import msgspec
 
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.audited import AuditedPolicy
@@ -49,8 +50,8 @@ class TaggedPolicy(AuditedPolicy):
         caller = request.caller
         if caller.name in self.third_party():
             tags = (caller.tags - KERNEL_GIVEN) | {"third_party"}
-            request = dataclasses.replace(
-                request, caller=dataclasses.replace(caller, tags=frozenset(tags))
+            request = msgspec.structs.replace(
+                request, caller=msgspec.structs.replace(caller, tags=frozenset(tags))
             )
         return request
 

@@ -9,13 +9,13 @@ Every decision lists the rules that matched and the one that decided.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from fluffy.kernel.globs import GlobSet, literal_roots
 from fluffy.kernel.policy.argv import matches as argv_matches
@@ -31,16 +31,14 @@ Vote = Literal["allow", "deny", "require_review", "pass"]
 READ_ONLY = frozenset({"fs.read", "fs.list", "fs.exists", "search.grep", "search.glob"})
 
 
-@dataclass(frozen=True)
-class Caller:
+class Caller(msgspec.Struct, frozen=True):
     name: str
     tags: frozenset[str] = frozenset()
     container_id: str | None = None
     connection: str | None = None
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     syscall: str
     caller: Caller
     path: str | None = None
@@ -57,8 +55,7 @@ class Request:
     command: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """One rule's vote on one request."""
 
     rule: str
@@ -68,11 +65,10 @@ class Verdict:
     failed: bool = False  # the rule raised (or its sandbox failed): it votes deny, audited
 
 
-@dataclass
-class Decision:
+class Decision(msgspec.Struct):
     result: Result
     reasons: list[str]
-    matched: list[Verdict] = field(default_factory=list)
+    matched: list[Verdict] = msgspec.field(default_factory=list)
     decided_by: str | None = None
     by_token: bool = False
     path: str | None = None
@@ -89,8 +85,7 @@ BuiltinRule = Callable[[Request, "EvalContext"], Verdict | None]
 ExtensionRule = Callable[[Request], Iterable[Verdict]]
 
 
-@dataclass
-class EvalContext:
+class EvalContext(msgspec.Struct):
     now: float  # the one time snapshot of this evaluation (no TOCTOU on expiry)
     path: str | None
     root: Path | None
@@ -330,7 +325,9 @@ class PolicyEngine:
                 return denied
 
         ext_request = (
-            dataclasses.replace(request, path=ctx.path, token=None) if self.extensions else request
+            msgspec.structs.replace(request, path=ctx.path, token=None)
+            if self.extensions
+            else request
         )
         for extension in self.extensions:
             try:

@@ -11,12 +11,12 @@ so a crash leaves either the old or the new policy, never half of one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from fluffy.errors import PolicyError
 from fluffy.kernel.policy.audited import is_ai
@@ -28,8 +28,7 @@ BREAKING_LIMIT = 5
 CONFIRM_PHRASE = "I accept these breaking policy changes"
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     request: Request
     before: str
     after: str
@@ -47,12 +46,11 @@ class Change:
         return f"{mark}{what} by {who}: {self.before} -> {self.after}"
 
 
-@dataclass
-class UpdatePlan:
+class UpdatePlan(msgspec.Struct):
     policy: PolicyFile
     text: str
     engine: PolicyEngine  # the engine the new policy runs in (what apply swaps in)
-    changes: list[Change] = field(default_factory=list)
+    changes: list[Change] = msgspec.field(default_factory=list)
     tried: int = 0  # decisions replayed
     ai_tried: int = 0  # of them, decisions made for the model's tool calls
 
@@ -89,7 +87,7 @@ def plan_update(
     candidate = current.with_policy(policy, extensions)
     changes = []
     for request in history:
-        replay = dataclasses.replace(request, token=None)
+        replay = msgspec.structs.replace(request, token=None)
         before = current.evaluate(replay).result
         after = candidate.evaluate(replay).result
         if before != after:

@@ -13,6 +13,8 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 
+import msgspec
+
 from fluffy.kernel.globs import GlobSet
 
 DEFAULT_TTL_S = 30.0
@@ -22,8 +24,7 @@ DEFAULT_TTL_S = 30.0
 FORGET_AFTER_S = 600.0
 
 
-@dataclass(frozen=True)
-class TokenUse:
+class TokenUse(msgspec.Struct, frozen=True):
     """What a request presents: the token and this use's nonce."""
 
     token_id: str

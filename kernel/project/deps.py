@@ -29,9 +29,10 @@ import ast
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.kernel.project.files import read_ini, read_text, read_toml, strings, table
 from fluffy.kernel.project.lockfiles import LOCK_FILES, Locked, pipfile_lock, toml_lock
@@ -48,28 +49,27 @@ BASE_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "Pipfile")
 DEFAULT_BUILD_REQUIRES = ["setuptools>=40.8.0", "wheel"]
 
 
-@dataclass
-class Requirements:
+class Requirements(msgspec.Struct):
     """The requirement set of a project's test environment."""
 
-    requirements: list[str] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)
-    build_requires: list[str] = field(default_factory=list)
+    requirements: list[str] = msgspec.field(default_factory=list)
+    constraints: list[str] = msgspec.field(default_factory=list)
+    build_requires: list[str] = msgspec.field(default_factory=list)
     #: The project can be installed (it has packaging metadata).
     installable: bool = False
     name: str | None = None
     lock: str | None = None
-    sources: list[str] = field(default_factory=list)
+    sources: list[str] = msgspec.field(default_factory=list)
     #: Notes on what was not read (a file that does not parse, a Poetry ``||`` range).
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[str] = msgspec.field(default_factory=list)
     #: Lines never fetched (URLs, VCS, paths, options), each with its file and line.
-    refused: list[Refusal] = field(default_factory=list)
+    refused: list[Refusal] = msgspec.field(default_factory=list)
     #: ``name==version`` -> the sha256s a lock or a ``--hash`` allows for its files
-    hashes: dict[str, set[str]] = field(default_factory=dict)
+    hashes: dict[str, set[str]] = msgspec.field(default_factory=dict)
     #: Where each requirement was read (line -> "file:line"), for errors that name it.
-    origins: dict[str, str] = field(default_factory=dict)
+    origins: dict[str, str] = msgspec.field(default_factory=dict)
     #: Every requirements or constraints file read (includes too): the environment's inputs.
-    files: list[str] = field(default_factory=list)
+    files: list[str] = msgspec.field(default_factory=list)
 
     @property
     def names(self) -> set[str]:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec.structs import asdict, fields
 
 from fluffy.kernel.project.deps import collect_requirements, env_inputs, env_key
 from fluffy.kernel.project.layout import Language, detect_layout
@@ -29,24 +31,23 @@ ENV_PYTHON = "3.11"
 ENV_ROOT = "/opt/fluffy/env"
 
 
-@dataclass(frozen=True)
-class EnvRecord:
+class EnvRecord(msgspec.Struct, frozen=True):
     key: str
     image: str
     created_at: float
     inputs: dict[str, str]
-    requirements: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    requirements: list[str] = msgspec.field(default_factory=list)
+    sources: list[str] = msgspec.field(default_factory=list)
+    skipped: list[str] = msgspec.field(default_factory=list)
     #: lines of the project's files never fetched (URL, VCS, path, option), with file:line
-    refused: list[str] = field(default_factory=list)
+    refused: list[str] = msgspec.field(default_factory=list)
     #: releases with no wheel, built from their sdists offline in a container
-    built_from_source: list[str] = field(default_factory=list)
-    packages: dict[str, str] = field(default_factory=dict)
-    modules: list[str] = field(default_factory=list)
-    generated: list[str] = field(default_factory=list)
+    built_from_source: list[str] = msgspec.field(default_factory=list)
+    packages: dict[str, str] = msgspec.field(default_factory=dict)
+    modules: list[str] = msgspec.field(default_factory=list)
+    generated: list[str] = msgspec.field(default_factory=list)
     project_installed: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     python: str = ""
     build_s: float = 0.0
     #: a JavaScript project's: the Node version (e.g. "v24.19.0")
@@ -92,8 +93,7 @@ def all_records(state: Path) -> list[EnvRecord]:
     return sorted(found, key=lambda r: r.created_at, reverse=True)
 
 
-@dataclass(frozen=True)
-class EnvChoice:
+class EnvChoice(msgspec.Struct, frozen=True):
     """The environment a test run gets, and what the user and the model are told."""
 
     record: EnvRecord | None

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
+
 from fluffy.kernel.project.files import ini_list, is_folder, read_ini, read_toml, strings, table
 from fluffy.kernel.project.nodelayout import (
     CODE_EXTS,
@@ -150,7 +152,7 @@ class Layout:
             "notes": list(self.notes),
             "summary": self.describe(),
             "language": self.language,
-            "node": None if self.node is None else vars(self.node),
+            "node": None if self.node is None else msgspec.structs.asdict(self.node),
         }
 
 

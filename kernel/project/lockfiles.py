@@ -12,9 +12,10 @@ A package locked from git, a URL or a local path is never fetched and is named a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.kernel.project.files import read_text, read_toml, table
 from fluffy.kernel.project.reqlines import (
@@ -34,16 +35,15 @@ _LOCAL_KEYS = ("editable", "virtual", "directory", "path", "git", "url")
 _LOCAL_TYPES = ("directory", "git", "url", "file")
 
 
-@dataclass
-class Locked:
+class Locked(msgspec.Struct):
     """What a lock file contributes."""
 
     name: str | None = None  # the lock file read
-    constraints: list[str] = field(default_factory=list)
-    requirements: list[str] = field(default_factory=list)
+    constraints: list[str] = msgspec.field(default_factory=list)
+    requirements: list[str] = msgspec.field(default_factory=list)
     #: ``name==version`` (canonical name) -> the sha256s the lock allows for its files
-    hashes: dict[str, set[str]] = field(default_factory=dict)
-    refused: list[Refusal] = field(default_factory=list)
+    hashes: dict[str, set[str]] = msgspec.field(default_factory=dict)
+    refused: list[Refusal] = msgspec.field(default_factory=list)
 
 
 def _file_hashes(entry: dict[str, Any]) -> set[str]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from fluffy.kernel.project.files import is_folder, read_json, read_text, strings
@@ -52,8 +52,7 @@ _TEST_FILE = re.compile(rf"[^/]+\.(?:test|spec)\.(?:{'|'.join(CODE_EXTS)})")
 _WORD = re.compile(r"[a-z]+")
 
 
-@dataclass(frozen=True)
-class NodeFacts:
+class NodeFacts(msgspec.Struct, frozen=True):
     """What the project's files say about running it (shown on the first run)."""
 
     manager: str = "npm"

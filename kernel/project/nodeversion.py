@@ -25,9 +25,10 @@ when that allows one of fluffy's; else it is the same error.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import EnvironmentFailed
 from fluffy.kernel.project.files import read_json, read_text
@@ -166,8 +167,7 @@ def _have() -> str:
     return f"{', '.join(others)} or {last}" if others else last
 
 
-@dataclass(frozen=True)
-class NodeChoice:
+class NodeChoice(msgspec.Struct, frozen=True):
     """The Node major a project runs with, where that came from, and how it was read.
 
     ``major`` is None when what the files ask for is none of fluffy's majors: then

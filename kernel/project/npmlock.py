@@ -22,8 +22,9 @@ from __future__ import annotations
 import base64
 import re
 import urllib.parse
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import EnvironmentFailed
 
@@ -41,8 +42,7 @@ PLATFORM = {"os": "linux", "libc": "glibc"}
 CPU = {"x86_64": "x64", "aarch64": "arm64"}
 
 
-@dataclass(frozen=True)
-class NodePackage:
+class NodePackage(msgspec.Struct, frozen=True):
     """One package to fetch (by name and version) and check (by integrity)."""
 
     key: str
@@ -50,7 +50,7 @@ class NodePackage:
     version: str
     integrity: str
     #: isolated layouts: dependency name -> key of the package it resolves to
-    deps: dict[str, str] = field(default_factory=dict)
+    deps: dict[str, str] = msgspec.field(default_factory=dict)
 
     def tarball(self, registry: str) -> str:
         """The package's archive in ``registry`` (npm's own naming)."""
@@ -58,22 +58,21 @@ class NodePackage:
         return f"{registry.rstrip('/')}/{self.name}/-/{base}-{self.version}.tgz"
 
 
-@dataclass
-class NodeLock:
+class NodeLock(msgspec.Struct):
     """What a lock file says to install (see the module docstring)."""
 
     file: str
     layout: str  # "tree" (npm) or "isolated" (pnpm, yarn)
-    packages: dict[str, NodePackage] = field(default_factory=dict)
+    packages: dict[str, NodePackage] = msgspec.field(default_factory=dict)
     #: tree: install path under node_modules -> package key
-    placed: dict[str, str] = field(default_factory=dict)
+    placed: dict[str, str] = msgspec.field(default_factory=dict)
     #: isolated: a top-level dependency's name -> package key
-    roots: dict[str, str] = field(default_factory=dict)
+    roots: dict[str, str] = msgspec.field(default_factory=dict)
     #: node_modules path (name) -> the workspace folder it links to (project-relative)
-    links: dict[str, str] = field(default_factory=dict)
-    refused: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    links: dict[str, str] = msgspec.field(default_factory=dict)
+    refused: list[str] = msgspec.field(default_factory=list)
+    skipped: list[str] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     def to_plan(self) -> dict[str, Any]:
         """The build's plan (plain JSON)."""

@@ -16,8 +16,9 @@ VCS, a local path, an option, a name or version that does not parse) is a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -64,8 +65,7 @@ def _plain_versions(req: Requirement) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     """A line fluffy will not fetch: where it is, what it says, why, and what to do."""
 
     where: str  # "requirements/dev.txt:4", "pyproject.toml:12"

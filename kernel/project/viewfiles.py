@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 IGNORED_DIRS = frozenset(
     {".git", ".fluffy", "__pycache__", ".venv", "venv", "node_modules", ".pytest_cache"}
@@ -37,8 +38,7 @@ def ignored(rel: str) -> bool:
     return any(ignored_dir(p) for p in parts[:-1]) or ignored_file(parts[-1])
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """A file or symbolic link of the project."""
 
     rel: str

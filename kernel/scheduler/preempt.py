@@ -16,8 +16,9 @@ never preempts.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+import msgspec
 
 from fluffy.kernel.scheduler.task import Task
 
@@ -36,8 +37,7 @@ def decide(victim_elapsed_s: float, victim_max_duration_s: float, memory_usage: 
     return "pause"
 
 
-@dataclass(frozen=True)
-class RunningTask:
+class RunningTask(msgspec.Struct, frozen=True):
     """What victim selection needs to know of a running task."""
 
     task_id: str

@@ -17,7 +17,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.errors import SchedulerError
 from fluffy.kernel.scheduler.task import BUMP_CEILING, PRIORITY_SYSTEM
@@ -25,8 +26,7 @@ from fluffy.kernel.scheduler.task import BUMP_CEILING, PRIORITY_SYSTEM
 Key = tuple[int, int, int]  # (effective priority, 0 paused / 1 queued, submit sequence)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     task_id: str
     priority: int  # the priority aging starts from
     seq: int  # submission order (FIFO tie-break)

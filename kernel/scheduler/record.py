@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import DependencyFailed, SchedulerError
 from fluffy.kernel.scheduler.task import NO_SANDBOX, TERMINAL_STATES, Task, TaskHandle
 
 
-@dataclass(eq=False)
-class TaskRecord:
+class TaskRecord(msgspec.Struct, eq=False):
     """The scheduler's book on one task: its links, runner and running time."""
 
     task: Task[Any]
     seq: int
     handle: TaskHandle
-    pending: set[str] = field(default_factory=set)  # dependencies not yet completed
-    dependents: list[str] = field(default_factory=list)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    pending: set[str] = msgspec.field(default_factory=set)  # dependencies not yet completed
+    dependents: list[str] = msgspec.field(default_factory=list)
+    done: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
     runner_exited: bool = False
     run_priority: int = 0  # effective priority when (re)dispatched

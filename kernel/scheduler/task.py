@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar, get_args
 
+import msgspec
+
 from fluffy.errors import SchedulerError
 
 T = TypeVar("T")
@@ -162,8 +164,7 @@ class Limits:
         return {"global_max": self.global_max, "per_template": dict(self.per_template)}
 
 
-@dataclass(frozen=True)
-class TaskSnapshot:
+class TaskSnapshot(msgspec.Struct, frozen=True):
     """A task as the scheduler sees it at one moment."""
 
     id: str
@@ -177,8 +178,7 @@ class TaskSnapshot:
     reason: str | None  # the error's headline for failed/cancelled tasks
 
 
-@dataclass(frozen=True)
-class SchedulerStats:
+class SchedulerStats(msgspec.Struct, frozen=True):
     by_state: Mapping[TaskState, int]
     running_by_template: Mapping[str, int]
     accepting_work: bool
@@ -187,8 +187,8 @@ class SchedulerStats:
     destroyed_total: int
     timed_out_total: int
     #: priority (as a string: JSON keys) -> tasks holding a slot, queued (or paused)
-    running_by_priority: Mapping[str, int] = field(default_factory=dict)
-    queued_by_priority: Mapping[str, int] = field(default_factory=dict)
+    running_by_priority: Mapping[str, int] = msgspec.field(default_factory=dict)
+    queued_by_priority: Mapping[str, int] = msgspec.field(default_factory=dict)
     #: running tasks that give their slot up to better priorities (the warm pool's)
     yielding: int = 0
     #: slots held beyond a limit: reservations (the policy sandbox) admitted at once,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from fluffy.kernel.ai.conversation import ConversationStore
 from fluffy.kernel.ai.instructions import Instructions, read_instructions
@@ -29,8 +30,7 @@ from fluffy.kernel.syscalls.assemble_tools import ToolPath
 log = logging.getLogger("fluffy.kernel.ai")
 
 
-@dataclass
-class AiLayer:
+class AiLayer(msgspec.Struct):
     loop: SessionLoop
     proxy: ConnectProxy
     runner: ProviderRunner

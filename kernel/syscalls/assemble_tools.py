@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
@@ -100,8 +101,7 @@ def _sanitizer(policy: PolicyFile) -> OutputSanitizer:
     )
 
 
-@dataclass
-class ToolPath:
+class ToolPath(msgspec.Struct):
     router: ToolRouter
     #: the sessions' changes (their workflow, staging areas and merge): the router's too
     flow: Flow

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
+import msgspec
+
 from fluffy.errors import CoverageFormatError
 from fluffy.kernel.policy.tdd_settings import check_thresholds
 
@@ -247,8 +249,7 @@ def _parse_lcov(text: str, name: str) -> CoverageReport:
     return _from_lines(seen, declared, "lcov")
 
 
-@dataclass(frozen=True)
-class BudgetVerdict:
+class BudgetVerdict(msgspec.Struct, frozen=True):
     """What the tech-debt budget says about one commit."""
 
     level: Literal["ok", "drop", "warn", "lock"]

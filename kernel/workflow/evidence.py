@@ -36,6 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
 from pathspec import GitIgnoreSpec
 
 from fluffy.errors import EvidenceError
@@ -148,8 +149,7 @@ def snapshot_trees(
     return TreeSnapshot(tests), TreeSnapshot(sources)
 
 
-@dataclass(frozen=True)
-class TestRun:
+class TestRun(msgspec.Struct, frozen=True):
     """One test run the kernel executed and recorded (JSON round-trips for SQLite)."""
 
     __test__ = False
@@ -178,7 +178,7 @@ class TestRun:
             **({"output": self.output} if self.output else {}),
             "command": list(self.command),
             "exit_code": self.exit_code,
-            "cases": [vars(c).copy() for c in self.cases],
+            "cases": [msgspec.structs.asdict(c) for c in self.cases],
             "tests": dict(self.tests.files),
             "sources": dict(self.sources.files),
             "started_at": self.started_at,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
 import msgspec
+from msgspec.structs import replace
 
 from fluffy.errors import ExemptionDenied, ExemptionMismatch, ExemptionPending
 from fluffy.kernel.audit.entry import Event, now_ms

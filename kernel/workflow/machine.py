@@ -21,11 +21,11 @@ import asyncio
 import collections
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, Unpack
 
 import msgspec
+from msgspec.structs import replace
 
 from fluffy.errors import ModeDenied, SessionNotFound, TransitionDenied
 from fluffy.kernel.audit.entry import Event, now_ms

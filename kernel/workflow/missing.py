@@ -31,8 +31,9 @@ import builtins
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Literal, Protocol
+
+import msgspec
 
 #: Source files larger than this are not parsed (treated as "cannot tell").
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
@@ -52,8 +53,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 Kind = Literal["name", "module", "attribute", "member", "global"]
 
 
-@dataclass(frozen=True)
-class Missing:
+class Missing(msgspec.Struct, frozen=True):
     """What a failure message says is missing."""
 
     kind: Kind
@@ -92,8 +92,7 @@ def _join(root: str, rel: str) -> str:
     return rel if root in ("", ".") else f"{root}/{rel}"
 
 
-@dataclass
-class _Module:
+class _Module(msgspec.Struct):
     defined: set[str]
     dynamic: bool  # __getattr__ at module level or a star import: anything may exist
     classes: dict[str, ast.ClassDef]

@@ -8,8 +8,9 @@ design's.  Any state goes to ``idle`` on ``cancel``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, Literal, TypeGuard, get_args
+
+import msgspec
 
 # the states and modes are declared once, where the wire names them (a session's result)
 from fluffy.ipc.results.workflow import Mode as Mode
@@ -49,8 +50,7 @@ EVENTS: Final = (
 )
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(msgspec.Struct, frozen=True):
     to: State
     guard: str | None = None
 

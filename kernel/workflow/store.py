@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -69,24 +68,22 @@ def row_hash(row: tuple[Any, ...]) -> str:
     return hashlib.sha256(DOMAIN + _encode(row)).hexdigest()
 
 
-@dataclass(frozen=True)
-class SessionRow:
+class SessionRow(msgspec.Struct, frozen=True):
     id: str
     created_at: int
     updated_at: int
     mode: Mode
     state: State
-    data: SessionData = field(default_factory=SessionData)
+    data: SessionData = msgspec.field(default_factory=SessionData)
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     """What a transition did (warnings: e.g. a coverage drop that was allowed)."""
 
     session: SessionRow
     from_state: str
     event: str
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 class WorkflowStore:

@@ -18,7 +18,6 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,9 +33,9 @@ from fluffy.plugins.sdk.view import ProjectView
 MAX_RESULT_BYTES = 3 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Roots:
-    """Where the sandbox mounts the project, the staged changes and the output area."""
+class Roots(msgspec.Struct, frozen=True):
+    """Where the sandbox mounts the project, the staged changes and the output area
+    (a frozen msgspec Struct since 2026-11-30: ``msgspec.structs.replace`` changes one)."""
 
     workspace: Path = Path("/workspace")
     staged: Path = Path("/staged")

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from fluffy.errors import ToolFailed
 
@@ -48,9 +49,11 @@ def scrub_environment() -> None:
     os.environ.update(kept)
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """What a command did.  ``exit_code`` is negative when a signal ended it."""
+class RunResult(msgspec.Struct, frozen=True):
+    """What a command did.  ``exit_code`` is negative when a signal ended it.
+
+    A frozen msgspec Struct (since 2026-11-30; a dataclass before): copy or convert it
+    with ``msgspec.structs.replace`` / ``asdict``, not ``dataclasses``' or ``vars()``."""
 
     command: tuple[str, ...]
     exit_code: int

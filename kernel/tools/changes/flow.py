@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import (
     MergeConflict,
@@ -45,8 +46,7 @@ DIFF_PREVIEW = 20_000
 DIFF_KEPT = 2_000_000
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     event: str
     source: str
     target: str | None

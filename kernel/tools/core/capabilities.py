@@ -20,15 +20,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.policy.tokens import CapabilityToken, TokenStore
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(msgspec.Struct, frozen=True):
     """What a call's token will cover: its syscall on exactly its paths."""
 
     syscall: str

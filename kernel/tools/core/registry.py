@@ -24,9 +24,10 @@ project in v1.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from fluffy.errors import PluginManifestInvalid, PluginRejected, ToolInputInvalid, ToolNotFound
 from fluffy.kernel.plugins.manifest import PluginManifest, load_manifest
@@ -43,13 +44,12 @@ PLUGINS_DIR = Path(__file__).resolve().parents[3] / "plugins"
 EVERYTHING = ""
 
 
-@dataclass(frozen=True)
-class ToolSpec:
+class ToolSpec(msgspec.Struct, frozen=True):
     name: str
     kind: Kind
     route: Route
     description: str = ""
-    input_schema: Mapping[str, Any] = field(default_factory=dict)
+    input_schema: Mapping[str, Any] = msgspec.field(default_factory=dict)
     #: Plugin serving it: (plugin name, python module, sandbox template).  A third-party
     #: plugin's module is ``file:<entry>`` (its code comes from the plugin store).
     plugin: str | None = None

@@ -9,8 +9,9 @@ capability token, the sandbox, the timings).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from fluffy.kernel.scheduler.task import PRIORITY_HIGH, PRIORITY_NORMAL
 from fluffy.kernel.tools.core.capabilities import Scope
@@ -27,8 +28,7 @@ CALL_PRIORITY = PRIORITY_NORMAL
 Reviewer = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-@dataclass
-class RoutedCall:
+class RoutedCall(msgspec.Struct):
     spec: ToolSpec
     session: SessionRow
     args: dict[str, Any]

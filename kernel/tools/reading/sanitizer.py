@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
+
+import msgspec
 
 from fluffy.errors import ConfigError, ToolFailed
 from fluffy.kernel.redaction import Redactor
@@ -75,8 +76,7 @@ def cut(text: str, keep: int, strategy: Strategy) -> str:
     return text[: keep - tail] + mark + text[len(text) - tail :]
 
 
-@dataclass(frozen=True)
-class SanitizeResult:
+class SanitizeResult(msgspec.Struct, frozen=True):
     """A sanitised tool result and what was done to it (sizes in JSON characters)."""
 
     value: Any
@@ -84,7 +84,7 @@ class SanitizeResult:
     sanitized_chars: int
     truncated: bool
     redactions: int
-    redacted_kinds: list[str] = field(default_factory=list)
+    redacted_kinds: list[str] = msgspec.field(default_factory=list)
 
     @property
     def sanitized_tokens(self) -> int:

@@ -21,8 +21,10 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
+
+import msgspec
+from msgspec.structs import asdict
 
 from fluffy.errors import CircuitOpen, ConfigError, FluffyError
 from fluffy.kernel.redaction import redact
@@ -57,8 +59,7 @@ def describe(error: BaseException | str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
-@dataclass(frozen=True)
-class Ticket:
+class Ticket(msgspec.Struct, frozen=True):
     """One admitted call: which breaker, in which epoch, and whether it is the trial."""
 
     name: str
@@ -66,8 +67,7 @@ class Ticket:
     trial: bool
 
 
-@dataclass(frozen=True)
-class BreakerStatus:
+class BreakerStatus(msgspec.Struct, frozen=True):
     name: str
     state: BreakerState
     consecutive_failures: int

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
+
+import msgspec
 
 from fluffy.errors import ToolInputInvalid
 
 WHOLE_PROJECT = ""
 
 
-@dataclass(frozen=True)
-class PlannedCall:
+class PlannedCall(msgspec.Struct, frozen=True):
     """One call of the batch: its index in the AI's response and what it touches."""
 
     index: int
@@ -61,8 +61,7 @@ def _any_overlap(xs: Iterable[str], ys: Iterable[str]) -> bool:
     return any(overlaps(x, y) for x in xs for y in ys)
 
 
-@dataclass(frozen=True)
-class _Normal:
+class _Normal(msgspec.Struct, frozen=True):
     reads: frozenset[str]
     writes: frozenset[str]
     exclusive: bool

@@ -9,8 +9,9 @@ build the parts they need and keep the defaults for the rest.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.tool_settings import ToolSettings
@@ -35,8 +36,7 @@ def always() -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class CallChecks:
+class CallChecks(msgspec.Struct, frozen=True):
     """What every call is held to: the policy's say, the tools' settings (timeouts, the
     fast path), the output sanitiser, the plugins' circuit breakers, the paths no write
     may touch, and whether a failure on the base tree too blocks a merge
@@ -50,8 +50,7 @@ class CallChecks:
     require_all_green: bool = False
 
 
-@dataclass(frozen=True)
-class CallRunners:
+class CallRunners(msgspec.Struct, frozen=True):
     """Where a call that leaves the kernel runs: its plugin's sandbox (None: no container
     engine) under the scheduler's limits, test runs in their environment and view, the
     project's MCP servers (ADR-046).  ``steps`` orders a batch's dependent calls (None: a

@@ -28,7 +28,6 @@ import binascii
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -49,13 +48,12 @@ WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluffy-callfiles"
 Piece = tuple[list[str], int, str]  # (name's components, offset, data as base64)
 
 
-@dataclass
-class Received:
+class Received(msgspec.Struct):
     """What a call has sent so far (its folders included)."""
 
     bytes: int = 0
     files: int = 0
-    folders: set[tuple[str, ...]] = field(default_factory=set)
+    folders: set[tuple[str, ...]] = msgspec.field(default_factory=set)
 
 
 class FilePiece(msgspec.Struct, forbid_unknown_fields=True):

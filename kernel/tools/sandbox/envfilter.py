@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from fluffy.kernel.redaction import Redactor
 
@@ -73,12 +74,11 @@ MAX_VALUE_CHARS: Final = 32 * 1024
 _REDACTOR: Final = Redactor()
 
 
-@dataclass(frozen=True)
-class EnvResult:
+class EnvResult(msgspec.Struct, frozen=True):
     """The sandbox environment, and the names of the ``extra`` entries dropped (why)."""
 
     env: dict[str, str]
-    dropped: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __repr__(self) -> str:  # values stay out of logs and tracebacks
         return f"EnvResult(env={sorted(self.env)}, dropped={self.dropped})"

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.audit.log import AuditLog
@@ -37,13 +38,12 @@ from fluffy.kernel.tools.sandbox.pluginjob import ThirdPartyCode
 log = logging.getLogger("fluffy.kernel.plugins")
 
 
-@dataclass
-class Activated:
+class Activated(msgspec.Struct):
     """What start-up made of the installed plugins."""
 
     registry: PluginRegistry | None = None
-    specs: list[ToolSpec] = field(default_factory=list)
-    code: dict[str, ThirdPartyCode] = field(default_factory=dict)
+    specs: list[ToolSpec] = msgspec.field(default_factory=list)
+    code: dict[str, ThirdPartyCode] = msgspec.field(default_factory=dict)
 
     @property
     def names(self) -> set[str]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import (
     FluffyError,
@@ -26,8 +27,7 @@ from fluffy.kernel.tools.core.capabilities import Scope
 from fluffy.kernel.tools.sandbox.callfiles import Received
 
 
-@dataclass(frozen=True)
-class ThirdPartyCode:
+class ThirdPartyCode(msgspec.Struct, frozen=True):
     """Where an active third-party plugin's code comes from, and what it declared."""
 
     store: PluginStore
@@ -44,8 +44,7 @@ PLUGIN_CODE_DIR = "plugin"
 DECLARED_TOOLS = "tools.json"
 
 
-@dataclass
-class Job:
+class Job(msgspec.Struct):
     call_id: str
     tool: str
     args: dict[str, Any]
@@ -53,20 +52,20 @@ class Job:
     min_api_version: int = 0
     plugin: str = ""
     sandbox_id: str = ""
-    future: asyncio.Future[dict[str, Any]] = field(
+    future: asyncio.Future[dict[str, Any]] = msgspec.field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
-    connected: asyncio.Event = field(default_factory=asyncio.Event)
+    connected: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     handed_at: float = 0.0
     context: CallContext | None = None
     handed: bool = False
     sandbox: Sandbox | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
-    received: Received = field(default_factory=Received)  # its output files so far
-    sending: asyncio.Lock = field(default_factory=asyncio.Lock)  # a tool.files in flight
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    received: Received = msgspec.field(default_factory=Received)  # its output files so far
+    sending: asyncio.Lock = msgspec.field(default_factory=asyncio.Lock)  # a tool.files in flight
     files_refused: str | None = None  # why a tool.files frame was refused (fails the call)
-    placed: asyncio.Event = field(default_factory=asyncio.Event)  # its call is assigned
-    waiting: asyncio.Event = field(default_factory=asyncio.Event)  # the host asked for work
+    placed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)  # its call is assigned
+    waiting: asyncio.Event = msgspec.field(default_factory=asyncio.Event)  # the host asked for work
     lost: bool = False  # the host hung up before its call was assigned
     pooled: bool = False  # made ahead of its call (idle until placed)
     slot: str = ""  # names the sandbox's socket folder
@@ -77,8 +76,7 @@ class Job:
     timeout_s: float = 0.0  # the call's time limit (its token lives as long)
 
 
-@dataclass
-class PluginOutcome:
+class PluginOutcome(msgspec.Struct):
     """A finished call: the plugin's result and where its files are."""
 
     result: dict[str, Any]
@@ -120,8 +118,7 @@ def open_call_dir(output_dir: Path, call_id: str) -> int:
         os.close(root)
 
 
-@dataclass(frozen=True)
-class CallRequest:
+class CallRequest(msgspec.Struct, frozen=True):
     call_id: str
     tool: str
     args: dict[str, Any]

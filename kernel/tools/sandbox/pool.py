@@ -54,9 +54,10 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import FluffyError
 from fluffy.kernel.scheduler.task import PRIORITY_IDLE
@@ -96,8 +97,7 @@ CLOSE_WAIT_S = 60.0
 POOL_PRIORITY = PRIORITY_IDLE
 
 
-@dataclass
-class _Make:
+class _Make(msgspec.Struct):
     """A sandbox being made: its recipe, whether it holds its scheduler slot yet, and
     whether it is dropped when it arrives (its folder was discarded meanwhile)."""
 

@@ -9,7 +9,8 @@ more than the calls it was not ready for, and the announcement (ADR-065).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+
+import msgspec
 
 #: How far back demand is counted.
 WINDOW_S = 60.0
@@ -18,10 +19,9 @@ WINDOW_S = 60.0
 MAKE_S = 0.25
 
 
-@dataclass
-class Demand:
-    misses: deque[float] = field(default_factory=deque)
-    calls: deque[float] = field(default_factory=deque)  # every take, hit or miss
+class Demand(msgspec.Struct):
+    misses: deque[float] = msgspec.field(default_factory=deque)
+    calls: deque[float] = msgspec.field(default_factory=deque)  # every take, hit or miss
     expected: int = 0  # what the last expect() announced ...
     expected_at: float = 0.0  # ... and when
     last: float = 0.0

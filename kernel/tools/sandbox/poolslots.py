@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+import msgspec
 
 from fluffy.kernel.containers.lifecycle import Sandbox
 
 
-@dataclass(frozen=True)
-class Recipe:
+class Recipe(msgspec.Struct, frozen=True):
     """Everything a plugin sandbox is made of: equal recipes make equal sandboxes."""
 
     plugin: str
@@ -73,8 +73,7 @@ class Waiter(Protocol):
     lost: bool
 
 
-@dataclass(eq=False)
-class Slot:
+class Slot(msgspec.Struct, eq=False):
     """A created, started sandbox of one recipe, waiting for exactly one call."""
 
     recipe: Recipe
@@ -84,7 +83,7 @@ class Slot:
     image_ref: str = ""
     image_id: str = ""
     generation: int = 0
-    made_at: float = field(default_factory=time.monotonic)
+    made_at: float = msgspec.field(default_factory=time.monotonic)
 
     @property
     def ready(self) -> bool:
@@ -106,8 +105,7 @@ class Maker(Protocol):
 IDLE_SANDBOX_MIB = 16.0
 
 
-@dataclass
-class PoolLimits:
+class PoolLimits(msgspec.Struct):
     enabled: bool = True
     max_idle: int = 10
     idle_after_s: float = 120.0

@@ -15,11 +15,11 @@ still pass, and the session's new and changed tests must pass.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.junit import parse_junit
 from fluffy.kernel.tools.core.routedcall import RoutedCall
@@ -31,8 +31,7 @@ from fluffy.kernel.workflow.evidence import snapshot_trees
 BASE_SUFFIX = ".base"
 
 
-@dataclass(frozen=True)
-class BaseResult:
+class BaseResult(msgspec.Struct, frozen=True):
     """What the suite did on the base tree (``found`` 0: no report to compare with)."""
 
     failing: frozenset[str]
@@ -69,7 +68,7 @@ async def base_run(
     plan = await asyncio.to_thread(
         preparer.prepare, call.session.id + BASE_SUFFIX, {}, None, test_globs, coverage=True
     )
-    base_call = dataclasses.replace(call, call_id=call.call_id + BASE_SUFFIX, args={})
+    base_call = msgspec.structs.replace(call, call_id=call.call_id + BASE_SUFFIX, args={})
     outcome = await sandbox(base_call, plan)
     try:
         junit = read(outcome, outcome.result.get("junit"))

@@ -30,10 +30,10 @@ green run *is* this run), and only for a run that decides the merge (ADR-058).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from fluffy.junit import TestCase, parse_junit
 from fluffy.kernel.globs import GlobSet
@@ -47,8 +47,7 @@ PREFIX = "[the person's tests, without this session's test changes] "
 GUARD_SUFFIX = ".person"
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """What the cross-check found."""
 
     broken: tuple[TestCase, ...]  # failing, in files the session did not change
@@ -123,7 +122,7 @@ async def cross_check(
         test_globs,
         coverage=False,
     )
-    guard_call = dataclasses.replace(call, call_id=call.call_id + GUARD_SUFFIX, args={})
+    guard_call = msgspec.structs.replace(call, call_id=call.call_id + GUARD_SUFFIX, args={})
     outcome = await sandbox(guard_call, plan)
     try:
         junit = read(outcome, outcome.result.get("junit"))
@@ -173,4 +172,4 @@ def _unfinished(name: str, exit_code: int, said: str, tail: str, runner: str) ->
 
 def as_evidence(case: TestCase) -> TestCase:
     """A failing case of the cross-check as it is recorded in the run's evidence."""
-    return dataclasses.replace(case, id=PREFIX + case.id)
+    return msgspec.structs.replace(case, id=PREFIX + case.id)

@@ -15,9 +15,10 @@ never run with pytest.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import ConfigError
 from fluffy.junit import JS_RUNNERS, Dialect
@@ -36,13 +37,12 @@ from fluffy.kernel.tools.testing.canary import draw
 from fluffy.kernel.tools.testing.testview import Synced, TestViews
 
 
-@dataclass
-class TestPlan:
+class TestPlan(msgspec.Struct):
     __test__ = False  # not a pytest test class
 
     synced: Synced
     choice: EnvChoice | None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)
     custom: bool = False
     #: whose JUnit the run writes (pytest's, a project command's, a JavaScript runner's)
     dialect: Dialect = "pytest"

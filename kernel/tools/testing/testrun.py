@@ -9,11 +9,12 @@ reports the plugin wrote (regular files only, capped), records the run and, in
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import msgspec
 
 from fluffy.errors import EngineUnavailable, FluffyError, ToolInputInvalid
 from fluffy.junit import parse_junit
@@ -147,7 +148,7 @@ async def run_tests(
         # failures that were there before the change are reported, not the change's
         base = await on_base()
         known = sorted({c.id for c in cases if c.outcome in ("failed", "error")} & base.failing)
-        run = dataclasses.replace(run, preexisting=tuple(known))
+        run = msgspec.structs.replace(run, preexisting=tuple(known))
     checked: Verdict | None = None
     if deciding and run.is_green() and test_side(stage.overlay(), workflow.test_globs):
         base = base or await on_base()  # what the person's suite passes without the change
@@ -158,7 +159,7 @@ async def run_tests(
         )  # fmt: skip
         if checked is not None and checked.broken:  # the green was not the truth
             cases = [*cases, *(as_evidence(c) for c in checked.broken)]
-            run = dataclasses.replace(run, cases=tuple(cases), exit_code=exit_code or 1)
+            run = msgspec.structs.replace(run, cases=tuple(cases), exit_code=exit_code or 1)
         elif checked is not None and not checked.holds:
             reasons = list((await workflow.get(session_id)).data.review_required)
             await workflow.annotate(

@@ -30,9 +30,10 @@ import shutil
 import stat
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import astuple, dataclass
 from pathlib import Path
 
+import msgspec
+from msgspec.structs import astuple
 from pathspec import GitIgnoreSpec
 
 from fluffy.kernel.confined_files import plain_file
@@ -43,15 +44,13 @@ _CHUNK = 1024 * 1024
 _LINK_SCHEME = b"symlink:"
 
 
-@dataclass
-class _Item:
+class _Item(msgspec.Struct):
     source: str  # "project" | "staged" | "generated"
     signature: tuple[int, ...]  # project: Entry.signature; staged: (); generated: stat
     sha256: str
 
 
-@dataclass(frozen=True)
-class Synced:
+class Synced(msgspec.Struct, frozen=True):
     folder: Path
     tests: TreeSnapshot
     sources: TreeSnapshot

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from fluffy.errors import EnvironmentFailed
 from fluffy.images.npmfetch import REGISTRY_VARIABLE, WORKERS, fetch_archives, registry

@@ -76,3 +76,42 @@ def test_every_command_has_one_part_and_builds_alone() -> None:
     for part, _ in PARTS:
         for command in part:
             assert names(build_parser(only=command)) == set(part)
+
+
+#: The dataclasses the kernel's start still makes, each for what a Struct cannot do
+#: (ADR-084): a hand-written ``__init__``, ``__post_init__`` that sets fields, field
+#: options (``init=False``, ``compare=False``), a ``Generic`` base, a cached property.
+START_DATACLASSES = {
+    "fluffy.kernel.audit.entry.Event": "hand-written __init__: the hot path's one copy",
+    "fluffy.kernel.audit.query.Filters": "__post_init__",
+    "fluffy.kernel.ai.context.TokenBudget": "__post_init__",
+    "fluffy.kernel.containers.lifecycle.Sandbox": "__post_init__",
+    "fluffy.kernel.ipc.syscalls.Syscall": "Generic base, cached properties",
+    "fluffy.kernel.policy.tokens.CapabilityToken": "field options",
+    "fluffy.kernel.project.layout.Layout": "field options",
+    "fluffy.kernel.scheduler.scheduler.TaskRef": "Generic base, field options",
+    "fluffy.kernel.scheduler.task.Limits": "__post_init__",
+    "fluffy.kernel.scheduler.task.Task": "Generic base, __post_init__, field options",
+    "fluffy.kernel.tools.reading.fastpath.FastPath": "__post_init__",
+    "fluffy.kernel.workflow.coverage.CoverageReport": "__post_init__",
+    "fluffy.kernel.workflow.evidence.TreeSnapshot": "__post_init__",
+    "fluffy.plugins.sdk.definition.ToolDefinition": "__post_init__, field options",
+}
+
+
+def test_the_kernels_start_makes_records_as_structs() -> None:
+    # a dataclass compiles its methods from source as its module loads (~0.5 ms each,
+    # 122 of them were ~50 ms of every kernel start); a msgspec Struct is made in C
+    probe = (
+        "import dataclasses, inspect, json, sys\n"
+        "import fluffy.kernel.serve\n"
+        "print(json.dumps(sorted(f'{n}.{k}' for n, m in list(sys.modules.items())\n"
+        "    if n.startswith('fluffy') and m is not None for k, v in vars(m).items()\n"
+        "    if inspect.isclass(v) and v.__module__ == n and dataclasses.is_dataclass(v))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    made = set(json.loads(out.splitlines()[-1]))
+    assert made - set(START_DATACLASSES) == set(), "make these msgspec Structs (ADR-084)"
+    assert set(START_DATACLASSES) <= made, "a listed class is gone: take it off the list"

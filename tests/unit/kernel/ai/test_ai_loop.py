@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
 from fluffy.kernel.policy.model import load_policy

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import msgspec
 import pytest
 from podman.domain.containers_create import CreateMixin
 
@@ -170,7 +171,7 @@ def test_the_hardening_follows_the_sandbox_config(tmp_path: Path) -> None:
 @pytest.mark.parametrize("form", ["json", "path"])
 def test_a_spec_without_the_engines_profile_form_is_refused(form: str, tmp_path: Path) -> None:
     spec = _spec("code-executor", tmp_path)
-    bare = dataclasses.replace(spec, seccomp_json="", seccomp_path=None)
+    bare = msgspec.structs.replace(spec, seccomp_json="", seccomp_path=None)
     with pytest.raises(SandboxConfigError) as info:
         harden(bare, seccomp=form)
     assert "no seccomp profile" in info.value.what
@@ -178,13 +179,13 @@ def test_a_spec_without_the_engines_profile_form_is_refused(form: str, tmp_path:
 
 @pytest.mark.parametrize("user", ["0:0", "root", "fluffy:fluffy"])
 def test_root_or_named_users_are_refused(user: str, tmp_path: Path) -> None:
-    spec = dataclasses.replace(_spec("code-executor", tmp_path), user=user)
+    spec = msgspec.structs.replace(_spec("code-executor", tmp_path), user=user)
     with pytest.raises(SandboxConfigError):
         harden(spec, seccomp="json")
 
 
 def test_engine_sockets_are_never_mounted(tmp_path: Path) -> None:
-    spec = dataclasses.replace(
+    spec = msgspec.structs.replace(
         _spec("code-executor", tmp_path), mounts=(Mount(Path("/var/run"), "/x"),)
     )
     with pytest.raises(SandboxConfigError):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from fluffy.errors import ToolFailed
 from fluffy.kernel.scheduler import PRIORITY_HIGH, PRIORITY_NORMAL

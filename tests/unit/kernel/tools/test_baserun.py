@@ -9,10 +9,11 @@ session on structlog (tests/integration/test_real_projects.py)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import msgspec
 
 from fluffy.kernel.tools.testing.baserun import base_run
 
@@ -20,8 +21,7 @@ JUNIT = (b'<testsuite><testcase classname="tests.test_t" name="test_recursive" f
          b'test_t.py"><failure message="x"/></testcase></testsuite>')  # fmt: skip
 
 
-@dataclasses.dataclass
-class _Call:
+class _Call(msgspec.Struct):  # a RoutedCall's fields the base run reads
     call_id: str
     args: dict[str, Any]
     session: Any

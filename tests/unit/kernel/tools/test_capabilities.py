@@ -89,7 +89,7 @@ def test_require_capability_token_is_met_only_by_the_check_before_issuing(
     ask = Request("fs.write", Caller("fs-tool", frozenset({"ai"})), "src/a.py",
                   sandbox="code-executor")  # fmt: skip
     assert engine.evaluate(ask).result == "deny"  # e.g. the kernel's fast path
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     assert engine.evaluate(replace(ask, issuing=True)).result == "allow"
 

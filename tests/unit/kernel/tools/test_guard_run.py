@@ -5,10 +5,11 @@ test_forged_green.py."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import msgspec
 
 from fluffy.junit import TestCase
 from fluffy.kernel.tools.testing.guardrun import Verdict, cross_check
@@ -17,11 +18,10 @@ OVERLAY = {"tests/test_new.py": "a" * 64, "src/calc.py": "b" * 64}
 GLOBS = ("tests/**",)
 
 
-@dataclass
-class _Call:
+class _Call(msgspec.Struct):  # a RoutedCall's fields the cross-check reads
     call_id: str = "c1"
-    args: dict[str, Any] = field(default_factory=dict)
-    session: Any = field(default_factory=lambda: SimpleNamespace(id="s1"))
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    session: Any = msgspec.field(default_factory=lambda: SimpleNamespace(id="s1"))
 
 
 def _junit(cases: list[tuple[str, str]]) -> bytes:

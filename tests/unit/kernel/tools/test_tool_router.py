@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from fluffy.errors import FluffyError, MergeConflict, ToolFailed, ToolTransient
 from fluffy.kernel.audit.entry import Event

@@ -3,10 +3,10 @@ once, not as a warning on every commit; a Python project's notice is unchanged."
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from fluffy.errors import TransitionDenied
 from unit.workflow_support import Kit, fake_run, make_project, open_kit

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from fluffy.errors import ExemptionDenied, ModeDenied, TransitionDenied, WorkflowError
 from fluffy.kernel.audit.query import Filters, entries
