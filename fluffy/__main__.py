@@ -1,5 +1,5 @@
 """`python -m fluffy` is the `fluffy` command."""
 
-from fluffy.cli.main import main
+from fluffy.cli.main import command
 
-raise SystemExit(main())
+raise SystemExit(command())
