@@ -27,7 +27,6 @@ from typing import Any
 import fluffy.errors as errors
 from fluffy.bootstrap import l1
 from fluffy.bootstrap.engine import Engine, as_dict
-from fluffy.gate.server import start_for
 
 MAX_RESTARTS, WINDOW_S, BACKOFF_S = 3, 300.0, (0.05, 1.0, 3.0)  # the first restart at once
 PING_EVERY_S, PING_FAILURES, HEALTHY_WITHIN_S = 0.1, 3, 60.0
@@ -196,6 +195,8 @@ class Supervisor:
                 self.restart(exc.what)
 
     def run(self) -> None:
+        from fluffy.gate.server import start_for  # (the CLI's readers of paths never serve)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: setattr(self, "stopping", True))
         wake, poke = os.pipe2(os.O_NONBLOCK)  # a signal ends the wait below at once

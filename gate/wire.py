@@ -4,7 +4,6 @@ Shared by the bootstrap (its own engine calls) and the gate (checks and relays).
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import socket
@@ -41,6 +40,8 @@ class _Bytes:
 
 def parse(data: bytes) -> tuple[int, bytes]:
     """(status, body) of a whole HTTP response (chunked bodies joined)."""
+    import http.client  # here: `fluffy stop` and the CLI's other readers of L1 never parse
+
     response = http.client.HTTPResponse(_Bytes(data))  # type: ignore[arg-type]
     response.begin()
     return response.status, response.read()

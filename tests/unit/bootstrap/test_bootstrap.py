@@ -321,7 +321,7 @@ def test_stopping_witnesses_the_final_head_the_kernel_left(
         asyncio.run(record("tool_result", "kernel_shutdown"))
 
     monkeypatch.setattr(
-        boot_supervisor, "start_for", lambda *a: SimpleNamespace(shutdown=lambda: None)
+        "fluffy.gate.server.start_for", lambda *a: SimpleNamespace(shutdown=lambda: None)
     )
     monkeypatch.setattr(boot_supervisor.l1, "spec", lambda *a: {})
     monkeypatch.setattr(boot_supervisor.l1, "start", lambda *a: "container-1")

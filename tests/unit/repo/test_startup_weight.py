@@ -59,6 +59,8 @@ def test_the_lifecycle_commands_do_not_load_the_settings_model(
     loaded = _loaded(code, tmp_path, env)
     assert "fluffy.settings" not in loaded and "fluffy.cli.task" not in loaded
     assert "pydantic" not in loaded
+    # nor the gate's HTTP server and parser: the CLI reads L1's status, never serves it
+    assert "http.server" not in loaded and "http.client" not in loaded
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "config.yaml").write_text("theme: plain\n")
     assert "fluffy.settings" in _loaded(code, tmp_path, env)  # a file sets it: it is read
