@@ -73,11 +73,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # refusals go to the gate's log; allowed calls are the kernel's to audit
 
-    def do_GET(self) -> None:
-        self._serve()
-
-    do_POST = do_DELETE = do_HEAD = do_PUT = do_GET
-
     def _send(self, status: int, message: str) -> None:
         data = json.dumps({"message": message}).encode()
         self.send_response(status)
@@ -115,6 +110,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(502, f"fluffy's engine gate could not reach the engine: {exc}")
             return
         self._relay(method, path, body)
+
+    do_GET = do_POST = do_DELETE = do_HEAD = do_PUT = _serve
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding"):

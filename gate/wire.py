@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+from types import SimpleNamespace
 from typing import Any
 
 
@@ -28,21 +29,12 @@ def send(path: str, method: str, target: str, body: bytes = b"", *,
     return sock
 
 
-class _Bytes:
-    """What http.client.HTTPResponse needs to parse a response already read."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def makefile(self, *_args: object) -> io.BytesIO:
-        return io.BytesIO(self.data)
-
-
 def parse(data: bytes) -> tuple[int, bytes]:
     """(status, body) of a whole HTTP response (chunked bodies joined)."""
     import http.client  # here: `fluffy stop` and the CLI's other readers of L1 never parse
 
-    response = http.client.HTTPResponse(_Bytes(data))  # type: ignore[arg-type]
+    read = SimpleNamespace(makefile=lambda *_: io.BytesIO(data))  # what it reads from
+    response = http.client.HTTPResponse(read)  # type: ignore[arg-type]
     response.begin()
     return response.status, response.read()
 
