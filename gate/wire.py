@@ -1,12 +1,14 @@
-"""HTTP/1.1 to an engine's Unix socket, one request per connection (stdlib only).
-
-Shared by the bootstrap (its own engine calls) and the gate (checks and relays)."""
+# HTTP/1.1 to an engine's Unix socket, one request per connection (stdlib only).
+#
+# Shared by the bootstrap (its own engine calls) and the gate (checks and relays).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -55,12 +57,27 @@ def as_json(body: bytes) -> Any:
 
 
 def userns(path: str) -> dict[str, str]:
-    """HostConfig's user namespace for the engine at ``path``: ``keep-id`` on rootless
-    Podman (its libpod info says so; the compatible /info does not, on Podman 4.3), so
-    container uid N is host uid N -- the user's own, not a subordinate uid locked out of
-    the user's 0700 folders and peer-uid checks.  Docker (404), rootful Podman: {}."""
+    """HostConfig's user namespace for the engine at ``path``: keep-id on rootless Podman."""
+    # so that container uid N is the user's own uid N (else {}: Docker, rootful Podman), not
+    # a subordinate uid locked out of the user's 0700 folders and the kernel's peer-uid
+    # checks.  An answer the engine did not give (an error) is not kept: asked again
     try:
-        info = json.loads(request(path, "GET", "/v4.0.0/libpod/info", timeout=30)[2])
-        return {"UsernsMode": "keep-id"} if info["host"]["security"]["rootless"] else {}
+        return dict(_userns(path))  # a copy: callers keep it
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+# once per process: the gate and L1's spec both ask, and Podman's libpod info takes
+# ~170 ms (it counts the store's images and containers); a process serves one engine
+@functools.cache
+def _userns(path: str) -> dict[str, str]:
+    with send(path, "HEAD", "/_ping", timeout=30) as sock:  # (its answer left unread)
+        cred = getattr(socket, "SO_PEERCRED", 0)  # struct ucred {pid, uid, gid}, on Linux
+        root = bool(cred) and sock.getsockopt(socket.SOL_SOCKET, cred, 12)[4:8] == bytes(4)
+    # uid 0 (in any byte order) seen from the host's user namespace is root, whose Podman
+    # is never rootless (a rootless engine's own uid 0 is its user's uid, seen from here)
+    if root and Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]:
+        return {}
+    # rootless: its libpod info says so (the compatible /info does not, on Podman 4.3)
+    info = json.loads(request(path, "GET", "/v4.0.0/libpod/info", timeout=30)[2])
+    return {"UsernsMode": "keep-id"} if info["host"]["security"]["rootless"] else {}

@@ -9,9 +9,14 @@ import contextlib
 import http.server
 import json
 import os
+import shutil
 import socket
 import socketserver
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -446,6 +451,56 @@ def fake_engine(sock: Path, answer: Answer) -> Iterator[list[tuple[str, str, byt
         server.server_close()
 
 
+#: A fake engine in its own process, so that it can run as another user than the tests
+#: (the gate reads the uid serving the engine's socket): argv socket, status, answer.
+USER_ENGINE = """
+import http.server, json, socketserver, sys
+path, status, answer = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        info = self.path == "/v4.0.0/libpod/info"
+        self.send_response(status if info else 404)
+        self.send_header("Content-Length", str(len(answer) if info else 2))
+        self.end_headers()
+        self.wfile.write(answer if info else b"{}")
+    def log_message(self, *args):
+        pass
+class Server(socketserver.UnixStreamServer):
+    def get_request(self):
+        return self.socket.accept()[0], ("local", 0)
+Server(path, Handler).serve_forever()
+"""
+
+
+@contextlib.contextmanager
+def user_engine(status: int, answer: dict[str, Any], folder: Path | None = None) -> Iterator[str]:
+    """A fake engine served by a user other than root (this test's own uid if it is not
+    root, else nobody's), its socket in ``folder`` (default: a new one); yields its path."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="fluffy-user-engine-"))
+    folder.chmod(0o777)  # nobody makes its socket here
+    path = str(folder / "engine.sock")
+    user = 65534 if os.getuid() == 0 else None
+    # (the system's Python: nobody may not run one under root's home)
+    python = "/usr/bin/python3" if user is not None else sys.executable
+    args = [python, "-c", USER_ENGINE, path, str(status), json.dumps(answer)]
+    proc = subprocess.Popen(args, user=user)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until it listens
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(path)
+                    break
+                except OSError:
+                    assert proc.poll() is None and time.monotonic() < deadline, "no engine"
+                    time.sleep(0.01)
+        yield path
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(folder)
+
+
 @pytest.mark.parametrize(
     ("status", "answer", "want"),
     [
@@ -455,16 +510,57 @@ def fake_engine(sock: Path, answer: Answer) -> Iterator[list[tuple[str, str, byt
         (200, {"host": {}}, {}),
     ],
 )
-def test_the_gate_asks_the_engine_whether_it_is_rootless(
-    tmp_path: Path, status: int, answer: dict[str, Any], want: dict[str, str]
+def test_the_gate_asks_an_engine_a_user_serves_whether_it_is_rootless(
+    status: int, answer: dict[str, Any], want: dict[str, str]
 ) -> None:
     from fluffy.gate import wire
 
-    def info(method: str, path: str, body: bytes) -> tuple[int, Any]:
-        return (status, answer) if path == "/v4.0.0/libpod/info" else (404, {})
+    with user_engine(status, answer) as path:
+        assert wire.userns(path) == want
 
-    with fake_engine(tmp_path / "engine.sock", info):
-        assert wire.userns(str(tmp_path / "engine.sock")) == want
+
+def test_an_engine_that_did_not_answer_is_asked_again_and_answers_are_copies() -> None:
+    from fluffy.gate import wire
+
+    folder = Path(tempfile.mkdtemp(prefix="fluffy-user-engine-"))
+    rootless = {"host": {"security": {"rootless": True}}}
+    assert wire.userns(str(folder / "engine.sock")) == {}  # no engine there yet
+    with user_engine(200, rootless, folder) as path:
+        assert wire.userns(path) == {"UsernsMode": "keep-id"}  # the error was not kept
+        wire.userns(path).clear()  # a caller's copy
+        assert wire.userns(path) == {"UsernsMode": "keep-id"}
+
+
+def test_without_peer_credentials_the_engine_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (macOS has no SO_PEERCRED): whoever serves the engine, its libpod info decides
+    from fluffy.gate import wire
+
+    monkeypatch.delattr(socket, "SO_PEERCRED", raising=False)
+
+    def info(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        return 200, {"host": {"security": {"rootless": True}}}
+
+    with fake_engine(tmp_path / "engine.sock", info) as got:
+        assert wire.userns(str(tmp_path / "engine.sock")) == {"UsernsMode": "keep-id"}
+    assert ("GET", "/v4.0.0/libpod/info", b"") in got
+
+
+def test_an_engine_root_serves_is_rootful_without_its_info(tmp_path: Path) -> None:
+    # root's Podman is never rootless: its libpod info (~170 ms) is not asked
+    from fluffy.gate import wire
+
+    if os.getuid() != 0:
+        pytest.skip("only root can serve as root; CI runs as root")
+
+    def info(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        return 200, {"host": {"security": {"rootless": True}}}  # (never asked)
+
+    with fake_engine(tmp_path / "engine.sock", info) as got:
+        assert wire.userns(str(tmp_path / "engine.sock")) == {}
+        assert wire.userns(str(tmp_path / "engine.sock")) == {}  # asked once per process
+    assert got == []
     assert wire.userns(str(tmp_path / "absent.sock")) == {}
 
 
