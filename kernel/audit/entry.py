@@ -22,7 +22,6 @@ import hashlib
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import msgspec
@@ -186,13 +185,12 @@ def _metadata(metadata: Mapping[str, str]) -> str:
     return _encode_sorted(metadata).decode()
 
 
-@dataclass(frozen=True, init=False)
-class Event:
+class Event(msgspec.Struct, frozen=True):
     """What a caller asks to record; the log adds seq, timestamp and the hashes.
 
-    Immutable (a frozen dataclass); ``__init__`` is written out because the generated
-    one sets each of the 16 fields through ``object.__setattr__``, which dominated the
-    cost of recording an operational event.
+    Immutable; a Struct (its ``__init__`` in C: this is made for every audited call) whose
+    ``__post_init__`` refuses an unknown event type or decision and a duration that is
+    not finite.
     """
 
     event_type: str
@@ -210,50 +208,16 @@ class Event:
     output_summary: str | None = None
     duration_ms: float | None = None
     sandbox_id: str | None = None
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
 
-    def __init__(
-        self,
-        event_type: str,
-        caller: str = "kernel",
-        session_mode: str = "strict",
-        state_machine_state: str = "idle",
-        session_id: str | None = None,
-        syscall_type: str | None = None,
-        tool_name: str | None = None,
-        policy_decision: str | None = None,
-        policy_rule_name: str | None = None,
-        capability_id: str | None = None,
-        deny_reason: str | None = None,
-        input_summary: str = "",
-        output_summary: str | None = None,
-        duration_ms: float | None = None,
-        sandbox_id: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> None:
-        if event_type not in EVENT_TYPES:
-            raise ValueError(f"unknown audit event type {event_type!r}")
-        if policy_decision is not None and policy_decision not in DECISIONS:
-            raise ValueError(f"unknown policy decision {policy_decision!r}")
-        if duration_ms is not None and not _isfinite(duration_ms):
+    def __post_init__(self) -> None:
+        if self.event_type not in EVENT_TYPES:
+            raise ValueError(f"unknown audit event type {self.event_type!r}")
+        decision = self.policy_decision
+        if decision is not None and decision not in DECISIONS:
+            raise ValueError(f"unknown policy decision {decision!r}")
+        if self.duration_ms is not None and not _isfinite(self.duration_ms):
             raise ValueError("duration_ms must be finite")
-        values = self.__dict__  # frozen: fill the instance dict directly, once
-        values["event_type"] = event_type
-        values["caller"] = caller
-        values["session_mode"] = session_mode
-        values["state_machine_state"] = state_machine_state
-        values["session_id"] = session_id
-        values["syscall_type"] = syscall_type
-        values["tool_name"] = tool_name
-        values["policy_decision"] = policy_decision
-        values["policy_rule_name"] = policy_rule_name
-        values["capability_id"] = capability_id
-        values["deny_reason"] = deny_reason
-        values["input_summary"] = input_summary
-        values["output_summary"] = output_summary
-        values["duration_ms"] = duration_ms
-        values["sandbox_id"] = sandbox_id
-        values["metadata"] = {} if metadata is None else metadata
 
     @property
     def sync(self) -> bool:

@@ -81,10 +81,9 @@ def test_every_command_has_one_part_and_builds_alone() -> None:
 
 
 #: The dataclasses the kernel's start still makes, each for what a Struct cannot do
-#: (ADR-084): a hand-written ``__init__``, ``__post_init__`` that sets fields, field
-#: options (``init=False``, ``compare=False``), a ``Generic`` base, a cached property.
+#: (ADR-084): ``__post_init__`` that sets fields, field options (``init=False``,
+#: ``compare=False``), a ``Generic`` base, a cached property.
 START_DATACLASSES = {
-    "fluffy.kernel.audit.entry.Event": "hand-written __init__: the hot path's one copy",
     "fluffy.kernel.audit.query.Filters": "__post_init__",
     "fluffy.kernel.ai.context.TokenBudget": "__post_init__",
     "fluffy.kernel.containers.lifecycle.Sandbox": "__post_init__",
