@@ -22,14 +22,18 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _loaded(code: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> set[str]:
-    """The modules loaded after running ``code``."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+def _names(code: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> set[str]:
+    """The names ``code`` prints last, as a JSON list, in a fresh interpreter."""
     out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
         check=True,
     ).stdout  # fmt: skip
     return set(json.loads(out.splitlines()[-1]))
+
+
+def _loaded(code: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> set[str]:
+    """The modules loaded after running ``code``."""
+    return _names(f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))", cwd, env)
 
 
 def test_the_kernel_starts_without_the_engine_and_mcp_sdks() -> None:
@@ -110,9 +114,6 @@ def test_the_kernels_start_makes_records_as_structs() -> None:
         "    if n.startswith('fluffy') and m is not None for k, v in vars(m).items()\n"
         "    if inspect.isclass(v) and v.__module__ == n and dataclasses.is_dataclass(v))))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    made = set(json.loads(out.splitlines()[-1]))
+    made = _names(probe)
     assert made - set(START_DATACLASSES) == set(), "make these msgspec Structs (ADR-084)"
     assert set(START_DATACLASSES) <= made, "a listed class is gone: take it off the list"
