@@ -336,3 +336,44 @@ def test_the_checkpoint_record_is_sorted_json_and_reads_back(tmp_path: Path, hea
     if head.chain_id.isalnum():
         assert raw.rstrip() == json.dumps(head.to_dict(), sort_keys=True).encode()
     assert read_head(tmp_path / "audit.head") == head
+
+
+def _meta(state: Path) -> dict[str, str]:
+    with closing(sqlite3.connect(db_path(state))) as conn:
+        return dict(conn.execute("SELECT key, value FROM audit_meta").fetchall())
+
+
+def _wal_frames(state: Path) -> int:
+    """Frames in the WAL file: it only grows until the log's first checkpoint."""
+    size = db_path(state).with_name("fluffy.db-wal").stat().st_size
+    return (size - 32) // (4096 + 24)  # the WAL header, then each page with its header
+
+
+def test_the_head_moves_in_place_and_a_file_without_one_gets_it(tmp_path: Path) -> None:
+    """Every commit leaves audit_meta naming its last entry; once the two rows exist
+    they are updated (no delete and re-insert: their key index is not rewritten), and a
+    file whose head rows are missing (deleted, or never written) gets them back."""
+
+    async def scenario() -> list[int]:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        for n in range(3):
+            await log.record(_policy(n))
+            assert _meta(tmp_path)["head_seq"] == str(log.head.seq)
+            assert _meta(tmp_path)["head_hash"] == log.head.hash
+        with closing(sqlite3.connect(db_path(tmp_path), isolation_level=None)) as conn:
+            conn.execute("DELETE FROM audit_meta WHERE key IN ('head_seq', 'head_hash')")
+        await log.record(_policy(3))
+        assert _meta(tmp_path)["head_seq"] == str(log.head.seq) == "5"
+        frames = []
+        for n in range(4, 8):  # a one-row commit: the row's page, its index's, audit_meta's
+            before = _wal_frames(tmp_path)
+            await log.record(_policy(n))
+            frames.append(_wal_frames(tmp_path) - before)
+        await log.close()
+        return frames
+
+    frames = asyncio.run(scenario())
+    assert frames == [3, 3, 3, 3]  # INSERT OR REPLACE also rewrote the key index: 4
+    assert _meta(tmp_path)["head_seq"] == "9"
+    assert verify(tmp_path).ok
