@@ -42,13 +42,27 @@ _LITERALS: Final = (
     *("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "AKIA", "ASIA"),
     *("xox", "glpat-", "npm_", "-----BEGIN "),
 )
+#: The same, as patterns that start with a literal, for long text: the regex engine's
+#: prefix search runs over it (5-9 µs each in 20 KB of JSON, where ``literal in text``
+#: took 9-13 µs: 49 µs for the seven instead of 125 µs for the twelve literals).  Below
+#: :data:`_SHORT` characters a call's own cost dominates and the literals are faster.
+_PREFIXES: Final = tuple(
+    re.compile(prefix).search
+    for prefix in ("sk-", "gh[pousr]_", "A[KS]IA", "xox", "glpat-", "npm_", "-----BEGIN ")
+)
+_SHORT: Final = 128
 
 
 def may_hold_secret(text: str) -> bool:
     """A fast, sound pre-check: False means no built-in pattern can match ``text``."""
-    for literal in _LITERALS:  # a loop, not any(<generator>): half the time on short text
-        if literal in text:
-            return True
+    if len(text) < _SHORT:
+        for literal in _LITERALS:  # a loop, not any(<generator>): half the time on short text
+            if literal in text:
+                return True
+    else:
+        for search in _PREFIXES:
+            if search(text):
+                return True
     return "bearer " in text.lower()
 
 

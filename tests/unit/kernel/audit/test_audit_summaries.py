@@ -24,7 +24,9 @@ def reference(value: Any) -> str:
     if isinstance(value, dict | list):
         value = mask_secrets(value)
     text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
-    return truncate(redact(truncate(text, 20_000)))
+    if len(text) > 20_000:
+        text = text[: 20_000 - len("...[more]")] + "...[more]"
+    return truncate(redact(text))
 
 
 KEYS = st.one_of(
@@ -86,6 +88,15 @@ def test_a_secret_key_near_the_end_of_what_is_kept(before: int) -> None:
     assert summarize([payload, {"password": "p" * 50}]) == reference(
         [payload, {"password": "p" * 50}]
     )
+
+
+@pytest.mark.parametrize("pad", range(19_900, 20_000, 3))
+@pytest.mark.parametrize("tail", [100, 600, 6_000])
+def test_a_secret_at_the_cut_is_judged_as_in_the_whole_encoding(pad: int, tail: int) -> None:
+    """Values of 20 KB to 700 KB, a secret shape right where what is kept ends: the
+    summary is the one made from the whole encoding, however much of it was encoded."""
+    payload = ["a" * pad, "sk-" + "b" * 40] + ["c" * 100] * tail
+    assert summarize(payload) == reference(payload)
 
 
 @settings(max_examples=400, deadline=None)
