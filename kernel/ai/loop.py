@@ -111,8 +111,8 @@ class SessionLoop:
         self.runner = runner
         self.memory = memory
         self.audit = audit
-        #: commits the buffered audit entries: awaited before every model request, so
-        #: what the model is told (its tool results) is never lost from the log by a crash
+        #: commits the buffered audit entries (at once when there are none) before every
+        #: model request: what the model is told is never lost from the log by a crash
         self.durable = durable
         self.quarantine_after = quarantine_after
         self.streams: dict[str, EventStream] = {}
@@ -430,7 +430,16 @@ class SessionLoop:
                 compact=compact,
             )
 
-        sent = await context(False)
+        # the round's audit entries commit on the audit's thread while the context is
+        # built (their sync overlaps it), then anything recorded meanwhile: see durable
+        durable = self.durable
+        committing = asyncio.ensure_future(durable()) if durable is not None else None
+        try:
+            sent = await context(False)
+        except BaseException:
+            if committing is not None:
+                committing.cancel()
+            raise
 
         async def on_event(event: StreamEvent) -> None:
             if isinstance(event, TextDelta):
@@ -446,8 +455,9 @@ class SessionLoop:
             # a stream cut after some text: the next attempt's answer replaces it
             await self.emit(turn, retry.event(restart=bool(text)))
 
-        if self.durable is not None:
-            await self.durable()
+        if durable is not None and committing is not None:
+            await committing
+            await durable()
         policy = RetryPolicy(turn.provider.max_retries, turn.provider.retry_max_wait_s)
         try:
             response = await with_retries(attempt, policy, announce, sleep=self.sleep)

@@ -9,7 +9,7 @@ that one writer task commits:
   written: committed by the caller itself while the writer is idle, else by the writer,
   which it wakes and waits for; a failed commit raises :class:`AuditUnavailable` to it;
 * operational events return at once and are committed when 100 are waiting or 500 ms
-  have passed, and on :meth:`close`.  The crash window is therefore one buffer.
+  have passed, and on :meth:`close` (the crash window: one buffer).
 
 Every commit also moves the head in ``audit_meta`` (one statement in the same
 transaction) and rewrites the ``audit.head`` checkpoint after the commit (so it never
@@ -17,29 +17,20 @@ runs ahead of the database; it is fsynced with every WAL checkpoint and at shutd
 WAL checkpoints run every 1,000 writes, 400 commits or 60 s; storage rules (rotation,
 retention, size) run between commits (:mod:`fluffy.kernel.audit.storage`).
 
-Speed (``python -m benchmarks.audit``, docs/benchmarks.md): a commit is ONE call of
-:func:`~fluffy.kernel.audit.sqlwrites.write_batch` (multi-row inserts, head, commit,
-then the checkpoint file), the head moves once per commit in the same transaction (a
-per-row trigger cost ~3 µs a row), and WAL checkpoints RESTART the WAL instead of
-truncating it (see :data:`~fluffy.kernel.audit.sqlwrites.CHECKPOINT_MODE`).  Where the
-call runs (ADR-026):
+Speed (ADR-026, ADR-075; ``python -m benchmarks.audit``): a commit is ONE call of
+:func:`~fluffy.kernel.audit.sqlwrites.write_batch`, run where it costs least:
 
 * a batch somebody waits for (a security event, :meth:`flush`) of at most
-  :data:`INLINE_ROWS` rows is committed on the event loop's own thread while small
-  commits have lately been fast (:data:`INLINE_BUDGET_S`, a moving average of their
-  measured time), and only if the write lock is free at once (``write_now``):
-  handing it to the connection's thread and back costs two thread wake-ups, ~110 µs
-  on the benchmark machine, a third of a durable one-row commit;
-* a security event recorded while the writer task holds no batch is committed the same
-  way by its caller (:meth:`AuditLog._commit_here`), saving the two task switches of
-  waking the writer and being woken by it;
-* anything else (the buffered operational rows, slow commits, a lock another of the
-  kernel's connections holds, WAL checkpoints, storage work) runs on aiosqlite's
-  thread.  SQLite's automatic checkpoints are off on this connection: the writer runs
-  its own, on the thread.
+  :data:`INLINE_ROWS` rows on the event loop's own thread, while small commits have
+  lately been fast (:data:`INLINE_BUDGET_S`) and the write lock is free at once
+  (``write_now``): a hand-off to the connection's thread and back costs two thread
+  wake-ups, ~110 µs, a third of a durable one-row commit; a security event recorded
+  while the writer holds no batch is committed so by its caller (:meth:`_commit_here`);
+* anything else (buffered rows, slow commits, a lock another connection holds, WAL
+  checkpoints -- SQLite's automatic ones are off --, storage work, and
+  :meth:`commit_pending`) on aiosqlite's thread.
 
-Durability is the same on both paths: a security event's caller resumes only after
-``commit`` returned with ``synchronous=FULL`` and ``audit.head`` was rewritten.
+Either way a security event's caller resumes only once its row is durable.
 """
 
 from __future__ import annotations
@@ -312,6 +303,16 @@ class AuditLog:
             self._wake.set()
         return seq
 
+    async def commit_pending(self) -> None:
+        """Commit what is buffered on the connection's thread, however small, and return
+        once it is durable (at once when nothing is buffered or being committed): the
+        loop runs on meanwhile (the session loop builds the model's context)."""
+        batch = self._batch
+        if not (batch.rows or batch.new_chain or self._writing):
+            return
+        batch.threaded = True
+        await self.flush()
+
     async def flush(self) -> None:
         """Commit everything buffered so far."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -383,7 +384,7 @@ class AuditLog:
     def _inline(self, batch: Batch) -> bool:
         """Commit ``batch`` on the loop's thread?  Only a small one somebody waits for,
         while small commits have lately been fast (a slow disk sends them to the thread)."""
-        return bool(batch.waiters) and self._fits_loop(batch)
+        return bool(batch.waiters) and not batch.threaded and self._fits_loop(batch)
 
     def _fits_loop(self, batch: Batch) -> bool:
         """Small, while small commits have lately been fast: may hold the loop's thread."""

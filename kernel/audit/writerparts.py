@@ -52,3 +52,4 @@ class Batch(msgspec.Struct):
     waiters: list[asyncio.Future[None]] = msgspec.field(default_factory=list)
     durable: bool = False
     new_chain: str | None = None  # set with the genesis entry
+    threaded: bool = False  # committed on the connection's thread, however small

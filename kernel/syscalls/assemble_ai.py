@@ -186,7 +186,7 @@ async def assemble_ai(
         runner,
         memory,
         audit=audit_quarantine,
-        durable=audit.flush if audit is not None else None,
+        durable=audit.commit_pending if audit is not None else None,
         quarantine_after=policy.session.quarantine_after,
         instructions=instructions_reader(tools.router.project, audit),
     )

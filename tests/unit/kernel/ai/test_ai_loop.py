@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from fluffy.ipc.ai_types import ProviderConfig, ScriptedCall, ScriptedTurn
+from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.policy.model import load_policy
 from fluffy.kernel.syscalls.assemble_ai import AiLayer, assemble_ai
 from fluffy.kernel.syscalls.assemble_tools import ToolPath
@@ -213,31 +214,35 @@ def test_without_sandboxes_a_turn_fails_closed_not_in_a_child(tmp_path: Path) ->
     assert not runner.sessions and not any(tmp_path.iterdir())
 
 
-def test_the_audit_is_committed_before_every_model_request(tmp_path: Path) -> None:
+def test_the_audit_is_committed_before_every_model_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the model is told (its tool results) is in the committed log first: a crash
-    after the answer cannot lose the entries the answer was about."""
+    after the answer cannot lose the entries the answer was about.  The commit starts
+    while the context is built (on the audit connection's thread) and what was recorded
+    meanwhile is committed too: every entry is durable when the request goes out."""
     harness = Harness(tmp_path)
     provider = _script(
         ("Reading.", [("fs.read", {"path": "/src/app.py"})]),
         ("Planned.", [("plan.complete", {"summary": "test first"})]),
         ("Done.", []),
     )
+    seen: list[tuple[int, int]] = []
+    real = ProviderSession.request
 
-    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> list[tuple[int, int]]:
+    async def request(self: ProviderSession, *args: Any, **kwargs: Any) -> Any:
         audit = harness.audit
-        assert audit is not None and ai.loop.durable is not None
-        flush, seen = ai.loop.durable, []
+        assert audit is not None
+        seen.append((audit.durable_head.seq, audit.head.seq))
+        return await real(self, *args, **kwargs)
 
-        async def watched() -> None:
-            await flush()
-            seen.append((audit.durable_head.seq, audit.head.seq))
+    monkeypatch.setattr(ProviderSession, "request", request)
 
-        ai.loop.durable = watched
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> None:
         await ai.loop.start(sid, "Add error handling", provider)
         await _events(ai, sid)
-        return seen
 
-    seen = run(harness, body)
+    run(harness, body)
     assert len(seen) == 3  # one per model request
     assert all(durable == recorded for durable, recorded in seen), seen
     assert seen[-1][0] > seen[0][0]  # the tool calls' entries were among them

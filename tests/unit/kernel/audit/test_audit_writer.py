@@ -123,6 +123,39 @@ def test_slow_commits_go_to_the_connection_thread_until_they_are_fast_again(
     assert verify(tmp_path).ok
 
 
+def test_commit_pending_commits_off_the_loop_while_the_loop_runs_on(
+    tmp_path: Path, threads: list[tuple[str, int]], budget: float
+) -> None:
+    """A small batch a flush would commit on the loop's thread goes to the connection's
+    thread under ``commit_pending``: the loop runs other work while it syncs, and the
+    rows are on disk when it returns.  With nothing buffered it returns at once."""
+
+    async def scenario() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        for n in range(3):
+            log.record_nowait(Event("syscall", input_summary=f"call {n}"))
+        before, commits = len(threads), log.stats.commits
+        pending = asyncio.ensure_future(log.commit_pending())
+        ran = 0
+        while not pending.done():  # the loop is free while the commit runs
+            ran += 1
+            await asyncio.sleep(0)
+        await pending
+        assert ran > 1 and _count(tmp_path) == 4
+        assert [name != LOOP for name, _ in threads[before:]] == [True]
+        assert log.stats.commits == commits + 1 and log.durable_head == log.head
+        await log.commit_pending()  # nothing buffered: no commit, no wait
+        assert log.stats.commits == commits + 1 and len(threads) == before + 1
+        log.record_nowait(Event("syscall", input_summary="call 3"))
+        await log.flush()  # the same batch size under flush: the loop's own thread
+        assert threads[-1] == (LOOP, 1)
+        await log.close()
+
+    asyncio.run(scenario())
+    assert verify(tmp_path).ok
+
+
 def test_a_security_event_is_committed_by_its_caller_while_the_writer_is_idle(
     tmp_path: Path,
 ) -> None:
