@@ -16,6 +16,9 @@
 - ``gate_dial_p50_ms``: what L1's lack of a network adds per tunnel: the same request
   through a proxy whose upstream the engine gate's dialler makes and passes over its
   Unix socket (as in L1), minus ``via_proxy_p50_ms``.
+
+The process first takes the kernel's interpreter settings (``kernel/process_tuning.py``):
+the round's commits run on worker threads that share the GIL with the loop, as in L1.
 """
 
 from __future__ import annotations
@@ -102,6 +105,9 @@ async def _rounds(rounds: int) -> dict[str, Any]:
 
 
 def run(rounds: int, proxy_n: int) -> dict[str, Any]:
+    from fluffy.kernel import process_tuning
+
+    process_tuning.tune()  # the kernel process's interpreter settings (its switch interval)
     result = asyncio.run(_rounds(rounds))
     proxy = measure_proxy_overhead(proxy_n)
     result.update(proxy)
