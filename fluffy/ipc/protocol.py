@@ -161,6 +161,17 @@ class FrameReader:
         """Bytes of an incomplete frame held (0 between frames)."""
         return len(self._buffer)
 
+    def whole(self, data: bytes) -> bytes | None:
+        """``data``'s payload when it is exactly one acceptable frame and nothing is held
+        (a client that waits for each answer sends one per read): no buffer, no
+        generator.  None otherwise, and :meth:`feed` takes it (and refuses what it must)."""
+        if self._buffer or len(data) < 4:
+            return None
+        (length,) = HEADER.unpack_from(data)
+        if len(data) != 4 + length or length == 0 or length > self.max_frame:
+            return None
+        return data[4:]
+
     def feed(self, data: bytes) -> Iterator[bytes]:
         buffer = self._buffer
         buffer += data

@@ -151,11 +151,18 @@ class Connection(asyncio.Protocol):
             return
         progressed = False
         try:
-            for payload in self.reader.feed(data):
+            payload = self.reader.whole(data)
+            if payload is not None:  # one request in one read: the usual case
                 progressed = True
                 self.handle(payload)
                 if self.is_closing():
                     return
+            else:
+                for payload in self.reader.feed(data):
+                    progressed = True
+                    self.handle(payload)
+                    if self.is_closing():
+                        return
         except IpcError as error:  # framing broken: cannot resynchronise
             self.fail(error)
             return
@@ -165,7 +172,8 @@ class Connection(asyncio.Protocol):
             return
         if self.context is not None:
             if not self.reader.pending:
-                self.disarm()
+                if self.deadline is not None:
+                    self.disarm()
             elif self.deadline is None or progressed:  # the deadline is per frame
                 self.arm(self.limits.frame_deadline_s, "request")
 

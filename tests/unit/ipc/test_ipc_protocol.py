@@ -46,6 +46,41 @@ def test_frames_round_trip_in_any_chunking(batch: list[IpcMessage], chunk: int) 
     assert got == batch and reader.pending == 0
 
 
+def _read(reader: FrameReader, data: bytes) -> list[bytes]:
+    """What the kernel's connection reads from ``data``: a whole frame at once, or
+    through the buffer."""
+    payload = reader.whole(data)
+    return [payload] if payload is not None else list(reader.feed(data))
+
+
+@given(st.lists(messages, min_size=1, max_size=5), st.lists(st.integers(1, 300), max_size=8))
+def test_a_whole_frame_is_read_as_the_buffer_reads_it(
+    batch: list[IpcMessage], cuts: list[int]
+) -> None:
+    """Reads that hold exactly one frame skip the buffer; any other read (part of one,
+    several, a frame after a held part) goes through it: the frames are the same."""
+    stream = b"".join(encode(m) for m in batch)
+    pieces, at = [], 0
+    for size in [*cuts, len(stream)]:
+        pieces.append(stream[at : at + size])
+        at += size
+    reader = FrameReader()
+    got = [decode_message(p) for piece in pieces if piece for p in _read(reader, piece)]
+    assert got == batch and reader.pending == 0
+    for message in batch:  # one frame per read: never buffered
+        assert FrameReader().whole(encode(message)) == encode(message)[4:]
+
+
+def test_a_whole_empty_or_oversized_frame_is_left_to_the_buffer_to_refuse() -> None:
+    assert FrameReader().whole(HEADER.pack(0)) is None
+    assert FrameReader(max_frame=4).whole(HEADER.pack(5) + b"12345") is None
+    with pytest.raises(FrameTooLarge):
+        _read(FrameReader(max_frame=4), HEADER.pack(5) + b"12345")
+    held = FrameReader()
+    assert _read(held, HEADER.pack(2) + b"{") == [] and held.pending == 5
+    assert held.whole(HEADER.pack(2) + b"{}") is None  # a part is held: through the buffer
+
+
 @settings(max_examples=500)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_only_ever_raise_the_protocol_error(data: bytes) -> None:
