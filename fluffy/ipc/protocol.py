@@ -118,10 +118,14 @@ def _decode(decoder: msgspec.json.Decoder[Any], payload: bytes | memoryview, wha
 
 
 def decode_message(payload: bytes | memoryview) -> IpcMessage:
-    message: IpcMessage = _decode(_message_decoder, payload, "message")
+    try:  # (the decoder itself first: this runs for every frame)
+        message: IpcMessage = _message_decoder.decode(payload)
+    except Exception:
+        message = _decode(_message_decoder, payload, "message")  # raises the right error
     try:  # ids and methods are echoed back: they must be valid UTF-8 (no lone surrogates)
-        message.id.encode("utf-8")
-        if message.method is not None:
+        if not message.id.isascii():  # (isascii is a flag of the string: no scan)
+            message.id.encode("utf-8")
+        if message.method is not None and not message.method.isascii():
             message.method.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidPayload("id and method must be valid Unicode text") from None

@@ -306,7 +306,7 @@ class Connection(asyncio.Protocol):
         if syscall is None:
             self.refuse(message, started)
             return
-        server.count("requests")
+        server.stats["requests"] += 1
         assert self.context is not None
         try:  # the caller and the params are checked before any handler runs
             params = syscall.accept(self.context, message.params)
@@ -326,7 +326,9 @@ class Connection(asyncio.Protocol):
                 assert self.transport is not None
                 self.transport.pause_reading()
             return
-        token = decision_var.set(None)
+        # a health check (UNAUDITED) notes no decision and is not recorded: neither the
+        # context variable nor the observer is touched for it
+        token = decision_var.set(None) if method not in UNAUDITED else None
         result, failed = None, None
         try:
             result = handler(self.context, params)
@@ -336,8 +338,9 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # every failure becomes a response
             reply, failed = self.failure(message.id, method, exc)
         self.write(reply)
-        self.observe(message, started, result, failed, handled=True)
-        decision_var.reset(token)
+        if token is not None:
+            self.observe(message, started, result, failed, handled=True)
+            decision_var.reset(token)
 
     def refuse(self, message: IpcMessage, started: float) -> None:
         """A name the table does not declare: its refusal (``ipc.unknown_method``, or

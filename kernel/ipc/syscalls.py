@@ -111,6 +111,8 @@ class Syscall(Generic[P]):
 
     def admit(self, context: CallContext) -> None:
         """Refuse a caller the declaration does not admit (before anything runs)."""
+        if self.callers is ANY:
+            return
         if self.callers == CLI and context.binding != "cli":
             raise PeerRejected(
                 f"only the user may {self.refusal or 'call ' + self.name}",
