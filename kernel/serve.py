@@ -45,7 +45,7 @@ from fluffy.kernel.project.layout import Layout, detect_layout
 from fluffy.kernel.syscalls.assemble_ai import AiLayer, assemble_ai
 from fluffy.kernel.syscalls.assemble_tools import ToolPath, assemble_tools
 from fluffy.kernel.syscalls.audit import audit_methods
-from fluffy.kernel.syscalls.kernel import default_methods
+from fluffy.kernel.syscalls.kernel import default_methods, witnessed
 from fluffy.kernel.syscalls.plugins import plugin_methods
 from fluffy.kernel.syscalls.policy import policy_methods
 from fluffy.kernel.syscalls.project import project_methods
@@ -250,7 +250,7 @@ async def serve(
         )
         server = KernelServer(methods, limits or Limits())
         server.observer = SyscallAuditor(audit, lambda: workflow.current)
-        server.audit_head = lambda: audit.durable_head.to_dict() if audit.durable_head.seq else None
+        server.audit_head = witnessed(audit)
         server.memory = lambda: {**guard.as_dict(), "pool": tools.pool_stats()}
         server.scheduler = tools.scheduler.figures
         opened.push_async_callback(server.close)

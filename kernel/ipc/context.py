@@ -34,6 +34,7 @@ class CallContext(msgspec.Struct):
 
     _container_id: str | None = None
     _container_known: bool = False
+    _identity: dict[str, Any] | None = None
 
     @property
     def container_id(self) -> str | None:
@@ -45,6 +46,21 @@ class CallContext(msgspec.Struct):
             self._container_id = container_of_pid(self.peer.pid)
             self._container_known = True
         return self._container_id
+
+    def identity(self) -> dict[str, Any]:
+        """The caller as ``kernel.ping`` shows it, made once per connection (it does not
+        change; the dict is only ever encoded, never changed)."""
+        if self._identity is None:
+            peer = self.peer
+            self._identity = {
+                "binding": self.binding,
+                "plugin_name": self.plugin_name,
+                "peer_pid": peer.pid,
+                "peer_uid": peer.uid,
+                "peer_gid": peer.gid,
+                "container_id": self.container_id,
+            }
+        return self._identity
 
     def send_event(self, method: str, params: Any = None) -> None:
         self.connection.send_event(method, params)

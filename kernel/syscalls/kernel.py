@@ -9,7 +9,8 @@ and nothing runs.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -17,6 +18,10 @@ from fluffy.ipc.protocol import KERNEL_VERSION
 from fluffy.ipc.results.admin import Pong
 from fluffy.kernel.ipc.context import CallContext
 from fluffy.kernel.ipc.syscalls import Syscall, SyscallTable
+
+if TYPE_CHECKING:
+    from fluffy.kernel.audit.log import AuditLog
+    from fluffy.kernel.audit.store import Head
 
 
 class PingParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -30,27 +35,35 @@ class PingParams(msgspec.Struct, forbid_unknown_fields=True):
 def ping(context: CallContext, params: PingParams) -> dict[str, Any]:
     """Health check; shows the caller's identity and the audit head (for an outside
     witness), and unless ``figures`` is false the kernel's memory and scheduler figures."""
-    peer = context.peer
     head = context.server.audit_head
     answer = {
         "audit_head": head() if head is not None else None,
         "pong": True,
         "kernel_version": KERNEL_VERSION,
         "api_version": context.api_version,
-        "identity": {
-            "binding": context.binding,
-            "plugin_name": context.plugin_name,
-            "peer_pid": peer.pid,
-            "peer_uid": peer.uid,
-            "peer_gid": peer.gid,
-            "container_id": context.container_id,
-        },
+        "identity": context.identity(),
     }
     if params.figures:
         memory, scheduler = context.server.memory, context.server.scheduler
         answer["memory"] = memory() if memory is not None else None
         answer["scheduler"] = scheduler() if scheduler is not None else None
     return answer
+
+
+def witnessed(audit: AuditLog) -> Callable[[], dict[str, Any] | None]:
+    """The audit's durable head as ``kernel.ping`` sends it (None: no entry yet), made
+    once per head rather than on every health check."""
+    last: list[Head] = []  # the head last sent, by identity (a commit makes a new one)
+    sent: list[dict[str, Any] | None] = [None]
+
+    def head() -> dict[str, Any] | None:
+        durable = audit.durable_head
+        if not last or durable is not last[0]:
+            last[:] = [durable]
+            sent[0] = durable.to_dict() if durable.seq else None
+        return sent[0]
+
+    return head
 
 
 def default_methods() -> SyscallTable:

@@ -182,6 +182,9 @@ def test_tool_status_and_ping_show_the_scheduler_by_priority(tmp_path: Path) -> 
             peer = type("Peer", (), {"pid": 1, "uid": 0, "gid": 0})()
             binding, plugin_name, api_version, container_id = "cli", None, 1, None
 
+            def identity(self) -> dict[str, Any]:
+                return {"binding": self.binding}
+
         Context.server = server  # type: ignore[attr-defined]
         pong = ping(Context(), PingParams())  # type: ignore[arg-type]
         lease.release()
