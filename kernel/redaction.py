@@ -98,6 +98,9 @@ class Redactor:
 
     def scan(self, text: str) -> tuple[str, list[str]]:
         """``(redacted text, the kind of every redaction made, in order)``."""
+        likely = may_hold_secret(text)
+        if not likely and not self._extra:
+            return text, []  # the usual case: no closure made (a tool's result has many)
         kinds: list[str] = []
 
         def replace(match: re.Match[str], kind: str | None = None) -> str:
@@ -107,7 +110,7 @@ class Redactor:
             kinds.append(found)
             return f"[REDACTED:{found}]"
 
-        if may_hold_secret(text):
+        if likely:
             text = _BUILTIN.sub(replace, text)
         for kind, pattern in self._extra:
             text = pattern.sub(partial(replace, kind=kind), text)
