@@ -106,22 +106,32 @@ def error_response(message_id: str, error: FluffyError) -> bytes:
     return encode(IpcMessage(id=message_id, type="response", error=error_body(error)))
 
 
+#: What a decoder raises for bytes that are not an acceptable payload (msgspec raises
+#: both decode errors; deep nesting exhausts the recursion limit).
+_UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def _refusal(exc: BaseException, what: str) -> InvalidPayload:
+    """The :class:`InvalidPayload` a decoder's error ``exc`` stands for."""
+    if isinstance(exc, msgspec.ValidationError):
+        return InvalidPayload(f"invalid {what}: {exc}")
+    if isinstance(exc, RecursionError):
+        return InvalidPayload(f"{what} is nested too deeply")
+    return InvalidPayload(f"{what} is not valid UTF-8 JSON: {exc}")
+
+
 def _decode(decoder: msgspec.json.Decoder[Any], payload: bytes | memoryview, what: str) -> Any:
     try:
         return decoder.decode(payload)
-    except msgspec.ValidationError as exc:
-        raise InvalidPayload(f"invalid {what}: {exc}") from None
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec raises both
-        raise InvalidPayload(f"{what} is not valid UTF-8 JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidPayload(f"{what} is nested too deeply") from None
+    except _UNDECODABLE as exc:  # (ValidationError is a DecodeError)
+        raise _refusal(exc, what) from None
 
 
 def decode_message(payload: bytes | memoryview) -> IpcMessage:
-    try:  # (the decoder itself first: this runs for every frame)
+    try:  # inline rather than through _decode: this runs for every frame
         message: IpcMessage = _message_decoder.decode(payload)
-    except Exception:
-        message = _decode(_message_decoder, payload, "message")  # raises the right error
+    except _UNDECODABLE as exc:
+        raise _refusal(exc, "message") from None
     try:  # ids and methods are echoed back: they must be valid UTF-8 (no lone surrogates)
         if not message.id.isascii():  # (isascii is a flag of the string: no scan)
             message.id.encode("utf-8")

@@ -151,18 +151,12 @@ class Connection(asyncio.Protocol):
             return
         progressed = False
         try:
-            payload = self.reader.whole(data)
-            if payload is not None:  # one request in one read: the usual case
+            whole = self.reader.whole(data)  # one request in one read: the usual case
+            for payload in (whole,) if whole is not None else self.reader.feed(data):
                 progressed = True
                 self.handle(payload)
                 if self.is_closing():
                     return
-            else:
-                for payload in self.reader.feed(data):
-                    progressed = True
-                    self.handle(payload)
-                    if self.is_closing():
-                        return
         except IpcError as error:  # framing broken: cannot resynchronise
             self.fail(error)
             return
@@ -306,7 +300,7 @@ class Connection(asyncio.Protocol):
         if syscall is None:
             self.refuse(message, started)
             return
-        server.stats["requests"] += 1
+        server.count("requests")
         assert self.context is not None
         try:  # the caller and the params are checked before any handler runs
             params = syscall.accept(self.context, message.params)
