@@ -62,14 +62,23 @@ def mask_secrets(value: Any, depth: int = 0) -> Any:
 #: request names its provider's ``"api_key":""``.
 _MASKED_NAMES = ("api_?key", "token", "secret", "password", "authorization")
 _SET = r'":(?!""|null|false|\[\]|\{\})'
-#: One pattern per name (a match of any is a match of their alternation), each starting
-#: with a literal: the regex engine's prefix search finds it (~8 µs in 20 KB), where the
-#: alternation was tried at every position (~140 µs).
-#: Below _SHORT characters, one search of the alternation costs less than five calls.
-_SECRET_KEYS = tuple(re.compile(f"{name}{_SET}".encode()).search for name in _MASKED_NAMES)
-_SECRET_KEYS_TEXT = tuple(re.compile(f"{name}{_SET}").search for name in _MASKED_NAMES)
-_ANY_SECRET_KEY = (re.compile(f"(?:{'|'.join(_MASKED_NAMES)}){_SET}".encode()).search,)
-_ANY_SECRET_KEY_TEXT = (re.compile(f"(?:{'|'.join(_MASKED_NAMES)}){_SET}").search,)
+Search = Callable[[Any], object]
+
+
+def _searches(patterns: list[str]) -> dict[bool, tuple[Search, ...]]:
+    """``patterns``' searches, by whether they search bytes (True) or text."""
+    return {
+        True: tuple(re.compile(p.encode()).search for p in patterns),
+        False: tuple(re.compile(p).search for p in patterns),
+    }
+
+
+#: For long text, one pattern per name (a match of any is a match of their alternation),
+#: each starting with a literal: the regex engine's prefix search finds it (~8 µs in
+#: 20 KB), where the alternation was tried at every position (~140 µs).  Below _SHORT
+#: bytes one search of the alternation costs less than five calls.
+_EACH_NAME = _searches([f"{name}{_SET}" for name in _MASKED_NAMES])
+_ANY_NAME = _searches([f"(?:{'|'.join(_MASKED_NAMES)}){_SET}"])
 _SHORT = 256
 
 
@@ -92,13 +101,9 @@ _HEAD = 4 * _WINDOW
 def _names_secret(raw: bytes, text: str) -> bool:
     """Whether the first :data:`_WINDOW` characters may name a secret-like key with a
     value the walk would mask."""
-    short = len(raw) < _SHORT
-    if raw.isascii():
-        lowered: bytes | str = raw[:_WINDOW].lower()  # bytes.lower: ASCII letters
-        searches: tuple[Callable[[Any], object], ...] = _ANY_SECRET_KEY if short else _SECRET_KEYS
-    else:
-        lowered = text[:_WINDOW].lower()
-        searches = _ANY_SECRET_KEY_TEXT if short else _SECRET_KEYS_TEXT
+    ascii = raw.isascii()  # bytes.lower lowers ASCII letters only: text otherwise
+    lowered = raw[:_WINDOW].lower() if ascii else text[:_WINDOW].lower()
+    searches = (_ANY_NAME if len(raw) < _SHORT else _EACH_NAME)[ascii]
     return any(search(lowered) for search in searches)
 
 

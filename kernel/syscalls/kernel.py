@@ -53,15 +53,15 @@ def ping(context: CallContext, params: PingParams) -> dict[str, Any]:
 def witnessed(audit: AuditLog) -> Callable[[], dict[str, Any] | None]:
     """The audit's durable head as ``kernel.ping`` sends it (None: no entry yet), made
     once per head rather than on every health check."""
-    last: list[Head] = []  # the head last sent, by identity (a commit makes a new one)
-    sent: list[dict[str, Any] | None] = [None]
+    kept: tuple[Head | None, dict[str, Any] | None] = (None, None)  # by identity: a
+    # commit makes a new head
 
     def head() -> dict[str, Any] | None:
+        nonlocal kept
         durable = audit.durable_head
-        if not last or durable is not last[0]:
-            last[:] = [durable]
-            sent[0] = durable.to_dict() if durable.seq else None
-        return sent[0]
+        if durable is not kept[0]:
+            kept = (durable, durable.to_dict() if durable.seq else None)
+        return kept[1]
 
     return head
 
