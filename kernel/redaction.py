@@ -51,6 +51,9 @@ _PREFIXES: Final = tuple(
     for prefix in ("sk-", "gh[pousr]_", "A[KS]IA", "xox", "glpat-", "npm_", "-----BEGIN ")
 )
 _SHORT: Final = 128
+#: Where a built-in token begins (all of them but the private key, whose pattern also
+#: matches one cut off at the end of the text, and the bearer token, after its header).
+TOKEN_START: Final = re.compile("sk-|gh[pousr]_|A[KS]IA|xox|glpat-|npm_")
 
 
 def may_hold_secret(text: str) -> bool:

@@ -9,6 +9,7 @@ redacted (:mod:`fluffy.kernel.redaction`) and truncated to 500 characters.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import msgspec
 from fluffy.kernel.audit.entry import Event, truncate
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.ipc.server import CallRecord
-from fluffy.kernel.redaction import redact
+from fluffy.kernel.redaction import TOKEN_START, redact
 
 _encode = msgspec.json.Encoder(enc_hook=repr).encode
 
@@ -88,6 +89,29 @@ KEPT = 20_000
 #: never depends on how much of the value was encoded (a count of the characters cut
 #: would, and with its length where the cut falls, and what redaction then sees).
 MORE = "...[more]"
+#: What a built-in secret's token is made of (prefix and body: :mod:`kernel.redaction`).
+TOKEN_CHARS = string.ascii_letters + string.digits + "_-."
+#: The longest a built-in token can be and still be too short to match (``npm_`` and 35).
+_SHORT_TOKEN = 64
+
+
+def cut_kept(text: str, keep: int) -> str:
+    """``text`` cut to ``keep`` characters (then :data:`MORE`).  A token cut short of its
+    pattern's minimum (``sk-`` and 15 characters) would not be redacted, and redaction
+    of longer secrets before it can bring it into the 500 characters shown: so the cut
+    drops what follows a token's start in the last characters of the run of token
+    characters it ends in (all of the run after ``bearer``)."""
+    head = text[: keep - len(MORE)]
+    run = len(head) - len(head.rstrip(TOKEN_CHARS))
+    if run:
+        start = TOKEN_START.search(head, len(head) - min(run, _SHORT_TOKEN))
+        if start is not None:
+            head = head[: start.start()]
+        elif run < _SHORT_TOKEN and head[: len(head) - run].lower().endswith("bearer "):
+            head = head[: len(head) - run]
+    return head + MORE
+
+
 #: Where a secret-like key must have begun to change those: masking changes the text
 #: only after a key's ``":``, and a match is at most 25 characters long.  (Beyond it
 #: nothing is looked at: the count of characters cut may then include a secret's.)
@@ -196,7 +220,7 @@ def summarize(value: Any) -> str:
     except (TypeError, ValueError, OverflowError):
         text = repr(mask_secrets(value) if isinstance(value, dict | list) else value)
     if len(text) > KEPT:
-        text = text[: KEPT - len(MORE)] + MORE
+        text = cut_kept(text, KEPT)
     return truncate(redact(text))
 
 

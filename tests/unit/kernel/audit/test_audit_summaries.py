@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluffy.kernel.audit.entry import truncate
-from fluffy.kernel.audit.observer import encoded_head, mask_secrets, summarize
+from fluffy.kernel.audit.observer import cut_kept, encoded_head, mask_secrets, summarize
 from fluffy.kernel.redaction import redact
 
 pytestmark = pytest.mark.unit
@@ -25,7 +25,7 @@ def reference(value: Any) -> str:
         value = mask_secrets(value)
     text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
     if len(text) > 20_000:
-        text = text[: 20_000 - len("...[more]")] + "...[more]"
+        text = cut_kept(text, 20_000)
     return truncate(redact(text))
 
 
@@ -97,6 +97,44 @@ def test_a_secret_at_the_cut_is_judged_as_in_the_whole_encoding(pad: int, tail: 
     summary is the one made from the whole encoding, however much of it was encoded."""
     payload = ["a" * pad, "sk-" + "b" * 40] + ["c" * 100] * tail
     assert summarize(payload) == reference(payload)
+
+
+SHAPES = ["sk-", "sk-proj-", "ghp_", "AKIA", "xoxb-", "glpat-", "npm_"]
+
+
+@pytest.mark.parametrize("prefix", SHAPES)
+@pytest.mark.parametrize("as_text", [False, True])
+def test_no_part_of_a_secret_cut_at_the_end_of_what_is_kept_is_shown(
+    prefix: str, as_text: bool
+) -> None:
+    """Long secrets before the cut shrink to a few characters once redacted, so what
+    was kept at the cut is shown: a token cut there, too short to be recognised, is not."""
+    body = "Q7ZK" * 10  # 40 characters: every built-in shape's body, once whole
+    before = ("sk-" + "a" * 1250 + " ") * 15  # 18,810 characters, 15 redactions
+    for at in range(1, len(prefix) + len(body)):  # the cut after `at` of the token
+        last = 20_000 - len("...[more]") - len(before) - at - (0 if as_text else 6) - 1
+        text = before + "sk-" + "a" * (last - 3) + " " + prefix + body + " tail" * 400
+        shown = summarize(text if as_text else {"a": text})
+        assert "Q7Z" not in shown and "[REDACTED:openai_key]" in shown
+        assert shown.endswith("...[more]")
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+@pytest.mark.parametrize("fill", ["a", "0123456789abcdef", "x.y-z_"])
+def test_a_long_text_of_token_characters_keeps_its_start(wrap: bool, fill: str) -> None:
+    """Only a token's start in the last characters is a reason to drop anything."""
+    text = fill * (30_000 // len(fill))
+    shown = summarize({"content": text} if wrap else text)
+    assert shown.startswith(('{"content":"' if wrap else "") + text[:200])
+    assert len(shown) >= 490
+
+
+def test_a_bearer_token_cut_short_is_dropped() -> None:
+    before = ("sk-" + "a" * 1250 + " ") * 15
+    for at in range(1, 8):
+        last = 20_000 - len("...[more]") - len(before) - len("Authorization: Bearer ") - at
+        text = before + "x" * last + "Authorization: Bearer " + "Q7ZKQ7ZKQ7" + " tail" * 400
+        assert "Q7Z" not in summarize(text)
 
 
 @settings(max_examples=400, deadline=None)
