@@ -117,7 +117,12 @@ def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
             done[name] = "kept (exists; --force replaces it)"
             continue
         tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # a link the repository put there: never written through
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
         tmp.replace(path)
         done[name] = "written"
     return done

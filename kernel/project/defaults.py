@@ -32,6 +32,15 @@ WRITES = ("fs.write", "fs.edit", "fs.delete")
 POLICY_FILE = ".fluffy/policy.yaml"
 
 
+def _said(text: str, limit: int = 240) -> str:
+    """Text read from the repository (its name, its folders' names, its test script), as
+    it can stand in a YAML comment: on one line, every character that is not printable
+    (a newline, a YAML line break such as U+2028, a control) written as an escape, so
+    no repository can add a key to the policy by naming itself ``"x\\ntools: ..."``."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 def _flow(items: Sequence[str]) -> str:
     """A YAML flow list of quoted strings (JSON strings are valid YAML scalars)."""
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
@@ -55,10 +64,10 @@ def _wrap(items: Sequence[str], indent: int, width: int = 96) -> str:
 
 def render_policy(layout: Layout, *, header: str = "") -> str:
     """The default policy for ``layout`` as commented YAML (parses to the same rules)."""
-    notes = "".join(f"#   - {note}\n" for note in layout.notes)
+    notes = "".join(f"#   - {_said(note)}\n" for note in layout.notes)
     sensitive = _wrap(DEFAULT_SENSITIVE, 17)
     merged = textwrap.fill(
-        "  ".join(layout.merge_globs),
+        "  ".join(_said(glob) for glob in layout.merge_globs),
         92,
         initial_indent="#   ",
         subsequent_indent="#   ",
@@ -66,7 +75,7 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
         break_on_hyphens=False,
     )
     return f"""\
-# fluffy's policy for this project{f" ({layout.name})" if layout.name else ""}.
+# fluffy's policy for this project{f" ({_said(layout.name)})" if layout.name else ""}.
 {header}#
 # Default deny: a tool call that no rule below allows is refused.  Deny beats allow, and
 # require_review beats allow.  Globs follow .gitignore (`**` is any number of folders).
@@ -74,7 +83,7 @@ def render_policy(layout: Layout, *, header: str = "") -> str:
 # with `fluffy config policy edit`: the new rules are validated, tried against the last
 # 100 decisions, shown to you for review, and audited.  The model can never write it.
 #
-# Layout fluffy found: {layout.describe()}
+# Layout fluffy found: {_said(layout.describe(), 400)}
 {notes}capabilities:
   # Reading the project is always allowed (files, folders, search, git status and diff).
   - name: read-project
