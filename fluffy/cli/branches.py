@@ -9,7 +9,8 @@ on its branch; then
 
 * ``fluffy session merge ID`` fetches the branch into the person's repository and merges
   it into their current branch, only if git can do so without a conflict and without
-  touching their uncommitted work (git refuses otherwise, and nothing is written);
+  touching their uncommitted work or a file git does not track, ignored ones included
+  (otherwise it is refused, and nothing is written);
 * ``fluffy session discard ID`` stops its kernel and removes the copy and the branch.
 
 Git runs on the host here, as the person, with hooks off and the repository's
@@ -51,7 +52,8 @@ class Branch:
 def _git(cwd: Path | str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         ["git", *SAFE, "-c", f"safe.directory={cwd}", "-C", str(cwd), *args],
-        capture_output=True, text=True, timeout=600, check=False, cwd="/",
+        capture_output=True, text=True, errors="surrogateescape", timeout=600, check=False,
+        cwd="/",
     )  # fmt: skip
     if check and done.returncode != 0:
         raise BranchError(
@@ -176,10 +178,55 @@ def merge(project: Path, ident: str) -> dict[str, Any]:
             fix=f"Merge it yourself (`git merge {made.branch}`) and resolve the conflict, "
             f"or `fluffy session discard {ident}`.",
         )
+    _refuse_untracked(project, ident, tried.stdout.split("\n", 1)[0].strip())
     _git(project, "merge", "--no-edit", made.branch)
     done = _git(project, "rev-parse", "HEAD").stdout.strip()
     discard(project, ident)
     return {"id": ident, "branch": made.branch, "head": done, "commits": int(ahead)}
+
+
+def _refuse_untracked(project: Path, ident: str, tree: str) -> None:
+    """Refuse the merge when it would write over a file git does not track.
+
+    git refuses to overwrite an untracked file, but an *ignored* one (``.env``, a local
+    settings file) it takes as its own to replace: a session that committed a file of
+    that name would overwrite the person's with no word.  So every path the merge adds or
+    changes is looked up first; one that is in the folder but not in the index stops it.
+    """
+    changed = _git(project, "diff", "--name-only", "-z", "--no-renames", "HEAD", tree).stdout
+    tracked = set(_git(project, "ls-files", "-z").stdout.split("\0"))
+    kept = [
+        shown
+        for path in changed.split("\0")
+        if path
+        for shown in [_untracked_in_the_way(project, path, tracked)]
+        if shown is not None
+    ]
+    if kept:
+        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+        raise BranchError(
+            f"merging the session would overwrite your own files that git does not track: {shown}",
+            why="the session committed files of those names; git would replace ignored files "
+            "without asking, and they are yours (nothing was changed)",
+            fix=f"Move those files away first, or look at the branch (`git diff HEAD "
+            f"fluffy/{ident}`) and take what you want by hand; `fluffy session discard "
+            f"{ident}` removes it.",
+        )
+
+
+def _untracked_in_the_way(project: Path, path: str, tracked: set[str]) -> str | None:
+    """What of the person's the merge would replace to write ``path``: the file itself, or
+    a file (or a link) where one of its folders must go (``.env`` for ``.env/x``)."""
+    parts = path.split("/")
+    for depth in range(1, len(parts) + 1):
+        here = "/".join(parts[:depth])
+        where = project / here
+        if not os.path.lexists(where):
+            return None
+        if depth < len(parts) and where.is_dir() and not where.is_symlink():
+            continue  # a real folder on the way
+        return None if here in tracked else here
+    return None
 
 
 def discard(project: Path, ident: str) -> dict[str, Any]:
