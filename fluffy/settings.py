@@ -322,6 +322,10 @@ def load_settings(
         data = read_file(path)
         _project_only(data, path, path == project_config(project))
         values = validate_layer(data, str(path))
+        if layers and layers[0][0].get("branch") is True and values.get("branch") is False:
+            # the person's own "keep the AI off my checkout": a cloned repository's
+            # settings may turn it on, never off (only the person's env or option can)
+            del values["branch"]
         layers.append((values, dict.fromkeys(values, str(path))))
     layers.append(_env_layer(env))
     given = {k: v for k, v in (cli or {}).items() if v is not None}

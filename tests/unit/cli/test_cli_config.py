@@ -136,3 +136,29 @@ def test_show_reports_a_broken_file_as_an_error(
     assert main(["config", "show", "--json"]) == EXIT_ERROR
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["code"] == "config.invalid" and str(path) in error["what"]
+
+
+@pytest.mark.parametrize(
+    ("user", "repo", "cli", "expected"),
+    [
+        (True, False, None, True),  # a cloned repository cannot turn it off
+        (True, True, None, True),
+        (False, True, None, True),  # ... it may turn it on
+        (None, False, None, False),
+        (True, False, False, False),  # the person's own option may
+    ],
+)
+def test_a_repository_cannot_turn_off_the_persons_branch_setting(
+    project: Path,
+    fluffy_home: Path,
+    user: bool | None,
+    repo: bool,
+    cli: bool | None,
+    expected: bool,
+) -> None:
+    if user is not None:
+        fluffy_home.mkdir(parents=True, exist_ok=True)
+        (fluffy_home / "config.yaml").write_text(f"branch: {str(user).lower()}\n")
+    (project / ".fluffy").mkdir()
+    (project / ".fluffy" / "config.yaml").write_text(f"branch: {str(repo).lower()}\n")
+    assert load_settings(project, {"branch": cli}).branch is expected
