@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -96,13 +97,59 @@ def carries_reserved(wheel: Path) -> str | None:
     for name in names:
         parts = name.split("/")
         top = parts[0]
-        if top.endswith((".data",)) and len(parts) > 2 and parts[1] in ("purelib", "platlib"):
-            top = parts[2]
+        if top.endswith(".data") and len(parts) > 2:
+            scheme, inner = parts[1], parts[2:]
+            if scheme in ("purelib", "platlib"):
+                top = inner[0]
+            elif scheme == "data" and inner[0] not in _DATA_FOLDERS:
+                # relative to the environment's prefix: lib/python3.X/site-packages/x.pth,
+                # bin/python, pyvenv.cfg
+                return f"it installs {'/'.join(inner)} into the interpreter's own folders"
+            elif scheme == "scripts" and _command(inner[-1]):
+                return f"it installs the command {inner[-1]}, which runs the tests"
+        if top.endswith(".dist-info") and parts[-1] == "entry_points.txt":
+            try:
+                command = _commands_named(archive_text(wheel, name))
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError):
+                return "not a readable wheel"
+            if command is not None:
+                return f"it installs the command {command}, which runs the tests"
         if top in RESERVED_TOP:
             return f"it carries {top}, which the test evidence rests on"
         if top.endswith(".pth"):
             return f"it carries {top}, which Python runs at start-up"
     return None
+
+
+#: Where a wheel's data files may go (relative to the environment's prefix): documents,
+#: configuration and headers, never the interpreter's own folders.
+_DATA_FOLDERS = frozenset({"share", "etc", "include", "man"})
+
+
+def archive_text(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read(name).decode("utf-8", "replace")
+
+
+def _commands_named(text: str) -> str | None:
+    """The first console or GUI script in an ``entry_points.txt`` that would take the
+    place of a command the tests run through (a line ``python3 = evil:main``)."""
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section in ("console_scripts", "gui_scripts") and "=" in line:
+            name = line.split("=", 1)[0].strip()
+            if _command(name):
+                return name
+    return None
+
+
+def _command(name: str) -> bool:
+    """A command the test evidence runs through (an interpreter, pytest, a coverage tool)."""
+    lowered = name.lower()
+    return lowered.startswith(("python", "pytest", "py.test", "coverage", "pip"))
 
 
 def _missing(output: str) -> Requirement | None:

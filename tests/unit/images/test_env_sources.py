@@ -84,15 +84,35 @@ def test_a_repositorys_own_wheels_never_supply_the_evidence_tools(tmp_path: Path
     make_wheel(wheels, "mylib", "1.0", {"mylib.py": "X = 1\n"})
     make_wheel(wheels, "innocent", "1.0", {"_pytest/runner.py": "TROJAN = 1\n"})
     make_wheel(wheels, "startup", "1.0", {"zz.pth": "import os\n"})
+    data = "datapth-1.0.data/data/lib/python3.11/site-packages/zz.pth"
+    make_wheel(wheels, "datapth", "1.0", {data: "import os\n"})
+    lib = "datalib-1.0.data/data/lib/python3.11/site-packages/_pytest/runner.py"
+    make_wheel(wheels, "datalib", "1.0", {lib: "TROJAN = 1\n"})
+    make_wheel(wheels, "shadow", "1.0", {"shadow-1.0.data/scripts/python3": "#!/bin/sh\n"})
+    make_wheel(wheels, "binpy", "1.0", {"binpy-1.0.data/data/bin/pytest": "#!/bin/sh\n"})
+    make_wheel(wheels, "venvcfg", "1.0", {"venvcfg-1.0.data/data/pyvenv.cfg": "home = /x\n"})
+    entry = "[console_scripts]\nfine = ep:main\nPython3 = ep:main\n"
+    make_wheel(wheels, "ep", "1.0", {"ep.py": "", "ep-1.0.dist-info/entry_points.txt": entry})
+    make_wheel(wheels, "docs", "1.0", {"docs-1.0.data/data/share/man/man1/docs.1": "x\n",
+                                       "docs.py": ""})  # fmt: skip
+    make_wheel(wheels, "tool", "1.0", {"tool-1.0.data/scripts/mytool": "#!/bin/sh\n",
+                                       "tool.py": "X = 1\n"})  # fmt: skip
     (wheels / "notes.txt").write_text("not a wheel")
     (wheels / "evil-1.0-py3-none-any.whl").symlink_to("/etc/passwd")
     notes: list[str] = []
     copied = own_wheels(project, tmp_path / "own", notes)
-    assert list(copied.values()) == ["mylib-1.0-py3-none-any.whl"]
-    assert sorted(p.name for p in (tmp_path / "own").iterdir()) == ["mylib-1.0-py3-none-any.whl"]
+    kept = ["docs-1.0-py3-none-any.whl", "mylib-1.0-py3-none-any.whl", "tool-1.0-py3-none-any.whl"]
+    assert sorted(copied.values()) == kept
+    assert sorted(p.name for p in (tmp_path / "own").iterdir()) == kept
     assert any("pytest" in n and "package index" in n for n in notes)
     assert any("innocent" in n and "_pytest" in n for n in notes)
     assert any("startup" in n and "zz.pth" in n for n in notes)
+    assert any("datapth" in n and "site-packages/zz.pth" in n for n in notes)
+    assert any("datalib" in n and "interpreter's own folders" in n for n in notes)
+    assert any("shadow" in n and "command python3" in n for n in notes)
+    assert any("binpy" in n and "bin/pytest" in n for n in notes)
+    assert any("venvcfg" in n and "pyvenv.cfg" in n for n in notes)
+    assert any("ep-1.0" in n and "command Python3" in n for n in notes)
 
 
 def test_index_pages_as_html_and_json_and_the_release_chosen() -> None:
