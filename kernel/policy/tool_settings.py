@@ -65,7 +65,7 @@ class MergeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     auto_merge_max_lines: int = Field(default=500, ge=0)
-    #: Paths whose change always needs a human (gitignore globs); None = fluffy's defaults.
+    #: Paths whose change always needs a human (gitignore globs), added to fluffy's own.
     sensitive_paths: list[str] | None = None
     #: Paths no tool output may change (added to .fluffy/** and .git/**).
     protected_paths: list[str] = Field(default_factory=list)

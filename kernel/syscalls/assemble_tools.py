@@ -56,14 +56,22 @@ from fluffy.kernel.workflow.missing import MissingCode
 log = logging.getLogger("fluffy.kernel.tools")
 
 
+def sensitive_paths(policy: PolicyFile) -> list[str]:
+    """What always waits for a person: fluffy's defaults (keys, CI, git's files, the
+    build settings), then the policy's own.  A policy adds to them, never removes: a
+    cloned repository can ship a policy that says nothing is sensitive.  So its
+    exclusions (``!glob``, which win wherever they stand) are left out: one would take
+    paths out of the defaults too."""
+    extra = [glob for glob in policy.merge.sensitive_paths or () if not glob.startswith("!")]
+    return [*DEFAULT_SENSITIVE, *(glob for glob in extra if glob not in DEFAULT_SENSITIVE)]
+
+
 def _merger(project: Path, state_dir: Path, policy: PolicyFile, layout: Layout) -> Merger:
     return Merger(
         project,
         state_dir,
         protected=list(policy.merge.protected_paths),
-        sensitive=policy.merge.sensitive_paths
-        if policy.merge.sensitive_paths is not None
-        else DEFAULT_SENSITIVE,
+        sensitive=sensitive_paths(policy),
         max_auto_lines=policy.merge.auto_merge_max_lines,
         auto_merge=list(policy.merge.auto_merge_paths),
         roots=layout.merge_globs,
@@ -135,9 +143,7 @@ class ToolPath(msgspec.Struct):
         router.hold_to(_checks(policy, router.checks.policy, router.checks.breakers))
         self.flow.merger.configure(
             list(policy.merge.protected_paths),
-            policy.merge.sensitive_paths
-            if policy.merge.sensitive_paths is not None
-            else DEFAULT_SENSITIVE,
+            sensitive_paths(policy),
             policy.merge.auto_merge_max_lines,
             list(policy.merge.auto_merge_paths),
         )

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import MergeConflict, MergeError, MergeOverlap, MergeRefused
-from fluffy.kernel.confined_files import write_atomic
+from fluffy.kernel.confined_files import DEFAULT_SENSITIVE, write_atomic
 from fluffy.kernel.merge import merger as merger_module
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.oplog import MergeOperation, pending
 from fluffy.kernel.merge.staging import Staging
+from fluffy.kernel.policy.model import parse_policy
+from fluffy.kernel.syscalls.assemble_tools import sensitive_paths
 from unit.trees import write_tree
 
 #: The fixture project's source and test folders (its Layout.merge_globs).
@@ -375,3 +377,24 @@ def test_pending_is_oldest_first_and_garbage_is_collected(
     results = Merger(project, state, roots=ROOTS).resume_pending()
     assert [r.merged for r in results] == [["two.txt"], ["one.txt"]]
     assert sorted(p.name for p in (state / "merges").iterdir() if p.is_dir()) == []
+
+
+@pytest.mark.parametrize("path", [".env", ".envrc", ".github/workflows/ci.yml", "deploy.pem"])
+def test_a_policy_adds_sensitive_paths_but_never_removes_fluffys(
+    project: Path, state: Path, staging: Staging, path: str
+) -> None:
+    """A cloned repository's own policy saying nothing is sensitive and everything merges
+    by itself: the person's secrets and CI files still wait for them."""
+    policy = parse_policy(
+        "merge:\n  sensitive_paths: ['docs/**', '!**', '!.env']\n  auto_merge_paths: ['**']\n",
+        "<repo>",
+    )
+    staging.stage(path, b"x\n")
+    staging.stage("docs/a.md", b"x\n")
+    sensitive = sensitive_paths(policy)
+    plan = Merger(project, state, roots=ROOTS, sensitive=sensitive, auto_merge=["**"]).plan(
+        staging, tests_pass=True
+    )
+    assert not plan.auto and sorted(plan.sensitive) == sorted([path, "docs/a.md"])
+    empty = parse_policy("merge:\n  sensitive_paths: []\n", "<repo>")
+    assert sensitive_paths(empty) == list(DEFAULT_SENSITIVE)
