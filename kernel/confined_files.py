@@ -333,6 +333,15 @@ def file_sha256(base: Base, rel: str, max_bytes: int) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
+class FileChanged(Exception):
+    """:func:`write_atomic` with ``unchanged``: the file was not as expected just before
+    the rename (somebody changed it meanwhile); nothing was written."""
+
+    def __init__(self, found: str | None) -> None:
+        super().__init__(f"the file changed meanwhile (now {found or 'absent'})")
+        self.found = found
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -349,8 +358,14 @@ def write_atomic(
     dir_mode: int | None = None,
     temp_name: str | None = None,
     sync_folder: bool = True,
+    unchanged: tuple[str | None, int] | None = None,
 ) -> None:
     """Replace (or create) regular file ``rel`` with ``data``, atomically and durably.
+
+    ``unchanged``: (SHA-256 or None for no file, the most bytes to read) the file must
+    still have right before the rename, after the new data is on disk; otherwise
+    :class:`FileChanged` is raised and nothing is written (a person's edit saved while the
+    data was being synced is not replaced).
 
     ``sync_folder=False`` leaves the rename itself to the file system's own flush: the
     data is on disk before the name points to it, so a machine crash can only leave the
@@ -386,6 +401,11 @@ def write_atomic(
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            if unchanged is not None:
+                now = _read_at(dir_fd, name, rel, unchanged[1])
+                digest = None if now is None else hashlib.sha256(now).hexdigest()
+                if digest != unchanged[0]:
+                    raise FileChanged(digest)
             os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -28,6 +28,7 @@ crash at chosen points).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -40,6 +41,7 @@ import msgspec
 from fluffy.errors import FluffyError, MergeConflict, MergeError, MergeRefused
 from fluffy.kernel.confined_files import (
     DEFAULT_SENSITIVE,
+    FileChanged,
     ProtectedPaths,
     file_sha256,
     read_existing,
@@ -373,7 +375,9 @@ class Merger:
                 if step.before is None:
                     remove_file(self.project, path)
                 else:
-                    write_atomic(self.project, path, self.log.source(op, step.before))
+                    with contextlib.suppress(FileChanged):  # saved meanwhile: theirs stays
+                        write_atomic(self.project, path, self.log.source(op, step.before),
+                                     unchanged=(step.new_sha256, MAX_VIEW_BYTES))  # fmt: skip
             self.log.undo(op, step.id, "undone: " + why)
             self._hook(op, f"undone:{step.id}")
         self.log.finish(op, "failed", f"rolled back, nothing merged: {why}")
@@ -414,7 +418,16 @@ class Merger:
                 fix="Nothing was written for that file; reject the review and redo the change "
                 "(`fluffy audit verify` checks the rest).",
             )
-        write_atomic(self.project, path, data, temp_name=temp)
+        try:
+            write_atomic(
+                self.project, path, data, temp_name=temp, unchanged=(current, MAX_VIEW_BYTES)
+            )
+        except FileChanged as changed:  # saved while the new bytes were being synced
+            return StepResult(
+                "conflict",
+                f"the project's file changed while it was being written (expected "
+                f"{_short(current)}, found {_short(changed.found)})",
+            )
         return StepResult("applied")
 
 

@@ -40,6 +40,9 @@ INTERNAL: dict[str, str] = {
         "kernel/tools/sandbox/plugins.py catches it and runs the call in a fresh sandbox"
     ),
     "kernel/workflow/baseline.py:_NotRegular": "caught in its module: a warning naming the file",
+    "kernel/confined_files.py:FileChanged": (
+        "kernel/merge/merger.py and gitmerge.py catch it: a conflict step, rolled back"
+    ),
     "fluffy/junit.py:_Refused": "caught in its module and raised as EvidenceError",
     "plugins/git_tool/landing.py:LeftOut": "caught in its module: a note on the left-out file",
     "kernel/yamltext.py:YamlSyntax": (

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fluffy.errors import MergeConflict, MergeError, MergeOverlap, MergeRefused
+from fluffy.kernel import confined_files
 from fluffy.kernel.confined_files import DEFAULT_SENSITIVE, write_atomic
 from fluffy.kernel.merge import merger as merger_module
 from fluffy.kernel.merge.merger import Merger
@@ -146,6 +147,56 @@ def test_a_file_changed_while_the_merge_writes_rolls_everything_back(
     assert (project / "src/a.py").read_text() == "a = 1\n"  # undone
     assert (project / "src/b.py").read_text() == "b = 'theirs'\n"
     assert not staging.is_empty()  # the session's change is kept, to redo
+
+
+def test_a_save_while_the_new_bytes_are_synced_is_not_replaced(
+    project: Path, state: Path, staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person saves the file after the merge checked it, while the new bytes are on
+    their way to disk (the red team's window, inside write_atomic's fsync)."""
+    staging.stage("src/b.py", b"b = 2\n")
+    real_fsync = os.fsync
+    saved: list[str] = []
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if not saved and ".fluffy-merge-" in os.readlink(f"/proc/self/fd/{fd}"):
+            (project / "src/b.py").write_text("b = 'theirs'\n")
+            saved.append("b")
+
+    monkeypatch.setattr(confined_files.os, "fsync", fsync)
+    result = Merger(project, state, roots=ROOTS).merge(staging)
+    assert saved == ["b"]
+    assert result.status == "failed" and [c.path for c in result.conflicts] == ["src/b.py"]
+    assert (project / "src/b.py").read_text() == "b = 'theirs'\n"
+    assert not staging.is_empty()
+    assert [p.name for p in (project / "src").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_save_while_the_roll_back_restores_a_file_is_not_replaced(
+    project: Path, state: Path, staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staging.stage("src/a.py", b"a = 2\n")
+    staging.stage("src/b.py", b"b = 2\n")
+    real_fsync = os.fsync
+    saved: list[str] = []
+
+    def person_edits(op: object, phase: str) -> None:
+        if phase == "applied:00000":  # a.py written; b.py saved: the merge rolls back
+            (project / "src/b.py").write_text("b = 'theirs'\n")
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if not saved and "/src/.a.py.fluffy-" in path and "-merge-" not in path:
+            (project / "src/a.py").write_text("a = 'theirs'\n")  # during the undo's sync
+            saved.append("a")
+
+    monkeypatch.setattr(confined_files.os, "fsync", fsync)
+    result = Merger(project, state, roots=ROOTS, on_step=person_edits).merge(staging)
+    assert saved == ["a"] and result.status == "failed"
+    assert (project / "src/a.py").read_text() == "a = 'theirs'\n"
+    assert (project / "src/b.py").read_text() == "b = 'theirs'\n"
 
 
 def test_same_change_already_in_the_project_is_not_a_conflict(
