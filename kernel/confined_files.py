@@ -342,6 +342,10 @@ class FileChanged(Exception):
         self.found = found
 
 
+class TargetLocked(Exception):
+    """:func:`write_atomic` with ``lock``: ``<name>.lock`` exists (git holds it)."""
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -359,13 +363,16 @@ def write_atomic(
     temp_name: str | None = None,
     sync_folder: bool = True,
     unchanged: tuple[str | None, int] | None = None,
+    lock: bool = False,
 ) -> None:
     """Replace (or create) regular file ``rel`` with ``data``, atomically and durably.
 
     ``unchanged``: (SHA-256 or None for no file, the most bytes to read) the file must
     still have right before the rename, after the new data is on disk; otherwise
     :class:`FileChanged` is raised and nothing is written (a person's edit saved while the
-    data was being synced is not replaced).
+    data was being synced is not replaced).  ``lock``: git's protocol, the data goes to
+    ``<name>.lock``, created only if no other process holds it (else
+    :class:`TargetLocked`), so a git command run meanwhile waits for it or fails.
 
     ``sync_folder=False`` leaves the rename itself to the file system's own flush: the
     data is on disk before the name points to it, so a machine crash can only leave the
@@ -387,11 +394,18 @@ def write_atomic(
             final_mode = stat.S_IMODE(current.st_mode) & 0o777
         else:
             final_mode = None
-        temp = temp_name or f".{name}.fluffy-{secrets.token_hex(8)}.tmp"
-        if temp_name is not None:
+        temp = f"{name}.lock" if lock else temp_name or f".{name}.fluffy-{secrets.token_hex(8)}.tmp"
+        if temp_name is not None and not lock:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp, dir_fd=dir_fd)
-        fd = os.open(temp, _CREATE_FLAGS, 0o600 if final_mode is not None else 0o666, dir_fd=dir_fd)
+        try:
+            fd = os.open(
+                temp, _CREATE_FLAGS, 0o600 if final_mode is not None else 0o666, dir_fd=dir_fd
+            )
+        except FileExistsError:
+            if lock:
+                raise TargetLocked(f"{rel}.lock exists") from None
+            raise
         try:
             try:
                 _write_all(fd, data)

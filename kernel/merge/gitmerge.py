@@ -30,11 +30,14 @@ from pathlib import Path
 
 from fluffy.errors import MergeConflict, MergeRefused
 from fluffy.kernel.confined_files import (
+    FileChanged,
+    TargetLocked,
     parent_dir,
     read_existing,
     read_regular,
     refused,
     relative_parts,
+    remove_file,
     write_atomic,
 )
 from fluffy.kernel.merge.oplog import MergeOperation, MergeStep, StepResult
@@ -372,16 +375,16 @@ def apply_git_step(
             copied += 1
         return StepResult("applied" if copied else "already", f"{copied} objects copied")
     if step.action == "git_ref":
+        loose = read_existing(project, f".git/{step.path}", 4096)  # what the write expects
         current = read_ref(project, step.path)
         if current == step.new_sha256:
             return StepResult("already")
         if current != step.base_sha256 or head_ref(project) != step.path:
             return StepResult("conflict", f"{step.path} moved to {current or 'nothing'}")
-        if locked(project, step.path):
-            return StepResult("conflict", f"git is busy: .git/{step.path}.lock exists")
+        if loose is not None and loose.decode("utf-8", "replace").strip() != current:
+            return StepResult("conflict", f"{step.path} moved while it was read")
         data = f"{step.new_sha256}\n".encode()
-        write_atomic(project, f".git/{step.path}", data, mode=0o644, temp_name=f"{tag}.tmp")
-        return StepResult("applied")
+        return _locked_write(project, step.path, data, loose, 4096, mode=0o644)
     ref_result = op.results.get("ref")
     if ref_result is not None and ref_result.outcome in ("conflict", "refused"):
         return StepResult("skipped", "the ref was not updated, so the index is kept")
@@ -391,7 +394,23 @@ def apply_git_step(
         return StepResult("already")
     if current != step.base_sha256:
         return StepResult("skipped", INDEX_MOVED)
-    if locked(project, "index"):
-        return StepResult("conflict", "git is busy: .git/index.lock exists")
-    write_atomic(project, ".git/index", source("index"), temp_name=f"{tag}.tmp")
+    return _locked_write(project, "index", source("index"), current_index, MAX_INDEX_BYTES)
+
+
+def _locked_write(
+    project: Path, rel: str, data: bytes, before: bytes | None, most: int, mode: int | None = None
+) -> StepResult:
+    """``.git/<rel>`` replaced as git does it: through ``<rel>.lock``, taken only when no
+    git process holds it (one run meanwhile then fails or waits instead of being
+    overwritten), and only while the file still holds ``before``."""
+    expected = None if before is None else hashlib.sha256(before).hexdigest()
+    if read_existing(project, f".git/{rel}.lock", most) == data:
+        # this very write, cut off by a kill before its rename: the lock is ours
+        remove_file(project, f".git/{rel}.lock")
+    try:
+        write_atomic(project, f".git/{rel}", data, mode=mode, unchanged=(expected, most), lock=True)
+    except TargetLocked:
+        return StepResult("conflict", f"git is busy: .git/{rel}.lock exists")
+    except FileChanged:
+        return StepResult("conflict", f".git/{rel} changed while it was being written")
     return StepResult("applied")

@@ -43,6 +43,9 @@ INTERNAL: dict[str, str] = {
     "kernel/confined_files.py:FileChanged": (
         "kernel/merge/merger.py and gitmerge.py catch it: a conflict step, rolled back"
     ),
+    "kernel/confined_files.py:TargetLocked": (
+        "kernel/merge/gitmerge.py catches it: a conflict step naming git's lock"
+    ),
     "fluffy/junit.py:_Refused": "caught in its module and raised as EvidenceError",
     "plugins/git_tool/landing.py:LeftOut": "caught in its module: a note on the left-out file",
     "kernel/yamltext.py:YamlSyntax": (

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fluffy.errors import MergeConflict, MergeRefused
+from fluffy.kernel import confined_files
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.oplog import MergeOperation, pending
 
@@ -333,3 +334,59 @@ def test_interrupted_git_merge_resumes(tmp_path: Path, repo: Path, phase: str) -
     assert resumed.status == "completed" and resumed.conflicts == []
     assert_clean_and_valid(repo, result["commit"])
     assert Merger(repo, tmp_path / "state").resume_pending() == []
+
+
+@pytest.mark.parametrize("lock", ["refs/heads/main", "index"])
+def test_git_cannot_take_its_lock_while_the_merge_writes(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, lock: str
+) -> None:
+    """A `git add` or `git commit` started while the merge writes the index or the branch
+    (after its checks, while the new bytes are synced): the merge writes through git's
+    own lock file, so git finds it taken and stops, instead of both writing."""
+    (repo / "a.txt").write_text("changed\n")
+    out = tmp_path / "output/call-1"
+    result = sandbox_commit(repo, out)
+    real_fsync = os.fsync
+    tried: list[str] = []
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if target.startswith(str(repo / ".git" / lock)) and not tried:
+            try:  # what git does first: take the lock
+                os.close(os.open(repo / f".git/{lock}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                tried.append("git took the lock")
+            except FileExistsError:
+                tried.append("git found it taken")
+
+    monkeypatch.setattr(confined_files.os, "fsync", fsync)
+    done = Merger(repo, tmp_path / "state").merge_git(out, result)
+    assert tried == ["git found it taken"]
+    assert done.conflicts == [] and not (repo / f".git/{lock}.lock").exists()
+    assert_clean_and_valid(repo, result["commit"])
+
+
+@pytest.mark.parametrize("lock", ["refs/heads/main", "index"])
+def test_a_lock_a_killed_merge_left_with_its_own_bytes_is_taken_back(
+    tmp_path: Path, repo: Path, lock: str
+) -> None:
+    """A kill between writing `<name>.lock` and renaming it leaves the lock (as a killed
+    git does): the resumed merge knows its own bytes, finishes, and git is not blocked."""
+    change_work_tree(repo)
+    out = tmp_path / "output/call-1"
+    result = sandbox_commit(repo, out)
+    step = "objects" if lock != "index" else "ref"
+
+    def crash(op: MergeOperation, at: str) -> None:
+        if at == f"recorded:{step}":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Merger(repo, tmp_path / "state", on_step=crash).merge_git(out, result)
+    left = (out / "git-index").read_bytes() if lock == "index" else f"{result['commit']}\n"
+    (repo / f".git/{lock}.lock").write_bytes(left if isinstance(left, bytes) else left.encode())
+    shutil.rmtree(out)
+    [resumed] = Merger(repo, tmp_path / "state").resume_pending()
+    assert resumed.status == "completed" and resumed.conflicts == []
+    assert not (repo / f".git/{lock}.lock").exists()
+    assert_clean_and_valid(repo, result["commit"])
