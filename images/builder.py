@@ -224,7 +224,7 @@ def prune_images(engine: Engine, *, specs: Sequence[ImageSpec] = IMAGES) -> list
             if ref.startswith(f"{REPOSITORY_PREFIX}/") and ref not in current:
                 store.remove(ref)
                 removed.append(ref)
-    store.prune_dangling(LABEL_IMAGE)
+    store.prune_dangling(LABEL_IMAGE, everyone=True)
     return removed + remove_strays(engine) + remove_orphans(engine)
 
 

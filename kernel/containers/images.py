@@ -14,7 +14,12 @@ from fluffy.kernel.containers.errors import engine_call
 #: Build output lines look like "Step 3/9 : RUN ..." (legacy builder, Docker and Podman).
 _STEP = re.compile(r"^(?:Step|STEP) (\d+)/(\d+)\s*:?\s*(.*)$")
 #: A build that fails because an image it reused is gone (Docker, Podman).
-_VANISHED = re.compile(r"(?i)no such image|image not known")
+_VANISHED = re.compile(r"(?i)no such image|image not known|failed to get digest")
+#: The image a build step made: " ---> 0123abcd" (Docker's legacy builder), "--> 0123abcd"
+#: (Podman).  One it reused is another build's: Docker says " ---> Using cache" on the
+#: line before its ID, Podman "--> Using cache 0123abcd..." (not matched).
+_STEP_IMAGE = re.compile(r"^\s*-{2,3}> ([0-9a-f]{10,64})$")
+_REUSED = re.compile(r"^\s*-{2,3}> Using cache$")
 
 
 class ImageStore:
@@ -23,6 +28,9 @@ class ImageStore:
     def __init__(self, engine: Engine) -> None:
         self._api = engine.client.api
         self.engine = engine
+        #: The step images this store's builds made, not reused (short IDs): the ones
+        #: :meth:`prune_dangling` may remove, never another process's build in progress.
+        self.steps: set[str] = set()
 
     def image_id(self, ref: str) -> str | None:
         """The image's ID, or None if the engine does not have it."""
@@ -108,6 +116,7 @@ class ImageStore:
     ) -> tuple[str | None, str | None, list[str]]:
         """One build: (image ID, the engine's error, the last lines of output)."""
         last_lines: list[str] = []
+        reused = False  # the last line said the next ID is a cached step's
         image_id: str | None = None
         error: str | None = None
         with engine_call(f"build {tag}"):
@@ -138,6 +147,10 @@ class ImageStore:
                     match = _STEP.match(line)
                     if match:
                         on_step(int(match[1]), int(match[2]), match[3])
+                    made = _STEP_IMAGE.match(line)
+                    if made and not reused:
+                        self.steps.add(made[1])
+                    reused = _REUSED.match(line) is not None
                     on_line(line)
         return image_id, error, last_lines
 
@@ -146,10 +159,15 @@ class ImageStore:
             images: list[dict[str, Any]] = self._api.images(filters={"label": label})
         return images
 
-    def prune_dangling(self, label: str) -> None:
-        """Remove untagged images carrying ``label`` (intermediate build stages).  One in
-        use by a container stays (Podman refuses the whole prune for it: then each image
-        is removed on its own, and the ones in use are left)."""
+    def prune_dangling(self, label: str, *, everyone: bool = False) -> None:
+        """Remove untagged images carrying ``label`` that this store's builds made (their
+        intermediate stages), or with ``everyone`` all of them (``fluffy images prune``).
+        Another process's build in progress has untagged steps too: removing them made
+        it fail.  One in use by a container stays (Podman refuses the whole prune for
+        it: then each image is removed on its own, and the ones in use are left)."""
+        if not everyone:
+            self._prune_own(label)
+            return
         try:
             with engine_call(f"prune untagged images labelled {label}"):
                 self._api.prune_images(filters={"dangling": True, "label": label})  # type: ignore[no-untyped-call]
@@ -166,6 +184,23 @@ class ImageStore:
                     self._api.remove_image(str(image.get("Id")))
             except EngineError:
                 continue  # in use: a later prune takes it
+
+    def _prune_own(self, label: str) -> None:
+        if not self.steps:
+            return
+        with engine_call(f"list untagged images labelled {label}"):
+            listed: list[dict[str, Any]] = self._api.images(
+                filters={"dangling": True, "label": label}
+            )
+        for image in listed:
+            found = str(image.get("Id", "")).removeprefix("sha256:")
+            if not any(found.startswith(step) for step in self.steps):
+                continue
+            try:
+                with engine_call(f"remove untagged image {found[:12]}"):
+                    self._api.remove_image(found)
+            except EngineError:
+                continue  # in use, or a later step's parent: a later prune takes it
 
     def remove(self, ref: str) -> None:
         with engine_call(f"remove image {ref}"):
