@@ -50,7 +50,18 @@ HEADER = """\
 
 
 def _target(args: argparse.Namespace) -> Path:
-    return project_config(Path.cwd()) if args.project else user_config()
+    if not args.project:
+        return user_config()
+    path = project_config(Path.cwd())
+    folder = path.parent
+    if folder.is_symlink() or path.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ConfigError(
+            f"{folder} is a link or not a folder; nothing was written",
+            why="a repository can ship its .fluffy as a link to a file of yours elsewhere, "
+            "and the project's settings would be written there",
+            fix="Look at what it points to; remove the link, then run the command again.",
+        )
+    return path
 
 
 def _header(project: bool) -> str:

@@ -162,3 +162,26 @@ def test_a_repository_cannot_turn_off_the_persons_branch_setting(
     (project / ".fluffy").mkdir()
     (project / ".fluffy" / "config.yaml").write_text(f"branch: {str(repo).lower()}\n")
     assert load_settings(project, {"branch": cli}).branch is expected
+
+
+@pytest.mark.parametrize(
+    "command", [["init", "--project"], ["set", "mode", "explore", "--project"]]
+)
+@pytest.mark.parametrize("planted", [".fluffy", ".fluffy/config.yaml"])
+def test_project_settings_are_never_written_through_a_planted_link(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str],
+    planted: str,
+) -> None:  # fmt: skip
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.yaml").write_text("# the person's own\n")
+    if planted == ".fluffy":
+        (project / ".fluffy").symlink_to(elsewhere)
+    else:
+        (project / ".fluffy").mkdir()
+        (project / ".fluffy" / "config.yaml").symlink_to(elsewhere / "config.yaml")
+    force = ["--force"] if command[0] == "init" else []
+    assert main(["config", *command, *force]) == EXIT_ERROR
+    assert "is a link" in capsys.readouterr().err
+    assert (elsewhere / "config.yaml").read_text() == "# the person's own\n"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["config.yaml"]
