@@ -1,6 +1,3 @@
-"""The host-side trust anchor (design: Bootstrap Layer).
-
-Standard library only, under 500 lines of code in total: it reads configuration, finds
-the container engine, starts the L1 kernel container, health-checks it and restarts it
-on crash.  ``tests/unit/repo/test_layers.py`` enforces both limits.
-"""
+"""The host-side trust anchor (design: Bootstrap Layer): standard library only, under 500
+lines of code (``tests/unit/repo/test_layers.py``); finds the engine, starts the L1 kernel
+container, health-checks it and restarts it on crash."""

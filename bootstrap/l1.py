@@ -19,8 +19,7 @@ KERNEL_UID = 10000  # used when the host user is root: the kernel never runs as 
 # (ADR-053): it sets a file's mode while the file is its own, then gives it away, and a
 # chown clears S_ISUID/S_ISGID, so it cannot make a setuid-root file.
 FILE_CAPS = ("dac_override", "chown")
-ROLE_LABEL = "fluffy.role"
-PROJECT_LABEL = "fluffy.project"
+ROLE_LABEL, PROJECT_LABEL = "fluffy.role", "fluffy.project"
 
 # Constant: never derived from configuration (design: hard-coded security flags).
 SECURITY: dict[str, Any] = {
@@ -32,8 +31,7 @@ SECURITY: dict[str, Any] = {
     # none (and NetworkDisabled in spec(): only lo, without the engine's network set-up,
     # ADR-009): the kernel's CONNECT proxy reaches allow-listed hosts only through the gate's
     # dialler on the host (fluffy.gate.net; ADR-036); sandboxes are --network none too
-    "NetworkMode": "none",
-    "Privileged": False,
+    "NetworkMode": "none", "Privileged": False,
     "NanoCpus": min(4, os.cpu_count() or 1) * 10**9,  # a runaway kernel leaves the host CPU
 }  # fmt: skip
 ENTRYPOINT = ["python3", "-I", "-m", "fluffy.kernel"]  # -I: only fluffy's own modules
@@ -83,6 +81,11 @@ def spec(
     gate = str(Path(run_dir).parent / "gate")
     binds = [f"{project}:{I}/project:rw", f"{run_dir}:{I}/run:rw", f"{state_dir}:{I}/state:rw",
              f"{gate}:{I}/gate:ro"]  # fmt: skip
+    # git on the host runs what .git/config and .git/hooks name: L1 may only read them
+    git = Path(project, ".git")
+    binds += [f"{git}/{n}:{I}/project/.git/{n}:ro" for n in ("config", "hooks")
+              if git.is_dir() and not git.is_symlink() and (git / n).exists()
+              and not (git / n).is_symlink()]  # fmt: skip
     # a developer's setting (the tests'): the kernel type-checks every syscall result
     env = ["FLUFFY_CHECK_RESULTS=1"] if os.environ.get("FLUFFY_CHECK_RESULTS") == "1" else []
     if plugins is not None:  # the plugin store, read-only: the kernel re-checks its hashes

@@ -5,7 +5,8 @@ CAP_CHOWN, its own seccomp profile); code then runs inside it exactly as the ker
 (``<engine> exec`` replaying L1's own ``setpriv`` drop) and tries to leave something
 privileged in the project: a setuid-root copy of /bin/sh both ways round, a setuid file
 made by open, by mknod and by fchmodat, a device node, a symlink out, a write through a
-link, a file given to another user.  Each must fail with its errno, on Docker and
+link, a file given to another user, a change to ``.git/config`` or ``.git/hooks`` (git on
+the host runs what they name).  Each must fail with its errno, on Docker and
 Podman, and the host must find no setuid/setgid file, device or new link; a merge-like
 write (temp file, chmod, chown to the folder's owner, rename) and the kernel's own
 ``write_atomic`` still keep owners and modes.
@@ -81,6 +82,16 @@ ATTEMPTS = textwrap.dedent(
     attempt("merge_like", merge_like)
     attempt("write_atomic", lambda: (write_atomic(P, "kept.txt", b"new"),
                                      write_atomic(P, "new/deep.txt", b"x", mode=0o644)))
+    # what git on the host runs: a filter or fsmonitor in .git/config, a hook
+    attempt("git_config_append", lambda: open(f"{P}/.git/config", "a").close())
+    attempt("git_hook_create", lambda: open(f"{P}/.git/hooks/pre-commit", "w").close())
+    def replace_config():
+        with open(f"{P}/.git/config.new", "w") as out_file:
+            out_file.write("[core]\\n\\tfsmonitor = touch /tmp/pwned\\n")
+        os.rename(f"{P}/.git/config.new", f"{P}/.git/config")
+    attempt("git_config_replace", replace_config)
+    attempt("git_hooks_replace", lambda: os.rename(f"{P}/.git/hooks", f"{P}/.git/hooks-old"))
+    attempt("git_ref_write", lambda: write_atomic(P, ".git/refs/heads/probe", b"0" * 40 + b"\\n"))
     print(json.dumps(out))
     """
 )
@@ -104,6 +115,11 @@ EXPECTED = {
     "chown_path": "EPERM",  # path chowns are not the kernel's: only fchown
     "merge_like": "ok",
     "write_atomic": "ok",
+    "git_config_append": "EROFS",  # read-only over the read-write project
+    "git_hook_create": "EROFS",
+    "git_config_replace": "EBUSY",  # a mount point cannot be renamed over
+    "git_hooks_replace": "EBUSY",
+    "git_ref_write": "ok",  # the AI's commits still land
 }
 
 
@@ -120,6 +136,8 @@ def test_a_taken_over_kernel_leaves_nothing_privileged_in_the_project(
     kept = project / "kept.txt"
     kept.write_text("old")
     kept.chmod(0o640)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    config = (project / ".git" / "config").read_bytes()
     assert (project.stat().st_uid, project.stat().st_gid) == (0, 0)
     started = _fluffy(l1, "start")
     assert started.returncode == 0, started.stdout + started.stderr
@@ -161,6 +179,8 @@ def test_a_taken_over_kernel_leaves_nothing_privileged_in_the_project(
         assert not mode & (stat.S_ISUID | stat.S_ISGID), path
         assert stat.S_ISREG(mode) or stat.S_ISDIR(mode) or path.name == "planted", path
     assert hashlib.sha256(Path("/etc/shadow").read_bytes()).hexdigest() == shadow
+    assert (project / ".git" / "config").read_bytes() == config
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
     assert not (project / "sh-c").exists() and not (project / "sh-d").exists()
     uid, gid, mode = _owner_mode(project / "sh-a")  # root's, with the mode it was made with
     assert (uid, gid) == (0, 0) and stat.S_IMODE(mode) == 0o644

@@ -104,6 +104,40 @@ def test_the_developers_result_check_reaches_the_kernel_only_when_set(
         assert not any(e.startswith("FLUFFY_CHECK_RESULTS=0") for e in body["Env"])
 
 
+@pytest.mark.parametrize("layout", ["clone", "no hooks", "no git", "linked .git", "linked config"])
+def test_l1_only_reads_what_git_on_the_host_runs(tmp_path: Path, layout: str) -> None:
+    """.git/config and .git/hooks name commands git runs on the host (filters, fsmonitor,
+    hooks): L1 gets them read-only over its read-write project."""
+    project, sock = tmp_path / "p", tmp_path / "engine.sock"
+    (project / "src").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "hooks").mkdir(parents=True)
+    (elsewhere / "config").write_text("")
+    if layout == "linked .git":
+        (project / ".git").symlink_to(elsewhere)
+    elif layout != "no git":
+        (project / ".git" / "objects").mkdir(parents=True)
+        (project / ".git" / "config").write_text("[core]\n")
+        if layout == "linked config":
+            (project / ".git" / "config").unlink()
+            (project / ".git" / "config").symlink_to(elsewhere / "config")
+        if layout != "no hooks":
+            (project / ".git" / "hooks").mkdir()
+    body = l1.spec("img", str(project), "id", "r", "s", Engine("docker", str(sock)))
+    binds = body["HostConfig"]["Binds"]
+    expected = {
+        "clone": ["config", "hooks"],
+        "no hooks": ["config"],
+        "no git": [],
+        "linked .git": [],
+        "linked config": ["hooks"],
+    }[layout]
+    assert [b for b in binds if "/.git/" in b] == [
+        f"{project}/.git/{n}:/fluffy/project/.git/{n}:ro" for n in expected
+    ]
+    assert binds.index(f"{project}:/fluffy/project:rw") == 0  # the project first, then these
+
+
 def test_the_kernel_runs_as_the_projects_owner_never_root(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
