@@ -30,6 +30,23 @@ def project_config(project: Path) -> Path:
     return project / ".fluffy" / CONFIG_NAME
 
 
+def project_folder(project: Path) -> Path:
+    """The project's ``.fluffy`` folder, to write in: refused (:class:`ConfigError`) when
+    it is a link or not a folder, as a cloned repository can ship it pointing at a file
+    of the person's elsewhere."""
+    from fluffy.errors import ConfigError
+
+    folder = project / ".fluffy"
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ConfigError(
+            f"{folder} is a link or not a folder; nothing was written",
+            why="fluffy keeps the project's policy and settings in a .fluffy folder, and a "
+            "repository can ship one that points at a file of yours elsewhere",
+            fix="Look at what it is; move it away, then run the command again.",
+        )
+    return folder
+
+
 def state_dir() -> Path:
     return fluffy_home() / "state"
 

@@ -27,7 +27,14 @@ from rich.markup import escape
 
 from fluffy.cli.render import print_json, stdout
 from fluffy.errors import ConfigError
-from fluffy.paths import kernel_socket, project_config, project_socket, user_config
+from fluffy.paths import (
+    CONFIG_NAME,
+    kernel_socket,
+    project_config,
+    project_folder,
+    project_socket,
+    user_config,
+)
 from fluffy.settings import (
     DEFAULT_MODELS,
     FIELDS,
@@ -52,13 +59,12 @@ HEADER = """\
 def _target(args: argparse.Namespace) -> Path:
     if not args.project:
         return user_config()
-    path = project_config(Path.cwd())
-    folder = path.parent
-    if folder.is_symlink() or path.is_symlink() or (folder.exists() and not folder.is_dir()):
+    path = project_folder(Path.cwd()) / CONFIG_NAME
+    if path.is_symlink():
         raise ConfigError(
-            f"{folder} is a link or not a folder; nothing was written",
-            why="a repository can ship its .fluffy as a link to a file of yours elsewhere, "
-            "and the project's settings would be written there",
+            f"{path} is a link; nothing was written",
+            why="a repository can ship it pointing at a file of yours elsewhere, and the "
+            "project's settings would be written there",
             fix="Look at what it points to; remove the link, then run the command again.",
         )
     return path

@@ -27,6 +27,7 @@ from rich.markup import escape
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import ConfigError, FluffyError
 from fluffy.junit import JS_RUNNERS
+from fluffy.paths import project_folder
 
 CONFIG_TEMPLATE = """\
 # fluffy's settings for this project (written by `fluffy init`).
@@ -98,13 +99,7 @@ def init_project(project: Path, *, force: bool = False) -> dict[str, str]:
     from fluffy.host.policy import parse_policy
     from fluffy.host.project import detect_layout, render_policy
 
-    folder = project / ".fluffy"
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise ConfigError(
-            f"{folder} exists and is not a folder",
-            fix="Move it away, then run `fluffy init` again.",
-            why="fluffy keeps the project's policy and settings in a .fluffy folder",
-        )
+    folder = project_folder(project)
     folder.mkdir(exist_ok=True)
     today = datetime.date.today().isoformat()
     layout = detect_layout(project)
