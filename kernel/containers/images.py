@@ -166,41 +166,33 @@ class ImageStore:
         it fail.  One in use by a container stays (Podman refuses the whole prune for
         it: then each image is removed on its own, and the ones in use are left)."""
         if not everyone:
-            self._prune_own(label)
+            if self.steps:
+                self._remove_untagged(label, own=True)
             return
         try:
             with engine_call(f"prune untagged images labelled {label}"):
                 self._api.prune_images(filters={"dangling": True, "label": label})  # type: ignore[no-untyped-call]
             return
         except EngineError:
-            pass
-        with engine_call(f"list untagged images labelled {label}"):
-            listed: list[dict[str, Any]] = self._api.images(
-                filters={"dangling": True, "label": label}
-            )
-        for image in listed:
-            try:
-                with engine_call(f"remove untagged image {image.get('Id')}"):
-                    self._api.remove_image(str(image.get("Id")))
-            except EngineError:
-                continue  # in use: a later prune takes it
+            self._remove_untagged(label, own=False)
 
-    def _prune_own(self, label: str) -> None:
-        if not self.steps:
-            return
+    def _remove_untagged(self, label: str, *, own: bool) -> None:
+        """Each untagged image carrying ``label`` removed on its own (``own``: only the
+        steps this store's builds made); one in use, or a later step's parent, stays for a
+        later prune."""
         with engine_call(f"list untagged images labelled {label}"):
             listed: list[dict[str, Any]] = self._api.images(
                 filters={"dangling": True, "label": label}
             )
         for image in listed:
             found = str(image.get("Id", "")).removeprefix("sha256:")
-            if not any(found.startswith(step) for step in self.steps):
+            if own and not any(found.startswith(step) for step in self.steps):
                 continue
             try:
                 with engine_call(f"remove untagged image {found[:12]}"):
                     self._api.remove_image(found)
             except EngineError:
-                continue  # in use, or a later step's parent: a later prune takes it
+                continue
 
     def remove(self, ref: str) -> None:
         with engine_call(f"remove image {ref}"):
