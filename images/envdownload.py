@@ -18,6 +18,7 @@ Wheels are trusted by content, not by name:
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import re
 import shutil
@@ -88,13 +89,18 @@ def own_wheels(project: Path, dest: Path, notes: list[str]) -> dict[str, str]:
 
 def carries_reserved(wheel: Path) -> str | None:
     """Why a wheel may not be used beside the evidence tools: it installs one of their
-    top-level modules or a ``.pth`` (code Python runs at start-up); None: it does not."""
+    top-level modules, a ``.pth`` (code Python runs at start-up), a file into the
+    interpreter's own folders or a command the tests run through; None: it does not."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            names = archive.namelist()
-    except (OSError, zipfile.BadZipFile):
+            return _reserved_in(archive)
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            configparser.Error):  # fmt: skip
         return "not a readable wheel"
-    for name in names:
+
+
+def _reserved_in(archive: zipfile.ZipFile) -> str | None:
+    for name in archive.namelist():
         parts = name.split("/")
         top = parts[0]
         if top.endswith(".data") and len(parts) > 2:
@@ -108,10 +114,7 @@ def carries_reserved(wheel: Path) -> str | None:
             elif scheme == "scripts" and _command(inner[-1]):
                 return f"it installs the command {inner[-1]}, which runs the tests"
         if top.endswith(".dist-info") and parts[-1] == "entry_points.txt":
-            try:
-                command = _commands_named(archive_text(wheel, name))
-            except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError):
-                return "not a readable wheel"
+            command = _commands_named(archive.read(name).decode("utf-8", "replace"))
             if command is not None:
                 return f"it installs the command {command}, which runs the tests"
         if top in RESERVED_TOP:
@@ -126,23 +129,19 @@ def carries_reserved(wheel: Path) -> str | None:
 _DATA_FOLDERS = frozenset({"share", "etc", "include", "man"})
 
 
-def archive_text(wheel: Path, name: str) -> str:
-    with zipfile.ZipFile(wheel) as archive:
-        return archive.read(name).decode("utf-8", "replace")
-
-
 def _commands_named(text: str) -> str | None:
-    """The first console or GUI script in an ``entry_points.txt`` that would take the
-    place of a command the tests run through (a line ``python3 = evil:main``)."""
-    section = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-        elif section in ("console_scripts", "gui_scripts") and "=" in line:
-            name = line.split("=", 1)[0].strip()
-            if _command(name):
-                return name
+    """The first console or GUI script in an ``entry_points.txt`` (an INI file) that would
+    take the place of a command the tests run through (``python3 = evil:main``)."""
+    parser = configparser.ConfigParser(
+        interpolation=None, delimiters=("=",), strict=False, allow_no_value=True
+    )
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep names as written
+    parser.read_string(text)
+    for section in ("console_scripts", "gui_scripts"):
+        if parser.has_section(section):
+            for name in parser.options(section):
+                if _command(name):
+                    return name
     return None
 
 
