@@ -364,6 +364,7 @@ def write_atomic(
     sync_folder: bool = True,
     unchanged: tuple[str | None, int] | None = None,
     lock: bool = False,
+    sync: bool = True,
 ) -> None:
     """Replace (or create) regular file ``rel`` with ``data``, atomically and durably.
 
@@ -377,6 +378,9 @@ def write_atomic(
     ``sync_folder=False`` leaves the rename itself to the file system's own flush: the
     data is on disk before the name points to it, so a machine crash can only leave the
     previous file (for state that repairs itself from what is there, as staging does).
+    ``sync=False`` does not sync the data either: atomic for the processes that read it,
+    not durable (a machine crash may leave the name pointing to an empty or partial
+    file), for a file whose reader checks it against a hash kept elsewhere.
 
     The existing target must be a regular file (its permission bits and owner are kept
     unless ``mode`` is given; a new file gets ``mode`` or 0o666 minus the umask, and the
@@ -412,7 +416,8 @@ def write_atomic(
                 if final_mode is not None:  # while the file is the kernel's: no CAP_FOWNER
                     os.fchmod(fd, final_mode)
                 _match_owner(fd, current or os.fstat(dir_fd))  # clears S_ISUID/S_ISGID too
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             if unchanged is not None:

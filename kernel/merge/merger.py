@@ -320,7 +320,8 @@ class Merger:
         staging = Staging(Path(op.staging_root), self.project)
         staged = {(c.path, c.op, c.sha256, c.base_sha256) for c in staging.changes()}
         ours = {(s.path, s.action, s.new_sha256, s.base_sha256) for s in op.steps}
-        if staged and staged == ours:
+        missing = {change[0] for change in ours - staged}  # a machine crash dropped them
+        if staged <= ours and missing <= set(staging.lost) and (staged or missing):
             staging.clear()
 
     # -- running steps ---------------------------------------------------------------

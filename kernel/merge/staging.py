@@ -8,9 +8,15 @@ Layout (fixed: sandboxes see it read-only at ``/staged``)::
                              path was first staged (None: absent) and the staged sha256
 
 The *view* a later sandbox works against is the project plus this area.  ``meta.json``
-is the commit point of every change: a new content is written to ``tree/`` before
-``meta.json`` names it, a deletion is recorded in ``meta.json`` before the tree file goes,
-so on open :meth:`Staging._reconcile` can repair what an interrupted ``stage`` left.
+names every change: a new content is written to ``tree/`` before ``meta.json`` names it,
+a deletion is recorded in ``meta.json`` (synced) before the tree file goes, so on open
+:meth:`Staging._reconcile` can repair what an interrupted ``stage`` left.  A write is
+atomic, not durable (ADR-094): nothing of it is synced, and ``meta.json`` records the
+machine's boot id.  Reopened in the same boot (the kernel was killed: the page cache
+holds every completed write) a tree file newer than ``meta.json`` is adopted; after a
+machine crash it may be empty or partial, so a file that does not match ``meta.json`` is
+dropped with its entry (:attr:`Staging.lost`): a staged change may be lost, never one
+half written.
 Folders are 0755 and files 0644 (the sandbox reads them as another uid).  Not
 thread-safe: the caller serialises operations on one staging area.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Collection, Iterator
@@ -44,6 +51,19 @@ MAX_VIEW_BYTES = 64 * 1024 * 1024
 DIR_MODE = 0o755
 FILE_MODE = 0o644
 _META_VERSION = 1
+log = logging.getLogger("fluffy.kernel.staging")
+
+
+def _boot_id() -> str:
+    """This boot of the machine (the same inside its containers); "" if unknown."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+#: a write's files are synced only where the boot id is unknown (a crash is undetectable)
+BOOT_ID = _boot_id()
 
 
 class StagedChange(msgspec.Struct, frozen=True):
@@ -81,6 +101,9 @@ class Staging:
         self.bases = root / "base"
         self._entries: dict[str, tuple[str | None, str | None]] = {}  # path -> (base, new)
         self._listing: bytes | None = None  # deleted.txt as this object last wrote it
+        self._boot: str | None = None  # the boot meta.json was saved in (None: unknown)
+        #: staged paths a machine crash left incomplete, dropped when the area opened
+        self.lost: list[str] = []
         with _os_errors(f"cannot open staging area {root}"):
             root.mkdir(parents=True, exist_ok=True)
             root.chmod(DIR_MODE)
@@ -88,6 +111,8 @@ class Staging:
             self.tree.chmod(DIR_MODE)
             self._load()
             self._reconcile()
+        if self.lost:  # (ADR-094) whoever opens the area first: the session or a merge
+            log.warning("%s: a machine crash left %s incomplete; dropped", root, self.lost)
 
     # -- persistence -----------------------------------------------------------------
 
@@ -96,23 +121,32 @@ class Staging:
             raw = json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
         except FileNotFoundError:
             return
-        except ValueError as exc:
-            raise MergeError(
-                f"staging area {self.root} has a corrupt meta.json",
-                why=str(exc),
-                fix="Discard the staged changes (the session's reject) and write them again.",
-            ) from exc
+        except ValueError:  # only a machine crash tears it (it is written atomically)
+            self._boot = ""  # an unknown boot: nothing in the area is trusted
+            return
         for path, (base, new) in raw.get("entries", {}).items():
             self._entries[safe_relpath(path)] = (base, new)
+        boot = raw.get("boot")
+        self._boot = boot if isinstance(boot, str) else None
 
-    def _save(self, *, sync_folder: bool = False) -> None:
+    def _save(self, *, sync_folder: bool = False, sync: bool = True) -> None:
         # the area's writes sync their data, not their folders: a machine crash leaves an
         # older meta.json or file, which _reconcile repairs on the next open (a staged
         # change may be lost, never one half written); clearing the area, and what the
-        # person keeps -- the project, its merge log -- is synced in full
-        meta = {"version": _META_VERSION, "entries": self._entries}
+        # person keeps -- the project, its merge log -- is synced in full.  sync=False:
+        # a write's, which names the boot it was made in (see the module docstring)
+        meta: dict[str, object] = {"version": _META_VERSION, "entries": self._entries}
+        if BOOT_ID:  # (the area's files may be unsynced as of this boot)
+            meta["boot"] = BOOT_ID
         data = json.dumps(meta, sort_keys=True, indent=1).encode()
-        write_atomic(self.root, "meta.json", data, mode=0o600, sync_folder=sync_folder)
+        write_atomic(
+            self.root,
+            "meta.json",
+            data,
+            mode=0o600,
+            sync_folder=sync_folder,
+            sync=sync or not BOOT_ID,
+        )
         deleted = sorted(path for path, (_, new) in self._entries.items() if new is None)
         listing = "".join(f"{path}\n" for path in deleted).encode()
         if listing != self._listing:  # (most saves stage a file: the list is unchanged)
@@ -120,26 +154,42 @@ class Staging:
             self._listing = listing
 
     def _reconcile(self) -> None:
-        """Repair what an interrupted :meth:`stage` left (meta.json is authoritative)."""
+        """Repair what an interrupted :meth:`stage` left (meta.json is authoritative;
+        a newer tree file is trusted only in the boot meta.json was saved in, and what
+        another boot left that meta.json does not vouch for is dropped into ``lost``)."""
+        trusted = self._boot is None or self._boot == BOOT_ID
         changed = False
         for child in self.root.iterdir():  # a save interrupted between write and rename
             if child.name.startswith(".") and child.name.endswith(".tmp") and child.is_file():
                 child.unlink()
         on_disk = set(self._tree_files())
-        for path in on_disk - {p for p, (_, new) in self._entries.items() if new is not None}:
-            remove_file(self.tree, path)  # orphan, or a deletion whose file was still there
+        for path in sorted(on_disk - self._entries.keys()):  # meta.json never named it
+            if not trusted:  # (in this boot: its call never answered)
+                self.lost.append(path)
+            self._remove(path)
         for path, (base, new) in list(self._entries.items()):
             if new is None:
+                if path in on_disk:  # recorded, then killed before the file went
+                    remove_file(self.tree, path)
                 continue
             actual = file_sha256(self.tree, path, MAX_VIEW_BYTES)
-            if actual is None:
-                del self._entries[path]
-            elif actual != new:  # rewritten, then interrupted before meta.json
-                self._entries[path] = (base, actual)
-            else:
+            if actual == new:
                 continue
+            if actual is not None and trusted:  # rewritten, then killed before meta.json
+                self._entries[path] = (base, actual)
+            else:  # gone, or not known to be complete: the change is lost, not half kept
+                del self._entries[path]
+                self.lost.append(path)
+                self._remove(path)
             changed = True
-        if changed or not (self.root / "deleted.txt").exists():
+        # synced, naming this boot, before any unsynced write: a torn file is never
+        # trusted on the strength of an older meta.json
+        if (
+            changed
+            or self.lost
+            or self._boot != (BOOT_ID or None)
+            or not (self.root / "deleted.txt").exists()
+        ):
             self._save()
 
     def _tree_files(self) -> Iterator[str]:
@@ -200,8 +250,14 @@ class Staging:
                 return None
             if entry is None and current is not None:
                 self.bases.mkdir(mode=DIR_MODE, exist_ok=True)
-                write_atomic(
-                    self.bases, rel, current, mode=FILE_MODE, dir_mode=DIR_MODE, sync_folder=False
+                write_atomic(  # unsynced: base() checks the copy against its hash
+                    self.bases,
+                    rel,
+                    current,
+                    mode=FILE_MODE,
+                    dir_mode=DIR_MODE,
+                    sync_folder=False,
+                    sync=not BOOT_ID,
                 )
             if content is None:
                 self._entries[rel] = (base, None)
@@ -210,10 +266,16 @@ class Staging:
                 self._prune(rel)
             else:
                 write_atomic(
-                    self.tree, rel, content, mode=FILE_MODE, dir_mode=DIR_MODE, sync_folder=False
+                    self.tree,
+                    rel,
+                    content,
+                    mode=FILE_MODE,
+                    dir_mode=DIR_MODE,
+                    sync_folder=False,
+                    sync=not BOOT_ID,
                 )
                 self._entries[rel] = (base, new)
-                self._save()
+                self._save(sync=False)
             return StagedChange(rel, "delete" if new is None else "write", new, base)
 
     def _prune(self, rel: str, tree: Path | None = None) -> None:
@@ -233,10 +295,14 @@ class Staging:
         with _os_errors(f"cannot unstage {rel!r}"):
             if self._entries.pop(rel, None) is not None:
                 self._save()
-            for tree in (self.tree, self.bases):
-                if tree.is_dir():
-                    remove_file(tree, rel)
-                    self._prune(rel, tree)
+            self._remove(rel)
+
+    def _remove(self, rel: str) -> None:
+        """Remove ``rel``'s staged content and its base copy."""
+        for tree in (self.tree, self.bases):
+            if tree.is_dir():
+                remove_file(tree, rel)
+                self._prune(rel, tree)
 
     def base(self, rel: str) -> bytes | None:
         """The project's content of ``rel`` when it was first staged (None: it did not

@@ -13,6 +13,7 @@ from fluffy.errors import MergeConflict, MergeError, MergeOverlap, MergeRefused
 from fluffy.kernel import confined_files
 from fluffy.kernel.confined_files import DEFAULT_SENSITIVE, write_atomic
 from fluffy.kernel.merge import merger as merger_module
+from fluffy.kernel.merge import staging as staging_module
 from fluffy.kernel.merge.merger import Merger
 from fluffy.kernel.merge.oplog import MergeOperation, pending
 from fluffy.kernel.merge.staging import Staging
@@ -374,6 +375,22 @@ def test_crash_before_staging_was_cleared(project: Path, state: Path, staging: S
     assert result.merged == ["src/a.py"]
     assert Staging(staging.root, project).is_empty()  # the resumed merge cleared it
     assert (project / "src/a.py").read_text() == "a = 2\n"
+
+
+def test_a_machine_crash_before_staging_was_cleared_still_clears_it(
+    project: Path, state: Path, staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged write is not synced (ADR-094): after a reboot the area drops a merged
+    file whose data was lost, and the resumed merge must still clear what it merged."""
+    staging.stage("src/a.py", b"a = 2\n")
+    staging.stage("src/new.py", b"new\n")
+    with pytest.raises(Crash):
+        Merger(project, state, roots=ROOTS, on_step=crash_at("completed")).merge(staging)
+    (staging.tree / "src/new.py").write_bytes(b"")  # its data never reached the disk
+    monkeypatch.setattr(staging_module, "BOOT_ID", "after-the-crash")
+    Merger(project, state, roots=ROOTS).resume_pending()
+    assert Staging(staging.root, project).is_empty()  # merged changes never come back
+    assert (project / "src/new.py").read_bytes() == b"new\n"
 
 
 def test_os_error_leaves_the_operation_to_resume(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import fluffy.kernel.merge.staging as staging_module
 from fluffy.errors import MergeRefused, PatchRejected
 from fluffy.kernel.merge.ingest import ingest
 from fluffy.kernel.merge.patch import count_diff_lines, unified_diff
@@ -129,8 +130,10 @@ def test_reconcile_after_interrupted_stage(staging: Staging, project: Path) -> N
 
 
 def test_staging_syncs_data_not_folders(staging: Staging, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A staged write syncs its file and meta.json, not their folders, and leaves an
-    unchanged deleted.txt alone: the area repairs itself from what is on disk."""
+    """A staged write syncs nothing (ADR-094): not its tree file, not meta.json, not the
+    base copy, not their folders; it leaves an unchanged deleted.txt alone.  A deletion
+    syncs meta.json before its file goes.  The area repairs itself from what is there."""
+    monkeypatch.setattr(staging_module, "BOOT_ID", "this-boot")  # (unknown: synced)
     synced: list[bool] = []  # one per fsync: was it a folder?
     real = os.fsync
 
@@ -142,11 +145,75 @@ def test_staging_syncs_data_not_folders(staging: Staging, monkeypatch: pytest.Mo
     listing = (staging.root / "deleted.txt").stat()
     monkeypatch.setattr(os, "fsync", fsync)
     staging.stage("src/new.py", b"new\n")
-    assert synced == [False, False]  # the file, meta.json
+    staging.stage("old.py", b"changed\n")  # the project's file: its base is copied
+    assert (staging.bases / "old.py").read_bytes() == b"old\n"
+    assert synced == []
     after = (staging.root / "deleted.txt").stat()
     assert (after.st_ino, after.st_mtime_ns) == (listing.st_ino, listing.st_mtime_ns)
     staging.stage("old.py", None)
     assert (staging.root / "deleted.txt").read_text() == "old.py\n"
+    assert synced[:1] == [False]  # meta.json, before the tree file goes
+
+
+def test_where_the_boot_is_unknown_a_write_syncs_its_file_and_meta_json(
+    staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(staging_module, "BOOT_ID", "")
+    synced: list[bool] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real(fd)
+
+    staging.stage("src/a.py", b"a = 2\n")
+    monkeypatch.setattr(os, "fsync", fsync)
+    staging.stage("src/new.py", b"new\n")
+    assert synced == [False, False]  # the file, meta.json
+    assert "boot" not in json.loads((staging.root / "meta.json").read_text())
+
+
+def test_after_a_machine_crash_a_file_that_does_not_match_is_dropped_not_adopted(
+    staging: Staging,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Unsynced writes: after a reboot a tree file newer than meta.json may be empty or
+    partial, so it is dropped with its entry and base (the change is lost, never half
+    kept); a file that matches its entry is kept.  The same boot adopts it (above)."""
+    staging.stage("src/a.py", b"a = 2\n")
+    staging.stage("src/b.py", b"b = 1\n")
+    assert json.loads((staging.root / "meta.json").read_text())["boot"] == staging_module.BOOT_ID
+    (staging.tree / "src/a.py").write_bytes(b"")  # the crash kept the name, not the data
+    monkeypatch.setattr(staging_module, "BOOT_ID", "another-boot")
+    with caplog.at_level("WARNING", logger="fluffy.kernel.staging"):
+        again = Staging(staging.root, project)
+    assert again.lost == ["src/a.py"] and "src/a.py" in caplog.text  # said, not silent
+    assert again.overlay() == {"src/b.py": sha(b"b = 1\n")}
+    assert again.read("src/a.py") == b"a = 1\n"  # the project's, as before the session
+    assert not (staging.tree / "src/a.py").exists() and not (staging.bases / "src/a.py").exists()
+    assert Staging(staging.root, project).lost == []  # repaired once, and recorded so
+
+
+def test_a_write_lost_from_meta_json_is_restored_from_its_tree_file(
+    staging: Staging, project: Path
+) -> None:
+    """A kernel killed in the same boot keeps every completed write (the page cache):
+    an older meta.json is brought up to the tree files, an orphan file (its call never
+    answered) is removed, and the bases are kept."""
+    staging.stage("src/a.py", b"a = 2\n")
+    older = (staging.root / "meta.json").read_bytes()
+    staging.stage("src/a.py", b"a = 3\n")
+    staging.stage("src/new.py", b"new\n")
+    (staging.root / "meta.json").write_bytes(older)  # the crash kept the first save only
+    again = Staging(staging.root, project)
+    assert again.overlay() == {"src/a.py": sha(b"a = 3\n")}  # new.py: lost, never half
+    assert again.read("src/a.py") == b"a = 3\n" and again.base("src/a.py") == b"a = 1\n"
+    assert not (staging.tree / "src/new.py").exists()
+    assert json.loads((staging.root / "meta.json").read_text())["entries"] == {
+        "src/a.py": [sha(b"a = 1\n"), sha(b"a = 3\n")]
+    }
 
 
 def test_clearing_the_area_is_synced_in_full(
@@ -335,3 +402,52 @@ def test_ingest_refuses_malformed_change_lists(
     with pytest.raises(MergeRefused):
         ingest(call, changes, staging)  # type: ignore[arg-type]
     assert staging.is_empty()
+
+
+def test_a_torn_meta_json_drops_the_area_into_lost_and_it_opens_again(
+    staging: Staging, project: Path
+) -> None:
+    """meta.json is written atomically, so only a machine crash tears it: nothing in the
+    area is vouched for, so everything is dropped (and said), and the session goes on."""
+    staging.stage("src/a.py", b"a = 2\n")
+    staging.stage("src/pkg/new.py", b"new\n")
+    (staging.root / "meta.json").write_bytes(b"")
+    again = Staging(staging.root, project)
+    assert sorted(again.lost) == ["src/a.py", "src/pkg/new.py"]
+    assert again.is_empty() and again.read("src/a.py") == b"a = 1\n"
+    assert list(again.tree.iterdir()) == [] and not (again.bases / "src/a.py").exists()
+    assert again.stage("src/a.py", b"a = 3\n") is not None  # usable again
+
+
+def test_an_area_from_before_boot_ids_is_vouched_for_by_this_boot_before_any_write(
+    staging: Staging, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """meta.json without a boot id was written by a release that synced every write; it
+    is rewritten (synced, naming this boot) when the area opens, so an unsynced write
+    after it that a crash tears is never adopted on the old file's word."""
+    staging.stage("src/a.py", b"a = 2\n")
+    meta = json.loads((staging.root / "meta.json").read_text())
+    del meta["boot"]
+    (staging.root / "meta.json").write_text(json.dumps(meta))
+    again = Staging(staging.root, project)
+    assert json.loads((staging.root / "meta.json").read_text())["boot"] == staging_module.BOOT_ID
+    again.stage("src/a.py", b"a = 3\nb = 3\n")
+    older = json.loads((staging.root / "meta.json").read_text())
+    older["entries"]["src/a.py"][1] = sha(b"a = 2\n")  # the crash kept the older meta.json
+    (staging.root / "meta.json").write_text(json.dumps(older))
+    (staging.tree / "src/a.py").write_bytes(b"a = 3\n")  # and half of the new file
+    monkeypatch.setattr(staging_module, "BOOT_ID", "after-the-crash")
+    after = Staging(staging.root, project)
+    assert after.lost == ["src/a.py"] and after.read("src/a.py") == b"a = 1\n"
+
+
+def test_after_a_machine_crash_a_file_meta_json_never_named_is_lost(
+    staging: Staging, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staging.stage("src/a.py", b"a = 2\n")
+    older = (staging.root / "meta.json").read_bytes()
+    staging.stage("src/new.py", b"new\n")  # answered as staged; its meta.json was lost
+    (staging.root / "meta.json").write_bytes(older)
+    monkeypatch.setattr(staging_module, "BOOT_ID", "after-the-crash")
+    again = Staging(staging.root, project)
+    assert again.lost == ["src/new.py"] and again.overlay() == {"src/a.py": sha(b"a = 2\n")}
