@@ -1,13 +1,11 @@
 """Running a tool plugin's call in a fresh L2 sandbox (built-in or third-party).
 
-One call, one sandbox (design: a new output volume per sandbox, never reused).  The
-sandbox may have been made before the call, by the warm pool (:mod:`.pool`, ADR-038):
-steps 1-2 and the host's start-up happen ahead of need, and a call only hands its job
-to a host already waiting in ``tool.next``:
+One call, one sandbox (design: a new output volume per sandbox, never reused), maybe
+made before the call by the warm pool (:mod:`.pool`, ADR-038; its image is confirmed
+while the call runs, ADR-095): steps 1-2 and the host's start-up then happened ahead:
 
 1. a private socket folder and a kernel server on it whose binding names the sandbox,
-   which serves one call (identity comes from the socket, never from what the plugin
-   claims);
+   which serves one call (identity comes from the socket, never from the plugin);
 2. the sandbox of the plugin's template: project read-only at /workspace, the session's
    staged changes read-only at /staged, its own ``/output`` tmpfs (sized, noexec), its
    own socket, an empty environment (:mod:`fluffy.kernel.tools.sandbox.envfilter`);
@@ -43,7 +41,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +58,7 @@ from fluffy.kernel.containers.config import template_config
 from fluffy.kernel.containers.lifecycle import FailureReason, Sandbox
 from fluffy.kernel.containers.manager import ContainerManager
 from fluffy.kernel.containers.sandboxio import socket_dir
-from fluffy.kernel.ipc.server import (
-    KernelServer,
-    Limits,
-)
+from fluffy.kernel.ipc.server import KernelServer, Limits
 from fluffy.kernel.tools.core.capabilities import Capabilities, Scope
 from fluffy.kernel.tools.sandbox.pluginjob import (
     CallRequest,
@@ -169,7 +164,7 @@ class PluginRunner:
         """Create and start a sandbox of ``recipe`` whose host will wait for one call.
 
         ``pooled``: also read the image id its container was made from (the pool checks
-        it against the reference's current one before handing the sandbox out)."""
+        it against the reference's current one while the sandbox's call runs)."""
         plugin = recipe.plugin
         slot_id = uuid.uuid4().hex[:12]
         binding = PLUGIN_SANDBOX.binding(plugin, slot_id)
@@ -236,9 +231,7 @@ class PluginRunner:
         def destroy() -> None:
             self.manager().destroy(sandbox)
 
-        task = asyncio.ensure_future(asyncio.to_thread(destroy))
-        self._cleanup.add(task)
-        task.add_done_callback(self._cleanup.discard)
+        self._background(asyncio.to_thread(destroy))
 
     async def close_slot(self, slot: Slot) -> None:
         await self._teardown(slot.binding, slot.sandbox)
@@ -286,11 +279,54 @@ class PluginRunner:
         slot = await self.pool.take(recipe) if self.pool is not None else None
         if slot is not None:
             try:
-                return await self._call(slot, call, started, warm=True)
+                outcome = await self._warm_call(slot, call, started)
             except NeverTaken as exc:
                 log.warning("a pooled %s sandbox failed before its call: %s", template, exc)
+            else:
+                if outcome is not None:
+                    return outcome
         slot = await self.open_slot(recipe, pooled=False, call_id=call_id)
         return await self._call(slot, call, started, warm=False)
+
+    async def _warm_call(
+        self, slot: Slot, call: CallRequest, started: float
+    ) -> PluginOutcome | None:
+        """``call`` in a pooled sandbox while the pool confirms, meanwhile, that its image
+        is still current (an engine round trip kept off the call's path, ADR-095).  None:
+        it was not; the call is stopped, its sandbox destroyed and nothing it did used."""
+        assert self.pool is not None
+        running = asyncio.create_task(self._call(slot, call, started, warm=True))
+        current = False
+        try:
+            current = await self.pool.confirm(slot)
+        finally:
+            if not current:  # a stale image, or this call was cancelled meanwhile
+                self._drop(slot, running, call.call_id)
+        return await running if current else None
+
+    def _drop(self, slot: Slot, running: asyncio.Task[PluginOutcome], call_id: str) -> None:
+        """Stop a stale sandbox's call, its sandbox destroyed in the background; nothing
+        it did is used.  Its job no longer answers to the call's id (the call runs again
+        in another sandbox, which the scheduler's pause and kill must find)."""
+        job = slot.job
+        assert isinstance(job, Job)
+        job.call_id = f"{call_id} (stale)"
+        if not job.future.done():  # stopped where it waits for the reply: it tears down
+            running.cancel()
+
+        def finished(task: asyncio.Task[PluginOutcome]) -> None:
+            if task.cancelled():
+                if slot.binding in self.jobs:  # stopped before it began
+                    self._background(self._teardown(slot.binding, slot.sandbox))
+            elif task.exception() is None:  # it answered first
+                self._background(self.release(task.result()))
+
+        running.add_done_callback(finished)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     async def _call(
         self, slot: Slot, call: CallRequest, started: float, *, warm: bool
@@ -345,7 +381,7 @@ class PluginRunner:
                 "(`fluffy plugin disable`).",
             )
         try:
-            fd = await asyncio.to_thread(open_call_dir, sandbox.output_dir, job.call_id)
+            fd = await asyncio.to_thread(open_call_dir, sandbox.output_dir, call.call_id)
         except ToolFailed:
             await self._teardown(binding, sandbox)
             raise
@@ -360,9 +396,7 @@ class PluginRunner:
         binding = next(
             (b for b, j in self.jobs.items() if j.sandbox_id == outcome.sandbox.sandbox_id), None
         )
-        task = asyncio.create_task(self._teardown(binding, outcome.sandbox))
-        self._cleanup.add(task)
-        task.add_done_callback(self._cleanup.discard)
+        self._background(self._teardown(binding, outcome.sandbox))
 
     async def _teardown(self, binding: str | None, sandbox: Sandbox | None) -> None:
         # the call is over: its token ends now, before the (slow) engine work, so no
@@ -463,6 +497,4 @@ def _failure_of(exc: BaseException) -> FailureReason | None:
     """The lifecycle failure a call's error stands for (None: not the sandbox's)."""
     if isinstance(exc, ToolTimeout):
         return FailureReason.TIMEOUT
-    if isinstance(exc, SandboxExited):
-        return FailureReason.CRASH
-    return None
+    return FailureReason.CRASH if isinstance(exc, SandboxExited) else None

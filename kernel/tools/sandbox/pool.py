@@ -17,8 +17,9 @@ What is never handed out:
 * one made before :meth:`SandboxPool.invalidate`: a policy reload (a generation number),
   a session's staging folder discarded (its sandboxes dropped);
 * one whose image reference now names another image (``fluffy images build`` or an
-  environment rebuild moved the tag): the current image id is read from the engine at
-  each take (~1 ms) and compared with the one the container was made from;
+  environment rebuild moved the tag): the current image id is read from the engine
+  while the taken sandbox's call runs (:meth:`SandboxPool.confirm`, ADR-095) and
+  compared with the one the container was made from; the call's answer waits for it;
 * one whose host hung up (its container died while idle).
 
 Third-party plugins are not pooled: their code would run, unwatched by the scheduler,
@@ -258,18 +259,15 @@ class SandboxPool:
 
     # -- choosing ------------------------------------------------------------------------
     async def _pick(self, recipe: Recipe) -> Slot | None:
+        """An idle sandbox of ``recipe`` that is current (generation, folders, host); its
+        image is for :meth:`confirm`, asked while the call already runs (ADR-095)."""
         slots = self.idle.get(recipe)
         while slots:
             slots.sort(key=lambda s: (not s.ready, s.made_at))  # a waiting host first
             slot = slots.pop(0)
             if not slots:
                 self.idle.pop(recipe, None)
-            try:
-                fresh = await self._fresh(slot)
-            except BaseException:  # the caller went away (or the check broke): not kept
-                self._discard(slot)
-                raise
-            if fresh and self._current(slot):  # again: a reload may have come meanwhile
+            if self._current(slot):
                 return slot
             self.stats["stale"] += 1
             self._discard(slot)
@@ -285,22 +283,26 @@ class SandboxPool:
         recipe = slot.recipe
         return not folders or folder_identity(recipe.project, recipe.staged_dir) == recipe.identity
 
-    async def _fresh(self, slot: Slot) -> bool:
-        if not self._current(slot, folders=False):
-            return False
+    async def confirm(self, slot: Slot) -> bool:
+        """Whether the image ``slot`` was made from is still the one its tag names (and
+        no reload came meanwhile): a rebuilt image's idle sandboxes are dropped; the
+        caller stops the taken one, and nothing it did is used."""
+        current: str | None = None
         try:
             current = await self.maker.image_id(slot.image_ref)
-        except FluffyError:
-            return False
-        if current != slot.image_id:
+        except FluffyError as exc:
+            log.warning("pool: image %s could not be confirmed: %s", slot.image_ref, exc)
+        if current is not None and current != slot.image_id:
             log.info("pool: image %s was rebuilt; its idle sandboxes are dropped", slot.image_ref)
             ref = slot.image_ref
             for recipe in [r for r, s in self.idle.items() if s and s[0].image_ref == ref]:
                 self.stats["stale"] += len(self.idle[recipe])
                 for stale in self.idle.pop(recipe):
                     self._discard(stale)
-            return False
-        return True
+        if current == slot.image_id and self._current(slot, folders=False):
+            return True
+        self.stats["stale"] += 1  # rebuilt, not answered, or a reload came meanwhile
+        return False
 
     # -- sizing --------------------------------------------------------------------------
     def _demand(self, recipe: Recipe, now: float) -> Demand:

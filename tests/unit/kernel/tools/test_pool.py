@@ -167,18 +167,25 @@ async def test_no_sandbox_is_handed_out_after_the_policy_is_reloaded(tmp_path: P
 
 
 @sync
-async def test_a_sandbox_of_a_rebuilt_image_is_never_handed_out(tmp_path: Path) -> None:
+async def test_a_sandbox_of_a_rebuilt_image_is_not_confirmed(tmp_path: Path) -> None:
+    """The image check runs beside the call (ADR-095): a taken sandbox of a rebuilt
+    image is not confirmed, and the pool's other idle ones of that image are dropped."""
     maker, r = Maker(), recipe(tmp_path, image="fluffy/env-demo:0123456789abcdef")
     subject = pool(maker)
-    subject.expect(r)
-    await settle(subject, 1)
-    stale = maker.opened[0]
+    subject.expect(r, 2)
+    await settle(subject, 2)
+    stale, idle = maker.opened[0], maker.opened[1]
     maker.images["fluffy/env-demo:0123456789abcdef"] = "id2"  # `fluffy env build` moved the tag
-    assert await subject.take(r) is None
-    await settle(subject, 2)  # refilled from the new image (and the miss counted)
+    taken = await subject.take(r)
+    assert taken is not None and taken.image_id != "id2"
+    assert not await subject.confirm(taken)
+    await asyncio.sleep(0.05)
+    assert {stale, idle} - {taken} <= set(maker.closed)  # the idle one: dropped
+    async with asyncio.timeout(5):  # refilled from the new image
+        while not any(s.image_id == "id2" for s in subject.idle.get(r, [])):
+            await asyncio.sleep(0.01)
     fresh = await subject.take(r)
-    assert fresh is not None and fresh is not stale and fresh.image_id == "id2"
-    assert stale in maker.closed
+    assert fresh is not None and fresh.image_id == "id2" and await subject.confirm(fresh)
     await subject.close()
 
 
@@ -413,30 +420,31 @@ async def test_a_sandbox_made_while_its_folder_is_discarded_is_dropped(tmp_path:
 
 
 @sync
-async def test_a_reload_during_the_image_check_is_not_missed(tmp_path: Path) -> None:
+async def test_an_unanswered_image_check_is_not_a_confirmation(tmp_path: Path) -> None:
     maker, r, subject = await warm(tmp_path)
-    maker.image_delay = 0.2
-    taking = asyncio.ensure_future(subject.take(r))
-    await asyncio.sleep(0.05)  # the take waits for the engine's answer ...
-    subject.invalidate("the policy was reloaded")  # ... when the policy changes
-    taken = await taking
-    assert taken is None or (taken is not maker.opened[0] and taken.generation == 1)
-    await asyncio.sleep(0.05)
-    assert maker.opened[0] in maker.closed
+    taken = await subject.take(r)
+    assert taken is not None
+
+    async def unanswered(ref: str) -> str:
+        raise EngineOperationFailed("the engine refused to inspect the image")
+
+    maker.image_id = unanswered  # type: ignore[method-assign]
+    stale = subject.stats["stale"]
+    assert not await subject.confirm(taken)
+    assert subject.stats["stale"] == stale + 1
     await subject.close()
 
 
 @sync
-async def test_a_take_given_up_midway_destroys_its_sandbox(tmp_path: Path) -> None:
+async def test_a_reload_during_the_image_check_is_not_missed(tmp_path: Path) -> None:
     maker, r, subject = await warm(tmp_path)
-    maker.image_delay = 1.0
-    taking = asyncio.ensure_future(subject.take(r))
-    await asyncio.sleep(0.05)
-    taking.cancel()  # the client hung up
-    with pytest.raises(asyncio.CancelledError):
-        await taking
-    await asyncio.sleep(0.05)
-    assert maker.opened[0] in maker.closed
+    maker.image_delay = 0.2
+    taken = await subject.take(r)
+    assert taken is not None
+    checking = asyncio.ensure_future(subject.confirm(taken))
+    await asyncio.sleep(0.05)  # the check waits for the engine's answer ...
+    subject.invalidate("the policy was reloaded")  # ... when the policy changes
+    assert not await checking
     await subject.close()
 
 
