@@ -24,6 +24,7 @@ from fluffy.kernel.merge.identity import (
 )
 from fluffy.kernel.merge.ingest import ingest
 from fluffy.kernel.merge.merger import Merger
+from fluffy.kernel.merge.staging import StagedChange
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.tokens import TokenUse
@@ -74,18 +75,26 @@ async def stage(
                 "allows it.",
             )
         stage = workspaces.get(call.session.id)
-        staged = await asyncio.to_thread(
-            ingest, outcome.call_dir, changes, stage, protected=protected
-        )
+
+        def staged_and_diff() -> tuple[list[StagedChange], str]:  # one trip to a thread
+            staged = ingest(outcome.call_dir, changes, stage, protected=protected)
+            return staged, stage.diff({c.path for c in staged})  # this call's, not the session's
+
+        work = asyncio.ensure_future(asyncio.to_thread(staged_and_diff))
+        try:
+            staged, diff = await asyncio.shield(work)
+        except asyncio.CancelledError:  # the caller left: the area is not handed to
+            await asyncio.wait([work])  # another call while this thread still writes it
+            if not work.cancelled():
+                work.exception()  # (retrieved: what it raised is moot now)
+            raise
     if call.review:
         reasons = list(call.session.data.review_required)
         await workflow.annotate(
             call.session.id, "review_required", review_required=[*reasons, call.review]
         )
-    paths = [c.path for c in staged]
-    diff = await asyncio.to_thread(stage.diff, set(paths))  # this call's, not the session's
     return {
-        "staged": paths,
+        "staged": [c.path for c in staged],
         "note": "staged: tests and reads see it now; the project changes when the "
         "merge is approved in reviewing",
         "review_required": call.review,
