@@ -226,7 +226,11 @@ def head_ref(project: Path) -> str:
 
 def read_ref(project: Path, ref: str) -> str | None:
     """The ref's commit id: the loose ref file, else packed-refs, else None."""
-    loose = read_existing(project, f".git/{ref}", 4096)
+    return ref_value(project, ref, read_existing(project, f".git/{ref}", 4096))
+
+
+def ref_value(project: Path, ref: str, loose: bytes | None) -> str | None:
+    """:func:`read_ref` with the loose ref file's bytes read already (None: absent)."""
     if loose is not None:
         value = loose.decode("utf-8", "replace").strip()
         if not _HEX40.fullmatch(value):
@@ -376,13 +380,11 @@ def apply_git_step(
         return StepResult("applied" if copied else "already", f"{copied} objects copied")
     if step.action == "git_ref":
         loose = read_existing(project, f".git/{step.path}", 4096)  # what the write expects
-        current = read_ref(project, step.path)
+        current = ref_value(project, step.path, loose)
         if current == step.new_sha256:
             return StepResult("already")
         if current != step.base_sha256 or head_ref(project) != step.path:
             return StepResult("conflict", f"{step.path} moved to {current or 'nothing'}")
-        if loose is not None and loose.decode("utf-8", "replace").strip() != current:
-            return StepResult("conflict", f"{step.path} moved while it was read")
         data = f"{step.new_sha256}\n".encode()
         return _locked_write(project, step.path, data, loose, 4096, mode=0o644)
     ref_result = op.results.get("ref")
