@@ -159,7 +159,7 @@ class SandboxPool:
         self.last_take = time.monotonic()
         demand = self._demand(recipe, now)
         demand.calls.append(now)
-        found = await self._pick(recipe) if self.limits.enabled else None
+        found = self._pick(recipe) if self.limits.enabled else None
         if found is None:
             demand.misses.append(now)  # a call the pool was not ready for: it counts
             # for the size.  Its sandbox may be being made: waiting for it beats making
@@ -172,7 +172,7 @@ class SandboxPool:
                     timeout=max(WAIT_S, 3 * self.make_s),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-                found = await self._pick(recipe)
+                found = self._pick(recipe)
         if found is None:
             self.stats["missed"] += 1
         else:
@@ -258,7 +258,7 @@ class SandboxPool:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- choosing ------------------------------------------------------------------------
-    async def _pick(self, recipe: Recipe) -> Slot | None:
+    def _pick(self, recipe: Recipe) -> Slot | None:
         """An idle sandbox of ``recipe`` that is current (generation, folders, host); its
         image is for :meth:`confirm`, asked while the call already runs (ADR-095)."""
         slots = self.idle.get(recipe)
