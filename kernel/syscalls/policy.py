@@ -11,7 +11,6 @@ uses, and records ``policy_update`` synchronously before answering.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import threading
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from fluffy.kernel.policy.meta import (
 )
 from fluffy.kernel.policy.model import PolicyFile
 from fluffy.kernel.policy.rules import ProjectRules, check_changes
+from fluffy.kernel.tasks import to_the_end
 
 Reloaded = Callable[[PolicyFile], None]
 
@@ -190,12 +190,7 @@ def policy_methods(
             applying = asyncio.ensure_future(
                 _apply(plan, params, text, changes, after, candidate, decision.decided_by)
             )
-            try:
-                await asyncio.shield(applying)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    await applying
-                raise
+            await to_the_end(applying)
             answer["applied"] = True
             return answer
         finally:

@@ -28,6 +28,7 @@ from fluffy.kernel.merge.staging import StagedChange
 from fluffy.kernel.policy.audited import AuditedPolicy
 from fluffy.kernel.policy.engine import Caller, Request
 from fluffy.kernel.policy.tokens import TokenUse
+from fluffy.kernel.tasks import to_the_end
 from fluffy.kernel.tools.changes.flow import Flow
 from fluffy.kernel.tools.changes.workspace import Workspaces
 from fluffy.kernel.tools.core.capabilities import token_ref
@@ -80,14 +81,9 @@ async def stage(
             staged = ingest(outcome.call_dir, changes, stage, protected=protected)
             return staged, stage.diff({c.path for c in staged})  # this call's, not the session's
 
-        work = asyncio.ensure_future(asyncio.to_thread(staged_and_diff))
-        try:
-            staged, diff = await asyncio.shield(work)
-        except asyncio.CancelledError:  # the caller left: the area is not handed to
-            await asyncio.wait([work])  # another call while this thread still writes it
-            if not work.cancelled():
-                work.exception()  # (retrieved: what it raised is moot now)
-            raise
+        # a caller that leaves waits for the thread: the area is not handed to another
+        # call while this one still writes it
+        staged, diff = await to_the_end(asyncio.to_thread(staged_and_diff))
     if call.review:
         reasons = list(call.session.data.review_required)
         await workflow.annotate(
