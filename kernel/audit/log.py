@@ -17,20 +17,8 @@ runs ahead of the database; it is fsynced with every WAL checkpoint and at shutd
 WAL checkpoints run every 1,000 writes, 400 commits or 60 s; storage rules (rotation,
 retention, size) run between commits (:mod:`fluffy.kernel.audit.storage`).
 
-Speed (ADR-026, ADR-075; ``python -m benchmarks.audit``): a commit is ONE call of
-:func:`~fluffy.kernel.audit.sqlwrites.write_batch`, run where it costs least:
-
-* a batch somebody waits for (a security event, :meth:`flush`) of at most
-  :data:`INLINE_ROWS` rows on the event loop's own thread, while small commits have
-  lately been fast (:data:`INLINE_BUDGET_S`) and the write lock is free at once
-  (``write_now``): a hand-off to the connection's thread and back costs two thread
-  wake-ups, ~110 µs, a third of a durable one-row commit; a security event recorded
-  while the writer holds no batch is committed so by its caller (:meth:`_commit_here`);
-* anything else (buffered rows, slow commits, a lock another connection holds, WAL
-  checkpoints -- SQLite's automatic ones are off --, storage work, and
-  :meth:`commit_pending`) on aiosqlite's thread.
-
-Either way a security event's caller resumes only once its row is durable.
+Where each commit runs (the event loop's own thread or aiosqlite's) is the writer's
+speed: :mod:`fluffy.kernel.audit.writerparts` says how it is chosen.
 """
 
 from __future__ import annotations
@@ -69,7 +57,6 @@ from fluffy.kernel.audit.store import (
 )
 from fluffy.kernel.audit.writerparts import (
     CALLER_COMMITS,
-    COMMIT_EWMA,
     INLINE_BUDGET_S,
     INLINE_ROWS,
     WAL_CHECKPOINT_COMMITS,
@@ -269,9 +256,9 @@ class AuditLog:
             )
         except Exception as exc:  # rolled back: the rows stay buffered, the writer retries
             self._wake.set()
-            raise self._commit_failed(exc, len(rows)) from exc
+            raise self.stats.commit_failed(exc, len(rows)) from exc
         finally:
-            self._timed(started)
+            self.stats.timed(started)
         if not done:
             return False
         self._batch = Batch()
@@ -280,7 +267,7 @@ class AuditLog:
             asyncio.get_running_loop().call_soon(self._end_streak)
         self._streak += 1
         self.stats.inline_commits += 1
-        self._checkpoint_file(failed)
+        self.stats.head_written(failed)
         self._committed(batch, head)
         return True
 
@@ -394,25 +381,6 @@ class AuditLog:
         """The head a commit of ``rows`` (not empty) moves the chain to."""
         return Head(self._chain_id, int(rows[-1][0]), str(rows[-1][-1]))
 
-    def _commit_failed(self, exc: Exception, kept: int) -> AuditUnavailable:
-        """A commit failed (rolled back; its ``kept`` rows stay buffered): counted, logged,
-        and the error its waiters get."""
-        self.stats.failed_commits += 1
-        self.stats.last_error = str(exc)
-        log.error("audit commit failed (%d rows kept for retry): %s", kept, exc)
-        return AuditUnavailable(f"the audit log could not commit: {exc}")
-
-    def _timed(self, started: float) -> None:
-        """A small commit begun at ``started`` (perf_counter) ended: into the average."""
-        spent = (time.perf_counter() - started) * 1000
-        self.stats.commit_ms += COMMIT_EWMA * (spent - self.stats.commit_ms)
-
-    def _checkpoint_file(self, failed: OSError | None) -> None:
-        """The rows are committed; say so when ``audit.head`` could not be rewritten."""
-        if failed is not None:
-            self.stats.last_error = str(failed)
-            log.error("audit checkpoint file not written: %s", failed)
-
     async def _commit(self, batch: Batch) -> None:
         rows = batch.rows
         head = self._head_of(rows) if rows else None
@@ -430,10 +398,10 @@ class AuditLog:
                         failed = await self._run(sqlwrites.write_batch, *args)
                 finally:  # failed commits count too; big batches say nothing of small ones
                     if len(rows) <= INLINE_ROWS:
-                        self._timed(started)
-                self._checkpoint_file(failed)
+                        self.stats.timed(started)
+                self.stats.head_written(failed)
         except Exception as exc:  # disk full, I/O error: keep the rows, fail the waiters
-            error = self._commit_failed(exc, len(rows))
+            error = self.stats.commit_failed(exc, len(rows))
             retry = Batch(batch.rows + self._batch.rows, self._batch.waiters, True, batch.new_chain)
             self._batch = retry
             for waiter in batch.waiters:

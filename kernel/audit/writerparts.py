@@ -1,15 +1,35 @@
 """The audit writer's tuning and the records it keeps (:mod:`fluffy.kernel.audit.log`).
 
-The figures behind each number are in ``kernel/audit/log.py``'s docstring, ADR-026 and
-ADR-075; ``python -m benchmarks.audit`` measures them.
+Speed (ADR-026, ADR-075; ``python -m benchmarks.audit``): a commit is ONE call of
+:func:`~fluffy.kernel.audit.sqlwrites.write_batch`, run where it costs least:
+
+* a batch somebody waits for (a security event, ``AuditLog.flush``) of at most
+  :data:`INLINE_ROWS` rows on the event loop's own thread, while small commits have
+  lately been fast (:data:`INLINE_BUDGET_S`) and the write lock is free at once
+  (``write_now``): a hand-off to the connection's thread and back costs two thread
+  wake-ups, ~110 µs, a third of a durable one-row commit; a security event recorded
+  while the writer holds no batch is committed so by its caller
+  (``AuditLog._commit_here``);
+* anything else (buffered rows, slow commits, a lock another connection holds, WAL
+  checkpoints -- SQLite's automatic ones are off --, storage work, and
+  ``AuditLog.commit_pending``) on aiosqlite's thread.
+
+Either way a security event's caller resumes only once its row is durable.  The
+figures behind each number are in the comments below, ADR-026 and ADR-075.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
 import msgspec
+
+from fluffy.errors import AuditUnavailable
+
+log = logging.getLogger("fluffy.kernel.audit")
 
 WAL_CHECKPOINT_WRITES = 1000
 # ... or every WAL_CHECKPOINT_COMMITS commits: a one-row commit appends 3-4 pages to the
@@ -45,6 +65,25 @@ class WriterStats(msgspec.Struct):
     failed_commits: int = 0
     wal_checkpoints: int = 0
     last_error: str = ""
+
+    def timed(self, started: float) -> None:
+        """A small commit begun at ``started`` (perf_counter) ended: into the average."""
+        spent = (time.perf_counter() - started) * 1000
+        self.commit_ms += COMMIT_EWMA * (spent - self.commit_ms)
+
+    def commit_failed(self, exc: Exception, kept: int) -> AuditUnavailable:
+        """A commit failed (rolled back; its ``kept`` rows stay buffered): counted, logged,
+        and the error its waiters get."""
+        self.failed_commits += 1
+        self.last_error = str(exc)
+        log.error("audit commit failed (%d rows kept for retry): %s", kept, exc)
+        return AuditUnavailable(f"the audit log could not commit: {exc}")
+
+    def head_written(self, failed: OSError | None) -> None:
+        """The rows are committed; say so when ``audit.head`` could not be rewritten."""
+        if failed is not None:
+            self.last_error = str(failed)
+            log.error("audit checkpoint file not written: %s", failed)
 
 
 class Batch(msgspec.Struct):
