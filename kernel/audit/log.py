@@ -56,7 +56,7 @@ from fluffy.kernel.audit.store import (
     head_path,
 )
 from fluffy.kernel.audit.writerparts import (
-    CALLER_COMMITS,
+    CALLER_HOLD_S,
     INLINE_BUDGET_S,
     INLINE_ROWS,
     WAL_CHECKPOINT_COMMITS,
@@ -104,7 +104,9 @@ class AuditLog:
         self._last_checkpoint = time.monotonic()
         self._waits_for_lock = True  # PRAGMAS set busy_timeout (see _lock_wait)
         self._writing = False  # the writer task holds a batch (commit, maintenance)
-        self._streak = 0  # commits callers made since the loop last ran something else
+        self._held_since = 0.0  # callers' commits hold the loop since (0: they do not)
+        self._group = False  # the last such commit was others' too: the next one waits
+        self._yielding = False  # a caller lets the loop run, then commits what is buffered
         #: no rotation or archive deletion while set (the start's verification reads them)
         self.storage_held = False
 
@@ -220,28 +222,62 @@ class AuditLog:
     async def record(self, event: Event) -> int:
         """Record ``event``; security events return only once durably committed."""
         seq, sync = self._append(event, wake=False)
-        if sync and not self._commit_here():
+        if not sync:
+            return seq
+        if not self._yielding and self._held_up():
+            await self._commit_after_others()
+            return seq
+        if not self._commit_here():
             self._wake.set()
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._batch.waiters.append(waiter)
             await waiter
         return seq
 
-    def _commit_here(self) -> bool:
+    async def _commit_after_others(self) -> None:
+        """Let everything ready run once (other callers add their rows), then commit the
+        buffer; the waiter joins it first, so whoever commits or fails the row answers."""
+        batch = self._batch
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        batch.waiters.append(waiter)
+        self._yielding, self._group = True, False
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:  # nobody waits now; its row is the writer's
+            waiter.cancel()
+            self._wake.set()
+            raise
+        finally:
+            self._yielding = False
+        if not waiter.done() and self._batch is batch:
+            try:
+                if not self._commit_here(own=waiter):
+                    self._wake.set()
+            except BaseException:  # raised to this caller; the writer retries the rows
+                waiter.cancel()
+                raise
+        await waiter
+
+    def _held_up(self) -> bool:
+        """Must the loop run what is ready first?  Yes once callers' commits held it for
+        :data:`CALLER_HOLD_S`, or the last was others' too (they come back with more)."""
+        held = self._held_since
+        return self._group or bool(held and time.perf_counter() - held >= CALLER_HOLD_S)
+
+    def _commit_here(self, own: asyncio.Future[None] | None = None) -> bool:
         """Commit the buffer in the caller, on the loop's thread, while the writer task
-        is idle: the writer's own ``write_now`` without the two task switches (ADR-075).
-        False -- the writer commits it -- when the writer holds a batch or is gone (its
-        thread may still use the connection), the batch is not small, small commits are
-        slow lately, a WAL checkpoint is due, the write lock is taken, or this caller's
-        run has held the loop for :data:`CALLER_COMMITS` commits.  A failed commit
-        raises :class:`AuditUnavailable`; its rows stay buffered for the writer."""
+        is idle (ADR-075).  False -- the writer commits it -- when the writer holds a
+        batch or is gone, the batch is not small, small commits are slow lately, a WAL
+        checkpoint is due, the write lock is taken, or another caller lets the loop run
+        first (:meth:`_commit_after_others`; ``own``: this caller's waiter in the buffer).
+        A failed commit raises :class:`AuditUnavailable`; the rows stay for the writer."""
         batch = self._batch
         if (
             self._writing
             or self._closing
             or self._task is None
             or self._task.done()
-            or self._streak >= CALLER_COMMITS
+            or self._yielding
             or not self._fits_loop(batch)
             or self._checkpoint_due()
         ):
@@ -263,16 +299,17 @@ class AuditLog:
             return False
         self._batch = Batch()
         self._wake.clear()  # nothing left for the writer (set by a flush or a full buffer)
-        if not self._streak:  # the streak ends when the loop runs anything else
-            asyncio.get_running_loop().call_soon(self._end_streak)
-        self._streak += 1
+        if not self._held_since:  # the hold ends when the loop runs anything else
+            self._held_since = started
+            asyncio.get_running_loop().call_soon(self._release)
+        self._group = any(waiter is not own for waiter in batch.waiters)
         self.stats.inline_commits += 1
         self.stats.head_written(failed)
         self._committed(batch, head)
         return True
 
-    def _end_streak(self) -> None:
-        self._streak = 0
+    def _release(self) -> None:
+        self._held_since = 0.0
 
     def record_soon(self, event: Event) -> asyncio.Future[None]:
         """Record ``event`` now (its place in the chain taken at once); the future is
@@ -319,6 +356,8 @@ class AuditLog:
                     await wake.wait()
                 finally:
                     timer.cancel()
+                if not wake.is_set():  # a caller committed the buffer meanwhile
+                    continue
             wake.clear()
             batch, self._batch = self._batch, Batch()
             self._writing = True
@@ -345,24 +384,17 @@ class AuditLog:
         self._batch = Batch()
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(sqlite3_connection, *args)`` on the connection's own thread: one round trip.
-
-        aiosqlite owns one thread per connection and queues work to it with
-        ``Connection._execute`` (its public methods are one-line wrappers of it); calling
-        it directly lets a commit be one hop instead of one per statement.
-        """
+        """``fn(sqlite3_connection, *args)`` on the connection's own thread in one hop:
+        aiosqlite's ``Connection._execute``, which its public methods wrap (one per
+        statement)."""
         db = self.db
         self._lock_wait(True)
         return await db._execute(lambda: fn(db._conn, *args))  # type: ignore[no-untyped-call]
 
     def _lock_wait(self, wait: bool) -> None:
-        """Let the connection wait for the write lock (its own thread), or not (the loop's).
-
-        Set only when it changes: consecutive commits on the loop's thread then cost no
-        ``PRAGMA`` (two were ~17 µs of a 0.37 ms security event).  Called by the writer
-        task between its uses of the connection, or by a caller while the writer holds
-        no batch, so never while the thread runs one.
-        """
+        """Let the connection wait for the write lock (its own thread), or not (the loop's);
+        set only when it changes (two such ``PRAGMA`` were ~17 µs of a 0.37 ms security
+        event).  Never called while the thread runs a batch."""
         if wait != self._waits_for_lock:
             timeout = BUSY_TIMEOUT_MS if wait else 0
             self.db._conn.execute(f"PRAGMA busy_timeout={timeout}")

@@ -51,10 +51,10 @@ WAL_SIZE_LIMIT = 8 * 1024 * 1024
 INLINE_ROWS = 64
 INLINE_BUDGET_S = 0.002
 COMMIT_EWMA = 0.2
-# A security event's caller commits it itself while the writer is idle (ADR-075), at
-# most CALLER_COMMITS times before the loop runs anything else: a run of them then
-# waits for the writer once, and other tasks get their turn (8 x the 2 ms budget).
-CALLER_COMMITS = 8
+# A security event's caller commits it itself while the writer is idle (ADR-075); once
+# such commits have held the loop for CALLER_HOLD_S (the inline budget) since it last ran
+# anything else, the next caller lets everything ready run once first (ADR-096).
+CALLER_HOLD_S = INLINE_BUDGET_S
 
 
 class WriterStats(msgspec.Struct):

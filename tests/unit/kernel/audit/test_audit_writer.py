@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -188,40 +188,172 @@ def test_a_security_event_is_committed_by_its_caller_while_the_writer_is_idle(
     assert verify(tmp_path).ok
 
 
-def test_a_run_of_security_events_lets_other_tasks_run(tmp_path: Path, budget: float) -> None:
-    """A caller committing for itself never suspends; a run of such commits must still
-    give the loop back every few (other tasks wait meanwhile)."""
+def _ticker() -> tuple[Callable[[], int], asyncio.Task[None]]:
+    """Another task that counts how often the loop lets it run."""
+    ticks = 0
+
+    async def other_task() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    return (lambda: ticks), asyncio.create_task(other_task())
+
+
+@pytest.fixture()
+def slow_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commit holds the loop at least 1 ms, and callers hold it 2.5 ms at most
+    (a few commits in a row)."""
+    real = sqlwrites.write_now
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.001)
+        return real(*args)
+
+    monkeypatch.setattr(sqlwrites, "write_now", slow)
+    monkeypatch.setattr(log_module, "CALLER_HOLD_S", 0.0025)
+
+
+def _with_log(tmp_path: Path, body: Callable[[AuditLog], Awaitable[None]], **opts: Any) -> None:
+    """``body`` with an open log (its chain begun), then the log closed and verified."""
 
     async def scenario() -> None:
-        log = await AuditLog.open(tmp_path)
+        log = await AuditLog.open(tmp_path, **opts)
         try:
-            await run(log)
+            await log.record(Event("kernel_start"))
+            await body(log)
         finally:  # (an open connection's thread would keep the process from ending)
             await log.close()
 
-    async def run(log: AuditLog) -> None:
-        await log.record(Event("kernel_start"))
-        ticks = 0
-
-        async def other_task() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        ticker = asyncio.create_task(other_task())
-        await asyncio.sleep(0.01)
-        log.stats.commit_ms = 0.0
-        before = ticks
-        for n in range(4 * log_module.CALLER_COMMITS):
-            await log.record(_policy(n))
-        ran = ticks - before
-        ticker.cancel()
-        assert ran >= 3, ran  # at least once per CALLER_COMMITS of them
-        assert log.stats.inline_commits >= 3 * log_module.CALLER_COMMITS  # mostly the caller's
-
     asyncio.run(scenario())
     assert verify(tmp_path).ok
+
+
+@pytest.mark.usefixtures("slow_commits")
+def test_security_events_give_the_loop_back_once_they_held_it_for_the_budget(
+    tmp_path: Path, budget: float
+) -> None:
+    """A caller committing for itself never suspends; once callers' commits have held
+    the loop for CALLER_HOLD_S, the next caller lets other tasks run first, then still
+    commits its event itself (no hand-off to the writer)."""
+
+    async def body(log: AuditLog) -> None:
+        ticks, ticker = _ticker()
+        await asyncio.sleep(0.01)
+        log.stats.commit_ms = 0.0
+        before, inline = ticks(), log.stats.inline_commits
+        for n in range(30):
+            await log.record(_policy(n))
+        ran = ticks() - before
+        ticker.cancel()
+        assert ran >= 6, ran  # at least once per 3 commits of >= 1 ms (hold: 2.5 ms)
+        assert log.stats.inline_commits - inline == 30  # each by its caller
+
+    _with_log(tmp_path, body)
+
+
+def test_fast_security_events_hold_the_loop_by_time_not_by_count(
+    tmp_path: Path, budget: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many commits a run makes, it gives nothing back before the hold is up."""
+    monkeypatch.setattr(log_module, "CALLER_HOLD_S", 60.0)
+
+    async def body(log: AuditLog) -> None:
+        ticks, ticker = _ticker()
+        await asyncio.sleep(0.01)
+        log.stats.commit_ms = 0.0
+        before = ticks()
+        for n in range(50):
+            await log.record(_policy(n))
+        assert ticks() == before  # the loop ran nothing else meanwhile
+        ticker.cancel()
+        assert _count(tmp_path) == 51
+
+    _with_log(tmp_path, body)
+
+
+@pytest.mark.usefixtures("slow_commits")
+def test_concurrent_security_events_share_their_commits(tmp_path: Path, budget: float) -> None:
+    """Callers that come while another holds the loop add their rows and wait; the one
+    that let the loop run commits them all at once, and does so again while they keep
+    coming back (each still returns only once its own row is durable)."""
+
+    async def body(log: AuditLog) -> None:
+        await asyncio.sleep(0.01)
+        log.stats.commit_ms = 0.0
+        commits = log.stats.commits
+
+        async def caller(first: int) -> None:
+            for n in range(first, first + 20):
+                seq = await log.record(_policy(n))
+                assert log.durable_head.seq >= seq
+
+        await asyncio.gather(*(caller(20 * c) for c in range(16)))
+        made = log.stats.commits - commits
+        assert made <= 320 // 8, made  # 16 callers: about one commit per round
+        assert _count(tmp_path) == 321
+
+    _with_log(tmp_path, body)
+
+
+def test_a_caller_cancelled_while_it_gives_the_loop_back_leaves_its_event_to_the_writer(
+    tmp_path: Path, budget: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its row is already in the chain: the writer commits it at once, not at the next
+    flush interval (a minute here)."""
+    monkeypatch.setattr(log_module, "CALLER_HOLD_S", 0.0)
+
+    async def body(log: AuditLog) -> None:  # kernel_start committed: the loop is held
+        pending = log.record(_policy(1))
+        pending.send(None)  # stops where it gives the loop back
+        with pytest.raises(asyncio.CancelledError):
+            pending.throw(asyncio.CancelledError())
+        deadline = time.monotonic() + 10
+        while _count(tmp_path) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert _count(tmp_path) == 2
+
+    _with_log(tmp_path, body, flush_interval_s=60.0)
+
+
+@pytest.mark.parametrize("checkpoint_due", [False, True])
+def test_a_caller_giving_the_loop_back_as_the_log_closes_on_a_failing_disk_is_told(
+    tmp_path: Path, budget: float, monkeypatch: pytest.MonkeyPatch, checkpoint_due: bool
+) -> None:
+    """While it lets the loop run, the writer may take its row, fail to commit it and
+    shut down: the caller must get that error, never a success nor a wait forever."""
+    real, failing = sqlwrites.write_now, [False]
+
+    def write_now(*args: Any) -> Any:
+        if failing[0]:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(*args)
+
+    monkeypatch.setattr(sqlwrites, "write_now", write_now)
+
+    async def scenario() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        await asyncio.sleep(0.01)
+        log.record_soon(Event("syscall", input_summary="x"))  # another's, in the next commit
+        await log.record(_policy(0))  # so the next caller lets the loop run first
+        if checkpoint_due:
+            log._last_checkpoint -= 2 * log_module.WAL_CHECKPOINT_S
+        failing[0] = True
+        flush = asyncio.create_task(log.flush())  # the writer runs before the caller
+        caller = asyncio.create_task(log.record(_policy(1)))
+        closer = asyncio.create_task(log.close())
+        await asyncio.gather(flush, return_exceptions=True)
+        failing[0] = False
+        try:
+            with pytest.raises(AuditUnavailable, match="could not commit"):
+                await asyncio.wait_for(caller, 10)
+        finally:  # (an open connection's thread would keep the process from ending)
+            await closer
+
+    asyncio.run(scenario())
+    assert _count(tmp_path) == 3  # kernel_start and the two committed before the failure
 
 
 def test_a_due_checkpoint_sends_the_commit_to_the_writer_which_then_checkpoints(
