@@ -1,4 +1,5 @@
-"""A project's own test command waits for the person's yes on this machine (ADR-081).
+"""A project's own test command waits for the person's yes on this machine (ADR-081);
+the secret files its tests do not see, and the person's allowances (ADR-097).
 
 ``tests: command:`` in ``.fluffy/config.yaml`` writes the report fluffy reads as the TDD
 evidence, and a cloned repository can ship that file; the kernel runs such a command only
@@ -10,6 +11,7 @@ question is asked when `fluffy` starts the project's kernel (at a terminal only:
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,8 +103,57 @@ def cmd_tests_approve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inside(project: Path, raw: str) -> str:
+    """``raw`` as a path of the project (``/``-separated, relative), or ConfigError."""
+    path = Path(os.path.normpath(raw))
+    if path.is_absolute():
+        path = path.relative_to(project) if path.is_relative_to(project) else Path("..")
+    rel = path.as_posix()
+    if rel in (".", "") or rel == ".." or rel.startswith("../"):
+        raise ConfigError(
+            f"{raw!r} is not a file inside {project}",
+            why="an allowance names one of the project's own files",
+            fix="Name the file relative to the project, e.g. `--allow .env`.",
+        )
+    return rel
+
+
+def cmd_tests_secrets(args: argparse.Namespace) -> int:
+    """Show which of the project's secret files test runs leave out; ``--allow`` lets
+    them read one, ``--forget`` takes that back (ADR-097)."""
+    from fluffy.host.project import allowed_secrets, kept_out, set_allowed
+
+    project = Path(args.project or ".").resolve()
+    state = state_of(project)
+    wanted = set(allowed_secrets(state))
+    allow = {_inside(project, raw) for raw in args.allow}
+    forget = {_inside(project, raw) for raw in args.forget}
+    if allow or forget:
+        wanted = (wanted | allow) - forget
+        set_allowed(state, wanted)
+    out, seen = kept_out(project, state)
+    if args.json:
+        print_json({"project": str(project), "kept_out": out, "allowed": sorted(wanted),
+                    "allowed_present": seen})  # fmt: skip
+        return 0
+    if out:
+        stdout.print("Test runs do not see these files (they hold secrets; git does not "
+                     "track them):")  # fmt: skip
+        for rel in out:
+            stdout.print(f"  {escape(rel)}")
+    else:
+        stdout.print(f"{status_word('ok')} test runs see every file of the project")
+    for name in sorted(wanted):
+        stdout.print(f"Allowed: {escape(name)}" + ("" if name in seen else " (not present)"))
+    if out:
+        stdout.print("`fluffy config tests secrets --allow PATH` lets test runs read one.")
+    return 0
+
+
 def add_parser(config_sub: Any) -> None:
-    tests = config_sub.add_parser("tests", help="the project's own test command")
+    tests = config_sub.add_parser(
+        "tests", help="the project's own test command; the secret files tests do not see"
+    )
     tests_sub = tests.add_subparsers(dest="tests_action", metavar="ACTION", required=True)
     approve = tests_sub.add_parser(
         "approve", help="let fluffy run .fluffy/config.yaml's test command (shows it, asks)"
@@ -111,3 +162,13 @@ def add_parser(config_sub: Any) -> None:
     approve.add_argument("--yes", action="store_true", help="approve without asking")
     approve.add_argument("--json", action="store_true")
     approve.set_defaults(func=cmd_tests_approve)
+    secrets = tests_sub.add_parser(
+        "secrets", help="the files that hold secrets test runs leave out (show, allow, forget)"
+    )
+    secrets.add_argument("--project", help="the project folder (default: here)")
+    secrets.add_argument("--allow", action="append", default=[], metavar="PATH",
+                         help="let test runs read this file (relative to the project)")  # fmt: skip
+    secrets.add_argument("--forget", action="append", default=[], metavar="PATH",
+                         help="take an allowance back")  # fmt: skip
+    secrets.add_argument("--json", action="store_true")
+    secrets.set_defaults(func=cmd_tests_secrets)

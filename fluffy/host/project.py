@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         command_example,
         load_test_command,
     )
+    from fluffy.kernel.project.testsecrets import allowed_secrets, kept_out, set_allowed
 
 _FROM = {
     "TestCommand": "fluffy.kernel.project.testcmd",
@@ -28,6 +29,9 @@ _FROM = {
     "approved": "fluffy.kernel.project.testcmd",
     "load_test_command": "fluffy.kernel.project.testcmd",
     "command_example": "fluffy.kernel.project.testcmd",
+    "allowed_secrets": "fluffy.kernel.project.testsecrets",
+    "kept_out": "fluffy.kernel.project.testsecrets",
+    "set_allowed": "fluffy.kernel.project.testsecrets",
     "choose": "fluffy.kernel.project.envstate",
     "collect_requirements": "fluffy.kernel.project.deps",
     "detect_layout": "fluffy.kernel.project.layout",
@@ -39,15 +43,18 @@ _FROM = {
 __all__ = [
     "EnvRecord",
     "TestCommand",
+    "allowed_secrets",
     "approve",
     "approved",
     "choose",
     "collect_requirements",
     "command_example",
     "detect_layout",
+    "kept_out",
     "load_test_command",
     "needs_environment",
     "project_policy",
     "render_policy",
+    "set_allowed",
 ]
 __getattr__ = lazy(__name__, _FROM)

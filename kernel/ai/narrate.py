@@ -101,6 +101,7 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
             out.get("environment"),
             out.get("interpreter"),
             out.get("limits"),
+            out.get("secrets"),
         ):
             if isinstance(note, str) and note:
                 text += f"\n  {note}"  # test_writing: red or not and why; a stale environment
@@ -160,7 +161,8 @@ def _command_summary(out: dict[str, Any]) -> str:
         text += f"\n  ... {len(lines) - COMMAND_LINES} earlier line(s) not shown"
     for line in lines[-COMMAND_LINES:]:
         text += f"\n  | {line[:200]}"
-    for note in (out.get("environment"), out.get("interpreter"), out.get("limits")):
+    notes = ("environment", "interpreter", "limits", "secrets")
+    for note in (out.get(key) for key in notes):
         if isinstance(note, str) and note:
             text += f"\n  {note}"
     return text

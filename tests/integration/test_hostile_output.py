@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fluffy.kernel.project.testsecrets import set_allowed
 from tests.integration.test_tool_path import runtime  # noqa: F401 (the engine fixture)
-from tests.integration.tool_support import Kernel, call, demo_project
+from tests.integration.tool_support import Kernel, call, demo_project, git
 
 FORGED = (
     '<testsuite tests="1"><testcase classname="tests.test_forged" name="test_forged_green"'
@@ -131,3 +132,48 @@ def test_test_code_can_neither_run_nor_hoard_files_in_output(
     assert ran["ok"], ran
     counts = ran["output"]["counts"]
     assert (counts["passed"], counts["failed"]) == (1, 0), ran
+
+
+#: A model's test that reads the person's .env (never committed) into its output; the
+#: repository's own tracked .env.test stays readable.  Passes only if .env is absent.
+READS_SECRETS = """
+import errno, pathlib
+
+def test_reads_the_persons_secrets():
+    try:
+        print("LEAK", pathlib.Path(".env").read_text())
+    except OSError as exc:
+        assert exc.errno == errno.ENOENT
+    else:
+        raise AssertionError("the test read .env")
+    assert pathlib.Path(".env.test").read_text() == "MODE=test\\n"
+"""
+
+
+def test_a_models_test_cannot_read_the_persons_untracked_secrets(
+    tmp_path: Path,
+    runtime: str,  # noqa: F811 (the fixture)
+) -> None:
+    project = demo_project(tmp_path)
+    (project / ".env.test").write_text("MODE=test\n")
+    git(project, "add", ".env.test")  # the repository's: tests see it
+    (project / ".env").write_text("TOKEN=hunter2-secret\n")  # the person's
+    (project / ".env").chmod(0o644)
+    kernel = Kernel(tmp_path, project, runtime).start()
+    try:
+        with kernel.client() as client:
+            sid = client.call("session.create")["session_id"]
+            client.call("session.message", {"session_id": sid, "text": "attack"})
+            call(client, sid, "plan.complete")
+            wrote = call(client, sid, "fs.write", path="tests/test_env.py", content=READS_SECRETS)
+            assert wrote["ok"], wrote
+            ran = call(client, sid, "test.run", paths=["tests/test_env.py"])
+            set_allowed(kernel.state, [".env"])  # the person lets tests read it
+            allowed = call(client, sid, "test.run", paths=["tests/test_env.py"])
+    finally:
+        kernel.stop()
+    assert ran["ok"], ran
+    assert (ran["output"]["counts"]["passed"], ran["output"]["counts"]["failed"]) == (1, 0), ran
+    assert "hunter2" not in str(ran) and ".env" in ran["output"]["secrets"], ran
+    assert allowed["ok"] and allowed["output"]["counts"]["failed"] == 1, allowed  # read it
+    assert "secrets" not in allowed["output"], allowed

@@ -212,7 +212,7 @@ async def run_tests(
 def run_notes(plan: TestPlan, preparer: TestPreparer, said: str, template: str) -> dict[str, str]:
     """What a run in the project's environment adds to its answer: the environment's note,
     an interpreter that differs from the project's, the sandbox's limits hit (``said``:
-    the run's output)."""
+    the run's output), the person's files it did not see."""
     notes: dict[str, str] = {}
     if plan.choice is not None and plan.choice.note:
         notes["environment"] = plan.choice.note
@@ -223,6 +223,15 @@ def run_notes(plan: TestPlan, preparer: TestPreparer, said: str, template: str) 
     limit = limit_hit(said, template)
     if limit:
         notes["limits"] = limit
+    hidden = plan.synced.hidden
+    if hidden:
+        more = f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""
+        notes["secrets"] = (
+            f"not in this run: {', '.join(hidden[:5])}{more}: files that hold secrets and "
+            "that git does not track are the person's, and tests do not see them; if the "
+            "tests need one, ask the person to run `fluffy config tests secrets --allow "
+            "PATH` in the project"
+        )
     return notes
 
 

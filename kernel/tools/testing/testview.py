@@ -29,7 +29,7 @@ import secrets
 import shutil
 import stat
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -37,6 +37,7 @@ from msgspec.structs import astuple
 from pathspec import GitIgnoreSpec
 
 from fluffy.kernel.confined_files import plain_file
+from fluffy.kernel.project.testsecrets import SecretFiles
 from fluffy.kernel.project.viewfiles import Entry, ignored, walk_project
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS, TreeSnapshot
 
@@ -45,7 +46,7 @@ _LINK_SCHEME = b"symlink:"
 
 
 class _Item(msgspec.Struct):
-    source: str  # "project" | "staged" | "generated"
+    source: str  # "project" | "staged" | "generated" | "git" | "hidden" (a secret: hashed only)
     signature: tuple[int, ...]  # project: Entry.signature; staged: (); generated: stat
     sha256: str
 
@@ -57,6 +58,8 @@ class Synced(msgspec.Struct, frozen=True):
     copied: int
     linked: int
     removed: int
+    #: the person's secret files the view leaves out (:mod:`...project.testsecrets`)
+    hidden: tuple[str, ...] = ()
 
 
 def _hash_copy(src: Path, dest: Path, mode: int) -> str:
@@ -86,6 +89,13 @@ def _hash_file(path: Path) -> str:
         for chunk in iter(lambda: reader.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _hash_entry(project: Path, entry: Entry) -> str:
+    """A project file's hash as the TDD evidence takes it (a link: its target)."""
+    if entry.link is not None:
+        return hashlib.sha256(_LINK_SCHEME + os.fsencode(entry.link)).hexdigest()
+    return _hash_file(project / entry.rel)
 
 
 def _remove(path: Path) -> None:
@@ -188,8 +198,10 @@ class SessionView:
         generated_files: Sequence[str],
         test_globs: Sequence[str],
         git: bool = False,
+        hide: Callable[[str], bool] = lambda rel: False,
     ) -> Synced:
         copied = linked = removed = 0
+        hidden: list[str] = []
         seen: set[str] = {rel for rel, item in self.items.items() if item.source == "git"}
         entries = walk_project(self.project)
         if git:  # a copy of git's metadata for sandboxes that cannot read the project's
@@ -199,21 +211,26 @@ class SessionView:
             if entry.rel in overlay:
                 continue
             seen.add(entry.rel)
+            git_file = entry.rel.startswith(".git/")
+            secret = not git_file and hide(entry.rel)
+            if secret:
+                hidden.append(entry.rel)
+            source = "git" if git_file else "hidden" if secret else "project"
             known = self.items.get(entry.rel)
-            if (
-                known is not None
-                and known.source in ("project", "git")
-                and known.signature == entry.signature
-            ):
+            if known is not None and known.source == source and known.signature == entry.signature:
                 continue
             try:
-                sha, was_linked = self._place(entry)
+                if secret:  # hashed as the evidence hashes the project, never laid in
+                    _remove(self.tree / entry.rel)
+                    sha = _hash_entry(self.project, entry)
+                else:
+                    sha, was_linked = self._place(entry)
+                    linked += was_linked
+                    copied += not was_linked
             except OSError:
-                sha, was_linked = hashlib.sha256(b"unreadable").hexdigest(), False
-            source = "git" if entry.rel.startswith(".git/") else "project"
+                sha = hashlib.sha256(b"unreadable").hexdigest()
+                copied += not secret
             self.items[entry.rel] = _Item(source, entry.signature, sha)
-            linked += was_linked
-            copied += not was_linked
         for rel, staged_sha in overlay.items():
             if staged_sha is None or ignored(rel):
                 continue
@@ -246,11 +263,12 @@ class SessionView:
         tests: dict[str, str] = {}
         sources: dict[str, str] = {}
         for rel, item in self.items.items():
-            if item.source == "project" or item.source == "staged":
+            if item.source in ("project", "staged", "hidden"):
                 (tests if spec.match_file(rel) else sources)[rel] = item.sha256
         return Synced(
-            self.tree, TreeSnapshot(tests), TreeSnapshot(sources), copied, linked, removed
-        )
+            self.tree, TreeSnapshot(tests), TreeSnapshot(sources), copied, linked, removed,
+            tuple(hidden),
+        )  # fmt: skip
 
 
 class TestViews:
@@ -261,6 +279,7 @@ class TestViews:
     def __init__(self, state_dir: Path, project: Path, sandbox_uid: int) -> None:
         self.root = state_dir / "views"
         self.project = project
+        self.secrets = SecretFiles(project, state_dir)
         self.sandbox_uid = sandbox_uid
         self.sessions: dict[str, SessionView] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -280,14 +299,18 @@ class TestViews:
         git: bool = False,
     ) -> Synced:
         """Bring the session's view in step (call off the event loop); ``git`` copies git's
-        metadata too (for a sandbox that cannot read the project's)."""
+        metadata too (for a sandbox that cannot read the project's).  The person's secret
+        files are left out of every view (:mod:`fluffy.kernel.project.testsecrets`)."""
         lock = self._locks.setdefault(session_id, threading.Lock())
         with lock:
             view = self.sessions.get(session_id)
             if view is None:
                 view = SessionView(self.root / session_id, self.project, self.sandbox_uid)
                 self.sessions[session_id] = view
-            return view.sync(overlay, staged_tree, generated, generated_files, test_globs, git)
+            hide = self.secrets.hidden()
+            return view.sync(
+                overlay, staged_tree, generated, generated_files, test_globs, git, hide
+            )
 
     def discard(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)

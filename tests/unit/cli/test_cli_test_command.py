@@ -160,3 +160,28 @@ def test_the_question_cannot_be_redrawn_by_the_file(
     main(["config", "tests", "approve"])
     assert asked and all(c.isprintable() for c in asked[0])
     assert "\\x{1b}[2K\\x{d}python -m pytest" in asked[0] and "\\x{7}" in asked[0]
+
+
+def test_secrets_shows_what_tests_do_not_see_and_records_the_persons_allowance(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fluffy.kernel.project.testsecrets import allowed_secrets
+
+    (project / ".env").write_text("TOKEN=hunter2\n")  # no repository: nothing is tracked
+    assert main(["config", "tests", "secrets"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert ".env" in out and "--allow PATH" in out and "hunter2" not in out
+    assert main(["config", "tests", "secrets", "--allow", str(project / ".env"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kept_out"] == [] and shown["allowed_present"] == [".env"]
+    assert allowed_secrets(testcommand.state_of(project)) == {".env"}
+    assert main(["config", "tests", "secrets", "--forget", ".env", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["kept_out"] == [".env"]
+
+
+@pytest.mark.parametrize("outside", ["..", "../other/.env", "/etc/passwd", "."])
+def test_secrets_refuses_a_path_outside_the_project(
+    project: Path, outside: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "tests", "secrets", "--allow", outside]) == EXIT_ERROR
+    assert "not a file inside" in capsys.readouterr().err

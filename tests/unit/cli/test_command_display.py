@@ -82,3 +82,10 @@ def test_any_other_tool_s_result_is_shown_not_just_done() -> None:
     assert len(long) == 160 and long.endswith("...")
     assert summarize_result("x.y", {}, {"ok": True, "output": {}}) == "done (nothing returned)"
     assert summarize_result("x.y", {}, {"ok": True, "output": ["a", 1]}) == '["a",1]'
+
+
+@pytest.mark.parametrize("tool", ["test.run", "container.run"])
+def test_a_run_shows_the_person_which_of_their_files_it_did_not_see(tool: str) -> None:
+    note = "not in this run: .env: files that hold secrets ..."
+    out = {"exit_code": 0, "counts": {"found": 1, "passed": 1}, "secrets": note}
+    assert note in summarize_result(tool, {}, {"ok": True, "output": out})

@@ -14,7 +14,7 @@ import pytest
 
 from fluffy.errors import ToolInputInvalid
 from fluffy.kernel.tools.testing.testprep import TestPlan
-from fluffy.kernel.tools.testing.testrun import run_tests
+from fluffy.kernel.tools.testing.testrun import run_notes, run_tests
 from fluffy.kernel.workflow.evidence import TestRun, TreeSnapshot
 
 pytestmark = pytest.mark.unit
@@ -75,7 +75,7 @@ def _run(
 ) -> tuple[dict[str, Any], Any]:
     if report is not None:
         (tmp_path / "junit.xml").write_bytes(report)
-    trees = SimpleNamespace(tests=TreeSnapshot(tests or {}), sources=TreeSnapshot({}))
+    trees = SimpleNamespace(tests=TreeSnapshot(tests or {}), sources=TreeSnapshot({}), hidden=())
     plan = TestPlan(trees, None, custom=True, dialect="javascript", runner=runner)  # type: ignore[arg-type]
     result = {"exit_code": exit_code, "junit": "junit.xml" if report else None,
               "output_tail": output}  # fmt: skip
@@ -194,3 +194,17 @@ def test_other_runs_without_a_report_stay_the_runner_s_error(tmp_path: Path, out
     with pytest.raises(ToolInputInvalid) as refused:
         _run(tmp_path, None, 1, output=output, runner="mocha")
     assert refused.value.what == "test.run: mocha exited with 1 and wrote no report"
+
+
+def test_a_run_names_the_persons_files_it_did_not_see_and_how_to_let_one_in(
+    tmp_path: Path,
+) -> None:
+    hidden = (*(f"keys/k{n}.pem" for n in range(7)), ".env")
+    trees = SimpleNamespace(tests=TreeSnapshot({}), sources=TreeSnapshot({}), hidden=hidden)
+    plan = TestPlan(trees, None)  # type: ignore[arg-type]
+    preparer = SimpleNamespace(project=tmp_path)
+    notes = run_notes(plan, preparer, "", "test-runner")  # type: ignore[arg-type]
+    assert "keys/k0.pem" in notes["secrets"] and "and 3 more" in notes["secrets"]
+    assert "fluffy config tests secrets --allow PATH" in notes["secrets"]
+    plan = TestPlan(SimpleNamespace(**{**vars(trees), "hidden": ()}), None)  # type: ignore[arg-type]
+    assert "secrets" not in run_notes(plan, preparer, "", "test-runner")  # type: ignore[arg-type]

@@ -1,0 +1,104 @@
+"""The person's secret files stay out of test runs unless the person lets them in (ADR-097).
+
+The model never reads a ``.env`` or a key (the kernel's reads refuse them), but it
+writes tests, and a test runs with the project's files: one that prints ``.env`` would
+show it to the model in the run's output, one that asserts on it character by character
+would tell it in the outcomes.  So the test view leaves out every file that looks like
+a secret (:func:`~fluffy.kernel.globs.is_secret_file`) and that git does not track:
+the person's own, never committed.  What the repository tracks stays (a test
+certificate, a ``.env.test``: anyone with the repository has them), as does what the
+session itself wrote.  When git's index cannot be read, every such file is left out.
+
+The person lets tests read one with ``fluffy config tests secrets --allow PATH``, which
+the host records in :data:`ALLOWED_FILE` in the kernel's state folder: a repository
+cannot ship that answer, and the model cannot write there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from fluffy.kernel.globs import is_secret_file
+from fluffy.kernel.project.gitindex import Tracked, tracked
+from fluffy.kernel.project.viewfiles import walk_project
+
+#: In the kernel's state folder (written on the host): the project paths the person lets
+#: test runs read although they hold secrets.
+ALLOWED_FILE = "test-secrets.json"
+
+
+def allowed_secrets(state: Path) -> frozenset[str]:
+    """The paths the person allowed (none when the record is missing or unreadable)."""
+    try:
+        data = json.loads((state / ALLOWED_FILE).read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    found = data.get("allow") if isinstance(data, dict) else None
+    if not isinstance(found, list):
+        return frozenset()
+    return frozenset(p for p in found if isinstance(p, str))
+
+
+def set_allowed(state: Path, paths: Iterable[str]) -> None:
+    """Record the person's allowances (atomically; the whole list)."""
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = state / (ALLOWED_FILE + ".tmp")
+    tmp.write_text(json.dumps({"allow": sorted(set(paths))}))
+    tmp.chmod(0o644)  # the kernel's user reads it (only the host writes it)
+    tmp.replace(state / ALLOWED_FILE)
+
+
+def _index_signature(project: Path) -> tuple[int, ...] | None:
+    try:
+        info = (project / ".git" / "index").lstat()
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+class SecretFiles:
+    """Which of a project's files a test sandbox must not see, asked anew for each sync
+    (the person may allow a file, or commit one, while the kernel runs)."""
+
+    def __init__(self, project: Path, state: Path) -> None:
+        self.project = project
+        self.state = state
+        self._signature: tuple[int, ...] | None = None
+        self._tracked: Tracked | None = None
+        self._read = False
+
+    def _known(self) -> Tracked | None:
+        signature = _index_signature(self.project)
+        if not self._read or signature != self._signature:
+            self._tracked, self._signature, self._read = tracked(self.project), signature, True
+        return self._tracked
+
+    def hidden(self) -> Callable[[str], bool]:
+        """``rel`` -> whether the view leaves that project file out (the index is read
+        only once a secret-looking file is met)."""
+        let_in = allowed_secrets(self.state)
+
+        def hide(rel: str) -> bool:
+            if rel in let_in or not is_secret_file(rel):
+                return False
+            known = self._known()
+            return known is None or rel not in known
+
+        return hide
+
+
+def kept_out(project: Path, state: Path) -> tuple[list[str], list[str]]:
+    """(the project's files test runs do not see, the secret-looking ones the person let
+    them see): what ``fluffy config tests secrets`` shows."""
+    hide = SecretFiles(project, state).hidden()
+    let_in = allowed_secrets(state)
+    out: list[str] = []
+    seen: list[str] = []
+    for entry in walk_project(project):
+        if hide(entry.rel):
+            out.append(entry.rel)
+        elif entry.rel in let_in:
+            seen.append(entry.rel)
+    return out, seen
