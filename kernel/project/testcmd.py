@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fluffy.errors import ConfigError
 from fluffy.kernel.project.files import read_text
+from fluffy.kernel.project.records import read_strings, write_strings
 from fluffy.kernel.yamltext import YamlSyntax, load_yaml_node
 
 JUNIT = "{junit}"
@@ -110,25 +111,12 @@ APPROVED_FILE = "approved-test-commands.json"
 
 def approved(state: Path) -> set[str]:
     """The approved commands' digests (none when the record is missing or unreadable)."""
-    try:
-        data = json.loads((state / APPROVED_FILE).read_text())
-    except (OSError, ValueError):
-        return set()
-    found = data.get("digests") if isinstance(data, dict) else None
-    return {d for d in found if isinstance(d, str)} if isinstance(found, list) else set()
+    return set(read_strings(state, APPROVED_FILE, "digests"))
 
 
 def approve(state: Path, command: TestCommand) -> None:
     """Record the person's yes to ``command`` (atomically, next to earlier ones)."""
-    digests = sorted(approved(state) | {command.digest()})
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = state / (APPROVED_FILE + ".tmp")
-    tmp.write_text(json.dumps({"digests": digests}))
-    # readable by the kernel's user whatever the host's umask: `fluffy start` may write
-    # it, as root, after the bootstrap handed the state folder to that user (digests
-    # are no secret; only the host writes the file)
-    tmp.chmod(0o644)
-    tmp.replace(state / APPROVED_FILE)
+    write_strings(state, APPROVED_FILE, "digests", approved(state) | {command.digest()})
 
 
 def not_approved(command: TestCommand) -> ConfigError:

@@ -16,12 +16,12 @@ cannot ship that answer, and the model cannot write there.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from fluffy.kernel.globs import is_secret_file
 from fluffy.kernel.project.gitindex import Tracked, tracked
+from fluffy.kernel.project.records import read_strings, write_strings
 from fluffy.kernel.project.viewfiles import walk_project
 
 #: In the kernel's state folder (written on the host): the project paths the person lets
@@ -31,23 +31,12 @@ ALLOWED_FILE = "test-secrets.json"
 
 def allowed_secrets(state: Path) -> frozenset[str]:
     """The paths the person allowed (none when the record is missing or unreadable)."""
-    try:
-        data = json.loads((state / ALLOWED_FILE).read_text())
-    except (OSError, ValueError):
-        return frozenset()
-    found = data.get("allow") if isinstance(data, dict) else None
-    if not isinstance(found, list):
-        return frozenset()
-    return frozenset(p for p in found if isinstance(p, str))
+    return read_strings(state, ALLOWED_FILE, "allow")
 
 
 def set_allowed(state: Path, paths: Iterable[str]) -> None:
     """Record the person's allowances (atomically; the whole list)."""
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = state / (ALLOWED_FILE + ".tmp")
-    tmp.write_text(json.dumps({"allow": sorted(set(paths))}))
-    tmp.chmod(0o644)  # the kernel's user reads it (only the host writes it)
-    tmp.replace(state / ALLOWED_FILE)
+    write_strings(state, ALLOWED_FILE, "allow", paths)
 
 
 def _index_signature(project: Path) -> tuple[int, ...] | None:
