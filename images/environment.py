@@ -61,6 +61,7 @@ from fluffy.kernel.project.envstate import (
 )
 from fluffy.kernel.project.layout import detect_layout
 from fluffy.kernel.project.reqlines import Refusal, requirement_line
+from fluffy.kernel.project.testsecrets import SecretFiles
 
 ENV_REPOSITORY = "fluffy/env"
 DOCKERFILE = f"""\
@@ -138,7 +139,7 @@ def plan_environment(project: Path, base_image: str) -> EnvPlan | NodePlan | Non
 
 
 # -- the build context (files only; see fluffy.images.envstage) -------------------------
-def _stage(plan: EnvPlan, context: Path, stager: Stager, say: Say) -> None:
+def _stage(plan: EnvPlan, context: Path, stager: Stager, say: Say, state: Path) -> None:
     reqs = plan.requirements
     lines = [*reqs.requirements, *plan.extra]
     for refusal in reqs.refused:
@@ -149,7 +150,9 @@ def _stage(plan: EnvPlan, context: Path, stager: Stager, say: Say) -> None:
     if reqs.installable and reqs.build_requires:
         build = [*reqs.build_requires, *_backend_extras(reqs.build_requires)]
         stager.fetch(build, [], "build requirement")
-    stager.copy_project(plan.project, context / "project")
+    # the person's secret files stay out, as from test runs: the install is the project's code
+    secrets = SecretFiles(plan.project, state).hidden()
+    stager.copy_project(plan.project, context / "project", secrets)
     write_plan(context, {
         "requirements": lines,
         "constraints": reqs.constraints,
@@ -236,7 +239,7 @@ def build_environment(
         context = Path(tmp)
         stager = Stager(engine, plan.base_image, state, context, linux_arch(engine.info.arch),
                         plan.requirements.hashes, say)  # fmt: skip
-        _stage(plan, context, stager, say)
+        _stage(plan, context, stager, say, state)
         for round_ in (1, 2):
             say(f"building {plan.image} (offline)")
             try:

@@ -129,10 +129,13 @@ class Stager:
     def built_from_source(self) -> list[str]:
         return [] if self._builder is None else [str(b) for b in self._builder.built]
 
-    def copy_project(self, project: Path, dest: Path) -> None:
+    def copy_project(
+        self, project: Path, dest: Path, hide: Callable[[str], bool] = lambda rel: False
+    ) -> None:
+        """The project's files for its own install, without those ``hide`` names."""
         copied = 0
         for entry in walk_project(project):
-            if entry.size > MAX_FILE_BYTES:
+            if entry.size > MAX_FILE_BYTES or hide(entry.rel):
                 continue
             copied += entry.size
             if copied > MAX_PROJECT_BYTES:

@@ -195,3 +195,20 @@ def test_a_link_in_the_project_is_copied_as_a_link_never_followed(tmp_path: Path
     for name, target in (("leak-environ", "/proc/self/environ"), ("leak-home", str(Path.home())),
                          ("dangling", str(tmp_path / "nowhere"))):  # fmt: skip
         assert (dest / name).is_symlink() and str((dest / name).readlink()) == target
+
+
+def test_the_persons_secret_files_never_reach_the_projects_own_install(tmp_path: Path) -> None:
+    """The install runs the project's code (setup.py, a build backend): it could copy
+    .env into a file the tests read.  Untracked secret files are left out of its copy."""
+    from fluffy.images.envstage import Stager
+    from fluffy.kernel.project.testsecrets import SecretFiles
+
+    project = tmp_path / "repo"
+    (project / "keys").mkdir(parents=True)
+    (project / "setup.py").write_text("import shutil; shutil.copy('.env', 'pkg/_cfg.py')\n")
+    (project / ".env").write_text("TOKEN=hunter2\n")  # no repository: nothing tracked
+    (project / "keys" / "deploy.key").write_text("KEY\n")
+    stager = Stager.__new__(Stager)  # copy_project needs nothing of the engine
+    dest = tmp_path / "context" / "project"
+    stager.copy_project(project, dest, SecretFiles(project, tmp_path / "state").hidden())
+    assert sorted(p.name for p in dest.rglob("*") if p.is_file()) == ["setup.py"]
