@@ -137,8 +137,8 @@ def cmd_tests_secrets(args: argparse.Namespace) -> int:
                     "allowed_present": seen})  # fmt: skip
         return 0
     if out:
-        stdout.print("Test runs do not see these files (they hold secrets; git does not "
-                     "track them):")  # fmt: skip
+        stdout.print("Test runs do not see these files (they hold secrets, and git does not "
+                     "hold them as they are):")  # fmt: skip
         for rel in out:
             stdout.print(f"  {escape(rel)}")
     else:

@@ -4,10 +4,11 @@ The model never reads a ``.env`` or a key (the kernel's reads refuse them), but 
 writes tests, and a test runs with the project's files: one that prints ``.env`` would
 show it to the model in the run's output, one that asserts on it character by character
 would tell it in the outcomes.  So the test view leaves out every file that looks like
-a secret (:func:`~fluffy.kernel.globs.is_secret_file`) and that git does not track:
-the person's own, never committed.  What the repository tracks stays (a test
-certificate, a ``.env.test``: anyone with the repository has them), as does what the
-session itself wrote.  When git's index cannot be read, every such file is left out.
+a secret (:func:`~fluffy.kernel.globs.is_secret_file`) unless git's index lists it with
+the content it has: the person's own (never committed, or a committed placeholder they
+filled in, or one git is told not to look at) stay out.  What the repository holds stays
+(a test certificate, a ``.env.test``: anyone with the repository has them), as does what
+the session itself wrote.  When git's index cannot be read, every such file is left out.
 
 The person lets tests read one with ``fluffy config tests secrets --allow PATH``, which
 the host records in :data:`ALLOWED_FILE` in the kernel's state folder: a repository
@@ -83,8 +84,8 @@ class SecretFiles:
                 secret = looks[rel] = is_secret_file(rel)
             if not secret or rel in let_in:
                 return False
-            known = self._known()
-            return known is None or rel not in known
+            known = self._known()  # the repository's own: listed, with this content
+            return known is None or not known.holds(self.project, rel)
 
         return hide
 

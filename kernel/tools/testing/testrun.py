@@ -228,9 +228,9 @@ def run_notes(plan: TestPlan, preparer: TestPreparer, said: str, template: str) 
         more = f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""
         notes["secrets"] = (
             f"not in this run: {', '.join(hidden[:5])}{more}: files that hold secrets and "
-            "that git does not track are the person's, and tests do not see them; if the "
-            "tests need one, ask the person to run `fluffy config tests secrets --allow "
-            "PATH` in the project"
+            "that git does not hold as they are (never committed, or changed since) are the "
+            "person's, and tests do not see them; if the tests need one, ask the person to "
+            "run `fluffy config tests secrets --allow PATH` in the project"
         )
     return notes
 

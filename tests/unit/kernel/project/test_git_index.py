@@ -98,3 +98,22 @@ def test_any_tree_reads_as_git_lists_it(
     git(repo, "update-index", "--index-version", version)
     found = tracked(repo)
     assert found is not None and found.files == listed(repo)
+
+
+def test_holds_compares_the_content_with_gits_object_name(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path / "r", [".env", "certs/a.pem", "kept.txt", "aside.txt", "new.txt"])
+    (repo / "link.pem").symlink_to("certs/a.pem")
+    git(repo, "add", "link.pem")
+    (repo / ".env").write_text("TOKEN=filled-in-by-the-person\n")  # a placeholder, filled
+    git(repo, "update-index", "--skip-worktree", "kept.txt")
+    git(repo, "update-index", "--assume-unchanged", "aside.txt")
+    (repo / "ita.txt").write_text("later\n")
+    git(repo, "add", "-N", "ita.txt")
+    found = tracked(repo)
+    assert found is not None
+    assert found.holds(repo, "certs/a.pem") and found.holds(repo, "link.pem")
+    assert found.holds(repo, "new.txt") and not found.holds(repo, "untracked.txt")
+    for rel in (".env", "kept.txt", "aside.txt", "ita.txt"):
+        assert not found.holds(repo, rel), rel
+    (repo / "new.txt").unlink()
+    assert not found.holds(repo, "new.txt")  # gone from the disk

@@ -111,3 +111,16 @@ def test_what_the_session_wrote_itself_is_not_hidden(project: Path, tmp_path: Pa
     synced = views.sync("s", overlay, staged)
     assert (synced.folder / ".env").read_text() == "TOKEN=fake\n"
     assert synced.hidden == ("keys/deploy.key",)
+
+
+def test_a_committed_placeholder_the_person_filled_in_is_theirs(
+    project: Path, tmp_path: Path
+) -> None:
+    """A repository can commit `.env` and ask the person to put their key in it."""
+    secrets = SecretFiles(project, tmp_path / "state")
+    assert not secrets.hidden()(".env.test")
+    (project / ".env.test").write_text("MODE=test\nTOKEN=the-persons\n")
+    assert secrets.hidden()(".env.test")
+    (project / ".env.test").write_text(FILES[".env.test"])
+    git(project, "update-index", "--skip-worktree", ".env.test")  # kept local on purpose
+    assert SecretFiles(project, tmp_path / "state").hidden()(".env.test")
