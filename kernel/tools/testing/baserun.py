@@ -48,11 +48,16 @@ async def base_run(
     release: Callable[[PluginOutcome], Awaitable[None]],
     read: Callable[[PluginOutcome, object], bytes | None],
 ) -> BaseResult:
-    """The suite's outcome on the base tree (cached by its hash and the environment)."""
+    """The suite's outcome on the base tree (cached by its hash, the environment and the
+    files it cannot see)."""
     tests, sources = await asyncio.to_thread(snapshot_trees, preparer.project, test_globs, {})
     choice = await asyncio.to_thread(preparer.environment)
     env = (choice.key or "") if choice is not None else ""
-    key = hashlib.sha256(f"{tests.digest}\0{sources.digest}\0{env}".encode()).hexdigest()[:24]
+    # what the run cannot see is part of what it found (a person's allowance, ADR-097)
+    hide = preparer.views.secrets.hidden()
+    unseen = "\0".join(rel for rel in (*tests.files, *sources.files) if hide(rel))
+    found = f"{tests.digest}\0{sources.digest}\0{env}\0\0{unseen}"
+    key = hashlib.sha256(found.encode()).hexdigest()[:24]
     cache = preparer.state_dir / "baselines" / f"{key}.json"
     try:
         data = json.loads(cache.read_text())
