@@ -169,5 +169,11 @@ _SECRETS = GlobSet(SECRET_FILES, lazy=True)
 
 
 def is_secret_file(rel: str) -> bool:
-    """Whether the project path ``rel`` is one of :data:`SECRET_FILES`."""
-    return _SECRETS.match(rel)
+    """Whether the project path ``rel`` is one of :data:`SECRET_FILES`, in any case
+    (``.ENV``, ``server.PEM``); a name that is not UTF-8 is matched by its readable part."""
+    try:
+        lower = rel.lower()
+        return _SECRETS.match(rel) or (lower != rel and _SECRETS.match(lower))
+    except UnicodeError:  # a surrogate escape: no matcher takes it
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return is_secret_file(shown)

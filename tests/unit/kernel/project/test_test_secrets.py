@@ -124,3 +124,15 @@ def test_a_committed_placeholder_the_person_filled_in_is_theirs(
     (project / ".env.test").write_text(FILES[".env.test"])
     git(project, "update-index", "--skip-worktree", ".env.test")  # kept local on purpose
     assert SecretFiles(project, tmp_path / "state").hidden()(".env.test")
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [(".ENV", True), ("app/.Env.Local", True), ("certs/Server.PEM", True), ("id_RSA", True),
+     ("x/SECRETS/y", True), (".ENV.EXAMPLE", False), ("README.md", False),
+     (".env\udcff", False), ("k\udcff.pem", True)],
+)  # fmt: skip
+def test_a_secrets_name_is_known_in_any_case_and_in_any_bytes(name: str, secret: bool) -> None:
+    from fluffy.kernel.globs import is_secret_file
+
+    assert is_secret_file(name) is secret
