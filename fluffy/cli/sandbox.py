@@ -58,7 +58,8 @@ def cmd_sandbox_run(args: argparse.Namespace) -> int:
                 from fluffy.host.engine import sandbox_identity
                 from fluffy.host.tools import TestViews
 
-                views = TestViews(scratch, project, sandbox_identity()[0])
+                # the person's own command: their files as on the host (ADR-097)
+                views = TestViews(scratch, project, sandbox_identity()[0], persons=True)
                 generated = _state(project) / "envs" / record.key / "generated" if record else None
                 overrides["project_dir"] = views.sync(
                     "run", {}, None, generated=generated,

@@ -54,7 +54,7 @@ async def base_run(
     choice = await asyncio.to_thread(preparer.environment)
     env = (choice.key or "") if choice is not None else ""
     # what the run cannot see is part of what it found (a person's allowance, ADR-097)
-    hide = preparer.views.secrets.hidden()
+    hide = preparer.views.hidden()
     unseen = "\0".join(rel for rel in (*tests.files, *sources.files) if hide(rel))
     found = f"{tests.digest}\0{sources.digest}\0{env}\0\0{unseen}"
     key = hashlib.sha256(found.encode()).hexdigest()[:24]

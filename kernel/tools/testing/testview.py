@@ -91,6 +91,10 @@ def _hash_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _nothing(rel: str) -> bool:
+    return False
+
+
 def _hash_entry(project: Path, entry: Entry) -> str:
     """A project file's hash as the TDD evidence takes it (a link: its target)."""
     if entry.link is not None:
@@ -276,16 +280,24 @@ class TestViews:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, state_dir: Path, project: Path, sandbox_uid: int) -> None:
+    def __init__(
+        self, state_dir: Path, project: Path, sandbox_uid: int, *, persons: bool = False
+    ) -> None:
+        """``persons``: the views are for the person's own commands (``fluffy sandbox
+        run``), which see their secret files as they do on the host."""
         self.root = state_dir / "views"
         self.project = project
-        self.secrets = SecretFiles(project, state_dir)
+        self.secrets = None if persons else SecretFiles(project, state_dir)
         self.sandbox_uid = sandbox_uid
         self.sessions: dict[str, SessionView] = {}
         self._locks: dict[str, threading.Lock] = {}
         _remove(self.root)
         self.root.mkdir(parents=True, mode=0o755)
         self.root.chmod(0o755)
+
+    def hidden(self) -> Callable[[str], bool]:
+        """Which project files the views leave out, as of now (the person's secrets)."""
+        return self.secrets.hidden() if self.secrets is not None else _nothing
 
     def sync(
         self,
@@ -307,7 +319,7 @@ class TestViews:
             if view is None:
                 view = SessionView(self.root / session_id, self.project, self.sandbox_uid)
                 self.sessions[session_id] = view
-            hide = self.secrets.hidden()
+            hide = self.hidden()
             return view.sync(
                 overlay, staged_tree, generated, generated_files, test_globs, git, hide
             )

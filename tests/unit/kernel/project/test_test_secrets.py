@@ -136,3 +136,13 @@ def test_a_secrets_name_is_known_in_any_case_and_in_any_bytes(name: str, secret:
     from fluffy.kernel.globs import is_secret_file
 
     assert is_secret_file(name) is secret
+
+
+def test_the_persons_own_command_sees_their_files_as_on_the_host(
+    project: Path, tmp_path: Path
+) -> None:
+    """`fluffy sandbox run` is the person's command, not the model's: its copy of the
+    project (made when the sandbox cannot read the folder) hides nothing."""
+    views = TestViews(tmp_path / "state", project, os.geteuid(), persons=True)
+    synced = views.sync("run", {}, None)
+    assert (synced.folder / ".env").read_text() == "TOKEN=hunter2\n" and synced.hidden == ()

@@ -52,7 +52,7 @@ async def _base(project: Path, prepare: Any) -> Any:
     state = project.parent / "state"  # outside the project, as the kernel's is
     preparer = SimpleNamespace(
         project=project, state_dir=state, prepare=prepare, environment=lambda: None,
-        views=SimpleNamespace(secrets=SecretFiles(project, state)),
+        views=SimpleNamespace(hidden=SecretFiles(project, state).hidden),
     )  # fmt: skip
     return await base_run(
         _Call("c1", {}, SimpleNamespace(id="s1")),  # type: ignore[arg-type]
