@@ -70,13 +70,16 @@ class SecretFiles:
             self._tracked, self._signature, self._read = tracked(self.project), signature, True
         return self._tracked
 
-    def hidden(self) -> Callable[[str], bool]:
-        """``rel`` -> whether the view leaves that project file out (the index is read
-        only once a secret-looking file is met)."""
-        let_in = allowed_secrets(self.state)
+    def hidden(self, let_in: frozenset[str] | None = None) -> Callable[[str], bool]:
+        """``rel`` -> whether the view leaves that project file out; ``let_in``: the
+        person's allowances, if already read.  The index is checked once per predicate,
+        and only once a secret-looking file is met."""
+        if let_in is None:
+            let_in = allowed_secrets(self.state)
         looks = self._looks
         if len(looks) > _REMEMBERED:
             looks.clear()
+        known: list[Tracked | None] = []
 
         def hide(rel: str) -> bool:
             secret = looks.get(rel)
@@ -84,8 +87,10 @@ class SecretFiles:
                 secret = looks[rel] = is_secret_file(rel)
             if not secret or rel in let_in:
                 return False
-            known = self._known()  # the repository's own: listed, with this content
-            return known is None or not known.holds(self.project, rel)
+            if not known:
+                known.append(self._known())
+            index = known[0]  # the repository's own: listed, with this content
+            return index is None or not index.holds(self.project, rel)
 
         return hide
 
@@ -93,8 +98,8 @@ class SecretFiles:
 def kept_out(project: Path, state: Path) -> tuple[list[str], list[str]]:
     """(the project's files test runs do not see, the secret-looking ones the person let
     them see): what ``fluffy config tests secrets`` shows."""
-    hide = SecretFiles(project, state).hidden()
     let_in = allowed_secrets(state)
+    hide = SecretFiles(project, state).hidden(let_in)
     out: list[str] = []
     seen: list[str] = []
     for entry in walk_project(project):

@@ -170,8 +170,7 @@ class SessionView:
             _remove(dest)
             if _link_inside(entry.rel, entry.link):
                 dest.symlink_to(entry.link)
-            raw = os.fsencode(entry.link)
-            return hashlib.sha256(_LINK_SCHEME + raw).hexdigest(), False
+            return _hash_entry(self.project, entry), False
         if self.can_link and self._readable(entry):
             tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.lnk")
             try:
