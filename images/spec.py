@@ -29,6 +29,7 @@ SANDBOX_PARTS = (
     "plugins",
     "safetext.py",  # container.run shows output as the CLI shows text
     "junit.py",  # the test tool counts a report as the kernel reads it
+    "pathnames.py",  # and names files as the kernel does (junit.py, the plugin SDK's view)
     "merge3.py",  # git.commit replays a session's changes as the merge wrote them
 )
 #: Labels every fluffy image carries (LABEL_IMAGE, LABEL_HASH: the garbage collector and

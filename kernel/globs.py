@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import pathspec
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from fluffy.pathnames import matchable
+
 
 class _GitIgnoreSet:
     """One list of patterns with gitignore semantics, git's directory rule included."""
@@ -76,10 +78,30 @@ class GlobSet:
         return include, exclude
 
     def match(self, path: str) -> bool:
+        """Whether ``path`` matches (a name that is not UTF-8: by its readable part)."""
         include, exclude = self._include, self._exclude
         if include is None or exclude is None:
             include, exclude = self._compile()
-        return include.match(path) and not exclude.match(path)
+        try:
+            return include.match(path) and not exclude.match(path)
+        except UnicodeError:  # a surrogate escape: RE2 takes UTF-8 only
+            return self.match(matchable(path))
+
+
+class Patterns:
+    """A plain list of gitignore-style patterns (no exclusion priority), matched
+    against project paths; a name that is not UTF-8 is matched by its readable part."""
+
+    __slots__ = ("_spec",)
+
+    def __init__(self, globs: Sequence[str]) -> None:
+        self._spec = pathspec.GitIgnoreSpec.from_lines(globs)
+
+    def match(self, path: str) -> bool:
+        try:
+            return bool(self._spec.match_file(path))
+        except UnicodeError:  # a surrogate escape: RE2 takes UTF-8 only
+            return bool(self._spec.match_file(matchable(path)))
 
 
 _WILD = frozenset("*?[\\")
@@ -175,5 +197,4 @@ def is_secret_file(rel: str) -> bool:
         lower = rel.lower()
         return _SECRETS.match(rel) or (lower != rel and _SECRETS.match(lower))
     except UnicodeError:  # a surrogate escape: no matcher takes it
-        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        return is_secret_file(shown)
+        return is_secret_file(matchable(rel))

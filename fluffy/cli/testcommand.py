@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from fluffy.cli.render import print_json, status_word, stdout
 from fluffy.errors import ConfigError, FluffyError
+from fluffy.pathnames import shown
 
 if TYPE_CHECKING:
     from fluffy.host.project import TestCommand
@@ -140,11 +141,12 @@ def cmd_tests_secrets(args: argparse.Namespace) -> int:
         stdout.print("Test runs do not see these files (they hold secrets, and git does not "
                      "hold them as they are):")  # fmt: skip
         for rel in out:
-            stdout.print(f"  {escape(rel)}")
+            stdout.print(f"  {escape(shown(rel))}")
     else:
         stdout.print(f"{status_word('ok')} test runs see every file of the project")
     for name in sorted(wanted):
-        stdout.print(f"Allowed: {escape(name)}" + ("" if name in seen else " (not present)"))
+        shown_name = escape(shown(name))
+        stdout.print(f"Allowed: {shown_name}" + ("" if name in seen else " (not present)"))
     if out:
         stdout.print("`fluffy config tests secrets --allow PATH` lets test runs read one.")
     return 0

@@ -7,6 +7,8 @@ import stat
 import time
 from pathlib import Path, PurePosixPath
 
+from fluffy.pathnames import is_utf8, shown
+
 
 class PathEscape(ValueError):
     """The path leaves the project (``..``, an absolute path elsewhere, a symlink)."""
@@ -19,8 +21,8 @@ def normalize(path: str, root: Path | None) -> str:
     this machine, symlinks are resolved, must stay inside it, and the *resolved* path is
     what the rules see (a link named ``src/x`` to ``.fluffy/policy.yaml`` is the policy).
     """
-    if not path or "\x00" in path:
-        raise PathEscape(f"{path!r} is not a path")
+    if not path or "\x00" in path or not is_utf8(path):
+        raise PathEscape(f"{shown(path)!r} is not a path (file names here are UTF-8 text)")
     if path.startswith("/"):
         if root is None:
             raise PathEscape(f"absolute path {path} with no project root to confine it")
@@ -53,8 +55,11 @@ def normalize(path: str, root: Path | None) -> str:
             return "."
         if not resolved.startswith(base + os.sep):
             raise PathEscape(f"{path} leads outside the project through a symlink")
+        inside = resolved[len(base) + 1 :]
+        if not is_utf8(inside):  # a link to a name no tool can carry
+            raise PathEscape(f"{path} leads to {shown(inside)}, a name that is not UTF-8")
         # Rules judge what the path really is, not the name of a link to it.
-        return resolved[len(base) + 1 :]
+        return inside
     return relative
 
 

@@ -38,6 +38,7 @@ from fluffy.kernel.project.files import read_ini, read_text, read_toml, strings,
 from fluffy.kernel.project.lockfiles import LOCK_FILES, Locked, pipfile_lock, toml_lock
 from fluffy.kernel.project.reqfiles import RequirementsReader, requirement_files
 from fluffy.kernel.project.reqlines import Refusal, line_of, requirement, requirement_line
+from fluffy.pathnames import is_utf8
 
 __all__ = ["Requirements", "collect_requirements", "env_inputs", "env_key", "input_files",
            "poetry_spec", "requirement_files"]  # fmt: skip
@@ -400,7 +401,11 @@ def input_files(root: Path) -> list[str]:
     names = [*BASE_FILES, *LOCK_FILES, *requirement_files(root), *collect_requirements(root).files]
     wheels = root / ".fluffy" / "wheels"
     if wheels.is_dir() and not wheels.is_symlink():
-        names += sorted(f".fluffy/wheels/{p.name}" for p in wheels.glob("*.whl") if p.is_file())
+        names += sorted(
+            f".fluffy/wheels/{p.name}"
+            for p in wheels.glob("*.whl")
+            if p.is_file() and is_utf8(p.name)  # no wheel's name is anything else
+        )
     return [
         rel for rel in dict.fromkeys(names) if read_text(root, rel, 64 * 1024 * 1024) is not None
     ]
@@ -424,5 +429,5 @@ def env_key(inputs: dict[str, str], base_image: str, python: str, scheme: int) -
         base_image = base_image.removeprefix(prefix)
     digest = hashlib.sha256(f"fluffy-env-v{scheme}\0{base_image}\0{python}\0".encode())
     for rel, sha in sorted(inputs.items()):
-        digest.update(f"{rel}\0{sha}\0".encode())
+        digest.update(f"{rel}\0{sha}\0".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()[:16]

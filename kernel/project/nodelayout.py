@@ -22,6 +22,7 @@ import yaml
 
 from fluffy.kernel.project.files import is_folder, read_json, read_text, strings
 from fluffy.kernel.project.nodeversion import DEFAULT, choose_node
+from fluffy.pathnames import is_utf8
 
 #: The extensions of JavaScript and TypeScript code (the globs list each: .gitignore
 #: patterns have no braces).
@@ -96,6 +97,7 @@ def _folders(path: Path) -> list[str]:
         if e.is_dir(follow_symlinks=False)
         and not e.name.startswith(".")
         and e.name != "node_modules"
+        and is_utf8(e.name)  # a name no text of fluffy's can carry: not a package of it
     )
 
 
@@ -118,12 +120,14 @@ def _workspaces(root: Path, globs: list[str]) -> list[str]:
                 if part == "*":
                     try:
                         names = sorted(
-                            e.name for e in os.scandir(root / base) if not e.name.startswith(".")
+                            e.name
+                            for e in os.scandir(root / base)
+                            if not e.name.startswith(".") and is_utf8(e.name)
                         )
                     except OSError:
                         names = []
                     following += [f"{base}{n}/" for n in names if n != "node_modules"]
-                else:
+                elif is_utf8(part):  # a JSON escape can spell a name no text carries
                     following.append(f"{base}{part}/")
             candidates = following[: MAX_WORKSPACES * 4]
         for candidate in candidates:
@@ -179,10 +183,12 @@ def tests_beside_code(root: Path, code: list[str]) -> str | None:
         if not base or not is_folder(root, base):
             continue
         for folder, dirs, files in os.walk(top):
-            dirs[:] = sorted(d for d in dirs if d != "node_modules" and not d.startswith("."))
+            dirs[:] = sorted(
+                d for d in dirs if d != "node_modules" and not d.startswith(".") and is_utf8(d)
+            )
             seen += len(dirs) + len(files)
             for name in sorted(files):
-                if _TEST_FILE.fullmatch(name):
+                if _TEST_FILE.fullmatch(name) and is_utf8(name):
                     return Path(folder, name).relative_to(root).as_posix()
             if seen > MAX_SCANNED:
                 return None

@@ -25,6 +25,7 @@ from fluffy.kernel.project.reqlines import (
     sha256_of,
     shown,
 )
+from fluffy.pathnames import is_utf8
 
 _REQ_FILE = re.compile(r"(.*[-_])?requirements([-_.].*)?\.(txt|in)$|^(dev|test)s?[-_].*\.txt$")
 MAX_INCLUDE_DEPTH = 5
@@ -50,7 +51,11 @@ def requirement_files(root: Path) -> list[str]:
         if base.is_symlink():
             continue  # a folder that leads elsewhere is not the project's
         try:
-            names = sorted(p.name for p in base.iterdir() if p.is_file() and not p.is_symlink())
+            names = sorted(
+                p.name
+                for p in base.iterdir()
+                if p.is_file() and not p.is_symlink() and is_utf8(p.name)  # no text can name
+            )
         except OSError:
             continue
         for name in names:

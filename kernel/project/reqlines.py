@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from fluffy.pathnames import matchable
+
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
@@ -78,8 +80,9 @@ class Refusal(msgspec.Struct, frozen=True):
 
 
 def shown(text: str, limit: int = 100) -> str:
-    """A line as it may be shown: control characters visible, bounded."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.strip())
+    """A line as it may be shown: control characters visible, bounded, UTF-8 (a file
+    name's undecodable bytes as U+FFFD)."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", matchable(text.strip()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

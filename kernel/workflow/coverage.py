@@ -31,6 +31,7 @@ import msgspec
 
 from fluffy.errors import CoverageFormatError
 from fluffy.kernel.policy.tdd_settings import check_thresholds
+from fluffy.pathnames import is_utf8, matchable
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 FORMATS = ("coverage.py-json", "cobertura", "lcov")
@@ -163,6 +164,8 @@ def _parse_json(text: str, name: str) -> CoverageReport:
         summary = entry.get("summary") if isinstance(entry, dict) else None
         if not path or not isinstance(summary, dict):
             raise _bad(name, f"file entry {_show(path)} has no 'summary' object", why)
+        if not is_utf8(path):  # coverage.py traces no such file: the report was not its
+            raise _bad(name, f"file entry {_show(matchable(path))} is not a UTF-8 name", why)
         files[path] = _pair(summary.get("covered_lines"), summary.get("num_statements"), path, name)
     report = _from_lines({}, files, "coverage.py-json")  # totals = sum of the files
     if (report.covered_lines, report.total_lines) != (covered, total):

@@ -37,11 +37,12 @@ from types import MappingProxyType
 from typing import Any
 
 import msgspec
-from pathspec import GitIgnoreSpec
 
 from fluffy.errors import EvidenceError
 from fluffy.junit import OUTCOMES, TestCase, parse_junit
+from fluffy.kernel.globs import Patterns
 from fluffy.kernel.project.viewfiles import ignored, ignored_dir, ignored_file
+from fluffy.pathnames import shown
 
 STREAM_ABOVE_BYTES = 8 * 1024 * 1024
 DEFAULT_TEST_GLOBS = ("tests/**", "test/**", "**/test_*.py", "**/*_test.py", "**/conftest.py")
@@ -69,7 +70,8 @@ def _hash_file(path: Path) -> str:
 
 @dataclass(frozen=True)
 class TreeSnapshot:
-    """Relative posix path -> sha256 hex of its content (a symlink: of its target)."""
+    """Relative posix path (:func:`~fluffy.pathnames.shown`) -> sha256 hex of its
+    content (a symlink: of its target)."""
 
     files: Mapping[str, str] = field(default_factory=dict)
 
@@ -107,9 +109,10 @@ def snapshot_trees(
     skipped, as is anything that is not a regular file or symlink.  A file matching
     ``test_globs`` is a test; every other file is a source.  ``overlay`` (the session's
     staged, not yet merged changes) replaces or removes the hashes of the paths it names:
-    the snapshot is of what the tools see.
+    the snapshot is of what the tools see.  Its keys are :func:`~fluffy.pathnames.shown`
+    names: a file name that is not UTF-8 is kept, quoted as git quotes it.
     """
-    tests_spec = GitIgnoreSpec.from_lines(test_globs)
+    tests_spec = Patterns(test_globs)
     tests: dict[str, str] = {}
     sources: dict[str, str] = {}
     stack = [root]
@@ -140,12 +143,13 @@ def snapshot_trees(
             else:
                 continue
             if not ignored_file(entry.name):
-                (tests if tests_spec.match_file(rel) else sources)[rel] = value
+                (tests if tests_spec.match(rel) else sources)[shown(rel)] = value
     for rel, staged in (overlay or {}).items():
-        tests.pop(rel, None)
-        sources.pop(rel, None)
+        key = shown(rel)
+        tests.pop(key, None)
+        sources.pop(key, None)
         if staged is not None and not ignored(rel):
-            (tests if tests_spec.match_file(rel) else sources)[rel] = staged
+            (tests if tests_spec.match(rel) else sources)[key] = staged
     return TreeSnapshot(tests), TreeSnapshot(sources)
 
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping, Sequence
 
-from pathspec import GitIgnoreSpec
-
 from fluffy.errors import ExemptionDenied
+from fluffy.kernel.globs import Patterns
 from fluffy.kernel.policy.tdd_settings import ExemptionRule
 
 
@@ -43,8 +42,8 @@ def check_exemption(
                 why="exemption paths are matched literally: no '..', '.', absolute or '\\'",
                 fix="Name each file relative to the project root, e.g. docs/guide.md.",
             )
-    spec = GitIgnoreSpec.from_lines(rule.path_glob)
-    outside = [path for path in paths if not spec.match_file(path)]
+    spec = Patterns(rule.path_glob)
+    outside = [path for path in paths if not spec.match(path)]
     if outside:
         raise ExemptionDenied(
             f"{category} does not cover {', '.join(outside[:5])}",

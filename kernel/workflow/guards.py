@@ -20,6 +20,7 @@ from fluffy.kernel.workflow.coverage import CoverageReport
 from fluffy.kernel.workflow.evidence import MissingProof, Overlay, TestRun, TreeSnapshot
 from fluffy.kernel.workflow.states import ON_FAIL
 from fluffy.kernel.workflow.store import SessionRow
+from fluffy.pathnames import shown
 
 
 class Host(Protocol):
@@ -74,7 +75,7 @@ class Guards:
                 changed = tree.changed_since(base) | tests.changed_since(
                     TreeSnapshot(data.tests_base or {})
                 )
-                outside = sorted(changed - set(exemption.paths))
+                outside = sorted(changed - {shown(path) for path in exemption.paths})
                 if outside:
                     raise TransitionDenied(
                         what,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fluffy.errors import ToolInputInvalid
+from fluffy.pathnames import is_utf8, matchable
 from fluffy.plugins.sdk.paths import normalise_path
 
 
@@ -116,7 +117,8 @@ class ProjectView:
         return found.read_bytes()
 
     def list_dir(self, rel: str) -> list[str]:
-        """Names in folder ``rel`` (files and folders, no ``.git``), sorted."""
+        """Names in folder ``rel`` (files and folders, no ``.git``), sorted; a name that
+        is not UTF-8 is left out (no answer can carry it: :mod:`fluffy.pathnames`)."""
         folders = (
             self._dirs(rel)
             if rel != "."
@@ -132,6 +134,8 @@ class ProjectView:
                 for entry in entries:
                     child = entry.name if rel == "." else f"{rel}/{entry.name}"
                     if entry.name.lower() == ".git" or child in self.deleted:
+                        continue
+                    if not is_utf8(entry.name):
                         continue
                     names.add(entry.name)
         return sorted(names)
@@ -159,14 +163,16 @@ class ProjectView:
                 kept = []
                 for name in sorted(dirnames):
                     full = Path(dirpath, name)
-                    if name.lower() == ".git" or name in skip:
+                    if name.lower() == ".git" or name in skip or not is_utf8(name):
                         continue
                     if full.is_symlink():
-                        found[prefix + name] = Entry(prefix + name, full, str(full.readlink()))
+                        found[prefix + name] = Entry(prefix + name, full, _target(full))
                     else:
                         kept.append(name)
                 dirnames[:] = kept
                 for name in filenames:
+                    if not is_utf8(name):  # a name no tool's answer can carry (fluffy.pathnames)
+                        continue
                     entry = _entry(prefix + name, Path(dirpath, name))
                     if entry is not None:
                         found[entry.path] = entry
@@ -179,7 +185,12 @@ def _entry(rel: str, full: Path) -> Entry | None:
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(mode):
-        return Entry(rel, full, str(full.readlink()))
+        return Entry(rel, full, _target(full))
     if stat.S_ISREG(mode):
         return Entry(rel, full)
     return None
+
+
+def _target(link: Path) -> str:
+    """A link's target as text (its undecodable bytes as U+FFFD: it is never followed)."""
+    return matchable(str(link.readlink()))

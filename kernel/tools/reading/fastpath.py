@@ -23,19 +23,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import re2
-from pathspec import GitIgnoreSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fluffy.errors import ToolFailed, ToolInputInvalid
-from fluffy.kernel.globs import is_secret_file
+from fluffy.kernel.globs import Patterns, is_secret_file
 from fluffy.kernel.policy.request_paths import PathEscape, normalize
 from fluffy.kernel.project.viewfiles import ignored_dir, ignored_file
 from fluffy.kernel.workflow.states import Mode
+from fluffy.pathnames import is_utf8, shown
 
 BINARY_PROBE = 8192
 #: Files search.grep skips (and fs.read refuses whole above read_max_size).
 GREP_MAX_FILE = 1024 * 1024
 GREP_MAX_LINE = 500
+# fs.list's note beside a name that is not UTF-8 (shown quoted, as git shows it)
+UNNAMEABLE = "not UTF-8: the person's file; fluffy's tools cannot name it"
 #: RE2 compiles a pattern within this much memory, or refuses it.
 GREP_MAX_REGEX_MEMORY = 8 * 1024 * 1024
 
@@ -243,6 +245,8 @@ class FastPath:
             except OSError:
                 continue
             for entry in found:
+                if not is_utf8(entry.name):  # no tool of the model's can name it
+                    continue
                 rel = Path(entry.path).relative_to(self.project).as_posix()
                 if entry.is_dir(follow_symlinks=False):
                     if not ignored_dir(entry.name):
@@ -371,6 +375,8 @@ class FastPath:
                     )
                     size = entry.stat(follow_symlinks=False).st_size if kind == "file" else None
                     entries[entry.name] = {"name": entry.name, "type": kind, "size": size}
+                    if not is_utf8(entry.name):  # shown quoted, as git shows it
+                        entries[entry.name].update(name=shown(entry.name), note=UNNAMEABLE)
         elif not any(path.startswith(prefix) for path, h in overlay.items() if h is not None):
             raise ToolFailed(
                 f"{rel} is not a directory of the project",
@@ -407,7 +413,7 @@ class FastPath:
 
     def grep(self, args: GrepArgs, stage: StagedView | None) -> dict[str, Any]:
         regex = _linear_regex(args.pattern, args.case_insensitive)
-        only = GitIgnoreSpec.from_lines([args.glob]) if args.glob else None
+        only = Patterns([args.glob]) if args.glob else None
         under = self.rel(args.path)
         overlay = stage.overlay() if stage is not None else {}
         candidates: Iterable[str]
@@ -420,7 +426,7 @@ class FastPath:
         matches: list[dict[str, Any]] = []
         truncated = False
         for rel in candidates:
-            if only is not None and not only.match_file(rel):
+            if only is not None and not only.match(rel):
                 continue
             if is_secret_file(rel) and rel not in overlay:
                 continue  # the person's secrets are not searched (see not_secret)
@@ -441,11 +447,11 @@ class FastPath:
         return {"matches": matches, "truncated": truncated}
 
     def glob(self, args: GlobArgs, stage: StagedView | None) -> dict[str, Any]:
-        spec = GitIgnoreSpec.from_lines([args.pattern.lstrip("/") or "*"])
+        spec = Patterns([args.pattern.lstrip("/") or "*"])
         paths: list[str] = []
         truncated = False
         for rel in self.files(stage):
-            if spec.match_file(rel):
+            if spec.match(rel):
                 if len(paths) >= args.max_results:
                     truncated = True
                     break

@@ -8,6 +8,7 @@ from pathlib import Path
 from fluffy.errors import FluffyError
 from fluffy.kernel.project.viewfiles import ignored, ignored_dir
 from fluffy.kernel.tools.reading.fastpath import FastPath, StagedView
+from fluffy.pathnames import is_utf8
 
 
 class SessionTree:
@@ -41,10 +42,11 @@ class SessionTree:
         base = self.fast.project if folder in ("", ".") else self.fast.project / folder
         prefix = "" if folder in ("", ".") else folder.rstrip("/") + "/"
         for current, dirs, files in os.walk(base):
-            dirs[:] = sorted(d for d in dirs if not ignored_dir(d))
+            # a name that is not UTF-8 no tool of the model's can name: not shown
+            dirs[:] = sorted(d for d in dirs if not ignored_dir(d) and is_utf8(d))
             rel_dir = Path(current).relative_to(self.fast.project).as_posix()
             for name in sorted(files):
-                if not name.endswith(suffixes):
+                if not name.endswith(suffixes) or not is_utf8(name):
                     continue
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if self.overlay.get(rel, "") is None:

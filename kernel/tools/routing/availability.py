@@ -38,9 +38,8 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal, Protocol
 
-from pathspec import GitIgnoreSpec
-
 from fluffy.errors import ToolUnavailable, WorkflowError
+from fluffy.kernel.globs import Patterns
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS
 from fluffy.kernel.workflow.states import MODES, STATES
 
@@ -153,15 +152,15 @@ class WriteScope:
     ) -> None:
         self.test_globs = tuple(test_globs)
         self.protected_globs = tuple(protected_globs)
-        self._tests = GitIgnoreSpec.from_lines(self.test_globs)
-        self._protected = GitIgnoreSpec.from_lines(self.protected_globs)
+        self._tests = Patterns(self.test_globs)
+        self._protected = Patterns(self.protected_globs)
 
     def is_test(self, path: str) -> bool:
-        return bool(self._tests.match_file(path))
+        return bool(self._tests.match(path))
 
     def is_protected(self, path: str) -> bool:
         # case-insensitively too: on macOS or Windows `.FLUFFY/policy.yaml` *is* the policy
-        return bool(self._protected.match_file(path) or self._protected.match_file(path.lower()))
+        return bool(self._protected.match(path) or self._protected.match(path.lower()))
 
     def refusal(self, state: str, path: str) -> str | None:
         """Why ``state`` refuses a write to ``path`` (None: allowed)."""

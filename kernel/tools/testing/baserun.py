@@ -27,6 +27,7 @@ from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
 from fluffy.kernel.tools.testing.canary import without_canaries
 from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
 from fluffy.kernel.workflow.evidence import snapshot_trees
+from fluffy.pathnames import unshown
 
 BASE_SUFFIX = ".base"
 
@@ -55,7 +56,7 @@ async def base_run(
     env = (choice.key or "") if choice is not None else ""
     # what the run cannot see is part of what it found (a person's allowance, ADR-097)
     hide = preparer.views.hidden()
-    unseen = "\0".join(rel for rel in (*tests.files, *sources.files) if hide(rel))
+    unseen = "\0".join(rel for rel in (*tests.files, *sources.files) if hide(unshown(rel)))
     found = f"{tests.digest}\0{sources.digest}\0{env}\0\0{unseen}"
     key = hashlib.sha256(found.encode()).hexdigest()[:24]
     cache = preparer.state_dir / "baselines" / f"{key}.json"

@@ -41,6 +41,7 @@ from fluffy.kernel.tools.core.routedcall import RoutedCall
 from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
 from fluffy.kernel.tools.testing.canary import without_canaries
 from fluffy.kernel.tools.testing.testprep import TestPlan, TestPreparer
+from fluffy.pathnames import shown
 
 #: How a failing case of the cross-check is named in the run's evidence.
 PREFIX = "[the person's tests, without this session's test changes] "
@@ -139,6 +140,7 @@ async def cross_check(
         run="the run of the person's tests against this session's code",
     )
     old = known or set()  # failing on the base tree too: not the session's doing
+    changed = {shown(path) for path in changed}  # as the report names files (pathnames)
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
     broken = tuple(c for c in failing if c.file not in changed)
     altered = tuple(c.id for c in failing if c.file in changed)

@@ -34,12 +34,13 @@ from pathlib import Path
 
 import msgspec
 from msgspec.structs import astuple
-from pathspec import GitIgnoreSpec
 
 from fluffy.kernel.confined_files import plain_file
+from fluffy.kernel.globs import Patterns
 from fluffy.kernel.project.testsecrets import SecretFiles
 from fluffy.kernel.project.viewfiles import Entry, ignored, walk_project
 from fluffy.kernel.workflow.evidence import DEFAULT_TEST_GLOBS, TreeSnapshot
+from fluffy.pathnames import shown
 
 _CHUNK = 1024 * 1024
 _LINK_SCHEME = b"symlink:"
@@ -217,7 +218,7 @@ class SessionView:
             git_file = entry.rel.startswith(".git/")
             secret = not git_file and hide(entry.rel)
             if secret:
-                hidden.append(entry.rel)
+                hidden.append(shown(entry.rel))
             source = "git" if git_file else "hidden" if secret else "project"
             known = self.items.get(entry.rel)
             if known is not None and known.source == source and known.signature == entry.signature:
@@ -262,12 +263,12 @@ class SessionView:
             del self.items[rel]
             _remove(self.tree / rel)
             removed += 1
-        spec = GitIgnoreSpec.from_lines(test_globs)
+        spec = Patterns(test_globs)
         tests: dict[str, str] = {}
         sources: dict[str, str] = {}
         for rel, item in self.items.items():
             if item.source in ("project", "staged", "hidden"):
-                (tests if spec.match_file(rel) else sources)[rel] = item.sha256
+                (tests if spec.match(rel) else sources)[shown(rel)] = item.sha256
         return Synced(
             self.tree, TreeSnapshot(tests), TreeSnapshot(sources), copied, linked, removed,
             tuple(hidden),

@@ -287,6 +287,17 @@ def test_the_view_overlays_staged_changes(roots: Roots) -> None:
         view.read_bytes("src")
 
 
+def test_the_view_leaves_out_names_no_answer_can_carry(roots: Roots) -> None:
+    # a name that is not UTF-8 (fluffy.pathnames): a plugin's JSON answer would fail on it
+    (roots.workspace / os.fsdecode(b"caf\xe9.txt")).write_text("the person's\n")
+    (roots.workspace / "link").symlink_to(os.fsdecode(b"caf\xe9.txt"))
+    view = ProjectView(roots.workspace, roots.staged)
+    assert view.list_dir(".") == ["README", "link", "src"]
+    entries = {e.path: e.link for e in view.walk()}
+    assert entries == {"README": None, "link": "caf\ufffd.txt", "src/a.py": None,
+                       "src/new.py": None}  # fmt: skip
+
+
 def test_the_view_without_staged_changes_is_the_workspace(roots: Roots, tmp_path: Path) -> None:
     view = ProjectView(roots.workspace, tmp_path / "missing")
     assert view.read_bytes("src/b.py") == b"b = 1\n"

@@ -8,11 +8,13 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from xml.sax.saxutils import escape
 
 import msgspec
 
 from fluffy.junit import TestCase
 from fluffy.kernel.tools.testing.guardrun import Verdict, cross_check
+from fluffy.pathnames import shown
 
 OVERLAY = {"tests/test_new.py": "a" * 64, "src/calc.py": "b" * 64}
 GLOBS = ("tests/**",)
@@ -43,6 +45,7 @@ def _check(
     *,
     expected: set[tuple[str, str]] | None = None,
     seen: tuple[TestCase, ...] = (),
+    overlay: dict[str, str] = OVERLAY,
 ) -> Verdict:
     plan = SimpleNamespace(custom=False, dialect="pytest", runner="pytest", canary=None)
     preparer = SimpleNamespace(prepare=lambda *a, **k: plan)
@@ -58,7 +61,7 @@ def _check(
         cross_check(
             _Call(),  # type: ignore[arg-type]
             preparer=preparer,  # type: ignore[arg-type]
-            overlay=OVERLAY,
+            overlay=overlay,
             staged_tree=None,
             test_globs=GLOBS,
             sandbox=sandbox,
@@ -105,3 +108,18 @@ def test_a_test_new_in_the_green_run_is_not_expected_of_the_base() -> None:
     assert _check(report, 0, expected=BASE, seen=(new,)).holds
     # without a base run to compare with, the green run's own passes are the reference
     assert _check(report, 0, expected=None, seen=(new,)).vanished == (new.id,)
+
+
+def test_a_session_test_file_under_a_quoted_name_is_the_sessions_change() -> None:
+    # the report names the file as fluffy.pathnames quotes it; the overlay has the raw name
+    raw = "tests/a\x01/test_y.py"  # a control character: quoted whole
+    quoted = escape(shown(raw), {'"': "&quot;"})
+    classname = quoted.replace("/", ".")
+    report = (
+        "<testsuites><testsuite>"
+        f'<testcase classname="tests.test_calc" name="test_add" file="tests/test_calc.py"/>'
+        f'<testcase classname="{classname}" name="test_y" file="{quoted}">'
+        "<failure message='boom'>x</failure></testcase></testsuite></testsuites>"
+    ).encode()
+    verdict = _check(report, 1, expected=BASE, overlay={raw: "a" * 64})
+    assert verdict.changed == (f"{shown(raw)}::test_y",) and not verdict.broken
