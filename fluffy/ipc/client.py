@@ -14,7 +14,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from fluffy.errors import ConnectionClosed, FluffyError, IpcError, all_error_classes
+from fluffy.errors import (
+    ConnectionClosed,
+    FluffyError,
+    InvalidPayload,
+    IpcError,
+    all_error_classes,
+)
 from fluffy.ipc.protocol import (
     CONNECTION_ID,
     CURRENT_API_VERSION,
@@ -71,6 +77,20 @@ def _check_ack(reply: HandshakeResponse | IpcMessage) -> HandshakeResponse:
             fix="Check `fluffy status`; restart the kernel with `fluffy stop` then `fluffy start`.",
         )
     return reply
+
+
+def _request(message_id: str, method: str, params: Any) -> bytes:
+    """A request's frame, or :class:`InvalidPayload` for text that is not UTF-8."""
+    try:
+        return encode(IpcMessage(id=message_id, type="request", method=method, params=params))
+    except UnicodeEncodeError as exc:  # a name or argument with bytes that are not UTF-8
+        near = ascii(exc.object[max(0, exc.start - 20) : exc.end + 20])
+        raise InvalidPayload(
+            f"cannot send {method} to the kernel: text that is not UTF-8 ({near})",
+            why="fluffy's requests are UTF-8 JSON; this text came from a file name, an "
+            "argument or a script read as bytes that are not UTF-8",
+            fix="Give that text as UTF-8 (rename the file, or re-save the script as UTF-8).",
+        ) from None
 
 
 class _ClientProtocol(asyncio.Protocol):
@@ -159,11 +179,10 @@ class AsyncClient:
         if self.transport is None or self.transport.is_closing():
             raise ConnectionClosed("not connected")
         message_id = str(uuid.uuid4())
+        frame = _request(message_id, method, params)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[message_id] = future
-        self.transport.write(
-            encode(IpcMessage(id=message_id, type="request", method=method, params=params))
-        )
+        self.transport.write(frame)
         return await future
 
     async def close(self) -> None:
@@ -218,10 +237,9 @@ class SyncClient:
 
     def call(self, method: str, params: Any = None) -> Any:
         message_id = str(uuid.uuid4())
+        frame = _request(message_id, method, params)
         try:
-            self.sock.sendall(
-                encode(IpcMessage(id=message_id, type="request", method=method, params=params))
-            )
+            self.sock.sendall(frame)
         except (BrokenPipeError, ConnectionResetError):  # not the CLI's own output's
             raise ConnectionClosed("the kernel closed the connection") from None
         while True:
