@@ -17,6 +17,7 @@ from xml.parsers import expat
 import msgspec
 
 from fluffy.errors import EvidenceError
+from fluffy.pathnames import matchable, unshown
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
 #: Whose report: pytest's, another runner's (every ``<failure>`` an assertion), or a
@@ -75,7 +76,24 @@ class TestCase(msgspec.Struct, frozen=True):
     def raised_in_test(self) -> bool:
         """The failure was raised by the test's own file (not by code it called)."""
         origin = self.origin.removeprefix("/workspace/")
-        return bool(origin) and (origin == self.file or origin.endswith("/" + self.file))
+        if not origin:
+            return False
+        # a quoted file (fluffy.pathnames) is named in a traceback as the report's text
+        # is written: U+FFFD for its surrogates, then pytest's #xNN for what XML refuses
+        readable = matchable(unshown(self.file))
+        files = (self.file, readable, _XML_REFUSED.sub(_xml_escape, readable))
+        return any(origin == file or origin.endswith("/" + file) for file in files)
+
+
+#: What pytest's JUnit writer (``bin_xml_escape``) writes as ``#xNN``: XML 1.0 refuses it.
+_XML_REFUSED = re.compile(
+    "[^\u0009\u000a\u000d\u0020-\u007e\u0080-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+def _xml_escape(found: re.Match[str]) -> str:
+    point = ord(found.group())
+    return f"#x{point:02X}" if point <= 0xFF else f"#x{point:04X}"
 
 
 class _Refused(Exception):
@@ -91,7 +109,8 @@ def _node_id(classname: str, name: str, file: str) -> tuple[str, str]:
     this exact; without it, trailing capitalised parts are taken to be ``Test*`` classes.
     """
     if file:
-        file = file.replace("\\", "/")
+        if not file.startswith('"'):  # one quoted (not UTF-8: fluffy.pathnames) keeps its escapes
+            file = file.replace("\\", "/")
         dotted = (file[:-3] if file.endswith(".py") else file).replace("/", ".")
         if not classname and name == dotted:
             return file, file

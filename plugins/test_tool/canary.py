@@ -30,6 +30,8 @@ KINDS = ("a", "e")
 
 SOURCE = """\
 \"\"\"fluffy's canaries for one test run (see fluffy/plugins/test_tool/canary.py).\"\"\"
+import re
+
 import pytest
 
 try:
@@ -142,8 +144,10 @@ def pytest_report_teststatus(report, config):
         return "", "", ""
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_logreport(report):
+    _readable_names(report)
+    yield  # after every other plugin's, the session's count of failures included
     session = _SESSION[0]
     if _is_canary(report.nodeid) and report.failed and session is not None:
         # not a failure of the run: its exit status says what the files' own tests did
@@ -156,6 +160,86 @@ _SESSION = [None]
 
 def pytest_sessionstart(session):
     _SESSION[0] = session
+    cache = getattr(session.config, "cache", None)
+    if cache is not None and hasattr(cache, "set"):  # its JSON is UTF-8 too (idempotent:
+        # what it read back from a file is written again)
+        store = cache.set
+        cache.set = lambda key, value: store(key, _readable_value(value))
+"""
+
+
+#: Names in reports (source for the project's interpreter, appended to :data:`SOURCE`).
+#: A file name that is not UTF-8 (surrogate escapes) or holds a control character
+#: would stop pytest's JUnit writer (the report ended at its XML header): a test file's
+#: path is quoted exactly as :func:`fluffy.pathnames.shown` quotes it (one-to-one, so two
+#: files never share an id), every other text has U+FFFD for its surrogates.
+NAMES = r"""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NEEDS_QUOTES = re.compile("[\ud800-\udfff\x00-\x1f\x7f\ufffe\uffff]")
+
+
+def _readable(value):
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    return value
+
+
+def _quoted(value):
+    if not isinstance(value, str) or not (value[:1] == '"' or _NEEDS_QUOTES.search(value)):
+        return value
+    out = []
+    for char in value:
+        point = ord(char)
+        if 0xDC80 <= point <= 0xDCFF:
+            out.append("\\%03o" % (point - 0xDC00))
+        elif 0xD800 <= point <= 0xDFFF or point in (0xFFFE, 0xFFFF):
+            out.append("".join("\\%03o" % b for b in char.encode("utf-8", "surrogatepass")))
+        elif point < 0x20 or point == 0x7F:
+            out.append("\\%03o" % point)
+        elif char in '"\\':
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _readable_names(report):
+    # before any plugin sees the report (the JUnit writer puts these in as they are);
+    # once: a report a worker (xdist) sent is seen again, and quoting is not idempotent
+    if getattr(report, "fluffy_named", False):
+        return
+    report.fluffy_named = True
+    path, sep, rest = report.nodeid.partition("::")  # the file's path, quoted whole
+    report.nodeid = _quoted(path) + sep + _readable(rest)
+    location = vars(report).get("location")  # (a collect report's is its nodeid's)
+    if isinstance(location, tuple):
+        report.location = (_quoted(location[0]),) + tuple(map(_readable, location[1:]))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collectreport(report):
+    _readable_names(report)
+    yield
+
+
+def _readable_value(value):
+    # pytest's cache file (JSON, UTF-8): idempotent, what it read back is written again
+    if isinstance(value, list):
+        return [_readable_value(item) for item in value]
+    if isinstance(value, dict):
+        return dict((_readable(k), _readable_value(v)) for k, v in value.items())
+    return _readable(value)
+
+
+try:
+    from _pytest import junitxml as _junitxml
+except ImportError:  # pragma: no cover - every pytest fluffy runs has it
+    _junitxml = None
+if _junitxml is not None and hasattr(_junitxml, "bin_xml_escape"):
+    _escape = _junitxml.bin_xml_escape
+    # every text of the report passes through it (names, files, messages, output)
+    _junitxml.bin_xml_escape = lambda arg: _escape(_readable(arg))
 """
 
 
@@ -181,5 +265,5 @@ def write_plugin(folder: Path, token: str) -> str:
         raise ValueError(f"a canary token is 32 decimal digits, not {token!r}")
     name = module_name(token)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.py").write_text(SOURCE.format(token=token, message=MESSAGE))
+    (folder / f"{name}.py").write_text(SOURCE.format(token=token, message=MESSAGE) + NAMES)
     return name

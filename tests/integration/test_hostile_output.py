@@ -10,11 +10,12 @@ plugin host sends only regular files, never through a link.)
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fluffy.kernel.project.testsecrets import set_allowed
 from tests.integration.test_tool_path import runtime  # noqa: F401 (the engine fixture)
-from tests.integration.tool_support import Kernel, call, demo_project, git
+from tests.integration.tool_support import Kernel, call, demo_project, drive, git
 
 FORGED = (
     '<testsuite tests="1"><testcase classname="tests.test_forged" name="test_forged_green"'
@@ -177,3 +178,21 @@ def test_a_models_test_cannot_read_the_persons_untracked_secrets(
     assert "hunter2" not in str(ran) and ".env" in ran["output"]["secrets"], ran
     assert allowed["ok"] and allowed["output"]["counts"]["failed"] == 1, allowed  # read it
     assert "secrets" not in allowed["output"], allowed
+
+
+def test_a_repository_with_names_that_are_not_utf8_runs_its_tests(
+    tmp_path: Path,
+    runtime: str,  # noqa: F811 (the fixture)
+) -> None:
+    # a Latin-1 checkout (or a hostile one): such a name once stopped every test.run
+    project = demo_project(tmp_path)
+    odd = project / os.fsdecode(b"tests/caf\xe9")
+    odd.mkdir()
+    (odd / "test_odd.py").write_text("def test_odd():\n    assert False, 'the odd one'\n")
+    (project / os.fsdecode(b"caf\xe9.txt")).write_text("the person's\n")
+    steps = [("fs.list", {"path": "."}), ("plan.complete", {}), ("test.run", {})]
+    (listed, _, ran), _ = drive(tmp_path, project, runtime, steps)
+    assert '"caf\\351.txt"' in [e["name"] for e in listed["output"]["entries"]], listed
+    failed = {f["id"]: f["message"] for f in ran["output"]["failed"]}
+    assert failed == {'"tests/caf\\351/test_odd.py"::test_odd': "AssertionError: the odd one"}
+    assert (project / os.fsdecode(b"caf\xe9.txt")).read_text() == "the person's\n"

@@ -10,15 +10,22 @@ collection hook that drops the items fluffy added.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fluffy.errors import ForgedEvidence
 from fluffy.junit import TestCase, parse_junit
 from fluffy.kernel.tools.testing.canary import draw, without_canaries
+from fluffy.pathnames import matchable, shown
 from fluffy.plugins.sdk import Roots
+from fluffy.plugins.test_tool.canary import NAMES
 from tests.project_support import REWRITES_FAILURES
 from tests.unit.builtin_support import call, ok
 from tests.unit.trees import write_tree
@@ -220,3 +227,75 @@ def test_a_keyword_run_keeps_its_canaries_and_its_summary(project: Roots) -> Non
     assert [c.id for c in without_canaries(cases, token, run="r")] == [
         "tests/test_calc.py::test_sub"
     ]
+
+
+def test_tests_under_names_that_are_not_utf8_are_run_and_reported(project: Roots) -> None:
+    # a Latin-1 checkout, or a repository that would stop every run with one such name;
+    # ids quoted as fluffy.pathnames quotes them (a control character too); a failure's
+    # message with a lone surrogate in it is reported, not an internal error
+    odd_bodies = (
+        (b"tests/caf\xe9", "assert True, __file__"),
+        (b"tests/caf\xff", "assert False, __file__"),
+        (b"tests/ctl\x01", "raise ValueError('\\ud800')"),
+    )
+    for raw, body in odd_bodies:
+        odd = project.workspace / os.fsdecode(raw)
+        odd.mkdir()
+        name = f"test_odd_{raw[-1]:o}.py"  # pytest needs distinct basenames without __init__
+        (odd / name).write_text(f"def test_odd():\n    {body}\n")
+    result, cases, token = run(project, "c1")
+    own = {c.id: c.outcome for c in without_canaries(cases, token, run="this run")}
+    assert own == {
+        '"tests/caf\\351/test_odd_351.py"::test_odd': "passed",
+        '"tests/caf\\377/test_odd_377.py"::test_odd': "failed",
+        '"tests/ctl\\001/test_odd_1.py"::test_odd': "failed",
+        "tests/test_calc.py::test_sub": "failed",
+        "tests/sub/test_more.py::TestMore::test_one": "passed",
+    }
+    assert "3 failed, 2 passed" in result["output_tail"], result["output_tail"]
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [b'"', b"\\", b"3", b"5", b"\xe9", b"\xc3", b"\xa9", b"/", b"\x01", b"\xef\xbf\xbf"]
+        ),
+        min_size=1,
+        max_size=8,
+    ).map(b"".join)
+)
+def test_the_plugin_quotes_a_test_files_path_as_the_kernel_does(raw: bytes) -> None:
+    # the plugin runs in the project's interpreter: its own copy of fluffy.pathnames.shown
+    path = os.fsdecode(raw)
+    assert PLUGIN_NAMES["_quoted"](path) == shown(path)
+    assert PLUGIN_NAMES["_readable"](path) == matchable(path)
+
+
+def _plugin_names() -> dict[str, Any]:
+    """The plugin's naming helpers, run apart from its hooks (which patch pytest)."""
+    source = NAMES[NAMES.index("_SURROGATE") : NAMES.index("def _readable_names")]
+    scope: dict[str, Any] = {"re": re}
+    exec(compile(source, "fluffy_canary_names", "exec"), scope)
+    return scope
+
+
+PLUGIN_NAMES = _plugin_names()
+
+
+def test_a_failure_raised_in_a_quoted_test_file_is_raised_in_that_file() -> None:
+    # the traceback names it with U+FFFD; the case's file is quoted (natural red)
+    case = TestCase(
+        id='"tests/caf\\351/test_m.py"::test_m',
+        file='"tests/caf\\351/test_m.py"',
+        outcome="failed",
+        assertion=False,
+        message="ImportError: cannot import name 'm'",
+        origin="/workspace/tests/caf\ufffd/test_m.py",
+    )
+    assert case.raised_in_test()
+    assert not msgspec.structs.replace(case, origin="/workspace/src/m.py").raised_in_test()
+    # a control character: pytest writes it #xNN in the report's text
+    ctl = msgspec.structs.replace(
+        case, file='"tests/ctl\\001/test_m.py"', origin="/workspace/tests/ctl#x01/test_m.py"
+    )
+    assert ctl.raised_in_test()
