@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from rich.markup import escape
 
 from fluffy._version import __version__
 from fluffy.cli.render import print_error, print_json, status_word, stderr, stdout, use_theme
-from fluffy.errors import FluffyError
+from fluffy.errors import ConfigError, FluffyError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
@@ -379,11 +380,34 @@ def _run(argv: Sequence[str] | None) -> int:
     except FluffyError as error:
         print_error(error, as_json=getattr(args, "json", False))
         code = EXIT_ERROR
+    except UnicodeEncodeError as exc:
+        if not _SURROGATE.search(exc.object[exc.start : exc.end]):
+            raise
+        print_error(_not_utf8(exc), as_json=getattr(args, "json", False))
+        code = EXIT_ERROR
     except KeyboardInterrupt:
         stderr.print("interrupted")
         return 130
     sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
     return code
+
+
+#: A surrogate: what Python makes of a name's bytes that are not UTF-8 (PEP 383).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _not_utf8(exc: UnicodeEncodeError) -> ConfigError:
+    """The error for a path or argument with bytes that are not UTF-8 (the project's
+    own folder, most likely), where the command met it."""
+    near = ascii(exc.object[max(0, exc.start - 30) : exc.end + 10])
+    return ConfigError(
+        f"fluffy cannot use {near}: it is not UTF-8 text",
+        why="a folder or file name (the project's own path?) or an argument holds bytes "
+        "that are not UTF-8, and fluffy names projects and files in JSON, container "
+        "mounts and its state folder, which carry UTF-8 only",
+        fix="Rename the folder or file so its name is UTF-8 (`convmv -f latin1 -t utf8 "
+        "-r --notest FOLDER` renames a tree), or give the text as UTF-8.",
+    )
 
 
 def _stop_writing() -> int:

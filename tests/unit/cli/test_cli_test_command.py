@@ -185,3 +185,19 @@ def test_secrets_refuses_a_path_outside_the_project(
 ) -> None:
     assert main(["config", "tests", "secrets", "--allow", outside]) == EXIT_ERROR
     assert "not a file inside" in capsys.readouterr().err
+
+
+def test_a_project_whose_path_is_not_utf8_gets_a_clear_error(
+    tmp_path: Path,
+    fluffy_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # an old Latin-1 folder: every path fluffy derives from it would fail to encode
+    folder = tmp_path / os.fsdecode(b"caf\xe9")
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    assert main(["config", "tests", "secrets", "--json"]) == EXIT_ERROR
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "config.invalid" and "is not UTF-8 text" in error["what"]
+    assert "caf\\udce9" in error["what"] and "Rename the folder" in error["fix"]
