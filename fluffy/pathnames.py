@@ -38,6 +38,14 @@ def is_utf8(text: str) -> bool:
     return True
 
 
+def not_utf8(exc: UnicodeEncodeError) -> str | None:
+    """Where ``exc`` met a surrogate (text that is not UTF-8: a name's bytes), shown with
+    some text around it as ASCII; None when it failed on something else."""
+    if not _SURROGATE.search(exc.object[exc.start : exc.end]):
+        return None
+    return ascii(exc.object[max(0, exc.start - 30) : exc.end + 20])
+
+
 def matchable(rel: str) -> str:
     """``rel`` with each surrogate (an undecodable byte) as U+FFFD (``rel`` itself when
     it is UTF-8)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from rich.markup import escape
 from fluffy._version import __version__
 from fluffy.cli.render import print_error, print_json, status_word, stderr, stdout, use_theme
 from fluffy.errors import ConfigError, FluffyError
+from fluffy.pathnames import not_utf8
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
@@ -381,9 +381,10 @@ def _run(argv: Sequence[str] | None) -> int:
         print_error(error, as_json=getattr(args, "json", False))
         code = EXIT_ERROR
     except UnicodeEncodeError as exc:
-        if not _SURROGATE.search(exc.object[exc.start : exc.end]):
+        near = not_utf8(exc)
+        if near is None:
             raise
-        print_error(_not_utf8(exc), as_json=getattr(args, "json", False))
+        print_error(_not_utf8(near), as_json=getattr(args, "json", False))
         code = EXIT_ERROR
     except KeyboardInterrupt:
         stderr.print("interrupted")
@@ -392,14 +393,9 @@ def _run(argv: Sequence[str] | None) -> int:
     return code
 
 
-#: A surrogate: what Python makes of a name's bytes that are not UTF-8 (PEP 383).
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _not_utf8(exc: UnicodeEncodeError) -> ConfigError:
+def _not_utf8(near: str) -> ConfigError:
     """The error for a path or argument with bytes that are not UTF-8 (the project's
-    own folder, most likely), where the command met it."""
-    near = ascii(exc.object[max(0, exc.start - 30) : exc.end + 10])
+    own folder, most likely), met ``near`` that text."""
     return ConfigError(
         f"fluffy cannot use {near}: it is not UTF-8 text",
         why="a folder or file name (the project's own path?) or an argument holds bytes "

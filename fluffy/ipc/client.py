@@ -35,6 +35,7 @@ from fluffy.ipc.protocol import (
     decode_message,
     encode,
 )
+from fluffy.pathnames import not_utf8
 
 _BY_CODE = {cls.code: cls for cls in all_error_classes()}
 
@@ -84,7 +85,9 @@ def _request(message_id: str, method: str, params: Any) -> bytes:
     try:
         return encode(IpcMessage(id=message_id, type="request", method=method, params=params))
     except UnicodeEncodeError as exc:  # a name or argument with bytes that are not UTF-8
-        near = ascii(exc.object[max(0, exc.start - 20) : exc.end + 20])
+        near = not_utf8(exc)
+        if near is None:
+            raise
         raise InvalidPayload(
             f"cannot send {method} to the kernel: text that is not UTF-8 ({near})",
             why="fluffy's requests are UTF-8 JSON; this text came from a file name, an "

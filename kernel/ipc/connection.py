@@ -42,6 +42,7 @@ from fluffy.ipc.protocol import (
 from fluffy.ipc.transport import PeerIdentity
 from fluffy.kernel.ipc import syscalls
 from fluffy.kernel.ipc.context import UNAUDITED, CallContext, CallRecord, Handler, decision_var
+from fluffy.pathnames import is_utf8
 
 if TYPE_CHECKING:
     from fluffy.kernel.ipc.server import KernelServer
@@ -419,14 +420,6 @@ def _guess_id(payload: bytes) -> str:
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return UNKNOWN_ID
     value = data.get("id") if isinstance(data, dict) else None
-    if not isinstance(value, str) or not 0 < len(value) <= 128 or not _utf8(value):
+    if not isinstance(value, str) or not 0 < len(value) <= 128 or not is_utf8(value):
         return UNKNOWN_ID
     return value
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a "\ud800" escape
-        return False
-    return True
