@@ -36,7 +36,7 @@ BINARY_PROBE = 8192
 #: Files search.grep skips (and fs.read refuses whole above read_max_size).
 GREP_MAX_FILE = 1024 * 1024
 GREP_MAX_LINE = 500
-# fs.list's note beside a name that is not UTF-8 (shown quoted, as git shows it)
+#: fs.list's note beside a name that is not UTF-8 (shown quoted, as git shows it).
 UNNAMEABLE = "not UTF-8: the person's file; fluffy's tools cannot name it"
 #: RE2 compiles a pattern within this much memory, or refuses it.
 GREP_MAX_REGEX_MEMORY = 8 * 1024 * 1024

@@ -140,10 +140,10 @@ async def cross_check(
         run="the run of the person's tests against this session's code",
     )
     old = known or set()  # failing on the base tree too: not the session's doing
-    changed = {shown(path) for path in changed}  # as the report names files (pathnames)
+    named = {shown(path) for path in changed}  # the changed files as the report names them
     failing = [c for c in cases if c.outcome in ("failed", "error") and c.id not in old]
-    broken = tuple(c for c in failing if c.file not in changed)
-    altered = tuple(c.id for c in failing if c.file in changed)
+    broken = tuple(c for c in failing if c.file not in named)
+    altered = tuple(c.id for c in failing if c.file in named)
     any_failing = any(c.outcome in ("failed", "error") for c in cases)
     if not plan.custom and (exit_code not in (0, 1, 5) or (exit_code == 1 and not any_failing)):
         said = f"reported {len(cases)} test(s)" + ("" if any_failing else " and no failure")
@@ -152,7 +152,7 @@ async def cross_check(
     reference = expected if expected is not None else (
         (c.id, c.file) for c in seen if c.outcome == "passed"
     )  # fmt: skip
-    vanished = tuple(sorted(i for i, f in reference if f not in changed and i not in ran))
+    vanished = tuple(sorted(i for i, f in reference if f not in named and i not in ran))
     return Verdict(broken, altered, len(cases), vanished)
 
 
