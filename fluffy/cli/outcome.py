@@ -20,7 +20,8 @@ _WHY = {
     "planning": "the plan was not completed, so nothing was written",
     "test_writing": "no failing test was recorded yet (tests come first), so no code was written",
     "code_writing": "the tests did not pass; the change is staged, not merged",
-    "validating": "the tests did not pass as a whole suite; the change is staged, not merged",
+    "validating": "no green run of the whole suite on the change as it now stands; the "
+    "change is staged, not merged",
     "reviewing": "the change waits for a review; nothing was merged",
     "committing": "the change was merged but not committed",
     "retroactive_testing": "tests for the change are still missing; nothing was merged",

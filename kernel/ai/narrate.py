@@ -105,6 +105,10 @@ def summarize_result(tool: str, args: Any, answer: dict[str, Any]) -> str:
         ):
             if isinstance(note, str) and note:
                 text += f"\n  {note}"  # test_writing: red or not and why; a stale environment
+        for step in out.get("workflow") or []:  # why a green run did not lead to the merge
+            held = step.get("not_taken") if isinstance(step, dict) else None
+            if isinstance(held, str) and step.get("event") != "tests_red":  # (red_reason)
+                text += f"\n  not moved on: {held}"
         return text
     if tool == "container.run":
         return _command_summary(out)

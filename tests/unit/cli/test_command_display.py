@@ -89,3 +89,18 @@ def test_a_run_shows_the_person_which_of_their_files_it_did_not_see(tool: str) -
     note = "not in this run: .env: files that hold secrets ..."
     out = {"exit_code": 0, "counts": {"found": 1, "passed": 1}, "secrets": note}
     assert note in summarize_result(tool, {}, {"ok": True, "output": out})
+
+
+def test_a_green_run_that_does_not_lead_to_the_merge_says_why() -> None:
+    # the person saved a file while the tests ran: the green run proves nothing now
+    held = "All tests must pass before review: files changed since the latest test run"
+    out = {
+        "exit_code": 0,
+        "counts": {"found": 3, "passed": 3},
+        "workflow": [{"event": "tests_passed", "from": "validating", "not_taken": held}],
+    }
+    shown = summarize_result("test.run", {}, {"ok": True, "output": out})
+    assert shown == f"3 passed\n  not moved on: {held}"
+    red = {"event": "tests_red", "from": "test_writing", "not_taken": "said by red_reason"}
+    out = {**out, "workflow": [red], "red_reason": "not red: every test passes"}
+    assert "not moved on" not in summarize_result("test.run", {}, {"ok": True, "output": out})
