@@ -70,6 +70,7 @@ from fluffy.kernel.audit.ranges import workers
 from fluffy.kernel.audit.store import (
     AUDIT_SCHEMA,
     INSERT_SQL,
+    MARK_HEAD_SQL,
     SELECT_ROWS,
     Head,
     HeadFile,
@@ -274,6 +275,7 @@ def build_chain(state_dir: Path, entries: int) -> None:
             prev = row[-1]
             chunk.append(row)
         conn.executemany(INSERT_SQL, chunk)
+    conn.execute(MARK_HEAD_SQL, (seq - 1, seq))  # the writer's mark on its newest row
     conn.executemany(
         "INSERT OR REPLACE INTO audit_meta VALUES (?, ?)",
         [("chain_id", chain_id), ("head_seq", str(seq)), ("head_hash", prev)],

@@ -11,11 +11,12 @@ that one writer task commits:
 * operational events return at once and are committed when 100 are waiting or 500 ms
   have passed, and on :meth:`close` (the crash window: one buffer).
 
-Every commit also moves the head in ``audit_meta`` (one statement in the same
-transaction) and rewrites the ``audit.head`` checkpoint after the commit (so it never
-runs ahead of the database; it is fsynced with every WAL checkpoint and at shutdown).
-WAL checkpoints run every 1,000 writes, 400 commits or 60 s; storage rules (rotation,
-retention, size) run between commits (:mod:`fluffy.kernel.audit.storage`).
+Every commit also moves the head's mark to its newest row (one statement in the same
+transaction, ADR-099) and rewrites the ``audit.head`` checkpoint after the commit (so it
+never runs ahead of the database; it is fsynced with every WAL checkpoint and at
+shutdown).  WAL checkpoints (which copy the head to ``audit_meta``) run every 1,000
+writes, 400 commits or 60 s; storage rules (rotation, retention, size) run between
+commits (:mod:`fluffy.kernel.audit.storage`).
 
 Where each commit runs (the event loop's own thread or aiosqlite's) is the writer's
 speed: :mod:`fluffy.kernel.audit.writerparts` says how it is chosen.
@@ -46,11 +47,11 @@ from fluffy.kernel.audit.entry import (
 )
 from fluffy.kernel.audit.storage import Storage, StorageSettings
 from fluffy.kernel.audit.store import (
-    AUDIT_SCHEMA,
     BUSY_TIMEOUT_MS,
     PRAGMAS,
     Head,
     HeadFile,
+    create_tables,
     db_path,
     fetch_meta,
     head_path,
@@ -120,7 +121,7 @@ class AuditLog:
             db = await aiosqlite.connect(db_path(state_dir), check_same_thread=False)
             for pragma in PRAGMAS:
                 await db.execute(pragma)
-            await db.executescript(AUDIT_SCHEMA)
+            await db._execute(create_tables, db._conn)  # type: ignore[no-untyped-call]
             await db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             # checkpoints are the writer's own (_maintain, on the connection's thread):
             # SQLite's automatic one would run inside a commit, maybe on the loop's thread
@@ -173,8 +174,7 @@ class AuditLog:
         if self._task is not None:
             await self._task
         with contextlib.suppress(Exception):
-            self._lock_wait(True)
-            await self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            await self._run(sqlwrites.final_checkpoint, self._durable)
         with contextlib.suppress(Exception):
             await self.db.close()
         self._headfile.close()
@@ -476,7 +476,7 @@ class AuditLog:
 
     async def _maintain(self) -> None:
         if self._checkpoint_due():
-            error = await self._run(sqlwrites.wal_checkpoint, self._headfile)
+            error = await self._run(sqlwrites.wal_checkpoint, self._headfile, self._durable)
             if error:
                 log.warning("WAL checkpoint failed: %s", error)
             else:

@@ -28,7 +28,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.findings import Report
 from fluffy.kernel.audit.storage import archives
 from fluffy.kernel.audit.store import BACKUP_DIR, connect_ro, db_path, migrate_layout
-from fluffy.kernel.audit.verify import Found, found_at_start, verify
+from fluffy.kernel.audit.verify import Found, end_in_doubt, found_at_start, verify
 
 KEEP_BACKUPS = 5
 Outcome = Literal["ok", "tampered", "recovered", "restored_backup", "new_database"]
@@ -211,7 +211,7 @@ def _check(state_dir: Path, converted: list[Path], chain: bool) -> StartupCheck:
     if path.exists():
         healthy, why = _usable(path, converted)
         if healthy:
-            if not chain:
+            if not chain and not end_in_doubt(state_dir):
                 return StartupCheck(
                     "ok",
                     "integrity checked; the chain is verified next",

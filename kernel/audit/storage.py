@@ -183,9 +183,9 @@ class Storage:
         await db.execute("ATTACH DATABASE ? AS arc", (str(tmp),))
         try:
             await db.executescript(audit_schema("arc."))
-            await db.execute(
-                "INSERT INTO arc.audit_log SELECT seq, timestamp, event_type, entry, hash "
-                "FROM main.audit_log WHERE seq <= ?",
+            await db.execute(  # the archive's own head: its last entry, marked (ADR-099)
+                "INSERT INTO arc.audit_log SELECT seq, timestamp, event_type, entry, hash, "
+                "seq = ?1 FROM main.audit_log WHERE seq <= ?1",
                 (last_seq,),
             )
             carried = {"chain_id": chain_id, "head_seq": str(last_seq), "head_hash": last_hash}

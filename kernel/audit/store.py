@@ -1,9 +1,11 @@
 """The audit database's layout and the head checkpoint kept outside it.
 
 One SQLite file (``fluffy.db``, WAL mode) holds the audit log and the workflow tables.
-``audit_meta`` keeps the chain's id, its anchor (where this file's chain starts: the
-genesis or the last archived entry) and the head written in the same transaction as
-the entries.  ``audit.head`` beside the database is the checkpoint *outside* the table:
+``audit_meta`` keeps the chain's id and its anchor (where this file's chain starts: the
+genesis or the last archived entry).  The file's own head is the newest entry's row,
+marked (``head`` = 1) in the same transaction that adds it, and copied to ``audit_meta``
+at each WAL checkpoint and at close (ADR-099).  ``audit.head`` beside the database is
+the checkpoint *outside* the table:
 deleting the newest rows, or restoring an older copy of the file, leaves the
 checkpoint ahead of the database and is reported (a plain hash chain cannot see it).
 """
@@ -39,7 +41,8 @@ CREATE TABLE IF NOT EXISTS audit_log (
     timestamp INTEGER NOT NULL,
     event_type TEXT NOT NULL,
     entry BLOB NOT NULL,
-    hash TEXT NOT NULL
+    hash TEXT NOT NULL,
+    head INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS audit_log_time ON audit_log (timestamp);
 CREATE TABLE IF NOT EXISTS audit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,6 +51,19 @@ CREATE INDEX IF NOT EXISTS audit_log_special ON audit_log (seq)
     WHERE event_type IN ('audit_archive_deleted', 'audit_chain_break');
 """
 STORED: Final = ("seq", "timestamp", "event_type", "entry", "hash")
+# ``head``: 1 on the file's newest entry, 0 on every other (ADR-099).  Every commit moves
+# the mark from the entry before its first row to its last; both rows are nearly always
+# on the table's rightmost page, which the commit writes anyway, so the file's own head
+# costs no page of its own (moving it in ``audit_meta`` cost one more WAL frame each).
+HEAD_COLUMN: Final = "head"
+MARK_HEAD_SQL: Final = "UPDATE audit_log SET head = (seq = ?2) WHERE seq IN (?1, ?2)"
+# A file written before the mark kept its head in audit_meta, moved with every commit:
+# its newest entry is marked only when that head names it (a cut-off end stays visible).
+_ADD_HEAD_SQL = "ALTER TABLE audit_log ADD COLUMN head INTEGER NOT NULL DEFAULT 0"
+_MARK_FROM_META_SQL = (
+    "UPDATE audit_log SET head = 1 WHERE seq = (SELECT MAX(seq) FROM audit_log)"
+    " AND CAST(seq AS TEXT) = (SELECT value FROM audit_meta WHERE key = 'head_seq')"
+)
 INSERT_SQL: Final = (
     "INSERT INTO audit_log (seq, timestamp, event_type, entry, hash) VALUES (?, ?, ?, ?, ?)"
 )
@@ -251,19 +267,50 @@ def _text(raw: bytes) -> str:
         return f"<unrepresentable text {raw!r}>"
 
 
-def migrate_layout(path: Path) -> int | None:
-    """Convert a database of the earlier layout (one column per field) in place.
+def add_head_column(conn: sqlite3.Connection) -> bool:
+    """Give a table of the layout before ADR-099 its ``head`` column (committed); False
+    when it has one already, or is not that layout."""
+    columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)"))
+    if columns != STORED:
+        return False
+    conn.execute("BEGIN IMMEDIATE")  # the column and the mark together, or neither
+    try:
+        if tuple(row[1] for row in conn.execute("PRAGMA table_info(audit_log)")) != STORED:
+            conn.rollback()  # another process added it meanwhile
+            return False
+        conn.execute(_ADD_HEAD_SQL)
+        conn.execute(_MARK_FROM_META_SQL)
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+    return True
 
-    The hashes do not change (the canonical encoding is the same), so the chain still
-    verifies, and a value changed before the conversion still fails.  Returns the number
-    of entries converted, None when the file has this layout already (or no log).
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    """The audit tables and indexes, as they must be before the writer's first commit."""
+    conn.executescript(AUDIT_SCHEMA)
+    add_head_column(conn)
+
+
+def migrate_layout(path: Path) -> int | None:
+    """Convert a database of an earlier layout in place.
+
+    One column per field (the first layout) becomes the stored entry: the hashes do not
+    change (the canonical encoding is the same), so the chain still verifies, and a value
+    changed before the conversion still fails.  A table without the ``head`` column gets
+    it.  Returns the number of entries converted, None when the file has this layout
+    already (or no log).
     """
     conn = sqlite3.connect(path, isolation_level=None)
     conn.text_factory = _text
     try:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(audit_log)")]
-        if "entry" in columns or "input_summary" not in columns:  # not that layout
-            return None
+        if "entry" in columns or "input_summary" not in columns:  # not the first layout
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if not add_head_column(conn):
+                return None
+            return int(conn.execute("SELECT COUNT(*) FROM audit_log").fetchone()[0])
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -294,6 +341,7 @@ def migrate_layout(path: Path) -> int | None:
                 )
                 count += len(batch)
             conn.execute("DROP TABLE audit_log_v1")
+            conn.execute(_MARK_FROM_META_SQL)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -39,7 +39,7 @@ from fluffy.kernel.audit.store import (
     read_meta,
     unpack,
 )
-from fluffy.kernel.audit.tablecheck import appended_problem, layout_problem
+from fluffy.kernel.audit.tablecheck import appended_problem, layout_problem, own_head
 
 
 def _overlap(conn: sqlite3.Connection, chain: Chain) -> int | None:
@@ -79,12 +79,12 @@ def _special(seq: int, event_type: str, raw: str | None, chain: Chain, report: R
 def _fast(conn: sqlite3.Connection, path: Path, chain: Chain, report: Report) -> bool:
     """Large intact files: check in parallel, then only the edges sequentially."""
     lo, hi = conn.execute("SELECT MIN(seq), MAX(seq) FROM audit_log").fetchone()
-    # The writer sets the file's own head with its rows: an intact file ends there (a
+    # The writer marks the file's own head with its rows: an intact file ends there (a
     # far-off seq goes to the scan at once).  seq is the row id (_scan checked), and
     # parallel_intact requires every part contiguous and linked to the next: no gap.
     if lo is None or hi - lo + 1 < ranges.PARALLEL_MIN_ROWS:
         return False
-    if type(lo) is not int or str(hi) != read_meta(conn).get("head_seq"):
+    if type(lo) is not int or own_head(conn, _number(read_meta(conn), "head_seq")) != (hi, None):
         return False
     if report.checkpoint is None and report.witness is None:
         return False  # every entry may have been hashed by whoever wrote it: decode all
@@ -159,7 +159,7 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: Chain, report: Repo
         )
     elif _fast(conn, path, chain, report):
         chain.fast = True
-        return _head_ok(meta, chain.prev_seq, name, report)
+        return _head_ok(conn, meta, chain.prev_seq, name, report)
     prev_hash, prev_seq = chain.prev_hash, chain.prev_seq
     prev_row = chain.prev_row
     count = 0
@@ -188,7 +188,7 @@ def _scan_chain(conn: sqlite3.Connection, path: Path, chain: Chain, report: Repo
         count += 1
     chain.prev_hash, chain.prev_seq, chain.prev_row = prev_hash, prev_seq, prev_row
     report.entries += count
-    return _head_ok(meta, prev_seq, name, report)
+    return _head_ok(conn, meta, prev_seq, name, report)
 
 
 def _number(meta: dict[str, str], key: str) -> int:
@@ -207,8 +207,23 @@ class _Unreadable(Exception):
     """The file holds something the log never writes where verify must read a value."""
 
 
-def _head_ok(meta: dict[str, str], prev_seq: int, name: str, report: Report) -> bool:
-    head_seq = _number(meta, "head_seq")
+def _head_ok(
+    conn: sqlite3.Connection, meta: dict[str, str], prev_seq: int, name: str, report: Report
+) -> bool:
+    """Does the file end at its own head?  ``prev_seq``: its last entry (or its anchor)."""
+    meta_seq = _number(meta, "head_seq")
+    head_seq, mark = own_head(conn, meta_seq)
+    if mark is not None:
+        report.fail(
+            Problem(
+                "inserted",
+                mark + 1,
+                name,
+                f"entries {mark + 1}..{prev_seq} follow entry {mark}, the newest the log "
+                "marked as written: the log did not append them",
+            )
+        )
+        return False
     if head_seq > prev_seq:
         report.fail(
             Problem(
@@ -216,7 +231,10 @@ def _head_ok(meta: dict[str, str], prev_seq: int, name: str, report: Report) -> 
                 prev_seq + 1,
                 name,
                 f"entries {prev_seq + 1}..{head_seq} were deleted from the end "
-                f"(the database's own head says {head_seq})",
+                f"(the database's own head says {head_seq})"
+                if meta_seq > prev_seq
+                else f"entries after {prev_seq} were deleted from the end (entry {prev_seq} "
+                "is not the newest the log marked as written, and no entry is)",
             )
         )
         return False
@@ -276,7 +294,7 @@ class Found(NamedTuple):
     own head seq (which tells a cut-off end from an older copy put back)."""
 
     head: Head
-    meta_seq: int
+    own_seq: int
 
 
 def found_at_start(state_dir: Path) -> Found | None:
@@ -284,7 +302,7 @@ def found_at_start(state_dir: Path) -> Found | None:
     the furthest of ``audit.head`` and the database's own head, each set by the writer
     with its rows, so the entry it names must exist with that hash."""
     heads: list[Head] = []
-    meta_seq = 0
+    own_seq = 0
     with contextlib.suppress(ValueError, OSError):
         checkpoint = read_head(head_path(state_dir))
         if checkpoint is not None:
@@ -293,14 +311,40 @@ def found_at_start(state_dir: Path) -> Found | None:
         conn = connect_ro(db_path(state_dir))
         try:
             meta = read_meta(conn)
+            seq, digest = meta.get("head_seq", ""), meta.get("head_hash", "")
+            copied = int(seq) if _digits(seq) and digest else 0
+            own_seq, mark = own_head(conn, copied)
+            named = mark if mark is not None else own_seq
+            row = conn.execute("SELECT hash FROM audit_log WHERE seq = ?", (named,)).fetchone()
         finally:
             conn.close()
-        seq, digest = meta.get("head_seq", ""), meta.get("head_hash", "")
-        if _digits(seq) and digest:
-            meta_seq = int(seq)
-            heads.append(Head(meta.get("chain_id", ""), meta_seq, digest))
+        chain_id = meta.get("chain_id", "")
+        if copied and named == copied:  # audit_meta's copy names it (or an older file's)
+            heads.append(Head(chain_id, copied, digest))
+        elif row is not None and isinstance(row[0], str):  # the marked row
+            heads.append(Head(chain_id, named, row[0]))
     furthest = max(heads, key=lambda head: head.seq, default=None)
-    return Found(furthest, meta_seq) if furthest is not None else None
+    return Found(furthest, own_seq) if furthest is not None else None
+
+
+def end_in_doubt(state_dir: Path) -> bool:
+    """Before a kernel writes: does the database's own head say that its end was cut off,
+    or that rows follow the newest the log marked?  The kernel's first commit moves the
+    mark onto its own row, so such a start verifies at once (ADR-099); a crash never
+    leaves either (the mark commits with its rows; ``audit_meta``'s copy only lags)."""
+    with contextlib.suppress(sqlite3.Error, _Unreadable):
+        conn = connect_ro(db_path(state_dir))
+        try:
+            meta = read_meta(conn)
+            own, mark = own_head(conn, _number(meta, "head_seq"))
+            last = conn.execute("SELECT MAX(seq) FROM audit_log").fetchone()[0]
+        finally:
+            conn.close()
+        if last is None:  # no rows: where the anchor (or nothing) says the chain resumes
+            anchor = meta.get("anchor_seq", "0")
+            last = int(anchor) if _digits(anchor) else 0
+        return mark is not None or (type(last) is int and own > last)
+    return False
 
 
 def verify(
@@ -341,6 +385,7 @@ def verify(
                 if not _scan(conn, file, chain, report):
                     intact = False
                     break
+                meta_head = own_head(conn, meta_head)[0]
                 if file == path:
                     report.last_seq = chain.prev_seq or None
                     if chain.prev_seq:
@@ -360,7 +405,7 @@ def verify(
                                 chain.prev_seq,
                                 file.name,
                                 what,
-                                found.meta_seq if found and head is at_start else meta_head,
+                                found.own_seq if found and head is at_start else meta_head,
                                 files[:-1],
                             )
                             if problem is not None:

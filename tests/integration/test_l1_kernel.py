@@ -28,7 +28,7 @@ from fluffy.ipc.client import SyncClient
 from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.recovery import take_backup
-from fluffy.kernel.audit.store import Head
+from fluffy.kernel.audit.store import MARK_HEAD_SQL, Head
 
 FLUFFY = str(Path(sys.executable).parent / "fluffy")
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-project"
@@ -195,6 +195,7 @@ def test_start_status_flags_restart_and_stop(l1: dict[str, Any]) -> None:
     shutil.copytree(state, cut)
     with contextlib.closing(sqlite3.connect(cut / "fluffy.db", isolation_level=None)) as db:
         db.execute("DELETE FROM audit_log WHERE seq > ?", (pinged.seq,))
+        db.execute(MARK_HEAD_SQL, (pinged.seq, pinged.seq))  # the file's own head (ADR-099)
         db.execute(
             "INSERT OR REPLACE INTO audit_meta VALUES ('head_seq', ?), ('head_hash', ?)",
             (str(pinged.seq), pinged.hash),

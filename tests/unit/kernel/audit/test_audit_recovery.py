@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fluffy.kernel.audit.entry import Event
+from fluffy.kernel.audit.entry import Event, stored
 from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.query import entries
 from fluffy.kernel.audit.recovery import (
@@ -32,10 +32,10 @@ from fluffy.kernel.audit.recovery import (
     integrity_ok,
     take_backup,
 )
-from fluffy.kernel.audit.store import Head, db_path, head_path, read_head
+from fluffy.kernel.audit.store import INSERT_SQL, Head, db_path, head_path, read_head
 from fluffy.kernel.audit.verify import verify
 from fluffy.kernel.serve import open_audit, start_audit, verify_chain
-from tests.audit_support import change_entry, rewrite_in_earlier_layout
+from tests.audit_support import change_entry, entry_fields, rewrite_in_earlier_layout
 
 pytestmark = pytest.mark.anyio  # async tests run on asyncio (tests/conftest.py)
 COUNT = 1200  # enough rows for a multi-page table and index
@@ -261,6 +261,21 @@ def _damage(state: Path, kind: str, spare: Path) -> None:
         with closing(sqlite3.connect(db_path(state))) as conn:
             conn.execute("DELETE FROM audit_log WHERE seq > (SELECT MAX(seq) - 20 FROM audit_log)")
             conn.commit()
+    elif kind == "cut_off_after_a_crash":  # audit_meta's copy lags (ADR-099), the end cut
+        with closing(sqlite3.connect(db_path(state))) as conn:
+            conn.execute("UPDATE audit_meta SET value = '3' WHERE key = 'head_seq'")
+            conn.execute("DELETE FROM audit_log WHERE seq > (SELECT MAX(seq) - 20 FROM audit_log)")
+            conn.commit()
+    elif kind == "appended":  # chained rows after the head, its mark left where it was
+        with closing(sqlite3.connect(db_path(state))) as conn:
+            seq, prev = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC").fetchone()
+            for n in (1, 2):
+                fields = entry_fields(conn, seq)[:-1]
+                fields[0], fields[2] = seq + n, prev
+                row = stored(tuple(fields))
+                conn.execute(INSERT_SQL, row)
+                prev = row[-1]
+            conn.commit()
     else:  # rolled back: an older copy of the database put back in place
         saved = {f.name: f.read_bytes() for f in state.glob("fluffy.db*")}
         anyio_run_write(state, spare)
@@ -279,25 +294,33 @@ def anyio_run_write(state: Path, spare: Path) -> None:
         shutil.copy2(f, state / f.name)
 
 
-@pytest.mark.parametrize("kind", ["modified", "truncated", "rolled_back"])
+@pytest.mark.parametrize(
+    "kind", ["modified", "truncated", "rolled_back", "cut_off_after_a_crash", "appended"]
+)
 async def test_the_check_after_the_kernel_listens_finds_what_the_start_found_before(
     state: Path, tmp_path: Path, kind: str
 ) -> None:
-    """The start records kernel_start (rewriting audit.head and the database's own
-    head) before the chain is verified: the check still judges the files as found."""
+    """The start records kernel_start (rewriting audit.head and moving the database's
+    own head) before the chain is verified: the check still judges the files as found.
+    An end the file's own head doubts (cut off, rows after the mark) is verified at
+    once, before kernel_start moves the mark."""
     await anyio.to_thread.run_sync(_damage, state, kind, tmp_path / "spare")
     twin = tmp_path / "twin"
     shutil.copytree(state, twin)
     await _startup_and_close(twin)  # verified before the log opened
     log, check = await start_audit(state)  # what the kernel's start does
+    doubted = kind in ("truncated", "cut_off_after_a_crash", "appended")
     try:
-        assert check.deferred and not _breaks(state)
-        await verify_chain(log, state, check.found)  # once it serves
+        assert check.deferred is not doubted
+        if check.deferred:
+            assert not _breaks(state)
+            await verify_chain(log, state, check.found)  # once it serves
     finally:
         await log.close()
     found = [(b["metadata"]["outcome"], b["metadata"]["kind"]) for b in _breaks(state)]
     assert found == [(b["metadata"]["outcome"], b["metadata"]["kind"]) for b in _breaks(twin)]
-    assert found and found[0] == ("tampered", kind)
+    expected = {"cut_off_after_a_crash": "truncated", "appended": "inserted"}.get(kind, kind)
+    assert found and found[0] == ("tampered", expected)
 
 
 async def test_a_healthy_log_s_late_check_finds_nothing_in_what_the_kernel_wrote(

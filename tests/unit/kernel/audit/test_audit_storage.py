@@ -170,6 +170,15 @@ def test_a_log_reopened_on_a_later_day_rotates_without_new_entries(tmp_path: Pat
     assert rows(db_path(tmp_path)) == []
     report = verify(tmp_path)
     assert report.ok and report.last_seq == PER_DAY + 2
+    archive = archives(tmp_path)[0].path
+    with closing(sqlite3.connect(archive)) as conn:  # the archive's own head (ADR-099)
+        marked = conn.execute("SELECT seq FROM audit_log WHERE head = 1").fetchall()
+        conn.execute("DELETE FROM audit_log WHERE seq = ?", (PER_DAY + 2,))
+        conn.execute("DELETE FROM audit_meta WHERE key IN ('head_seq', 'head_hash')")
+        conn.commit()
+    assert marked == [(PER_DAY + 2,)]
+    problem = verify(tmp_path).problem
+    assert problem is not None and (problem.kind, problem.seq) == ("truncated", PER_DAY + 2)
 
 
 # -- retention --------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from fluffy.kernel.audit.log import AuditLog
 from fluffy.kernel.audit.store import (
     HEAD_NAME,
     INSERT_SQL,
+    MARK_HEAD_SQL,
     SELECT_ROWS,
     STORED,
     Head,
@@ -461,16 +462,33 @@ def test_appending_an_unchained_entry_is_inserted_at_it(case: Case) -> None:
 
 
 def test_appending_a_correctly_chained_entry_is_only_a_warning(case: Case) -> None:
-    """The limit of a keyless chain: an entry chained to the real head with a correct hash is
-    indistinguishable from the last batch a crash kept from the checkpoint.  verify says so
-    (and an outside witness of the head is what settles it)."""
+    """The limit of a keyless chain: an entry chained to the real head with a correct hash,
+    the head's mark moved onto it as the log does, is indistinguishable from the last batch
+    a crash kept from the checkpoint.  verify says so (and an outside witness of the head is
+    what settles it)."""
     with closing(case.db()) as conn:
         _insert(conn, _forged(case, case.target, case.n + 1, case.head.hash))
+        conn.execute(MARK_HEAD_SQL, (case.n, case.n + 1))
     report = verify(case.state)
     assert report.ok
     assert any(
         f"{case.n + 1}..{case.n + 1} are newer than the checkpoint" in w for w in report.warnings
     )
+
+
+@pytest.mark.parametrize("appended", [1, 3])
+def test_entries_appended_after_the_marked_head_are_inserted(case: Case, appended: int) -> None:
+    """Chained to the real head with correct hashes, but the head's mark left where the log
+    put it (ADR-099): the log did not append them, whatever the checkpoint says."""
+    prev = case.head.hash
+    with closing(case.db()) as conn:
+        for seq in range(case.n + 1, case.n + 1 + appended):
+            row = _forged(case, case.target, seq, prev)
+            _insert(conn, row)
+            prev = row[-1]
+    problem = _broken(case.state, "inserted", case.n + 1).problem
+    assert problem is not None
+    assert f"follow entry {case.n}, the newest the log marked" in problem.detail
 
 
 def _swap(case: Case, a: int, b: int) -> None:
@@ -558,14 +576,31 @@ def test_deleting_the_genesis_entry_is_deleted_at_1(case: Case) -> None:
 # -- the end of the chain ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("copy", ["kept", "deleted"])
 @pytest.mark.parametrize("k", [1, 5])
-def test_deleting_the_newest_entries_is_truncated(case: Case, k: int) -> None:
+def test_deleting_the_newest_entries_is_truncated(case: Case, k: int, copy: str) -> None:
     """Right entry: the first one the database lost (``n - k + 1``).  Found both by the
-    database's own head (audit_meta) and, without it, by the checkpoint."""
+    database's own head (the newest row's mark, ADR-099; audit_meta's copy, deleted too
+    or not) and, without it, by the checkpoint."""
     with closing(case.db()) as conn:
         conn.execute("DELETE FROM audit_log WHERE seq > ?", (case.n - k,))
+        if copy == "deleted":
+            conn.execute("DELETE FROM audit_meta WHERE key IN ('head_seq', 'head_hash')")
     _broken(case.state, "truncated", case.n - k + 1)
-    _broken(case.state, "truncated", case.n - k + 1, checkpoint=False)
+    report = _broken(case.state, "truncated", case.n - k + 1, checkpoint=False)
+    assert report.problem is not None
+    said = "is not the newest the log marked" if copy == "deleted" else "own head says"
+    assert said in report.problem.detail
+
+
+def test_deleting_every_entry_is_truncated_by_the_copy_of_the_head(case: Case) -> None:
+    """No row is left to carry the mark: audit_meta's copy of the head (moved at the log's
+    close) is the file's own evidence."""
+    with closing(case.db()) as conn:
+        conn.execute("DELETE FROM audit_log")
+    report = _broken(case.state, "truncated", 1, checkpoint=False)
+    assert report.problem is not None
+    assert f"entries 1..{case.n} were deleted" in report.problem.detail
 
 
 def test_restoring_an_older_copy_is_rolled_back(case: Case, tmp_path: Path) -> None:
@@ -732,7 +767,8 @@ def test_a_number_changed_in_its_last_digit_is_detected(case: Case, column: str)
 
 
 def _append(case: Case, entry: bytes, event_type: str = "syscall") -> int:
-    """Append ``entry`` (bytes) after the head with its own hash: what anyone can do."""
+    """Append ``entry`` (bytes) after the head with its own hash, and move the head's mark
+    onto it: what anyone can do."""
     seq = case.n + 1
     digest = hashlib.sha256(DOMAIN)
     digest.update(entry)
@@ -740,6 +776,7 @@ def _append(case: Case, entry: bytes, event_type: str = "syscall") -> int:
         conn.execute(
             INSERT_SQL, (seq, case.row(case.target)[1], event_type, entry, digest.hexdigest())
         )
+        conn.execute(MARK_HEAD_SQL, (seq - 1, seq))
     return seq
 
 

@@ -514,31 +514,146 @@ def _wal_frames(state: Path) -> int:
     return (size - 32) // (4096 + 24)  # the WAL header, then each page with its header
 
 
-def test_the_head_moves_in_place_and_a_file_without_one_gets_it(tmp_path: Path) -> None:
-    """Every commit leaves audit_meta naming its last entry; once the two rows exist
-    they are updated (no delete and re-insert: their key index is not rewritten), and a
-    file whose head rows are missing (deleted, or never written) gets them back."""
+def _marked(state: Path) -> list[int]:
+    with closing(sqlite3.connect(db_path(state))) as conn:
+        return [row[0] for row in conn.execute("SELECT seq FROM audit_log WHERE head = 1")]
+
+
+def test_every_commit_marks_its_newest_row_in_pages_it_writes_anyway(tmp_path: Path) -> None:
+    """The file's own head (ADR-099): one row is marked, the newest, moved in the commit
+    that adds rows; a one-row commit writes the row's page and its index's, no page for
+    the head.  audit_meta's copy starts with the chain and moves at WAL checkpoints and at
+    close (rows deleted meanwhile are written again)."""
 
     async def scenario() -> list[int]:
         log = await AuditLog.open(tmp_path)
         await log.record(Event("kernel_start"))
+        assert _meta(tmp_path)["head_seq"] == "1"  # the chain's first commit
         for n in range(3):
             await log.record(_policy(n))
-            assert _meta(tmp_path)["head_seq"] == str(log.head.seq)
-            assert _meta(tmp_path)["head_hash"] == log.head.hash
-        with closing(sqlite3.connect(db_path(tmp_path), isolation_level=None)) as conn:
-            conn.execute("DELETE FROM audit_meta WHERE key IN ('head_seq', 'head_hash')")
+            assert _marked(tmp_path) == [log.head.seq]
+        for n in range(150):  # buffered, then committed in more than one statement
+            log.record_soon(Event("syscall", input_summary=f"call {n}"))
         await log.record(_policy(3))
-        assert _meta(tmp_path)["head_seq"] == str(log.head.seq) == "5"
+        assert _marked(tmp_path) == [log.head.seq] == [155]
         frames = []
-        for n in range(4, 8):  # a one-row commit: the row's page, its index's, audit_meta's
+        for n in range(4, 8):
             before = _wal_frames(tmp_path)
             await log.record(_policy(n))
             frames.append(_wal_frames(tmp_path) - before)
+        assert _meta(tmp_path)["head_seq"] == "1"  # not moved by a commit
+        log._commits_since_checkpoint = log_module.WAL_CHECKPOINT_COMMITS
+        await log.record(_policy(8))
+        async with asyncio.timeout(10):
+            while not log.stats.wal_checkpoints:
+                await asyncio.sleep(0.005)
+        assert _meta(tmp_path)["head_seq"] == "160"
+        assert _meta(tmp_path)["head_hash"] == log.durable_head.hash
+        with closing(sqlite3.connect(db_path(tmp_path), isolation_level=None)) as conn:
+            conn.execute("DELETE FROM audit_meta WHERE key IN ('head_seq', 'head_hash')")
+        await log.record(_policy(9))
         await log.close()
         return frames
 
     frames = asyncio.run(scenario())
-    assert frames == [3, 3, 3, 3]  # INSERT OR REPLACE also rewrote the key index: 4
-    assert _meta(tmp_path)["head_seq"] == "9"
+    assert frames == [2, 2, 2, 2]  # the head in audit_meta, moved by each commit: 3
+    assert _meta(tmp_path)["head_seq"] == "161"
+    assert _marked(tmp_path) == [161]
     assert verify(tmp_path).ok
+
+
+@pytest.mark.parametrize("copied", [5, 4])
+def test_a_file_written_before_the_mark_gets_it_where_its_head_says(
+    tmp_path: Path, copied: int
+) -> None:
+    """A table without the head column (its head in audit_meta, moved with every commit)
+    gets the column when the log opens it; its newest row is marked only when that head
+    names it, so an end cut off before the upgrade is still found."""
+
+    async def write() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        for n in range(4):
+            await log.record(_policy(n))
+        await log.close()
+
+    asyncio.run(write())
+    with closing(sqlite3.connect(db_path(tmp_path), isolation_level=None)) as conn:
+        conn.execute("ALTER TABLE audit_log DROP COLUMN head")
+        conn.execute("UPDATE audit_meta SET value = '6' WHERE key = 'head_seq'")
+        conn.execute("DELETE FROM audit_log WHERE seq > ?", (copied,))
+    assert verify(tmp_path, checkpoint=False).ok is (copied == 6)
+
+    async def reopen() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.close()
+
+    asyncio.run(reopen())
+    assert _marked(tmp_path) == []
+    report = verify(tmp_path, checkpoint=False)
+    assert report.problem is not None and report.problem.kind == "truncated"
+    assert report.problem.seq == copied + 1
+
+
+def test_a_file_written_before_the_mark_verifies_and_is_marked_at_its_head(
+    tmp_path: Path,
+) -> None:
+    async def write(more: int) -> None:
+        log = await AuditLog.open(tmp_path)
+        if log.empty:
+            await log.record(Event("kernel_start"))
+        for n in range(more):
+            await log.record(_policy(n))
+        await log.close()
+
+    asyncio.run(write(4))
+    with closing(sqlite3.connect(db_path(tmp_path), isolation_level=None)) as conn:
+        conn.execute("ALTER TABLE audit_log DROP COLUMN head")
+    assert _meta(tmp_path)["head_seq"] == "5"
+    assert verify(tmp_path).ok  # the layout before ADR-099, as it is
+    asyncio.run(write(0))
+    assert _marked(tmp_path) == [5]  # the head audit_meta named
+    asyncio.run(write(2))
+    assert _marked(tmp_path) == [7]
+    assert verify(tmp_path).ok
+
+
+@pytest.mark.parametrize("step", ["final", "periodic"])
+def test_the_wal_is_checkpointed_even_when_the_head_cannot_be_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    def locked(conn: sqlite3.Connection, head: Head) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    async def write() -> None:
+        log = await AuditLog.open(tmp_path)
+        await log.record(Event("kernel_start"))
+        await log.close()
+
+    asyncio.run(write())
+    wal = db_path(tmp_path).with_name("fluffy.db-wal")
+    with closing(sqlite3.connect(db_path(tmp_path))) as keeper:  # keeps the WAL file
+        keeper.execute("SELECT 1 FROM audit_meta").fetchall()
+        with closing(sqlite3.connect(db_path(tmp_path))) as conn:
+            conn.execute("INSERT INTO audit_meta VALUES ('x', 'y')")
+            conn.commit()
+            assert wal.stat().st_size > 0
+            monkeypatch.setattr(sqlwrites, "save_head", locked)
+            head = Head("c", 1, "h")
+            if step == "final":
+                with pytest.raises(sqlite3.OperationalError, match="locked"):
+                    sqlwrites.final_checkpoint(conn, head)
+                assert wal.stat().st_size == 0  # TRUNCATE ran
+            else:
+                executed: list[str] = []
+
+                class Seen:  # the connection, its statements seen
+                    def execute(self, sql: str, *args: Any) -> Any:
+                        executed.append(sql)
+                        return conn.execute(sql, *args)
+
+                headfile = HeadFile(tmp_path / "audit.head")
+                error = sqlwrites.wal_checkpoint(Seen(), headfile, head)  # type: ignore[arg-type]
+                headfile.close()
+                assert error.startswith("audit_meta's head not written: database is locked")
+                assert executed == ["PRAGMA wal_checkpoint(RESTART)"]
