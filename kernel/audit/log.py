@@ -302,7 +302,7 @@ class AuditLog:
         if not self._held_since:  # the hold ends when the loop runs anything else
             self._held_since = started
             asyncio.get_running_loop().call_soon(self._release)
-        self._group = any(waiter is not own for waiter in batch.waiters)
+        self._group = bool(batch.waiters) and any(w is not own for w in batch.waiters)
         self.stats.inline_commits += 1
         self.stats.head_written(failed)
         self._committed(batch, head)

@@ -210,15 +210,16 @@ class HeadFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._start = ("", b"")  # a chain id and the record's start naming it
 
     def write(self, head: Head, *, durable: bool) -> None:
         # the JSON of head.to_dict() with sorted keys, formatted directly: this runs after
         # every commit of a security event (json.dumps took ~10 µs of its ~0.37 ms)
-        data = b'{"chain_id": %b, "hash": %b, "seq": %d}' % (
-            _json_text(head.chain_id),
-            _json_text(head.hash),
-            head.seq,
-        )
+        chain_id, start = self._start
+        if head.chain_id != chain_id or not start:
+            start = b'{"chain_id": %b, "hash": ' % _json_text(head.chain_id)
+            self._start = (head.chain_id, start)
+        data = b'%b%b, "seq": %d}' % (start, _json_text(head.hash), head.seq)
         os.pwrite(self._fd, data.ljust(HEAD_SIZE, b" ")[:HEAD_SIZE], 0)
         if durable:
             os.fdatasync(self._fd)
