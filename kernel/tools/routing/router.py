@@ -49,7 +49,7 @@ from fluffy.kernel.tools.routing.handlers import HANDLERS
 from fluffy.kernel.tools.routing.mcpreview import call_mcp
 from fluffy.kernel.tools.routing.parallel import PlannedCall
 from fluffy.kernel.tools.routing.parts import CallChecks, CallRunners
-from fluffy.kernel.tools.routing.scheduling import CHANGING_KINDS, run_ordered
+from fluffy.kernel.tools.routing.scheduling import CHANGING_KINDS, run_in_turn, run_ordered
 from fluffy.kernel.tools.sandbox.pluginjob import PluginOutcome
 from fluffy.kernel.tools.sandbox.warming import plugin_recipe, repeated_plugin_tools
 from fluffy.kernel.tools.testing.testprep import TestPlan
@@ -217,9 +217,26 @@ class ToolRouter:
     ) -> list[dict[str, Any]]:
         """Run a response's calls (``one(i)``) in parallel unless their paths conflict, a
         conflicting call after those it depends on; ``refuse(i, error)`` answers a call
-        whose dependency failed (ADR-043)."""
+        whose dependency failed (ADR-043).  Reads the kernel answers on the loop's own
+        thread run one after the other, outside the scheduler (ADR-100), unless the
+        memory guard holds new work (the scheduler then holds them too)."""
+        if self.runners.accepting_work() and all(self._on_the_loop(t) for t in tools):
+            return await run_in_turn(len(tools), one, refuse)
         return await run_ordered(
             self.runners.steps, planned, tools, changes, one, refuse, priority=priority
+        )
+
+    def _on_the_loop(self, tool: str) -> bool:
+        """A fast read served on the loop's own thread: no sandbox, no worker thread
+        (``search.*`` runs on one), no kernel handler, and the fast path on."""
+        spec = self.registry.specs.get(tool)
+        return (
+            spec is not None
+            and spec.route == "fast"
+            and spec.kind == "read"
+            and not spec.name.startswith("search.")
+            and spec.name not in HANDLERS
+            and (self.checks.settings.fast_path or spec.module is None)
         )
 
     async def _expect_batch(self, session_id: str, tools: list[str]) -> None:

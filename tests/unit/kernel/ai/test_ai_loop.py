@@ -20,6 +20,8 @@ from fluffy.kernel.ai.provider import ProviderSession
 from fluffy.kernel.policy.model import load_policy
 from fluffy.kernel.syscalls.assemble_ai import AiLayer, assemble_ai
 from fluffy.kernel.syscalls.assemble_tools import ToolPath
+from fluffy.kernel.tools.routing import router as router_module
+from fluffy.kernel.tools.routing.scheduling import run_in_turn
 from tests.unit.kernel.tools.test_tool_router import SECRET, Harness
 
 pytestmark = pytest.mark.unit
@@ -95,6 +97,83 @@ def test_a_turn_reads_plans_and_streams_its_events(tmp_path: Path) -> None:
     assert roles[:4] == ["user", "assistant", "tool", "assistant"]
     assert SECRET not in json.dumps([m.content for m in history])
     assert "[REDACTED" in history[2].content
+
+
+def test_a_response_of_fast_reads_runs_in_its_order_outside_the_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads the kernel answers on the loop's own thread run one after the other, each
+    answered for itself (a missing file too); a response with a call that runs
+    elsewhere (search.grep: a worker thread) still goes through the scheduler (ADR-100)."""
+    harness = Harness(tmp_path)
+    scheduled: list[list[str]] = []
+    real = router_module.run_ordered
+
+    async def spy(scheduler: Any, calls: Any, tools: Any, *rest: Any, **options: Any) -> Any:
+        scheduled.append(list(tools))
+        return await real(scheduler, calls, tools, *rest, **options)
+
+    monkeypatch.setattr(router_module, "run_ordered", spy)
+    reads = [
+        ("fs.read", {"path": "/src/app.py"}),
+        ("fs.list", {"path": "/src"}),
+        ("fs.read", {"path": "/src/missing.py"}),
+        ("fs.exists", {"path": "/tests"}),
+    ]
+    provider = _script(
+        ("Looking around.", reads),
+        (
+            "And searching.",
+            [("fs.read", {"path": "/src/app.py"}), ("search.grep", {"pattern": "KEY"})],
+        ),
+        ("Done.", []),
+    )
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> list[dict[str, Any]]:
+        await ai.loop.start(sid, "Look at the code", provider)
+        return await _events(ai, sid)
+
+    events = run(harness, body)
+    steps = [
+        (e["type"], e["tool_name"])
+        for e in events
+        if e["type"] in ("tool_executing", "tool_result")
+    ]
+    first = [
+        step for tool, _ in reads for step in (("tool_executing", tool), ("tool_result", tool))
+    ]
+    assert steps[: len(first)] == first  # each read answered before the next began
+    results = [e for e in events if e["type"] == "tool_result"]
+    assert [r["ok"] for r in results[: len(reads)]] == [True, True, False, True]
+    assert len(results) == len(reads) + 2 and all(r["ok"] for r in results[len(reads) :])
+    assert scheduled == [["fs.read", "search.grep"]]
+
+
+def test_fast_reads_go_through_the_scheduler_while_the_memory_guard_holds_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short of memory the scheduler starts no new work: a response of reads is held by
+    it too (the spy answers in its place, or the turn would wait for memory)."""
+    harness = Harness(tmp_path)
+    scheduled: list[list[str]] = []
+
+    async def spy(
+        scheduler: Any, calls: Any, tools: Any, changes: Any, one: Any, refuse: Any, **_: Any
+    ) -> Any:
+        scheduled.append(list(tools))
+        return await run_in_turn(len(tools), one, refuse)
+
+    monkeypatch.setattr(router_module, "run_ordered", spy)
+    provider = _script(("Reading.", [("fs.read", {"path": "/src/app.py"})]), ("Done.", []))
+
+    async def body(tools: ToolPath, ai: AiLayer, sid: str) -> list[dict[str, Any]]:
+        tools.router.runners = replace(tools.router.runners, accepting_work=lambda: False)
+        await ai.loop.start(sid, "Read it", provider)
+        return await _events(ai, sid)
+
+    events = run(harness, body)
+    assert [e["ok"] for e in events if e["type"] == "tool_result"] == [True]
+    assert scheduled == [["fs.read"]]
 
 
 def test_repeated_refusals_quarantine_the_session(tmp_path: Path) -> None:
