@@ -133,9 +133,10 @@ def cmd_tests_secrets(args: argparse.Namespace) -> int:
         wanted = (wanted | allow) - forget
         set_allowed(state, wanted)
     out, seen = kept_out(project, state)
-    if args.json:
-        print_json({"project": str(project), "kept_out": out, "allowed": sorted(wanted),
-                    "allowed_present": seen})  # fmt: skip
+    if args.json:  # a name that is not UTF-8 as git quotes it, as the text shows it
+        print_json({"project": str(project), "kept_out": [shown(rel) for rel in out],
+                    "allowed": [shown(rel) for rel in sorted(wanted)],
+                    "allowed_present": [shown(rel) for rel in seen]})  # fmt: skip
         return 0
     if out:
         stdout.print("Test runs do not see these files (they hold secrets, and git does not "

@@ -179,6 +179,21 @@ def test_secrets_shows_what_tests_do_not_see_and_records_the_persons_allowance(
     assert json.loads(capsys.readouterr().out)["kept_out"] == [".env"]
 
 
+def test_secrets_json_names_a_file_that_is_not_utf8_as_git_quotes_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSON cannot carry the name's own bytes (a lone surrogate is not text a strict
+    parser takes): it carries the quoted form the text output shows, one-to-one."""
+    name = os.fsdecode(b"caf\xe9.env")
+    (project / name).write_text("TOKEN=hunter2\n")
+    assert main(["config", "tests", "secrets", "--json"]) == EXIT_OK
+    raw = capsys.readouterr().out
+    assert "\\udc" not in raw and json.loads(raw)["kept_out"] == ['"caf\\351.env"']
+    assert main(["config", "tests", "secrets", "--allow", name, "--json"]) == EXIT_OK
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["allowed"] == shown["allowed_present"] == ['"caf\\351.env"']
+
+
 @pytest.mark.parametrize("outside", ["..", "../other/.env", "/etc/passwd", "."])
 def test_secrets_refuses_a_path_outside_the_project(
     project: Path, outside: str, capsys: pytest.CaptureFixture[str]
