@@ -7,6 +7,7 @@ with all their options: the SDK would keep only size and mode).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,10 @@ _STATUS = {
 
 #: How long Podman's answer to a stop may take beyond the grace period (seconds).
 STOP_ANSWER_S = 30
+# Podman 4 answers a lookup made while the container's process is exiting with a 500
+# ("read /proc/N/cgroup: no such process"); asked again a moment later, it answers.
+EXITING = "no such process"
+LOOKUP_RETRY_S = (0.05, 0.1, 0.2, 0.4)
 
 
 def _bytes(data: bytes | Iterator[bytes]) -> bytes:
@@ -167,8 +172,15 @@ class PodmanRuntime:
             raise
 
     def _get(self, container_id: str) -> Any:
-        with engine_call(f"find container {container_id[:12]}"):
-            return self._client.containers.get(container_id)
+        for delay in (*LOOKUP_RETRY_S, None):
+            try:
+                with engine_call(f"find container {container_id[:12]}"):
+                    return self._client.containers.get(container_id)
+            except EngineOperationFailed as exc:
+                if delay is None or EXITING not in exc.what:
+                    raise
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # (the last attempt returns or raises)
 
     def start(self, container_id: str) -> None:
         container = self._get(container_id)
