@@ -28,7 +28,7 @@ from fluffy.kernel.audit.entry import Event
 from fluffy.kernel.audit.findings import Report
 from fluffy.kernel.audit.storage import archives
 from fluffy.kernel.audit.store import BACKUP_DIR, connect_ro, db_path, migrate_layout
-from fluffy.kernel.audit.verify import Found, end_in_doubt, found_at_start, verify
+from fluffy.kernel.audit.verify import Found, at_start, verify
 
 KEEP_BACKUPS = 5
 Outcome = Literal["ok", "tampered", "recovered", "restored_backup", "new_database"]
@@ -190,7 +190,7 @@ def check_database(state_dir: Path, *, chain: bool = True) -> StartupCheck:
 
 def chain_check(state_dir: Path, found: Found | None = None) -> StartupCheck:
     """Verify a healthy database's chain: "ok", or "tampered" with its break to record
-    (the file is left as it is: it is the evidence).  ``found``: see :func:`found_at_start`."""
+    (the file is left as it is: it is the evidence).  ``found``: see :func:`at_start`."""
     report = verify(state_dir, found=found)
     if report.ok:
         return StartupCheck("ok", f"{report.entries} entries verified", report)
@@ -211,11 +211,12 @@ def _check(state_dir: Path, converted: list[Path], chain: bool) -> StartupCheck:
     if path.exists():
         healthy, why = _usable(path, converted)
         if healthy:
-            if not chain and not end_in_doubt(state_dir):
+            doubt, found = (False, None) if chain else at_start(state_dir)
+            if not chain and not doubt:  # (a doubted end is verified before it moves)
                 return StartupCheck(
                     "ok",
                     "integrity checked; the chain is verified next",
-                    found=found_at_start(state_dir),
+                    found=found,
                     deferred=True,
                 )
             return chain_check(state_dir)

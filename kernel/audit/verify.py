@@ -297,12 +297,14 @@ class Found(NamedTuple):
     own_seq: int
 
 
-def found_at_start(state_dir: Path) -> Found | None:
-    """What ``state_dir``'s files claim before a kernel writes (None: they name no head):
-    the furthest of ``audit.head`` and the database's own head, each set by the writer
-    with its rows, so the entry it names must exist with that hash."""
+def at_start(state_dir: Path) -> tuple[bool, Found | None]:
+    """What ``state_dir``'s files claim before a kernel writes, read in one connection:
+    whether the database's own head doubts its end (:func:`_doubts_end`), and the
+    furthest of ``audit.head`` and the database's own head (None: they name no head),
+    each set by the writer with its rows, so the entry it names must exist with that
+    hash."""
     heads: list[Head] = []
-    own_seq = 0
+    own_seq, doubt = 0, False
     with contextlib.suppress(ValueError, OSError):
         checkpoint = read_head(head_path(state_dir))
         if checkpoint is not None:
@@ -311,6 +313,7 @@ def found_at_start(state_dir: Path) -> Found | None:
         conn = connect_ro(db_path(state_dir))
         try:
             meta = read_meta(conn)
+            doubt = _doubts_end(conn, meta)
             seq, digest = meta.get("head_seq", ""), meta.get("head_hash", "")
             copied = int(seq) if _digits(seq) and digest else 0
             own_seq, mark = own_head(conn, copied)
@@ -324,22 +327,17 @@ def found_at_start(state_dir: Path) -> Found | None:
         elif row is not None and isinstance(row[0], str):  # the marked row
             heads.append(Head(chain_id, named, row[0]))
     furthest = max(heads, key=lambda head: head.seq, default=None)
-    return Found(furthest, own_seq) if furthest is not None else None
+    return doubt, (Found(furthest, own_seq) if furthest is not None else None)
 
 
-def end_in_doubt(state_dir: Path) -> bool:
-    """Before a kernel writes: does the database's own head say that its end was cut off,
-    or that rows follow the newest the log marked?  The kernel's first commit moves the
-    mark onto its own row, so such a start verifies at once (ADR-099); a crash never
-    leaves either (the mark commits with its rows; ``audit_meta``'s copy only lags)."""
+def _doubts_end(conn: sqlite3.Connection, meta: dict[str, str]) -> bool:
+    """Does the database's own head say that its end was cut off, or that rows follow
+    the newest the log marked?  The kernel's first commit moves the mark onto its own
+    row, so such a start verifies at once (ADR-099); a crash never leaves either (the
+    mark commits with its rows; ``audit_meta``'s copy only lags)."""
     with contextlib.suppress(sqlite3.Error, _Unreadable):
-        conn = connect_ro(db_path(state_dir))
-        try:
-            meta = read_meta(conn)
-            own, mark = own_head(conn, _number(meta, "head_seq"))
-            last = conn.execute("SELECT MAX(seq) FROM audit_log").fetchone()[0]
-        finally:
-            conn.close()
+        own, mark = own_head(conn, _number(meta, "head_seq"))
+        last = conn.execute("SELECT MAX(seq) FROM audit_log").fetchone()[0]
         if last is None:  # no rows: where the anchor (or nothing) says the chain resumes
             anchor = meta.get("anchor_seq", "0")
             last = int(anchor) if _digits(anchor) else 0
